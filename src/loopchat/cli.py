@@ -1,0 +1,113 @@
+"""Command line: `loopchat` (the chat TUI), `loopchat run`, `loopchat models`, `loopchat replay`.
+
+Bad input gives one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from . import __version__
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line instead of usage + error
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    # On a subcommand the defaults are suppressed so `loopchat --model X run ...` keeps X.
+    d = {"default": argparse.SUPPRESS} if sub else {}
+    p.add_argument("--config", metavar="PATH", help="models.toml to use (default: the user config dir)", **d)
+    p.add_argument("--model", "-m", metavar="NAME", help="model name from models.toml (default: its `default`)", **d)
+    p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="loopchat",
+        description="A terminal chat that shows the generation loop of a language model while it runs. "
+        "With no command: open the chat.",
+    )
+    parser.add_argument("--version", action="version", version=f"loopchat {__version__}")
+    _add_model_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
+    run.add_argument("prompt", help="the user message; - reads it from stdin")
+    _add_model_options(run, sub=True)
+    run.add_argument("--system", metavar="TEXT", help="system prompt (default: the model's from models.toml)")
+    run.add_argument("--temperature", type=float, metavar="T", help="0 = greedy")
+    run.add_argument("--top-k", type=int, metavar="K", help="0 disables")
+    run.add_argument("--top-p", type=float, metavar="P", help="1.0 disables")
+    run.add_argument("--min-p", type=float, metavar="P", help="0 disables")
+    run.add_argument("--repeat-penalty", type=float, metavar="X", help="1.0 disables")
+    run.add_argument("--seed", type=int, metavar="N")
+    run.add_argument("--max-tokens", type=int, metavar="N")
+    run.add_argument("--top-report", type=int, default=10, metavar="K", help="candidates recorded per step (default 10)")
+    run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
+    run.add_argument("--show-steps", action="store_true", help="print one line per step instead of the streamed text")
+    run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as JSON lines (docs/trace-format.md)")
+
+    models = sub.add_parser("models", help="list the configured models and the config file in use")
+    models.add_argument("--config", metavar="PATH", help="models.toml to use", default=argparse.SUPPRESS)
+
+    replay = sub.add_parser("replay", help="play a recorded trace in the chat app")
+    replay.add_argument("trace_file", metavar="FILE.jsonl")
+    replay.add_argument("--speed", type=float, default=1.0, help="playback speed (2 = twice as fast; 0 = instant)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except UsageError as exc:
+        print(f"loopchat: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("loopchat: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from .config import ConfigError
+    from .engine import EngineError
+    from .model_files import ModelFileError
+    from .settings import SettingsError
+    from .trace import TraceError
+
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from .run_command import run_command
+
+            return run_command(args)
+        if args.command == "models":
+            from .config import format_models_listing, load_config
+
+            print(format_models_listing(load_config(args.config)))
+            return 0
+        if args.command == "replay":
+            from .tui.app import run_tui
+
+            if args.speed < 0:
+                raise UsageError("--speed must be 0 (instant) or more")
+            return run_tui(config_path=None, model=None, replay=args.trace_file, replay_speed=args.speed)
+        from .tui.app import run_tui
+
+        return run_tui(config_path=args.config, model=args.model, verbose=args.verbose)
+    except (ConfigError, ModelFileError, EngineError, SettingsError, TraceError) as exc:
+        print(f"loopchat: {exc}", file=sys.stderr)
+        return EXIT_USAGE

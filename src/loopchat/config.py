@@ -1,0 +1,339 @@
+"""The model configuration: which models `loopchat` can run, read from models.toml.
+
+The file format is documented, field by field, in models.example.toml at the repository
+root. Every ConfigError message is one line: the file, the dotted key, what is wrong and
+how to fix it. With no file, the built-in configuration (one small bundled model) is used;
+the built-in model stays available under its name even when a file exists.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .model_files import (
+    BUILTIN_MODELS,
+    ModelFileError,
+    builtin_model_path,
+    check_gguf,
+    gguf_problem,
+    hf_cached_path,
+    hf_download,
+    parse_hf_spec,
+)
+from .paths import default_config_path
+from .settings import SamplingSettings, SettingsError
+
+SOURCES = ("path", "hf", "builtin")
+N_CTX_MIN, N_CTX_MAX = 16, 1_048_576
+THREADS_MAX = 1024
+BUILTIN_NAME = "smollm2-135m-instruct"
+
+_MODEL_KEYS = (*SOURCES, "description", "n_ctx", "threads", "system_prompt", "chat_template", "sampling")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_HF_EXAMPLE = 'hf = "Qwen/Qwen2.5-0.5B-Instruct-GGUF:qwen2.5-0.5b-instruct-q4_k_m.gguf"'
+
+
+class ConfigError(Exception):
+    """models.toml is unreadable or invalid, or a model name is unknown (one-line message)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One runnable model: where its GGUF file comes from and how to run it."""
+
+    name: str
+    source: str  # "path" | "hf" | "builtin"
+    location: str  # a file path, "org/repo:file.gguf", or a built-in model name
+    n_ctx: int = 4096
+    threads: int | None = None  # None: the machine's physical core count
+    chat_template: str | None = None  # Jinja2 override of the model's own template
+    system_prompt: str | None = None  # None: no system message
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    description: str = ""
+    base_dir: Path | None = None  # folder of the config file; relative paths start there
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"ModelSpec.source must be one of {', '.join(SOURCES)}, got {self.source!r}")
+
+    def local_path(self) -> Path | None:
+        """For source "path": the file it names (~ expanded, relative to base_dir)."""
+        if self.source != "path":
+            return None
+        path = Path(self.location).expanduser()
+        if not path.is_absolute() and self.base_dir is not None:
+            path = self.base_dir / path
+        return path
+
+    def resolve_file(self, progress: bool = True) -> Path:
+        """The checked GGUF file to load, downloading it first for an uncached hf model."""
+        context = f"models.toml model {self.name!r}" if self.base_dir else f"model {self.name!r}"
+        try:
+            if self.source == "builtin":
+                path = builtin_model_path(self.location)
+            elif self.source == "hf":
+                path = hf_download(self.location, progress=progress)
+            else:
+                path = self.local_path()
+        except ModelFileError as exc:
+            raise ModelFileError(f"{context}: {exc}") from None
+        check_gguf(path, context=context)
+        return path
+
+
+@dataclass(frozen=True)
+class Config:
+    """All configured models, the default one, and the file they came from (None: built-in)."""
+
+    default: str
+    models: dict[str, ModelSpec]
+    path: Path | None = None
+
+    def get(self, name: str | None = None) -> ModelSpec:
+        """The named model (the default one for None); ConfigError if there is none."""
+        name = self.default if name is None else name
+        if name in self.models:
+            return self.models[name]
+        where = _display(self.path) if self.path else f"{_display(default_config_path())} (create it)"
+        raise ConfigError(
+            f"unknown model {name!r} (known: {', '.join(self.models)}) — "
+            f"add [{_dotted('models', name)}] to {where}, or pick a known one"
+        )
+
+
+BUILTIN_CONFIG = Config(
+    default=BUILTIN_NAME,
+    models={
+        BUILTIN_NAME: ModelSpec(
+            name=BUILTIN_NAME,
+            source="builtin",
+            location=BUILTIN_NAME,
+            n_ctx=4096,
+            system_prompt="You are a helpful assistant.",
+            description="SmolLM2 135M Instruct, Q4_1 (bundled; tiny and fast, not very clever)",
+        )
+    },
+    path=None,
+)
+
+
+def load_config(path: Path | str | None = None) -> Config:
+    """Read and validate a models.toml.
+
+    None reads default_config_path(), and falls back to BUILTIN_CONFIG if that file does
+    not exist; an explicitly given file must exist.
+    """
+    if path is None:
+        path = default_config_path()
+        if not path.exists():
+            return BUILTIN_CONFIG
+    path = Path(path).expanduser()
+    shown = _display(path)
+    if not path.exists():
+        raise ConfigError(f"{shown}: no such file — check the path, or copy models.example.toml there")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{shown}: is not UTF-8 text — save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{shown}: cannot be read ({exc.strerror or exc}) — check that it is a readable file") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{shown}: invalid TOML: {_one_line(str(exc))} — fix the syntax there") from None
+    return _Reader(path).config(data)
+
+
+# --- validation ------------------------------------------------------------------------
+
+
+class _Reader:
+    """Turns parsed TOML into a Config, raising ConfigError at the first problem."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.shown = _display(path)
+
+    def fail(self, key: str, problem: str, fix: str = "edit the file or remove the key") -> None:
+        raise ConfigError(_one_line(f"{self.shown}: {key} {problem} — {fix}"))
+
+    def config(self, data: dict[str, Any]) -> Config:
+        self.known_keys(data, "", ("default", "models"))
+        raw_models = data.get("models", {})
+        if not isinstance(raw_models, dict):
+            self.fail("models", f"must be a table, got {_kind(raw_models)}", "write each model as [models.NAME]")
+        models = {name: self.model(name, raw) for name, raw in raw_models.items()}
+        for name, spec in BUILTIN_CONFIG.models.items():
+            models.setdefault(name, spec)
+
+        default = data.get("default", next(iter(raw_models), BUILTIN_CONFIG.default))
+        if not isinstance(default, str):
+            self.fail("default", f"must be a string (a model name), got {_kind(default)}", 'write e.g. default = "NAME"')
+        if default not in models:
+            self.fail(
+                "default",
+                f"names model {default!r}, which is not defined (models: {', '.join(models)})",
+                f"set default to one of them, or add [{_dotted('models', default)}]",
+            )
+        return Config(default=default, models=models, path=self.path)
+
+    def known_keys(self, table: dict[str, Any], prefix: str, allowed: tuple[str, ...], hint: str = "") -> None:
+        for key in table:
+            if key not in allowed:
+                fix = hint or "check the spelling, or remove it"
+                self.fail(_dotted(prefix, key), f"is not a known key (allowed: {', '.join(allowed)})", fix)
+
+    def model(self, name: str, raw: Any) -> ModelSpec:
+        key = _dotted("models", name)
+        if not _NAME.match(name):
+            self.fail(key, "is not a usable model name", "use letters, digits, '.', '_' and '-' only")
+        if not isinstance(raw, dict):
+            self.fail(key, f"must be a table, got {_kind(raw)}", f"write it as [{key}] followed by its keys")
+        stray = [k for k in raw if k in SamplingSettings.field_names()]
+        self.known_keys(raw, key, _MODEL_KEYS, f"sampling settings go in [{key}.sampling]" if stray else "")
+
+        sources = [s for s in SOURCES if s in raw]
+        if len(sources) != 1:
+            got = "none" if not sources else " and ".join(sources)
+            fix = "keep only one of them" if sources else 'add one, e.g. path = "~/models/x.gguf"'
+            self.fail(key, f"needs exactly one of path, hf, builtin (got {got})", fix)
+        source = sources[0]
+        location = self.string(raw, key, source, None, required=True)
+        if source == "builtin" and location not in BUILTIN_MODELS:
+            self.fail(
+                f"{key}.builtin",
+                f"names no built-in model: {location!r} (built-in: {', '.join(BUILTIN_MODELS)})",
+                "use one of those, or path/hf for other models",
+            )
+        if source == "hf":
+            try:
+                parse_hf_spec(location)
+            except ModelFileError:
+                self.fail(f"{key}.hf", f'must look like "org/repo:file.gguf", got {location!r}', f"e.g. {_HF_EXAMPLE}")
+
+        template = self.string(raw, key, "chat_template", None)
+        if template is not None and not template.strip():
+            self.fail(f"{key}.chat_template", "is empty", "remove the key to use the model's own template")
+        return ModelSpec(
+            name=name,
+            source=source,
+            location=location,
+            n_ctx=self.integer(raw, key, "n_ctx", 4096, N_CTX_MIN, N_CTX_MAX, "the context window in tokens"),
+            threads=self.integer(raw, key, "threads", None, 1, THREADS_MAX, "remove it to use all physical cores"),
+            chat_template=template,
+            system_prompt=self.string(raw, key, "system_prompt", None) or None,
+            sampling=self.sampling(raw.get("sampling", {}), f"{key}.sampling"),
+            description=self.string(raw, key, "description", ""),
+            base_dir=self.path.parent,
+        )
+
+    def string(self, raw: dict[str, Any], key: str, name: str, default: Any, required: bool = False) -> Any:
+        if name not in raw:
+            return default
+        value = raw[name]
+        if not isinstance(value, str):
+            self.fail(f"{key}.{name}", f"must be a string, got {_kind(value)} {value!r}", "put the value in quotes")
+        if required and not value.strip():
+            self.fail(f"{key}.{name}", "is empty", "give a value")
+        return value
+
+    def integer(
+        self, raw: dict[str, Any], key: str, name: str, default: Any, lo: int, hi: int, hint: str
+    ) -> Any:
+        if name not in raw:
+            return default
+        value = raw[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(f"{key}.{name}", f"must be a whole number, got {_kind(value)} {value!r}", f"{hint}; edit the file")
+        if not lo <= value <= hi:
+            self.fail(f"{key}.{name}", f"must be between {lo} and {hi}, got {value}", f"{hint}; edit the file")
+        return value
+
+    def sampling(self, raw: Any, key: str) -> SamplingSettings:
+        if not isinstance(raw, dict):
+            self.fail(key, f"must be a table, got {_kind(raw)}", f"write it as [{key}] followed by its keys")
+        self.known_keys(raw, key, SamplingSettings.field_names())
+        settings = SamplingSettings()
+        for name, value in raw.items():
+            try:
+                settings = settings.replace(**{name: value})
+            except SettingsError as exc:
+                self.fail(f"{key}.{name}", str(exc).removeprefix(f"{name} "))
+        return settings
+
+
+# --- `loopchat models` ------------------------------------------------------------------
+
+
+def file_status(spec: ModelSpec) -> str:
+    """Whether the model's file is on this machine (never downloads anything)."""
+    if spec.source == "builtin":
+        try:
+            builtin_model_path(spec.location)
+        except ModelFileError:
+            return "not installed"
+        return "installed"
+    if spec.source == "path":
+        problem = gguf_problem(spec.local_path())
+        if problem is None:
+            return "file present"
+        return "file missing" if problem == "does not exist" else f"file {problem.split(' (')[0]}"
+    try:
+        return "cached" if hf_cached_path(spec.location) else "not downloaded"
+    except ModelFileError:
+        return "not downloaded (needs huggingface-hub)"
+
+
+def format_models_listing(config: Config) -> str:
+    """The text `loopchat models` prints: the config file in use and one line per model."""
+    if config.path is None:
+        head = f"config: (none: built-in defaults; create {_display(default_config_path())} to add models)"
+    else:
+        head = f"config: {_display(config.path)}"
+    rows = [
+        (
+            ("* " if name == config.default else "  ") + name,
+            f"{spec.source} {spec.location}",
+            f"n_ctx {spec.n_ctx}",
+            file_status(spec),
+            spec.description,
+        )
+        for name, spec in config.models.items()
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [head, ""]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[4]]
+        lines.append("  " + "  ".join(cells).rstrip())
+    lines += ["", "* = default model"]
+    return "\n".join(lines)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _display(path: Path) -> str:
+    """The path with the home folder shown as ~."""
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
+def _dotted(prefix: str, key: str) -> str:
+    part = key if _BARE_KEY.match(key) else '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"{prefix}.{part}" if prefix else part
+
+
+def _kind(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table", list: "an array"}
+    return names.get(type(value), "a date/time")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

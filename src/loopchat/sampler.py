@@ -1,0 +1,174 @@
+"""The sampling chain, in numpy, instrumented.
+
+Order (the same as llama.cpp's common sampler chain): repeat penalty -> top-k -> top-p
+-> min-p -> temperature -> draw. Top-p sees the softmax of the candidates left by
+top-k, min-p keeps tokens whose logit is at least max + ln(min_p) (p >= min_p * p_max),
+temperature divides the surviving logits, and the draw uses numpy's PCG64 seeded from
+the settings. Temperature 0 is greedy: the distribution sampled from is then a single
+token with probability 1.
+
+Everything a step reports is computed here from the model's logits: the raw softmax
+(and its entropy) over the whole vocabulary, the distribution actually sampled from,
+and the chosen token's probability and rank in both. It is written to cost a small
+fraction of a forward pass: the exact top-K selection avoids a full sort.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .settings import SamplingSettings
+
+_LOG2E = 1.0 / math.log(2.0)
+
+
+@dataclass(slots=True)
+class SampleResult:
+    token_id: int
+    raw_top_ids: np.ndarray
+    raw_top_probs: np.ndarray
+    sampled_top_ids: np.ndarray
+    sampled_top_probs: np.ndarray
+    raw_prob: float
+    raw_rank: int
+    sampled_prob: float
+    sampled_rank: int
+    raw_entropy: float  # bits
+    sampled_entropy: float  # bits
+    kept: int  # candidates with non-zero probability in the sampled-from distribution
+
+
+def top_indices(x: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest values of a 1-D array, largest first (exact).
+
+    For a large array, a strided sample gives a threshold that at least k values
+    reach (the sampled values are themselves in the array), so only the few values
+    above it are partitioned and sorted.
+    """
+    n = x.shape[0]
+    if k >= n:
+        return np.argsort(-x, kind="stable")
+    if k <= 0:
+        return np.empty(0, dtype=np.intp)
+    cand: np.ndarray | None = None
+    if n > 4096:
+        sample = x[::32]
+        if sample.shape[0] > k:
+            threshold = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
+            cand = np.flatnonzero(x >= threshold)
+    if cand is None:
+        cand = np.arange(n)
+    sub = x[cand]
+    if sub.shape[0] > k:
+        part = np.argpartition(sub, sub.shape[0] - k)[sub.shape[0] - k :]
+        cand = cand[part]
+        sub = sub[part]
+    order = np.argsort(-sub, kind="stable")
+    return cand[order]
+
+
+def entropy_bits(logits: np.ndarray) -> float:
+    """Entropy in bits of softmax(logits), computed stably in float64."""
+    z = logits.astype(np.float64, copy=False)
+    z = z - z.max()
+    e = np.exp(z)
+    total = e.sum()
+    return float((math.log(total) - float(np.dot(e, z)) / total) * _LOG2E)
+
+
+def make_rng(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def sample(
+    logits: np.ndarray,
+    recent_tokens: Sequence[int],
+    settings: SamplingSettings,
+    rng: np.random.Generator,
+    report_k: int = 10,
+) -> SampleResult:
+    """Run the chain on one row of logits (float32, n_vocab) and report everything."""
+    n_vocab = logits.shape[0]
+
+    # --- raw softmax over the whole vocabulary ---------------------------------
+    raw_max = float(logits.max())
+    shifted = logits - np.float32(raw_max)
+    e = np.exp(shifted)
+    total = float(e.sum(dtype=np.float64))
+    raw_entropy = (math.log(total) - float(np.dot(e, shifted)) / total) * _LOG2E
+    raw_top_ids = top_indices(logits, report_k)
+    raw_top_probs = e[raw_top_ids].astype(np.float64) / total
+
+    # --- repeat penalty (on a copy; the raw distribution stays raw) -------------
+    work = logits
+    if settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0 and recent_tokens:
+        ids = np.unique(np.asarray(recent_tokens[-settings.repeat_last_n :], dtype=np.intp))
+        ids = ids[(ids >= 0) & (ids < n_vocab)]
+        if ids.size:
+            work = logits.copy()
+            v = work[ids]
+            work[ids] = np.where(v > 0, v / settings.repeat_penalty, v * settings.repeat_penalty)
+
+    # --- top-k: candidates sorted by (penalized) logit, largest first -----------
+    if settings.top_k > 0 or settings.greedy:
+        k = 1 if settings.greedy else settings.top_k
+        cand = top_indices(work, max(k, 1))
+    else:
+        cand = np.argsort(-work, kind="stable")
+    cand_logits = work[cand].astype(np.float64)
+
+    if settings.greedy:
+        kept_ids = cand[:1]
+        probs = np.ones(1)
+    else:
+        # --- top-p on the softmax of what top-k left -----------------------------
+        if settings.top_p < 1.0 and cand.shape[0] > 1:
+            p = np.exp(cand_logits - cand_logits[0])
+            cum = np.cumsum(p)
+            cum /= cum[-1]
+            n_keep = int(np.searchsorted(cum, settings.top_p, side="left")) + 1
+            n_keep = min(max(n_keep, 1), cand.shape[0])
+            cand, cand_logits = cand[:n_keep], cand_logits[:n_keep]
+        # --- min-p: logit >= max + ln(min_p) -------------------------------------
+        if settings.min_p > 0.0 and cand.shape[0] > 1:
+            floor = cand_logits[0] + math.log(settings.min_p)
+            n_keep = max(int(np.count_nonzero(cand_logits >= floor)), 1)
+            cand, cand_logits = cand[:n_keep], cand_logits[:n_keep]
+        # --- temperature, then the distribution actually sampled from -----------
+        z = (cand_logits - cand_logits[0]) / settings.temperature
+        probs = np.exp(z)
+        probs /= probs.sum()
+        kept_ids = cand
+
+    # --- draw --------------------------------------------------------------------
+    if kept_ids.shape[0] == 1:
+        pick = 0
+    else:
+        u = rng.random()
+        pick = int(np.searchsorted(np.cumsum(probs), u, side="right"))
+        pick = min(pick, kept_ids.shape[0] - 1)
+    token_id = int(kept_ids[pick])
+
+    nz = probs[probs > 0]
+    sampled_entropy = float(-(nz * np.log2(nz)).sum()) if nz.shape[0] > 1 else 0.0
+    chosen_logit = logits[token_id]
+    raw_rank = int(np.count_nonzero(logits > chosen_logit)) + 1
+    sampled_rank = int(np.count_nonzero(probs > probs[pick])) + 1
+    return SampleResult(
+        token_id=token_id,
+        raw_top_ids=raw_top_ids,
+        raw_top_probs=raw_top_probs,
+        sampled_top_ids=kept_ids[:report_k],
+        sampled_top_probs=probs[:report_k],
+        raw_prob=float(math.exp(float(chosen_logit) - raw_max) / total),
+        raw_rank=raw_rank,
+        sampled_prob=float(probs[pick]),
+        sampled_rank=sampled_rank,
+        raw_entropy=float(raw_entropy),
+        sampled_entropy=sampled_entropy,
+        kept=int(kept_ids.shape[0]),
+    )

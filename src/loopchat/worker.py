@@ -1,0 +1,161 @@
+"""One thread that owns the Engine from load to close and runs every call on it.
+
+Commands go in through a queue (`load`, `generate`, `close`); `cancel` sets a flag the
+loop reads without touching the engine. Everything that comes out is handed to one
+`emit` callback, called on the worker thread: the generation events of `events.py`
+plus the worker's own notices below. `emit` must be cheap (append to a deque, post a
+message): the loop waits for it. The TUI batches what arrived at frame rate.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .engine import Engine, EngineError
+from .events import Message
+from .settings import LiveSettings, SamplingSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoading:
+    name: str
+    path: str
+    kind: str = "model_loading"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReady:
+    name: str
+    path: str
+    n_ctx: int
+    n_vocab: int
+    threads: int
+    load_ms: float
+    kind: str = "model_ready"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerError:
+    """A one-line, actionable error (model failed to load, prompt too long, ...)."""
+
+    message: str
+    during: str  # "load" | "generate"
+    kind: str = "worker_error"
+
+
+@dataclass(frozen=True, slots=True)
+class RunDone:
+    """The worker is idle again after a generate command (whatever its outcome)."""
+
+    run_id: int
+    kind: str = "run_done"
+
+
+EngineFactory = Callable[[], Engine]
+
+
+class EngineWorker:
+    def __init__(self, emit: Callable[[Any], None], *, name: str = "loopchat-engine") -> None:
+        self._emit = emit
+        self._commands: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._engine: Engine | None = None
+        self._run_id = 0
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------- any thread ----
+    def load(self, factory: EngineFactory, name: str, path: str | Path) -> None:
+        """Close the current engine (if any) and load another, on the worker thread."""
+        self._commands.put(("load", (factory, name, str(path))))
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        settings: LiveSettings | SamplingSettings,
+        *,
+        report_k: int = 10,
+    ) -> int:
+        self._run_id += 1
+        self._busy.set()
+        self._commands.put(("generate", (self._run_id, tuple(messages), settings, report_k)))
+        return self._run_id
+
+    def cancel(self) -> None:
+        engine = self._engine
+        if engine is not None:
+            engine.cancel()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        self.cancel()
+        self._commands.put(("close", None))
+        self._thread.join(timeout)
+
+    # ------------------------------------------------------- worker thread ----
+    def _main(self) -> None:
+        while True:
+            command, args = self._commands.get()
+            if command == "close":
+                self._close_engine()
+                return
+            try:
+                if command == "load":
+                    self._load(*args)
+                elif command == "generate":
+                    self._generate(*args)
+            except Exception as exc:  # last resort: never kill the thread silently
+                detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                self._emit(WorkerError(f"internal error: {detail}", during=command))
+
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    def _load(self, factory: EngineFactory, name: str, path: str) -> None:
+        import time
+
+        self._close_engine()
+        self._emit(ModelLoading(name=name, path=path))
+        t0 = time.perf_counter()
+        try:
+            engine = factory()
+        except EngineError as exc:
+            self._emit(WorkerError(str(exc), during="load"))
+            return
+        self._engine = engine
+        self._emit(
+            ModelReady(
+                name=engine.name,
+                path=str(engine.model_path),
+                n_ctx=engine.n_ctx,
+                n_vocab=engine.n_vocab,
+                threads=engine.threads,
+                load_ms=(time.perf_counter() - t0) * 1000.0,
+            )
+        )
+
+    def _generate(self, run_id: int, messages: tuple[Message, ...], settings: Any, report_k: int) -> None:
+        try:
+            if self._engine is None:
+                self._emit(WorkerError("no model is loaded: pick one with --model or the model list", during="generate"))
+                return
+            try:
+                for event in self._engine.generate(messages, settings, report_k=report_k):
+                    self._emit(event)
+            except EngineError as exc:
+                self._emit(WorkerError(str(exc), during="generate"))
+        finally:
+            if self._commands.empty():
+                self._busy.clear()
+            self._emit(RunDone(run_id))

@@ -1,0 +1,295 @@
+"""Model configuration: models.toml parsing, its error messages, and model file lookup.
+
+Real files in tmp_path; the Hugging Face tests use a real hub cache layout in tmp_path
+and HF_HUB_OFFLINE=1, so nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from loopchat.config import (
+    BUILTIN_CONFIG,
+    ConfigError,
+    format_models_listing,
+    load_config,
+)
+from loopchat.model_files import (
+    ModelFileError,
+    builtin_model_path,
+    check_gguf,
+    hf_download,
+    parse_hf_spec,
+)
+from loopchat.paths import default_config_path
+from loopchat.settings import SamplingSettings
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "models.example.toml"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+HF_SPEC = "someorg/Tiny-GGUF:tiny-q4.gguf"
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path, monkeypatch):
+    """No test reads the real user config or the real Hugging Face cache."""
+    monkeypatch.setenv("LOOPCHAT_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def write(tmp_path: Path, text: str, name: str = "models.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- valid files ---------------------------------------------------------------------
+
+
+def test_example_file_loads_as_is():
+    config = load_config(EXAMPLE)
+    assert config.path == EXAMPLE
+    assert config.default == "smollm2"
+    spec = config.get(None)
+    assert spec.source == "builtin" and spec.location == "smollm2-135m-instruct"
+    assert spec.sampling == SamplingSettings()
+    assert "smollm2-135m-instruct" in config.models  # the built-in is always there
+
+
+def test_example_file_commented_examples_are_valid(tmp_path):
+    """Uncommenting every example block still gives a valid file."""
+    code = re.compile(r"^# (\[models\.[^\]]+\]|[a-z_]+ = .*)$")
+    lines = [line[2:] if code.match(line) else line for line in EXAMPLE.read_text().splitlines()]
+    config = load_config(write(tmp_path, "\n".join(lines)))
+    assert {"qwen2_5-0_5b", "llama3_2-1b", "smollm2-1_7b", "phi3_5-mini", "gemma2-2b", "mine"} <= set(config.models)
+    assert config.models["smollm2-1_7b"].sampling.temperature == 0.2
+    mine = config.models["mine"]
+    assert (mine.source, mine.n_ctx, mine.threads) == ("path", 2048, 2)
+    assert mine.local_path() == Path.home() / "models" / "x.gguf"
+
+
+def test_no_file_gives_builtin_config_with_a_real_model_file():
+    assert not default_config_path().exists()
+    config = load_config()
+    assert config is BUILTIN_CONFIG and config.path is None
+    spec = config.get(None)
+    path = spec.resolve_file()
+    assert path == builtin_model_path()
+    assert path.suffix == ".gguf" and path.is_file()
+    assert path.read_bytes()[:4] == b"GGUF"
+
+
+def test_default_config_path_is_read(tmp_path):
+    default_config_path().parent.mkdir(parents=True)
+    default_config_path().write_text('[models.a]\npath = "a.gguf"\n')
+    config = load_config()
+    assert config.path == default_config_path()
+    assert config.default == "a"  # no `default`: the first model in the file
+    assert config.get("a").local_path() == default_config_path().parent / "a.gguf"
+
+
+def test_full_model_entry(tmp_path):
+    path = write(
+        tmp_path,
+        """
+default = "tiny"
+[models.tiny]
+hf = "org/repo:file.gguf"
+description = "a tiny one"
+n_ctx = 2048
+threads = 3
+system_prompt = ""
+chat_template = \"\"\"{% for m in messages %}{{ m.content }}{% endfor %}\"\"\"
+[models.tiny.sampling]
+temperature = 0
+seed = 7
+""",
+    )
+    spec = load_config(path).get("tiny")
+    assert (spec.source, spec.location, spec.n_ctx, spec.threads) == ("hf", "org/repo:file.gguf", 2048, 3)
+    assert spec.system_prompt is None
+    assert spec.chat_template.startswith("{% for m")
+    assert spec.sampling == SamplingSettings(temperature=0.0, seed=7)
+    assert spec.base_dir == tmp_path
+
+
+def test_user_entry_overrides_builtin_name(tmp_path):
+    path = write(tmp_path, '[models.smollm2-135m-instruct]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 1024\n')
+    config = load_config(path)
+    assert config.get("smollm2-135m-instruct").n_ctx == 1024
+
+
+# --- invalid files: one-line messages naming the file and the key ---------------------
+
+
+INVALID = [
+    # (file text, dotted key expected in the message, another expected fragment)
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctxx = 10\n', "models.tiny.n_ctxx", "allowed:"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\ntemperature = 0.5\n', "models.tiny.temperature", "[models.tiny.sampling]"),
+    ('[modelz.tiny]\nbuiltin = "smollm2-135m-instruct"\n', "modelz", "allowed: default, models"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntemprature = 1\n', "models.tiny.sampling.temprature", "allowed:"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = "big"\n', "models.tiny.n_ctx", "whole number"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 4096.0\n', "models.tiny.n_ctx", "whole number"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\ndescription = 5\n', "models.tiny.description", "string"),
+    ('[models.tiny]\npath = 5\n', "models.tiny.path", "string"),
+    ('[models.tiny]\npath = ""\n', "models.tiny.path", "empty"),
+    ("models = 3\n", "models", "table"),
+    ('[models]\ntiny = "x.gguf"\n', "models.tiny", "table"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nsampling = 1\n', "models.tiny.sampling", "table"),
+    ('[models.tiny]\ndescription = "no source"\n', "models.tiny", "got none"),
+    ('[models.tiny]\npath = "a.gguf"\nhf = "o/r:f.gguf"\n', "models.tiny", "path and hf"),
+    ('[models.tiny]\nbuiltin = "gpt-5"\n', "models.tiny.builtin", "smollm2-135m-instruct"),
+    ('[models.tiny]\nhf = "just-a-name"\n', "models.tiny.hf", "org/repo:file.gguf"),
+    ('[models.tiny]\nhf = "org/repo:README.md"\n', "models.tiny.hf", "org/repo:file.gguf"),
+    ('[models.tiny]\nhf = "org/repo/extra:f.gguf"\n', "models.tiny.hf", "org/repo:file.gguf"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 8\n', "models.tiny.n_ctx", "between 16 and 1048576"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 2000000\n', "models.tiny.n_ctx", "between 16 and 1048576"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = 0\n', "models.tiny.threads", "between 1"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = true\n', "models.tiny.threads", "whole number"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nchat_template = "  "\n', "models.tiny.chat_template", "empty"),
+    ('default = "nope"\n[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n', "default", "'nope'"),
+    ("default = 1\n", "default", "string"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntemperature = 9.0\n', "models.tiny.sampling.temperature", "between 0 and 5, got 9.0"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_p = 0\n', "models.tiny.sampling.top_p", "above 0"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_k = 1.5\n', "models.tiny.sampling.top_k", "whole number"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\nseed = "x"\n', "models.tiny.sampling.seed", "number"),
+    ('[models."bad name"]\nbuiltin = "smollm2-135m-instruct"\n', 'models."bad name"', "model name"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "fragment"), INVALID, ids=[case[1] + ":" + case[2] for case in INVALID])
+def test_invalid_file_gives_one_line_error(tmp_path, text, key, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: {key} ")
+    assert fragment in message
+    assert " — " in message  # the fix
+
+
+def test_invalid_toml_reports_line_and_column(tmp_path):
+    path = write(tmp_path, '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = = 3\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    assert "invalid TOML" in message and "line 3" in message
+
+
+def test_explicit_missing_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_unknown_model_name_lists_known_ones(tmp_path):
+    path = write(tmp_path, '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path).get("huge")
+    message = str(info.value)
+    assert "'huge'" in message and "tiny" in message and "smollm2-135m-instruct" in message
+    assert str(path) in message and "\n" not in message
+
+
+# --- model files ---------------------------------------------------------------------
+
+
+def test_corrupt_model_file(tmp_path):
+    (tmp_path / "bad.gguf").write_bytes(b"this is not a model at all")
+    path = write(tmp_path, '[models.bad]\npath = "bad.gguf"\n')
+    spec = load_config(path).get("bad")
+    with pytest.raises(ModelFileError) as info:
+        spec.resolve_file()
+    message = str(info.value)
+    assert "\n" not in message and "not a GGUF file" in message and "'bad'" in message
+
+
+def test_missing_and_directory_model_paths(tmp_path):
+    (tmp_path / "adir.gguf").mkdir()
+    path = write(tmp_path, '[models.gone]\npath = "~/surely/not/here.gguf"\n[models.dir]\npath = "adir.gguf"\n')
+    config = load_config(path)
+    with pytest.raises(ModelFileError, match="does not exist"):
+        config.get("gone").resolve_file()
+    with pytest.raises(ModelFileError, match="is a directory"):
+        config.get("dir").resolve_file()
+
+
+def test_absolute_path_model(tmp_path):
+    gguf = tmp_path / "ok.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 16)
+    path = write(tmp_path, f'[models.ok]\npath = "{gguf}"\n')
+    assert load_config(path).get("ok").resolve_file() == gguf
+    check_gguf(gguf)
+
+
+def test_hf_spec_parsing():
+    assert parse_hf_spec("org/repo:sub/f.gguf") == ("org/repo", "sub/f.gguf")
+    for bad in ("org/repo", "repo:f.gguf", "org/repo:", "org/repo:f.bin", ":f.gguf"):
+        with pytest.raises(ModelFileError):
+            parse_hf_spec(bad)
+
+
+def _fill_hub_cache(cache: Path, spec: str, target: Path) -> Path:
+    """huggingface_hub's own cache layout: refs/main -> snapshots/<commit>/<file>."""
+    repo_id, filename = parse_hf_spec(spec)
+    repo_dir = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo_dir / "refs").mkdir(parents=True)
+    (repo_dir / "refs" / "main").write_text(COMMIT)
+    snapshot = repo_dir / "snapshots" / COMMIT / filename
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(target)
+    return snapshot
+
+
+def test_hf_model_from_cache_without_network(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    snapshot = _fill_hub_cache(tmp_path / "hf-cache", HF_SPEC, builtin_model_path())
+    path = write(tmp_path, f'[models.tiny]\nhf = "{HF_SPEC}"\n')
+    config = load_config(path)
+    assert config.get("tiny").resolve_file(progress=False) == snapshot
+    assert hf_download(HF_SPEC) == snapshot
+    assert "cached" in format_models_listing(config)
+
+
+def test_hf_model_not_cached_offline(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    path = write(tmp_path, '[models.tiny]\nhf = "someorg/Other-GGUF:other.gguf"\n')
+    with pytest.raises(ModelFileError) as info:
+        load_config(path).get("tiny").resolve_file(progress=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "someorg/Other-GGUF:other.gguf" in message and "HF_HUB_OFFLINE" in message
+
+
+# --- `loopchat models` ---------------------------------------------------------------
+
+
+def test_listing_of_a_file(tmp_path):
+    (tmp_path / "bad.gguf").write_bytes(b"nope")
+    path = write(
+        tmp_path,
+        'default = "web"\n'
+        '[models.web]\nhf = "someorg/Other-GGUF:other.gguf"\ndescription = "from the hub"\n'
+        '[models.gone]\npath = "missing.gguf"\n'
+        '[models.bad]\npath = "bad.gguf"\n',
+    )
+    text = format_models_listing(load_config(path))
+    lines = text.splitlines()
+    assert str(path) in lines[0]
+    by_name = {line.split()[1] if line.lstrip().startswith("*") else line.split()[0]: line for line in lines[2:-2]}
+    assert set(by_name) == {"web", "gone", "bad", "smollm2-135m-instruct"}
+    assert by_name["web"].lstrip().startswith("* web")
+    assert "not downloaded" in by_name["web"] and "from the hub" in by_name["web"]
+    assert "file missing" in by_name["gone"]
+    assert "not a GGUF file" in by_name["bad"]
+    assert "installed" in by_name["smollm2-135m-instruct"]
+
+
+def test_listing_without_a_file():
+    text = format_models_listing(load_config())
+    assert "built-in defaults" in text and str(default_config_path().name) in text
+    assert "* smollm2-135m-instruct" in text and "installed" in text
