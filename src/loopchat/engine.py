@@ -174,6 +174,7 @@ class Engine:
                 f"llama.cpp could not load {self.model_path}: {str(exc).splitlines()[0]}{where}; "
                 "check that it is a complete, uncorrupted GGUF file"
             ) from None
+        self.llm.verbose = False  # no more prints from llama-cpp-python after the load
         self._llama_cpp = llama_cpp
         self.n_ctx = self.llm.n_ctx()
         self.n_vocab = self.llm.n_vocab()
@@ -229,7 +230,14 @@ class Engine:
         """The bytes of one token (special tokens spelled out), cached."""
         b = self._pieces.get(token_id)
         if b is None:
-            b = self.llm._model.token_to_piece(token_id, special=True)
+            # llama-cpp-python's LlamaModel.token_to_piece returns its whole 32-byte
+            # buffer (NUL-padded): use the length llama.cpp returns instead.
+            buf = ctypes.create_string_buffer(64)
+            n = self._llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self._llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+            b = buf.raw[: max(n, 0)]
             self._pieces[token_id] = b
         return b
 

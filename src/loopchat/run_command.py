@@ -12,7 +12,9 @@ import queue
 import sys
 from typing import Any, TextIO
 
-from .events import Finish, Message, Prefill, Start, Step
+from .events import ContextTrimmed, Finish, Message, Prefill, Start, Step
+
+_ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
 from .settings import LiveSettings, SamplingSettings
 
 _SETTING_FLAGS = {
@@ -60,7 +62,8 @@ def summary_line(start: Start | None, prefill: Prefill | None, finish: Finish) -
 
 
 def step_line(step: Step) -> str:
-    alts = ", ".join(f"{c.text!r} {c.prob:.2f}" for c in step.sampled_top if c.token_id != step.token_id][:3]
+    others = [c for c in step.sampled_top if c.token_id != step.token_id][:3]
+    alts = ", ".join(f"{c.text!r} {c.prob:.2f}" for c in others) or "(no alternatives)"
     return (
         f"{step.index:>4}  {step.piece!r:<16} p={step.sampled_prob:.3f} (raw {step.raw_prob:.3f}) "
         f"rank {step.sampled_rank}/{step.raw_rank}  | {alts}  | {step.forward_ms:.1f} ms"
@@ -127,7 +130,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
                     break
             elif isinstance(event, RunDone):
                 break
-            else:
+            elif isinstance(event, _ENGINE_EVENTS):
                 if trace is not None:
                     trace.write(event)
                 if isinstance(event, Start):
@@ -153,7 +156,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
                 event = events.get(timeout=5)
             except queue.Empty:
                 break
-            if trace is not None and not isinstance(event, (RunDone, WorkerError, ModelReady)):
+            if trace is not None and isinstance(event, _ENGINE_EVENTS):
                 trace.write(event)
             if isinstance(event, Finish):
                 finish = event

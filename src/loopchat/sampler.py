@@ -98,28 +98,29 @@ def sample(
     raw_max = float(logits.max())
     shifted = logits - np.float32(raw_max)
     e = np.exp(shifted)
-    total = float(e.sum(dtype=np.float64))
+    total = float(e.sum())
     raw_entropy = (math.log(total) - float(np.dot(e, shifted)) / total) * _LOG2E
-    raw_top_ids = top_indices(logits, report_k)
-    raw_top_probs = e[raw_top_ids].astype(np.float64) / total
 
-    # --- repeat penalty (on a copy; the raw distribution stays raw) -------------
+    raw_top_ids = top_indices(logits, report_k)
+
+    # --- repeat penalty (on a copy: the raw distribution stays raw) -------------
     work = logits
     if settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0 and recent_tokens:
-        ids = np.unique(np.asarray(recent_tokens[-settings.repeat_last_n :], dtype=np.intp))
-        ids = ids[(ids >= 0) & (ids < n_vocab)]
-        if ids.size:
+        recent = {t for t in recent_tokens[-settings.repeat_last_n :] if 0 <= t < n_vocab}
+        if recent:
+            ids = np.fromiter(recent, dtype=np.intp, count=len(recent))
             work = logits.copy()
             v = work[ids]
             work[ids] = np.where(v > 0, v / settings.repeat_penalty, v * settings.repeat_penalty)
 
     # --- top-k: candidates sorted by (penalized) logit, largest first -----------
-    if settings.top_k > 0 or settings.greedy:
-        k = 1 if settings.greedy else settings.top_k
-        cand = top_indices(work, max(k, 1))
+    k = 1 if settings.greedy else settings.top_k
+    if k > 0:
+        cand = raw_top_ids[:k] if work is logits and k <= report_k else top_indices(work, k)
     else:
         cand = np.argsort(-work, kind="stable")
     cand_logits = work[cand].astype(np.float64)
+    raw_top_probs = e[raw_top_ids].astype(np.float64) / total
 
     if settings.greedy:
         kept_ids = cand[:1]

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Build llama.cpp's own llama-bench from the llama.cpp source vendored in the pinned
+# llama-cpp-python sdist, with the same CPU flags as the Makefile, outside the repo.
+# Prints the path of the binary. Used only for benchmarks/loop_overhead.py --llama-bench.
+set -euo pipefail
+VERSION=${LLAMA_CPP_VERSION:-0.3.36}
+OUT=${LLAMA_BENCH_DIR:-$HOME/.cache/loopchat/llama-bench-$VERSION}
+if [ -x "$OUT/build/bin/llama-bench" ]; then echo "$OUT/build/bin/llama-bench"; exit 0; fi
+mkdir -p "$OUT"
+cd "$OUT"
+python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d . >&2
+tar xzf "llama_cpp_python-$VERSION.tar.gz"
+SRC="$OUT/llama_cpp_python-$VERSION/vendor/llama.cpp"
+FLAGS="-DGGML_NATIVE=OFF"
+if [ "$(uname -m)" = x86_64 ]; then
+  FLAGS="$FLAGS -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+fi
+cmake -S "$SRC" -B build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF $FLAGS >&2
+cmake --build build --target llama-bench -j "$(nproc)" >&2
+echo "$OUT/build/bin/llama-bench"

@@ -1,0 +1,130 @@
+"""What does per-step instrumentation cost? Ratios measured side by side in one run.
+
+(a) llama-cpp-python's own `Llama.generate` (sampler chain in C, no probabilities), and
+(b) the loopchat engine with full per-step instrumentation (raw + sampled top-K,
+    entropies, ranks, timings, live settings), both on the same `Llama` object, the same
+    thread count and the same sampling settings, alternating several times.
+Decode tokens/s = (tokens - 1) / (time from the first token to the last), for both.
+Target: b/a >= 0.97.
+
+Optionally (c) llama.cpp's own `llama-bench` tg figure at the same thread count
+(build it with benchmarks/build_llama_bench.sh; pass --llama-bench PATH). Target b/c >= 0.95.
+
+    .venv/bin/python benchmarks/loop_overhead.py [--tokens 256] [--rounds 5] [--llama-bench PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from loopchat.engine import Engine  # noqa: E402
+from loopchat.events import Finish, Message, Start  # noqa: E402
+from loopchat.model_files import builtin_model_path  # noqa: E402
+from loopchat.settings import SamplingSettings  # noqa: E402
+
+MESSAGES = [
+    Message("system", "You are a helpful assistant."),
+    Message("user", "Write a long story about a lighthouse keeper and a storm."),
+]
+
+
+def llama_generate_rate(engine: Engine, prompt_ids: list[int], s: SamplingSettings, n: int) -> float:
+    llm = engine.llm
+    llm.set_seed(s.seed)
+    llm.last_n_tokens_size = s.repeat_last_n
+    t_first = t_last = 0.0
+    count = 0
+    for _token in llm.generate(
+        prompt_ids,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        min_p=s.min_p,
+        temp=s.temperature,
+        repeat_penalty=s.repeat_penalty,
+        reset=True,
+    ):
+        count += 1
+        t_last = time.perf_counter()
+        if count == 1:
+            t_first = t_last
+        if count >= n:
+            break
+    return (count - 1) / (t_last - t_first)
+
+
+def engine_rate(engine: Engine, s: SamplingSettings, n: int) -> float:
+    finish = None
+    for event in engine.generate(MESSAGES, s.replace(max_tokens=n), ignore_eos=True):
+        if isinstance(event, Finish):
+            finish = event
+    assert finish is not None and finish.steps == n, finish
+    return finish.tokens_per_s
+
+
+def llama_bench_rate(binary: str, model: Path, threads: int, n: int, reps: int) -> float:
+    out = subprocess.run(
+        [binary, "-m", str(model), "-t", str(threads), "-p", "0", "-n", str(n), "-r", str(reps), "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = json.loads(out)
+    return float(rows[0]["avg_ts"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None, help="default: physical cores")
+    ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench binary (same build flags)")
+    args = ap.parse_args()
+
+    model = builtin_model_path()
+    engine = Engine(model, n_ctx=2048, threads=args.threads, log_path=Path("/dev/null"))
+    settings = SamplingSettings(seed=1)
+    start = next(e for e in engine.generate(MESSAGES, settings.replace(max_tokens=1)) if isinstance(e, Start))
+    prompt_ids = list(start.prompt_token_ids)
+    print(f"model {model.name}, threads {engine.threads}, {args.tokens} tokens per run, {args.rounds} rounds")
+    print(f"settings: {settings.to_dict()}")
+
+    # warm-up
+    engine_rate(engine, settings, 32)
+    llama_generate_rate(engine, prompt_ids, settings, 32)
+
+    a_rates: list[float] = []
+    b_rates: list[float] = []
+    ratios: list[float] = []
+    for r in range(args.rounds):
+        if r % 2 == 0:
+            a = llama_generate_rate(engine, prompt_ids, settings, args.tokens)
+            b = engine_rate(engine, settings, args.tokens)
+        else:
+            b = engine_rate(engine, settings, args.tokens)
+            a = llama_generate_rate(engine, prompt_ids, settings, args.tokens)
+        a_rates.append(a)
+        b_rates.append(b)
+        ratios.append(b / a)
+        print(f"round {r + 1}: Llama.generate {a:7.1f} tok/s   loopchat engine {b:7.1f} tok/s   b/a {b / a:.3f}")
+    print(
+        f"median: Llama.generate {statistics.median(a_rates):.1f} tok/s, loopchat engine "
+        f"{statistics.median(b_rates):.1f} tok/s, b/a {statistics.median(ratios):.3f} (target >= 0.97)"
+    )
+    if args.llama_bench:
+        c = llama_bench_rate(args.llama_bench, model, engine.threads, args.tokens, args.rounds)
+        b_now = engine_rate(engine, settings, args.tokens)
+        print(f"llama-bench tg{args.tokens}: {c:.1f} tok/s; loopchat engine (run right after) {b_now:.1f} tok/s; b/c {b_now / c:.3f} (target >= 0.95)")
+        print(f"median engine / llama-bench: {statistics.median(b_rates) / c:.3f}")
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()

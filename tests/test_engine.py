@@ -1,0 +1,303 @@
+"""The generation loop, on the real default model."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import llama_cpp
+import numpy as np
+import pytest
+
+from loopchat.engine import ContextOverflowError, Engine, physical_cores
+from loopchat.events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
+from loopchat.settings import LiveSettings, SamplingSettings
+
+SYSTEM = Message("system", "You are a helpful assistant.")
+
+
+def convo(*texts: str) -> list[Message]:
+    msgs = [SYSTEM]
+    for i, text in enumerate(texts):
+        msgs.append(Message("user" if i % 2 == 0 else "assistant", text))
+    return msgs
+
+
+def run(engine: Engine, messages, settings, **kw) -> tuple[Start, Prefill, list[Step], Finish]:
+    events = list(engine.generate(messages, settings, **kw))
+    start = next(e for e in events if isinstance(e, Start))
+    prefill = next(e for e in events if isinstance(e, Prefill))
+    steps = [e for e in events if isinstance(e, Step)]
+    finish = events[-1]
+    assert isinstance(finish, Finish)
+    return start, prefill, steps, finish
+
+
+def test_event_order_and_counts(engine: Engine) -> None:
+    events = list(engine.generate(convo("Say hello."), SamplingSettings(seed=3, max_tokens=12)))
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "start" and kinds[1] == "prefill" and kinds[-1] == "finish"
+    assert set(kinds[2:-1]) == {"step"}
+    steps = [e for e in events if isinstance(e, Step)]
+    finish = events[-1]
+    assert [s.index for s in steps] == list(range(len(steps)))
+    assert finish.steps == len(steps)
+    assert finish.completion_tokens == sum(1 for s in steps if not s.is_stop)
+    assert finish.text == "".join(s.text for s in steps)
+    assert finish.reason in (FinishReason.STOP, FinishReason.LENGTH)
+    assert finish.ttft_ms > 0 and finish.total_ms >= finish.ttft_ms
+    assert steps[0].forward_tokens == events[1].evaluated_tokens
+    assert all(s.forward_tokens == 1 for s in steps[1:])
+
+
+def test_prompt_is_rendered_with_the_models_template(engine: Engine) -> None:
+    start, _, _, _ = run(engine, convo("Hi"), SamplingSettings(max_tokens=1))
+    assert start.prompt_text == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    im_start = engine.llm.tokenize(b"<|im_start|>", add_bos=False, special=True)
+    assert len(im_start) == 1  # a special token, not split into text
+    assert start.prompt_token_ids[0] == im_start[0]
+    assert list(start.prompt_token_ids) == engine.tokenize(start.prompt_text)
+
+
+def test_same_seed_same_tokens(engine: Engine) -> None:
+    settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=1234, max_tokens=30)
+    engine.reset()
+    a = [s.token_id for s in run(engine, convo("Tell me a story."), settings)[2]]
+    b = [s.token_id for s in run(engine, convo("Tell me a story."), settings)[2]]  # KV reused
+    engine.reset()
+    c = [s.token_id for s in run(engine, convo("Tell me a story."), settings)[2]]
+    assert a == b == c
+    d = [s.token_id for s in run(engine, convo("Tell me a story."), settings.replace(seed=99))[2]]
+    assert d != a  # the seed does matter at temperature 1 over the whole vocabulary
+
+
+def test_settings_change_applies_at_the_next_step(engine: Engine) -> None:
+    live = LiveSettings(
+        SamplingSettings(temperature=1.2, seed=5, max_tokens=20, top_k=40, min_p=0.0, top_p=1.0, repeat_penalty=1.0)
+    )
+    steps: list[Step] = []
+    for event in engine.generate(convo("List some fruits."), live):
+        if isinstance(event, Step):
+            steps.append(event)
+            if event.index == 4:
+                live.update(temperature=0.0)
+    assert len(steps) > 6
+    assert all(s.settings.temperature == 1.2 for s in steps[:5])
+    assert steps[5].settings.temperature == 0.0
+    assert steps[5].settings_changed == ("temperature",)
+    assert all(s.settings_changed == () for s in steps[6:])
+    assert all(s.settings_changed == () for s in steps[1:5])
+    # greedy from step 5 on: the distribution sampled from is the single top token
+    for s in steps[5:]:
+        assert len(s.sampled_top) == 1 and s.sampled_prob == 1.0 and s.raw_rank == 1
+
+
+def _softmax64(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64)
+    z -= z.max()
+    e = np.exp(z)
+    return e / e.sum()
+
+
+def test_reported_probabilities_match_an_independent_softmax(engine: Engine, model_path) -> None:
+    settings = SamplingSettings(temperature=0.5, top_k=3, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=7, max_tokens=6)
+    start, _, steps, _ = run(engine, convo("What is the capital of France?"), settings)
+    # A separate llama.cpp context, driven directly through the C API's logits.
+    ref = llama_cpp.Llama(str(model_path), n_ctx=512, n_threads=engine.threads, verbose=False)
+    try:
+        ref.eval(list(start.prompt_token_ids))
+        for step in steps:
+            ptr = llama_cpp.llama_get_logits_ith(ref.ctx, -1)
+            logits = np.ctypeslib.as_array(ptr, shape=(ref.n_vocab(),)).copy()
+            p = _softmax64(logits)
+            order = np.argsort(-p, kind="stable")[: len(step.raw_top)]
+            assert [c.token_id for c in step.raw_top] == order.tolist()
+            assert [c.prob for c in step.raw_top] == pytest.approx(p[order].tolist(), abs=2e-4)
+            assert step.raw_prob == pytest.approx(p[step.token_id], abs=2e-4)
+            assert step.raw_rank == int(np.count_nonzero(p > p[step.token_id])) + 1
+            ent = -float(np.sum(p[p > 0] * np.log2(p[p > 0])))
+            assert step.raw_entropy == pytest.approx(ent, abs=1e-3)
+            # sampled-from distribution: top-3 logits at temperature 0.5
+            top3 = order[:3]
+            q = _softmax64(logits[top3] / 0.5)
+            assert [c.token_id for c in step.sampled_top] == top3.tolist()
+            assert [c.prob for c in step.sampled_top] == pytest.approx(q.tolist(), abs=2e-4)
+            assert step.token_id in top3.tolist()
+            assert step.candidates_kept == 3
+            if step.is_stop:
+                break
+            ref.eval([step.token_id])
+    finally:
+        ref.close()
+
+
+def test_top_p_and_min_p_shape_the_sampled_distribution(engine: Engine) -> None:
+    s = SamplingSettings(temperature=1.0, top_k=50, top_p=0.5, min_p=0.0, repeat_penalty=1.0, seed=1, max_tokens=8)
+    steps = run(engine, convo("Write a poem."), s)[2]
+    for step in steps:
+        assert 1 <= step.candidates_kept <= 50
+        if step.candidates_kept <= len(step.sampled_top):
+            assert sum(c.prob for c in step.sampled_top) == pytest.approx(1.0, abs=1e-6)
+        # top-p keeps the smallest prefix whose raw mass reaches 0.5: all but the last kept
+        # token sum to less than 0.5 of the (top-k) mass, so in raw terms less than 0.5 too
+        kept_raw = [c.prob for c in step.raw_top[: step.candidates_kept]]
+        if step.candidates_kept <= len(step.raw_top):
+            assert sum(kept_raw[:-1]) < 0.5 + 1e-6
+        assert step.sampled_prob >= step.raw_prob - 1e-6  # filtering only concentrates mass
+    s2 = s.replace(top_p=1.0, min_p=0.2)
+    for step in run(engine, convo("Write a poem."), s2)[2]:
+        top = step.sampled_top[0].prob
+        assert all(c.prob >= 0.2 * top - 1e-9 for c in step.sampled_top)
+
+
+def test_utf8_is_held_back_until_a_character_is_whole(engine: Engine) -> None:
+    settings = SamplingSettings(temperature=0.0, max_tokens=40, repeat_penalty=1.0)
+    msgs = [SYSTEM, Message("user", "Repeat exactly: 😀 日本語 ✓ naïve café")]
+    steps = run(engine, msgs, settings)[2]
+    text = "".join(s.text for s in steps)
+    assert "\ufffd" not in text
+    # at least one token ended inside a multi-byte character: its text was held back...
+    split = [s for s in steps if not s.is_stop and s.text == "" and "\ufffd" in s.piece]
+    assert split, [s.piece for s in steps]
+    # ...and released whole by a later step
+    assert any(ord(ch) > 0x7F for ch in text)
+
+
+def test_second_turn_reuses_the_kv_cache(engine: Engine) -> None:
+    settings = SamplingSettings(seed=2, max_tokens=16)
+    engine.reset()
+    first = run(engine, convo("Name a colour."), settings)
+    assert first[1].reused_tokens == 0
+    assert first[1].evaluated_tokens == first[1].prompt_tokens
+    second = run(engine, convo("Name a colour.", first[3].text, "Another one?"), settings)
+    pre = second[1]
+    assert pre.reused_tokens >= first[1].prompt_tokens
+    assert pre.evaluated_tokens == pre.prompt_tokens - pre.reused_tokens
+    assert pre.evaluated_tokens < pre.prompt_tokens / 2
+
+
+def test_cancel_during_decode_stops_within_one_step(engine: Engine) -> None:
+    seen: list[Step] = []
+    finish = None
+    for event in engine.generate(convo("Count from 1 to 100."), SamplingSettings(max_tokens=200, seed=1)):
+        if isinstance(event, Step):
+            seen.append(event)
+            if event.index == 3:
+                engine.cancel()
+        elif isinstance(event, Finish):
+            finish = event
+    assert finish is not None and finish.reason == FinishReason.CANCELLED
+    assert len(seen) == 4
+    # still usable
+    after = run(engine, convo("Say hi."), SamplingSettings(max_tokens=4, seed=1))[3]
+    assert after.reason in (FinishReason.LENGTH, FinishReason.STOP) and after.steps >= 1
+
+
+def test_cancel_from_another_thread(engine: Engine) -> None:
+    first_step = threading.Event()
+    done = threading.Event()
+
+    def canceller() -> None:
+        first_step.wait(30)
+        engine.cancel()
+        done.set()
+
+    t = threading.Thread(target=canceller)
+    t.start()
+    steps = 0
+    finish = None
+    for event in engine.generate(convo("Count from 1 to 500."), SamplingSettings(max_tokens=1000, seed=1)):
+        if isinstance(event, Step):
+            steps += 1
+            first_step.set()
+            done.wait(30)  # the cancel has been requested: the loop must stop at this step
+        elif isinstance(event, Finish):
+            finish = event
+    t.join()
+    assert finish is not None and finish.reason == FinishReason.CANCELLED
+    assert steps == 1
+
+
+def test_abort_callback_stops_a_forward_pass(engine: Engine) -> None:
+    """llama.cpp's abort callback (read from C, no GIL) ends llama_decode mid-batch."""
+    tokens = engine.tokenize("word " * 300)
+    engine.reset()
+    engine._abort.set()
+    with pytest.raises(RuntimeError, match="returned 2"):
+        engine._eval(tokens)
+    engine._abort.clear()
+    engine._decode_failure(RuntimeError("llama_decode returned 2"))
+    engine.reset()
+
+
+def test_cancel_during_prefill(engine: Engine) -> None:
+    long_text = "The quick brown fox jumps over the lazy dog. " * 120  # ~1200 tokens, 3 batches
+    engine.reset()
+    events = []
+    for event in engine.generate(convo(long_text), SamplingSettings(max_tokens=10)):
+        events.append(event)
+        if isinstance(event, Start):
+            engine.cancel()  # requested before/while the prefill runs
+    prefill = next(e for e in events if isinstance(e, Prefill))
+    finish = events[-1]
+    assert finish.reason == FinishReason.CANCELLED
+    assert prefill.evaluated_tokens < prefill.prompt_tokens
+    assert not any(isinstance(e, Step) for e in events)
+    after = run(engine, convo("Say hi."), SamplingSettings(max_tokens=3, seed=1))
+    assert after[3].reason in (FinishReason.LENGTH, FinishReason.STOP)
+    assert after[1].reused_tokens <= prefill.evaluated_tokens
+
+
+@pytest.fixture(scope="module")
+def small_engine(model_path, tmp_path_factory) -> Engine:
+    eng = Engine(model_path, n_ctx=256, n_batch=128, log_path=tmp_path_factory.mktemp("l") / "llama.log")
+    yield eng
+    eng.close()
+
+
+def test_a_message_larger_than_the_context_is_a_clear_error(small_engine: Engine) -> None:
+    with pytest.raises(ContextOverflowError) as err:
+        list(small_engine.generate(convo("hello " * 400), SamplingSettings(max_tokens=10)))
+    msg = str(err.value)
+    assert "\n" not in msg and "256" in msg and "n_ctx" in msg
+
+
+def test_old_turns_are_dropped_when_the_conversation_outgrows_the_context(small_engine: Engine) -> None:
+    turns = []
+    for i in range(8):
+        turns += [f"Question {i}: " + "tell me more " * 6, f"Answer {i}: " + "here is more " * 6]
+    turns.append("Last question?")
+    events = list(small_engine.generate(convo(*turns), SamplingSettings(max_tokens=16, seed=1)))
+    trimmed = next(e for e in events if isinstance(e, ContextTrimmed))
+    start = next(e for e in events if isinstance(e, Start))
+    assert trimmed.dropped_messages > 0
+    assert trimmed.prompt_tokens_after < trimmed.prompt_tokens_before
+    assert trimmed.prompt_tokens_after + 16 <= 256
+    assert start.messages[0] == SYSTEM
+    assert start.messages[-1].content == "Last question?"
+    assert start.messages[1].role == "user"
+    assert isinstance(events[-1], Finish)
+
+
+def test_generation_stops_when_the_context_is_full(small_engine: Engine) -> None:
+    events = list(small_engine.generate(convo("Count."), SamplingSettings(max_tokens=10_000, seed=1), ignore_eos=True))
+    finish = events[-1]
+    assert finish.reason == FinishReason.CONTEXT
+    assert finish.n_past == 255
+
+
+def test_threads_default_to_physical_cores(engine: Engine) -> None:
+    assert engine.threads == physical_cores() >= 1
+    import psutil
+
+    assert physical_cores() == min(psutil.cpu_count(logical=False) or 1, len(__import__("os").sched_getaffinity(0)))
+
+
+def test_entropy_is_in_bits(engine: Engine) -> None:
+    steps = run(engine, convo("Hi"), SamplingSettings(max_tokens=3, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0))[2]
+    for s in steps:
+        assert 0.0 <= s.raw_entropy <= math.log2(engine.n_vocab)
+        assert s.sampled_entropy == pytest.approx(s.raw_entropy, abs=1e-3)  # nothing filtered, T=1
