@@ -138,6 +138,7 @@ class Engine:
         chat_template: str | None = None,
         log_path: Path | None = None,
         verbose: bool = False,
+        warmup: bool = True,
     ) -> None:
         import llama_cpp
         from llama_cpp import Llama
@@ -188,6 +189,11 @@ class Engine:
         self.chat_template = template
         self._formatter = self._make_formatter(template)
         self.add_bos = self._metadata_flag("tokenizer.ggml.add_bos_token", default=False)
+        if warmup:
+            # llama.cpp's own tools warm up too: the first forward pass pays for
+            # allocations and page faults that would otherwise land in the first TTFT.
+            self._eval([max(self.llm.token_bos(), 0)])
+            self.reset()
 
     # ---------------------------------------------------------------- prompt ----
     def _metadata_flag(self, key: str, *, default: bool) -> bool:

@@ -1,0 +1,105 @@
+"""The sampling chain on synthetic logits, against straightforward reference code."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from loopchat import sampler
+from loopchat.settings import SamplingSettings
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64) - x.max()
+    e = np.exp(z)
+    return e / e.sum()
+
+
+@pytest.mark.parametrize("n,k", [(10, 3), (5000, 10), (49152, 10), (49152, 40), (49152, 300), (100, 100)])
+def test_top_indices_is_exact(n: int, k: int) -> None:
+    rng = np.random.default_rng(n + k)
+    for _ in range(20):
+        x = (rng.standard_normal(n) * 3).astype(np.float32)
+        got = sampler.top_indices(x, k)
+        want = np.argsort(-x, kind="stable")[:k]
+        assert np.array_equal(x[got], x[want])
+
+
+def test_top_indices_with_many_ties() -> None:
+    x = np.zeros(49152, dtype=np.float32)
+    x[[5, 17, 40000]] = 1.0
+    got = sampler.top_indices(x, 10)
+    assert sorted(got[:3].tolist()) == [5, 17, 40000]
+    assert len(got) == 10 and np.all(x[got[3:]] == 0)
+
+
+def reference_chain(logits: np.ndarray, recent: list[int], s: SamplingSettings) -> dict[int, float]:
+    """The documented chain, written plainly over the whole vocabulary."""
+    work = logits.astype(np.float64).copy()
+    for t in set(recent[-s.repeat_last_n :]) if s.repeat_penalty != 1.0 else ():
+        work[t] = work[t] / s.repeat_penalty if work[t] > 0 else work[t] * s.repeat_penalty
+    order = list(np.argsort(-work, kind="stable"))
+    if s.temperature == 0:
+        return {int(order[0]): 1.0}
+    if s.top_k > 0:
+        order = order[: s.top_k]
+    if s.top_p < 1.0:
+        p = softmax(work[order])
+        cum, keep = 0.0, 0
+        for keep, pi in enumerate(p, 1):
+            cum += pi
+            if cum >= s.top_p:
+                break
+        order = order[:keep]
+    if s.min_p > 0:
+        floor = work[order[0]] + math.log(s.min_p)
+        order = [t for t in order if work[t] >= floor]
+    q = softmax(work[order] / s.temperature)
+    return {int(t): float(pi) for t, pi in zip(order, q)}
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplingSettings(),
+        SamplingSettings(temperature=1.5, top_k=0, top_p=0.9, min_p=0.0, repeat_penalty=1.0),
+        SamplingSettings(temperature=0.3, top_k=5, top_p=1.0, min_p=0.0, repeat_penalty=1.3),
+        SamplingSettings(temperature=1.0, top_k=100, top_p=0.5, min_p=0.1, repeat_penalty=0.8),
+        SamplingSettings(temperature=0.0, repeat_penalty=1.5),
+    ],
+)
+def test_sampled_distribution_matches_the_reference_chain(settings: SamplingSettings) -> None:
+    rng = np.random.default_rng(1)
+    logits = (rng.standard_normal(4000) * 4).astype(np.float32)
+    recent = [int(i) for i in np.argsort(-logits)[:8]] + [3, 3, 7]
+    ref = reference_chain(logits, recent, settings)
+    res = sampler.sample(logits, recent, settings, sampler.make_rng(0), report_k=10)
+    assert res.kept == len(ref)
+    top = sorted(ref.items(), key=lambda kv: -kv[1])[:10]
+    assert [int(i) for i in res.sampled_top_ids] == [t for t, _ in top]
+    assert res.sampled_top_probs.tolist() == pytest.approx([p for _, p in top], abs=1e-6)
+    assert res.token_id in ref
+    assert res.sampled_prob == pytest.approx(ref[res.token_id], abs=1e-6)
+    raw = softmax(logits)
+    assert res.raw_prob == pytest.approx(raw[res.token_id], rel=1e-5)
+    assert res.raw_top_probs.tolist() == pytest.approx(np.sort(raw)[::-1][:10].tolist(), rel=1e-5)
+
+
+def test_draws_follow_the_sampled_distribution() -> None:
+    logits = np.log(np.array([0.5, 0.3, 0.2] + [1e-9] * 97, dtype=np.float32))
+    s = SamplingSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+    rng = sampler.make_rng(42)
+    counts = np.zeros(3)
+    for _ in range(4000):
+        counts[sampler.sample(logits, [], s, rng).token_id] += 1
+    assert counts / counts.sum() == pytest.approx([0.5, 0.3, 0.2], abs=0.03)
+
+
+def test_entropy_in_bits() -> None:
+    uniform = np.zeros(1024, dtype=np.float32)
+    assert sampler.entropy_bits(uniform) == pytest.approx(10.0)
+    res = sampler.sample(uniform, [], SamplingSettings(top_k=0, top_p=1.0, min_p=0.0, temperature=1.0, repeat_penalty=1.0), sampler.make_rng(0))
+    assert res.raw_entropy == pytest.approx(10.0, abs=1e-4)
+    assert res.sampled_entropy == pytest.approx(10.0, abs=1e-4)
