@@ -116,6 +116,34 @@ class _AbortFlag:
         return self._buf[0] != b"\x00"
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """Everything needed to create an Engine: picklable, so it can cross to a process.
+
+    Calling it creates the Engine (use it as the factory of a worker)."""
+
+    model_path: str
+    name: str | None = None
+    n_ctx: int = 4096
+    threads: int | None = None
+    n_batch: int = 512
+    chat_template: str | None = None
+    log_path: str | None = None
+    verbose: bool = False
+
+    def __call__(self) -> "Engine":
+        return Engine(
+            self.model_path,
+            name=self.name,
+            n_ctx=self.n_ctx,
+            threads=self.threads,
+            n_batch=self.n_batch,
+            chat_template=self.chat_template,
+            log_path=Path(self.log_path) if self.log_path else None,
+            verbose=self.verbose,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Prompt:
     messages: tuple[Message, ...]

@@ -130,4 +130,9 @@ class LiveSettings:
             return self.set(self._current.replace(**changes))
 
     def subscribe(self, listener: Callable[[SamplingSettings], None]) -> None:
+        """Call `listener(new_settings)` after every change (on the changing thread)."""
         self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[SamplingSettings], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)

@@ -1,0 +1,162 @@
+"""The engine in a child process, behind the same interface as `worker.EngineWorker`.
+
+Why a process: in one process, the UI thread and the engine thread share the GIL, and
+every frame the UI renders holds it while the engine waits to run its per-step Python
+(benchmarks/tui_throughput.py measures both set-ups side by side). In a child process
+the engine has its own interpreter: only CPU time is shared.
+
+Inside the child, an `EngineWorker` thread loads and owns the Engine exactly as in the
+single-process set-up; the child's main thread relays commands, settings changes and
+cancels from pipes. Events come back over a pipe, and a reader thread in the parent
+hands each one to `emit`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from .engine import EngineOptions
+from .events import Message
+from .settings import LiveSettings, SamplingSettings
+from .worker import EngineWorker, RunDone, WorkerError
+
+
+def _child_main(commands: Connection, events: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the parent
+    send_lock = threading.Lock()
+
+    def send(event: Any) -> None:
+        with send_lock:
+            try:
+                events.send(event)
+            except (BrokenPipeError, OSError):
+                pass
+
+    worker = EngineWorker(send)
+    live = LiveSettings()
+    while True:
+        try:
+            command, arg = commands.recv()
+        except (EOFError, OSError):
+            command, arg = "close", None
+        if command == "load":
+            worker.load(*arg)
+        elif command == "generate":
+            messages, settings, report_k = arg
+            live.set(settings)
+            worker.generate(messages, live, report_k=report_k)
+        elif command == "settings":
+            live.set(arg)
+        elif command == "cancel":
+            worker.cancel()
+        elif command == "close":
+            worker.close()
+            return
+
+
+class ProcessEngineWorker:
+    """EngineWorker's interface; the engine runs in a spawned child process."""
+
+    def __init__(self, emit: Callable[[Any], None], *, name: str = "loopchat-engine") -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._emit = emit
+        self._commands, child_commands = ctx.Pipe(duplex=False)[::-1]
+        parent_events, child_events = ctx.Pipe(duplex=False)
+        self._events = parent_events
+        self._proc = ctx.Process(target=_child_main, args=(child_commands, child_events), name=name, daemon=True)
+        self._proc.start()
+        child_commands.close()
+        child_events.close()
+        self._lock = threading.Lock()
+        self._run_id = 0
+        self._busy = threading.Event()
+        self._live: LiveSettings | None = None
+        self._closing = False
+        self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+        self._reader.start()
+
+    def _send(self, command: str, arg: Any) -> None:
+        with self._lock:
+            try:
+                self._commands.send((command, arg))
+            except (BrokenPipeError, OSError):
+                pass
+
+    # ---------------------------------------------------------- any thread ----
+    def load(self, factory: EngineOptions, name: str, path: Any) -> None:
+        if not isinstance(factory, EngineOptions):
+            raise TypeError("ProcessEngineWorker.load needs EngineOptions (picklable), not a callable")
+        self._send("load", (factory, name, str(path)))
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        settings: LiveSettings | SamplingSettings,
+        *,
+        report_k: int = 10,
+    ) -> int:
+        self._run_id += 1
+        self._busy.set()
+        self._unsubscribe()
+        if isinstance(settings, LiveSettings):
+            self._live = settings
+            settings.subscribe(self._forward_settings)
+            current = settings.get()
+        else:
+            current = settings
+        self._send("generate", (tuple(messages), current, report_k))
+        return self._run_id
+
+    def _forward_settings(self, settings: SamplingSettings) -> None:
+        self._send("settings", settings)
+
+    def _unsubscribe(self) -> None:
+        if self._live is not None:
+            self._live.unsubscribe(self._forward_settings)
+            self._live = None
+
+    def cancel(self) -> None:
+        self._send("cancel", None)
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        self._closing = True
+        self._unsubscribe()
+        self.cancel()
+        self._send("close", None)
+        self._proc.join(timeout)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(2)
+        self._reader.join(2)
+
+    # -------------------------------------------------------- reader thread ----
+    def _read(self) -> None:
+        while True:
+            try:
+                wait([self._events])
+                event = self._events.recv()
+            except (EOFError, OSError):
+                if not self._closing:
+                    self._proc.join(1)
+                    self._emit(
+                        WorkerError(
+                            f"the engine process stopped unexpectedly (exit code {self._proc.exitcode}); "
+                            "see the llama log, then restart loopchat",
+                            during="generate",
+                        )
+                    )
+                self._busy.clear()
+                return
+            if isinstance(event, RunDone) and event.run_id == self._run_id:
+                self._unsubscribe()
+                self._busy.clear()
+            self._emit(event)

@@ -1,0 +1,111 @@
+"""Both engine hosts (a thread, a child process) behave the same from outside."""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+
+import pytest
+
+from loopchat.engine import EngineOptions
+from loopchat.events import Finish, FinishReason, Message, Step
+from loopchat.process_worker import ProcessEngineWorker
+from loopchat.settings import LiveSettings, SamplingSettings
+from loopchat.worker import EngineWorker, ModelReady, RunDone, WorkerError
+
+MESSAGES = (Message("system", "You are a helpful assistant."), Message("user", "List five animals."))
+
+
+def collect_until(q: queue.Queue, kind: type, timeout: float = 120) -> list:
+    out = []
+    while True:
+        event = q.get(timeout=timeout)
+        out.append(event)
+        if isinstance(event, kind):
+            return out
+
+
+@pytest.fixture(params=["thread", "process"])
+def worker_and_queue(request, model_path: Path):
+    q: queue.Queue = queue.Queue()
+    cls = EngineWorker if request.param == "thread" else ProcessEngineWorker
+    w = cls(q.put)
+    w.load(EngineOptions(str(model_path), n_ctx=1024), "smollm2", model_path)
+    ready = collect_until(q, (ModelReady, WorkerError))[-1]
+    assert isinstance(ready, ModelReady), ready
+    yield w, q
+    w.close()
+
+
+def test_generate_with_a_live_settings_change(worker_and_queue) -> None:
+    w, q = worker_and_queue
+    live = LiveSettings(SamplingSettings(seed=11, max_tokens=24, temperature=1.0, repeat_penalty=1.0))
+    w.generate(MESSAGES, live)
+    assert w.busy
+    steps: list[Step] = []
+    changed_at = None
+    while True:
+        event = q.get(timeout=120)
+        if isinstance(event, Step):
+            steps.append(event)
+            if event.index == 3:
+                live.update(temperature=0.0)
+        if isinstance(event, RunDone):
+            break
+    change = [s.index for s in steps if s.settings_changed == ("temperature",)]
+    assert len(change) == 1
+    changed_at = change[0]
+    assert changed_at >= 4
+    assert all(s.settings.temperature == 0.0 for s in steps[changed_at:])
+    assert all(s.settings.temperature == 1.0 for s in steps[:changed_at])
+    assert not w.busy
+
+
+def test_same_tokens_from_either_host(worker_and_queue, model_path: Path) -> None:
+    w, q = worker_and_queue
+    s = SamplingSettings(seed=5, max_tokens=20, temperature=0.8)
+    w.generate(MESSAGES, s)
+    events = collect_until(q, RunDone)
+    finish = next(e for e in events if isinstance(e, Finish))
+    # reference: the engine driven directly in this thread
+    from loopchat.engine import Engine
+
+    with Engine(model_path, n_ctx=1024) as eng:
+        ref = [e for e in eng.generate(MESSAGES, s) if isinstance(e, Finish)][0]
+    assert finish.text == ref.text
+
+
+def test_cancel_and_go_on(worker_and_queue) -> None:
+    w, q = worker_and_queue
+    w.generate(MESSAGES, SamplingSettings(max_tokens=500, seed=1))
+    while True:
+        event = q.get(timeout=120)
+        if isinstance(event, Step):
+            w.cancel()
+            break
+    finish = collect_until(q, Finish)[-1]
+    assert finish.reason == FinishReason.CANCELLED
+    collect_until(q, RunDone)
+    w.generate(MESSAGES, SamplingSettings(max_tokens=3, seed=1))
+    assert collect_until(q, Finish)[-1].reason in (FinishReason.LENGTH, FinishReason.STOP)
+
+
+@pytest.mark.parametrize("cls", [EngineWorker, ProcessEngineWorker])
+def test_a_bad_model_is_a_worker_error_not_a_crash(cls, tmp_path: Path, model_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    q: queue.Queue = queue.Queue()
+    w = cls(q.put)
+    try:
+        w.load(EngineOptions(str(bad)), "bad", bad)
+        err = collect_until(q, (WorkerError, ModelReady))[-1]
+        assert isinstance(err, WorkerError) and err.during == "load"
+        assert "bad.gguf" in err.message and "\n" not in err.message
+        w.generate(MESSAGES, SamplingSettings(max_tokens=2))
+        err2 = collect_until(q, WorkerError)[-1]
+        assert "no model" in err2.message
+        # and a good model loads afterwards in the same worker
+        w.load(EngineOptions(str(model_path), n_ctx=512), "ok", model_path)
+        assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
+    finally:
+        w.close()
