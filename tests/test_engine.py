@@ -301,3 +301,12 @@ def test_entropy_is_in_bits(engine: Engine) -> None:
     for s in steps:
         assert 0.0 <= s.raw_entropy <= math.log2(engine.n_vocab)
         assert s.sampled_entropy == pytest.approx(s.raw_entropy, abs=1e-3)  # nothing filtered, T=1
+
+
+def test_token_pieces_are_exact_bytes(engine: Engine) -> None:
+    # llama-cpp-python's own token_to_piece pads with NULs; ours must not
+    for token_id in (0, 1, 2, 28, 100, 1000, 30000, engine.n_vocab - 1):
+        piece = engine.piece(token_id)
+        assert b"\x00" not in piece
+    assert engine.piece(engine.tokenize("<|im_end|>")[0]) == b"<|im_end|>"
+    assert engine.piece(engine.tokenize(" hello")[0]) == b" hello"

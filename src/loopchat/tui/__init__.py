@@ -1,0 +1,1 @@
+"""The Textual chat app that shows the generation loop live (`loopchat.tui.app.run_tui`)."""

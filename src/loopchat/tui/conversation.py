@@ -1,0 +1,101 @@
+"""What the app remembers about the current conversation: messages and per-step records.
+
+Every number the UI shows is read from these records, which hold the engine's events
+as they arrived (Start, ContextTrimmed, Prefill, Step*, Finish).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
+
+STREAM = "stream"
+BLOCKING = "blocking"
+
+
+@dataclass(eq=False)
+class ReplyRecord:
+    number: int  # 1-based, in order of appearance in the transcript
+    mode: str  # STREAM | BLOCKING
+    messages: tuple[Message, ...]  # exactly what was sent
+    in_history: bool = True  # False for a side-by-side replay (not part of the conversation)
+    replay_of: int | None = None  # the reply number this one re-runs
+    run_id: int = 0
+    start: Start | None = None
+    trimmed: ContextTrimmed | None = None
+    prefill: Prefill | None = None
+    steps: list[Step] = field(default_factory=list)
+    finish: Finish | None = None
+    error: str | None = None
+    started_at: float = 0.0  # UI monotonic clock when the request was sent (spinner only)
+    shown_at: float | None = None  # UI clock when the text first appeared on screen
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None or self.error is not None
+
+    @property
+    def text(self) -> str:
+        if self.finish is not None:
+            return self.finish.text
+        return "".join(s.text for s in self.steps if not s.is_stop)
+
+    @property
+    def n_ctx(self) -> int | None:
+        return self.start.n_ctx if self.start else None
+
+    def live_tokens_per_s(self, window: int = 20) -> float | None:
+        """Decode rate over the last `window` steps, from their forward + sampling times."""
+        decode = self.steps[1:][-window:]  # step 0's forward pass is the prefill
+        total_ms = sum(s.forward_ms + s.sample_ms for s in decode)
+        if not decode or total_ms <= 0:
+            return None
+        return len(decode) * 1000.0 / total_ms
+
+    def last_change_steps(self) -> dict[str, int]:
+        """For each setting: the step at which it last changed during this reply."""
+        out: dict[str, int] = {}
+        for s in self.steps:
+            if s.index > 0:
+                for name in s.settings_changed:
+                    out[name] = s.index
+        return out
+
+
+@dataclass
+class Conversation:
+    system_prompt: str | None = None
+    replies: list[ReplyRecord] = field(default_factory=list)
+    #: messages of the conversation so far (user + assistant turns, no system prompt)
+    turns: list[Message] = field(default_factory=list)
+
+    def messages_for(self, user_text: str) -> tuple[Message, ...]:
+        sys = (Message("system", self.system_prompt),) if self.system_prompt else ()
+        return (*sys, *self.turns, Message("user", user_text))
+
+    def new_reply(self, mode: str, messages: tuple[Message, ...], **kw) -> ReplyRecord:
+        rec = ReplyRecord(number=len(self.replies) + 1, mode=mode, messages=messages, **kw)
+        self.replies.append(rec)
+        return rec
+
+    def last_in_history(self) -> ReplyRecord | None:
+        for rec in reversed(self.replies):
+            if rec.in_history:
+                return rec
+        return None
+
+    def reply(self, number: int) -> ReplyRecord | None:
+        if 1 <= number <= len(self.replies):
+            return self.replies[number - 1]
+        return None
+
+
+def finish_label(finish: Finish) -> str:
+    return {
+        FinishReason.STOP: "end of reply",
+        FinishReason.LENGTH: "max_tokens reached",
+        FinishReason.CONTEXT: "context full",
+        FinishReason.CANCELLED: "stopped",
+        FinishReason.ERROR: "error",
+    }.get(finish.reason, str(finish.reason))

@@ -1,0 +1,41 @@
+"""The hand-over between the engine thread and the UI: a deque drained at frame rate.
+
+The worker's `emit` runs on the engine thread for every event; all it does here is
+`deque.append` (atomic, no lock, no Textual call). The app drains the deque on a timer
+at FRAME_RATE and renders once per frame whatever arrived, so the UI's cost per token
+stays small and does not depend on how fast the model runs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+#: Frames per second at which the UI drains events and redraws (measured on 2 cores:
+#: 15 fps costs the loop ~17% of its headless speed, 30 fps ~40%).
+FRAME_RATE = 15
+
+
+class EventPump:
+    def __init__(self) -> None:
+        self._queue: deque[Any] = deque()
+
+    def emit(self, event: Any) -> None:
+        """Called on the engine thread: must stay this cheap."""
+        self._queue.append(event)
+
+    def drain(self) -> list[Any]:
+        """Everything that arrived since the last call, oldest first (UI thread)."""
+        q = self._queue
+        out = []
+        pop = q.popleft
+        while q:
+            out.append(pop())
+        return out
+
+    def snapshot(self) -> list[Any]:
+        """A copy of what is waiting (list() of a deque is atomic under the GIL)."""
+        return list(self._queue)
+
+    def __len__(self) -> int:
+        return len(self._queue)

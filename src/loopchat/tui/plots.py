@@ -1,0 +1,65 @@
+"""Tiny text plots: probability bars and a per-step latency sparkline (pure functions)."""
+
+from __future__ import annotations
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def bar(fraction: float, width: int) -> str:
+    """A left-aligned horizontal bar `width` cells wide, filled to `fraction` (0..1)."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    s = "█" * full + (_EIGHTHS[part] if part and full < width else "")
+    return s.ljust(width)
+
+
+def sparkline(values: list[float], width: int) -> str:
+    """Values squeezed into `width` cells (each cell the max of its bucket), scaled to the max."""
+    if not values or width <= 0:
+        return ""
+    if len(values) > width:
+        buckets = []
+        n = len(values)
+        for i in range(width):
+            lo, hi = i * n // width, max(i * n // width + 1, (i + 1) * n // width)
+            buckets.append(max(values[lo:hi]))
+        values = buckets
+    top = max(values)
+    lo = min(values)
+    if top <= 0:
+        return _SPARK[0] * len(values)
+    span = top - lo
+    if span <= top * 0.05:  # flat: draw a low line rather than noise
+        return _SPARK[1] * len(values)
+    return "".join(_SPARK[min(7, int((v - lo) / span * 7.999))] for v in values)
+
+
+def fmt_ms(ms: float) -> str:
+    if ms >= 10_000:
+        return f"{ms / 1000:.1f} s"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    return f"{ms:.1f} ms"
+
+
+def fmt_prob(p: float) -> str:
+    if p >= 0.9995:
+        return "100%"
+    if p >= 0.0995:
+        return f"{p * 100:.1f}%"
+    if p >= 0.001:
+        return f"{p * 100:.2f}%"
+    if p <= 0:
+        return "0%"
+    return "<0.1%"
+
+
+def show_token(text: str) -> str:
+    """A token made visible: leading/trailing spaces as ␣, newlines as ⏎, tabs as ⇥."""
+    if text == "":
+        return "∅"
+    return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥").replace("\r", "␍")

@@ -1,0 +1,66 @@
+"""UI toggles remembered across runs, stored as JSON in the user's data folder.
+
+The folder is $LOOPCHAT_DATA_DIR when set (tests use a temporary one), otherwise
+platformdirs' user data dir for loopchat. A missing or unreadable file gives defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+DATA_DIR_ENV = "LOOPCHAT_DATA_DIR"
+PREFS_FILE = "tui-prefs.json"
+
+
+@dataclass
+class Prefs:
+    token_boundaries: bool = False  # alternate backgrounds show where each token starts
+    prob_colours: bool = False  # colour each token by the probability it was drawn with
+    markdown: bool = True  # render completed replies as Markdown
+    streaming: bool = True  # False: blocking mode (whole reply shown at the end)
+    show_panel: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Prefs":
+        known = {f.name: f for f in fields(cls)}
+        kwargs = {k: bool(v) for k, v in data.items() if k in known and isinstance(v, bool)}
+        return cls(**kwargs)
+
+
+def prefs_path() -> Path:
+    override = os.environ.get(DATA_DIR_ENV)
+    if override:
+        return Path(override).expanduser() / PREFS_FILE
+    try:
+        from ..paths import data_dir
+
+        return data_dir() / PREFS_FILE
+    except Exception:  # pragma: no cover - paths.py always importable in the package
+        import platformdirs
+
+        return Path(platformdirs.user_data_dir("loopchat", appauthor=False)) / PREFS_FILE
+
+
+def load_prefs(path: Path | None = None) -> Prefs:
+    path = path or prefs_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Prefs()
+    return Prefs.from_dict(data) if isinstance(data, dict) else Prefs()
+
+
+def save_prefs(prefs: Prefs, path: Path | None = None) -> str | None:
+    """Write the prefs; returns an error message instead of raising."""
+    path = path or prefs_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(prefs), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        return f"could not save UI preferences to {path}: {exc.strerror or exc}"
+    return None

@@ -1,0 +1,145 @@
+"""Pilot tests of the real app on the real default model (loaded once for the module)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from tui_fixtures import panel_text, wait_for, wait_run
+
+from loopchat.events import FinishReason
+from loopchat.settings import SamplingSettings
+from loopchat.tui.app import create_app
+from loopchat.tui.backend import LiveBackend
+from loopchat.tui.prefs import Prefs
+
+SIZE = (120, 40)
+PROMPT = "Write a short poem about the sea."
+
+
+@pytest.fixture(scope="module")
+def backend():
+    # one llama thread: the tests stay quick even when other processes load the 2 cores
+    # (two OpenMP threads on a busy 2-core machine slow the loop down a hundredfold)
+    b = LiveBackend(None, None, threads=1)
+    spec, path = b.resolve()
+    b.load(spec, path)
+    deadline = time.monotonic() + 60
+    while b.ready is None:
+        assert time.monotonic() < deadline, "the default model did not load"
+        time.sleep(0.05)
+    yield b
+    b.close()
+
+
+def make_app(backend, tmp_path, **settings):
+    base = dict(seed=42, max_tokens=32, temperature=0.8)
+    base.update(settings)
+    return create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(**base),
+    )
+
+
+async def send(pilot, text: str) -> None:
+    await wait_for(pilot, pilot.app.model_ready.is_set, 30, "the model")
+    await pilot.press(*text, "enter")
+
+
+async def test_tokens_arrive_in_transcript_and_panel(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path, max_tokens=48)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, PROMPT)
+        # tokens show up while the reply is still being generated
+        await wait_for(pilot, lambda: app.steps_seen >= 3, 30, "the first steps")
+        view = app.transcript.reply_views()[0]
+        if not app.current.done:
+            assert str(view.body.render()).strip()
+            assert "Forward pass" in panel_text(app)
+        await wait_run(pilot)
+        rec = app.conversation.replies[0]
+        assert rec.finish is not None and rec.finish.text
+        assert len(rec.steps) == rec.finish.steps
+        assert rec.text == "".join(s.text for s in rec.steps)
+        assert str(view.body.render()).strip() == rec.finish.text.strip()
+        text = panel_text(app)
+        assert f"Forward pass {rec.finish.steps}" in text
+        assert "tok/s" in text and "context" in text
+        assert "TTFT" in str(view.info.render())
+        assert app.prompt.value == ""
+
+
+async def test_stop_mid_reply(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path, max_tokens=400)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Tell me a very long story about a dragon and a knight.")
+        await wait_for(pilot, lambda: app.steps_seen >= 5, 30, "5 steps")
+        await pilot.press("escape")
+        await wait_run(pilot, 10)
+        rec = app.conversation.replies[0]
+        assert rec.finish.reason == FinishReason.CANCELLED
+        assert rec.finish.completion_tokens < 400
+        assert "stopped (cancelled)" in str(app.transcript.reply_views()[0].info.render())
+        # the partial reply stays in the conversation; the app takes the next prompt
+        assert app.conversation.turns[-1].content == rec.finish.text
+
+
+async def test_temperature_change_applies_at_the_next_step(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path, max_tokens=300, temperature=0.8)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Tell me a very long story about a dragon and a knight.")
+        await wait_for(pilot, lambda: app.steps_seen >= 4, 30, "4 steps")
+        await pilot.press("ctrl+up")
+        assert not app.current.done, "the reply ended before the key press"
+        emitted = app.change_made_after_steps  # steps emitted when the key was handled
+        assert app.live.get().temperature == 0.9
+        await wait_run(pilot)
+        rec = app.conversation.replies[0]
+        changed = [s.index for s in rec.steps if "temperature" in s.settings_changed]
+        assert len(changed) == 1, (changed, emitted, rec.finish)
+        k = changed[0]
+        # the loop reads the settings at the top of each step: the change shows at the
+        # step that started next after the key press
+        assert emitted <= k <= emitted + 1, (emitted, k)
+        assert all(s.settings.temperature == 0.8 for s in rec.steps[:k])
+        assert all(s.settings.temperature == 0.9 for s in rec.steps[k:])
+        assert f"changed at pass {k + 1}" in panel_text(app)
+
+
+async def test_blocking_mode_shows_nothing_until_the_end_then_the_same_text(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path, max_tokens=40)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, PROMPT)
+        await wait_run(pilot)
+        streamed = app.conversation.replies[0]
+        # the same conversation, seed and settings in the other mode (F9)
+        await pilot.press("f9")
+        await wait_for(pilot, lambda: app.steps_seen > len(streamed.steps) + 2, 30, "steps of the replay")
+        replay = app.conversation.replies[1]
+        view = app.transcript.reply_views()[1]
+        assert replay.mode == "blocking" and not replay.in_history
+        if not replay.done:
+            shown = str(view.body.render())
+            assert "waiting for the whole reply" in shown
+            assert streamed.text[:10] not in shown
+            assert "blocking mode" in panel_text(app)
+        await wait_run(pilot)
+        assert replay.finish.text == streamed.finish.text
+        assert str(view.body.render()).strip() == streamed.finish.text.strip()
+        assert "whole reply shown after" in str(view.info.render())
+        # the replay is not part of the conversation
+        assert len(app.conversation.turns) == 2
+
+
+async def test_blocking_toggle_for_new_replies(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path, max_tokens=24)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        assert app.prefs.streaming is False
+        await send(pilot, "Hi!")
+        await wait_for(pilot, lambda: app.steps_seen >= 1, 30, "a step")
+        if not app.current.done:
+            assert "waiting" in str(app.transcript.reply_views()[0].body.render())
+        await wait_run(pilot)
+        rec = app.conversation.replies[0]
+        assert rec.mode == "blocking" and rec.finish.text

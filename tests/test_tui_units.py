@@ -1,0 +1,102 @@
+"""Fast TUI checks with no model: plots, prefs, the panel text, error handling."""
+
+from __future__ import annotations
+
+import json
+
+from tui_fixtures import FakeBackend, panel_text, wait_for, wait_run
+
+from loopchat.tui.app import LoopChatApp
+from loopchat.tui.plots import bar, fmt_ms, fmt_prob, show_token, sparkline
+from loopchat.tui.prefs import Prefs, load_prefs, save_prefs
+
+
+def test_plots() -> None:
+    assert bar(1.0, 4) == "████"
+    assert bar(0.0, 4) == "    "
+    assert len(bar(0.33, 7)) == 7
+    assert len(sparkline(list(range(100)), 20)) == 20
+    assert sparkline([1.0, 8.0], 2)[0] == "▁" and sparkline([1.0, 8.0], 2)[1] == "█"
+    assert fmt_ms(12.34) == "12.3 ms" and fmt_ms(1500) == "1.50 s"
+    assert fmt_prob(0.5) == "50.0%" and fmt_prob(0.0001) == "<0.1%"
+    assert show_token(" a\n") == "␣a⏎"
+
+
+def test_prefs_round_trip(tmp_path) -> None:
+    path = tmp_path / "p.json"
+    assert load_prefs(path) == Prefs()
+    prefs = Prefs(token_boundaries=True, streaming=False)
+    assert save_prefs(prefs, path) is None
+    assert load_prefs(path) == prefs
+    path.write_text("{not json")
+    assert load_prefs(path) == Prefs()
+    path.write_text(json.dumps({"markdown": False, "bogus": 1, "streaming": "yes"}))
+    assert load_prefs(path) == Prefs(markdown=False)
+
+
+async def test_fake_reply_streams_and_toggles_are_remembered(tmp_path) -> None:
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press(*"hello", "enter")
+        await wait_run(pilot)
+        rec = app.conversation.replies[0]
+        assert rec.text == "Hello, world! How are you?"
+        assert "Forward pass 9" in panel_text(app)
+        await pilot.press("f3", "f6")
+        assert load_prefs(tmp_path / "p.json") == Prefs(streaming=False, token_boundaries=True)
+        # keyboard token cursor: the last token of the last reply, then one back
+        await pilot.press("alt+left", "alt+left")
+        assert app.selection == (1, 6)
+        assert "selected token of reply 1" in panel_text(app)
+        await pilot.press("escape")
+        assert app.selection is None
+
+
+async def test_error_gives_the_prompt_back(tmp_path) -> None:
+    app = LoopChatApp(FakeBackend(fail="the message is too long for the context"), prefs=Prefs(), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(*"a long prompt", "enter")
+        await wait_for(pilot, lambda: app.last_error is not None, 10, "the error")
+        await pilot.pause()
+        assert app.prompt.value == "a long prompt"
+        assert app.conversation.replies == [] and app.conversation.turns == []
+        assert not app.transcript.children
+        # the app keeps running: the next attempt works
+        app.backend.fail = None
+        await pilot.press("enter")
+        await wait_run(pilot)
+        assert app.conversation.replies[0].text
+
+
+async def test_settings_dialog_validates(tmp_path) -> None:
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f2")
+        await pilot.pause()
+        dialog = app.screen
+        temp = dialog.query_one("#set-temperature")
+        temp.value = "9"
+        await pilot.pause()
+        assert "between" in str(dialog.query_one("#err-temperature").render())
+        dialog.action_apply()
+        await pilot.pause()
+        assert app.screen is dialog  # not accepted
+        temp.value = "1.25"
+        dialog.query_one("#set-top_k").value = "12"
+        await pilot.pause()
+        dialog.action_apply()
+        await pilot.pause()
+        assert app.live.get().temperature == 1.25 and app.live.get().top_k == 12
+
+
+async def test_knob_keys(tmp_path) -> None:
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        t0 = app.live.get().temperature
+        await pilot.press("ctrl+up")
+        assert app.live.get().temperature == round(t0 + 0.1, 2)
+        await pilot.press("f8", "ctrl+down")  # top_p
+        assert app.live.get().top_p == 0.9
+        await pilot.press("f8", "f8", "f8")  # back to temperature
+        await pilot.press(*["ctrl+down"] * 10)  # its floor is 0
+        assert app.live.get().temperature == 0.0

@@ -1,0 +1,143 @@
+"""Helpers for the TUI tests: waiting on the app, a shared live model, a fake backend."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from loopchat.events import Candidate, Finish, FinishReason, Message, Prefill, Start, Step
+from loopchat.settings import SamplingSettings
+
+DATA = Path(__file__).parent / "data"
+REPLY_TRACE = DATA / "reply.jsonl"
+
+
+async def wait_for(pilot: Any, predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    """Let the app run until predicate() is true (no fixed sleeps), or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+        await pilot.pause(0.02)
+
+
+async def wait_run(pilot: Any, timeout: float = 60.0) -> None:
+    app = pilot.app
+    await asyncio.wait_for(app.run_finished.wait(), timeout)
+    await pilot.pause()
+
+
+class FakeBackend:
+    """Emits synthetic events from a thread (no model): for fast UI-only checks."""
+
+    kind = "live"
+
+    def __init__(self, tokens: list[str] | None = None, delay: float = 0.01, fail: str | None = None) -> None:
+        self.tokens = tokens or ["Hello", ",", " world", "!", " How", " are", " you", "?"]
+        self.delay = delay
+        self.fail = fail
+        self.sink: Any = None
+        self.ready = type("Ready", (), {"name": "fake-model"})()
+        self.loading = None
+        self.spec = None
+        self.model_names: list[str] = []
+        self._cancel = threading.Event()
+        self.busy = False
+        self.runs = 0
+
+    def attach(self, sink: Any) -> None:
+        self.sink = sink
+
+    def generate(self, messages: tuple[Message, ...], settings: Any) -> int:
+        self.runs += 1
+        self._cancel.clear()
+        threading.Thread(target=self._run, args=(messages, settings), daemon=True).start()
+        return self.runs
+
+    def _run(self, messages: tuple[Message, ...], source: Any) -> None:
+        from loopchat.worker import RunDone, WorkerError
+
+        emit = self.sink
+        if self.fail:
+            emit(WorkerError(self.fail, during="generate"))
+            emit(RunDone(self.runs))
+            return
+        settings = source() if callable(source) else source
+        emit(Start("fake-model", "/fake.gguf", 1, 2048, 100, 2, messages, "prompt", (1, 2, 3), settings, 10))
+        emit(Prefill(3, 0, 3, 1, 5.0))
+        prev = None
+        text = ""
+        n = 0
+        reason = FinishReason.STOP
+        for i, tok in enumerate(self.tokens + ["<|im_end|>"]):
+            if self._cancel.is_set():
+                reason = FinishReason.CANCELLED
+                break
+            time.sleep(self.delay)
+            now = source() if callable(source) else source
+            stop = tok == "<|im_end|>"
+            cands = tuple(Candidate(j, t, p) for j, t, p in [(i, tok, 0.6), (99, " the", 0.3), (98, " a", 0.1)])
+            emit(Step(i, i, tok, "" if stop else tok, stop, cands, cands[:2], 0.6, 1, 0.66, 1, 1.2, 0.8, 2,
+                      5.0 if i == 0 else 8.0 + i % 3, 1 if i else 3, 0.3, now, now.diff(prev), 3 + i + (0 if stop else 1)))
+            prev = now
+            if not stop:
+                text += tok
+                n += 1
+        emit(Finish(reason, 3, n, n + 1, 5.0, 6.0, 50.0, 60.0, 100.0, text, 3 + n, 2048))
+        emit(RunDone(self.runs))
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def close(self) -> None:
+        self._cancel.set()
+
+
+# --------------------------------------------------------------------------------------
+TRACE_PROMPT = "Name three colours of the rainbow."
+TRACE_SETTINGS = SamplingSettings(temperature=0.7, seed=7, max_tokens=40)
+
+
+def record_trace(path: Path = REPLY_TRACE) -> Path:
+    """Record one real reply of the default model (the snapshot tests replay it).
+
+    Run: python tests/tui_fixtures.py record
+    """
+    from loopchat.config import load_config
+    from loopchat.engine import Engine
+    from loopchat.trace import TraceWriter
+
+    spec = load_config(None).get(None)
+    messages = []
+    if spec.system_prompt:
+        messages.append(Message("system", spec.system_prompt))
+    messages.append(Message("user", TRACE_PROMPT))
+    with Engine(spec.resolve_file(), name=spec.name, n_ctx=spec.n_ctx, threads=1) as engine:
+        list(engine.generate(messages, TRACE_SETTINGS))  # warm-up: steady timings
+        engine.reset()
+        with TraceWriter(path, extra={"recorded_for": "loopchat TUI snapshot tests"}) as writer:
+            for event in engine.generate(messages, TRACE_SETTINGS):
+                writer.write(event)
+    return path
+
+
+def panel_text(app: Any, width: int | None = None) -> str:
+    """The loop panel's current content as plain text."""
+    from rich.console import Console
+
+    from loopchat.tui.loop_panel import panel_renderable
+
+    view = app.panel.view
+    console = Console(width=width or max(40, view.width), record=True, color_system=None, file=open("/dev/null", "w"))
+    console.print(panel_renderable(view))
+    return console.export_text()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["record"]:
+        print(record_trace())
