@@ -47,6 +47,9 @@ def test_event_order_and_counts(engine: Engine) -> None:
     assert finish.reason in (FinishReason.STOP, FinishReason.LENGTH)
     assert finish.ttft_ms > 0 and finish.total_ms >= finish.ttft_ms
     assert steps[0].forward_tokens == events[1].evaluated_tokens
+    assert steps[0].elapsed_ms == pytest.approx(finish.ttft_ms, abs=0.5)
+    assert [s.elapsed_ms for s in steps] == sorted(s.elapsed_ms for s in steps)
+    assert steps[-1].elapsed_ms <= finish.total_ms
     assert all(s.forward_tokens == 1 for s in steps[1:])
 
 

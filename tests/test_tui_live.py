@@ -54,18 +54,18 @@ async def test_tokens_arrive_in_transcript_and_panel(backend, tmp_path) -> None:
         await wait_for(pilot, lambda: app.steps_seen >= 3, 30, "the first steps")
         view = app.transcript.reply_views()[0]
         if not app.current.done:
-            assert str(view.body.render()).strip()
+            assert str(view.body_text()).strip()
             assert "Forward pass" in panel_text(app)
         await wait_run(pilot)
         rec = app.conversation.replies[0]
         assert rec.finish is not None and rec.finish.text
         assert len(rec.steps) == rec.finish.steps
         assert rec.text == "".join(s.text for s in rec.steps)
-        assert str(view.body.render()).strip() == rec.finish.text.strip()
+        assert str(view.body_text()).strip() == rec.finish.text.strip()
         text = panel_text(app)
         assert f"Forward pass {rec.finish.steps}" in text
         assert "tok/s" in text and "context" in text
-        assert "TTFT" in str(view.info.render())
+        assert "TTFT" in str(view.info_text())
         assert app.prompt.value == ""
 
 
@@ -79,7 +79,7 @@ async def test_stop_mid_reply(backend, tmp_path) -> None:
         rec = app.conversation.replies[0]
         assert rec.finish.reason == FinishReason.CANCELLED
         assert rec.finish.completion_tokens < 400
-        assert "stopped (cancelled)" in str(app.transcript.reply_views()[0].info.render())
+        assert "stopped (cancelled)" in str(app.transcript.reply_views()[0].info_text())
         # the partial reply stays in the conversation; the app takes the next prompt
         assert app.conversation.turns[-1].content == rec.finish.text
 
@@ -119,14 +119,14 @@ async def test_blocking_mode_shows_nothing_until_the_end_then_the_same_text(back
         view = app.transcript.reply_views()[1]
         assert replay.mode == "blocking" and not replay.in_history
         if not replay.done:
-            shown = str(view.body.render())
+            shown = str(view.body_text())
             assert "waiting for the whole reply" in shown
             assert streamed.text[:10] not in shown
             assert "blocking mode" in panel_text(app)
         await wait_run(pilot)
         assert replay.finish.text == streamed.finish.text
-        assert str(view.body.render()).strip() == streamed.finish.text.strip()
-        assert "whole reply shown after" in str(view.info.render())
+        assert str(view.body_text()).strip() == streamed.finish.text.strip()
+        assert "whole reply shown after" in str(view.info_text())
         # the replay is not part of the conversation
         assert len(app.conversation.turns) == 2
 
@@ -139,7 +139,7 @@ async def test_blocking_toggle_for_new_replies(backend, tmp_path) -> None:
         await send(pilot, "Hi!")
         await wait_for(pilot, lambda: app.steps_seen >= 1, 30, "a step")
         if not app.current.done:
-            assert "waiting" in str(app.transcript.reply_views()[0].body.render())
+            assert "waiting" in str(app.transcript.reply_views()[0].body_text())
         await wait_run(pilot)
         rec = app.conversation.replies[0]
         assert rec.mode == "blocking" and rec.finish.text

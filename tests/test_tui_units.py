@@ -60,7 +60,7 @@ async def test_error_gives_the_prompt_back(tmp_path) -> None:
         await pilot.pause()
         assert app.prompt.value == "a long prompt"
         assert app.conversation.replies == [] and app.conversation.turns == []
-        assert not app.transcript.children
+        assert not app.transcript.blocks
         # the app keeps running: the next attempt works
         app.backend.fail = None
         await pilot.press("enter")

@@ -473,6 +473,7 @@ class Engine:
                 settings=settings_now,
                 settings_changed=changed,
                 n_past=self.llm.n_tokens + (0 if is_stop else 1),
+                elapsed_ms=(t_last - t_request) * 1000.0,
             )
             steps += 1
             previous = settings_now

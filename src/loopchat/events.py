@@ -119,6 +119,7 @@ class Step:
     settings: SamplingSettings  # in force at this step
     settings_changed: tuple[str, ...]  # fields that differ from the previous step's settings
     n_past: int  # tokens in the context after this step's token is appended
+    elapsed_ms: float = 0.0  # from the request to this token being sampled (step 0: the TTFT)
     kind: str = field(default="step", init=False)
 
 

@@ -384,8 +384,7 @@ class LoopChatApp(App[int]):
         if rec is not None and not rec.done and rec.start is None:
             # the prompt was never accepted: remove the turn, give the text back
             rec.error = message
-            for w in list(self.transcript.children)[-2:]:
-                w.remove()
+            self.transcript.remove_last(2)
             self.conversation.replies.remove(rec)
             self.current, self.current_view = None, None
             self.run_finished.set()
@@ -546,7 +545,7 @@ class LoopChatApp(App[int]):
         self.current, self.current_view, self.selection = None, None, None
         spec = getattr(self.backend, "spec", None)
         self.conversation = Conversation(system_prompt=spec.system_prompt if spec else None)
-        self.transcript.remove_children()
+        self.transcript.clear()
         self.run_finished.set()
         self._refresh_panel()
         self.notify("New conversation", timeout=1.5)
@@ -590,7 +589,7 @@ class LoopChatApp(App[int]):
         for view in self.transcript.reply_views():
             if view.record.number == reply:
                 view.select(step)
-                self.transcript.scroll_to_widget(view, animate=False)
+                self.transcript.scroll_to_block(view)
             elif view.selected is not None:
                 view.select(None)
         self._refresh_panel()

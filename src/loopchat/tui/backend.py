@@ -18,6 +18,10 @@ from ..settings import LiveSettings, SamplingSettings
 
 Sink = Callable[[Any], None]
 
+#: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
+#: or "process" (a child process). benchmarks/tui_throughput.py measures both.
+DEFAULT_HOST = "thread"
+
 
 class _Relay:
     """Forwards events to the current sink; keeps them until one is attached."""
@@ -50,7 +54,13 @@ class LiveBackend:
     kind = "live"
 
     def __init__(
-        self, config_path: str | None = None, model: str | None = None, *, verbose: bool = False, threads: int | None = None
+        self,
+        config_path: str | None = None,
+        model: str | None = None,
+        *,
+        verbose: bool = False,
+        threads: int | None = None,
+        host: str = DEFAULT_HOST,
     ) -> None:
         from ..config import load_config  # ConfigError propagates: the caller reports it
         from ..worker import EngineWorker, ModelReady
@@ -63,7 +73,15 @@ class LiveBackend:
         self.ready: Any = None  # the last ModelReady
         self.loading: str | None = None
         self._relay = _Relay()
-        self.worker = EngineWorker(self._emit)
+        self.host = host
+        if host == "process":
+            from ..process_worker import ProcessEngineWorker
+
+            self.worker: Any = ProcessEngineWorker(self._emit)
+        elif host == "thread":
+            self.worker = EngineWorker(self._emit)
+        else:
+            raise ValueError(f"host must be 'thread' or 'process', not {host!r}")
 
     def _emit(self, event: Any) -> None:
         kind = getattr(event, "kind", "")
@@ -89,25 +107,24 @@ class LiveBackend:
         return spec, spec.resolve_file(progress=False)
 
     def load(self, spec: Any, path: Path) -> None:
-        from ..engine import Engine
+        from ..engine import EngineOptions
         from ..paths import llama_log_path
 
-        log_path = llama_log_path()
+        log_path: Path | None = llama_log_path()
         try:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
         except OSError:
-            log_path = None  # type: ignore[assignment]
+            log_path = None
 
-        def factory() -> Engine:
-            return Engine(
-                path,
-                name=spec.name,
-                n_ctx=spec.n_ctx,
-                threads=self.threads or spec.threads,
-                chat_template=spec.chat_template,
-                log_path=log_path,
-                verbose=self.verbose,
-            )
+        factory = EngineOptions(
+            str(path),
+            name=spec.name,
+            n_ctx=spec.n_ctx,
+            threads=self.threads or spec.threads,
+            chat_template=spec.chat_template,
+            log_path=str(log_path) if log_path else None,
+            verbose=self.verbose,
+        )
 
         self.spec = spec
         self.ready = None

@@ -1,25 +1,51 @@
 """The loop panel: one forward pass's record (candidates, timings, settings), drawn once
-per frame from the latest Step event, or from a past step the user selected."""
+per frame from the latest Step event, or from a past step the user selected.
+
+Drawn cheaply: every line is a `rich.text.Text` built with fixed-width formatting (no
+rich Table or Group per frame), the lines are shown by a `FastStatic` (repaints only the
+lines that changed, without a screen re-layout) and nothing is rebuilt when the view has
+not changed since the last frame.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.cells import cell_len, set_cell_size
+from rich.style import Style
 from rich.text import Text
-from textual.widgets import Static
+from textual.app import ComposeResult
+from textual.widget import Widget
 
 from ..events import Candidate, Step
 from ..settings import SamplingSettings
 from .conversation import BLOCKING, ReplyRecord, finish_label
+from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from .plots import bar, fmt_ms, fmt_prob, show_token, sparkline
 
 KNOBS = ("temperature", "top_p", "top_k", "min_p")
-HEAD = "bold #87d7ff"
-LABEL = "#8a8a8a"
-DRAWN = "bold #ffaf00"
-CHANGED = "bold #ff87d7"
+HEAD = Style.parse("bold #87d7ff")
+LABEL = Style.parse("#8a8a8a")
+DRAWN = Style.parse("bold #ffaf00")
+CHANGED = Style.parse("bold #ff87d7")
+_GENERATING = Style.parse("#5fd75f")
+_BLOCKING = Style.parse("italic #87afd7")
+_TOKEN = Style.parse("#d0d0d0")
+_RAW_BAR = Style.parse("#5f87af")
+_SAMPLED_BAR = Style.parse("#5faf5f")
+_SPARK = Style.parse("#5fafd7")
+_PENDING = Style.parse("#ffd75f")
+_WELCOME = Style.parse("#bcbcbc")
+_DIM = Style.parse("dim")
+_BOLD = Style.parse("bold")
+_NONE = Style()
+
+_SHORT_KNOB = {"temperature": "temp", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p"}
+_WELCOME_TEXT = (
+    "Each reply is made one token at a time: the model runs a forward pass over the "
+    "context, gets a probability for every token of its vocabulary, and the sampler "
+    "draws one. Send a message to watch it happen."
+)
 
 
 @dataclass
@@ -41,249 +67,416 @@ def _fmt_setting(name: str, value: float | int) -> str:
     return f"{value:.2f}"
 
 
-def _title(v: PanelView) -> Text:
-    t = Text()
-    r, s = v.record, v.step
-    if s is None:
-        t.append("The generation loop", style=HEAD)
-        return t
-    t.append(f"Forward pass {s.index + 1}", style=HEAD)
-    if s.index == 0:
-        t.append(" · over the prompt", style=LABEL)
-    if v.pinned:
-        t.append(f" · selected token of reply {r.number}", style=DRAWN)
-    elif v.generating:
-        t.append(" · generating", style="#5fd75f")
-    elif r is not None and r.finish is not None:
-        t.append(f" · {finish_label(r.finish)}" if v.compact else f" · done: {finish_label(r.finish)}", style=LABEL)
-    if r is not None and r.mode == BLOCKING and not v.pinned:
-        t.append("\n")
-        t.append("blocking mode: what the model does while the caller waits", style="italic #87afd7")
+# ------------------------------------------------------------- helpers ----
+def _width_of(pieces: list[tuple[str, Style]]) -> int:
+    n = 0
+    for s, _ in pieces:
+        n += len(s) if s.isascii() else cell_len(s)
+    return n
+
+
+def _to_text(pieces: list[tuple[str, Style]], no_wrap: bool = False) -> Text:
+    t = Text(no_wrap=no_wrap, overflow="ellipsis")
+    for s, style in pieces:
+        t.append(s, style)
     return t
 
 
-def _sampled_lookup(step: Step) -> tuple[dict[int, float], bool]:
-    probs = {c.token_id: c.prob for c in step.sampled_top}
-    complete = step.candidates_kept <= len(step.sampled_top)  # every kept token is listed
-    return probs, complete
+def _fit(pieces: list[tuple[str, Style]], width: int, out: list[Line], no_wrap: bool = False) -> None:
+    """Append one logical line to `out` as screen lines: word-wrapped (or cut with an
+    ellipsis, if no_wrap) exactly as rich would print it."""
+    if _width_of(pieces) <= width:
+        out.append(tuple(pieces))
+    else:
+        out.extend(text_to_lines(_to_text(pieces, no_wrap), width))
 
 
-def _candidates(v: PanelView, k: int | None = None, bars: bool = True) -> Group:
+def _fit_all(lines: list[list[tuple[str, Style]]], width: int, out: list[Line], no_wrap: bool = False) -> None:
+    for pieces in lines:
+        _fit(pieces, width, out, no_wrap)
+
+
+def _rstrip(pieces: list[tuple[str, Style]]) -> None:
+    while pieces:
+        s, style = pieces[-1]
+        s = s.rstrip()
+        if s:
+            pieces[-1] = (s, style)
+            return
+        pieces.pop()
+
+
+def _cell(s: str, width: int, right: bool = False) -> str:
+    """`s` in exactly `width` cells: padded, or cut with an ellipsis (like a table cell)."""
+    n = len(s) if s.isascii() else cell_len(s)
+    if n > width:
+        return set_cell_size(s, width - 1) + "…" if width > 0 else ""
+    pad = " " * (width - n)
+    return pad + s if right else s + pad
+
+
+class _ChangeIndex:
+    """Incremental per-record caches: last change step per setting, decode forward times."""
+
+    __slots__ = ("record", "seen", "changes", "forward")
+
+    def __init__(self, record: ReplyRecord) -> None:
+        self.record = record
+        self.seen = 0
+        self.changes: dict[str, int] = {}
+        self.forward: list[float] = []  # forward_ms of steps[1:]
+
+    def update(self) -> None:
+        steps = self.record.steps
+        n = len(steps)
+        if n < self.seen:  # the list was replaced: start again
+            self.seen, self.changes, self.forward = 0, {}, []
+        for s in steps[self.seen :]:
+            if s.index > 0:
+                for name in s.settings_changed:
+                    self.changes[name] = s.index
+        start = max(1, self.seen)
+        self.forward.extend(x.forward_ms for x in steps[start:])
+        self.seen = n
+
+
+_index: _ChangeIndex | None = None
+
+
+def _record_index(r: ReplyRecord) -> _ChangeIndex:
+    global _index
+    if _index is None or _index.record is not r:
+        _index = _ChangeIndex(r)
+    _index.update()
+    return _index
+
+
+def _changes(r: ReplyRecord | None) -> dict[str, int]:
+    return _record_index(r).changes if r is not None else {}
+
+
+# ------------------------------------------------------------- sections ----
+Pieces = list[tuple[str, Style]]  # one logical line, before fitting to the width
+
+
+def _title(v: PanelView) -> list[Pieces]:
+    r, s = v.record, v.step
+    if s is None:
+        return [[("The generation loop", HEAD)]]
+    t: Pieces = [(f"Forward pass {s.index + 1}", HEAD)]
+    if s.index == 0:
+        t.append((" · over the prompt", LABEL))
+    if v.pinned:
+        t.append((f" · selected token of reply {r.number}", DRAWN))
+    elif v.generating:
+        t.append((" · generating", _GENERATING))
+    elif r is not None and r.finish is not None:
+        label = finish_label(r.finish)
+        t.append((f" · {label}" if v.compact else f" · done: {label}", LABEL))
+    if r is not None and r.mode == BLOCKING and not v.pinned:
+        return [t, [("blocking mode: what the model does while the caller waits", _BLOCKING)]]
+    return [t]
+
+
+def _candidates(v: PanelView, width: int, k: int | None = None, bars: bool = True) -> list[Line]:
+    """The top-k table as screen lines, columns one space apart (like a rich Table.grid)."""
     s = v.step
     assert s is not None
-    rows: list[Candidate] = list(s.raw_top[:k] if k else s.raw_top)
-    probs, complete = _sampled_lookup(s)
+    rows: tuple[Candidate, ...] = s.raw_top[:k] if k else s.raw_top
+    sampled = s.sampled_top
+    probs = {c.token_id: c.prob for c in sampled}
+    complete = s.candidates_kept <= len(sampled)  # every kept token is listed
     token_w = 10 if v.width >= 44 else 8
     # marker 1 + token + 4 gaps + 2 x (bar + 6-wide percentage)
     bar_w = max(4, min(12, (v.width - 2 - token_w - 4 - 12) // 2)) if bars else 0
-    table = Table.grid(padding=(0, 1))
-    table.add_column(width=1)
-    table.add_column(width=token_w, no_wrap=True, overflow="ellipsis")
-    for _ in range(2):
-        if bars:
-            table.add_column(width=bar_w, no_wrap=True)
-        table.add_column(width=6, justify="right", no_wrap=True)
-    head = Text(no_wrap=True, overflow="ellipsis")
-    head.append(f"  {'top ' + str(len(rows)):<{token_w}} ", style=LABEL)
+    # narrower than the table (a very small terminal): the token column gives way
+    token_w = max(1, min(token_w, width - (18 + 2 * bar_w if bars else 16)))
+    out: list[Line] = []
+    head: Pieces = [(f"  {'top ' + str(len(rows)):<{token_w}} ", LABEL)]
     if bars:
-        head.append(f"{'raw softmax':<{bar_w + 7}}", style=LABEL)
+        head.append((f"{'raw softmax':<{bar_w + 7}}", LABEL))
     else:
-        head.append(f"{'raw':>6} ", style=LABEL)
-    head.append("after sampling" if bars else "sampled", style=LABEL)
+        head.append((f"{'raw':>6} ", LABEL))
+    head.append(("after sampling" if bars else "sampled", LABEL))
+    _fit(head, width, out, no_wrap=True)
     drawn_listed = False
     for c in rows:
         drawn = c.token_id == s.token_id
         drawn_listed |= drawn
         sp = probs.get(c.token_id)
-        style = DRAWN if drawn else ""
+        style = DRAWN if drawn else None
+        t: Pieces = [
+            ("▶" if drawn else " ", DRAWN),
+            (" ", _NONE),
+            (_cell(show_token(c.text), token_w), style or _TOKEN),
+            (" ", _NONE),
+        ]
+        if bars:
+            t.append((bar(c.prob, bar_w), _RAW_BAR))
+            t.append((" ", _NONE))
+        t.append((_cell(fmt_prob(c.prob), 6, right=True), style or _NONE))
+        t.append((" ", _NONE))
+        if bars:
+            t.append((bar(sp or 0.0, bar_w), _SAMPLED_BAR))
+            t.append((" ", _NONE))
         if sp is None:
-            sp_text = Text("cut" if complete else "–", style=style or "dim")
-            sp_val = 0.0
+            t.append((_cell("cut" if complete else "–", 6, right=True), style or _DIM))
         else:
-            sp_text = Text(fmt_prob(sp), style=style)
-            sp_val = sp
-        cells = [Text("▶" if drawn else "", style=DRAWN), Text(show_token(c.text), style=style or "#d0d0d0")]
-        if bars:
-            cells.append(Text(bar(c.prob, bar_w), style="#5f87af"))
-        cells.append(Text(fmt_prob(c.prob), style=style))
-        if bars:
-            cells.append(Text(bar(sp_val, bar_w), style="#5faf5f"))
-        cells.append(sp_text)
-        table.add_row(*cells)
+            t.append((_cell(fmt_prob(sp), 6, right=True), style or _NONE))
+        out.append(tuple(t))
     if not drawn_listed:
-        extra = [Text("▶", style=DRAWN), Text(show_token(s.piece), style=DRAWN)]
+        t = [("▶", DRAWN), (" ", _NONE), (_cell(show_token(s.piece), token_w), DRAWN), (" ", _NONE)]
         if bars:
-            extra.append(Text(f"rank {s.raw_rank}", style=LABEL, no_wrap=True))
-        extra.append(Text(fmt_prob(s.raw_prob), style=DRAWN))
+            t.append((_cell(f"rank {s.raw_rank}", bar_w), LABEL))
+            t.append((" ", _NONE))
+        t.append((_cell(fmt_prob(s.raw_prob), 6, right=True), DRAWN))
+        t.append((" ", _NONE))
         if bars:
-            extra.append(Text(f"rank {s.sampled_rank}", style=LABEL, no_wrap=True))
-        extra.append(Text(fmt_prob(s.sampled_prob), style=DRAWN))
-        table.add_row(*extra)
-    return Group(head, table)
+            t.append((_cell(f"rank {s.sampled_rank}", bar_w), LABEL))
+            t.append((" ", _NONE))
+        t.append((_cell(fmt_prob(s.sampled_prob), 6, right=True), DRAWN))
+        out.append(tuple(t))
+    return out
 
 
-def _drawn(v: PanelView) -> Text:
+def _drawn(v: PanelView) -> list[Pieces]:
     s = v.step
     assert s is not None
-    t = Text()
-    t.append("drew ", style=LABEL)
-    t.append(show_token(s.piece), style=DRAWN)
+    first: Pieces = [("drew ", LABEL), (show_token(s.piece), DRAWN)]
     if s.is_stop:
-        t.append(" (end of reply)", style=LABEL)
-    t.append(f" · rank {s.raw_rank} raw, {s.sampled_rank} sampled", style=LABEL)
-    t.append("\n")
-    t.append("entropy ", style=LABEL)
-    t.append(f"{s.raw_entropy:.2f} → {s.sampled_entropy:.2f} bits")
+        first.append((" (end of reply)", LABEL))
+    first.append((f" · rank {s.raw_rank} raw, {s.sampled_rank} sampled", LABEL))
     kept = s.candidates_kept
-    t.append(f" · {kept} token{'s' if kept != 1 else ''} kept", style=LABEL)
-    return t
+    second: Pieces = [
+        ("entropy ", LABEL),
+        (f"{s.raw_entropy:.2f} → {s.sampled_entropy:.2f} bits", _NONE),
+        (f" · {kept} token{'s' if kept != 1 else ''} kept", LABEL),
+    ]
+    return [first, second]
 
 
-def _latency(v: PanelView, spark_width: int) -> Text:
+_SHORT_LATENCY = {"first token": "TTFT", "this pass": "pass", "per pass": "passes"}
+
+
+def _latency(v: PanelView, spark_width: int) -> list[Pieces]:
     r, s = v.record, v.step
     assert r is not None and s is not None
-    t = Text(no_wrap=v.compact, overflow="ellipsis")
-    short = {"first token": "TTFT", "this pass": "pass", "per pass": "passes"} if v.compact else {}
+    compact = v.compact
+    label_w = 8 if compact else 12
+    short = _SHORT_LATENCY if compact else {}
+    out: list[Pieces] = []
 
-    def row(label: str, value: str | Text) -> None:
+    def row(label: str, *value: tuple[str, Style]) -> None:
         label = short.get(label, label)
-        t.append(f"{label:<{8 if v.compact else 12}}", style=LABEL)
-        t.append(value) if isinstance(value, Text) else t.append(value)
-        t.append("\n")
+        out.append([(f"{label:<{label_w}}", LABEL), *value])
 
     p = r.prefill
     if p is not None:
         reused = f", {p.reused_tokens} reused" if p.reused_tokens else ""
-        row("prefill", f"{p.prompt_tokens} tokens{reused} in {fmt_ms(p.ms)}")
+        row("prefill", (f"{p.prompt_tokens} tokens{reused} in {fmt_ms(p.ms)}", _NONE))
     f = r.finish
-    row("first token", fmt_ms(f.ttft_ms) if f else ("at the end" if v.compact else "shown when the reply ends"))
+    row("first token", (fmt_ms(f.ttft_ms) if f else ("at the end" if compact else "shown when the reply ends"), _NONE))
     fwd = "prefill" if s.index == 0 else fmt_ms(s.forward_ms)
-    if v.compact:
-        row("this pass", f"{fwd} + {fmt_ms(s.sample_ms)} sampling")
+    if compact:
+        row("this pass", (f"{fwd} + {fmt_ms(s.sample_ms)} sampling", _NONE))
     else:
-        row("this pass", f"{fwd} forward + {fmt_ms(s.sample_ms)} sampling")
-    decode = [x.forward_ms for x in r.steps[1 : (s.index + 1 if v.pinned else None)]]
+        row("this pass", (f"{fwd} forward + {fmt_ms(s.sample_ms)} sampling", _NONE))
+    decode = _record_index(r).forward
+    if v.pinned:
+        decode = decode[: s.index]
     if decode:
-        line = Text(sparkline(decode, spark_width), style="#5fafd7")
-        line.append(f"  {min(decode):.1f}–{fmt_ms(max(decode))}", style=LABEL)
-        row("per pass", line)
+        row("per pass", (sparkline(decode, spark_width), _SPARK), (f"  {min(decode):.1f}–{fmt_ms(max(decode))}", LABEL))
     rate = r.live_tokens_per_s()
     speed = f"{rate:.0f} tok/s live" if rate and not f else ""
     if f and f.tokens_per_s:
         speed = f"{f.tokens_per_s:.0f} tok/s (whole reply)"
-    row("speed", speed or "—")
+    row("speed", (speed or "—", _NONE))
     if r.start is not None:
         n_ctx = r.start.n_ctx
-        row("context", f"{s.n_past:,} / {n_ctx:,} tokens" + ("" if v.compact else f" ({100 * s.n_past / n_ctx:.0f}%)"))
-    t.rstrip()
-    return t
+        pct = "" if compact else f" ({100 * s.n_past / n_ctx:.0f}%)"
+        row("context", (f"{s.n_past:,} / {n_ctx:,} tokens{pct}", _NONE))
+    _rstrip(out[-1])
+    return out
 
 
-def _settings(v: PanelView) -> Text:
+_settings_cache: tuple[tuple, list[Line]] | None = None
+
+
+def _settings(v: PanelView, width: int, out: list[Line]) -> None:
+    """The settings block, fitted to `width` (cached until anything it shows changes)."""
+    global _settings_cache
     r, s = v.record, v.step
     shown = s.settings if s is not None else v.live
-    changes = r.last_change_steps() if (r is not None and s is not None) else {}
-    t = Text()
-    t.append("Sampling settings", style=HEAD)
-    t.append("  (at this pass)" if s is not None else "  (next reply)", style=LABEL)
-    t.append("\n")
+    changes = _changes(r) if s is not None else {}
+    key = (
+        width, shown, v.knob, tuple(changes.items()), s is None,
+        (s.settings_changed, s.index > 0) if s is not None else None,
+        s.index if (s is not None and v.pinned) else None,
+        v.live if (s is not None and v.generating and not v.pinned) else None,
+    )
+    if _settings_cache is not None and _settings_cache[0] == key:
+        out.extend(_settings_cache[1])
+        return
+    lines: list[Pieces] = [[("Sampling settings", HEAD), ("  (at this pass)" if s is not None else "  (next reply)", LABEL)]]
     for name in KNOBS:
         value = getattr(shown, name)
-        mark = "▸ " if name == v.knob else "  "
-        t.append(mark, style=DRAWN)
-        t.append(f"{name:<12}", style="bold" if name == v.knob else LABEL)
-        t.append(f"{_fmt_setting(name, value):>6}")
+        t: Pieces = [
+            ("▸ " if name == v.knob else "  ", DRAWN),
+            (f"{name:<12}", _BOLD if name == v.knob else LABEL),
+            (f"{_fmt_setting(name, value):>6}", _NONE),
+        ]
         at = changes.get(name)
         if s is not None and name in s.settings_changed and s.index > 0:
-            t.append("  ◀ changed at this pass", style=CHANGED)
+            t.append(("  ◀ changed at this pass", CHANGED))
         elif at is not None and (not v.pinned or at <= s.index):
-            t.append(f"  changed at pass {at + 1}", style=CHANGED)
+            t.append((f"  changed at pass {at + 1}", CHANGED))
         pending = getattr(v.live, name)
         if s is not None and v.generating and not v.pinned and pending != value:
-            t.append(f"  → {_fmt_setting(name, pending)} from next pass", style="#ffd75f")
-        t.append("\n")
-    t.append(
+            t.append((f"  → {_fmt_setting(name, pending)} from next pass", _PENDING))
+        lines.append(t)
+    lines.append([(
         f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n} · seed {shown.seed}"
         f" · max {shown.max_tokens}",
-        style=LABEL,
-    )
-    t.append("\n  ^↑/^↓ change ▸ · F8 next · F2 type values", style="dim")
-    other = [n for n, at in changes.items() if n not in KNOBS]
+        LABEL,
+    )])
+    lines.append([("  ^↑/^↓ change ▸ · F8 next · F2 type values", _DIM)])
+    other = [n for n in changes if n not in KNOBS]
     if other:
-        t.append("\n  changed: " + ", ".join(f"{n} at pass {changes[n] + 1}" for n in other), style=CHANGED)
-    return t
+        lines.append([("  changed: " + ", ".join(f"{n} at pass {changes[n] + 1}" for n in other), CHANGED)])
+    fitted: list[Line] = []
+    _fit_all(lines, width, fitted)
+    _settings_cache = (key, fitted)
+    out.extend(fitted)
 
 
-def _welcome(v: PanelView) -> Text:
-    t = Text()
-    t.append(
-        "Each reply is made one token at a time: the model runs a forward pass over the "
-        "context, gets a probability for every token of its vocabulary, and the sampler "
-        "draws one. Send a message to watch it happen.",
-        style="#bcbcbc",
-    )
+def _welcome(v: PanelView) -> list[Pieces]:
+    lines: list[Pieces] = [[(_WELCOME_TEXT, _WELCOME)]]
     if v.model:
-        t.append(f"\n\nmodel ", style=LABEL)
-        t.append(v.model)
-    return t
+        lines += [[], [("model ", LABEL), (v.model, _NONE)]]
+    return lines
 
 
-def panel_renderable(v: PanelView) -> RenderableType:
-    if v.step is None or v.record is None:
-        return Group(_title(v), Text(""), _welcome(v), Text(""), _settings(v))
-    if v.compact:
-        grid = Table.grid(padding=(0, 2), expand=True)
-        grid.add_column(ratio=1)
-        grid.add_column(ratio=1)
-        half = max(30, v.width // 2 - 2)
-        left = PanelView(**{**v.__dict__, "width": half})
-        grid.add_row(
-            Group(_title(v), _candidates(left, k=5, bars=False)),
-            Group(_latency(left, max(8, half - 22)), _compact_settings(v)),
-        )
-        return grid
-    spark_w = max(8, v.width - 30)
-    return Group(
-        _title(v),
-        _candidates(v),
-        _drawn(v),
-        Text(""),
-        Text("Latency", style=HEAD),
-        _latency(v, spark_w),
-        Text(""),
-        _settings(v),
-    )
-
-
-def _compact_settings(v: PanelView) -> Text:
+def _compact_settings(v: PanelView) -> list[Pieces]:
     s = v.step
     shown = s.settings if s is not None else v.live
-    changes = v.record.last_change_steps() if v.record else {}
-    t = Text()
+    changes = _changes(v.record)
+    lines: list[Pieces] = []
+    t: Pieces = []
     for i, name in enumerate(KNOBS):
-        t.append("▸" if name == v.knob else " ", style=DRAWN)
-        short = {"temperature": "temp", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p"}[name]
-        t.append(f"{short} ", style=LABEL)
-        t.append(_fmt_setting(name, getattr(shown, name)), style=CHANGED if name in changes else "")
+        t.append(("▸" if name == v.knob else " ", DRAWN))
+        t.append((f"{_SHORT_KNOB[name]} ", LABEL))
+        t.append((_fmt_setting(name, getattr(shown, name)), CHANGED if name in changes else _NONE))
         if name in changes:
-            t.append(f"@{changes[name] + 1}", style=CHANGED)
-        t.append("  " if i % 2 == 0 else "\n")
-    t.rstrip()
-    return t
+            t.append((f"@{changes[name] + 1}", CHANGED))
+        if i % 2 == 0:
+            t.append(("  ", _NONE))
+        else:
+            lines.append(t)
+            t = []
+    _rstrip(lines[-1])
+    return lines
 
 
-class LoopPanel(Static):
-    """Redrawn at most once per frame, only when something it shows changed."""
+_BLANK: Line = ()
+_LATENCY_HEAD: Line = (("Latency", HEAD),)
+
+
+def panel_lines(v: PanelView) -> list[Line]:
+    """The panel as screen lines, each at most `v.width` cells wide."""
+    width = v.width
+    out: list[Line] = []
+    if v.step is None or v.record is None:
+        _fit_all(_title(v), width, out)
+        out.append(_BLANK)
+        _fit_all(_welcome(v), width, out)
+        out.append(_BLANK)
+        _settings(v, width, out)
+        return out
+    if v.compact:
+        # two halves (the left one takes the odd cell), the left one ending in a 2-cell gap
+        left_w = (width + 1) // 2 - 2
+        right_w = width - left_w - 2
+        half = max(30, width // 2 - 2)
+        left_v = PanelView(**{**v.__dict__, "width": half})
+        left: list[Line] = []
+        _fit_all(_title(v), left_w, left)
+        left.extend(_candidates(left_v, left_w, k=5, bars=False))
+        right: list[Line] = []
+        _fit_all(_latency(left_v, max(8, half - 22)), right_w, right, no_wrap=True)
+        _fit_all(_compact_settings(v), right_w, right)
+        for i in range(max(len(left), len(right))):
+            if i < len(left):
+                a = left[i]
+                gap = left_w - _width_of(a) + 2
+            else:
+                a, gap = (), left_w + 2
+            out.append(a + ((" " * gap, _NONE), *right[i]) if i < len(right) else a)
+        return out
+    _fit_all(_title(v), width, out)
+    out.extend(_candidates(v, width))
+    _fit_all(_drawn(v), width, out)
+    out.append(_BLANK)
+    out.append(_LATENCY_HEAD)
+    _fit_all(_latency(v, max(8, width - 30)), width, out)
+    out.append(_BLANK)
+    _settings(v, width, out)
+    return out
+
+
+def panel_renderable(v: PanelView) -> Text:
+    """The whole panel as one Text (lines already fitted to `v.width`)."""
+    return lines_to_text(panel_lines(v))
+
+
+def _view_key(v: PanelView) -> tuple:
+    """Everything the panel shows depends on; equal keys draw the same panel."""
+    r, s = v.record, v.step
+    if r is None:
+        rk: tuple = ()
+    else:
+        rk = (r, r.mode, r.number, len(r.steps), r.prefill, r.finish, r.start is not None)
+    return (rk, s, v.live, v.knob, v.pinned, v.generating, v.compact, v.width, v.model)
+
+
+class LoopPanel(Widget):
+    """Redrawn at most once per frame, only when something it shows changed.
+
+    The border and padding (#panel in styles.tcss) belong to this widget, which is never
+    repainted per frame; the lines live in a borderless FastStatic child, so a frame only
+    repaints the changed lines of that child (border drawing is the costly part of a
+    Textual line repaint).
+    """
+
+    DEFAULT_CSS = """
+    LoopPanel > FastStatic {
+        width: 100%;
+        height: 100%;
+    }
+    """
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.border_title = "Loop"
         self.view: PanelView | None = None
+        self._key: tuple | None = None
+        self.body = FastStatic()
+
+    def compose(self) -> ComposeResult:
+        yield self.body
+
+    @property
+    def text(self) -> Text:
+        """What the panel shows, as one Text."""
+        return self.body.render()
 
     def show(self, view: PanelView) -> None:
         self.view = view
         view.width = max(30, self.content_size.width or view.width)
-        self.update(panel_renderable(view))
+        key = _view_key(view)
+        if key == self._key:
+            return
+        self._key = key
+        self.body.set_lines(panel_lines(view))
 
     def on_resize(self) -> None:
         if self.view is not None:

@@ -1,16 +1,29 @@
-"""The conversation on the left: finished turns stay as finished widgets; only the reply
-being generated is updated, by appending the new tokens' text (cost per frame does not
-depend on the length of the transcript)."""
+"""The conversation on the left, as one line-API scroll view (no child widgets).
+
+Each turn is a *block* that renders itself to a list of Strips (one per screen line)
+for the current width, and keeps them. The reply being generated only appends: each
+frame wraps the few new tokens onto its open last line; lines that can no longer change
+are frozen as Strips. So the cost of a frame depends on how many tokens arrived, not on
+how long the reply or the transcript is, and since the transcript has no child widgets
+a new line costs Textual a layout of a handful of widgets, not of every past turn.
+Only the lines on screen are drawn (`render_line`).
+"""
 
 from __future__ import annotations
 
+import bisect
 import time
+from typing import Any, Iterable
 
+from rich.console import Console, RenderableType
+from rich.markdown import Markdown
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Markdown, Static
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widget import Widget
 
 from ..events import FinishReason, Step
 from .conversation import BLOCKING, ReplyRecord, finish_label
@@ -28,6 +41,14 @@ PROB_BANDS: tuple[tuple[float, str], ...] = (
 )
 _BOUNDARY_BG = ("#2b3340", "#3a4456")
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_REPLY = Style(color="#d7875f")
+_USER = Style(color="#5f87d7")
+_DIM = Style(color="#8a8a8a", italic=True)
+_WAIT = Style(color="#87afd7", italic=True)
+_WARN = Style(color="#ffaf5f", italic=True)
+_ERROR = Style(color="#ff5f5f")
+GUTTER = 2  # "│ " before every body line
+LIVE_STEP = 6  # lines the view scrolls at once while a reply grows
 
 
 def prob_colour(p: float) -> str:
@@ -57,96 +78,124 @@ def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | Non
     style = _style_cache.get(key)
     if style is None:
         colour, parity, sel = key
-        style = Style(
-            color=colour,
-            bgcolor=_BOUNDARY_BG[parity] if parity is not None else None,
-        )
+        style = Style(color=colour, bgcolor=_BOUNDARY_BG[parity] if parity is not None else None)
         if sel:
             style = Style(color="black", bgcolor="#ffaf00", bold=True)
         _style_cache[key] = style
     return style
 
 
-class UserMessage(Static):
+def _clickable(style: Style | None, reply: int, step: int) -> Style:
+    return (style or Style()) + Style.from_meta({"token": (reply, step)})
+
+
+# ------------------------------------------------------------------ blocks ----
+class Block:
+    """One turn of the transcript, rendered to Strips for a given width."""
+
+    gutter_style = _DIM
+
+    def __init__(self) -> None:
+        self.transcript: Transcript | None = None
+        self.lines: list[Strip] = []
+        self.width = 0
+
+    @property
+    def height(self) -> int:
+        return len(self.lines)
+
+    def line(self, i: int) -> Strip:
+        return self.lines[i]
+
+    def render(self, console: Console, width: int) -> None:
+        self.width = width
+        self.lines = list(self._render(console, width))
+
+    def _render(self, console: Console, width: int) -> Iterable[Strip]:
+        return ()
+
+    def changed(self) -> None:
+        """Re-render after a change (selection, preferences, finishing)."""
+        if self.transcript is not None:
+            self.transcript.block_changed(self)
+
+    # helpers ------------------------------------------------------------------
+    @staticmethod
+    def _title(console: Console, label: str, style: Style, width: int) -> Strip:
+        text = Text(f"╭─ {label} ", style=style)
+        text.append("─" * max(0, width - text.cell_len), style=style + Style(dim=True))
+        text.truncate(width)
+        return Strip(list(text.render(console)), text.cell_len)
+
+    def _body(self, console: Console, renderable: RenderableType, width: int, style: Style) -> list[Strip]:
+        inner = max(1, width - GUTTER)
+        lines = console.render_lines(renderable, console.options.update(width=inner, height=None), pad=False)
+        return [self._gutter(Strip(segs), style) for segs in lines]
+
+    @staticmethod
+    def _gutter(strip: Strip, style: Style) -> Strip:
+        return Strip([Segment("│ ", style), *strip], strip.cell_length + GUTTER)
+
+    @staticmethod
+    def _blank() -> Strip:
+        return Strip.blank(0)
+
+
+class UserBlock(Block):
     def __init__(self, text: str) -> None:
-        super().__init__(Text(text), classes="user-message", markup=False)
-        self.border_title = "You"
+        super().__init__()
+        self.text = text
+
+    def _render(self, console: Console, width: int) -> Iterable[Strip]:
+        yield self._blank()
+        yield self._title(console, "You", _USER, width)
+        yield from self._body(console, Text(self.text), width, _USER)
 
 
-class ReplyView(Vertical):
-    """One assistant reply: header, body (text or Markdown), and an info line."""
+class NoteBlock(Block):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def _render(self, console: Console, width: int) -> Iterable[Strip]:
+        yield self._blank()
+        yield from self._body(console, Text(self.text, style=_DIM), width, _DIM)
+
+
+class ReplyView(Block):
+    """One assistant reply: title, body (tokens, or Markdown once done), info line.
+
+    While streaming, `add_steps` appends tokens to the open last line (`_tail`) and
+    freezes the lines above it: a frame costs the new tokens, not the reply so far.
+    """
 
     def __init__(self, record: ReplyRecord, prefs: Prefs) -> None:
-        super().__init__(classes="reply")
+        super().__init__()
         self.record = record
         self.prefs = prefs
         self.selected: int | None = None
-        self._text = Text()
-        self._n_tokens = 0  # tokens appended to _text (for boundary parity)
-        self._markdown: Markdown | None = None
-        self._ready = False  # mounted: safe to mount the Markdown view
-        self.body = Static(classes="reply-body", markup=False)
-        self.info = Static(classes="reply-info", markup=False)
-        self.border_title = self._title()
+        self._frozen: list[Strip] = []  # finished body lines of the live reply
+        self._tail = Text()  # the open last line of the live reply
+        self._tail_strip: Strip | None = None
+        self._n_tokens = 0  # tokens appended (for boundary parity)
+        self._status: Text | None = None
+        self._console: Console | None = None
 
-    def _title(self) -> str:
+    # ---- what a test or the app reads -------------------------------------------
+    def body_text(self) -> str:
+        """The reply text as shown (empty while a blocking reply is pending)."""
         r = self.record
-        title = f"Assistant · reply {r.number}"
-        if r.replay_of is not None:
-            title += f" · replay of reply {r.replay_of} in {'blocking' if r.mode == BLOCKING else 'streaming'} mode"
-        return title
-
-    def compose(self) -> ComposeResult:
-        yield self.body
-        yield self.info
-
-    def on_mount(self) -> None:
-        self._ready = True
-        if self.record.done:
-            self.finish()
-        else:
-            self.tick()
-
-    # ---------------------------------------------------------------- live ----
-    def add_steps(self, steps: list[Step]) -> None:
-        """Streaming: append the new tokens' text (one update per frame)."""
-        if self.record.mode == BLOCKING or self.selected is not None:
-            return
-        for step in steps:
-            if step.is_stop or not step.text:
-                continue
-            self._text.append(step.text, token_style(step, self._n_tokens, self.prefs, False))
-            self._n_tokens += 1
-        if self.record.shown_at is None and self._n_tokens:
-            self.record.shown_at = time.monotonic()
-        self.body.update(self._text)
-
-    def tick(self) -> None:
-        """Blocking mode (and before the first token): spinner and elapsed time."""
-        r = self.record
-        if r.done:
-            return
-        elapsed = time.monotonic() - r.started_at if r.started_at else 0.0
-        frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        if r.mode == BLOCKING:
-            msg = f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s"
-            self.body.update(Text(msg, style="italic #87afd7"))
-        elif self._n_tokens == 0:
-            phase = "reading the prompt (prefill)" if r.prefill is None else "first token…"
-            self.body.update(Text(f"{frame} {phase} · {elapsed:.1f} s", style="italic #87afd7"))
-
-    # -------------------------------------------------------------- finished ----
-    def finish(self) -> None:
-        if not self._ready:
-            return  # on_mount finishes it
-        self.rebuild()
-        self.info.update(self.info_text())
+        if r.mode == BLOCKING and not r.done:
+            return str(self._status or "")
+        if not r.done:
+            return "".join(s.text for s in r.steps if not s.is_stop)
+        return r.text
 
     def info_text(self) -> Text:
         r = self.record
         f = r.finish
         if f is None:
-            return Text(f"error: {r.error}" if r.error else "", style="#ff5f5f")
+            return Text(f"error: {r.error}" if r.error else "", style=_ERROR)
         mode = "blocking" if r.mode == BLOCKING else "streamed"
         parts = [mode]
         if r.mode == BLOCKING:
@@ -159,93 +208,306 @@ class ReplyView(Vertical):
         if f.tokens_per_s:
             parts.append(f"{f.tokens_per_s:.0f} tok/s")
         label = finish_label(f)
-        style = "dim"
+        style = _DIM
         if f.reason in (FinishReason.CANCELLED, FinishReason.ERROR):
-            style = "#ffaf5f"
+            style = _WARN
             label = f"{label} ({f.reason.value})" + (f": {f.error}" if f.error else "")
         parts.append(label)
         return Text(" · ".join(parts), style=style)
 
-    def full_text(self, clickable: bool) -> Text:
+    def _title_label(self) -> str:
+        r = self.record
+        title = f"Assistant · reply {r.number}"
+        if r.replay_of is not None:
+            title += f" · replay of reply {r.replay_of} in {'blocking' if r.mode == BLOCKING else 'streaming'} mode"
+        return title
+
+    # ---- rendering ------------------------------------------------------------------
+    @property
+    def height(self) -> int:
+        if self.record.done or self._console is None:
+            return len(self.lines)
+        return 2 + len(self._frozen) + 1 + (1 if self._status is not None else 0)
+
+    def line(self, i: int) -> Strip:
+        if self.record.done or self._console is None:
+            return self.lines[i]
+        if i == 0:
+            return self._blank()
+        if i == 1:
+            return self.lines[1]
+        i -= 2
+        if i < len(self._frozen):
+            return self._frozen[i]
+        if i == len(self._frozen):
+            if self._tail_strip is None:
+                self._tail_strip = self._line_strip(self._tail)
+            return self._tail_strip
+        return self._line_strip(self._status or Text())
+
+    def _line_strip(self, text: Text) -> Strip:
+        assert self._console is not None
+        segs = list(text.render(self._console))
+        return self._gutter(Strip(segs), _REPLY)
+
+    def render(self, console: Console, width: int) -> None:
+        self.width = width
+        self._console = console
+        if self.record.done:
+            self.lines = list(self._render_done(console, width))
+            return
+        self.lines = [self._blank(), self._title(console, self._title_label(), _REPLY, width)]
+        # live: re-wrap everything so far (a resize, a selection, a preference)
+        self._frozen, self._tail, self._tail_strip = [], Text(), None
+        text = self._styled_text(clickable=True) if self.record.mode != BLOCKING else Text()
+        self._append(text)
+        self._update_status()
+
+    def _render_done(self, console: Console, width: int) -> Iterable[Strip]:
+        r = self.record
+        yield self._blank()
+        yield self._title(console, self._title_label(), _REPLY, width)
+        use_md = self.prefs.markdown and self.selected is None and bool(r.text.strip())
+        if use_md:
+            body: RenderableType = Markdown(r.text)
+        else:
+            body = self._styled_text(clickable=True)
+            body.rstrip()
+            if not body.plain:
+                body = Text("(no text)", style=_DIM) if r.finish is not None else Text("")
+        yield from self._body(console, body, width, _REPLY)
+        yield from self._body(console, self.info_text(), width, _REPLY)
+
+    def _styled_text(self, clickable: bool) -> Text:
         text = Text()
         n = 0
+        number = self.record.number
         for step in self.record.steps:
             if step.is_stop or not step.text:
                 continue
             style = token_style(step, n, self.prefs, step.index == self.selected)
-            if clickable:
-                style = (style or Style()) + Style(meta={"token": (self.record.number, step.index)})
-            text.append(step.text, style)
+            text.append(step.text, _clickable(style, number, step.index) if clickable else style)
             n += 1
         if not self.record.steps and self.record.finish is not None:
             text.append(self.record.finish.text)  # a trace without steps
-        if self.record.done:
-            text.rstrip()
         self._n_tokens = n
         return text
 
-    def rebuild(self) -> None:
-        """Re-render after a preference or the selected token changed."""
-        r = self.record
-        if not self._ready:
+    def _append(self, text: Text) -> None:
+        """Add text to the open line; freeze the lines that wrapping has closed."""
+        if not text:
             return
-        if not r.done:
-            if r.mode != BLOCKING and self.selected is None:
-                self._text = self.full_text(clickable=False)
-                self.body.update(self._text)
-            elif self.selected is not None:
-                self.body.update(self.full_text(clickable=False))
-            return
-        use_md = self.prefs.markdown and self.selected is None and bool(r.text.strip())
-        if use_md:
-            if self._markdown is None:
-                self._markdown = Markdown(r.text, classes="reply-markdown")
-                self.mount(self._markdown, before=self.info)
-            self._markdown.display = True
-            self.body.display = False
-        else:
-            if self._markdown is not None:
-                self._markdown.display = False
-            self.body.display = True
-            self._text = self.full_text(clickable=True)
-            if not self._text.plain and r.finish is not None and r.finish.completion_tokens == 0:
-                self._text = Text("(no text)", style="dim italic")
-            self.body.update(self._text)
+        assert self._console is not None
+        self._tail.append_text(text)
+        inner = max(1, self.width - GUTTER)
+        wrapped = self._tail.wrap(self._console, inner, overflow="fold")
+        if len(wrapped) > 1:
+            for line in wrapped[:-1]:
+                self._frozen.append(self._line_strip(line))
+            self._tail = wrapped[-1]
+        self._tail_strip = None
 
-    def on_click(self, event) -> None:
-        token = event.style.meta.get("token") if event.style else None
-        if token is not None:
-            event.stop()
-            self.app.action_select_token(*token)
+    def _update_status(self) -> None:
+        r = self.record
+        if r.done:
+            self._status = None
+            return
+        elapsed = time.monotonic() - r.started_at if r.started_at else 0.0
+        frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
+        if r.mode == BLOCKING:
+            self._status = Text(f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s", style=_WAIT)
+        elif self._n_tokens == 0:
+            phase = "reading the prompt (prefill)" if r.prefill is None else "first token…"
+            self._status = Text(f"{frame} {phase} · {elapsed:.1f} s", style=_WAIT)
+        else:
+            self._status = None
+
+    # ---- live updates (once per frame) -------------------------------------------------
+    def add_steps(self, steps: list[Step]) -> None:
+        """Streaming: append the new tokens' text."""
+        if self._console is None or self.record.mode == BLOCKING or self.selected is not None:
+            return
+        text = Text()
+        number = self.record.number
+        for step in steps:
+            if step.is_stop or not step.text:
+                continue
+            style = token_style(step, self._n_tokens, self.prefs, False)
+            text.append(step.text, _clickable(style, number, step.index))
+            self._n_tokens += 1
+        if self.record.shown_at is None and self._n_tokens:
+            self.record.shown_at = time.monotonic()
+        first_changed = 2 + len(self._frozen)  # the open line: everything above is frozen
+        self._append(text)
+        self._update_status()
+        if self.transcript is not None:
+            self.transcript.block_grew(self, first_changed)
+
+    def tick(self) -> None:
+        """Blocking mode (and before the first token): spinner and elapsed time."""
+        if self.record.done or self._console is None:
+            return
+        self._update_status()
+        if self.transcript is not None:
+            self.transcript.block_grew(self, 2 + len(self._frozen))
+
+    def finish(self) -> None:
+        self._status = None
+        self.changed()
+
+    def rebuild(self) -> None:
+        self.changed()
 
     def select(self, step_index: int | None) -> None:
         if step_index != self.selected:
             self.selected = step_index
-            self.rebuild()
+            self.changed()
 
 
-class Transcript(VerticalScroll):
+# -------------------------------------------------------------- the widget ----
+class Transcript(ScrollView, can_focus=True):
     """Scrolls with the reply while anchored; scrolling up releases it (Textual's anchor)."""
 
-    can_focus = True
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.blocks: list[Block] = []
+        self._starts: list[int] = []  # first line of each block
+        self._total = 0
+        self._width = 0
+        self._line_style = Style()
 
     def on_mount(self) -> None:
         self.anchor()
 
-    def add_user(self, text: str) -> UserMessage:
-        w = UserMessage(text)
-        self.mount(w)
-        return w
+    # ---- content ------------------------------------------------------------------
+    def _content_width(self) -> int:
+        return max(10, self.scrollable_content_region.width or self.size.width or 80)
+
+    def _add(self, block: Block) -> Block:
+        block.transcript = self
+        if self._width:
+            block.render(self.app.console, self._width)
+        self.blocks.append(block)
+        self._starts.append(self._total)
+        self._total += block.height
+        self._resize_virtual()
+        return block
+
+    def add_user(self, text: str) -> UserBlock:
+        return self._add(UserBlock(text))  # type: ignore[return-value]
 
     def add_reply(self, record: ReplyRecord, prefs: Prefs) -> ReplyView:
-        w = ReplyView(record, prefs)
-        self.mount(w)
-        return w
+        return self._add(ReplyView(record, prefs))  # type: ignore[return-value]
 
-    def add_note(self, text: str, classes: str = "note") -> Static:
-        w = Static(Text(text), classes=classes, markup=False)
-        self.mount(w)
-        return w
+    def add_note(self, text: str, classes: str = "note") -> NoteBlock:
+        return self._add(NoteBlock(text))  # type: ignore[return-value]
 
     def reply_views(self) -> list[ReplyView]:
-        return list(self.query(ReplyView))
+        return [b for b in self.blocks if isinstance(b, ReplyView)]
+
+    def remove_last(self, n: int) -> None:
+        del self.blocks[len(self.blocks) - n :]
+        self._reflow()
+
+    def clear(self) -> None:
+        self.blocks.clear()
+        self._reflow()
+
+    def scroll_to_block(self, block: Block) -> None:
+        if block in self.blocks:
+            self.release_anchor()
+            y = self._starts[self.blocks.index(block)]
+            self.scroll_to(y=y, animate=False)
+
+    # ---- keeping the geometry current ------------------------------------------------
+    def block_changed(self, block: Block) -> None:
+        """A block's lines were invalidated: re-render it and everything's offsets."""
+        if self._width:
+            block.render(self.app.console, self._width)
+        self._reflow(rerender=False)
+
+    def block_grew(self, block: Block, first_changed: int) -> None:
+        """The last block changed from its line `first_changed` on (the live reply).
+
+        Cheap path: no re-render of other blocks, and only the changed lines are
+        repainted unless the view scrolls."""
+        if block is not (self.blocks[-1] if self.blocks else None):
+            self._reflow(rerender=False)
+            return
+        total = self._starts[-1] + block.height
+        scroll_y = self.scroll_offset.y
+        if total != self._total:
+            self._total = total
+            self._resize_virtual()
+        if self.scroll_offset.y != scroll_y:
+            return  # scrolled: Textual repaints the whole view anyway
+        top = self._starts[-1] + first_changed - scroll_y
+        height = self.scrollable_content_region.height
+        if top < height and top + (total - first_changed) >= 0:
+            top = max(0, top)
+            self.refresh(Region(0, top, self.size.width, height - top))
+
+    def _reflow(self, rerender: bool = False) -> None:
+        self._starts, total = [], 0
+        for block in self.blocks:
+            if rerender and self._width:
+                block.render(self.app.console, self._width)
+            self._starts.append(total)
+            total += block.height
+        self._total = total
+        self._resize_virtual()
+        self.refresh()
+
+    def _virtual_height(self) -> int:
+        """While a reply grows, the view scrolls by LIVE_STEP lines at a time (a
+        scroll repaints the whole view; growing into blank lines repaints one)."""
+        last = self.blocks[-1] if self.blocks else None
+        if isinstance(last, ReplyView) and not last.record.done:
+            return -(-self._total // LIVE_STEP) * LIVE_STEP
+        return self._total
+
+    def _resize_virtual(self) -> None:
+        size = Size(self._width, self._virtual_height())
+        if size == self.virtual_size:
+            return
+        height = self.scrollable_content_region.height
+        scrollbar_stays = self.show_vertical_scrollbar == (size.height > height)
+        if self.is_mounted and height and scrollbar_stays and size.width == self.virtual_size.width:
+            # Only the height grew and no scrollbar appears: update the scroll geometry
+            # without asking Textual for a layout of the whole screen.
+            self.set_reactive(Widget.virtual_size, size)
+            self._scroll_update(size)
+            if self._anchored and not self._anchor_released:
+                self.scroll_end(animate=False, immediate=True)
+        else:
+            self.virtual_size = size
+
+    def on_resize(self, event: Any) -> None:
+        width = self._content_width()
+        if width != self._width:
+            self._width = width
+            self._reflow(rerender=True)
+
+    # ---- drawing: only the lines on screen -------------------------------------------
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._line_style = self.rich_style  # once per paint, not once per line
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        style = self._line_style
+        if 0 <= index < self._total and self.blocks:
+            b = bisect.bisect_right(self._starts, index) - 1
+            block = self.blocks[b]
+            i = index - self._starts[b]
+            if 0 <= i < block.height:
+                return block.line(i).crop_extend(scroll_x, scroll_x + width, style).apply_style(style)
+        return Strip.blank(width, style)
+
+    def on_click(self, event: Any) -> None:
+        token = event.style.meta.get("token") if event.style else None
+        if token is not None:
+            event.stop()
+            self.app.action_select_token(*token)

@@ -1,0 +1,280 @@
+"""The chat app beside the generation loop on this machine: ratios measured in one run.
+
+1. Decode tokens/s of a reply shown in the running app (headless Textual driver, the
+   full app: transcript, loop panel, frame timer) against the best headless rate of the
+   engine (headless at its own best thread count). Target >= 0.90, with the loop panel
+   still updating at >= 15 frames/s. Measured for each engine host ("thread": a worker
+   thread in the app's process, "process": a child process) and llama thread count.
+2. Time from a key press (posted from another thread, as a terminal driver does) to its
+   handler while the model generates at full speed: p50 / p99 (target p99 < 50 ms).
+3. UI cost per token (CPU time of the UI thread) with a 10,000-token transcript vs an
+   empty one, and late vs early in one 10,000-token reply (target ratio >= 0.9).
+
+Every configuration runs in its own subprocess (a fresh process per measurement: no
+OpenMP pool left over from another configuration), configurations alternate round by
+round, and the figures printed are medians.
+
+    .venv/bin/python benchmarks/tui_throughput.py [--rounds 3] [--tokens 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+PROMPT = "Write a very long story about a dragon who learns to cook. Make it at least 1000 words."
+TRACE = ROOT / "tests" / "data" / "reply.jsonl"
+
+
+def _settings(tokens: int):
+    from loopchat.settings import SamplingSettings
+
+    return SamplingSettings(seed=1, max_tokens=tokens, temperature=0.7)
+
+
+# ----------------------------------------------------------------- children ----
+def child_headless(threads: int, tokens: int) -> dict:
+    from loopchat.config import load_config
+    from loopchat.engine import Engine
+    from loopchat.events import Finish, Message
+
+    spec = load_config(None).get(None)
+    eng = Engine(spec.resolve_file(), n_ctx=2048, threads=threads, log_path=Path(os.devnull))
+    msgs = [Message("system", spec.system_prompt), Message("user", PROMPT)] if spec.system_prompt else [Message("user", PROMPT)]
+    rates = []
+    for _ in range(2):
+        eng.reset()
+        fin = [e for e in eng.generate(msgs, _settings(tokens), ignore_eos=True) if isinstance(e, Finish)][0]
+        rates.append(fin.tokens_per_s)
+    return {"tok_s": max(rates), "steps": fin.steps}
+
+
+def child_app(host: str, threads: int, tokens: int) -> dict:
+    from textual import events
+
+    from loopchat.tui.app import create_app
+    from loopchat.tui.backend import LiveBackend
+    from loopchat.tui.prefs import Prefs
+
+    backend = LiveBackend(None, None, threads=threads, host=host)
+    spec, path = backend.resolve()
+    backend.load(spec, path)
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), settings=_settings(tokens))
+    handled: list[float] = []
+    original = app.action_next_knob
+
+    def timed_next_knob() -> None:
+        handled.append(time.perf_counter())
+        original()
+
+    app.action_next_knob = timed_next_knob  # type: ignore[method-assign]
+    posted: list[float] = []
+    stop = threading.Event()
+
+    def presser() -> None:  # a user pressing F8 about 8 times a second
+        while not stop.wait(0.12):
+            posted.append(time.perf_counter())
+            app.post_message(events.Key("f8", None))
+
+    async def drive() -> dict:
+        async with app.run_test(size=(120, 40), headless=True) as pilot:
+            await asyncio.wait_for(app.model_ready.wait(), 60)
+            app.prompt.value = PROMPT
+            await pilot.press("enter")
+            while app.steps_seen < 2:
+                await pilot.pause(0.005)
+            frames0, t0 = app.frames_rendered, time.perf_counter()
+            t = threading.Thread(target=presser, daemon=True)
+            t.start()
+            await asyncio.wait_for(app.run_finished.wait(), 300)
+            t1, frames1 = time.perf_counter(), app.frames_rendered
+            stop.set()
+            t.join()
+            await pilot.pause(0.3)
+            rec = app.conversation.replies[-1]
+            fin = rec.finish
+            lat = [(h - p) * 1000 for p, h in zip(posted, handled)]
+            return {
+                "tok_s": fin.tokens_per_s,
+                "steps": fin.steps,
+                "fps": (frames1 - frames0) / (t1 - t0),
+                "key_ms": lat,
+                "keys_posted": len(posted),
+                "keys_handled": len(handled),
+            }
+
+    out = asyncio.run(drive())
+    backend.close()
+    return out
+
+
+def child_uicost(mode: str, tokens_before: int) -> dict:
+    """UI-thread CPU time per token while replies stream in at ~100 tokens/s."""
+    from loopchat.events import Finish, Start, Step
+    from loopchat.trace import read_trace
+    from loopchat.tui import app as tui_app
+    from loopchat.tui.prefs import Prefs
+
+    _, traced = read_trace(TRACE)
+    reply = [te.event for te in traced]
+    steps = [e for e in reply if isinstance(e, Step)]
+    start = next(e for e in reply if isinstance(e, Start))
+    finish = next(e for e in reply if isinstance(e, Finish))
+    prefill = [e for e in reply if e.kind == "prefill"]
+
+    def long_reply(n: int) -> list:
+        """One reply of n steps, made of the recorded steps (indices renumbered)."""
+        import dataclasses
+
+        out = [start, *prefill]
+        for i in range(n):
+            s = steps[i % (len(steps) - 1)]  # skip the stop token
+            out.append(dataclasses.replace(s, index=i, is_stop=False))
+        out.append(dataclasses.replace(finish, steps=n, completion_tokens=n, text=""))
+        return out
+
+    app = tui_app.create_app(replay=str(TRACE), replay_speed=0, prefs=Prefs(markdown=False))
+    measure_tokens = 600
+
+    async def drive() -> dict:
+        async with app.run_test(size=(120, 40), headless=True) as pilot:
+            await asyncio.wait_for(app.run_finished.wait(), 30)
+            if mode == "many_replies" and tokens_before:
+                per = len(steps)
+                for _ in range(tokens_before // per):
+                    for e in reply:
+                        app.pump.emit(e)
+                    while len(app.pump):
+                        await pilot.pause(0.01)
+            feed = long_reply(tokens_before + measure_tokens if mode == "one_reply" else measure_tokens)
+            # feed the warm-up part at once, then time the last `measure_tokens` steps
+            head = len(feed) - 1 - measure_tokens
+            for e in feed[:head]:
+                app.pump.emit(e)
+            while len(app.pump):
+                await pilot.pause(0.01)
+            await pilot.pause(0.2)
+            done = asyncio.Event()
+            loop = asyncio.get_running_loop()
+
+            def feeder() -> None:
+                for e in feed[head:]:
+                    app.pump.emit(e)
+                    time.sleep(0.01)  # the "model": 100 tokens/s
+                loop.call_soon_threadsafe(done.set)
+
+            profiler = None
+            if os.environ.get("LOOPCHAT_PROFILE"):
+                import cProfile
+
+                profiler = cProfile.Profile()
+                profiler.enable()
+            cpu0, frames0 = time.thread_time(), app.frames_rendered
+            threading.Thread(target=feeder, daemon=True).start()
+            await done.wait()  # the UI thread only runs the app meanwhile
+            await asyncio.sleep(0.2)  # the last frame
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(os.environ["LOOPCHAT_PROFILE"])
+            cpu = time.thread_time() - cpu0
+            return {"ui_ms_per_token": cpu * 1000 / measure_tokens, "frames": app.frames_rendered - frames0}
+
+    return asyncio.run(drive())
+
+
+# ------------------------------------------------------------------ parent ----
+def run_child(*args: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, timeout=900
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"child {args} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--hosts", default="thread,process")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--skip-uicost", action="store_true")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.child:
+        kind, *rest = args.child
+        if kind == "headless":
+            out = child_headless(int(rest[0]), int(rest[1]))
+        elif kind == "app":
+            out = child_app(rest[0], int(rest[1]), int(rest[2]))
+        else:
+            out = child_uicost(rest[0], int(rest[1]))
+        print(json.dumps(out))
+        return
+
+    threads = [int(t) for t in args.threads.split(",")]
+    hosts = args.hosts.split(",")
+    configs = [("headless", str(t)) for t in threads] + [("app", h, str(t)) for h in hosts for t in threads]
+    results: dict[tuple, list[dict]] = {c: [] for c in configs}
+    print(f"{os.cpu_count()} CPUs; {args.tokens} tokens per reply; {args.rounds} rounds; configurations alternate")
+    for r in range(args.rounds):
+        order = configs if r % 2 == 0 else list(reversed(configs))
+        for c in order:
+            res = run_child(*c, str(args.tokens))
+            results[c].append(res)
+            extra = f"  {res['fps']:.1f} frames/s" if "fps" in res else ""
+            print(f"round {r + 1}  {' '.join(c):<16} {res['tok_s']:7.1f} tok/s{extra}", flush=True)
+
+    med = {c: statistics.median(x["tok_s"] for x in results[c]) for c in configs}
+    best_headless = max(med[("headless", str(t))] for t in threads)
+    best_t = max(threads, key=lambda t: med[("headless", str(t))])
+    print()
+    print(f"best headless: {best_headless:.1f} tok/s at {best_t} thread(s)")
+    for t in threads:
+        print(f"  headless, {t} thread(s): {med[('headless', str(t))]:.1f} tok/s")
+    print(f"{'app configuration':<24}{'tok/s':>8}{'vs best headless':>18}{'frames/s':>10}{'key p50':>9}{'key p99':>9}")
+    for h in hosts:
+        for t in threads:
+            c = ("app", h, str(t))
+            fps = statistics.median(x["fps"] for x in results[c])
+            lat = [v for x in results[c] for v in x["key_ms"]]
+            print(
+                f"{h + ', ' + str(t) + ' thread(s)':<24}{med[c]:8.1f}{med[c] / best_headless:18.2f}{fps:10.1f}"
+                f"{pct(lat, 0.5):8.1f}ms{pct(lat, 0.99):7.1f}ms"
+            )
+    print("targets: app/headless >= 0.90 at >= 15 frames/s; key p99 < 50 ms")
+
+    if not args.skip_uicost:
+        print()
+        empty = [run_child("uicost", "many_replies", "0")["ui_ms_per_token"] for _ in range(args.rounds)]
+        full = [run_child("uicost", "many_replies", "10000")["ui_ms_per_token"] for _ in range(args.rounds)]
+        early = [run_child("uicost", "one_reply", "0")["ui_ms_per_token"] for _ in range(args.rounds)]
+        late = [run_child("uicost", "one_reply", "10000")["ui_ms_per_token"] for _ in range(args.rounds)]
+        e, f = statistics.median(empty), statistics.median(full)
+        a, b = statistics.median(early), statistics.median(late)
+        print(f"UI CPU per token, empty transcript: {e:.3f} ms; after 10,000 tokens of past replies: {f:.3f} ms; ratio {e / f:.2f}")
+        print(f"UI CPU per token, start of a reply: {a:.3f} ms; 10,000 tokens into one reply: {b:.3f} ms; ratio {a / b:.2f}")
+        print("target: ratio >= 0.9")
+
+
+if __name__ == "__main__":
+    main()
