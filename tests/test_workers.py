@@ -109,3 +109,30 @@ def test_a_bad_model_is_a_worker_error_not_a_crash(cls, tmp_path: Path, model_pa
         assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
     finally:
         w.close()
+
+
+def test_a_crashed_engine_process_is_reported_and_can_be_restarted(model_path: Path) -> None:
+    import os
+    import signal
+
+    q: queue.Queue = queue.Queue()
+    w = ProcessEngineWorker(q.put)
+    try:
+        w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
+        assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
+        w.generate(MESSAGES, SamplingSettings(max_tokens=400, seed=1))
+        while not isinstance(q.get(timeout=60), Step):
+            pass
+        os.kill(w._proc.pid, signal.SIGKILL)  # as a segfault in llama.cpp would end it
+        err = collect_until(q, WorkerError)[-1]
+        assert "stopped unexpectedly" in err.message
+        collect_until(q, RunDone)
+        assert not w.busy and not w.alive
+        w.generate(MESSAGES, SamplingSettings(max_tokens=2))
+        assert "not running" in collect_until(q, WorkerError)[-1].message
+        w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
+        assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
+        w.generate(MESSAGES, SamplingSettings(max_tokens=3, seed=1))
+        assert collect_until(q, Finish)[-1].reason in (FinishReason.LENGTH, FinishReason.STOP)
+    finally:
+        w.close()

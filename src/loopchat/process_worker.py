@@ -63,22 +63,34 @@ class ProcessEngineWorker:
     """EngineWorker's interface; the engine runs in a spawned child process."""
 
     def __init__(self, emit: Callable[[Any], None], *, name: str = "loopchat-engine") -> None:
-        ctx = multiprocessing.get_context("spawn")
         self._emit = emit
-        self._commands, child_commands = ctx.Pipe(duplex=False)[::-1]
-        parent_events, child_events = ctx.Pipe(duplex=False)
-        self._events = parent_events
-        self._proc = ctx.Process(target=_child_main, args=(child_commands, child_events), name=name, daemon=True)
-        self._proc.start()
-        child_commands.close()
-        child_events.close()
+        self._name = name
         self._lock = threading.Lock()
         self._run_id = 0
         self._busy = threading.Event()
         self._live: LiveSettings | None = None
         self._closing = False
-        self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+        self._start()
+
+    def _start(self) -> None:
+        """Spawn the child process and the thread that reads its events."""
+        ctx = multiprocessing.get_context("spawn")
+        self._commands, child_commands = ctx.Pipe(duplex=False)[::-1]
+        parent_events, child_events = ctx.Pipe(duplex=False)
+        self._events = parent_events
+        self._proc = ctx.Process(
+            target=_child_main, args=(child_commands, child_events), name=self._name, daemon=True
+        )
+        self._proc.start()
+        child_commands.close()
+        child_events.close()
+        self._child_runs = 0  # run ids as the child's EngineWorker counts them
+        self._reader = threading.Thread(target=self._read, name=f"{self._name}-reader", daemon=True)
         self._reader.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.is_alive()
 
     def _send(self, command: str, arg: Any) -> None:
         with self._lock:
@@ -91,6 +103,8 @@ class ProcessEngineWorker:
     def load(self, factory: EngineOptions, name: str, path: Any) -> None:
         if not isinstance(factory, EngineOptions):
             raise TypeError("ProcessEngineWorker.load needs EngineOptions (picklable), not a callable")
+        if not self._proc.is_alive() and not self._closing:
+            self._start()  # the last engine process died: a load starts a new one
         self._send("load", (factory, name, str(path)))
 
     def generate(
@@ -101,6 +115,12 @@ class ProcessEngineWorker:
         report_k: int = 10,
     ) -> int:
         self._run_id += 1
+        if not self._proc.is_alive():
+            self._emit(
+                WorkerError("the engine process is not running: load a model again (Ctrl+P → switch model)", "generate")
+            )
+            self._emit(RunDone(self._run_id))
+            return self._run_id
         self._busy.set()
         self._unsubscribe()
         if isinstance(settings, LiveSettings):
@@ -147,16 +167,21 @@ class ProcessEngineWorker:
             except (EOFError, OSError):
                 if not self._closing:
                     self._proc.join(1)
+                    was_busy = self._busy.is_set()
+                    self._busy.clear()
                     self._emit(
                         WorkerError(
                             f"the engine process stopped unexpectedly (exit code {self._proc.exitcode}); "
-                            "see the llama log, then restart loopchat",
+                            "load a model again (Ctrl+P → switch model); the llama log may say why",
                             during="generate",
                         )
                     )
+                    if was_busy:
+                        self._emit(RunDone(self._run_id))
                 self._busy.clear()
                 return
-            if isinstance(event, RunDone) and event.run_id == self._run_id:
+            if isinstance(event, RunDone):
+                event = RunDone(self._run_id)  # the child counts its own runs
                 self._unsubscribe()
                 self._busy.clear()
             self._emit(event)

@@ -275,7 +275,13 @@ def _latency(v: PanelView, spark_width: int) -> list[Pieces]:
         reused = f", {p.reused_tokens} reused" if p.reused_tokens else ""
         row("prefill", (f"{p.prompt_tokens} tokens{reused} in {fmt_ms(p.ms)}", _NONE))
     f = r.finish
-    row("first token", (fmt_ms(f.ttft_ms) if f else ("at the end" if compact else "shown when the reply ends"), _NONE))
+    if f is not None and f.steps:
+        ttft = fmt_ms(f.ttft_ms)
+    elif r.steps and r.steps[0].elapsed_ms:
+        ttft = fmt_ms(r.steps[0].elapsed_ms)  # measured by the engine at step 0
+    else:
+        ttft = "—"
+    row("first token", (ttft, _NONE))
     fwd = "prefill" if s.index == 0 else fmt_ms(s.forward_ms)
     if compact:
         row("this pass", (f"{fwd} + {fmt_ms(s.sample_ms)} sampling", _NONE))
