@@ -69,6 +69,18 @@ def engine_rate(engine: Engine, s: SamplingSettings, n: int) -> float:
     return finish.tokens_per_s
 
 
+def bare_decode_rate(engine: Engine, prompt_ids: list[int], n: int) -> float:
+    """A Python loop doing nothing but llama_decode on a fixed token: the ceiling for any
+    per-token loop written in Python."""
+    engine.reset()
+    engine._eval(prompt_ids)
+    t0 = time.perf_counter()
+    for _ in range(n - 1):
+        engine._decode_one(42)
+        engine._sync()
+    return (n - 1) / (time.perf_counter() - t0)
+
+
 def llama_bench_rate(binary: str, model: Path, threads: int, n: int, reps: int) -> float:
     out = subprocess.run(
         [binary, "-m", str(model), "-t", str(threads), "-p", "0", "-n", str(n), "-r", str(reps), "-o", "json"],
@@ -119,10 +131,22 @@ def main() -> None:
         f"{statistics.median(b_rates):.1f} tok/s, b/a {statistics.median(ratios):.3f} (target >= 0.97)"
     )
     if args.llama_bench:
-        c = llama_bench_rate(args.llama_bench, model, engine.threads, args.tokens, args.rounds)
-        b_now = engine_rate(engine, settings, args.tokens)
-        print(f"llama-bench tg{args.tokens}: {c:.1f} tok/s; loopchat engine (run right after) {b_now:.1f} tok/s; b/c {b_now / c:.3f} (target >= 0.95)")
-        print(f"median engine / llama-bench: {statistics.median(b_rates) / c:.3f}")
+        rows = []
+        for _ in range(3):
+            c = llama_bench_rate(args.llama_bench, model, engine.threads, args.tokens, 2)
+            b_now = engine_rate(engine, settings, args.tokens)
+            a_now = llama_generate_rate(engine, prompt_ids, settings, args.tokens)
+            d_now = bare_decode_rate(engine, prompt_ids, args.tokens)
+            rows.append((c, b_now, a_now, d_now))
+            print(
+                f"llama-bench tg{args.tokens} {c:6.1f} tok/s | engine {b_now:6.1f} (b/c {b_now / c:.3f}) | "
+                f"Llama.generate {a_now:6.1f} ({a_now / c:.3f}) | bare Python decode loop {d_now:6.1f} ({d_now / c:.3f})"
+            )
+        med = lambda i: statistics.median(r[i] / r[0] for r in rows)  # noqa: E731
+        print(
+            f"median vs llama-bench: engine {med(1):.3f} (target >= 0.95), Llama.generate {med(2):.3f}, "
+            f"bare decode loop {med(3):.3f}"
+        )
     engine.close()
 
 

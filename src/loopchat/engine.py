@@ -205,6 +205,7 @@ class Engine:
             ) from None
         self.llm.verbose = False  # no more prints from llama-cpp-python after the load
         self._llama_cpp = llama_cpp
+        self._one_token, self._one_batch = self._single_token_batch()
         self.n_ctx = self.llm.n_ctx()
         self.n_vocab = self.llm.n_vocab()
         self.n_batch = n_batch
@@ -222,6 +223,17 @@ class Engine:
             # allocations and page faults that would otherwise land in the first TTFT.
             self._eval([max(self.llm.token_bos(), 0)])
             self.reset()
+
+    def _single_token_batch(self):
+        """A llama_batch for one token at an explicit position (owned by this engine)."""
+        lc = self._llama_cpp
+        batch = lc.llama_batch_init(1, 0, 1)
+        self._batch_owner = batch  # freed in close()
+        batch.n_tokens = 1
+        batch.n_seq_id[0] = 1
+        batch.seq_id[0][0] = 0
+        batch.logits[0] = True
+        return batch.token, batch
 
     # ---------------------------------------------------------------- prompt ----
     def _metadata_flag(self, key: str, *, default: bool) -> bool:
@@ -340,6 +352,19 @@ class Engine:
 
     def _eval(self, tokens: Sequence[int]) -> None:
         self.llm.eval(tokens)
+
+    def _decode_one(self, token: int) -> None:
+        """One token through the model: the per-step forward pass, with as little
+        Python around llama_decode as possible (Llama.eval rebuilds its batch and
+        trims the cache on every call). Keeps Llama's own token bookkeeping."""
+        llm = self.llm
+        self._one_token[0] = token
+        self._one_batch.pos[0] = llm.n_tokens
+        rc = self._llama_cpp.llama_decode(llm.ctx, self._one_batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        llm.input_ids[llm.n_tokens] = token
+        llm.n_tokens += 1
 
     def _sync(self) -> None:
         self._llama_cpp.llama_synchronize(self.llm.ctx)
@@ -489,7 +514,7 @@ class Engine:
                 break
             tf = time.perf_counter()
             try:
-                self._eval([token])
+                self._decode_one(token)
                 self._sync()
             except RuntimeError as exc:
                 reason, error = self._decode_failure(exc)
@@ -535,6 +560,7 @@ class Engine:
         llm = getattr(self, "llm", None)
         if llm is not None:
             llm.close()
+            self._llama_cpp.llama_batch_free(self._batch_owner)
             self.llm = None  # type: ignore[assignment]
 
     def __enter__(self) -> "Engine":

@@ -72,7 +72,7 @@ class SamplingSettings:
 
     def diff(self, other: "SamplingSettings | None") -> tuple[str, ...]:
         """Names of the fields whose value differs from `other` (all of them if None)."""
-        if other is None:
+        if other is None or other is self:
             return ()
         return tuple(f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name))
 
