@@ -68,8 +68,6 @@ def child_app(host: str, threads: int, tokens: int) -> dict:
     from loopchat.tui.prefs import Prefs
 
     backend = LiveBackend(None, None, threads=threads, host=host)
-    if os.environ.get("UI_NICE"):
-        os.nice(int(os.environ["UI_NICE"]))
     spec, path = backend.resolve()
     backend.load(spec, path)
     app = create_app(backend=backend, prefs=Prefs(markdown=False), settings=_settings(tokens))

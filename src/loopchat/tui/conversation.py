@@ -47,7 +47,7 @@ class ReplyRecord:
 
     def live_tokens_per_s(self, window: int = 20) -> float | None:
         """Decode rate over the last `window` steps, from their forward + sampling times."""
-        decode = self.steps[1:][-window:]  # step 0's forward pass is the prefill
+        decode = self.steps[max(1, len(self.steps) - window) :]  # step 0's pass is the prefill
         total_ms = sum(s.forward_ms + s.sample_ms for s in decode)
         if not decode or total_ms <= 0:
             return None

@@ -115,29 +115,55 @@ def _cell(s: str, width: int, right: bool = False) -> str:
     return pad + s if right else s + pad
 
 
-class _ChangeIndex:
-    """Incremental per-record caches: last change step per setting, decode forward times."""
+_SPARK_BLOCKS = 64  # the whole-reply sparkline is drawn from at most 2x this many maxima
 
-    __slots__ = ("record", "seen", "changes", "forward")
+
+class _ChangeIndex:
+    """Incremental per-record caches, so a frame costs the new steps, not the reply:
+    last change step per setting, decode forward times, their min/max, and the maxima
+    of consecutive blocks of them (blocks double in size as the reply grows)."""
+
+    __slots__ = ("record", "seen", "changes", "forward", "fmin", "fmax", "blocks", "block", "fill")
 
     def __init__(self, record: ReplyRecord) -> None:
         self.record = record
         self.seen = 0
         self.changes: dict[str, int] = {}
         self.forward: list[float] = []  # forward_ms of steps[1:]
+        self.fmin = float("inf")
+        self.fmax = 0.0
+        self.blocks: list[float] = []
+        self.block = 1  # forward passes per block
+        self.fill = 0  # passes in the last (open) block
 
     def update(self) -> None:
         steps = self.record.steps
         n = len(steps)
         if n < self.seen:  # the list was replaced: start again
-            self.seen, self.changes, self.forward = 0, {}, []
+            self.__init__(self.record)  # type: ignore[misc]
         for s in steps[self.seen :]:
             if s.index > 0:
                 for name in s.settings_changed:
                     self.changes[name] = s.index
-        start = max(1, self.seen)
-        self.forward.extend(x.forward_ms for x in steps[start:])
+        for x in steps[max(1, self.seen) :]:
+            self._add(x.forward_ms)
         self.seen = n
+
+    def _add(self, v: float) -> None:
+        self.forward.append(v)
+        self.fmin = min(self.fmin, v)
+        self.fmax = max(self.fmax, v)
+        if self.fill == 0:
+            self.blocks.append(v)
+        elif v > self.blocks[-1]:
+            self.blocks[-1] = v
+        self.fill += 1
+        if self.fill == self.block:
+            self.fill = 0
+            if len(self.blocks) == 2 * _SPARK_BLOCKS:
+                b = self.blocks
+                self.blocks = [max(b[i], b[i + 1]) for i in range(0, len(b), 2)]
+                self.block *= 2
 
 
 _index: _ChangeIndex | None = None
@@ -287,11 +313,14 @@ def _latency(v: PanelView, spark_width: int) -> list[Pieces]:
         row("this pass", (f"{fwd} + {fmt_ms(s.sample_ms)} sampling", _NONE))
     else:
         row("this pass", (f"{fwd} forward + {fmt_ms(s.sample_ms)} sampling", _NONE))
-    decode = _record_index(r).forward
-    if v.pinned:
-        decode = decode[: s.index]
+    index = _record_index(r)
+    if v.pinned:  # a past token: the passes up to it (once, not per frame)
+        decode = index.forward[: s.index]
+        lo, hi = (min(decode), max(decode)) if decode else (0.0, 0.0)
+    else:
+        decode, lo, hi = index.blocks, index.fmin, index.fmax
     if decode:
-        row("per pass", (sparkline(decode, spark_width), _SPARK), (f"  {min(decode):.1f}–{fmt_ms(max(decode))}", LABEL))
+        row("per pass", (sparkline(decode, spark_width), _SPARK), (f"  {lo:.1f}–{fmt_ms(hi)}", LABEL))
     rate = r.live_tokens_per_s()
     speed = f"{rate:.0f} tok/s live" if rate and not f else ""
     if f and f.tokens_per_s:

@@ -353,6 +353,29 @@ class ReplyView(Block):
 
     def finish(self) -> None:
         self._status = None
+        r = self.record
+        plain = not (self.prefs.markdown and r.text.strip())
+        if (
+            plain
+            and self._console is not None
+            and r.mode != BLOCKING
+            and self.selected is None
+            and r.steps
+            and self.transcript is not None
+            and self.width == self.transcript._width
+        ):
+            # The live lines are already the plain rendering: keep them (re-wrapping a
+            # long reply would stall the UI at the end), add the info line.
+            tail = self._tail
+            tail.rstrip()
+            body = self._frozen + ([self._line_strip(tail)] if tail.plain else [])
+            while body and not body[-1].cell_length > GUTTER:
+                body.pop()
+            info = self._body(self._console, self.info_text(), self.width, _REPLY)
+            self.lines = [self._blank(), self._title(self._console, self._title_label(), _REPLY, self.width)]
+            self.lines += body + info
+            self.transcript._reflow()
+            return
         self.changed()
 
     def rebuild(self) -> None:
