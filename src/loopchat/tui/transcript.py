@@ -12,6 +12,7 @@ Only the lines on screen are drawn (`render_line`).
 from __future__ import annotations
 
 import bisect
+import re
 import time
 from typing import Any, Iterable
 
@@ -83,6 +84,31 @@ def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | Non
             style = Style(color="black", bgcolor="#ffaf00", bold=True)
         _style_cache[key] = style
     return style
+
+
+_BLOCK_START = re.compile(r"^\s*([-*+]\s|\d+[.)]\s|#|>|\||```|~~~)")
+
+
+def hard_line_breaks(text: str) -> str:
+    """Markdown joins single newlines into one paragraph; a chat reply (a poem, an
+    address) means them as line breaks. Mark them as hard breaks, except inside code
+    fences and where the next line starts a block of its own (list, heading, quote)."""
+    lines = text.split("\n")
+    out, fenced = [], False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if (
+            not fenced
+            and line.strip()
+            and nxt.strip()
+            and not _BLOCK_START.match(nxt)
+            and not line.lstrip().startswith(("#", "|", "```", "~~~"))
+        ):
+            line = line.rstrip() + "\\"
+        out.append(line)
+    return "\n".join(out)
 
 
 def _clickable(style: Style | None, reply: int, step: int) -> Style:
@@ -269,7 +295,7 @@ class ReplyView(Block):
         yield self._title(console, self._title_label(), _REPLY, width)
         use_md = self.prefs.markdown and self.selected is None and bool(r.text.strip())
         if use_md:
-            body: RenderableType = Markdown(r.text)
+            body: RenderableType = Markdown(hard_line_breaks(r.text))
         else:
             body = self._styled_text(clickable=True)
             body.rstrip()
