@@ -1,3 +1,4 @@
 from .cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # the engine's child process re-imports this module (spawn)
+    raise SystemExit(main())
