@@ -20,10 +20,10 @@ Sink = Callable[[Any], None]
 
 #: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
 #: or "process" (a child process). benchmarks/tui_throughput.py measures both side by
-#: side: the same decode rate in the app (0.81 vs 0.82 of the best headless rate on 2
-#: cores), key-press latency p99 8.3 ms vs 5.6 ms (no GIL shared with the loop), and a
-#: crash inside llama.cpp ends the child, not the app (it is reported and the user's
-#: text is kept). So: a process.
+#: side on 2 cores: the same decode rate within noise (0.81-0.83 of the best headless
+#: rate), key-press latency p99 5-9 ms either way. What decides is that a crash inside
+#: llama.cpp (seen: ggml's AMX kernels segfault on some CPUs) ends the child process,
+#: not the app: it is reported, the user's text is kept and the model can be reloaded.
 DEFAULT_HOST = "process"
 
 
