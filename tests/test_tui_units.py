@@ -100,3 +100,47 @@ async def test_knob_keys(tmp_path) -> None:
         await pilot.press("f8", "f8", "f8")  # back to temperature
         await pilot.press(*["ctrl+down"] * 10)  # its floor is 0
         assert app.live.get().temperature == 0.0
+
+
+async def test_transcript_follows_the_reply_until_the_user_scrolls_up(tmp_path) -> None:
+    words = [f" word{i}" if i % 9 else f"\nline{i}" for i in range(1500)]
+    backend = FakeBackend(tokens=words, delay=0.004)
+    app = LoopChatApp(backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(100, 30)) as pilot:
+        t = app.transcript
+        await pilot.press(*"go", "enter")
+        await wait_for(pilot, lambda: t.max_scroll_y > 20, 20, "the reply to outgrow the view")
+        # following: the view is at (or, while growing in steps, within a few lines of) the end
+        assert t.scroll_y >= t.max_scroll_y - 1
+        assert t._total - (t.scroll_y + t.scrollable_content_region.height) <= 0
+        t.focus()
+        await pilot.press("pageup")
+        await pilot.pause()
+        held = t.scroll_y
+        assert held < t.max_scroll_y
+        grown = t.max_scroll_y
+        await wait_for(pilot, lambda: t.max_scroll_y > grown + 12, 20, "more lines")
+        assert t.scroll_y == held  # scrolled up: it stays where the user put it
+        await pilot.press("end")
+        await wait_run(pilot, 30)
+        await pilot.pause()
+        assert t.scroll_y == t.max_scroll_y  # back at the end: following again
+
+
+async def test_clicking_a_token_shows_its_step(tmp_path) -> None:
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press(*"hello", "enter")
+        await wait_run(pilot)
+        await pilot.pause()
+        t = app.transcript
+        view = t.reply_views()[0]
+        start = t._starts[t.blocks.index(view)]
+        # the body's first line: "│ Hello, world! How are you?" — click " world" (step 2)
+        y = start + 2 - int(t.scroll_y)
+        line = view.line(2).text
+        x = line.index("world") + 1  # +1: the transcript's left padding
+        await pilot.click(t, offset=(x, y))
+        await pilot.pause()
+        assert app.selection == (1, 2)
+        assert "Forward pass 3" in panel_text(app) and "selected token of reply 1" in panel_text(app)
