@@ -144,3 +144,18 @@ async def test_clicking_a_token_shows_its_step(tmp_path) -> None:
         await pilot.pause()
         assert app.selection == (1, 2)
         assert "Forward pass 3" in panel_text(app) and "selected token of reply 1" in panel_text(app)
+
+
+async def test_ctrl_c_stops_a_reply_and_keeps_what_the_user_typed(tmp_path) -> None:
+    backend = FakeBackend(tokens=[f" t{i}" for i in range(2000)], delay=0.005)
+    app = LoopChatApp(backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press(*"first", "enter")
+        await wait_for(pilot, lambda: app.steps_seen >= 5, 10, "tokens")
+        await pilot.press(*"draft of my next message")
+        await pilot.press("ctrl+c")
+        await wait_run(pilot, 10)
+        rec = app.conversation.replies[0]
+        assert rec.finish is not None and rec.finish.reason.value == "cancelled"
+        assert app.prompt.value == "draft of my next message"
+        assert app.is_running  # Ctrl+C stopped the reply, not the app

@@ -62,6 +62,9 @@ class LoopChatApp(App[int]):
         Binding("alt+right", "token_cursor(1)", "Next token", show=False),
         Binding("ctrl+y", "copy_reply", "Copy reply", show=False),
         Binding("f1", "help", "Keys", show=False),
+        # Ctrl+C stops a reply being generated (as in a terminal); otherwise Textual's
+        # own hint ("press ctrl+q to quit"). priority: the prompt would take it as copy.
+        Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
     ]
 
     def __init__(
@@ -409,6 +412,15 @@ class LoopChatApp(App[int]):
             self._refresh_panel()
         elif isinstance(self.screen, Screen) and self.screen is not self.screen_stack[0]:
             self.pop_screen()
+
+    def action_interrupt(self) -> None:
+        focused = self.focused
+        if self.generating:
+            self.action_stop()
+        elif isinstance(focused, Input) and focused.selected_text:
+            focused.action_copy()
+        else:
+            self.action_help_quit()
 
     def action_next_knob(self) -> None:
         self.knob = KNOBS[(KNOBS.index(self.knob) + 1) % len(KNOBS)]
