@@ -293,3 +293,24 @@ def test_listing_without_a_file():
     text = format_models_listing(load_config())
     assert "built-in defaults" in text and str(default_config_path().name) in text
     assert "* smollm2-135m-instruct" in text and "installed" in text
+
+
+def test_unreachable_hub_is_a_fast_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("huggingface_hub")
+    import socket
+    import time
+
+    from loopchat.model_files import ModelFileError, hf_download
+
+    with socket.socket() as s:  # a local port that nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    t0 = time.monotonic()
+    with pytest.raises(ModelFileError) as err:
+        hf_download("org/repo:model.gguf", progress=False)
+    assert time.monotonic() - t0 < 10
+    msg = str(err.value)
+    assert "\n" not in msg and "could not reach the Hugging Face Hub" in msg and "path = ..." in msg

@@ -6,7 +6,9 @@ huggingface_hub is optional (the `hub` extra) and imported only when needed.
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import re
 from importlib import metadata
 from pathlib import Path
@@ -145,6 +147,23 @@ def hf_cached_path(spec: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+def _hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the hub's host cannot be reached (name lookup, then a TCP connect), or None.
+
+    huggingface_hub retries a failed connection for ~20 s; this answers in seconds."""
+    from urllib.parse import urlparse
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    url = urlparse(endpoint)
+    host = url.hostname or "huggingface.co"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"{host}: {exc.strerror or exc}"
+
+
 def hf_download(spec: str, *, progress: bool = True) -> Path:
     """The local path of "org/repo:file.gguf": from the hub cache, else downloaded.
 
@@ -168,9 +187,15 @@ def hf_download(spec: str, *, progress: bool = True) -> Path:
             f"{spec} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: "
             f"unset HF_HUB_OFFLINE to download it, or download the file and use `path = ...`"
         )
+    unreachable = _hub_unreachable()
+    if unreachable:
+        raise ModelFileError(f"could not reach the Hugging Face Hub to download {spec} ({unreachable}): {fallback}")
     was_disabled = hub_utils.are_progress_bars_disabled()
     if not progress:
         hub_utils.disable_progress_bars()
+    hub_log = logging.getLogger("huggingface_hub")
+    log_level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its retry warnings would break the one-line error
     try:
         return Path(hub.hf_hub_download(repo_id, filename, cache_dir=cache_dir))
     except hub_utils.GatedRepoError:
@@ -197,5 +222,6 @@ def hf_download(spec: str, *, progress: bool = True) -> Path:
             f"({type(exc).__name__}: {_short(exc)}): {fallback}"
         ) from None
     finally:
+        hub_log.setLevel(log_level)
         if not progress and not was_disabled:
             hub_utils.enable_progress_bars()
