@@ -164,6 +164,7 @@ class LoopChatApp(App[int]):
     @work(thread=True, exclusive=True, group="load")
     def _load_model(self, name: str | None) -> None:
         """Resolve the model file (may download) off the UI thread, then load it on the worker."""
+        self.backend.loading = name or self.backend.spec.name
         try:
             spec, path = self.backend.resolve(name)
         except Exception as exc:  # ConfigError / ModelFileError: one-line messages
@@ -325,7 +326,13 @@ class LoopChatApp(App[int]):
             self.notify("This is a replay of a recorded trace: no model is loaded", severity="warning")
             return
         if not self.model_ready.is_set():
-            self.notify("The model is still loading: your message stays in the box", severity="warning")
+            if isinstance(self.backend, LiveBackend) and self.backend.loading:
+                self.notify("The model is still loading: your message stays in the box", severity="warning")
+            else:
+                self.notify(
+                    "No model is loaded: pick one with Ctrl+P → switch model (your message stays in the box)",
+                    severity="warning",
+                )
             return
         if self.generating:
             self.notify("Still generating: press Esc to stop, then send", severity="warning")
