@@ -95,10 +95,12 @@ def child_app(host: str, threads: int, tokens: int) -> dict:
             while app.steps_seen < 2:
                 await pilot.pause(0.005)
             frames0, t0 = app.frames_rendered, time.perf_counter()
+            cpu0 = time.process_time()  # the UI process: every thread of it
             t = threading.Thread(target=presser, daemon=True)
             t.start()
             await asyncio.wait_for(app.run_finished.wait(), 300)
             t1, frames1 = time.perf_counter(), app.frames_rendered
+            cpu1 = time.process_time()
             stop.set()
             t.join()
             await pilot.pause(0.3)
@@ -109,6 +111,7 @@ def child_app(host: str, threads: int, tokens: int) -> dict:
                 "tok_s": fin.tokens_per_s,
                 "steps": fin.steps,
                 "fps": (frames1 - frames0) / (t1 - t0),
+                "ui_process_cpu": (cpu1 - cpu0) / (t1 - t0),  # cores' worth (process host only)
                 "key_ms": lat,
                 "keys_posted": len(posted),
                 "keys_handled": len(handled),
@@ -262,6 +265,11 @@ def main() -> None:
                 f"{pct(lat, 0.5):8.1f}ms{pct(lat, 0.99):7.1f}ms"
             )
     print("targets: app/headless >= 0.90 at >= 15 frames/s; key p99 < 50 ms")
+    for t in threads:
+        c = ("app", "process", str(t))
+        if c in results:
+            ui = statistics.median(x["ui_process_cpu"] for x in results[c])
+            print(f"CPU of the UI process while generating (engine in a child, {t} thread(s)): {ui * 100:.1f}% of a core")
 
     if not args.skip_uicost:
         print()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -26,14 +27,30 @@ from .settings import LiveSettings, SamplingSettings
 from .worker import EngineWorker, RunDone, WorkerError
 
 
+#: Steps cross the pipe in batches at most this far apart (s): one wake-up and one
+#: unpickling in the UI process per batch instead of per token. The UI draws at 15
+#: frames/s, so a batch never waits longer than a frame would.
+BATCH_SECONDS = 1 / 30
+
+
 def _child_main(commands: Connection, events: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the parent
     send_lock = threading.Lock()
+    pending: list[Any] = []
+    last = [0.0]
 
     def send(event: Any) -> None:
+        # called on the engine thread for every event; Steps wait for the batch
+        pending.append(event)
+        now = time.perf_counter()
+        if getattr(event, "kind", "") == "step" and now - last[0] < BATCH_SECONDS:
+            return
+        last[0] = now
+        batch = pending[:]
+        pending.clear()
         with send_lock:
             try:
-                events.send(event)
+                events.send(batch)
             except (BrokenPipeError, OSError):
                 pass
 
@@ -163,7 +180,7 @@ class ProcessEngineWorker:
         while True:
             try:
                 wait([self._events])
-                event = self._events.recv()
+                batch = self._events.recv()
             except (EOFError, OSError):
                 if not self._closing:
                     self._proc.join(1)
@@ -180,8 +197,9 @@ class ProcessEngineWorker:
                         self._emit(RunDone(self._run_id))
                 self._busy.clear()
                 return
-            if isinstance(event, RunDone):
-                event = RunDone(self._run_id)  # the child counts its own runs
-                self._unsubscribe()
-                self._busy.clear()
-            self._emit(event)
+            for event in batch:
+                if isinstance(event, RunDone):
+                    event = RunDone(self._run_id)  # the child counts its own runs
+                    self._unsubscribe()
+                    self._busy.clear()
+                self._emit(event)
