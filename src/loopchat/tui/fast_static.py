@@ -69,6 +69,7 @@ class FastStatic(Widget):
         self._strip_key: tuple[int, Style] | None = None  # (width, base style) of the strips
         self._styles: dict[Style, Style] = {}  # piece style -> base + piece style
         self._pad_style = Style.null()
+        self._paint_base: Style | None = None
 
     @property
     def lines(self) -> list[Line]:
@@ -112,7 +113,7 @@ class FastStatic(Widget):
     def render_line(self, y: int) -> Strip:
         """Line `y`, exactly the widget's width (a cached Strip unless the line changed)."""
         width = self.size.width
-        base = self.visual_style.rich_style
+        base = self._paint_base or self.visual_style.rich_style
         key = (width, base)
         if key != self._strip_key:  # resized or restyled: every strip is stale
             self._strip_key = key
@@ -158,7 +159,11 @@ class FastStatic(Widget):
         if not self._plain_box():
             return super().render_lines(crop)
         render_line = self.render_line
-        strips = [render_line(y) for y in crop.line_range]
+        self._paint_base = self.visual_style.rich_style  # once per paint, not per line
+        try:
+            strips = [render_line(y) for y in crop.line_range]
+        finally:
+            self._paint_base = None
         filters = self.get_line_filters()
         if filters:
             _, background = self.background_colors

@@ -424,6 +424,9 @@ class Transcript(ScrollView, can_focus=True):
         self._total = 0
         self._width = 0
         self._line_style = Style()
+        # finished lines are the same Strip objects frame after frame: keep them cropped
+        # and styled (keyed by identity; the entry holds the strip, so the id stays valid)
+        self._strip_cache: dict[tuple, tuple[Strip, Strip]] = {}
 
     def on_mount(self) -> None:
         self.anchor()
@@ -552,7 +555,16 @@ class Transcript(ScrollView, can_focus=True):
             block = self.blocks[b]
             i = index - self._starts[b]
             if 0 <= i < block.height:
-                return block.line(i).crop_extend(scroll_x, scroll_x + width, style).apply_style(style)
+                strip = block.line(i)
+                key = (id(strip), scroll_x, width, style)
+                cached = self._strip_cache.get(key)
+                if cached is not None and cached[0] is strip:
+                    return cached[1]
+                out = strip.crop_extend(scroll_x, scroll_x + width, style).apply_style(style)
+                if len(self._strip_cache) > 2000:
+                    self._strip_cache.clear()
+                self._strip_cache[key] = (strip, out)
+                return out
         return Strip.blank(width, style)
 
     def on_click(self, event: Any) -> None:
