@@ -16,6 +16,9 @@ OpenMP pool left over from another configuration), configurations alternate roun
 round, and the figures printed are medians.
 
     .venv/bin/python benchmarks/tui_throughput.py [--rounds 3] [--tokens 256]
+
+LOOPCHAT_PROFILE=FILE with `--child app process 2 256` (or `--child uicost one_reply 0`)
+writes a cProfile of the UI thread over the measured reply, for finding what a frame costs.
 """
 
 from __future__ import annotations
@@ -101,12 +104,21 @@ def child_app(host: str, threads: int, tokens: int) -> dict:
             await asyncio.wait_for(app.model_ready.wait(), 60)
             # 1. a reply left alone: decode rate, frames, CPU of the UI
             await reply(pilot)
+            profiler = None
+            if os.environ.get("LOOPCHAT_PROFILE"):
+                import cProfile
+
+                profiler = cProfile.Profile()
+                profiler.enable()
             frames0, t0 = app.frames_rendered, time.perf_counter()
             cpu0 = time.process_time()  # the UI process: every thread of it
             main0 = time.thread_time()  # its main (UI) thread alone
             await asyncio.wait_for(app.run_finished.wait(), 300)
             t1, frames1 = time.perf_counter(), app.frames_rendered
             cpu1, main1 = time.process_time(), time.thread_time()
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(os.environ["LOOPCHAT_PROFILE"])
             fin = app.conversation.replies[-1].finish
             # 2. a new conversation, same reply, while the user presses keys: latency
             await pilot.press("ctrl+n")
