@@ -35,6 +35,7 @@ from .events import (
     Start,
     Step,
 )
+from .model_files import gguf_problem
 from .settings import SamplingSettings
 
 CONTEXT_POLICY = (
@@ -176,15 +177,10 @@ class Engine:
         self.model_path = Path(model_path)
         self.name = name or self.model_path.stem
         self.threads = threads or physical_cores()
-        try:
-            self.model_size = self.model_path.stat().st_size
-        except OSError as exc:
-            raise ModelLoadError(f"cannot read the model file {self.model_path}: {exc.strerror}") from None
-        with open(self.model_path, "rb") as f:
-            if f.read(4) != b"GGUF":
-                raise ModelLoadError(
-                    f"{self.model_path} is not a GGUF model file; point the model's `path` at a .gguf file"
-                )
+        problem = gguf_problem(self.model_path)
+        if problem is not None:
+            raise ModelLoadError(f"{self.model_path} {problem}; point the model's `path` at a .gguf model file")
+        self.model_size = self.model_path.stat().st_size
         route_llama_log(log_path, echo=verbose)
         try:
             with python_prints_to_log():
@@ -333,11 +329,6 @@ class Engine:
         return _Prompt(kept, text, tokens, trimmed if dropped else None)
 
     # ------------------------------------------------------------------ loop ----
-    @property
-    def cached_tokens(self) -> list[int]:
-        """The tokens whose keys and values are in the KV cache now."""
-        return self.llm.input_ids[: self.llm.n_tokens].tolist()
-
     def cancel(self) -> None:
         """Stop the generation in progress within one step (or one prefill batch node).
 

@@ -45,7 +45,7 @@ def settings_from_args(base: SamplingSettings, args: argparse.Namespace) -> Samp
     return base.replace(**changes)
 
 
-def summary_line(start: Start | None, prefill: Prefill | None, finish: Finish) -> str:
+def summary_line(prefill: Prefill | None, finish: Finish) -> str:
     parts = [
         f"prompt {finish.prompt_tokens} tok",
         f"prefill {finish.prefill_ms:.0f} ms" + (f" ({prefill.reused_tokens} reused)" if prefill and prefill.reused_tokens else ""),
@@ -72,7 +72,7 @@ def step_line(step: Step) -> str:
 
 def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     from .config import load_config
-    from .engine import Engine
+    from .engine import EngineOptions
     from .paths import llama_log_path
     from .trace import TraceWriter
     from .worker import EngineWorker, ModelReady, RunDone, WorkerError
@@ -93,26 +93,20 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
 
     events: queue.Queue[Any] = queue.Queue()
     worker = EngineWorker(events.put)
-    verbose = bool(getattr(args, "verbose", False))
-    worker.load(
-        lambda: Engine(
-            model_path,
-            name=spec.name,
-            n_ctx=spec.n_ctx,
-            threads=spec.threads,
-            chat_template=spec.chat_template,
-            log_path=llama_log_path(),
-            verbose=verbose,
-        ),
-        spec.name,
-        model_path,
+    options = EngineOptions(
+        str(model_path),
+        name=spec.name,
+        n_ctx=spec.n_ctx,
+        threads=spec.threads,
+        chat_template=spec.chat_template,
+        log_path=str(llama_log_path()),
+        verbose=bool(getattr(args, "verbose", False)),
     )
+    worker.load(options, spec.name, model_path)
     live = LiveSettings(settings)
-    start: Start | None = None
     prefill: Prefill | None = None
     finish: Finish | None = None
     error: str | None = None
-    pieces: list[str] = []
     interrupted = False
     try:
         generating = False
@@ -133,16 +127,12 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
             elif isinstance(event, _ENGINE_EVENTS):
                 if trace is not None:
                     trace.write(event)
-                if isinstance(event, Start):
-                    start = event
-                elif isinstance(event, Prefill):
+                if isinstance(event, Prefill):
                     prefill = event
                 elif isinstance(event, Step):
                     if args.show_steps:
                         print(step_line(event), file=out, flush=True)
-                    elif args.blocking:
-                        pieces.append(event.text)
-                    elif event.text:
+                    elif event.text and not args.blocking:  # blocking: the whole text at the end
                         out.write(event.text)
                         out.flush()
                 elif isinstance(event, Finish):
@@ -173,7 +163,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
         if not finish.text.endswith("\n"):
             out.write("\n")
         out.flush()
-        print(summary_line(start, prefill, finish), file=sys.stderr)
+        print(summary_line(prefill, finish), file=sys.stderr)
     if error is not None:
         print(f"loopchat: {error}", file=sys.stderr)
         return 2

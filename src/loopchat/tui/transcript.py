@@ -119,8 +119,6 @@ def _clickable(style: Style | None, reply: int, step: int) -> Style:
 class Block:
     """One turn of the transcript, rendered to Strips for a given width."""
 
-    gutter_style = _DIM
-
     def __init__(self) -> None:
         self.transcript: Transcript | None = None
         self.lines: list[Strip] = []
@@ -176,16 +174,6 @@ class UserBlock(Block):
         yield self._blank()
         yield self._title(console, "You", _USER, width)
         yield from self._body(console, Text(self.text), width, _USER)
-
-
-class NoteBlock(Block):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def _render(self, console: Console, width: int) -> Iterable[Strip]:
-        yield self._blank()
-        yield from self._body(console, Text(self.text, style=_DIM), width, _DIM)
 
 
 class ReplyView(Block):
@@ -285,7 +273,7 @@ class ReplyView(Block):
         self.lines = [self._blank(), self._title(console, self._title_label(), _REPLY, width)]
         # live: re-wrap everything so far (a resize, a selection, a preference)
         self._frozen, self._tail, self._tail_strip = [], Text(), None
-        text = self._styled_text(clickable=True) if self.record.mode != BLOCKING else Text()
+        text = self._styled_text() if self.record.mode != BLOCKING else Text()
         self._append(text)
         self._update_status()
 
@@ -297,14 +285,14 @@ class ReplyView(Block):
         if use_md:
             body: RenderableType = Markdown(hard_line_breaks(r.text))
         else:
-            body = self._styled_text(clickable=True)
+            body = self._styled_text()
             body.rstrip()
             if not body.plain:
                 body = Text("(no text)", style=_DIM) if r.finish is not None else Text("")
         yield from self._body(console, body, width, _REPLY)
         yield from self._body(console, self.info_text(), width, _REPLY)
 
-    def _styled_text(self, clickable: bool) -> Text:
+    def _styled_text(self) -> Text:
         text = Text()
         n = 0
         number = self.record.number
@@ -312,7 +300,7 @@ class ReplyView(Block):
             if step.is_stop or not step.text:
                 continue
             style = token_style(step, n, self.prefs, step.index == self.selected)
-            text.append(step.text, _clickable(style, number, step.index) if clickable else style)
+            text.append(step.text, _clickable(style, number, step.index))
             n += 1
         if not self.record.steps and self.record.finish is not None:
             text.append(self.record.finish.text)  # a trace without steps
@@ -450,9 +438,6 @@ class Transcript(ScrollView, can_focus=True):
 
     def add_reply(self, record: ReplyRecord, prefs: Prefs) -> ReplyView:
         return self._add(ReplyView(record, prefs))  # type: ignore[return-value]
-
-    def add_note(self, text: str, classes: str = "note") -> NoteBlock:
-        return self._add(NoteBlock(text))  # type: ignore[return-value]
 
     def reply_views(self) -> list[ReplyView]:
         return [b for b in self.blocks if isinstance(b, ReplyView)]
