@@ -181,7 +181,7 @@ class Engine:
         if problem is not None:
             raise ModelLoadError(f"{self.model_path} {problem}; point the model's `path` at a .gguf model file")
         self.model_size = self.model_path.stat().st_size
-        route_llama_log(log_path, echo=verbose)
+        log_path = route_llama_log(log_path, echo=verbose)  # None if the log cannot be written
         try:
             with python_prints_to_log():
                 self.llm = Llama(

@@ -51,8 +51,11 @@ def route_llama_log(path: Path | None, *, echo: bool = False) -> Path | None:
                 old.close()  # type: ignore[union-attr]
         _state["file"] = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _state["file"] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _state["file"] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+            except OSError:
+                path = None  # an unwritable log folder must not stop the model from loading
         _state["echo"] = echo
     llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
     return path

@@ -114,19 +114,13 @@ class LiveBackend:
         from ..engine import EngineOptions
         from ..paths import llama_log_path
 
-        log_path: Path | None = llama_log_path()
-        try:
-            log_path.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        except OSError:
-            log_path = None
-
         factory = EngineOptions(
             str(path),
             name=spec.name,
             n_ctx=spec.n_ctx,
             threads=self.threads or spec.threads,
             chat_template=spec.chat_template,
-            log_path=str(log_path) if log_path else None,
+            log_path=str(llama_log_path()),
             verbose=self.verbose,
         )
 
