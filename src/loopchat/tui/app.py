@@ -22,6 +22,7 @@ from textual.widgets import Footer, Header, Input, Static
 from ..events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from ..settings import LiveSettings, SamplingSettings, SettingsError
 from .backend import LiveBackend, ReplayBackend
+from .compositor import LoopScreen
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from .event_pump import FRAME_RATE, EventPump
 from .loop_panel import KNOBS, LoopPanel, PanelView
@@ -102,6 +103,9 @@ class LoopChatApp(App[int]):
         self._panel_dirty = True
 
     # ------------------------------------------------------------- layout ----
+    def get_default_screen(self) -> Screen:
+        return LoopScreen(id="_default")
+
     def compose(self) -> ComposeResult:
         yield Header(icon="⟳")
         with Horizontal(id="main"):
