@@ -472,17 +472,20 @@ class Transcript(ScrollView, can_focus=True):
             self._reflow(rerender=False)
             return
         total = self._starts[-1] + block.height
+        old_total = self._total
         scroll_y = self.scroll_offset.y
         if total != self._total:
             self._total = total
             self._resize_virtual()
         if self.scroll_offset.y != scroll_y:
             return  # scrolled: Textual repaints the whole view anyway
+        # the changed lines, and those the block gave up if it shrank (not the blank
+        # rest of the view below it)
         top = self._starts[-1] + first_changed - scroll_y
-        height = self.scrollable_content_region.height
-        if top < height and top + (total - first_changed) >= 0:
-            top = max(0, top)
-            self.refresh(Region(0, top, self.size.width, height - top))
+        bottom = min(max(total, old_total) - scroll_y, self.scrollable_content_region.height)
+        top = max(0, top)
+        if bottom > top:
+            self.refresh(Region(0, top, self.size.width, bottom - top))
 
     def _reflow(self, rerender: bool = False) -> None:
         self._starts, total = [], 0
