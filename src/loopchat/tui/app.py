@@ -7,6 +7,7 @@ Events come from a backend (live EngineWorker or a recorded trace) into an Event
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import time
 from pathlib import Path
@@ -356,6 +357,10 @@ class LoopChatApp(App[int]):
         self.current_view = self.transcript.add_reply(rec, self.prefs)
         self.transcript.anchor()
         self.run_finished.clear()
+        # Python's cycle collector would rescan every object the app holds (the whole
+        # conversation, its steps, the widgets) while the reply streams: tens of ms a
+        # time, taken from the loop. Until the reply ends it sees only new objects.
+        gc.freeze()
         rec.run_id = self.backend.generate(messages, self.live)
         self._panel_dirty = True
         return rec
@@ -380,6 +385,7 @@ class LoopChatApp(App[int]):
             view.finish()
         if rec is self.current:
             self.current_view = None
+        gc.unfreeze()  # older objects are collectable again (see _start_reply)
         self.run_finished.set()
         self._panel_dirty = True
 

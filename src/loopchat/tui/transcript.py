@@ -21,13 +21,16 @@ from rich.markdown import Markdown
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual._segment_tools import line_pad
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.style import Style as TextualStyle
 from textual.widget import Widget
 
 from ..events import FinishReason, Step
 from .conversation import BLOCKING, ReplyRecord, finish_label
+from .fast_static import plain_box
 from .plots import fmt_ms
 from .prefs import Prefs
 
@@ -116,6 +119,10 @@ def _clickable(style: Style | None, reply: int, step: int) -> Style:
 
 
 # ------------------------------------------------------------------ blocks ----
+#: An empty line: one shared Strip, so the transcript's caches (keyed by the strip) keep it.
+_BLANK_LINE = Strip.blank(0)
+
+
 class Block:
     """One turn of the transcript, rendered to Strips for a given width."""
 
@@ -162,7 +169,7 @@ class Block:
 
     @staticmethod
     def _blank() -> Strip:
-        return Strip.blank(0)
+        return _BLANK_LINE
 
 
 class UserBlock(Block):
@@ -415,6 +422,9 @@ class Transcript(ScrollView, can_focus=True):
         # finished lines are the same Strip objects frame after frame: keep them cropped
         # and styled (keyed by identity; the entry holds the strip, so the id stays valid)
         self._strip_cache: dict[tuple, tuple[Strip, Strip]] = {}
+        # the same lines padded and filtered for the screen (see render_lines)
+        self._screen_cache: dict[tuple, tuple[Strip | None, Strip]] = {}
+        self._screen_key: tuple | None = None
 
     def on_mount(self) -> None:
         self.anchor()
@@ -428,9 +438,10 @@ class Transcript(ScrollView, can_focus=True):
         if self._width:
             block.render(self.app.console, self._width)
         self.blocks.append(block)
-        self._starts.append(self._total)
+        start = self._total
+        self._starts.append(start)
         self._total += block.height
-        self._resize_virtual()
+        self._refresh_lines(start, self._total)
         return block
 
     def add_user(self, text: str) -> UserBlock:
@@ -472,18 +483,20 @@ class Transcript(ScrollView, can_focus=True):
             self._reflow(rerender=False)
             return
         total = self._starts[-1] + block.height
-        old_total = self._total
-        scroll_y = self.scroll_offset.y
-        if total != self._total:
-            self._total = total
-            self._resize_virtual()
-        if self.scroll_offset.y != scroll_y:
-            return  # scrolled: Textual repaints the whole view anyway
+        old_total, self._total = self._total, total
         # the changed lines, and those the block gave up if it shrank (not the blank
         # rest of the view below it)
-        top = self._starts[-1] + first_changed - scroll_y
-        bottom = min(max(total, old_total) - scroll_y, self.scrollable_content_region.height)
-        top = max(0, top)
+        self._refresh_lines(self._starts[-1] + first_changed, max(total, old_total))
+
+    def _refresh_lines(self, start: int, end: int) -> None:
+        """Virtual lines start..end changed (the total may have too): resize the
+        virtual area and repaint those lines where they are on screen."""
+        scroll_y = self.scroll_offset.y
+        self._resize_virtual()
+        if self.scroll_offset.y != scroll_y:
+            return  # scrolled: Textual repaints the whole view anyway
+        top = max(0, start - scroll_y)
+        bottom = min(end - scroll_y, self.scrollable_content_region.height)
         if bottom > top:
             self.refresh(Region(0, top, self.size.width, bottom - top))
 
@@ -511,7 +524,9 @@ class Transcript(ScrollView, can_focus=True):
         if size == self.virtual_size:
             return
         height = self.scrollable_content_region.height
-        scrollbar_stays = self.show_vertical_scrollbar == (size.height > height)
+        overflow = self.styles.overflow_y
+        shows_scrollbar = overflow == "scroll" or (overflow == "auto" and size.height > height)
+        scrollbar_stays = self.show_vertical_scrollbar == shows_scrollbar
         if self.is_mounted and height and scrollbar_stays and size.width == self.virtual_size.width:
             # Only the height grew and no scrollbar appears: update the scroll geometry
             # without asking Textual for a layout of the whole screen.
@@ -530,30 +545,70 @@ class Transcript(ScrollView, can_focus=True):
 
     # ---- drawing: only the lines on screen -------------------------------------------
     def render_lines(self, crop: Region) -> list[Strip]:
+        """The screen lines in `crop`. With a plain box (see `plain_box`), what Textual's
+        styles cache would do (pad, filter) is done here once per line and kept until
+        the line, its scroll position or the widget's look changes."""
         self._line_style = self.rich_style  # once per paint, not once per line
-        return super().render_lines(crop)
+        if not plain_box(self):
+            return super().render_lines(crop)
+        width, content_width = self.region.width, self.content_region.width
+        _, pad_right, _, pad_left = self.styles.padding
+        base_background, background = self.background_colors
+        inner = TextualStyle(background=base_background + background).rich_style
+        filters = tuple(self.get_line_filters())
+        key = (width, content_width, pad_left, pad_right, inner, self._line_style, filters, background)
+        if key != self._screen_key:
+            self._screen_key = key
+            self._screen_cache.clear()
+        cache = self._screen_cache
+        scroll_x, scroll_y = self.scroll_offset
+        strips = []
+        for y in crop.line_range:
+            source = self._source_line(scroll_y + y)
+            line_key = (id(source), scroll_x)
+            cached = cache.get(line_key)
+            if cached is not None and cached[0] is source:
+                strips.append(cached[1])
+                continue
+            line = self.render_line(y).adjust_cell_length(content_width, inner)
+            line = Strip(line_pad(line, pad_left, pad_right, inner), width)
+            for f in filters:
+                line = line.apply_filter(f, background)
+            if len(cache) > 2000:
+                cache.clear()
+            cache[line_key] = (source, line)
+            strips.append(line)
+        if crop.column_span != (0, width):
+            x1, x2 = crop.column_span
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
+
+    def _source_line(self, index: int) -> Strip | None:
+        """The block line shown at virtual line `index` (None: a blank line)."""
+        if 0 <= index < self._total and self.blocks:
+            b = bisect.bisect_right(self._starts, index) - 1
+            i = index - self._starts[b]
+            block = self.blocks[b]
+            if 0 <= i < block.height:
+                return block.line(i)
+        return None
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        index = scroll_y + y
         width = self.scrollable_content_region.width
         style = self._line_style
-        if 0 <= index < self._total and self.blocks:
-            b = bisect.bisect_right(self._starts, index) - 1
-            block = self.blocks[b]
-            i = index - self._starts[b]
-            if 0 <= i < block.height:
-                strip = block.line(i)
-                key = (id(strip), scroll_x, width, style)
-                cached = self._strip_cache.get(key)
-                if cached is not None and cached[0] is strip:
-                    return cached[1]
-                out = strip.crop_extend(scroll_x, scroll_x + width, style).apply_style(style)
-                if len(self._strip_cache) > 2000:
-                    self._strip_cache.clear()
-                self._strip_cache[key] = (strip, out)
-                return out
-        return Strip.blank(width, style)
+        strip = self._source_line(scroll_y + y)
+        if strip is None:
+            return Strip.blank(width, style)
+        key = (id(strip), scroll_x, width, style)
+        cached = self._strip_cache.get(key)
+        if cached is not None and cached[0] is strip:
+            return cached[1]
+        out = strip.crop_extend(scroll_x, scroll_x + width, style).apply_style(style)
+        if len(self._strip_cache) > 2000:
+            self._strip_cache.clear()
+        self._strip_cache[key] = (strip, out)
+        return out
 
     def on_click(self, event: Any) -> None:
         token = event.style.meta.get("token") if event.style else None
