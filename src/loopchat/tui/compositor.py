@@ -28,6 +28,7 @@ from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.screen import Screen
 from textual.strip import Strip
+from textual.widget import Widget
 
 
 class RowCroppingCompositor(Compositor):
@@ -54,44 +55,40 @@ class RowCroppingCompositor(Compositor):
 
     def _render_rows(self, box: Region, rows: set[int], chops: list[dict[int, Strip | None]]) -> None:
         """Fill the empty chops of `box` (those that overlap its columns, on its rows in
-        `rows`), front widget first, asking each widget for those rows only. A widget
-        whose chops there are all filled already (a container behind its children) is
-        not rendered at all; chops outside the box are left to the box they belong to."""
-        cuts = self.cuts
-        top, left, right = box.y, box.x, box.right
-        # per dirty row of the box: the chops (by starting cut) that overlap its columns
-        box_chops = {
-            y: [cut for cut, end in zip(cuts[y], cuts[y][1:]) if cut < right and end > left]
-            for y in range(top, box.bottom)
-            if y in rows
-        }
-        for widget, (region, clip) in self.visible_widgets.items():
-            y1 = max(clip.y, top)
-            y2 = min(clip.bottom, box.bottom)
-            if y2 <= y1:
+        `rows`). Each chop is painted by the front-most widget over it (a chop lies
+        between two cuts, so no widget edge crosses it); each of those widgets is asked
+        once, for the rows it paints there. Chops outside the box are left to the box
+        they belong to."""
+        cuts, layers = self.cuts, self.layers_visible
+        left, right = box.x, box.right
+        # which widget paints which chops, and on which rows
+        jobs: dict[Widget, tuple[Region, Region, dict[int, list[int]]]] = {}
+        for y in range(box.y, box.bottom):
+            if y not in rows:
                 continue
-            x, y, width, height = region.intersection(Region(clip.x, y1, clip.width, y2 - y1))
-            x2 = x + width
-            if not (width and height) or x >= right or x2 <= left:
-                continue
-            wanted = [
-                line_y
-                for line_y in range(y, y + height)
-                if line_y in box_chops
-                and any(x <= cut < x2 and chops[line_y][cut] is None for cut in box_chops[line_y])
-            ]
-            if not wanted:
-                continue
-            y, height = wanted[0], wanted[-1] - wanted[0] + 1
-            strips = widget.render_lines(Region(x - region.x, y - region.y, width, height))
-            for line_y, strip in zip(range(y, y + height), strips):
-                targets = box_chops.get(line_y)
+            line, row_cuts = chops[y], cuts[y]
+            for cut, end in zip(row_cuts, row_cuts[1:]):
+                if cut >= right or end <= left or line[cut] is not None:
+                    continue
+                for widget, cropped, region in layers[y]:
+                    if cropped.x <= cut < cropped.right:
+                        job = jobs.get(widget)
+                        if job is None:
+                            job = jobs[widget] = (cropped, region, {})
+                        job[2].setdefault(y, []).append(cut)
+                        break
+        for widget, (cropped, region, wanted) in jobs.items():
+            x, x2 = cropped.x, cropped.right
+            y1, y2 = min(wanted), max(wanted) + 1
+            strips = widget.render_lines(Region(x - region.x, y1 - region.y, x2 - x, y2 - y1))
+            for y, strip in zip(range(y1, y2), strips):
+                targets = wanted.get(y)
                 if not targets:
                     continue
-                line = chops[line_y]
-                final_cuts = [cut for cut in cuts[line_y] if x2 >= cut >= x]
+                line = chops[y]
+                final_cuts = [cut for cut in cuts[y] if x2 >= cut >= x]
                 for cut, piece in zip(final_cuts, strip.divide([cut - x for cut in final_cuts[1:]])):
-                    if cut in targets and line[cut] is None:
+                    if cut in targets:
                         line[cut] = piece
 
 
