@@ -548,7 +548,7 @@ class Transcript(ScrollView, can_focus=True):
         """The screen lines in `crop`. With a plain box (see `plain_box`), what Textual's
         styles cache would do (pad, filter) is done here once per line and kept until
         the line, its scroll position or the widget's look changes."""
-        self._line_style = self.rich_style  # once per paint, not once per line
+        self._line_style = self.visual_style.rich_style  # cached by Textual until a style changes
         if not plain_box(self):
             return super().render_lines(crop)
         width, content_width = self.region.width, self.content_region.width
