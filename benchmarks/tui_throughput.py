@@ -5,8 +5,9 @@
    engine (headless at its own best thread count). Target >= 0.90, with the loop panel
    still updating at >= 15 frames/s. Both sides report the better of two replies of the
    same prompt and seed in one process (the app's replies left alone, no keys pressed),
-   and the frame rate of the slower of the app's two. Measured for each engine host ("thread": a worker
-   thread in the app's process, "process": a child process) and llama thread count.
+   with the frame rate of the slower of the app's two. Measured for each engine host
+   ("thread": a worker thread in the app's process, "process": a child process) and
+   llama thread count.
 2. Time from a key press (posted from another thread, as a terminal driver does) to its
    handler while the model generates at full speed: p50 / p99 (target p99 < 50 ms). The
    keys are Ctrl+Up / Ctrl+Down (temperature), ~8 a second, as a user tuning it would.

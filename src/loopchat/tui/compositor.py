@@ -18,8 +18,9 @@ update goes through Textual's own path unchanged.
 the compositor's full render, cell for cell.
 
 This replaces `render_partial_update` of `textual._compositor.Compositor` and uses its
-private `cuts`, `visible_widgets`, `_dirty_regions` and `_regions_to_spans`: pyproject.toml pins Textual to
-8.2.x for that, and tests/test_compositor.py fails if a release changes them.
+private `cuts`, `layers_visible`, `_dirty_regions` and `_regions_to_spans`:
+pyproject.toml pins Textual to 8.2.x for that, and tests/test_compositor.py fails if a
+release changes them.
 """
 
 from __future__ import annotations

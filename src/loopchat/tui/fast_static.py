@@ -7,10 +7,10 @@ comes from CSS. Its content is a list of screen lines, each a `Line`: a tuple of
 the lines shown and repaints only the lines that changed (no layout pass; nothing at all
 when nothing changed). Each line becomes a Strip once, reused until the line changes.
 
-`plain_lines()` is the drawing fast path it shares with the transcript: for a widget with
-no border, outline, tint, opacity or vertical padding, Textual's styles cache only pads
-each line left and right and applies the app's line filters, yet it costs ~50 us a
-line; the fast path does the same work on strips the widget caches.
+`plain_box()` tells when the drawing fast path it shares with the transcript applies: for
+a widget with no border, outline, tint, opacity or vertical padding, Textual's styles
+cache only pads each line left and right and applies the app's line filters, yet it
+costs ~50 us a line; the fast path does the same work on strips the widget caches.
 """
 
 from __future__ import annotations
@@ -112,6 +112,8 @@ class FastStatic(Widget):
         self._pad_style = Style.null()
         self._other_filters: list[LineFilter] = []
         self._width = 0
+        self._base = Style.null()  # the widget's own style, under every piece
+        self._finish = lambda style: style  # the truecolor filter, applied ahead of time
 
     @property
     def lines(self) -> list[Line]:

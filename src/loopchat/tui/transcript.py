@@ -552,6 +552,7 @@ class Transcript(ScrollView, can_focus=True):
         if not plain_box(self):
             return super().render_lines(crop)
         width, content_width = self.region.width, self.content_region.width
+        view_width = self.scrollable_content_region.width
         _, pad_right, _, pad_left = self.styles.padding
         base_background, background = self.background_colors
         inner = TextualStyle(background=base_background + background).rich_style
@@ -570,7 +571,7 @@ class Transcript(ScrollView, can_focus=True):
             if cached is not None and cached[0] is source:
                 strips.append(cached[1])
                 continue
-            line = self.render_line(y).adjust_cell_length(content_width, inner)
+            line = self._content_line(source, scroll_x, view_width).adjust_cell_length(content_width, inner)
             line = Strip(line_pad(line, pad_left, pad_right, inner), width)
             for f in filters:
                 line = line.apply_filter(f, background)
@@ -593,18 +594,27 @@ class Transcript(ScrollView, can_focus=True):
                 return block.line(i)
         return None
 
+    def _content_line(self, source: Strip | None, scroll_x: int, width: int) -> Strip:
+        """`source` (a block line, or None for a blank one) as the view shows it: cut
+        to `width` columns from `scroll_x`, in the transcript's style."""
+        style = self._line_style
+        if source is None:
+            return Strip.blank(width, style)
+        return source.crop_extend(scroll_x, scroll_x + width, style).apply_style(style)
+
     def render_line(self, y: int) -> Strip:
+        """Line `y` of the view (the styles-cache path; render_lines' fast path keeps
+        its own cache of finished lines)."""
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
-        style = self._line_style
         strip = self._source_line(scroll_y + y)
         if strip is None:
-            return Strip.blank(width, style)
-        key = (id(strip), scroll_x, width, style)
+            return self._content_line(None, scroll_x, width)
+        key = (id(strip), scroll_x, width, self._line_style)
         cached = self._strip_cache.get(key)
         if cached is not None and cached[0] is strip:
             return cached[1]
-        out = strip.crop_extend(scroll_x, scroll_x + width, style).apply_style(style)
+        out = self._content_line(strip, scroll_x, width)
         if len(self._strip_cache) > 2000:
             self._strip_cache.clear()
         self._strip_cache[key] = (strip, out)
