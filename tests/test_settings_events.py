@@ -77,6 +77,15 @@ def test_events_round_trip_through_json() -> None:
         assert event_from_json_dict(to_json_dict(event)) == event
 
 
+def test_events_round_trip_through_pickle() -> None:
+    import pickle
+
+    for event in sample_events():
+        for protocol in (2, pickle.HIGHEST_PROTOCOL):  # across the engine process's pipe
+            back = pickle.loads(pickle.dumps(event, protocol=protocol))
+            assert back == event and type(back) is type(event) and back.kind == event.kind
+
+
 def test_trace_file_round_trip(tmp_path) -> None:
     path = tmp_path / "t.jsonl"
     with TraceWriter(path) as tw:

@@ -21,6 +21,20 @@ from .settings import SamplingSettings
 SCHEMA_VERSION = 1
 
 
+def _pickled_by_init(cls):
+    """Pickle `cls` as a call of its __init__ with its fields. The default pickling of
+    a frozen slots dataclass sets every field through a Python-level loop; a Step (two
+    top-K lists of Candidates) then took ~80 us to pickle and as long to unpickle, per
+    token, on its way from the engine process to the UI; this halves both."""
+    names = tuple(f.name for f in fields(cls) if f.init)
+
+    def __reduce__(self):
+        return (cls, tuple([getattr(self, n) for n in names]))
+
+    cls.__reduce__ = __reduce__
+    return cls
+
+
 class FinishReason(StrEnum):
     STOP = "stop"  # the model drew an end-of-generation token
     LENGTH = "length"  # max_tokens reached
@@ -38,6 +52,7 @@ class Message:
         return {"role": self.role, "content": self.content}
 
 
+@_pickled_by_init
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One entry of a top-K list: a token and its probability in that distribution."""
@@ -89,6 +104,7 @@ class Prefill:
     kind: str = field(default="prefill", init=False)
 
 
+@_pickled_by_init
 @dataclass(frozen=True, slots=True)
 class Step:
     """One sampled token: the distribution it came from and what the sampler did.
