@@ -136,3 +136,34 @@ def test_a_crashed_engine_process_is_reported_and_can_be_restarted(model_path: P
         assert collect_until(q, Finish)[-1].reason in (FinishReason.LENGTH, FinishReason.STOP)
     finally:
         w.close()
+
+
+def test_a_paced_reader_keeps_the_order_and_flush_hands_over_at_once(model_path: Path) -> None:
+    import threading
+    from multiprocessing.connection import wait
+
+    q: queue.Queue = queue.Queue()
+    # after its first read the reader thread waits an hour: what follows comes by flush()
+    w = ProcessEngineWorker(lambda e: q.put((threading.current_thread(), e)), read_period=3600)
+    try:
+        w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
+        w.generate(MESSAGES, SamplingSettings(max_tokens=12, seed=3))
+        got: list = []
+        while not got or not isinstance(got[-1][1], RunDone):
+            assert wait([w._events], timeout=120), "no event from the engine in 2 minutes"
+            w.flush()
+            while not q.empty():
+                got.append(q.get_nowait())
+        events = [e for _, e in got]
+        kinds = [getattr(e, "kind", type(e).__name__) for e in events]
+        assert kinds[-4:] == ["step", "step", "finish", "run_done"], kinds
+        ready = kinds.index("model_ready")
+        assert kinds[ready + 1 : ready + 3] == ["start", "prefill"], kinds
+        steps = [e for e in events if isinstance(e, Step)]
+        assert [s.index for s in steps] == list(range(len(steps))) and len(steps) > 2
+        # the run's events were all handed over by flush(), on this thread
+        assert all(thread is threading.current_thread() for thread, e in got[ready + 1 :])
+        assert w._reader.is_alive()  # still in its hour
+    finally:
+        w.close()
+    assert not w._reader.is_alive()  # close() woke it

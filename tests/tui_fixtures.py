@@ -89,6 +89,9 @@ class FakeBackend:
         emit(Finish(reason, 3, n, n + 1, 5.0, 6.0, 50.0, 60.0, 100.0, text, 3 + n, 2048))
         emit(RunDone(self.runs))
 
+    def flush(self) -> None:
+        pass
+
     def cancel(self) -> None:
         self._cancel.set()
 

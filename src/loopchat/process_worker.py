@@ -81,9 +81,16 @@ def _child_main(commands: Connection, events: Connection) -> None:
 class ProcessEngineWorker:
     """EngineWorker's interface; the engine runs in a spawned child process."""
 
-    def __init__(self, emit: Callable[[Any], None], *, name: str = "loopchat-engine") -> None:
+    def __init__(
+        self, emit: Callable[[Any], None], *, name: str = "loopchat-engine", read_period: float = 0.0
+    ) -> None:
+        """`read_period` (s): after handing over what has arrived, the reader thread waits
+        this long before it reads again (0: it wakes for every event). See `_read`."""
         self._emit = emit
         self._name = name
+        self._read_period = read_period
+        self._read_lock = threading.Lock()  # one reader of the pipe at a time, in order
+        self._stop_reading = threading.Event()  # wakes the reader from its period at close
         self._lock = threading.Lock()
         self._run_id = 0
         self._busy = threading.Event()
@@ -175,14 +182,26 @@ class ProcessEngineWorker:
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(2)
+        self._stop_reading.set()  # the child has gone: no need to read on to the end
         self._reader.join(2)
 
     # -------------------------------------------------------- reader thread ----
     def _read(self) -> None:
+        """Hand the child's events to `emit`, in order.
+
+        Woken for each event, this thread cost the UI process ~0.3 ms of CPU per token
+        (2.7% of a core at ~80 tokens/s, measured on a 2-core VM): mostly the wake-up
+        itself, then unpickling. With a `read_period` it wakes at most once a period
+        and takes everything that has arrived (1.3-1.8% of a core at 1/30 s). The pipe
+        holds ~100 steps, far more than arrive in a period, so the engine never waits
+        for it; `flush()` hands over what has arrived at once, for a caller that must
+        know what the engine has emitted so far."""
+        period = self._read_period
         while True:
             try:
                 wait([self._events])
-                batch = self._events.recv()
+                with self._read_lock:
+                    self._drain()
             except (EOFError, OSError):
                 if not self._closing:
                     self._proc.join(1)
@@ -199,7 +218,23 @@ class ProcessEngineWorker:
                         self._emit(RunDone(self._run_id))
                 self._busy.clear()
                 return
-            for event in batch:
+            if period and self._stop_reading.wait(period):
+                return
+
+    def flush(self) -> None:
+        """Hand over every event that has arrived from the child, now, on this thread."""
+        with self._read_lock:
+            try:
+                self._drain()
+            except (EOFError, OSError):
+                pass  # the reader thread reports it (the end of the pipe stays readable)
+
+    def _drain(self) -> None:
+        """Emit every batch waiting in the pipe (hold `_read_lock`); raises EOFError or
+        OSError when the child has gone."""
+        events = self._events
+        while events.poll():
+            for event in events.recv():
                 if isinstance(event, RunDone):
                     event = RunDone(self._run_id)  # the child counts its own runs
                     self._unsubscribe()

@@ -96,6 +96,10 @@ class EngineWorker:
     def busy(self) -> bool:
         return self._busy.is_set()
 
+    def flush(self) -> None:
+        """Every event is already handed over as it happens (ProcessEngineWorker may hold
+        some back for a moment)."""
+
     def close(self, timeout: float | None = 10.0) -> None:
         self.cancel()
         self._commands.put(("close", None))

@@ -459,6 +459,7 @@ class LoopChatApp(App[int]):
 
     def steps_emitted(self) -> int:
         """Steps of the current reply the engine has emitted so far (drawn or queued)."""
+        self.backend.flush()
         drawn = len(self.current.steps) if self.current is not None else 0
         return drawn + sum(1 for e in self.pump.snapshot() if getattr(e, "kind", "") == "step")
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..events import Finish, Message, Start
 from ..settings import LiveSettings, SamplingSettings
+from .event_pump import FRAME_RATE
 
 Sink = Callable[[Any], None]
 
@@ -81,7 +82,9 @@ class LiveBackend:
         if host == "process":
             from ..process_worker import ProcessEngineWorker
 
-            self.worker: Any = ProcessEngineWorker(self._emit)
+            # the UI draws at FRAME_RATE: reading the child's events twice a frame keeps
+            # every frame supplied, for a fraction of the wake-ups (process_worker._read)
+            self.worker: Any = ProcessEngineWorker(self._emit, read_period=0.5 / FRAME_RATE)
         elif host == "thread":
             self.worker = EngineWorker(self._emit)
         else:
@@ -134,6 +137,10 @@ class LiveBackend:
 
     def cancel(self) -> None:
         self.worker.cancel()
+
+    def flush(self) -> None:
+        """Hand over the events that have arrived from the engine, now."""
+        self.worker.flush()
 
     @property
     def busy(self) -> bool:
@@ -200,6 +207,9 @@ class ReplayBackend:
 
     def cancel(self) -> None:
         self._stop.set()
+
+    def flush(self) -> None:
+        """Events are handed over as they are due."""
 
     def close(self) -> None:
         self._stop.set()
