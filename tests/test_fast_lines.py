@@ -4,6 +4,8 @@ styles cache paints for the same widget, cell for cell."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,3 +96,104 @@ async def test_the_comparison_sees_a_wrong_pad(tmp_path, monkeypatch) -> None:
         transcript._screen_key = None  # forget the lines padded so far
         monkeypatch.setattr(transcript_module, "line_pad", lambda line, left, right, style: line_pad(line, left, right, Style()))
         assert _differences(transcript)
+
+
+@pytest.mark.parametrize("width", [14, 23, 47, 80])
+@pytest.mark.parametrize("prefs", [Prefs(), Prefs(prob_colours=True, token_boundaries=True)], ids=["plain", "coloured"])
+def test_a_streaming_reply_has_the_lines_of_its_text_wrapped_whole(width: int, prefs: Prefs) -> None:
+    """Tokens added a few at a time (most frames only render the new ones onto the open
+    line) give, after every frame, the lines rich gives for the reply so far wrapped in
+    one go, segment for segment."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from loopchat.events import Step
+    from loopchat.trace import read_trace
+    from loopchat.tui.conversation import STREAM, ReplyRecord
+    from loopchat.tui.transcript import ReplyView, _clickable, token_style
+
+    _, traced = read_trace(Path(__file__).parent / "data" / "reply.jsonl")
+    steps = [t.event for t in traced if isinstance(t.event, Step)]
+    # more text than one reply has, with a line break and a word longer than the line
+    steps += [replace(s, index=len(steps) + i) for i, s in enumerate(steps)]
+    steps[7] = replace(steps[7], text=" line\nbreak", piece=" line\nbreak")
+    steps[12] = replace(steps[12], text=" " + "x" * 30, piece=" " + "x" * 30)
+    assert any(s.text.startswith(" ") for s in steps) and len(steps) > 60
+    console = Console(width=200, color_system="truecolor")
+    record = ReplyRecord(1, STREAM, ())
+    view = ReplyView(record, prefs)
+    view.render(console, width)
+    fast_path = 0
+    shown = 0
+    for size in [1, 3, 2, 5, 1, 7, 4] * 20:
+        new = steps[shown : shown + size]
+        if not new:
+            break
+        record.steps.extend(new)
+        before = len(view._frozen)
+        view.add_steps(new)
+        fast_path += len(view._frozen) == before and "\n" not in "".join(s.text for s in new)
+        shown += len(new)
+        whole = Text()
+        for n, s in enumerate(st for st in record.steps if st.text and not st.is_stop):
+            whole.append(s.text, _clickable(token_style(s, n, prefs, False), 1, s.index))
+        expected = [view._line_strip(line) for line in whole.wrap(console, width - 2, overflow="fold")]
+        got = [view.line(i) for i in range(2, view.height)]
+        assert [list(g) for g in got] == [list(e) for e in expected], (shown, width)
+    assert shown == len(steps) and fast_path > 5  # frames that only added to the open line
+
+
+def _bar_differences(bar) -> list[str]:
+    """Rows where the scrollbar's render_lines differs from Textual's own path."""
+    region = Region(0, 0, *bar.size)
+    fast = _cells(bar.render_lines(region))
+    bar.refresh()  # Textual renders the bar again from scratch
+    stock = _cells(Widget.render_lines(bar, region))
+    return [f"row {y}: {a} vs {b}" for y, (a, b) in enumerate(zip(fast, stock)) if a != b] + (
+        [f"{len(fast)} rows vs {len(stock)}"] if len(fast) != len(stock) else []
+    )
+
+
+async def test_the_transcript_scrollbar_paints_what_textual_paints(tmp_path, monkeypatch) -> None:
+    from textual.geometry import Offset
+    from textual.scrollbar import ScrollBar
+
+    from loopchat.tui.scrollbar import RowCachedScrollBar
+
+    stock_paints = []
+    monkeypatch.setattr(ScrollBar, "render_lines", lambda self, crop: stock_paints.append(1) or Widget.render_lines(self, crop))
+    words = [f" word{i}" for i in range(900)]
+    app = LoopChatApp(FakeBackend(tokens=words, delay=0.0005), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press(*"go", "enter")
+        await wait_run(pilot)
+        await pilot.pause()
+        transcript = app.transcript
+        bar = transcript.vertical_scrollbar
+        assert isinstance(bar, RowCachedScrollBar) and bar.display
+        problems = []
+        positions = range(0, transcript.max_scroll_y + 1)
+        assert len(positions) > 60
+        for y in positions:  # every position of the thumb, each painted from cached rows
+            transcript.scroll_to(y=y, animate=False, immediate=True)
+            await pilot.pause()
+            problems += _bar_differences(bar)
+        cached_paints = len(positions) - len(stock_paints)
+        bar.mouse_over = True  # other colours: new rows
+        for y in (0, 7, transcript.max_scroll_y):
+            transcript.scroll_to(y=y, animate=False, immediate=True)
+            await pilot.pause()
+            problems += _bar_differences(bar)
+        bar.grabbed = Offset(0, 3)
+        await pilot.pause()
+        problems += _bar_differences(bar)
+        assert problems == []
+        assert cached_paints > len(positions) * 0.8, (cached_paints, len(positions))
+        # and the comparison sees a row painted with the wrong strip
+        bar.grabbed = None
+        bar.mouse_over = False
+        await pilot.pause()
+        bar.render_lines(Region(0, 0, *bar.size))
+        first = next(iter(bar._rows.values()))
+        bar._rows = dict.fromkeys(bar._rows, first)
+        assert _bar_differences(bar)

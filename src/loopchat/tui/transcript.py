@@ -24,6 +24,7 @@ from rich.text import Text
 from textual._segment_tools import line_pad
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.style import Style as TextualStyle
 from textual.widget import Widget
@@ -33,6 +34,7 @@ from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import plain_box
 from .plots import fmt_ms
 from .prefs import Prefs
+from .scrollbar import RowCachedScrollBar
 
 #: (lowest probability, colour) from most to least likely: the probability a token was
 #: drawn with, in the distribution after the sampling settings.
@@ -197,6 +199,7 @@ class ReplyView(Block):
         self.selected: int | None = None
         self._frozen: list[Strip] = []  # finished body lines of the live reply
         self._tail = Text()  # the open last line of the live reply
+        self._tail_segs: list[Segment] = []  # the open line, rendered
         self._tail_strip: Strip | None = None
         self._n_tokens = 0  # tokens appended (for boundary parity)
         self._status: Text | None = None
@@ -262,7 +265,8 @@ class ReplyView(Block):
             return self._frozen[i]
         if i == len(self._frozen):
             if self._tail_strip is None:
-                self._tail_strip = self._line_strip(self._tail)
+                # what _line_strip(self._tail) gives, from the segments kept as it grew
+                self._tail_strip = self._gutter(Strip(self._tail_segs), _REPLY)
             return self._tail_strip
         return self._line_strip(self._status or Text())
 
@@ -279,7 +283,7 @@ class ReplyView(Block):
             return
         self.lines = [self._blank(), self._title(console, self._title_label(), _REPLY, width)]
         # live: re-wrap everything so far (a resize, a selection, a preference)
-        self._frozen, self._tail, self._tail_strip = [], Text(), None
+        self._frozen, self._tail, self._tail_segs, self._tail_strip = [], Text(), [], None
         text = self._styled_text() if self.record.mode != BLOCKING else Text()
         self._append(text)
         self._update_status()
@@ -318,15 +322,26 @@ class ReplyView(Block):
         """Add text to the open line; freeze the lines that wrapping has closed."""
         if not text:
             return
-        assert self._console is not None
-        self._tail.append_text(text)
+        console = self._console
+        assert console is not None
+        tail = self._tail
         inner = max(1, self.width - GUTTER)
-        wrapped = self._tail.wrap(self._console, inner, overflow="fold")
+        self._tail_strip = None
+        if "\n" not in text.plain and tail.cell_len + text.cell_len <= inner:
+            # it fits on the open line: wrapping would leave the line as it is, and
+            # each token is its own span, so only the new ones need rendering
+            if not tail:
+                self._tail_segs = []  # an empty Text renders as one empty segment
+            tail.append_text(text)
+            self._tail_segs.extend(text.render(console))
+            return
+        tail.append_text(text)
+        wrapped = tail.wrap(console, inner, overflow="fold")
         if len(wrapped) > 1:
             for line in wrapped[:-1]:
                 self._frozen.append(self._line_strip(line))
             self._tail = wrapped[-1]
-        self._tail_strip = None
+        self._tail_segs = list(self._tail.render(console))
 
     def _update_status(self) -> None:
         r = self.record
@@ -428,6 +443,17 @@ class Transcript(ScrollView, can_focus=True):
 
     def on_mount(self) -> None:
         self.anchor()
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Textual's own property, making a RowCachedScrollBar (see tui/scrollbar.py)."""
+        if self._vertical_scrollbar is None:
+            self._vertical_scrollbar = bar = RowCachedScrollBar(
+                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical
+            )
+            bar.display = False
+            self.app._start_widget(self, bar)
+        return self._vertical_scrollbar
 
     # ---- content ------------------------------------------------------------------
     def _content_width(self) -> int:
