@@ -143,3 +143,21 @@ async def test_blocking_toggle_for_new_replies(backend, tmp_path) -> None:
         await wait_run(pilot)
         rec = app.conversation.replies[0]
         assert rec.mode == "blocking" and rec.finish.text
+
+
+async def test_each_frame_takes_what_the_engine_process_sent(tmp_path, monkeypatch) -> None:
+    """The app's frames read the engine process's pipe themselves: with the reader thread
+    asleep for an hour after its first read, the model still loads and a reply streams."""
+    from loopchat.tui import backend as backend_module
+
+    monkeypatch.setattr(backend_module, "READ_PERIOD", 3600.0)
+    b = LiveBackend(None, None, threads=1)
+    assert b.host == "process"
+    try:
+        app = make_app(b, tmp_path, max_tokens=8)
+        async with app.run_test(size=SIZE) as pilot:  # the app loads the model
+            await send(pilot, PROMPT)
+            await wait_run(pilot, timeout=60)
+            assert app.conversation.replies[0].finish.completion_tokens > 0
+    finally:
+        b.close()

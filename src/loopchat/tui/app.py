@@ -224,6 +224,7 @@ class LoopChatApp(App[int]):
 
     # ------------------------------------------------------------- frames ----
     def _frame(self) -> None:
+        self.backend.flush()  # what the engine process sent since the last frame
         events = self.pump.drain()
         if not events:
             if self.current_view is not None and self.current is not None and not self.current.done:

@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 from ..events import Finish, Message, Start
 from ..settings import LiveSettings, SamplingSettings
-from .event_pump import FRAME_RATE
 
 Sink = Callable[[Any], None]
 
@@ -26,6 +25,11 @@ Sink = Callable[[Any], None]
 #: llama.cpp (seen: ggml's AMX kernels segfault on some CPUs) ends the child process,
 #: not the app: it is reported, the user's text is kept and the model can be reloaded.
 DEFAULT_HOST = "process"
+
+#: The reader thread of the engine process's events waits this long (s) after each read:
+#: the app's frames read the pipe themselves (`flush`), so the thread only keeps the pipe
+#: from filling while the UI is busy elsewhere (the pipe holds ~1 s of steps).
+READ_PERIOD = 0.25
 
 
 class _Relay:
@@ -82,9 +86,10 @@ class LiveBackend:
         if host == "process":
             from ..process_worker import ProcessEngineWorker
 
-            # the UI draws at FRAME_RATE: reading the child's events twice a frame keeps
-            # every frame supplied, for a fraction of the wake-ups (process_worker._read)
-            self.worker: Any = ProcessEngineWorker(self._emit, read_period=0.5 / FRAME_RATE)
+            # each frame of the app takes what has arrived (flush, on the UI thread, which
+            # is awake then anyway); the reader thread is the backstop for the pipe while
+            # the UI is busy elsewhere, waking a few times a second (process_worker._read)
+            self.worker: Any = ProcessEngineWorker(self._emit, read_period=READ_PERIOD)
         elif host == "thread":
             self.worker = EngineWorker(self._emit)
         else:
