@@ -295,7 +295,7 @@ def main() -> None:
     best_runs = results[("headless", str(best_t))]
     print(
         f"{'app configuration':<24}{'tok/s':>8}{'vs best headless':>18}{'paired (range)':>22}"
-        f"{'frames/s':>10}{'key p50':>9}{'key p99':>9}{'tok/s, 8 keys/s':>17}"
+        f"{'frames/s (min)':>16}{'key p50':>9}{'key p99':>9}{'tok/s, 8 keys/s':>17}"
     )
     for h in hosts:
         for t in threads:
@@ -307,7 +307,7 @@ def main() -> None:
             paired_text = f"{statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f})"
             print(
                 f"{h + ', ' + str(t) + ' thread(s)':<24}{med[c]:8.1f}{med[c] / best_headless:18.2f}{paired_text:>22}"
-                f"{fps:10.2f}{pct(lat, 0.5):8.1f}ms{pct(lat, 0.99):7.1f}ms{keyed:11.1f} ({keyed / best_headless:.2f})"
+                f"{fps:16.2f}{pct(lat, 0.5):8.1f}ms{pct(lat, 0.99):7.1f}ms{keyed:11.1f} ({keyed / best_headless:.2f})"
             )
     print("targets: app/headless >= 0.90 at >= 15 frames/s; key p99 < 50 ms")
     for t in threads:
