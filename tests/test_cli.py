@@ -99,6 +99,7 @@ def test_models_lists_the_builtin_model() -> None:
         (("run", "hi", "--config", "/nonexistent/models.toml"), ("/nonexistent/models.toml",)),
         (("run", "hi", "--temperature", "warm"), ("--temperature",)),
         (("frobnicate",), ("frobnicate",)),
+        (("--host", "gpu"), ("--host", "process", "thread")),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needles) -> None:
@@ -161,3 +162,19 @@ def test_ctrl_c_mid_generation_is_one_line_and_keeps_the_partial_reply() -> None
     assert "interrupted" in err
     assert "finish: cancelled" in err
     assert len(first + out) > 0
+
+
+def test_host_option_picks_where_the_chat_runs_the_model(monkeypatch) -> None:
+    from loopchat import cli
+    from loopchat.tui import app as tui_app
+
+    seen = []
+    monkeypatch.setattr(tui_app, "run_tui", lambda **kw: seen.append(kw["host"]) or 0)
+    assert cli.main(["--host", "thread"]) == 0 and cli.main([]) == 0
+    assert seen == ["thread", None]
+    for host, worker in (("thread", "EngineWorker"), (None, "ProcessEngineWorker")):
+        app = tui_app.create_app(host=host)
+        try:
+            assert type(app.backend.worker).__name__ == worker
+        finally:
+            app.backend.close()

@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"loopchat {__version__}")
     _add_model_options(parser)
+    parser.add_argument(
+        "--host",
+        choices=("process", "thread"),
+        help="where the chat runs the model: a child process (the default: a crash in llama.cpp "
+        "cannot take the app down) or a thread of the app (a little faster on 2 cores)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
@@ -107,7 +113,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return run_tui(config_path=None, model=None, replay=args.trace_file, replay_speed=args.speed)
         from .tui.app import run_tui
 
-        return run_tui(config_path=args.config, model=args.model, verbose=args.verbose)
+        return run_tui(config_path=args.config, model=args.model, verbose=args.verbose, host=args.host)
     except (ConfigError, ModelFileError, EngineError, SettingsError, TraceError) as exc:
         print(f"loopchat: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -22,7 +22,7 @@ from textual.widgets import Footer, Header, Input, Static
 
 from ..events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from ..settings import LiveSettings, SamplingSettings, SettingsError
-from .backend import LiveBackend, ReplayBackend
+from .backend import DEFAULT_HOST, LiveBackend, ReplayBackend
 from .compositor import LoopScreen
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from .event_pump import FRAME_RATE, EventPump
@@ -658,6 +658,7 @@ def create_app(
     prefs: Prefs | None = None,
     prefs_path: Path | None = None,
     settings: SamplingSettings | None = None,
+    host: str | None = None,
 ) -> LoopChatApp:
     """The app on a live model (or a trace with replay=FILE); raises ConfigError/TraceError.
 
@@ -668,7 +669,7 @@ def create_app(
         if replay is not None:
             backend = ReplayBackend(replay, speed=replay_speed)
         else:
-            backend = LiveBackend(config_path, model, verbose=verbose)
+            backend = LiveBackend(config_path, model, verbose=verbose, host=host or DEFAULT_HOST)
     return LoopChatApp(backend, prefs=prefs, prefs_path=prefs_path, owns_backend=owns, settings=settings)
 
 
@@ -679,11 +680,13 @@ def run_tui(
     replay: str | None = None,
     replay_speed: float = 1.0,
     verbose: bool = False,
+    host: str | None = None,
 ) -> int:
     """Run the app until the user quits; returns the exit code (2: could not start)."""
     try:
         app = create_app(
-            config_path=config_path, model=model, replay=replay, replay_speed=replay_speed, verbose=verbose
+            config_path=config_path, model=model, replay=replay, replay_speed=replay_speed, verbose=verbose,
+            host=host,
         )
     except Exception as exc:  # ConfigError, TraceError: one-line messages
         print(f"loopchat: {exc}", file=sys.stderr)

@@ -19,11 +19,13 @@ from ..settings import LiveSettings, SamplingSettings
 Sink = Callable[[Any], None]
 
 #: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
-#: or "process" (a child process). benchmarks/tui_throughput.py measures both side by
-#: side on 2 cores: the same decode rate within noise (0.81-0.83 of the best headless
-#: rate), key-press latency p99 5-9 ms either way. What decides is that a crash inside
-#: llama.cpp (seen: ggml's AMX kernels segfault on some CPUs) ends the child process,
-#: not the app: it is reported, the user's text is kept and the model can be reloaded.
+#: or "process" (a child process; `loopchat --host` chooses). benchmarks/tui_throughput.py
+#: measures both side by side on 2 cores: over four runs the thread host was at 0.86-1.08
+#: of the best headless rate, the child process at 0.81-1.00 (level in two runs, ~12%
+#: behind in two); key-press latency p99 5-12 ms either way. The default is the child
+#: process because a crash inside llama.cpp (seen: ggml's AMX kernels segfault on some
+#: CPUs) then ends that process, not the app: it is reported, the user's text is kept
+#: and the model can be reloaded.
 DEFAULT_HOST = "process"
 
 #: The reader thread of the engine process's events waits this long (s) after each read:
