@@ -15,7 +15,7 @@ from textual._segment_tools import line_pad
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
-from tui_fixtures import FakeBackend, wait_run
+from tui_fixtures import FakeBackend, reply_to
 
 from loopchat.tui import transcript as transcript_module
 from loopchat.tui.app import LoopChatApp
@@ -68,8 +68,7 @@ async def test_fast_path_paints_what_the_styles_cache_paints(prefs, tmp_path) ->
     words = [f" word{i}" if i % 9 else f"\n**line {i}**:" for i in range(120)]
     app = LoopChatApp(FakeBackend(tokens=words, delay=0.001), prefs=prefs, prefs_path=tmp_path / "p.json")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press(*"go", "enter")
-        await wait_run(pilot)
+        await reply_to(pilot, "go")
         await pilot.pause()
         panel_body = app.query_one(FastStatic)
         assert app.transcript.virtual_size.height > app.transcript.size.height  # it scrolls
@@ -89,8 +88,7 @@ async def test_the_comparison_sees_a_wrong_pad(tmp_path, monkeypatch) -> None:
     """The check above fails when the fast path pads with the wrong style."""
     app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press(*"go", "enter")
-        await wait_run(pilot)
+        await reply_to(pilot, "go")
         await pilot.pause()
         transcript = app.transcript
         transcript._screen_key = None  # forget the lines padded so far
@@ -165,8 +163,7 @@ async def test_the_transcript_scrollbar_paints_what_textual_paints(tmp_path, mon
     words = [f" word{i}" for i in range(900)]
     app = LoopChatApp(FakeBackend(tokens=words, delay=0.0005), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press(*"go", "enter")
-        await wait_run(pilot)
+        await reply_to(pilot, "go")
         await pilot.pause()
         transcript = app.transcript
         bar = transcript.vertical_scrollbar

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tui_fixtures import FakeBackend, panel_text, wait_for, wait_run
+from tui_fixtures import FakeBackend, panel_text, reply_to, wait_for, wait_run
 
 from loopchat.tui.app import LoopChatApp
 from loopchat.tui.plots import bar, fmt_ms, fmt_prob, show_token, sparkline
@@ -37,8 +37,7 @@ def test_prefs_round_trip(tmp_path) -> None:
 async def test_fake_reply_streams_and_toggles_are_remembered(tmp_path) -> None:
     app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press(*"hello", "enter")
-        await wait_run(pilot)
+        await reply_to(pilot, "hello")
         rec = app.conversation.replies[0]
         assert rec.text == "Hello, world! How are you?"
         assert "Forward pass 9" in panel_text(app)
@@ -130,8 +129,7 @@ async def test_transcript_follows_the_reply_until_the_user_scrolls_up(tmp_path) 
 async def test_clicking_a_token_shows_its_step(tmp_path) -> None:
     app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press(*"hello", "enter")
-        await wait_run(pilot)
+        await reply_to(pilot, "hello")
         await pilot.pause()
         t = app.transcript
         view = t.reply_views()[0]

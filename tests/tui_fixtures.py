@@ -30,6 +30,12 @@ async def wait_run(pilot: Any, timeout: float = 60.0) -> None:
     await pilot.pause()
 
 
+async def reply_to(pilot: Any, text: str) -> None:
+    """Type `text` into the prompt, send it, and wait until the reply has finished."""
+    await pilot.press(*text, "enter")
+    await wait_run(pilot)
+
+
 class FakeBackend:
     """Emits synthetic events from a thread (no model): for fast UI-only checks."""
 
