@@ -88,9 +88,6 @@ class LiveBackend:
         if host == "process":
             from ..process_worker import ProcessEngineWorker
 
-            # each frame of the app takes what has arrived (flush, on the UI thread, which
-            # is awake then anyway); the reader thread is the backstop for the pipe while
-            # the UI is busy elsewhere, waking a few times a second (process_worker._read)
             self.worker: Any = ProcessEngineWorker(self._emit, read_period=READ_PERIOD)
         elif host == "thread":
             self.worker = EngineWorker(self._emit)
