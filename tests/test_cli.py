@@ -99,7 +99,7 @@ def test_models_lists_the_builtin_model() -> None:
         (("run", "hi", "--config", "/nonexistent/models.toml"), ("/nonexistent/models.toml",)),
         (("run", "hi", "--temperature", "warm"), ("--temperature",)),
         (("frobnicate",), ("frobnicate",)),
-        (("--host", "gpu"), ("--host", "process", "thread")),
+        (("--host", "gpu"), ("--host", "thread", "process")),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needles) -> None:
@@ -170,9 +170,9 @@ def test_host_option_picks_where_the_chat_runs_the_model(monkeypatch) -> None:
 
     seen = []
     monkeypatch.setattr(tui_app, "run_tui", lambda **kw: seen.append(kw["host"]) or 0)
-    assert cli.main(["--host", "thread"]) == 0 and cli.main([]) == 0
-    assert seen == ["thread", None]
-    for host, worker in (("thread", "EngineWorker"), (None, "ProcessEngineWorker")):
+    assert cli.main(["--host", "process"]) == 0 and cli.main([]) == 0
+    assert seen == ["process", None]
+    for host, worker in (("process", "ProcessEngineWorker"), (None, "EngineWorker")):
         app = tui_app.create_app(host=host)
         try:
             assert type(app.backend.worker).__name__ == worker

@@ -151,8 +151,7 @@ async def test_each_frame_takes_what_the_engine_process_sent(tmp_path, monkeypat
     from loopchat.tui import backend as backend_module
 
     monkeypatch.setattr(backend_module, "READ_PERIOD", 3600.0)
-    b = LiveBackend(None, None, threads=1)
-    assert b.host == "process"
+    b = LiveBackend(None, None, threads=1, host="process")
     try:
         app = make_app(b, tmp_path, max_tokens=8)
         async with app.run_test(size=SIZE) as pilot:  # the app loads the model

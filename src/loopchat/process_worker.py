@@ -1,9 +1,13 @@
 """The engine in a child process, behind the same interface as `worker.EngineWorker`.
 
-Why a process: in one process, the UI thread and the engine thread share the GIL, and
-every frame the UI renders holds it while the engine waits to run its per-step Python
-(benchmarks/tui_throughput.py measures both set-ups side by side). In a child process
-the engine has its own interpreter: only CPU time is shared.
+Why a process: a crash inside llama.cpp (a segfault or an abort in native code) ends
+the child, not the app: the reader thread reports it, the user's text stays and the
+next load starts a new child. In one process the engine thread also shares the GIL with
+the UI thread; here it has its own interpreter and only CPU time is shared. The price:
+each Step is pickled and sent on the engine thread (measured: 0.27-0.33 ms a step
+outside the forward pass and sampling, against 0.10-0.14 ms in a thread);
+benchmarks/tui_throughput.py measures both hosts side by side, and `tui/backend.py` says
+which is the default and why.
 
 Inside the child, an `EngineWorker` thread loads and owns the Engine exactly as in the
 single-process set-up; the child's main thread relays commands, settings changes and

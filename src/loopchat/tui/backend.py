@@ -20,13 +20,14 @@ Sink = Callable[[Any], None]
 
 #: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
 #: or "process" (a child process; `loopchat --host` chooses). benchmarks/tui_throughput.py
-#: measures both side by side on 2 cores: over four runs the thread host was at 0.86-1.08
-#: of the best headless rate, the child process at 0.81-1.00 (level in two runs, ~12%
-#: behind in two); key-press latency p99 5-12 ms either way. The default is the child
-#: process because a crash inside llama.cpp (seen: ggml's AMX kernels segfault on some
-#: CPUs) then ends that process, not the app: it is reported, the user's text is kept
-#: and the model can be reloaded.
-DEFAULT_HOST = "process"
+#: measures both side by side on 2 cores. Over six runs, each app reply against the best
+#: headless reply of its round (median of 5 rounds): the thread host 0.94-1.00 in every
+#: run, the child process 0.93-1.04 in four runs and 0.81-0.82 in two; key-press latency
+#: p99 5-13 ms either way. The thread is the default; the child process isolates a crash
+#: inside llama.cpp (seen: ggml's AMX kernels segfault on some CPUs, which the Makefile's
+#: build leaves out): it ends that process, not the app, the user's text is kept and the
+#: model can be reloaded.
+DEFAULT_HOST = "thread"
 
 #: The reader thread of the engine process's events waits this long (s) after each read:
 #: the app's frames read the pipe themselves (`flush`), so the thread only keeps the pipe
