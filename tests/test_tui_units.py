@@ -157,3 +157,27 @@ async def test_ctrl_c_stops_a_reply_and_keeps_what_the_user_typed(tmp_path) -> N
         assert rec.finish is not None and rec.finish.reason.value == "cancelled"
         assert app.prompt.value == "draft of my next message"
         assert app.is_running  # Ctrl+C stopped the reply, not the app
+
+
+async def test_a_token_that_arrives_alone_is_drawn_by_the_next_frame(tmp_path, monkeypatch) -> None:
+    """The transcript draws new tokens every TEXT_EVERY-th frame; a token with nothing
+    after it (a slow model) must not wait for the next one. With TEXT_EVERY huge, only
+    that rule can draw the tokens before the reply ends."""
+    from loopchat.tui import app as app_module
+
+    monkeypatch.setattr(app_module, "TEXT_EVERY", 10_000)
+    words = ["One", " two", " three"]
+    app = LoopChatApp(FakeBackend(tokens=words, delay=0.6), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+
+    def drawn() -> str:
+        view = app.transcript.reply_views()[-1]
+        return "".join(view.line(i).text for i in range(view.height))
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press(*"hi", "enter")
+        for n, word in enumerate(words, 1):
+            await wait_for(pilot, lambda: app.current is not None and len(app.current.steps) >= n, 5, f"step {n}")
+            assert not app.current.done
+            await wait_for(pilot, lambda: word in drawn(), 0.4, f"{word!r} drawn")  # 0.6 s to the next
+        await wait_run(pilot)
+        assert "One two three" in drawn()

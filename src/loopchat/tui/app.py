@@ -25,7 +25,7 @@ from ..settings import LiveSettings, SamplingSettings, SettingsError
 from .backend import DEFAULT_HOST, LiveBackend, ReplayBackend
 from .compositor import LoopScreen
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
-from .event_pump import FRAME_RATE, EventPump
+from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
 from .loop_panel import KNOBS, LoopPanel, PanelView
 from .prefs import Prefs, load_prefs, save_prefs
 from .transcript import ReplyView, Transcript, legend_text
@@ -99,6 +99,7 @@ class LoopChatApp(App[int]):
         self.model_ready = asyncio.Event()
         self.steps_seen = 0
         self.frames_rendered = 0
+        self._text_due: list[Step] = []  # streamed tokens not yet in the transcript
         self.last_error: str | None = None
         self.change_made_after_steps: int | None = None
         self._panel_dirty = True
@@ -227,12 +228,12 @@ class LoopChatApp(App[int]):
         self.backend.flush()  # what the engine process sent since the last frame
         events = self.pump.drain()
         if not events:
+            self._draw_text()  # tokens held back by the last frame (a slow model)
             if self.current_view is not None and self.current is not None and not self.current.done:
                 self.current_view.tick()
             if self._panel_dirty:
                 self._refresh_panel()
             return
-        new_steps: list[Step] = []
         finished: list[tuple[ReplyRecord, ReplyView | None]] = []
         for ev in events:
             kind = getattr(ev, "kind", "")
@@ -240,7 +241,7 @@ class LoopChatApp(App[int]):
             if kind == "step":
                 if rec is not None:
                     rec.steps.append(ev)
-                    new_steps.append(ev)
+                    self._text_due.append(ev)  # drawn every TEXT_EVERY-th frame
                     self.steps_seen += 1
             elif kind == "start":
                 if rec is None or rec.done:  # a replayed trace: make the turn from the event
@@ -260,9 +261,7 @@ class LoopChatApp(App[int]):
                 )
             elif kind == "finish":
                 if rec is not None and not rec.done:
-                    if new_steps and self.current_view is not None:
-                        self.current_view.add_steps(new_steps)
-                        new_steps = []
+                    self._draw_text()
                     rec.finish = ev
                     finished.append((rec, self.current_view))
             elif kind == "model_loading":
@@ -271,18 +270,26 @@ class LoopChatApp(App[int]):
             elif kind == "model_ready":
                 self._on_model_ready(ev)
             elif kind == "worker_error":
+                self._draw_text()
                 self._report_error(ev.message, ev.during)
             elif kind == "run_done":
                 if rec is not None and not rec.done:  # e.g. a replay stopped half-way
                     rec.error = "stopped"
                     finished.append((rec, self.current_view))
-        if new_steps and self.current_view is not None:
-            self.current_view.add_steps(new_steps)
+        if finished or self.frames_rendered % TEXT_EVERY == 0:
+            self._draw_text()
         for rec, view in finished:
             self._finish_reply(rec, view)
         if self.selection is None:
             self._refresh_panel()
         self.frames_rendered += 1
+
+    def _draw_text(self) -> None:
+        """Append the streamed tokens not yet drawn to the live reply's view."""
+        if self._text_due:
+            if self.current_view is not None:
+                self.current_view.add_steps(self._text_due)
+            self._text_due = []
 
     def _replayed_turn(self, start: Start) -> ReplyRecord:
         users = [m for m in start.messages if m.role == "user"]
@@ -352,6 +359,7 @@ class LoopChatApp(App[int]):
         self._start_reply(self.conversation.messages_for(text), mode, in_history=True)
 
     def _start_reply(self, messages: tuple[Message, ...], mode: str, **kw: Any) -> ReplyRecord:
+        self._draw_text()  # the last reply's tokens go to its own view
         rec = self.conversation.new_reply(mode, messages, **kw)
         rec.started_at = time.monotonic()
         self.current = rec
