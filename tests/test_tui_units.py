@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from gc_check import cyclic_garbage
 from tui_fixtures import FakeBackend, panel_text, reply_to, wait_for, wait_run
 
 from loopchat.tui.app import LoopChatApp
@@ -181,3 +182,19 @@ async def test_a_token_that_arrives_alone_is_drawn_by_the_next_frame(tmp_path, m
             await wait_for(pilot, lambda: word in drawn(), 0.4, f"{word!r} drawn")  # 0.6 s to the next
         await wait_run(pilot)
         assert "One two three" in drawn()
+
+
+async def test_frames_leave_no_strips_for_the_cycle_collector(tmp_path) -> None:
+    """A collection pauses the UI thread (and, with the engine in a thread, the loop).
+    Painted lines must be freed by reference counting: Textual's Strip.divide and
+    adjust_cell_length cache a strip in itself when they return it unchanged, and the
+    compositor called them for every line it painted (~4 cyclic strips a token)."""
+    app = LoopChatApp(FakeBackend(tokens=[f" w{i}" for i in range(120)], delay=0.01), prefs=Prefs(markdown=False),
+                      prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await reply_to(pilot, "warm up")  # first paints fill long-lived caches
+        frames = app.frames_rendered
+        with cyclic_garbage() as found:
+            await reply_to(pilot, "again")
+        assert app.frames_rendered - frames >= 10
+        assert found["Strip"] < 10, found

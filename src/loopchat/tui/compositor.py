@@ -88,7 +88,13 @@ class RowCroppingCompositor(Compositor):
                     continue
                 line = chops[y]
                 final_cuts = [cut for cut in cuts[y] if x2 >= cut >= x]
-                for cut, piece in zip(final_cuts, strip.divide([cut - x for cut in final_cuts[1:]])):
+                offsets = [cut - x for cut in final_cuts[1:]]
+                # one piece: the strip itself. Strip.divide would return [strip] too, and
+                # keep that list in the strip's own cache: a reference cycle that only
+                # Python's cycle collector frees (most strips painted would be garbage
+                # of that kind, ~4 a token, and collecting them took the loop's time)
+                pieces = [strip] if offsets == [strip.cell_length] else strip.divide(offsets)
+                for cut, piece in zip(final_cuts, pieces):
                     if cut in targets:
                         line[cut] = piece
 

@@ -600,7 +600,9 @@ class Transcript(ScrollView, can_focus=True):
             if cached is not None and cached[0] is source:
                 strips.append(cached[1])
                 continue
-            line = self._content_line(source, scroll_x, view_width).adjust_cell_length(content_width, inner)
+            line = self._content_line(source, scroll_x, view_width)
+            if line.cell_length != content_width:  # (a strip of that length would cache itself)
+                line = line.adjust_cell_length(content_width, inner)
             line = Strip(line_pad(line, pad_left, pad_right, inner), width)
             for f in filters:
                 line = line.apply_filter(f, background)
