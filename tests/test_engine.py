@@ -9,6 +9,8 @@ import llama_cpp
 import numpy as np
 import pytest
 
+from gc_check import cyclic_garbage
+
 from loopchat.engine import ContextOverflowError, Engine, physical_cores
 from loopchat.events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from loopchat.settings import LiveSettings, SamplingSettings
@@ -135,6 +137,18 @@ def test_reported_probabilities_match_an_independent_softmax(engine: Engine, mod
             ref.eval([step.token_id])
     finally:
         ref.close()
+
+
+def test_the_loop_leaves_no_garbage_for_the_cycle_collector(engine: Engine) -> None:
+    """On the engine thread, a collection pauses the loop: a step must not leave
+    reference cycles behind (reading the logits through llama_cpp's binding left two a
+    step: the pointer object and its dict)."""
+    settings = SamplingSettings(seed=3, max_tokens=48)
+    run(engine, convo("Count to twenty."), settings)  # warm: caches, templates
+    with cyclic_garbage() as found:
+        _, _, steps, _ = run(engine, convo("Count to twenty."), settings)
+    assert len(steps) >= 40
+    assert sum(found.values()) < 10, found
 
 
 def test_top_p_and_min_p_shape_the_sampled_distribution(engine: Engine) -> None:

@@ -202,6 +202,11 @@ class Engine:
         self.llm.verbose = False  # no more prints from llama-cpp-python after the load
         self._llama_cpp = llama_cpp
         self._one_token, self._one_batch = self._single_token_batch()
+        self._logits_ith = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
+            ("llama_get_logits_ith", llama_cpp.llama_cpp._lib)
+        )
+        self._logits_address: int | None = None
+        self._logits_view = np.zeros(0, dtype=np.float32)
         self.n_ctx = self.llm.n_ctx()
         self.n_vocab = self.llm.n_vocab()
         self.n_batch = n_batch
@@ -357,6 +362,18 @@ class Engine:
         llm.input_ids[llm.n_tokens] = token
         llm.n_tokens += 1
 
+    def _logits(self) -> np.ndarray:
+        """The last token's logits, a view of llama.cpp's buffer (valid until the next
+        decode). The view is kept while llama.cpp returns the same address: a new one
+        each step (np.ctypeslib.as_array), and the pointer object llama_cpp's binding
+        returns, were reference cycles: garbage that only the cycle collector frees, on
+        the engine thread. `_logits_ith` is the same C function returning a plain int."""
+        address = self._logits_ith(self.llm.ctx, -1)
+        if address != self._logits_address:
+            self._logits_address = address
+            self._logits_view = np.frombuffer((ctypes.c_float * self.n_vocab).from_address(address), dtype=np.float32)
+        return self._logits_view
+
     def _sync(self) -> None:
         self._llama_cpp.llama_synchronize(self.llm.ctx)
 
@@ -450,10 +467,7 @@ class Engine:
             if settings_now.seed != seed:
                 rng, seed = sampler.make_rng(settings_now.seed), settings_now.seed
             ts = time.perf_counter()
-            logits = np.ctypeslib.as_array(
-                self._llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.n_vocab,)
-            )
-            res = sampler.sample(logits, history, settings_now, rng, report_k)
+            res = sampler.sample(self._logits(), history, settings_now, rng, report_k)
             token = res.token_id
             is_stop = (not ignore_eos) and self.is_eog(token)
             if is_stop:
