@@ -20,13 +20,13 @@ Sink = Callable[[Any], None]
 
 #: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
 #: or "process" (a child process; `loopchat --host` chooses). benchmarks/tui_throughput.py
-#: measures both side by side on 2 cores. Over six runs, each app reply against the best
-#: headless reply of its round (median of 5 rounds): the thread host 0.94-1.00 in every
-#: run, the child process 0.93-1.04 in four runs and 0.81-0.82 in two; key-press latency
-#: p99 5-13 ms either way. The thread is the default; the child process isolates a crash
-#: inside llama.cpp (seen: ggml's AMX kernels segfault on some CPUs, which the Makefile's
-#: build leaves out): it ends that process, not the app, the user's text is kept and the
-#: model can be reloaded.
+#: measures both side by side on 2 cores. Over four runs (each app process against the
+#: headless one of its round, median of 5 rounds): the thread host 0.92-1.09, the child
+#: process 0.83-0.98 (level with the thread in one run, behind in three); key-press
+#: latency p99 5-7 ms with the thread, 7-10 ms with the child process. The thread is the
+#: default; the child process isolates a crash inside llama.cpp (seen: ggml's AMX kernels
+#: segfault on some CPUs, which the Makefile's build leaves out): it ends that process,
+#: not the app, the user's text is kept and the model can be reloaded.
 DEFAULT_HOST = "thread"
 
 #: The reader thread of the engine process's events waits this long (s) after each read:
