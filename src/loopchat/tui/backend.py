@@ -20,9 +20,9 @@ Sink = Callable[[Any], None]
 
 #: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
 #: or "process" (a child process; `loopchat --host` chooses). benchmarks/tui_throughput.py
-#: measures both side by side on 2 cores. Over four runs (each app process against the
+#: measures both side by side on 2 cores. Over five runs (each app process against the
 #: headless one of its round, median of 5 rounds): the thread host 0.92-1.09, the child
-#: process 0.83-0.98 (level with the thread in one run, behind in three); key-press
+#: process 0.83-0.98 (level with the thread in two runs, behind in three); key-press
 #: latency p99 5-7 ms with the thread, 7-10 ms with the child process. The thread is the
 #: default; the child process isolates a crash inside llama.cpp (seen: ggml's AMX kernels
 #: segfault on some CPUs, which the Makefile's build leaves out): it ends that process,
