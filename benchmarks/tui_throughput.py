@@ -274,9 +274,9 @@ def main() -> None:
     if args.child:
         kind, *rest = args.child
         if kind == "headless":
-            out = child_headless(int(rest[0]), int(rest[1]), int(rest[2]) if len(rest) > 2 else REPLIES)
+            out = child_headless(*map(int, rest))
         elif kind == "app":
-            out = child_app(rest[0], int(rest[1]), int(rest[2]), int(rest[3]) if len(rest) > 3 else REPLIES)
+            out = child_app(rest[0], *map(int, rest[1:]))
         else:
             out = child_uicost(rest[0], int(rest[1]))
         print(json.dumps(out))
