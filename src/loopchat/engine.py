@@ -36,7 +36,7 @@ from .events import (
     Step,
 )
 from .model_files import gguf_problem
-from .settings import SamplingSettings
+from .settings import SamplingSettings, new_seed
 
 CONTEXT_POLICY = (
     "drop the oldest messages (the system prompt is kept) until the prompt leaves room "
@@ -396,7 +396,11 @@ class Engine:
         t_request = time.perf_counter()
         self._cancel.clear()
         self._abort.clear()
-        current = source()
+        # An unpinned seed (None) becomes one fresh random seed for this reply; every event
+        # records the settings with it filled in, so the reply can be replayed exactly.
+        reply_seed = new_seed()
+        raw_settings = source()
+        current = raw_settings.with_seed(reply_seed)
         prompt = self.fit_prompt(messages, current.max_tokens)
         tokens = prompt.tokens
 
@@ -462,7 +466,10 @@ class Engine:
         t_first = t_last = time.perf_counter()
         forward_ms, forward_tokens = prefill_ms, len(todo)
         while reason is None:
-            settings_now = source()
+            latest = source()
+            if latest is not raw_settings:  # swapped: resolve its seed once, not per step
+                raw_settings, current = latest, latest.with_seed(reply_seed)
+            settings_now = current
             changed = settings_now.diff(previous)
             if settings_now.seed != seed:
                 rng, seed = sampler.make_rng(settings_now.seed), settings_now.seed
