@@ -18,7 +18,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Footer, Header, Static
 
 from ..events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from ..settings import LiveSettings, SamplingSettings, SettingsError
@@ -28,6 +28,7 @@ from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
 from .loop_panel import KNOBS, LoopPanel, PanelView
 from .prefs import Prefs, load_prefs, save_prefs
+from .prompt import PromptArea
 from .transcript import ReplyView, Transcript, legend_text
 
 #: Below this terminal width the loop panel moves under the transcript (compact form).
@@ -42,28 +43,35 @@ KNOB_STEPS: dict[str, tuple[float, float, float]] = {
 }
 
 
+#: the footer shows the raise / lower keys as one item
+_KNOB_KEYS = Binding.Group("Adjust", compact=True)
+
+
 class LoopChatApp(App[int]):
     CSS_PATH = "styles.tcss"
     TITLE = "loopchat"
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
+        # priority: the footer lists these first, and no focused widget takes them
+        Binding("f1", "help", "Keys", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("escape", "stop", "Stop"),
-        Binding("ctrl+up,alt+up", "knob(1)", "Raise", key_display="^↑"),
-        Binding("ctrl+down,alt+down", "knob(-1)", "Lower", key_display="^↓"),
-        Binding("f8", "next_knob", "Knob"),
+        Binding("ctrl+up,alt+up", "knob(1)", "Raise", key_display="^↑", group=_KNOB_KEYS),
+        Binding("ctrl+down,alt+down", "knob(-1)", "Lower", key_display="^↓", group=_KNOB_KEYS),
+        Binding("f8", "next_knob", "Knob", show=False),
         Binding("f2", "settings", "Settings"),
-        Binding("f3", "toggle_streaming", "Stream/Block"),
+        Binding("f3", "toggle_streaming", "Mode"),
         Binding("f5", "regenerate", "Regenerate"),
-        Binding("f9", "replay_other_mode", "Other mode"),
+        Binding("f9", "replay_other_mode", "Other mode", show=False),
         Binding("ctrl+n", "new_conversation", "New"),
         Binding("f4", "toggle_markdown", "Markdown", show=False),
-        Binding("f6", "toggle_boundaries", "Token boundaries", show=False),
-        Binding("f7", "toggle_colours", "Probability colours", show=False),
+        # priority: the message box (a TextArea) binds F6/F7 to select line / select all
+        Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
+        Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
         Binding("alt+left", "token_cursor(-1)", "Previous token", show=False),
         Binding("alt+right", "token_cursor(1)", "Next token", show=False),
-        Binding("ctrl+y", "copy_reply", "Copy reply", show=False),
-        Binding("f1", "help", "Keys", show=False),
+        Binding("ctrl+y", "copy_reply", "Copy reply", show=False, priority=True),  # not TextArea redo
         # Ctrl+C stops a reply being generated (as in a terminal); otherwise Textual's
         # own hint ("press ctrl+q to quit"). priority: the prompt would take it as copy.
         Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
@@ -84,7 +92,11 @@ class LoopChatApp(App[int]):
         self.prefs_path = prefs_path
         self.prefs = prefs or load_prefs(prefs_path)
         spec = getattr(backend, "spec", None)
+        # the user's settings (what the next reply uses) ...
         self.live = LiveSettings(settings or (spec.sampling if spec else SamplingSettings()))
+        # ... and the source the reply in flight reads: the same object, except for an F9
+        # replay, which runs on the settings its original reply used
+        self.run_live = self.live
         self.conversation = Conversation(system_prompt=spec.system_prompt if spec else None)
         self.pump = EventPump()
         self.current: ReplyRecord | None = None
@@ -103,6 +115,8 @@ class LoopChatApp(App[int]):
         self.last_error: str | None = None
         self.change_made_after_steps: int | None = None
         self._panel_dirty = True
+        self.narrow = False  # below NARROW_WIDTH columns: the panel goes under the transcript
+        self.handle_signals = False  # run_tui: SIGTERM / SIGHUP quit like Ctrl+Q
 
     # ------------------------------------------------------------- layout ----
     def get_default_screen(self) -> Screen:
@@ -115,8 +129,8 @@ class LoopChatApp(App[int]):
                 yield Static(legend_text(), id="legend")
                 yield Transcript(id="transcript")
             yield LoopPanel(id="panel")
-        yield Input(placeholder="Loading the model… (you can type already)", id="prompt")
-        yield Footer()
+        yield PromptArea(placeholder="Loading the model… (you can type already)", id="prompt")
+        yield Footer(compact=True)
 
     @property
     def transcript(self) -> Transcript:
@@ -127,14 +141,16 @@ class LoopChatApp(App[int]):
         return self.query_one(LoopPanel)
 
     @property
-    def prompt(self) -> Input:
-        return self.query_one("#prompt", Input)
+    def prompt(self) -> PromptArea:
+        return self.query_one("#prompt", PromptArea)
 
     @property
     def generating(self) -> bool:
         return self.current is not None and not self.current.done
 
     def on_mount(self) -> None:
+        if self.handle_signals:
+            self._exit_on_signals()
         self.backend.attach(self.pump.emit)
         self._apply_prefs_classes()
         self._update_subtitle()
@@ -151,7 +167,9 @@ class LoopChatApp(App[int]):
         self._refresh_panel()
 
     def on_resize(self, event: Any) -> None:
-        self.screen.set_class(self.size.width < NARROW_WIDTH, "-narrow")
+        # self.size is still the old size here: the event carries the new one
+        self.narrow = event.size.width < NARROW_WIDTH
+        self.screen.set_class(self.narrow, "-narrow")
         self._panel_dirty = True
 
     def _apply_prefs_classes(self) -> None:
@@ -164,7 +182,7 @@ class LoopChatApp(App[int]):
         elif self.backend.loading:
             self.sub_title = f"loading {self.backend.loading}… · {mode}"
         else:
-            self.sub_title = f"{self.model_name} · {mode}"
+            self.sub_title = f"{self.model_name or 'no model loaded'} · {mode}"
 
     # -------------------------------------------------------- model loading ----
     @work(thread=True, exclusive=True, group="load")
@@ -198,7 +216,7 @@ class LoopChatApp(App[int]):
         spec = self.backend.spec
         if spec is not None and spec.name == ready.name:
             self.conversation.system_prompt = spec.system_prompt
-        self.prompt.placeholder = f"Message {ready.name} — Enter sends"
+        self.prompt.placeholder = f"Message {ready.name} — Enter sends, Ctrl+J new line"
         self._update_subtitle()
         self.model_ready.set()
         self._panel_dirty = True
@@ -314,25 +332,25 @@ class LoopChatApp(App[int]):
             rec = self.conversation.replies[-1]
         if rec is not None and step is None and rec.steps:
             step = rec.steps[-1]
-        model = self.model_name
+        model = self.model_name or "none loaded"
         if isinstance(self.backend, LiveBackend) and self.backend.loading:
             model = f"{self.backend.loading} (loading…)"
         self.panel.show(
             PanelView(
                 record=rec,
                 step=step,
-                live=self.live.get(),
+                live=(self.run_live if self.generating else self.live).get(),
                 knob=self.knob,
                 pinned=pinned,
                 generating=self.generating,
-                compact=self.size.width < NARROW_WIDTH,
+                compact=self.narrow,
                 model=model,
             )
         )
 
     # ------------------------------------------------------------- replies ----
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
+    def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
+        text = event.text.strip()
         if not text:
             return
         if isinstance(self.backend, ReplayBackend):
@@ -352,13 +370,15 @@ class LoopChatApp(App[int]):
             return
         self.selection = None
         self._clear_selection_views()
-        self.pending_prompt = event.value
+        self.pending_prompt = event.text
         self.prompt.value = ""
         self.transcript.add_user(text)
         mode = STREAM if self.prefs.streaming else BLOCKING
         self._start_reply(self.conversation.messages_for(text), mode, in_history=True)
 
-    def _start_reply(self, messages: tuple[Message, ...], mode: str, **kw: Any) -> ReplyRecord:
+    def _start_reply(
+        self, messages: tuple[Message, ...], mode: str, run_live: LiveSettings | None = None, **kw: Any
+    ) -> ReplyRecord:
         self._draw_text()  # the last reply's tokens go to its own view
         rec = self.conversation.new_reply(mode, messages, **kw)
         rec.started_at = time.monotonic()
@@ -370,7 +390,8 @@ class LoopChatApp(App[int]):
         # conversation, its steps, the widgets) while the reply streams: tens of ms a
         # time, taken from the loop. Until the reply ends it sees only new objects.
         gc.freeze()
-        rec.run_id = self.backend.generate(messages, self.live)
+        self.run_live = run_live or self.live
+        rec.run_id = self.backend.generate(messages, self.run_live)
         self._panel_dirty = True
         return rec
 
@@ -404,10 +425,17 @@ class LoopChatApp(App[int]):
         title = "Model failed to load" if during == "load" else "Generation failed"
         self.notify(message, title=title, severity="error", timeout=12)
         if during == "load":
-            self.prompt.placeholder = "No model loaded — pick one with Ctrl+P → Switch model"
             if isinstance(self.backend, LiveBackend):
                 self.backend.loading = None
+            ready = getattr(self.backend, "ready", None)
+            if ready is not None:  # the file was not found: the model loaded before is still there
+                self.notify(f"Still using {ready.name}", timeout=4)
+                self._on_model_ready(ready)
+                return
+            self.model_name = ""
+            self.prompt.placeholder = "No model loaded — pick one with Ctrl+P → Switch model (you can type already)"
             self._update_subtitle()
+            self._panel_dirty = True
             return
         rec = self.current
         if rec is not None and not rec.done and rec.start is None:
@@ -424,7 +452,6 @@ class LoopChatApp(App[int]):
             self.run_finished.set()
         if self.pending_prompt and not self.prompt.value:
             self.prompt.value = self.pending_prompt
-            self.prompt.cursor_position = len(self.pending_prompt)
         self.pending_prompt = None
 
     # ------------------------------------------------------------- actions ----
@@ -443,7 +470,7 @@ class LoopChatApp(App[int]):
         focused = self.focused
         if self.generating:
             self.action_stop()
-        elif isinstance(focused, Input) and focused.selected_text:
+        elif isinstance(focused, PromptArea) and focused.selected_text:
             focused.action_copy()
         else:
             self.action_help_quit()
@@ -455,14 +482,12 @@ class LoopChatApp(App[int]):
 
     def action_knob(self, direction: int) -> None:
         step, lo, hi = KNOB_STEPS[self.knob]
-        value = getattr(self.live.get(), self.knob) + direction * step
+        source = self.run_live if self.generating else self.live
+        value = getattr(source.get(), self.knob) + direction * step
         value = min(hi, max(lo, round(value, 2)))
         if self.knob == "top_k":
             value = int(value)
-        try:
-            self.live.update(**{self.knob: value})
-        except SettingsError as exc:
-            self.notify(str(exc), severity="error")
+        self.set_setting(**{self.knob: value})
         self.change_made_after_steps = self.steps_emitted()
         self._refresh_panel()
 
@@ -476,6 +501,8 @@ class LoopChatApp(App[int]):
         """Change live settings (validated); used by keys, the dialog and tests."""
         try:
             self.live.update(**changes)
+            if self.generating and self.run_live is not self.live:
+                self.run_live.update(**changes)  # an F9 replay in flight takes the change too
         except SettingsError as exc:
             self.notify(str(exc), severity="error")
             return False
@@ -487,7 +514,7 @@ class LoopChatApp(App[int]):
 
         def done(new: SamplingSettings | None) -> None:
             if new is not None:
-                self.live.set(new)
+                self.set_setting(**{n: getattr(new, n) for n in new.diff(self.live.get())})
                 self._refresh_panel()
 
         self.push_screen(SettingsDialog(self.live.get(), generating=self.generating), done)
@@ -545,14 +572,18 @@ class LoopChatApp(App[int]):
         if rec.finish is not None and len(self.conversation.turns) >= 2 and rec.finish.reason != FinishReason.ERROR:
             del self.conversation.turns[-2:]
         rec.in_history = False
+        pinned = self.live.get().seed
+        if pinned is None:
+            self.notify("Regenerating with a new random seed", timeout=2)
+        else:  # the same seed would give the same reply: move the pinned seed on
+            self.set_setting(seed=(pinned + 1) % (2**32))
+            self.notify(f"Regenerating with seed {self.live.get().seed} (the next after {pinned})", timeout=3)
+        mode = STREAM if self.prefs.streaming else BLOCKING
+        new = self._start_reply(rec.messages, mode, in_history=True)
+        rec.replaced_by = new.number
         for view in self.transcript.reply_views():
             if view.record is rec:
-                view.border_title = view.border_title + " (replaced below)"
-        seed = (self.live.get().seed + 1) % (2**32)
-        self.set_setting(seed=seed)
-        self.notify(f"Regenerating with seed {seed}", timeout=2)
-        mode = STREAM if self.prefs.streaming else BLOCKING
-        self._start_reply(rec.messages, mode, in_history=True)
+                view.changed()  # its title now says which reply replaced it
 
     def action_replay_other_mode(self) -> None:
         if not self._can_run():
@@ -562,9 +593,12 @@ class LoopChatApp(App[int]):
             self.notify("No finished reply to replay yet", severity="warning")
             return
         other = STREAM if rec.mode == BLOCKING else BLOCKING
-        # the same messages and the settings the reply started with (same seed, same tokens)
-        self.live.set(rec.start.settings)
-        self._start_reply(rec.messages, other, in_history=False, replay_of=rec.replay_of or rec.number)
+        # the same messages and the settings the reply started with (same seed, same
+        # tokens); the user's own settings for the next replies stay as they are
+        self._start_reply(
+            rec.messages, other, run_live=LiveSettings(rec.start.settings),
+            in_history=False, replay_of=rec.replay_of or rec.number,
+        )
 
     def _can_run(self) -> bool:
         if isinstance(self.backend, ReplayBackend):
@@ -598,10 +632,12 @@ class LoopChatApp(App[int]):
         self.notify(f"Copied reply {rec.number} ({len(rec.text)} characters)", timeout=2)
 
     def action_help(self) -> None:
-        if self.screen.query("HelpPanel"):
-            self.action_hide_help_panel()
+        from .help_screen import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
         else:
-            self.action_show_help_panel()
+            self.push_screen(HelpScreen())
 
     # ------------------------------------------------------ token selection ----
     def _tokens(self) -> list[tuple[int, int]]:
@@ -654,6 +690,23 @@ class LoopChatApp(App[int]):
     def on_unmount(self) -> None:
         self._stop_backend()
 
+    def _exit_on_signals(self) -> None:
+        """SIGTERM and SIGHUP end the app the way Ctrl+Q does, so Textual gives the
+        terminal back (main screen, mouse reporting off, cursor shown): Python's default
+        for both is to die on the spot and leave the terminal in the app's modes."""
+        import signal
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, self._exit_from_signal)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / OS
+                pass
+
+    def _exit_from_signal(self) -> None:
+        self._stop_backend()
+        self.exit(0)
+
 
 def create_app(
     *,
@@ -699,5 +752,6 @@ def run_tui(
     except Exception as exc:  # ConfigError, TraceError: one-line messages
         print(f"loopchat: {exc}", file=sys.stderr)
         return 2
+    app.handle_signals = True
     result = app.run()
     return int(result or 0)

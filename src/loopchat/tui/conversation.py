@@ -21,6 +21,7 @@ class ReplyRecord:
     messages: tuple[Message, ...]  # exactly what was sent
     in_history: bool = True  # False for a side-by-side replay (not part of the conversation)
     replay_of: int | None = None  # the reply number this one re-runs
+    replaced_by: int | None = None  # the reply number that regenerated this one (F5)
     run_id: int = 0
     start: Start | None = None
     trimmed: ContextTrimmed | None = None

@@ -21,7 +21,7 @@ from ..events import Candidate, Step
 from ..settings import SamplingSettings
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
-from .plots import bar, fmt_ms, fmt_prob, show_token, sparkline
+from .plots import bar, fmt_ms, fmt_ms_range, fmt_prob, show_token, sparkline
 
 KNOBS = ("temperature", "top_p", "top_k", "min_p")
 HEAD = Style.parse("bold #87d7ff")
@@ -61,7 +61,9 @@ class PanelView:
     model: str = ""
 
 
-def _fmt_setting(name: str, value: float | int) -> str:
+def _fmt_setting(name: str, value: float | int | None) -> str:
+    if value is None:  # an unpinned seed
+        return "random"
     if name in ("top_k", "repeat_last_n", "seed", "max_tokens"):
         return str(value)
     return f"{value:.2f}"
@@ -320,7 +322,7 @@ def _latency(v: PanelView, spark_width: int) -> list[Pieces]:
     else:
         decode, lo, hi = index.blocks, index.fmin, index.fmax
     if decode:
-        row("per pass", (sparkline(decode, spark_width), _SPARK), (f"  {lo:.1f}–{fmt_ms(hi)}", LABEL))
+        row("per pass", (sparkline(decode, spark_width), _SPARK), (f"  {fmt_ms_range(lo, hi)}", LABEL))
     rate = r.live_tokens_per_s()
     speed = f"{rate:.0f} tok/s live" if rate and not f else ""
     if f and f.tokens_per_s:
@@ -341,7 +343,10 @@ def _settings(v: PanelView, width: int, out: list[Line]) -> None:
     """The settings block, fitted to `width` (cached until anything it shows changes)."""
     global _settings_cache
     r, s = v.record, v.step
-    shown = s.settings if s is not None else v.live
+    # between replies the settings the next reply will use (the keys change them); during
+    # a reply, or on a selected token, those in force at the pass shown
+    ahead = s is None or (not v.generating and not v.pinned)
+    shown = v.live if ahead else s.settings
     changes = _changes(r) if s is not None else {}
     key = (
         width, shown, v.knob, tuple(changes.items()), s is None,
@@ -352,7 +357,7 @@ def _settings(v: PanelView, width: int, out: list[Line]) -> None:
     if _settings_cache is not None and _settings_cache[0] == key:
         out.extend(_settings_cache[1])
         return
-    lines: list[Pieces] = [[("Sampling settings", HEAD), ("  (at this pass)" if s is not None else "  (next reply)", LABEL)]]
+    lines: list[Pieces] = [[("Sampling settings", HEAD), ("  (next reply)" if ahead else "  (at this pass)", LABEL)]]
     for name in KNOBS:
         value = getattr(shown, name)
         t: Pieces = [
@@ -361,7 +366,10 @@ def _settings(v: PanelView, width: int, out: list[Line]) -> None:
             (f"{_fmt_setting(name, value):>6}", _NONE),
         ]
         at = changes.get(name)
-        if s is not None and name in s.settings_changed and s.index > 0:
+        was = getattr(s.settings, name) if s is not None else value
+        if ahead and s is not None and was != value:
+            t.append((f"  reply {r.number} had {_fmt_setting(name, was)}", _PENDING))
+        elif s is not None and name in s.settings_changed and s.index > 0:
             t.append(("  ◀ changed at this pass", CHANGED))
         elif at is not None and (not v.pinned or at <= s.index):
             t.append((f"  changed at pass {at + 1}", CHANGED))
@@ -370,8 +378,8 @@ def _settings(v: PanelView, width: int, out: list[Line]) -> None:
             t.append((f"  → {_fmt_setting(name, pending)} from next pass", _PENDING))
         lines.append(t)
     lines.append([(
-        f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n} · seed {shown.seed}"
-        f" · max {shown.max_tokens}",
+        f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n} · "
+        f"seed {_fmt_setting('seed', shown.seed)} · max {shown.max_tokens}",
         LABEL,
     )])
     lines.append([("  ^↑/^↓ change ▸ · F8 next · F2 type values", _DIM)])
@@ -393,8 +401,9 @@ def _welcome(v: PanelView) -> list[Pieces]:
 
 def _compact_settings(v: PanelView) -> list[Pieces]:
     s = v.step
-    shown = s.settings if s is not None else v.live
-    changes = _changes(v.record)
+    ahead = s is None or (not v.generating and not v.pinned)
+    shown = v.live if ahead else s.settings
+    changes = {} if ahead else _changes(v.record)
     lines: list[Pieces] = []
     t: Pieces = []
     for i, name in enumerate(KNOBS):

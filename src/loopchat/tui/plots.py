@@ -46,6 +46,15 @@ def fmt_ms(ms: float) -> str:
     return f"{ms:.1f} ms"
 
 
+def fmt_ms_range(lo: float, hi: float) -> str:
+    """A range of times in one unit, the larger end's ("12.1–35.7 ms", "0.95–3.57 s")."""
+    if hi >= 1000:
+        digits = 1 if hi >= 10_000 else 2
+        return f"{lo / 1000:.{digits}f}–{hi / 1000:.{digits}f} s"
+    digits = 0 if hi >= 100 else 1
+    return f"{lo:.{digits}f}–{hi:.{digits}f} ms"
+
+
 def fmt_prob(p: float) -> str:
     if p >= 0.9995:
         return "100%"

@@ -8,13 +8,15 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from ..settings import SamplingSettings, SettingsError
+from ..settings import OPTIONAL, SamplingSettings, SettingsError
 
 _INT_FIELDS = {"top_k", "repeat_last_n", "seed", "max_tokens"}
 
 
-def parse_field(name: str, raw: str) -> int | float:
+def parse_field(name: str, raw: str) -> int | float | None:
     raw = raw.strip()
+    if not raw and name in OPTIONAL:
+        return None
     if not raw:
         raise SettingsError(f"{name} is empty; {SamplingSettings.describe(name)}")
     try:
@@ -35,7 +37,7 @@ HINTS = {
     "min_p": "0–1 · 0 = off",
     "repeat_penalty": "0.1–5 · 1 = off",
     "repeat_last_n": "tokens the penalty looks back over",
-    "seed": "0–4294967295 · same seed, same reply",
+    "seed": "empty = random each reply · a number pins it",
     "max_tokens": "most tokens in one reply",
 }
 
@@ -69,8 +71,9 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
             with Grid(id="settings-grid"):
                 for name in SamplingSettings.field_names():
                     yield Label(name, classes="setting-name")
+                    value = getattr(self.current, name)
                     yield Input(
-                        str(getattr(self.current, name)),
+                        "" if value is None else str(value),
                         id=f"set-{name}",
                         classes="setting-input",
                         compact=True,
@@ -93,7 +96,7 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                 err.update(_hint(name))
                 err.remove_class("-error")
             except SettingsError as exc:
-                err.update(str(exc).split(";")[0].split(" (")[0])
+                err.update(str(exc).split(";")[0].split(" (")[0].removeprefix(f"{name} "))
                 err.add_class("-error")
                 ok = False
         return values, ok
@@ -102,6 +105,7 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         self._collect()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()  # Enter applies the dialog; it is not a chat message
         self.action_apply()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

@@ -244,6 +244,8 @@ class ReplyView(Block):
         title = f"Assistant · reply {r.number}"
         if r.replay_of is not None:
             title += f" · replay of reply {r.replay_of} in {'blocking' if r.mode == BLOCKING else 'streaming'} mode"
+        if r.replaced_by is not None:
+            title += f" · replaced by reply {r.replaced_by} (F5)"
         return title
 
     # ---- rendering ------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""F1: the app's own keys, in one table (the README's key table lists the same rows; a
+test checks that they agree)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+#: (keys, what they do), in the order the README shows them
+KEYS: tuple[tuple[str, str], ...] = (
+    ("Enter", "Send the message"),
+    ("Ctrl+J or Alt+Enter", "New line in the message (a pasted block keeps its lines)"),
+    ("Esc or Ctrl+C", "Stop the reply (also during a long prompt prefill); Esc also clears a token selection"),
+    ("Ctrl+↑ / Ctrl+↓ (or Alt+↑ / Alt+↓)", "Raise / lower the selected setting (marked ▸ in the panel)"),
+    ("F8", "Select the next setting for Ctrl+↑/↓ (temperature → top-p → top-k → min-p)"),
+    ("F2", "Sampling settings dialog: type any value, checked as you type; Enter applies"),
+    ("F3", "Streaming ⇄ blocking mode for the next replies"),
+    ("F9", "Replay the last reply in the other mode (same messages, seed and settings: same tokens)"),
+    ("F5", "Regenerate the last reply (a new random seed; a pinned seed moves to the next)"),
+    ("Ctrl+N", "New conversation"),
+    ("Ctrl+Y", "Copy the last reply to the clipboard"),
+    ("Alt+← / Alt+→", "Token cursor: step through the tokens of past replies (or click a token)"),
+    ("F4", "Finished replies as Markdown ⇄ plain tokens"),
+    ("F6", "Show token boundaries (alternating backgrounds)"),
+    ("F7", "Colour each token by the probability it was drawn with (legend on top)"),
+    ("Ctrl+P", "Command palette: switch model, every toggle above"),
+    ("F1", "Show / hide this list of keys"),
+    ("Ctrl+Q", "Quit"),
+)
+
+
+def keys_table() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold #ffaf00", no_wrap=True)
+    table.add_column()
+    for keys, what in KEYS:
+        table.add_row(keys, what)
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """The app's keys; F1, Esc or q closes it."""
+
+    BINDINGS = [
+        Binding("f1,escape,q", "dismiss_help", "Close", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+    HelpScreen > VerticalScroll {
+        width: 96;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        border: thick $primary;
+        border-title-color: $text-primary;
+        background: $surface;
+        padding: 0 1;
+    }
+    HelpScreen #help-foot {
+        color: $text-muted;
+        margin-top: 1;
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as box:
+            box.border_title = "loopchat keys"
+            yield Static(keys_table(), id="help-keys")
+            yield Static(
+                "In the message box the usual editing keys work too (Ctrl+A/E line start/end, "
+                "Ctrl+W delete word, Ctrl+Z undo…). F1 or Esc closes this list.",
+                id="help-foot",
+            )
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss(None)

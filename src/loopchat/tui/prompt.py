@@ -1,0 +1,64 @@
+"""The prompt: a multi-line editor where Enter sends and Ctrl+J / Alt+Enter break the line.
+
+A pasted block keeps its newlines (a terminal's bracketed paste arrives as one Paste
+event, which TextArea inserts whole). The box grows with its text up to a few lines
+(`max-height` in styles.tcss), then scrolls.
+"""
+
+from __future__ import annotations
+
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import TextArea
+
+#: Keys that insert a line break. Every terminal sends Ctrl+J as a plain line feed;
+#: Alt+Enter and Shift+Enter only reach the app in some terminals.
+NEWLINE_KEYS = ("ctrl+j", "alt+enter", "shift+enter")
+
+
+class PromptArea(TextArea):
+    """Posts `PromptArea.Submitted` on Enter; the app decides what to do with the text."""
+
+    BINDINGS = [
+        Binding(",".join(NEWLINE_KEYS), "newline", "New line", show=False),
+    ]
+
+    class Submitted(Message):
+        def __init__(self, prompt: "PromptArea", text: str) -> None:
+            super().__init__()
+            self.prompt = prompt
+            self.text = text
+
+    def __init__(self, *, placeholder: str = "", id: str | None = None) -> None:
+        super().__init__(
+            "",
+            id=id,
+            soft_wrap=True,
+            show_line_numbers=False,
+            tab_behavior="focus",
+            compact=True,
+            highlight_cursor_line=False,
+            placeholder=placeholder,
+        )
+
+    # the app reads and writes the draft through these (like Input.value)
+    @property
+    def value(self) -> str:
+        return self.text
+
+    @value.setter
+    def value(self, text: str) -> None:
+        self.load_text(text)
+        self.move_cursor(self.document.end)
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Submitted(self, self.text))
+            return
+        await super()._on_key(event)
+
+    def action_newline(self) -> None:
+        self.insert("\n")
