@@ -55,7 +55,8 @@ def test_example_file_loads_as_is():
     assert config.default == "smollm2"
     spec = config.get(None)
     assert spec.source == "builtin" and spec.location == "smollm2-135m-instruct"
-    assert spec.sampling == SamplingSettings()
+    builtin = BUILTIN_CONFIG.get()  # the example spells out the bundled model's own defaults
+    assert (spec.sampling, spec.system_prompt) == (builtin.sampling, builtin.system_prompt)
     assert "smollm2-135m-instruct" in config.models  # the built-in is always there
 
 
@@ -120,6 +121,55 @@ def test_user_entry_overrides_builtin_name(tmp_path):
     path = write(tmp_path, '[models.smollm2-135m-instruct]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 1024\n')
     config = load_config(path)
     assert config.get("smollm2-135m-instruct").n_ctx == 1024
+
+
+# --- the bundled model: what its model card uses ---------------------------------------
+
+SMOLLM2_CARD_PROMPT = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+
+
+def test_builtin_model_has_its_model_card_settings():
+    # huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct: generate(temperature=0.2, top_p=0.9,
+    # do_sample=True), transformers' top_k 50 and no repetition penalty; the system prompt
+    # is the one its chat template puts in when there is none
+    spec = BUILTIN_CONFIG.get()
+    assert spec.system_prompt == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    s = spec.sampling
+    assert (s.temperature, s.top_p, s.top_k, s.min_p, s.repeat_penalty) == (0.2, 0.9, 50, 0.0, 1.0)
+    assert (s.seed, s.max_tokens) == (SamplingSettings().seed, SamplingSettings().max_tokens)
+
+
+def test_builtin_model_prompt_is_its_chatml_exactly(engine):
+    from loopchat.events import Message
+
+    question = Message("user", "What is the capital of France?")
+    text = engine.render_prompt([Message("system", BUILTIN_CONFIG.get().system_prompt), question])
+    assert text == SMOLLM2_CARD_PROMPT
+    assert engine.render_prompt([question]) == SMOLLM2_CARD_PROMPT  # the template's own default
+
+    tokens = engine.tokenize(text)
+    (im_start,), (im_end,) = engine.tokenize("<|im_start|>"), engine.tokenize("<|im_end|>")
+    # the GGUF's BOS is <|im_start|> and add_bos_token is false: nothing goes in front
+    assert tokens[0] == im_start and tokens[1] != im_start
+    assert (tokens.count(im_start), tokens.count(im_end)) == (3, 2)
+    tail = engine.tokenize("<|im_start|>assistant\n")
+    assert tokens[-len(tail):] == tail
+    assert engine.is_eog(im_end)
+
+
+def test_builtin_model_reply_ends_at_its_stop_token(engine):
+    from loopchat.events import Finish, FinishReason, Message
+
+    spec = BUILTIN_CONFIG.get()
+    messages = [Message("system", spec.system_prompt), Message("user", "What is 2+2?")]
+    events = list(engine.generate(messages, spec.sampling.replace(temperature=0.0, max_tokens=60)))
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == FinishReason.STOP
+    assert finish.text.strip() and "<|im_" not in finish.text
 
 
 # --- invalid files: one-line messages naming the file and the key ---------------------
