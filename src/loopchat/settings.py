@@ -118,6 +118,12 @@ class SamplingSettings:
         return tuple(_LIMITS)
 
     @staticmethod
+    def limits(name: str) -> tuple[float, float]:
+        """The lowest and highest value `name` may take."""
+        _, lo, hi, _ = _LIMITS[name]
+        return lo, hi
+
+    @staticmethod
     def describe(name: str) -> str:
         kind, lo, hi, hint = _LIMITS[name]
         return f"{name}: {kind.__name__} from {fmt_limit(lo)} to {fmt_limit(hi)} ({hint})"

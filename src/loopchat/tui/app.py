@@ -38,7 +38,7 @@ NARROW_WIDTH = 100
 KNOB_STEPS: dict[str, tuple[float, float, float]] = {
     "temperature": (0.1, 0.0, 5.0),
     "top_p": (0.05, 0.05, 1.0),
-    "top_k": (5, 0, 1000),
+    "top_k": (5, *SamplingSettings.limits("top_k")),
     "min_p": (0.01, 0.0, 1.0),
 }
 

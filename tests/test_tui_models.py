@@ -1,0 +1,54 @@
+"""Switching models in the chat (the real default model; a missing and a broken file)."""
+
+from __future__ import annotations
+
+from tui_fixtures import wait_for, wait_run
+
+from loopchat.model_files import builtin_model_path
+from loopchat.tui.app import create_app
+from loopchat.tui.backend import LiveBackend
+from loopchat.tui.prefs import Prefs
+
+
+def write_config(tmp_path):
+    truncated = tmp_path / "truncated.gguf"
+    with open(builtin_model_path(), "rb") as src:
+        truncated.write_bytes(src.read(4 << 20))  # a real header, most tensors missing
+    config = tmp_path / "models.toml"
+    config.write_text(
+        'default = "small"\n'
+        '[models.small]\nbuiltin = "smollm2-135m-instruct"\nthreads = 1\n'
+        f'[models.gone]\npath = "{tmp_path / "nowhere.gguf"}"\n'
+        f'[models.broken]\npath = "{truncated}"\n'
+    )
+    return config
+
+
+async def test_a_failed_switch_names_the_model_that_is_loaded(tmp_path) -> None:
+    backend = LiveBackend(str(write_config(tmp_path)), None, threads=1)
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 60, "the model")
+            assert app.sub_title.startswith("small ·")
+            # a file that is not there: nothing was unloaded, the chat goes on with `small`
+            app.switch_model("gone")
+            await wait_for(pilot, lambda: app.last_error is not None, 30, "the error")
+            await wait_for(pilot, app.model_ready.is_set, 10, "the old model back")
+            assert "nowhere.gguf" in app.last_error
+            assert app.sub_title.startswith("small ·")
+            await pilot.press(*"Say hi.", "enter")
+            await wait_run(pilot)
+            assert app.conversation.replies[0].finish.text
+            # a file llama.cpp cannot load: the old model is gone, and the app says so
+            app.last_error = None
+            app.switch_model("broken")
+            await wait_for(pilot, lambda: app.last_error is not None, 60, "the load error")
+            await pilot.pause()
+            assert "broken" not in app.sub_title and "small" not in app.sub_title
+            assert app.sub_title.startswith("no model loaded")
+            assert app.panel.view.model == "none loaded"
+            assert not app.model_ready.is_set()
+            assert "No model loaded" in str(app.prompt.placeholder)
+    finally:
+        backend.close()
