@@ -167,3 +167,21 @@ def test_a_paced_reader_keeps_the_order_and_flush_hands_over_at_once(model_path:
     finally:
         w.close()
     assert not w._reader.is_alive()  # close() woke it
+
+
+def test_an_unexpected_engine_error_comes_before_the_runs_end(worker_and_queue) -> None:
+    # text the tokenizer cannot encode (a lone surrogate, as Python makes of a non-UTF-8
+    # byte): an exception that is not an EngineError. `loopchat run` and the app stop
+    # reading a run at RunDone, so the error must come first (it came after).
+    w, q = worker_and_queue
+    w.generate((Message("user", "caf\udce9"),), SamplingSettings(max_tokens=4, seed=1))
+    events = collect_until(q, RunDone)
+    errors = [e for e in events if isinstance(e, WorkerError)]
+    assert len(errors) == 1 and errors[0].during == "generate" and errors[0].internal
+    assert events[-2] is errors[0]
+    assert "internal error while generating" in errors[0].message and "\n" not in errors[0].message
+    assert not w.busy
+    # the worker goes on: the next run is a normal one
+    w.generate(MESSAGES, SamplingSettings(max_tokens=3, seed=1))
+    events = collect_until(q, RunDone)
+    assert isinstance(events[-2], Finish) and not any(isinstance(e, WorkerError) for e in events)

@@ -46,6 +46,7 @@ class WorkerError:
 
     message: str
     during: str  # "load" | "generate"
+    internal: bool = False  # an unexpected exception (a bug), not a problem the user caused
     kind: str = "worker_error"
 
 
@@ -58,6 +59,17 @@ class RunDone:
 
 
 EngineFactory = Callable[[], Engine]
+
+
+def _internal_error(exc: BaseException, during: str) -> WorkerError:
+    """A WorkerError for an exception nobody expected (a bug in loopchat or llama-cpp-python)."""
+    detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return WorkerError(
+        f"internal error while {'loading the model' if during == 'load' else 'generating'}: {detail}; "
+        "this is a bug: please report it with the command you ran (the llama log may help)",
+        during=during,
+        internal=True,
+    )
 
 
 class EngineWorker:
@@ -118,8 +130,7 @@ class EngineWorker:
                 elif command == "generate":
                     self._generate(*args)
             except Exception as exc:  # last resort: never kill the thread silently
-                detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                self._emit(WorkerError(f"internal error: {detail}", during=command))
+                self._emit(_internal_error(exc, command))
 
     def _close_engine(self) -> None:
         if self._engine is not None:
@@ -150,6 +161,8 @@ class EngineWorker:
         )
 
     def _generate(self, run_id: int, messages: tuple[Message, ...], settings: Any, report_k: int) -> None:
+        # Whatever happens, a run's WorkerError (if any) is emitted before its RunDone:
+        # consumers (`loopchat run`, the app) stop reading the run at RunDone.
         try:
             if self._engine is None:
                 self._emit(WorkerError("no model is loaded: pick one with --model or the model list", during="generate"))
@@ -159,6 +172,8 @@ class EngineWorker:
                     self._emit(event)
             except EngineError as exc:
                 self._emit(WorkerError(str(exc), during="generate"))
+            except Exception as exc:  # a bug: report it as this run's error, then RunDone
+                self._emit(_internal_error(exc, "generate"))
         finally:
             if self._commands.empty():
                 self._busy.clear()
