@@ -364,3 +364,32 @@ def test_unreachable_hub_is_a_fast_one_line_error(tmp_path: Path, monkeypatch: p
     assert time.monotonic() - t0 < 10
     msg = str(err.value)
     assert "\n" not in msg and "could not reach the Hugging Face Hub" in msg and "path = ..." in msg
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        ("{% for m in messages %}{{ m.content }", "(line 1: unexpected '}')"),
+        ("{{ messages | no_such_filter }}", "no_such_filter"),
+        ("line one\n{% if add_generation_prompt %}", "(line 2: "),
+    ],
+)
+def test_a_chat_template_that_does_not_compile_is_a_config_error(tmp_path, template, fragment):
+    text = '[models.x]\nbuiltin = "smollm2-135m-instruct"\nchat_template = """' + template + '"""\n'
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: models.x.chat_template is not a valid Jinja template (")
+    assert fragment in message and " — " in message
+
+
+def test_a_chat_template_with_the_extensions_llama_cpp_python_allows_is_valid(tmp_path):
+    # compiled in llama-cpp-python's own environment: {% generation %} and loop controls
+    template = (
+        "{% for m in messages %}{% if m.role == 'x' %}{% continue %}{% endif %}"
+        "{% generation %}{{ m.content | tojson }}{% endgeneration %}{% endfor %}"
+    )
+    path = write(tmp_path, '[models.x]\nbuiltin = "smollm2-135m-instruct"\nchat_template = """' + template + '"""\n')
+    assert load_config(path).get("x").chat_template == template
