@@ -327,3 +327,29 @@ def test_token_pieces_are_exact_bytes(engine: Engine) -> None:
         assert b"\x00" not in piece
     assert engine.piece(engine.tokenize("<|im_end|>")[0]) == b"<|im_end|>"
     assert engine.piece(engine.tokenize(" hello")[0]) == b" hello"
+
+
+def test_a_context_size_llama_cpp_pads_is_used_as_asked(model_path, tmp_path) -> None:
+    # llama.cpp pads n_ctx = 300 to 512; llama-cpp-python's token buffer keeps 300 slots.
+    # Was: engine.n_ctx 512, and an IndexError at token 300 of a long reply.
+    with Engine(model_path, n_ctx=300, log_path=tmp_path / "llama.log") as eng:
+        assert eng.llm.n_ctx() > 300  # the padding this test is about (if it goes, so can the cap)
+        assert eng.n_ctx == 300 == len(eng.llm.input_ids)
+        events = list(eng.generate(convo("Tell me a story."), SamplingSettings(max_tokens=1000, seed=1), ignore_eos=True))
+        start, finish = events[0], events[-1]
+        assert isinstance(start, Start) and isinstance(finish, Finish)
+        assert start.n_ctx == finish.n_ctx == 300
+        assert finish.reason == FinishReason.CONTEXT and finish.error is None
+        assert finish.n_past == 299 and finish.prompt_tokens + finish.completion_tokens == 300
+        assert max(e.n_past for e in events if isinstance(e, Step)) == 300
+
+
+def test_an_invalid_chat_template_is_a_load_error_naming_it(model_path, tmp_path) -> None:
+    from loopchat.engine import ModelLoadError
+
+    with pytest.raises(ModelLoadError) as err:
+        Engine(model_path, name="x", chat_template="{% if %}", log_path=tmp_path / "llama.log", warmup=False)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("model 'x': chat_template is not a valid Jinja template (line 1: ")
+    assert "models.toml" in msg

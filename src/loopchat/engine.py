@@ -207,7 +207,16 @@ class Engine:
         )
         self._logits_address: int | None = None
         self._logits_view = np.zeros(0, dtype=np.float32)
-        self.n_ctx = self.llm.n_ctx()
+        # One context size for everything: the number asked for. llama.cpp pads the
+        # context it allocates (to a multiple of 256 in this version: 300 -> 512), but
+        # llama-cpp-python sizes its token buffer (`input_ids`) to the number asked for,
+        # so past it Llama.eval and _decode_one write out of bounds (an IndexError at
+        # token 300). Capping at the requested size (rather than asking llama.cpp for its
+        # padded size up front) keeps the number the user configured as the one shown
+        # and enforced, and does not depend on llama.cpp's padding rule, which changes
+        # between versions. The padding is a few KV-cache rows never used. Llama's own
+        # n_ctx() still says 512: read self.n_ctx, never llm.n_ctx().
+        self.n_ctx = min(self.llm.n_ctx(), len(self.llm.input_ids))
         self.n_vocab = self.llm.n_vocab()
         self.n_batch = n_batch
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
@@ -215,9 +224,22 @@ class Engine:
         self._abort = _AbortFlag()
         llama_cpp.llama_set_abort_callback(self.llm.ctx, self._abort.callback, self._abort.data)
         self._cancel = threading.Event()
-        template = chat_template or self.llm.metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        own_template = self.llm.metadata.get("tokenizer.chat_template")
+        template = chat_template or own_template or CHATML_TEMPLATE
         self.chat_template = template
-        self._formatter = self._make_formatter(template)
+        try:
+            self._formatter = self._make_formatter(template)
+        except Exception as exc:  # jinja2's TemplateSyntaxError and friends
+            from .config import template_error_text
+
+            self.close()
+            if chat_template:
+                where, fix = "chat_template", "fix it in models.toml, or remove it to use the model's own"
+            else:
+                where, fix = "the chat template in its GGUF file", "set a chat_template for it in models.toml"
+            raise ModelLoadError(
+                f"model {self.name!r}: {where} is not a valid Jinja template ({template_error_text(exc)}); {fix}"
+            ) from None
         self.add_bos = self._metadata_flag("tokenizer.ggml.add_bos_token", default=False)
         if warmup:
             # llama.cpp's own tools warm up too: the first forward pass pays for
