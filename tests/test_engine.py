@@ -353,3 +353,23 @@ def test_an_invalid_chat_template_is_a_load_error_naming_it(model_path, tmp_path
     assert "\n" not in msg
     assert msg.startswith("model 'x': chat_template is not a valid Jinja template (line 1: ")
     assert "models.toml" in msg
+
+
+def test_the_llama_log_is_rotated_when_it_grows_past_a_megabyte(model_path, tmp_path) -> None:
+    from loopchat.llama_log import ROTATE_BYTES
+
+    log = tmp_path / "llama.log"
+    log.write_text("old line\n" * (ROTATE_BYTES // 9 + 1000))
+    old_size = log.stat().st_size
+    (tmp_path / "llama.log.1").write_text("the oldest log\n")
+    with Engine(model_path, n_ctx=256, log_path=log, warmup=False):
+        pass
+    assert (tmp_path / "llama.log.1").stat().st_size == old_size  # one old file kept, the oldest gone
+    text = log.read_text()
+    assert "old line" not in text and "llama_model_loader" in text  # a fresh log of this load
+    size = log.stat().st_size
+    assert size < ROTATE_BYTES
+    with Engine(model_path, n_ctx=256, log_path=log, warmup=False):
+        pass
+    assert log.stat().st_size > size  # under the limit: appended to, not rotated
+    assert (tmp_path / "llama.log.1").stat().st_size == old_size

@@ -42,8 +42,24 @@ def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         pass
 
 
+#: At open, a log file larger than this is renamed to `<name>.1` (replacing the older
+#: one) and a new one is started: each model load logs ~215 KB, so the folder holds at
+#: most ~2 MB plus one load's worth.
+ROTATE_BYTES = 1_000_000
+
+
+def rotate_log(path: Path, max_bytes: int = ROTATE_BYTES) -> None:
+    """If `path` is over `max_bytes`, move it to `path` + ".1" (one old file is kept)."""
+    try:
+        if path.stat().st_size > max_bytes:
+            path.replace(path.with_name(path.name + ".1"))
+    except OSError:  # no file yet, or another loopchat rotated it first
+        pass
+
+
 def route_llama_log(path: Path | None, *, echo: bool = False) -> Path | None:
-    """Send every later llama.cpp log line to `path` (appended); echo to stderr if asked."""
+    """Send every later llama.cpp log line to `path` (appended; rotated first if it is
+    over ROTATE_BYTES); echo to stderr if asked."""
     with _lock:
         old = _state["file"]
         if old is not None:
@@ -53,6 +69,7 @@ def route_llama_log(path: Path | None, *, echo: bool = False) -> Path | None:
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
+                rotate_log(path)
                 _state["file"] = open(path, "a", encoding="utf-8")  # noqa: SIM115
             except OSError:
                 path = None  # an unwritable log folder must not stop the model from loading
