@@ -178,3 +178,67 @@ def test_host_option_picks_where_the_chat_runs_the_model(monkeypatch) -> None:
             assert type(app.backend.worker).__name__ == worker
         finally:
             app.backend.close()
+
+
+# --- issue 15: what a new user hits -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "where", "needles"),
+    [
+        ("[1, 2]", 1, ("not a loopchat trace", "an array")),
+        ('"header"', 1, ("not a loopchat trace", "a string")),
+        ("42", 2, ("not a loopchat trace", "a number")),
+        ('{"kind": "step", "index": 0}', 2, ("bad event",)),
+        ('{"kind": "start", "settings": {"temperature": 99}}', 2, ("bad event", "temperature")),
+    ],
+)
+def test_a_file_that_is_not_a_trace_is_one_line_naming_the_file_and_line(tmp_path: Path, line, where, needles) -> None:
+    bad = tmp_path / "bad.jsonl"
+    header = '{"kind": "header", "schema_version": 1}'
+    bad.write_text((line if where == 1 else header + "\n" + line) + "\n")
+    assert_one_line_error(loopchat("replay", str(bad)), f"{bad}:{where}: ", *needles)
+
+
+def _recorded_trace(tmp_path: Path) -> Path:
+    trace = tmp_path / "full.jsonl"
+    proc = loopchat("run", "Say hello.", "--max-tokens", "12", "--seed", "4", "--trace", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    return trace
+
+
+def test_a_trace_cut_short_ends_its_reply_with_an_error_finish(tmp_path: Path) -> None:
+    from loopchat.trace import CUT_SHORT
+
+    lines = _recorded_trace(tmp_path).read_text().splitlines(keepends=True)
+    assert json.loads(lines[-1])["kind"] == "finish"
+    _, whole = read_trace(tmp_path / "full.jsonl")
+    assert not any(te.synthetic for te in whole)
+    real = whole[-1].event
+
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines[:-1]))  # at a line boundary: no finish event
+    header, events = read_trace(cut)
+    assert header["cut_short"] is True
+    finish = events[-1]
+    assert finish.synthetic and finish.t_ms == events[-2].t_ms
+    f = finish.event
+    assert f.reason == "error" and f.error == CUT_SHORT
+    for name in ("prompt_tokens", "completion_tokens", "steps", "text", "n_past", "n_ctx", "prefill_ms"):
+        assert getattr(f, name) == getattr(real, name), name
+    for name in ("ttft_ms", "decode_ms", "total_ms"):  # from the steps' clock readings
+        assert getattr(f, name) == pytest.approx(getattr(real, name), abs=5), name
+
+    mid_line = tmp_path / "mid.jsonl"
+    mid_line.write_text("".join(lines[:-2]) + lines[-2][: len(lines[-2]) // 2])  # cut inside a step
+    _, events = read_trace(mid_line)
+    assert events[-1].synthetic and events[-1].event.steps == real.steps - 1
+
+    # a second reply after one that never finished: the first gets its finish before the next start
+    two = tmp_path / "two.jsonl"
+    two.write_text("".join(lines[:-1]) + "".join(lines[1:]))
+    _, events = read_trace(two)
+    finishes = [te for te in events if te.event.kind == "finish"]
+    assert [te.synthetic for te in finishes] == [True, False]
+    assert [te.event.kind for te in events].count("start") == 2
+    assert events[events.index(finishes[0]) + 1].event.kind == "start"

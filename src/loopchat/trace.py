@@ -13,7 +13,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import __version__
-from .events import SCHEMA_VERSION, Event, event_from_json_dict, to_json_dict
+from .events import (
+    SCHEMA_VERSION,
+    Event,
+    Finish,
+    FinishReason,
+    Prefill,
+    Start,
+    Step,
+    event_from_json_dict,
+    to_json_dict,
+)
 
 
 class TraceError(Exception):
@@ -39,15 +49,34 @@ class TraceWriter:
         self._write(header)
 
     def _write(self, obj: dict[str, Any]) -> None:
-        self._file.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        try:
+            self._file.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        except OSError as exc:  # a full disk (ENOSPC), a file size limit (EFBIG), ...
+            raise self._error(exc) from None
+
+    def _error(self, exc: OSError) -> TraceError:
+        return TraceError(f"cannot write the trace file {self.path} ({exc.strerror or exc})")
 
     def write(self, event: Event) -> None:
+        """Append one event; TraceError if the file cannot be written."""
         obj = to_json_dict(event)
         obj["t_ms"] = round((time.perf_counter() - self._t0) * 1000.0, 3)
         self._write(obj)
 
     def close(self) -> None:
-        self._file.close()
+        """Flush and close; TraceError if what was buffered cannot be written."""
+        try:
+            self._file.close()
+        except OSError as exc:
+            raise self._error(exc) from None
+
+    def abandon(self) -> None:
+        """Close after a failed write, ignoring further errors (what got written stays:
+        read_trace reads it as a trace cut short)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
 
     def __enter__(self) -> "TraceWriter":
         return self
@@ -60,28 +89,54 @@ class TraceWriter:
 class TracedEvent:
     t_ms: float
     event: Event
+    #: True for a Finish that read_trace made up because the trace ends (or the next reply
+    #: starts) before the reply's own finish event: see `cut_short_finish`.
+    synthetic: bool = False
+
+
+#: Finish.error of the Finish that read_trace adds to a reply whose trace was cut short.
+CUT_SHORT = "the trace ends before this reply's finish event (cut short?)"
 
 
 def read_trace(path: str | Path) -> tuple[dict[str, Any], list[TracedEvent]]:
-    """The header and the events of a trace file."""
+    """The header and the events of a trace file.
+
+    Every reply in the result ends with a Finish: a reply whose finish event is missing
+    (the writer was killed or the disk filled up; the file ends at a line boundary, or in
+    the middle of its last line, which is then dropped) gets one made up from its events,
+    with reason "error" and error CUT_SHORT, marked `synthetic`; the header then has
+    "cut_short": true. Anything else that is not a loopchat trace is a TraceError naming
+    the file and line.
+    """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise TraceError(f"cannot read the trace file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise TraceError(f"{path} is not a loopchat trace (not UTF-8 text)") from None
+    lines = data.splitlines()
     if not lines:
         raise TraceError(f"{path} is empty: record one with `loopchat run --trace {path} ...`")
+    last_line_cut = not data.endswith("\n")
     header: dict[str, Any] = {}
     events: list[TracedEvent] = []
+    open_run: list[TracedEvent] = []  # the events of a reply whose Finish has not come yet
+    cut_short = False
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
+            if n == len(lines) and last_line_cut and n > 1:
+                cut_short = True  # the writer stopped in the middle of this line
+                break
             raise TraceError(f"{path}:{n}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise TraceError(
+                f"{path}:{n}: not a loopchat trace (each line must be a JSON object, this one is {_json_kind(obj)})"
+            )
         if n == 1:
             if obj.get("kind") != "header":
                 raise TraceError(f"{path}:1: not a loopchat trace (no header line)")
@@ -93,7 +148,59 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[TracedEvent]]:
             header = obj
             continue
         try:
-            events.append(TracedEvent(float(obj.get("t_ms", 0.0)), event_from_json_dict(obj)))
-        except (TypeError, ValueError, KeyError) as exc:
-            raise TraceError(f"{path}:{n}: bad event ({exc})") from None
+            traced = TracedEvent(float(obj.get("t_ms", 0.0)), event_from_json_dict(obj))
+        except Exception as exc:  # noqa: BLE001 - any malformed field: TypeError, ValueError, SettingsError...
+            raise TraceError(f"{path}:{n}: bad event ({_one_line(exc)})") from None
+        if isinstance(traced.event, Start):
+            if open_run:  # the previous reply never finished
+                events.append(cut_short_finish(open_run))
+                cut_short = True
+            open_run = [traced]
+        elif isinstance(traced.event, Finish):
+            open_run = []
+        elif open_run:
+            open_run.append(traced)
+        events.append(traced)
+    if open_run:
+        events.append(cut_short_finish(open_run))
+        cut_short = True
+    if cut_short:
+        header = {**header, "cut_short": True}
     return header, events
+
+
+def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
+    """A Finish for a reply whose trace stops after `run` (its Start and what followed),
+    every number computed from those events as the engine would have."""
+    start = run[0].event
+    assert isinstance(start, Start)
+    prefill = next((t.event for t in run if isinstance(t.event, Prefill)), None)
+    steps = [t.event for t in run if isinstance(t.event, Step)]
+    first_ms = steps[0].elapsed_ms if steps else 0.0
+    last_ms = steps[-1].elapsed_ms if steps else 0.0
+    decode_ms = last_ms - first_ms
+    finish = Finish(
+        reason=FinishReason.ERROR,
+        prompt_tokens=len(start.prompt_token_ids),
+        completion_tokens=sum(1 for s in steps if not s.is_stop),
+        steps=len(steps),
+        prefill_ms=prefill.ms if prefill is not None else 0.0,
+        ttft_ms=first_ms,
+        decode_ms=decode_ms,
+        total_ms=last_ms,
+        tokens_per_s=(len(steps) - 1) / (decode_ms / 1000.0) if len(steps) > 1 and decode_ms > 0 else 0.0,
+        text="".join(s.text for s in steps),
+        # what the engine reports when it stops after a step: that step's token is not yet in the cache
+        n_past=(steps[-1].n_past - (0 if steps[-1].is_stop else 1)) if steps else len(start.prompt_token_ids),
+        n_ctx=start.n_ctx,
+        error=CUT_SHORT,
+    )
+    return TracedEvent(run[-1].t_ms, finish, synthetic=True)
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
