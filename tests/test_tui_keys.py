@@ -39,9 +39,15 @@ async def test_enter_sends_and_ctrl_j_alt_enter_break_the_line(tmp_path) -> None
         await pilot.press("a", "ctrl+j", "b", "alt+enter", "c")
         assert app.prompt.value == "a\nb\nc"
         assert not app.conversation.replies  # no key so far sent it
+        # keys that arrive in one read from the terminal (typed fast, or a script): the
+        # line break lands where it was typed, not after the keys that followed it
+        for key, char in [("x", "x"), ("ctrl+j", "\n"), ("y", "y"), ("z", "z")]:
+            app.post_message(events.Key(key, char))
+        await wait_for(pilot, lambda: app.prompt.value.endswith("z"), 5, "the keys")
+        assert app.prompt.value == "a\nb\ncx\nyz"
         await pilot.press("enter")
         await wait_run(pilot)
-        assert app.conversation.replies[0].messages[-1].content == "a\nb\nc"
+        assert app.conversation.replies[0].messages[-1].content == "a\nb\ncx\nyz"
         assert app.prompt.value == ""
 
 

@@ -13,7 +13,7 @@ from textual.widgets import Static
 #: (keys, what they do), in the order the README shows them
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
-    ("Ctrl+J or Alt+Enter", "New line in the message (a pasted block keeps its lines)"),
+    ("Ctrl+J", "New line in the message (also Alt+Enter / Shift+Enter, in terminals that tell them from Enter); a pasted block keeps its lines"),
     ("Esc or Ctrl+C", "Stop the reply (also during a long prompt prefill); Esc also clears a token selection"),
     ("Ctrl+↑ / Ctrl+↓ (or Alt+↑ / Alt+↓)", "Raise / lower the selected setting (marked ▸ in the panel): temperature ±0.1, top-p ±0.05, top-k ±5, min-p ±0.01"),
     ("F8", "Select the next setting for Ctrl+↑/↓ (temperature → top-p → top-k → min-p)"),

@@ -8,21 +8,17 @@ event, which TextArea inserts whole). The box grows with its text up to a few li
 from __future__ import annotations
 
 from textual import events
-from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
-#: Keys that insert a line break. Every terminal sends Ctrl+J as a plain line feed;
-#: Alt+Enter and Shift+Enter only reach the app in some terminals.
+#: Keys that insert a line break. Every terminal sends Ctrl+J as a plain line feed.
+#: Alt+Enter and Shift+Enter reach the app only from terminals that report modified keys
+#: (the kitty keyboard protocol); elsewhere they arrive as a plain Enter, which sends.
 NEWLINE_KEYS = ("ctrl+j", "alt+enter", "shift+enter")
 
 
 class PromptArea(TextArea):
     """Posts `PromptArea.Submitted` on Enter; the app decides what to do with the text."""
-
-    BINDINGS = [
-        Binding(",".join(NEWLINE_KEYS), "newline", "New line", show=False),
-    ]
 
     class Submitted(Message):
         def __init__(self, prompt: "PromptArea", text: str) -> None:
@@ -53,12 +49,22 @@ class PromptArea(TextArea):
         self.move_cursor(self.document.end)
 
     async def _on_key(self, event: events.Key) -> None:
+        # Handled here rather than as bindings: a binding's action runs after the keys
+        # that arrived in the same read from the terminal ("abc", Ctrl+J, "def" typed
+        # fast or sent by a script), so the line break landed after "def".
         if event.key == "enter":
             event.stop()
             event.prevent_default()
             self.post_message(self.Submitted(self, self.text))
             return
+        if event.key in NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.action_newline()
+            return
         await super()._on_key(event)
 
     def action_newline(self) -> None:
-        self.insert("\n")
+        # like typing a character: replaces the selection, the cursor ends after it
+        result = self.replace("\n", *self.selection)
+        self.move_cursor(result.end_location)
