@@ -8,7 +8,7 @@ from gc_check import cyclic_garbage
 from tui_fixtures import FakeBackend, panel_text, reply_to, wait_for, wait_run
 
 from loopchat.tui.app import LoopChatApp
-from loopchat.tui.plots import bar, fmt_ms, fmt_prob, show_token, sparkline
+from loopchat.tui.plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
 from loopchat.tui.prefs import Prefs, load_prefs, save_prefs
 
 
@@ -21,6 +21,10 @@ def test_plots() -> None:
     assert fmt_ms(12.34) == "12.3 ms" and fmt_ms(1500) == "1.50 s"
     assert fmt_prob(0.5) == "50.0%" and fmt_prob(0.0001) == "<0.1%"
     assert show_token(" a\n") == "␣a⏎"
+    # one unit for both ends of a range (not "12.1–3.57 s")
+    assert fmt_ms_range(12.1, 3570) == "0.01–3.57 s" and fmt_ms_range(8.0, 35.7) == "8.0–35.7 ms"
+    assert fmt_ms_range(95.0, 250.0) == "95–250 ms" and fmt_ms_range(900.0, 12_500) == "0.9–12.5 s"
+    assert fmt_rate(0.34) == "0.3 tok/s" and fmt_rate(85.4) == "85 tok/s"
 
 
 def test_prefs_round_trip(tmp_path) -> None:

@@ -21,7 +21,7 @@ from ..events import Candidate, Step
 from ..settings import SamplingSettings
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
-from .plots import bar, fmt_ms, fmt_ms_range, fmt_prob, show_token, sparkline
+from .plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
 
 KNOBS = ("temperature", "top_p", "top_k", "min_p")
 HEAD = Style.parse("bold #87d7ff")
@@ -324,9 +324,9 @@ def _latency(v: PanelView, spark_width: int) -> list[Pieces]:
     if decode:
         row("per pass", (sparkline(decode, spark_width), _SPARK), (f"  {fmt_ms_range(lo, hi)}", LABEL))
     rate = r.live_tokens_per_s()
-    speed = f"{rate:.0f} tok/s live" if rate and not f else ""
+    speed = f"{fmt_rate(rate)} live" if rate and not f else ""
     if f and f.tokens_per_s:
-        speed = f"{f.tokens_per_s:.0f} tok/s (whole reply)"
+        speed = f"{fmt_rate(f.tokens_per_s)} (whole reply)"
     row("speed", (speed or "—", _NONE))
     if r.start is not None:
         n_ctx = r.start.n_ctx

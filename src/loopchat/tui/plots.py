@@ -46,6 +46,11 @@ def fmt_ms(ms: float) -> str:
     return f"{ms:.1f} ms"
 
 
+def fmt_rate(tokens_per_s: float) -> str:
+    """A decode rate: whole numbers from 10 tok/s up, one decimal below (0.3, not 0)."""
+    return f"{tokens_per_s:.0f} tok/s" if tokens_per_s >= 9.95 else f"{tokens_per_s:.1f} tok/s"
+
+
 def fmt_ms_range(lo: float, hi: float) -> str:
     """A range of times in one unit, the larger end's ("12.1–35.7 ms", "0.95–3.57 s")."""
     if hi >= 1000:

@@ -32,7 +32,7 @@ from textual.widget import Widget
 from ..events import FinishReason, Step
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import plain_box
-from .plots import fmt_ms
+from .plots import fmt_ms, fmt_rate
 from .prefs import Prefs
 from .scrollbar import RowCachedScrollBar
 
@@ -230,7 +230,7 @@ class ReplyView(Block):
             parts.append(f"total {fmt_ms(f.total_ms)}")
         parts.append(f"{f.completion_tokens} tokens")
         if f.tokens_per_s:
-            parts.append(f"{f.tokens_per_s:.0f} tok/s")
+            parts.append(fmt_rate(f.tokens_per_s))
         label = finish_label(f)
         style = _DIM
         if f.reason in (FinishReason.CANCELLED, FinishReason.ERROR):
