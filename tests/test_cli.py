@@ -183,6 +183,128 @@ def test_host_option_picks_where_the_chat_runs_the_model(monkeypatch) -> None:
 # --- issue 15: what a new user hits -------------------------------------------------------
 
 
+def loopchat_bytes(*args: str | bytes, input: bytes | None = None, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """`loopchat` with raw bytes on stdin and in argv; stdout and stderr decoded leniently."""
+    proc = subprocess.run(
+        [PY, "-m", "loopchat", *args], capture_output=True, input=input, env={**os.environ, **(env or {})}, timeout=120, **kw
+    )
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+    )
+
+
+LOCALES = [
+    {},
+    {"LC_ALL": "C"},
+    {"LC_ALL": "C.UTF-8"},
+    {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"},
+    {"LC_ALL": "C", "PYTHONIOENCODING": "ascii"},
+    {"PYTHONIOENCODING": "latin-1", "PYTHONUTF8": "0"},
+]
+
+
+@pytest.mark.parametrize("env", LOCALES, ids=lambda env: ",".join(f"{k}={v}" for k, v in env.items()) or "inherited")
+def test_a_prompt_that_is_not_utf8_is_one_line_in_any_locale(env: dict) -> None:
+    # was: exit 0 and nothing printed (the engine's error came after the run's end), or a
+    # UnicodeDecodeError traceback in a strict UTF-8 locale
+    proc = loopchat_bytes("run", "-", input=b"caf\xe9 au lait", env=env)
+    assert_one_line_error(proc, "standard input", "not UTF-8", "0xe9", "offset 3")
+    arg = loopchat_bytes("run", b"caf\xe9", env=env)
+    assert_one_line_error(arg, "prompt", "not UTF-8", "offset 3")
+
+
+def test_an_internal_engine_error_is_one_line_and_a_nonzero_exit() -> None:
+    # a bug inside the engine, injected where no model is involved: before, `run` stopped
+    # reading at the run's end, which the worker emitted before the error: exit 0, silent
+    code = (
+        "import sys; import loopchat.engine as e\n"
+        "def broken(self, messages, max_tokens): raise RuntimeError('injected fault')\n"
+        "e.Engine.fit_prompt = broken\n"
+        "from loopchat.cli import main; sys.exit(main(['run', 'hi']))\n"
+    )
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("loopchat: internal error while generating: RuntimeError: injected fault")
+    assert "report" in lines[0]
+
+
+def _small_context_config(tmp_path: Path, n_ctx: int) -> Path:
+    cfg = tmp_path / "models.toml"
+    cfg.write_text(f'default = "small"\n[models.small]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = {n_ctx}\n')
+    return cfg
+
+
+def test_a_reply_longer_than_an_unpadded_context_stops_at_the_context(tmp_path: Path) -> None:
+    # n_ctx = 300: llama.cpp pads its context to 512, llama-cpp-python's token buffer keeps
+    # 300 slots. Was: an IndexError at token 300, the reply cut mid-word with exit 0.
+    cfg = _small_context_config(tmp_path, 300)
+    trace = tmp_path / "t.jsonl"
+    proc = loopchat(
+        "run", "Write a very long story about a dragon, at least 2000 words.", "--config", str(cfg),
+        "--max-tokens", "1000", "--temperature", "1.0", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+        "--repeat-penalty", "1", "--seed", "1", "--trace", str(trace),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith("finish: context"), proc.stderr
+    _, events = read_trace(trace)
+    start, finish = events[0].event, events[-1].event
+    assert start.n_ctx == finish.n_ctx == 300
+    assert finish.reason == "context" and finish.n_past == 299
+    assert finish.prompt_tokens + finish.completion_tokens == 300
+    assert proc.stdout.rstrip("\n") == finish.text.rstrip("\n")
+
+
+@pytest.mark.parametrize("max_tokens", ["2", "40"])  # the trace's buffer fails at close / mid-run
+def test_a_trace_that_cannot_be_written_is_one_line_and_the_reply_still_printed(max_tokens: str) -> None:
+    proc = loopchat("run", "Name three planets.", "--max-tokens", max_tokens, "--seed", "2", "--trace", "/dev/full")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.strip()  # the reply
+    summary, error = proc.stderr.strip().splitlines()
+    assert "finish: " in summary and "finish: cancelled" not in summary
+    assert error.startswith("loopchat: cannot write the trace file /dev/full (No space left on device)")
+
+
+def test_a_disk_that_fills_mid_run_leaves_a_trace_read_as_cut_short(tmp_path: Path) -> None:
+    import resource
+
+    trace = tmp_path / "t.jsonl"
+    limit = 20_000  # bytes: a few steps in; past it the kernel refuses writes (EFBIG)
+    proc = subprocess.run(
+        [PY, "-m", "loopchat", "run", "Count from 1 to 1000, one number per line.", "--max-tokens", "60", "--seed", "2",
+         "--trace", str(trace)],
+        capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.strip() and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"loopchat: cannot write the trace file {trace} (File too large)")
+    assert trace.stat().st_size == limit  # the file ends mid-line
+    header, events = read_trace(trace)
+    assert header["cut_short"] is True
+    last = events[-1]
+    assert last.synthetic and last.event.kind == "finish" and last.event.reason == "error"
+    assert "cut short" in last.event.error
+    steps = [te.event for te in events if te.event.kind == "step"]
+    assert steps and last.event.text == "".join(s.text for s in steps)
+    assert proc.stdout.startswith(last.event.text)
+
+
+def test_stdout_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [PY, "-m", "loopchat", "run", "Name three planets.", "--max-tokens", "30", "--seed", "2"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("loopchat: cannot write the reply to standard output (No space left on device)")
+    assert "finish: cancelled" in proc.stderr  # it stopped generating what nobody could read
+
+
 @pytest.mark.parametrize(
     ("line", "where", "needles"),
     [
@@ -242,3 +364,83 @@ def test_a_trace_cut_short_ends_its_reply_with_an_error_finish(tmp_path: Path) -
     assert [te.synthetic for te in finishes] == [True, False]
     assert [te.event.kind for te in events].count("start") == 2
     assert events[events.index(finishes[0]) + 1].event.kind == "start"
+
+
+def test_a_bad_chat_template_names_the_model_and_the_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "models.toml"
+    cfg.write_text(
+        'default = "x"\n[models.x]\nbuiltin = "smollm2-135m-instruct"\n'
+        'chat_template = "{% for m in messages %}{{ m.content }"\n'
+    )
+    for args in (("run", "hi", "--config", str(cfg)), ("models", "--config", str(cfg))):
+        assert_one_line_error(
+            loopchat(*args), f"{cfg}: models.x.chat_template is not a valid Jinja template (line 1: unexpected '}}')"
+        )
+
+
+def test_a_template_that_fails_to_render_is_one_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "models.toml"
+    cfg.write_text(
+        'default = "x"\n[models.x]\nbuiltin = "smollm2-135m-instruct"\n'
+        "chat_template = \"{{ raise_exception('this template wants no system prompt') }}\"\n"
+    )
+    assert_one_line_error(loopchat("run", "hi", "--config", str(cfg)), "chat template", "wants no system prompt")
+
+
+def test_stdin_with_data_and_a_prompt_argument_is_refused(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"the piped prompt\n")
+    os.close(write_end)
+    try:
+        piped = subprocess.run([PY, "-m", "loopchat", "run", "hello"], stdin=read_end, capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(read_end)
+    assert_one_line_error(piped, "standard input", "pass -")
+    data = tmp_path / "prompt.txt"
+    data.write_text("the prompt in a file\n")
+    with open(data) as f:
+        from_file = subprocess.run([PY, "-m", "loopchat", "run", "hello"], stdin=f, capture_output=True, text=True, timeout=60)
+    assert_one_line_error(from_file, "standard input", "pass -")
+
+
+def test_an_idle_stdin_does_not_stop_a_prompt_argument(tmp_path: Path) -> None:
+    # a harness's stdin: /dev/null, an empty file, or a pipe nobody writes to (and never closes)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    read_end, write_end = os.pipe()
+    try:
+        with open(empty) as f:
+            for stdin in (subprocess.DEVNULL, f, read_end):
+                proc = subprocess.run(
+                    [PY, "-m", "loopchat", "run", "Say yes.", "--max-tokens", "2", "--seed", "1"],
+                    stdin=stdin, capture_output=True, text=True, timeout=120,
+                )
+                assert proc.returncode == 0, (stdin, proc.stderr)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_ctrl_c_while_the_trace_is_written_keeps_a_finished_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    proc = subprocess.Popen(
+        [PY, "-m", "loopchat", "run", "Count from 1 to 1000, one number per line.", "--max-tokens", "2000",
+         "--seed", "1", "--trace", str(trace)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.read(1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "loopchat: interrupted (Ctrl+C): the reply above is partial"
+    header, events = read_trace(trace)
+    assert "cut_short" not in header
+    assert events[-1].event.reason == "cancelled" and not events[-1].synthetic
+
+
+def test_a_reply_the_output_encoding_cannot_spell_is_printed_not_a_traceback() -> None:
+    # was: UnicodeEncodeError at the first "é" of the reply
+    proc = loopchat("run", "Say the word café twice.", "--max-tokens", "30", "--temperature", "0", env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "caf?" in proc.stdout  # the reply, with ? for what ascii cannot spell

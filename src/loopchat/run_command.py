@@ -8,7 +8,9 @@ run, during a long prefill too.
 from __future__ import annotations
 
 import argparse
+import os
 import queue
+import stat
 import sys
 from typing import Any, TextIO
 
@@ -28,16 +30,93 @@ _SETTING_FLAGS = {
 }
 
 
-def read_prompt(prompt: str, stdin: TextIO) -> str:
+def read_prompt(prompt: str, stdin: TextIO | None) -> str:
     from .cli import UsageError
 
     if prompt == "-":
         if stdin is None or stdin.closed:
             raise UsageError("the prompt is - but there is no standard input; pipe the prompt in or pass it as text")
-        prompt = stdin.read()
+        prompt = _read_stdin_text(stdin)
+    else:
+        if stdin is not None and not stdin.closed and stdin_has_data(stdin):
+            raise UsageError(
+                "the prompt was given as text and standard input has data too: pass - to read the prompt "
+                "from standard input, or run with </dev/null to ignore it"
+            )
+        check_utf8(prompt, "the prompt")
     if not prompt.strip():
         raise UsageError("the prompt is empty: pass the message as text, or - to read it from stdin")
     return prompt
+
+
+def stdin_has_data(stdin: TextIO) -> bool:
+    """Whether standard input holds data a user meant as the prompt: a regular file with
+    bytes left to read, or a pipe/FIFO/socket with bytes waiting in it now.
+
+    A terminal, /dev/null, a closed stdin and an empty pipe (a CI runner's or a test
+    harness's stdin, whose writer may never close it) do not count: only data that has
+    already arrived does. (A writer slower than our start-up is not caught; that errs on
+    the side of running.)"""
+    try:
+        fd = stdin.fileno()
+        st = os.fstat(fd)
+    except (AttributeError, OSError, ValueError):  # no real file behind it (tests pass a StringIO)
+        return False
+    if stat.S_ISREG(st.st_mode):
+        try:
+            position = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError:
+            position = 0
+        return st.st_size > position
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        try:
+            import array
+            import fcntl
+            import termios
+
+            waiting = array.array("i", [0])
+            fcntl.ioctl(fd, termios.FIONREAD, waiting, True)
+        except (ImportError, OSError):  # pragma: no cover - not POSIX
+            return False
+        return waiting[0] > 0
+    return False
+
+
+def _read_stdin_text(stdin: TextIO) -> str:
+    """All of stdin as text, decoded as UTF-8 whatever the locale or PYTHONIOENCODING say
+    (the model reads UTF-8; a latin-1 terminal would otherwise pass mojibake on, and a C
+    locale would let undecodable bytes through as surrogates)."""
+    from .cli import UsageError
+
+    buffer = getattr(stdin, "buffer", None)
+    if buffer is None:  # a text stream with no bytes underneath (tests)
+        text = stdin.read()
+        check_utf8(text, "the prompt on standard input")
+        return text
+    raw = buffer.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"the prompt on standard input is not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte offset "
+            f"{exc.start}); convert it first, e.g. with `iconv -f latin1 -t utf-8`"
+        ) from None
+
+
+def check_utf8(text: str, what: str) -> None:
+    """UsageError if `text` holds bytes that were not UTF-8 (Python passes them on from the
+    command line as lone surrogates, which the model's tokenizer cannot encode)."""
+    from .cli import UsageError
+
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        offset = len(text[: exc.start].encode("utf-8"))
+        code = ord(text[exc.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise UsageError(
+            f"{what} is not UTF-8 text ({byte} at byte offset {offset}); convert it to UTF-8 first"
+        ) from None
 
 
 def settings_from_args(base: SamplingSettings, args: argparse.Namespace) -> SamplingSettings:
@@ -70,15 +149,79 @@ def step_line(step: Step) -> str:
     )
 
 
+class _Output:
+    """stdout for the reply: the first failed write (a full disk, /dev/full, a closed
+    pipe) is remembered, and nothing more is written after it."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.error: OSError | None = None
+        self.line_open = False  # the last text written did not end with a newline
+
+    def write(self, text: str) -> bool:
+        if self.error is not None:
+            return False
+        try:
+            self.out.write(text)
+            if text:
+                self.line_open = not text.endswith("\n")
+            self.out.flush()
+        except OSError as exc:
+            self.error = exc
+            self._discard()
+            return False
+        return True
+
+    def _discard(self) -> None:
+        """Point the stream's file descriptor at /dev/null: what is still in its buffer
+        is then flushed there at exit instead of raising again ("Exception ignored...")."""
+        try:
+            fd = self.out.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except (AttributeError, OSError, ValueError):
+            return
+        try:
+            os.dup2(devnull, fd)
+        except OSError:
+            pass
+        finally:
+            os.close(devnull)
+
+    def message(self) -> str | None:
+        """The one line to report (None if every write succeeded or the reader left)."""
+        if self.error is None or isinstance(self.error, BrokenPipeError):
+            return None  # `loopchat run ... | head`: the reader has what it wanted
+        reason = self.error.strerror or str(self.error)
+        return f"cannot write the reply to standard output ({reason}); free some space or redirect it elsewhere"
+
+
+def _errors_setting(out: TextIO) -> None:
+    """An encoding that cannot spell a character of the reply (PYTHONIOENCODING=ascii, a
+    latin-1 locale) prints ? for it rather than ending the run with a traceback."""
+    reconfigure = getattr(out, "reconfigure", None)
+    if reconfigure is not None and getattr(out, "errors", "strict") == "strict":
+        try:
+            reconfigure(errors="replace")
+        except (OSError, ValueError):  # pragma: no cover - a stream that cannot change
+            pass
+
+
 def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
+    """Generate one reply; return the exit code. Every failure ends with exactly one line
+    `loopchat: ...` on stderr saying what to do: 2 for bad input (the prompt, the model
+    file, a prompt longer than the context), 1 when the run itself failed (an error in
+    llama.cpp or in loopchat, stdout or the trace file could not be written), 130 for
+    Ctrl+C."""
     from .config import load_config
     from .engine import EngineOptions
     from .paths import llama_log_path
-    from .trace import TraceWriter
+    from .trace import TraceError, TraceWriter
     from .worker import EngineWorker, ModelReady, RunDone, WorkerError
 
     out = out or sys.stdout
     prompt = read_prompt(args.prompt, stdin if stdin is not None else sys.stdin)
+    if args.system is not None:
+        check_utf8(args.system, "the --system text")
     config = load_config(getattr(args, "config", None))
     spec = config.get(getattr(args, "model", None))
     settings = settings_from_args(spec.sampling, args)
@@ -90,6 +233,9 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     system = args.system if args.system is not None else spec.system_prompt
     messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
     trace = TraceWriter(args.trace) if args.trace else None
+    trace_error: str | None = None
+    _errors_setting(out)
+    output = _Output(out)
 
     events: queue.Queue[Any] = queue.Queue()
     worker = EngineWorker(events.put)
@@ -106,10 +252,23 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     live = LiveSettings(settings)
     prefill: Prefill | None = None
     finish: Finish | None = None
-    error: str | None = None
+    error: WorkerError | None = None
     interrupted = False
+
+    def record(event: Any) -> None:
+        """Write an engine event to the trace; a failed write stops the trace, not the run."""
+        nonlocal trace, trace_error
+        if trace is None:
+            return
+        try:
+            trace.write(event)
+        except TraceError as exc:
+            trace_error = str(exc)
+            trace.abandon()
+            trace = None
+
+    generating = False
     try:
-        generating = False
         while True:
             try:
                 event = events.get(timeout=0.25)
@@ -119,35 +278,38 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
                 worker.generate(messages, live, report_k=args.top_report)
                 generating = True
             elif isinstance(event, WorkerError):
-                error = event.message
-                if not generating or event.during == "generate":
-                    break
+                # the worker emits a run's error before its RunDone, and a load error ends it
+                error = event
+                break
             elif isinstance(event, RunDone):
                 break
             elif isinstance(event, _ENGINE_EVENTS):
-                if trace is not None:
-                    trace.write(event)
+                record(event)
                 if isinstance(event, Prefill):
                     prefill = event
                 elif isinstance(event, Step):
                     if args.show_steps:
-                        print(step_line(event), file=out, flush=True)
+                        ok = output.write(step_line(event) + "\n")
                     elif event.text and not args.blocking:  # blocking: the whole text at the end
-                        out.write(event.text)
-                        out.flush()
+                        ok = output.write(event.text)
+                    else:
+                        ok = True
+                    if not ok:
+                        worker.cancel()  # nobody can read the rest: stop generating it
                 elif isinstance(event, Finish):
                     finish = event
     except KeyboardInterrupt:
         interrupted = True
         worker.cancel()
-        # drain until the run reports its end (cancel stops it within one step)
-        while True:
+        # drain until the run reports its end (cancel stops it within one step); while
+        # the model is still loading there is no run to wait for
+        while generating:
             try:
                 event = events.get(timeout=5)
             except queue.Empty:
                 break
-            if trace is not None and isinstance(event, _ENGINE_EVENTS):
-                trace.write(event)
+            if isinstance(event, _ENGINE_EVENTS):
+                record(event)
             if isinstance(event, Finish):
                 finish = event
             if isinstance(event, (RunDone, WorkerError)):
@@ -155,22 +317,35 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     finally:
         worker.close()
         if trace is not None:
-            trace.close()
+            try:
+                trace.close()
+            except TraceError as exc:
+                trace_error = str(exc)
 
     if finish is not None:
-        if args.show_steps or args.blocking:
-            out.write(finish.text)
-        if not finish.text.endswith("\n"):
-            out.write("\n")
-        out.flush()
+        text = finish.text if (args.show_steps or args.blocking) else ""
+        output.write(text + ("" if finish.text.endswith("\n") else "\n"))
         print(summary_line(prefill, finish), file=sys.stderr)
+    elif output.line_open:  # a partial reply, ended by an error: end its line
+        output.write("\n")
+    # one line: the first of what went wrong, in the order a user should deal with it
     if error is not None:
-        print(f"loopchat: {error}", file=sys.stderr)
-        return 2
+        print(f"loopchat: {error.message}", file=sys.stderr)
+        return 1 if error.internal else 2
     if interrupted:
         print("loopchat: interrupted (Ctrl+C): the reply above is partial", file=sys.stderr)
         return 130
     if finish is not None and finish.error:
         print(f"loopchat: {finish.error}", file=sys.stderr)
+        return 1
+    problem = output.message()
+    if problem is not None:
+        print(f"loopchat: {problem}", file=sys.stderr)
+        return 1
+    if trace_error is not None:
+        print(f"loopchat: {trace_error}: the trace is incomplete; free some space or write it elsewhere", file=sys.stderr)
+        return 1
+    if finish is None:  # pragma: no cover - the worker always ends a run with an error or a Finish
+        print("loopchat: the engine ended the run without a reply; this is a bug: please report it", file=sys.stderr)
         return 1
     return 0
