@@ -168,19 +168,25 @@ class _ChangeIndex:
                 self.block *= 2
 
 
-_index: _ChangeIndex | None = None
+class PanelCaches:
+    """What a panel keeps from one frame to the next: the index of the reply shown and
+    the fitted settings block. Each LoopPanel has its own (two apps in one process share
+    nothing); `panel_lines` without one starts from empty caches."""
 
+    __slots__ = ("index", "settings")
 
-def _record_index(r: ReplyRecord) -> _ChangeIndex:
-    global _index
-    if _index is None or _index.record is not r:
-        _index = _ChangeIndex(r)
-    _index.update()
-    return _index
+    def __init__(self) -> None:
+        self.index: _ChangeIndex | None = None
+        self.settings: tuple[tuple, list[Line]] | None = None  # (key, fitted lines)
 
+    def record_index(self, r: ReplyRecord) -> _ChangeIndex:
+        if self.index is None or self.index.record is not r:
+            self.index = _ChangeIndex(r)
+        self.index.update()
+        return self.index
 
-def _changes(r: ReplyRecord | None) -> dict[str, int]:
-    return _record_index(r).changes if r is not None else {}
+    def changes(self, r: ReplyRecord | None) -> dict[str, int]:
+        return self.record_index(r).changes if r is not None else {}
 
 
 # ------------------------------------------------------------- sections ----
@@ -286,7 +292,7 @@ def _drawn(v: PanelView) -> list[Pieces]:
 _SHORT_LATENCY = {"first token": "TTFT", "this pass": "pass", "per pass": "passes"}
 
 
-def _latency(v: PanelView, spark_width: int) -> list[Pieces]:
+def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces]:
     r, s = v.record, v.step
     assert r is not None and s is not None
     compact = v.compact
@@ -315,7 +321,7 @@ def _latency(v: PanelView, spark_width: int) -> list[Pieces]:
         row("this pass", (f"{fwd} + {fmt_ms(s.sample_ms)} sampling", _NONE))
     else:
         row("this pass", (f"{fwd} forward + {fmt_ms(s.sample_ms)} sampling", _NONE))
-    index = _record_index(r)
+    index = caches.record_index(r)
     if v.pinned:  # a past token: the passes up to it (once, not per frame)
         decode = index.forward[: s.index]
         lo, hi = (min(decode), max(decode)) if decode else (0.0, 0.0)
@@ -336,26 +342,22 @@ def _latency(v: PanelView, spark_width: int) -> list[Pieces]:
     return out
 
 
-_settings_cache: tuple[tuple, list[Line]] | None = None
-
-
-def _settings(v: PanelView, width: int, out: list[Line]) -> None:
+def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) -> None:
     """The settings block, fitted to `width` (cached until anything it shows changes)."""
-    global _settings_cache
     r, s = v.record, v.step
     # between replies the settings the next reply will use (the keys change them); during
     # a reply, or on a selected token, those in force at the pass shown
     ahead = s is None or (not v.generating and not v.pinned)
     shown = v.live if ahead else s.settings
-    changes = _changes(r) if s is not None else {}
+    changes = caches.changes(r) if s is not None else {}
     key = (
         width, shown, v.knob, tuple(changes.items()), s is None,
         (s.settings_changed, s.index > 0) if s is not None else None,
         s.index if (s is not None and v.pinned) else None,
         v.live if (s is not None and v.generating and not v.pinned) else None,
     )
-    if _settings_cache is not None and _settings_cache[0] == key:
-        out.extend(_settings_cache[1])
+    if caches.settings is not None and caches.settings[0] == key:
+        out.extend(caches.settings[1])
         return
     lines: list[Pieces] = [[("Sampling settings", HEAD), ("  (next reply)" if ahead else "  (at this pass)", LABEL)]]
     for name in KNOBS:
@@ -388,7 +390,7 @@ def _settings(v: PanelView, width: int, out: list[Line]) -> None:
         lines.append([("  changed: " + ", ".join(f"{n} at pass {changes[n] + 1}" for n in other), CHANGED)])
     fitted: list[Line] = []
     _fit_all(lines, width, fitted)
-    _settings_cache = (key, fitted)
+    caches.settings = (key, fitted)
     out.extend(fitted)
 
 
@@ -399,11 +401,11 @@ def _welcome(v: PanelView) -> list[Pieces]:
     return lines
 
 
-def _compact_settings(v: PanelView) -> list[Pieces]:
+def _compact_settings(v: PanelView, caches: PanelCaches) -> list[Pieces]:
     s = v.step
     ahead = s is None or (not v.generating and not v.pinned)
     shown = v.live if ahead else s.settings
-    changes = {} if ahead else _changes(v.record)
+    changes = {} if ahead else caches.changes(v.record)
     lines: list[Pieces] = []
     t: Pieces = []
     for i, name in enumerate(KNOBS):
@@ -425,8 +427,9 @@ _BLANK: Line = ()
 _LATENCY_HEAD: Line = (("Latency", HEAD),)
 
 
-def panel_lines(v: PanelView) -> list[Line]:
+def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     """The panel as screen lines, each at most `v.width` cells wide."""
+    caches = caches or PanelCaches()
     width = v.width
     out: list[Line] = []
     if v.step is None or v.record is None:
@@ -434,7 +437,7 @@ def panel_lines(v: PanelView) -> list[Line]:
         out.append(_BLANK)
         _fit_all(_welcome(v), width, out)
         out.append(_BLANK)
-        _settings(v, width, out)
+        _settings(v, width, out, caches)
         return out
     if v.compact:
         # two halves (the left one takes the odd cell), the left one ending in a 2-cell gap
@@ -446,8 +449,8 @@ def panel_lines(v: PanelView) -> list[Line]:
         _fit_all(_title(v), left_w, left)
         left.extend(_candidates(left_v, left_w, k=5, bars=False))
         right: list[Line] = []
-        _fit_all(_latency(left_v, max(8, half - 22)), right_w, right, no_wrap=True)
-        _fit_all(_compact_settings(v), right_w, right)
+        _fit_all(_latency(left_v, max(8, half - 22), caches), right_w, right, no_wrap=True)
+        _fit_all(_compact_settings(v, caches), right_w, right)
         for i in range(max(len(left), len(right))):
             if i < len(left):
                 a = left[i]
@@ -461,9 +464,9 @@ def panel_lines(v: PanelView) -> list[Line]:
     _fit_all(_drawn(v), width, out)
     out.append(_BLANK)
     out.append(_LATENCY_HEAD)
-    _fit_all(_latency(v, max(8, width - 30)), width, out)
+    _fit_all(_latency(v, max(8, width - 30), caches), width, out)
     out.append(_BLANK)
-    _settings(v, width, out)
+    _settings(v, width, out, caches)
     return out
 
 
@@ -503,6 +506,7 @@ class LoopPanel(Widget):
         self.border_title = "Loop"
         self.view: PanelView | None = None
         self._key: tuple | None = None
+        self._caches = PanelCaches()
         self.body = FastStatic()
 
     def compose(self) -> ComposeResult:
@@ -520,7 +524,7 @@ class LoopPanel(Widget):
         if key == self._key:
             return
         self._key = key
-        self.body.set_lines(panel_lines(view))
+        self.body.set_lines(panel_lines(view, self._caches))
 
     def on_resize(self) -> None:
         if self.view is not None:
