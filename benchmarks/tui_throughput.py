@@ -78,12 +78,11 @@ def child_app(host: str, threads: int, tokens: int, replies: int = REPLIES) -> d
     from textual import events
 
     from loopchat.tui.app import create_app
-    from loopchat.tui.backend import LiveBackend
+    from loopchat.backends.live import LiveBackend
     from loopchat.tui.prefs import Prefs
 
     backend = LiveBackend(None, None, threads=threads, host=host)
-    spec, path = backend.resolve()
-    backend.load(spec, path)
+    backend.start()
     app = create_app(backend=backend, prefs=Prefs(markdown=False), settings=_settings(tokens))
     handled: list[float] = []
     original = app.action_knob

@@ -232,7 +232,8 @@ def test_an_internal_engine_error_is_one_line_and_a_nonzero_exit() -> None:
 
 def _small_context_config(tmp_path: Path, n_ctx: int) -> Path:
     cfg = tmp_path / "models.toml"
-    cfg.write_text(f'default = "small"\n[models.small]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = {n_ctx}\n')
+    # one llama thread: 2 OpenMP threads on a busy 2-core machine can be 100x slower
+    cfg.write_text(f'default = "small"\n[models.small]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = {n_ctx}\nthreads = 1\n')
     return cfg
 
 

@@ -93,11 +93,11 @@ async def test_escape_stops_a_reply(tmp_path) -> None:
 async def test_alt_up_down_change_the_selected_setting(tmp_path) -> None:
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        t0 = app.live.get().temperature
+        t0 = app.session.in_force().temperature
         await pilot.press("alt+up", "alt+up")
-        assert app.live.get().temperature == round(t0 + 0.2, 2)
+        assert app.session.in_force().temperature == round(t0 + 0.2, 2)
         await pilot.press("alt+down")
-        assert app.live.get().temperature == round(t0 + 0.1, 2)
+        assert app.session.in_force().temperature == round(t0 + 0.1, 2)
 
 
 async def test_top_k_knob_reaches_the_settings_limit(tmp_path) -> None:
@@ -107,7 +107,7 @@ async def test_top_k_knob_reaches_the_settings_limit(tmp_path) -> None:
         await pilot.press("f8", "f8")  # top_p, then top_k
         assert app.knob == "top_k"
         await pilot.press("ctrl+up")
-        assert app.live.get().top_k == 1_000_000
+        assert app.session.in_force().top_k == 1_000_000
 
 
 async def test_settings_changed_between_replies_show_in_the_panel(tmp_path) -> None:
@@ -143,7 +143,7 @@ async def test_f2_enter_applies_the_dialog_and_keeps_the_draft(tmp_path) -> None
         await pilot.press(*"0.3", "enter")  # the field's text is selected on focus
         await pilot.pause()
         assert not isinstance(app.screen, SettingsDialog)
-        assert app.live.get().temperature == 0.3
+        assert app.session.in_force().temperature == 0.3
         assert app.prompt.value == "my draft"
         assert app.conversation.replies == [] and not app.transcript.blocks
         # an invalid value: Enter keeps the dialog open and sends nothing either
@@ -152,7 +152,7 @@ async def test_f2_enter_applies_the_dialog_and_keeps_the_draft(tmp_path) -> None
         await pilot.press(*"9", "enter")
         await pilot.pause()
         assert isinstance(app.screen, SettingsDialog)
-        assert app.conversation.replies == [] and app.live.get().temperature == 0.3
+        assert app.conversation.replies == [] and app.session.in_force().temperature == 0.3
         await pilot.press("escape")
         await pilot.pause()
         assert app.prompt.value == "my draft"
@@ -161,7 +161,7 @@ async def test_f2_enter_applies_the_dialog_and_keeps_the_draft(tmp_path) -> None
 async def test_f2_seed_empty_is_random_and_a_number_pins_it(tmp_path) -> None:
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
-        assert app.live.get().seed is None
+        assert app.session.in_force().seed is None
         await pilot.press("f2")
         await pilot.pause()
         seed = app.screen.query_one("#set-seed")
@@ -170,7 +170,7 @@ async def test_f2_seed_empty_is_random_and_a_number_pins_it(tmp_path) -> None:
         await pilot.pause()
         app.screen.action_apply()
         await pilot.pause()
-        assert app.live.get().seed == 123
+        assert app.session.in_force().seed == 123
         assert "seed 123" in panel_text(app)
 
 
@@ -201,13 +201,13 @@ async def test_f5_regenerates_the_last_reply(tmp_path) -> None:
         assert [m.content for m in app.conversation.turns] == ["Say hi.", REPLY]
         view = app.transcript.reply_views()[0]
         assert "replaced by reply 2" in view.line(1).text
-        assert app.live.get().seed is None  # a random seed stays random
+        assert app.session.in_force().seed is None  # a random seed stays random
         # a pinned seed moves to the next one, so the new reply can differ
         app.set_setting(seed=7)
         await pilot.press("f5")
         await wait_for(pilot, lambda: len(app.conversation.replies) == 3, 5, "the third reply")
         await wait_run(pilot)
-        assert app.live.get().seed == 8
+        assert app.session.in_force().seed == 8
         assert len(app.conversation.turns) == 2
 
 
@@ -224,7 +224,7 @@ async def test_f9_replays_in_the_other_mode_with_the_replys_settings(tmp_path) -
         assert replay.mode == BLOCKING and replay.replay_of == 1 and not replay.in_history
         assert replay.start.settings == first.start.settings  # what the reply used
         assert replay.text == first.text
-        assert app.live.get().temperature == 1.5  # the user's own settings are kept
+        assert app.session.in_force().temperature == 1.5  # the user's own settings are kept
         assert len(app.conversation.turns) == 2
 
 

@@ -10,7 +10,7 @@ from tui_fixtures import panel_text, wait_for, wait_run
 from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
 from loopchat.tui.app import create_app
-from loopchat.tui.backend import LiveBackend
+from loopchat.backends.live import LiveBackend
 from loopchat.tui.prefs import Prefs
 
 SIZE = (120, 40)
@@ -22,8 +22,7 @@ def backend():
     # one llama thread: the tests stay quick even when other processes load the 2 cores
     # (two OpenMP threads on a busy 2-core machine slow the loop down a hundredfold)
     b = LiveBackend(None, None, threads=1)
-    spec, path = b.resolve()
-    b.load(spec, path)
+    b.start()
     deadline = time.monotonic() + 60
     while b.ready is None:
         assert time.monotonic() < deadline, "the default model did not load"
@@ -92,7 +91,7 @@ async def test_temperature_change_applies_at_the_next_step(backend, tmp_path) ->
         await pilot.press("ctrl+up")
         assert not app.current.done, "the reply ended before the key press"
         emitted = app.change_made_after_steps  # steps emitted when the key was handled
-        assert app.live.get().temperature == 0.9
+        assert app.session.in_force().temperature == 0.9
         await wait_run(pilot)
         rec = app.conversation.replies[0]
         changed = [s.index for s in rec.steps if "temperature" in s.settings_changed]
@@ -148,7 +147,7 @@ async def test_blocking_toggle_for_new_replies(backend, tmp_path) -> None:
 async def test_each_frame_takes_what_the_engine_process_sent(tmp_path, monkeypatch) -> None:
     """The app's frames read the engine process's pipe themselves: with the reader thread
     asleep for an hour after its first read, the model still loads and a reply streams."""
-    from loopchat.tui import backend as backend_module
+    from loopchat.backends import live as backend_module
 
     monkeypatch.setattr(backend_module, "READ_PERIOD", 3600.0)
     b = LiveBackend(None, None, threads=1, host="process")

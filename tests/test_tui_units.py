@@ -90,20 +90,20 @@ async def test_settings_dialog_validates(tmp_path) -> None:
         await pilot.pause()
         dialog.action_apply()
         await pilot.pause()
-        assert app.live.get().temperature == 1.25 and app.live.get().top_k == 12
+        assert app.session.in_force().temperature == 1.25 and app.session.in_force().top_k == 12
 
 
 async def test_knob_keys(tmp_path) -> None:
     app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=(120, 40)) as pilot:
-        t0 = app.live.get().temperature
+        t0 = app.session.in_force().temperature
         await pilot.press("ctrl+up")
-        assert app.live.get().temperature == round(t0 + 0.1, 2)
+        assert app.session.in_force().temperature == round(t0 + 0.1, 2)
         await pilot.press("f8", "ctrl+down")  # top_p
-        assert app.live.get().top_p == 0.9
+        assert app.session.in_force().top_p == 0.9
         await pilot.press("f8", "f8", "f8")  # back to temperature
         await pilot.press(*["ctrl+down"] * 10)  # its floor is 0
-        assert app.live.get().temperature == 0.0
+        assert app.session.in_force().temperature == 0.0
 
 
 async def test_transcript_follows_the_reply_until_the_user_scrolls_up(tmp_path) -> None:

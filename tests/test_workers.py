@@ -155,10 +155,10 @@ def test_a_paced_reader_keeps_the_order_and_flush_hands_over_at_once(model_path:
             while not q.empty():
                 got.append(q.get_nowait())
         events = [e for _, e in got]
-        kinds = [getattr(e, "kind", type(e).__name__) for e in events]
-        assert kinds[-4:] == ["step", "step", "finish", "run_done"], kinds
-        ready = kinds.index("model_ready")
-        assert kinds[ready + 1 : ready + 3] == ["start", "prefill"], kinds
+        kinds = [type(e).__name__ for e in events]
+        assert kinds[-4:] == ["Step", "Step", "Finish", "RunDone"], kinds
+        ready = kinds.index("ModelReady")
+        assert kinds[ready + 1 : ready + 3] == ["Start", "Prefill"], kinds
         steps = [e for e in events if isinstance(e, Step)]
         assert [s.index for s in steps] == list(range(len(steps))) and len(steps) > 2
         # the run's events were all handed over by flush(), on this thread

@@ -37,9 +37,14 @@ async def reply_to(pilot: Any, text: str) -> None:
 
 
 class FakeBackend:
-    """Emits synthetic events from a thread (no model): for fast UI-only checks."""
+    """Emits synthetic events from a thread (no model): for fast UI-only checks.
+    A `Backend` (loopchat.backends) like the real ones."""
 
-    kind = "live"
+    can_generate = True
+    name = "fake-model"
+    loading = None
+    system_prompt = None
+    default_settings = SamplingSettings()
 
     def __init__(self, tokens: list[str] | None = None, delay: float = 0.01, fail: str | None = None) -> None:
         self.tokens = tokens or ["Hello", ",", " world", "!", " How", " are", " you", "?"]
@@ -47,29 +52,45 @@ class FakeBackend:
         self.fail = fail
         self.sink: Any = None
         self.ready = type("Ready", (), {"name": "fake-model"})()
-        self.loading = None
-        self.spec = None
         self.model_names: list[str] = []
         self._cancel = threading.Event()
+        self._settings: Any = None
         self.busy = False
         self.runs = 0
+
+    def describe(self, name: str) -> str:
+        return ""
+
+    def placeholder(self) -> str | None:
+        return None
+
+    def start(self) -> None:
+        pass
+
+    def load(self, name: str) -> None:
+        raise AssertionError("FakeBackend has no models to load")
+
+    def set_settings(self, settings: SamplingSettings) -> None:
+        self._settings = settings
 
     def attach(self, sink: Any) -> None:
         self.sink = sink
 
-    def generate(self, messages: tuple[Message, ...], settings: Any) -> int:
+    def generate(self, messages: tuple[Message, ...], settings: SamplingSettings) -> int:
         self.runs += 1
         self._cancel.clear()
-        threading.Thread(target=self._run, args=(messages, settings), daemon=True).start()
+        self._settings = settings
+        threading.Thread(target=self._run, args=(messages, lambda: self._settings), daemon=True).start()
         return self.runs
 
     def _run(self, messages: tuple[Message, ...], source: Any) -> None:
-        from loopchat.worker import RunDone, WorkerError
+        from loopchat.events import RunDone, WorkerError
 
         emit = self.sink
+        run = self.runs
         if self.fail:
             emit(WorkerError(self.fail, during="generate"))
-            emit(RunDone(self.runs))
+            emit(RunDone(run))
             return
         settings = source() if callable(source) else source
         emit(Start("fake-model", "/fake.gguf", 1, 2048, 100, 2, messages, "prompt", (1, 2, 3), settings, 10))
@@ -93,7 +114,7 @@ class FakeBackend:
                 text += tok
                 n += 1
         emit(Finish(reason, 3, n, n + 1, 5.0, 6.0, 50.0, 60.0, 100.0, text, 3 + n, 2048))
-        emit(RunDone(self.runs))
+        emit(RunDone(run))
 
     def flush(self) -> None:
         pass

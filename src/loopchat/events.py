@@ -159,6 +159,47 @@ class Finish:
 
 Event = Union[Start, ContextTrimmed, Prefill, Step, Finish]
 
+# ---- what a host (the worker that owns the engine, or a trace player) says besides
+# the generation events; they are not written to traces.
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoading:
+    """A model starts loading."""
+
+    name: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReady:
+    name: str
+    path: str
+    n_ctx: int
+    n_vocab: int
+    threads: int
+    load_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerError:
+    """A one-line, actionable error (model failed to load, prompt too long, ...)."""
+
+    message: str
+    during: str  # "load" | "generate"
+    internal: bool = False  # an unexpected exception (a bug), not a problem the user caused
+
+
+@dataclass(frozen=True, slots=True)
+class RunDone:
+    """The worker is idle again after a generate command (whatever its outcome)."""
+
+    run_id: int
+
+
+#: Everything a backend hands to its sink.
+HostEvent = Union[Event, ModelLoading, ModelReady, WorkerError, RunDone]
+
 _KINDS: dict[str, type] = {
     "start": Start,
     "context_trimmed": ContextTrimmed,

@@ -20,43 +20,26 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import threading
-import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from .engine import EngineOptions
-from .events import Message
+from .events import Message, RunDone, WorkerError
 from .settings import LiveSettings, SamplingSettings
-from .worker import EngineWorker, RunDone, WorkerError
-
-
-#: Steps may cross the pipe in batches at most this far apart (s): one wake-up and one
-#: unpickling in the UI process per batch instead of per token. Measured at 1/30 s: the
-#: UI process's CPU went from 12.3% to 11.6% of a core, no change in decode rate; but
-#: the UI then sees steps up to a batch late, so it cannot tell which step a key press
-#: came before. Off (0): every event is sent when it happens.
-BATCH_SECONDS = 0.0
+from .worker import EngineWorker
 
 
 def _child_main(commands: Connection, events: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the parent
     send_lock = threading.Lock()
-    pending: list[Any] = []
-    last = [0.0]
 
     def send(event: Any) -> None:
-        # called on the engine thread for every event; Steps wait for the batch
-        pending.append(event)
-        now = time.perf_counter()
-        if getattr(event, "kind", "") == "step" and now - last[0] < BATCH_SECONDS:
-            return
-        last[0] = now
-        batch = pending[:]
-        pending.clear()
+        # called on the engine thread for every event, each sent at once: batching them
+        # hid from the UI which step a key press came before
         with send_lock:
             try:
-                events.send(batch)
+                events.send(event)
             except (BrokenPipeError, OSError):
                 pass
 
@@ -235,13 +218,13 @@ class ProcessEngineWorker:
                 pass  # the reader thread reports it (the end of the pipe stays readable)
 
     def _drain(self) -> None:
-        """Emit every batch waiting in the pipe (hold `_read_lock`); raises EOFError or
+        """Emit every event waiting in the pipe (hold `_read_lock`); raises EOFError or
         OSError when the child has gone."""
         events = self._events
         while events.poll():
-            for event in events.recv():
-                if isinstance(event, RunDone):
-                    event = RunDone(self._run_id)  # the child counts its own runs
-                    self._unsubscribe()
-                    self._busy.clear()
-                self._emit(event)
+            event = events.recv()
+            if isinstance(event, RunDone):
+                event = RunDone(self._run_id)  # the child counts its own runs
+                self._unsubscribe()
+                self._busy.clear()
+            self._emit(event)

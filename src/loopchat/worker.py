@@ -13,49 +13,12 @@ import queue
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .engine import Engine, EngineError
-from .events import Message
+from .events import Message, ModelLoading, ModelReady, RunDone, WorkerError  # noqa: F401 (re-exported)
 from .settings import LiveSettings, SamplingSettings
-
-
-@dataclass(frozen=True, slots=True)
-class ModelLoading:
-    name: str
-    path: str
-    kind: str = "model_loading"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelReady:
-    name: str
-    path: str
-    n_ctx: int
-    n_vocab: int
-    threads: int
-    load_ms: float
-    kind: str = "model_ready"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerError:
-    """A one-line, actionable error (model failed to load, prompt too long, ...)."""
-
-    message: str
-    during: str  # "load" | "generate"
-    internal: bool = False  # an unexpected exception (a bug), not a problem the user caused
-    kind: str = "worker_error"
-
-
-@dataclass(frozen=True, slots=True)
-class RunDone:
-    """The worker is idle again after a generate command (whatever its outcome)."""
-
-    run_id: int
-    kind: str = "run_done"
 
 
 EngineFactory = Callable[[], Engine]

@@ -59,14 +59,7 @@ class PanelView:
     compact: bool = False
     width: int = 48
     model: str = ""
-
-
-def _fmt_setting(name: str, value: float | int | None) -> str:
-    if value is None:  # an unpinned seed
-        return "random"
-    if name in ("top_k", "repeat_last_n", "seed", "max_tokens"):
-        return str(value)
-    return f"{value:.2f}"
+    takes_messages: bool = True  # False for a replayed trace: there is no next reply
 
 
 # ------------------------------------------------------------- helpers ----
@@ -347,7 +340,7 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
     r, s = v.record, v.step
     # between replies the settings the next reply will use (the keys change them); during
     # a reply, or on a selected token, those in force at the pass shown
-    ahead = s is None or (not v.generating and not v.pinned)
+    ahead = s is None or (v.takes_messages and not v.generating and not v.pinned)
     shown = v.live if ahead else s.settings
     changes = caches.changes(r) if s is not None else {}
     key = (
@@ -403,7 +396,7 @@ def _welcome(v: PanelView) -> list[Pieces]:
 
 def _compact_settings(v: PanelView, caches: PanelCaches) -> list[Pieces]:
     s = v.step
-    ahead = s is None or (not v.generating and not v.pinned)
+    ahead = s is None or (v.takes_messages and not v.generating and not v.pinned)
     shown = v.live if ahead else s.settings
     changes = {} if ahead else caches.changes(v.record)
     lines: list[Pieces] = []

@@ -55,7 +55,7 @@ class PromptArea(TextArea):
         if event.key == "enter":
             event.stop()
             event.prevent_default()
-            self.post_message(self.Submitted(self, self.text))
+            self.action_submit()
             return
         if event.key in NEWLINE_KEYS:
             event.stop()
@@ -63,6 +63,10 @@ class PromptArea(TextArea):
             self.action_newline()
             return
         await super()._on_key(event)
+
+    def action_submit(self) -> None:
+        """What Enter does: offer the text to the app."""
+        self.post_message(self.Submitted(self, self.text))
 
     def action_newline(self) -> None:
         # like typing a character: replaces the selection, the cursor ends after it

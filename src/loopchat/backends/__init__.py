@@ -1,0 +1,80 @@
+"""Where a conversation's events come from, behind one interface.
+
+A `Backend` turns requests (load a model, generate a reply with these settings, change
+the settings mid-reply, cancel) into one stream of typed events (`events.HostEvent`),
+handed to a sink on the backend's own thread. The chat (tui/session.py) only talks to
+this interface and never asks which backend it has; what a backend cannot do it says
+through `can_generate` and its notices. Today: `LiveBackend` (a local GGUF model, the
+engine in a thread or a child process) and `ReplayBackend` (a recorded trace). A remote
+OpenAI-compatible server or a paused, stepped loop plug in here the same way.
+
+Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from ..events import HostEvent, Message
+from ..settings import SamplingSettings
+
+Sink = Callable[[HostEvent], None]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    #: False for a source that only plays events (a trace): the chat then sends nothing
+    can_generate: bool
+    #: the model's name as the chat shows it ("" before any is known)
+    name: str
+    #: the model being loaded, if any
+    loading: str | None
+    #: the system prompt the current model's conversations start with (None: none)
+    system_prompt: str | None
+    #: the sampling settings a new chat starts from
+    default_settings: SamplingSettings
+    #: what a user may switch to (empty: no switching)
+    model_names: list[str]
+
+    def describe(self, name: str) -> str:
+        """One line about a model of `model_names`."""
+        ...
+
+    def placeholder(self) -> str | None:
+        """What the message box says when this source takes no messages (else None)."""
+        ...
+
+    def attach(self, sink: Sink | None) -> None:
+        """Where events go from now on (None: nowhere); events before the first attach wait."""
+        ...
+
+    def start(self) -> None:
+        """Begin: load the configured model, or start playing."""
+        ...
+
+    def load(self, name: str) -> None:
+        """Switch to another model; ModelLoading, then ModelReady or WorkerError(load)."""
+        ...
+
+    def generate(self, messages: Sequence[Message], settings: SamplingSettings) -> int:
+        """Start a reply with `settings`; returns its run id (its RunDone carries it)."""
+        ...
+
+    def set_settings(self, settings: SamplingSettings) -> None:
+        """The settings the reply in flight reads from its next step on."""
+        ...
+
+    def cancel(self) -> None:
+        """Stop the reply in flight within one step (or the playing)."""
+        ...
+
+    def flush(self) -> None:
+        """Hand over at once the events that have arrived (called once a frame)."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+__all__ = ["Backend", "Sink"]

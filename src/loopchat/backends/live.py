@@ -1,0 +1,197 @@
+"""A local GGUF model: the engine in a worker thread, or in a child process.
+
+`start()` and `load(name)` resolve the model file off the caller's thread (resolving may
+download an `hf` model), then the worker loads it: ModelLoading, then ModelReady or
+WorkerError(during="load"). A file that cannot be found leaves the model loaded before
+in place (its ModelReady is sent again). One LiveBackend can outlive an app (tests share
+one loaded model between apps).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..events import HostEvent, Message, ModelReady, WorkerError
+from ..settings import LiveSettings, SamplingSettings
+from . import Sink
+
+#: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
+#: or "process" (a child process; `loopchat --host` chooses). The thread is the default:
+#: benchmarks/tui_throughput.py measures both side by side, and on 2 cores the thread
+#: was ahead or level in every run (docs/performance.md has the figures). The child
+#: process isolates a crash inside llama.cpp: it ends that process, not the app, the
+#: user's text is kept and the model can be reloaded.
+DEFAULT_HOST = "thread"
+
+#: The reader thread of the engine process's events waits this long (s) after each read:
+#: the app's frames read the pipe themselves (`flush`), so the thread only keeps the pipe
+#: from filling while the UI is busy elsewhere (the pipe holds ~1 s of steps).
+READ_PERIOD = 0.25
+
+
+class _Relay:
+    """Forwards events to the current sink; keeps them until one is attached."""
+
+    def __init__(self) -> None:
+        self._sink: Sink | None = None
+        self._backlog: deque[Any] = deque()
+        self._lock = threading.Lock()
+
+    def emit(self, event: Any) -> None:
+        sink = self._sink
+        if sink is not None:
+            sink(event)
+            return
+        with self._lock:
+            if self._sink is None:
+                self._backlog.append(event)
+                return
+        self._sink(event)
+
+    def attach(self, sink: Sink | None) -> None:
+        with self._lock:
+            self._sink = sink
+            if sink is not None:
+                while self._backlog:
+                    sink(self._backlog.popleft())
+
+
+class LiveBackend:
+    can_generate = True
+
+    def __init__(
+        self,
+        config_path: str | None = None,
+        model: str | None = None,
+        *,
+        verbose: bool = False,
+        threads: int | None = None,
+        host: str = DEFAULT_HOST,
+    ) -> None:
+        from ..config import load_config  # ConfigError propagates: the caller reports it
+        from ..worker import EngineWorker
+
+        self.config = load_config(config_path)
+        self.spec = self.config.get(model)
+        self.verbose = verbose
+        self.threads = threads  # overrides the model's `threads` (tests, benchmarks)
+        self.ready: ModelReady | None = None  # the model loaded now
+        self.loading: str | None = None
+        self._relay = _Relay()
+        self._live = LiveSettings(self.spec.sampling)  # what the reply in flight reads
+        self.host = host
+        if host == "process":
+            from ..process_worker import ProcessEngineWorker
+
+            self.worker: Any = ProcessEngineWorker(self._emit, read_period=READ_PERIOD)
+        elif host == "thread":
+            self.worker = EngineWorker(self._emit)
+        else:
+            raise ValueError(f"host must be 'thread' or 'process', not {host!r}")
+
+    # ---- what the chat shows ------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.ready.name if self.ready is not None else ""
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self.spec.system_prompt
+
+    @property
+    def default_settings(self) -> SamplingSettings:
+        return self.spec.sampling
+
+    @property
+    def model_names(self) -> list[str]:
+        return list(self.config.models)
+
+    def describe(self, name: str) -> str:
+        return self.config.models[name].description or self.config.models[name].source
+
+    def placeholder(self) -> str | None:
+        return None
+
+    # ---- events ---------------------------------------------------------------------
+    def _emit(self, event: HostEvent) -> None:
+        if isinstance(event, ModelReady):
+            self.ready, self.loading = event, None
+        elif isinstance(event, WorkerError) and event.during == "load":
+            self.loading = None
+        self._relay.emit(event)
+
+    def attach(self, sink: Sink | None) -> None:
+        self._relay.attach(sink)
+
+    def flush(self) -> None:
+        """Hand over the events that have arrived from the engine, now."""
+        self.worker.flush()
+
+    # ---- loading --------------------------------------------------------------------
+    def start(self) -> None:
+        if self.ready is None and self.loading is None:
+            self.load(self.spec.name)
+
+    def load(self, name: str) -> None:
+        self.loading = name
+        threading.Thread(target=self._resolve_and_load, args=(name,), name="loopchat-resolve", daemon=True).start()
+
+    def _resolve_and_load(self, name: str) -> None:
+        try:
+            spec, path = self.resolve(name)
+        except Exception as exc:  # ConfigError / ModelFileError: one-line messages
+            self.loading = None
+            old = self.ready
+            still = f"; still using {old.name}" if old is not None else ""
+            self._emit(WorkerError(f"{exc}{still}", during="load"))
+            if old is not None:  # nothing was unloaded: the chat goes on with it
+                self._emit(old)
+            return
+        self.load_file(spec, path)
+
+    def resolve(self, name: str | None = None) -> tuple[Any, Path]:
+        """(spec, GGUF path) — may download (call it off the UI thread)."""
+        spec = self.config.get(name or self.spec.name)
+        return spec, spec.resolve_file(progress=False)
+
+    def load_file(self, spec: Any, path: Path) -> None:
+        """Load a resolved model file on the worker (the model loaded before is closed)."""
+        from ..engine import EngineOptions
+        from ..paths import llama_log_path
+
+        factory = EngineOptions(
+            str(path),
+            name=spec.name,
+            n_ctx=spec.n_ctx,
+            threads=self.threads or spec.threads,
+            chat_template=spec.chat_template,
+            log_path=str(llama_log_path()),
+            verbose=self.verbose,
+        )
+        self.spec = spec
+        self.ready = None
+        self.loading = spec.name
+        self.worker.load(factory, spec.name, path)
+
+    # ---- replies ----------------------------------------------------------------------
+    def generate(self, messages: Sequence[Message], settings: SamplingSettings) -> int:
+        self._live.set(settings)
+        return self.worker.generate(tuple(messages), self._live)
+
+    def set_settings(self, settings: SamplingSettings) -> None:
+        self._live.set(settings)
+
+    def cancel(self) -> None:
+        self.worker.cancel()
+
+    @property
+    def busy(self) -> bool:
+        return self.worker.busy
+
+    def close(self) -> None:
+        self.attach(None)
+        self.worker.close()

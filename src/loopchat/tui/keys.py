@@ -1,0 +1,234 @@
+"""The app's keys: the bindings and what each one does (a mixin of LoopChatApp).
+
+Every key here is listed in help_screen.KEYS and the README, and pressed by a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from textual.app import SystemCommand
+from textual.binding import Binding
+
+from ..settings import SamplingSettings
+from .conversation import BLOCKING, STREAM
+from .loop_panel import KNOBS
+from .prompt import PromptArea
+from .session import Refused
+
+if TYPE_CHECKING:
+    from .app import LoopChatApp
+
+    _Base = LoopChatApp
+else:
+    _Base = object
+
+#: knob -> (step, lowest, highest) for the raise/lower keys
+KNOB_STEPS: dict[str, tuple[float, float, float]] = {
+    "temperature": (0.1, *SamplingSettings.limits("temperature")),
+    "top_p": (0.05, 0.05, 1.0),
+    "top_k": (5, *SamplingSettings.limits("top_k")),
+    "min_p": (0.01, *SamplingSettings.limits("min_p")),
+}
+
+#: the footer shows the raise / lower keys as one item
+_KNOB_KEYS = Binding.Group("Adjust", compact=True)
+
+BINDINGS = [
+    # priority: the footer lists these first, and no focused widget takes them
+    Binding("f1", "help", "Keys", priority=True),
+    Binding("ctrl+q", "quit", "Quit", priority=True),
+    Binding("escape", "stop", "Stop"),
+    Binding("ctrl+up,alt+up", "knob(1)", "Raise", key_display="^↑", group=_KNOB_KEYS),
+    Binding("ctrl+down,alt+down", "knob(-1)", "Lower", key_display="^↓", group=_KNOB_KEYS),
+    Binding("f8", "next_knob", "Knob", show=False),
+    Binding("f2", "settings", "Settings"),
+    Binding("f3", "toggle_streaming", "Mode"),
+    Binding("f5", "regenerate", "Regenerate"),
+    Binding("f9", "replay_other_mode", "Other mode", show=False),
+    Binding("ctrl+n", "new_conversation", "New"),
+    Binding("f4", "toggle_markdown", "Markdown", show=False),
+    # priority: the message box (a TextArea) binds F6/F7 to select line / select all
+    Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
+    Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
+    Binding("alt+left", "token_cursor(-1)", "Previous token", show=False),
+    Binding("alt+right", "token_cursor(1)", "Next token", show=False),
+    Binding("ctrl+y", "copy_reply", "Copy reply", show=False, priority=True),  # not TextArea's redo
+    # Ctrl+C stops a reply being generated (as in a terminal); otherwise Textual's own
+    # hint ("press ctrl+q to quit"). priority: the message box would take it as copy.
+    Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
+]
+
+
+class KeyActions(_Base):
+    def key_commands(self) -> Iterable[SystemCommand]:
+        """The command palette's entries for the keys below."""
+        yield SystemCommand("Stream/blocking mode", "Toggle how replies are shown (F3)", self.action_toggle_streaming)
+        yield SystemCommand("Markdown", "Render finished replies as Markdown (F4)", self.action_toggle_markdown)
+        yield SystemCommand("Token boundaries", "Show where each token starts (F6)", self.action_toggle_boundaries)
+        yield SystemCommand("Probability colours", "Colour tokens by their probability (F7)", self.action_toggle_colours)
+        yield SystemCommand("Replay last reply in the other mode", "Same seed and settings (F9)", self.action_replay_other_mode)
+        yield SystemCommand("Regenerate last reply", "With a new seed (F5)", self.action_regenerate)
+        yield SystemCommand("Copy last reply", "To the clipboard (Ctrl+Y)", self.action_copy_reply)
+        yield SystemCommand("New conversation", "Forget the conversation (Ctrl+N)", self.action_new_conversation)
+        yield SystemCommand("Sampling settings…", "Type values (F2)", self.action_settings)
+
+    # ---- the reply --------------------------------------------------------------
+    def action_stop(self) -> None:
+        if self.session.cancel():
+            self.notify("Stopping…", timeout=1.5)
+        elif self.selection is not None:
+            self.selection = None
+            self._clear_selection_views()
+            self._refresh_panel()
+        elif self.screen is not self.screen_stack[0]:
+            self.pop_screen()
+
+    def action_interrupt(self) -> None:
+        focused = self.focused
+        if self.generating:
+            self.action_stop()
+        elif isinstance(focused, PromptArea) and focused.selected_text:
+            focused.action_copy()
+        else:
+            self.action_help_quit()
+
+    def _mode(self) -> str:
+        return STREAM if self.prefs.streaming else BLOCKING
+
+    def action_regenerate(self) -> None:
+        pinned = self.session.settings.seed
+        try:
+            old, new = self.session.regenerate(self._mode())
+        except Refused as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        if pinned is None:
+            self.notify("Regenerating with a new random seed", timeout=2)
+        else:
+            self.notify(f"Regenerating with seed {self.session.settings.seed} (the next after {pinned})", timeout=3)
+        view = self.views.get(old)
+        if view is not None:
+            view.changed()  # its title now says which reply replaced it
+        self._show_new_reply(new)
+
+    def action_replay_other_mode(self) -> None:
+        try:
+            rec = self.session.replay_other_mode()
+        except Refused as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self._show_new_reply(rec)
+
+    def action_new_conversation(self) -> None:
+        self.session.new_conversation()
+        self.selection = None
+        self.views.clear()
+        self.transcript.clear()
+        self.run_finished.set()
+        self._refresh_panel()
+        self.notify("New conversation", timeout=1.5)
+
+    def action_copy_reply(self) -> None:
+        rec = self.session.last_done_reply()
+        if rec is None:
+            self.notify("No reply to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(rec.text)
+        self.notify(f"Copied reply {rec.number} ({len(rec.text)} characters)", timeout=2)
+
+    # ---- sampling settings --------------------------------------------------------
+    def action_next_knob(self) -> None:
+        self.knob = KNOBS[(KNOBS.index(self.knob) + 1) % len(KNOBS)]
+        self.notify(f"Ctrl+↑/↓ now change {self.knob}", timeout=2)
+        self._refresh_panel()
+
+    def action_knob(self, direction: int) -> None:
+        step, lo, hi = KNOB_STEPS[self.knob]
+        value = getattr(self.session.in_force(), self.knob) + direction * step
+        value = min(hi, max(lo, round(value, 2)))
+        if self.knob == "top_k":
+            value = int(value)
+        self.set_setting(**{self.knob: value})
+        self.change_made_after_steps = self.steps_emitted()
+        self._refresh_panel()
+
+    def action_settings(self) -> None:
+        from .settings_dialog import SettingsDialog
+
+        def done(new: SamplingSettings | None) -> None:
+            if new is not None:
+                self.set_setting(**{n: getattr(new, n) for n in new.diff(self.session.settings)})
+                self._refresh_panel()
+
+        self.push_screen(SettingsDialog(self.session.settings, generating=self.generating), done)
+
+    # ---- preferences ----------------------------------------------------------------
+    def action_toggle_streaming(self) -> None:
+        self.prefs.streaming = not self.prefs.streaming
+        self._save_prefs()
+        self._update_subtitle()
+        mode = "streaming: tokens appear as they are drawn" if self.prefs.streaming else "blocking: the reply appears when complete"
+        self.notify(f"Next replies: {mode}", timeout=3)
+
+    def _rebuild_all(self) -> None:
+        for view in self.transcript.reply_views():
+            view.rebuild()
+
+    def action_toggle_markdown(self) -> None:
+        self.prefs.markdown = not self.prefs.markdown
+        self._save_prefs()
+        self._rebuild_all()
+        self.notify("Finished replies: " + ("Markdown" if self.prefs.markdown else "plain tokens"), timeout=2)
+
+    def action_toggle_boundaries(self) -> None:
+        self.prefs.token_boundaries = not self.prefs.token_boundaries
+        if self.prefs.token_boundaries and self.prefs.markdown:
+            self.notify("Token boundaries show on plain replies: F4 turns Markdown off", timeout=4)
+        self._save_prefs()
+        self._rebuild_all()
+
+    def action_toggle_colours(self) -> None:
+        self.prefs.prob_colours = not self.prefs.prob_colours
+        if self.prefs.prob_colours and self.prefs.markdown:
+            self.notify("Colours show on plain replies: F4 turns Markdown off", timeout=4)
+        self._save_prefs()
+        self.query_one("#legend").display = self.prefs.prob_colours
+        self._rebuild_all()
+
+    def action_help(self) -> None:
+        from .help_screen import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+        else:
+            self.push_screen(HelpScreen())
+
+    # ---- token selection ------------------------------------------------------------
+    def action_token_cursor(self, direction: int) -> None:
+        try:
+            target = self.session.next_token(self.selection, direction)
+        except Refused as exc:
+            self.notify(str(exc), timeout=2)
+            return
+        self.action_select_token(*target) if target else self.action_stop()
+
+    def action_select_token(self, reply: int, step: int) -> None:
+        self.selection = (reply, step)
+        for view in self.transcript.reply_views():
+            if view.record.number == reply:
+                view.select(step)
+                self.transcript.scroll_to_block(view)
+            elif view.selected is not None:
+                view.select(None)
+        self._refresh_panel()
+
+    def _clear_selection_views(self) -> None:
+        for view in self.transcript.reply_views():
+            if view.selected is not None:
+                view.select(None)
+
+    async def action_quit(self) -> None:
+        self._stop_backend()
+        self.exit(0)

@@ -1,0 +1,314 @@
+"""The chat without its widgets: the conversation, the reply in flight, and what each
+event from the backend does to them.
+
+`ChatSession` owns the conversation, the reply being generated, the message waiting to
+become a turn (`pending_prompt`), the streamed steps not yet drawn (`take_text`), the
+user's sampling settings and those of the reply in flight, and Python's garbage
+collector freeze while a reply runs (paired with that run's RunDone, which every run
+ends with, whatever ends it). The app feeds it the events a frame drained
+(`consume`) and shows the `Update` it returns. No Textual here: tests drive it with a
+backend alone.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..backends import Backend
+from ..events import (
+    ContextTrimmed,
+    Finish,
+    FinishReason,
+    HostEvent,
+    Message,
+    ModelLoading,
+    ModelReady,
+    Prefill,
+    RunDone,
+    Start,
+    Step,
+    WorkerError,
+)
+from ..settings import SamplingSettings
+from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
+
+
+class Refused(Exception):
+    """What the user asked for cannot be done now; the message says why (one line)."""
+
+
+@dataclass
+class Update:
+    """What one batch of events changed, for the app to show."""
+
+    started: list[tuple[str, ReplyRecord]] = field(default_factory=list)  # a trace's turns: (user text, reply)
+    finished: list[ReplyRecord] = field(default_factory=list)  # replies that ended, in order
+    dropped: ReplyRecord | None = None  # a reply whose prompt the engine refused: remove its turn
+    errors: list[WorkerError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    loading: ModelLoading | None = None
+    ready: ModelReady | None = None
+    restore_prompt: str | None = None  # give this text back to the message box (if it is empty)
+    steps: int = 0
+
+    @property
+    def ended(self) -> bool:
+        """A reply ended (finished, failed or dropped)."""
+        return bool(self.finished) or self.dropped is not None
+
+
+class ChatSession:
+    def __init__(self, backend: Backend, settings: SamplingSettings | None = None) -> None:
+        self.backend = backend
+        #: what the next reply uses (the keys and the dialog change it)
+        self.settings = settings or backend.default_settings
+        #: what the reply in flight reads at its next step (None: no reply in flight)
+        self.run_settings: SamplingSettings | None = None
+        self.conversation = Conversation(system_prompt=backend.system_prompt)
+        self.current: ReplyRecord | None = None
+        self.pending_prompt: str | None = None
+        self.model_ready = False
+        self.steps_seen = 0
+        self._text_due: list[tuple[ReplyRecord, list[Step]]] = []  # per reply, in order
+        self._frozen_run: int | None = None  # the run for which gc is frozen
+
+    @property
+    def generating(self) -> bool:
+        return self.current is not None and not self.current.done
+
+    def in_force(self) -> SamplingSettings:
+        """What the next step uses: the reply in flight's settings, else the next reply's."""
+        if self.generating and self.run_settings is not None:
+            return self.run_settings
+        return self.settings
+
+    # ---- requests ----------------------------------------------------------------
+    def check_can_run(self, what: str = "") -> None:
+        """Raise Refused unless a new reply can start now."""
+        b = self.backend
+        if not b.can_generate:
+            raise Refused("This is a replay of a recorded trace: no model is loaded")
+        if self.generating:
+            raise Refused("Still generating: press Esc to stop first" + what)
+        if not self.model_ready:
+            if b.loading:
+                raise Refused("The model is still loading" + what)
+            raise Refused("No model is loaded: pick one with Ctrl+P → Switch model" + what)
+
+    def send(self, text: str, mode: str) -> ReplyRecord:
+        """Send a user message (raises Refused: the text then stays with the caller)."""
+        self.check_can_run(" (your message stays in the box)")
+        self.pending_prompt = text
+        return self._start(self.conversation.messages_for(text.strip()), mode, self.settings, in_history=True)
+
+    def regenerate(self, mode: str) -> tuple[ReplyRecord, ReplyRecord]:
+        """The last reply of the conversation again; returns (old, new)."""
+        self.check_can_run()
+        old = self.conversation.last_in_history()
+        if old is None or not old.done:
+            raise Refused("No reply to regenerate yet")
+        if old.finish is not None and old.finish.reason != FinishReason.ERROR and len(self.conversation.turns) >= 2:
+            del self.conversation.turns[-2:]
+        old.in_history = False
+        if self.settings.seed is not None:  # the same seed would give the same reply
+            self.settings = self.settings.replace(seed=(self.settings.seed + 1) % 2**32)
+        new = self._start(old.messages, mode, self.settings, in_history=True)
+        old.replaced_by = new.number
+        return old, new
+
+    def replay_other_mode(self) -> ReplyRecord:
+        """The last finished reply again in the other mode: same messages, same settings
+        (seed included: the same tokens); the user's own settings stay as they are."""
+        self.check_can_run()
+        rec = self.last_done_reply()
+        if rec is None or rec.start is None:
+            raise Refused("No finished reply to replay yet")
+        other = STREAM if rec.mode == BLOCKING else BLOCKING
+        return self._start(rec.messages, other, rec.start.settings, in_history=False, replay_of=rec.replay_of or rec.number)
+
+    def change_settings(self, **changes: object) -> SamplingSettings:
+        """Change the user's settings and those of the reply in flight (SettingsError if
+        a value is out of range); the loop uses them from its next step."""
+        new = self.settings.replace(**changes)
+        if self.generating and self.run_settings is not None:
+            run = self.run_settings.replace(**changes)
+            self.run_settings = run
+            self.backend.set_settings(run)
+        self.settings = new
+        return new
+
+    def cancel(self) -> bool:
+        if self.generating:
+            self.backend.cancel()
+            return True
+        return False
+
+    def new_conversation(self) -> None:
+        self.cancel()  # its events are ignored from now on; its RunDone still unfreezes
+        self.current = None
+        self._text_due = []
+        self.conversation = Conversation(system_prompt=self.backend.system_prompt)
+
+    def switch_model(self, name: str) -> None:
+        if self.generating:
+            raise Refused("Stop the reply first (Esc), then switch the model")
+        if not self.backend.model_names:
+            raise Refused("A replay has no model to switch")
+        self.model_ready = False
+        self.backend.load(name)
+
+    def _start(self, messages: tuple[Message, ...], mode: str, settings: SamplingSettings, **kw: object) -> ReplyRecord:
+        rec = self.conversation.new_reply(mode, messages, **kw)
+        self.current = rec
+        self.run_settings = settings
+        # The cycle collector would rescan every object the app holds (the conversation,
+        # its steps, the widgets) while the reply streams: tens of ms a time, taken from
+        # the loop. Until this run's RunDone it sees only new objects.
+        self._unfreeze()
+        gc.freeze()
+        try:
+            rec.run_id = self.backend.generate(messages, settings)
+        except BaseException:
+            gc.unfreeze()
+            raise
+        self._frozen_run = rec.run_id
+        return rec
+
+    def _unfreeze(self) -> None:
+        if self._frozen_run is not None:
+            self._frozen_run = None
+            gc.unfreeze()
+
+    def close(self) -> None:
+        self.cancel()
+        self._unfreeze()
+
+    # ---- events ------------------------------------------------------------------
+    def take_text(self) -> list[tuple[ReplyRecord, list[Step]]]:
+        """The streamed steps not yet drawn, per reply (and forget them)."""
+        due, self._text_due = self._text_due, []
+        return due
+
+    def consume(self, events: Iterable[HostEvent]) -> Update:
+        u = Update()
+        for ev in events:
+            rec = self.current
+            match ev:
+                case Step():
+                    if rec is not None and not rec.done:
+                        rec.steps.append(ev)
+                        due = self._text_due
+                        if due and due[-1][0] is rec:
+                            due[-1][1].append(ev)
+                        else:
+                            due.append((rec, [ev]))
+                        self.steps_seen += 1
+                        u.steps += 1
+                case Start():
+                    if rec is None or rec.done:  # a played trace: its turn starts here
+                        rec = self._played_turn(ev, u)
+                    rec.start = ev
+                case Prefill():
+                    if rec is not None:
+                        rec.prefill = ev
+                case ContextTrimmed():
+                    if rec is not None:
+                        rec.trimmed = ev
+                    u.warnings.append(
+                        f"The conversation no longer fits the context ({ev.n_ctx} tokens): "
+                        f"the {ev.dropped_messages} oldest message(s) were left out of this prompt."
+                    )
+                case Finish():
+                    if rec is not None and not rec.done:
+                        rec.finish = ev
+                        self._finished(rec, u)
+                case ModelLoading():
+                    u.loading = ev
+                case ModelReady():
+                    self.model_ready = True
+                    self.conversation.system_prompt = self.backend.system_prompt  # the new model's
+                    u.ready = ev
+                case WorkerError():
+                    self._error(ev, u)
+                case RunDone():
+                    if rec is not None and not rec.done and rec.run_id in (0, ev.run_id):
+                        rec.error = "stopped"  # e.g. a trace that stopped half-way
+                        self._finished(rec, u)
+                    if ev.run_id == self._frozen_run:
+                        self._unfreeze()
+        return u
+
+    def _played_turn(self, start: Start, u: Update) -> ReplyRecord:
+        users = [m.content for m in start.messages if m.role == "user"]
+        rec = self.conversation.new_reply(STREAM, start.messages)
+        self.current = rec
+        u.started.append((users[-1] if users else "", rec))
+        return rec
+
+    def _finished(self, rec: ReplyRecord, u: Update) -> None:
+        f = rec.finish
+        if rec.in_history and f is not None and f.reason != FinishReason.ERROR and f.text:
+            self.conversation.turns.extend([rec.messages[-1], Message("assistant", f.text)])
+            self.pending_prompt = None
+        elif rec.in_history and f is not None and not f.text and f.reason == FinishReason.CANCELLED:
+            # stopped before any text: the message is not part of the conversation
+            if self.pending_prompt:
+                u.restore_prompt = self.pending_prompt
+                u.warnings.append("Stopped before the first token: your message is back in the box")
+            self.pending_prompt = None
+        if f is not None and f.reason == FinishReason.ERROR:
+            u.errors.append(WorkerError(f.error or "the engine failed during the reply", "generate"))
+            self._give_back(u)
+        self.run_settings = None
+        u.finished.append(rec)
+
+    def _error(self, err: WorkerError, u: Update) -> None:
+        u.errors.append(err)
+        if err.during == "load":
+            self.model_ready = False
+            return
+        rec = self.current
+        if rec is not None and not rec.done and rec.start is None:
+            # the prompt was never accepted: the turn goes, the text comes back
+            rec.error = err.message
+            self.conversation.replies.remove(rec)
+            self.current = None
+            self.run_settings = None
+            u.dropped = rec
+        elif rec is not None and not rec.done:
+            rec.error = err.message
+            self.run_settings = None
+            u.finished.append(rec)
+        self._give_back(u)
+
+    def _give_back(self, u: Update) -> None:
+        if self.pending_prompt:
+            u.restore_prompt = self.pending_prompt
+        self.pending_prompt = None
+
+    # ---- what the app reads --------------------------------------------------------
+    def last_done_reply(self) -> ReplyRecord | None:
+        for rec in reversed(self.conversation.replies):
+            if rec.done and rec.finish is not None:
+                return rec
+        return None
+
+    def tokens(self) -> list[tuple[int, int]]:
+        """(reply number, step index) of every token of the finished replies, in order."""
+        out = []
+        for rec in self.conversation.replies:
+            if rec.done:
+                out.extend((rec.number, s.index) for s in rec.steps if s.text and not s.is_stop)
+        return out
+
+    def next_token(self, selection: tuple[int, int] | None, direction: int) -> tuple[int, int] | None:
+        """The token cursor moved by `direction` from `selection` (None: off the end)."""
+        tokens = self.tokens()
+        if not tokens:
+            raise Refused("No finished reply yet: token cursor has nothing to select")
+        if selection is None or selection not in tokens:
+            return tokens[-1] if direction < 0 else tokens[0]
+        i = tokens.index(selection) + direction
+        return tokens[i] if 0 <= i < len(tokens) else None
