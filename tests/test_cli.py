@@ -94,6 +94,7 @@ def test_models_lists_the_builtin_model() -> None:
         (("run", "hi", "--temperature", "9"), ("temperature", "between")),
         (("run", "hi", "--top-p", "0"), ("top_p",)),
         (("run", "hi", "--max-tokens", "0"), ("max_tokens",)),
+        (("run", "hi", "--repeat-last-n", "-1"), ("repeat_last_n", "between 0 and 100000")),
         (("run", "hi", "--model", "nope"), ("nope",)),
         (("run", "   "), ("empty",)),
         (("run", "hi", "--config", "/nonexistent/models.toml"), ("/nonexistent/models.toml",)),
@@ -104,6 +105,25 @@ def test_models_lists_the_builtin_model() -> None:
 )
 def test_bad_input_is_one_line_and_exit_2(args, needles) -> None:
     assert_one_line_error(loopchat(*args), *needles)
+
+
+def test_every_sampling_setting_has_a_run_flag(capsys) -> None:
+    # in-process: the flags are made from settings.SETTINGS (--repeat-last-n was missing)
+    from loopchat.cli import build_parser
+    from loopchat.run_command import settings_from_args
+    from loopchat.settings import SETTINGS, SamplingSettings
+
+    argv = ["run", "hi"]
+    for spec in SETTINGS:
+        argv += [spec.flag, str(spec.lo + 1)]
+    settings = settings_from_args(SamplingSettings(), build_parser().parse_args(argv))
+    assert settings.to_dict() == {spec.name: spec.lo + 1 for spec in SETTINGS}
+    args = build_parser().parse_args(["run", "hi", "--repeat-last-n", "8"])
+    assert settings_from_args(SamplingSettings(seed=3), args) == SamplingSettings(seed=3, repeat_last_n=8)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--help"])
+    help_text = capsys.readouterr().out
+    assert all(spec.flag in help_text and spec.hint.split()[0] in help_text for spec in SETTINGS)
 
 
 def test_invalid_toml_names_the_file(tmp_path: Path) -> None:

@@ -205,6 +205,8 @@ INVALID = [
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntemperature = 9.0\n', "models.tiny.sampling.temperature", "between 0 and 5, got 9.0"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_p = 0\n', "models.tiny.sampling.top_p", "above 0"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_k = 1.5\n', "models.tiny.sampling.top_k", "whole number"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_k = 2000000\n', "models.tiny.sampling.top_k", "between 0 and 1000000"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\nrepeat_last_n = -1\n', "models.tiny.sampling.repeat_last_n", "between 0 and 100000"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\nseed = "x"\n', "models.tiny.sampling.seed", "number"),
     ('[models."bad name"]\nbuiltin = "smollm2-135m-instruct"\n', 'models."bad name"', "model name"),
 ]

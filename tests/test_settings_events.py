@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 
 from loopchat.events import Candidate, Finish, FinishReason, Message, Prefill, Start, Step, event_from_json_dict, to_json_dict
-from loopchat.settings import LiveSettings, SamplingSettings, SettingsError
+from loopchat.settings import KNOBS, SETTING, SETTINGS, LiveSettings, SamplingSettings, SettingsError, fmt_value
 from loopchat.trace import TraceError, TraceWriter, read_trace
 
 
@@ -32,6 +33,65 @@ def test_out_of_range_settings_are_rejected(changes) -> None:
     with pytest.raises(SettingsError) as err:
         SamplingSettings().replace(**changes)
     assert "\n" not in str(err.value)
+
+
+def test_the_dataclass_fields_are_the_rows_of_the_table() -> None:
+    fields = dataclasses.fields(SamplingSettings)
+    assert [(f.name, f.default) for f in fields] == [(s.name, s.default) for s in SETTINGS]
+    assert SamplingSettings.field_names() == tuple(SETTING) == tuple(f.name for f in fields)
+    assert KNOBS == ("temperature", "top_p", "top_k", "min_p")  # the panel's knob, in F8's order
+    assert len({s.flag for s in SETTINGS}) == len({s.short for s in SETTINGS}) == len(SETTINGS)
+
+
+@pytest.mark.parametrize("spec", SETTINGS, ids=lambda s: s.name)
+def test_every_setting_is_checked_against_its_row(spec) -> None:
+    base = SamplingSettings()
+    top = base.replace(**{spec.name: spec.hi})
+    assert getattr(top, spec.name) == spec.hi and type(getattr(top, spec.name)) is spec.type
+    bad = [spec.hi + 1, spec.lo - 1, "1", True] + ([spec.lo] if spec.above_lo else [])
+    bad += [spec.lo + 0.5] if spec.type is int else []
+    bad += [] if spec.optional else [None]
+    for value in bad:
+        with pytest.raises(SettingsError) as err:
+            base.replace(**{spec.name: value})
+        assert str(err.value).startswith(spec.name) and spec.hint in str(err.value), err.value
+        assert err.value.problem in str(err.value) and spec.name not in err.value.problem
+    if not spec.above_lo:
+        assert getattr(base.replace(**{spec.name: spec.lo}), spec.name) == spec.lo
+    if spec.optional:
+        assert getattr(base.replace(**{spec.name: None}), spec.name) is None
+    assert spec.range_text() in SamplingSettings.describe(spec.name)
+
+
+def test_typed_values_are_parsed_by_the_row() -> None:  # the F2 dialog's fields
+    assert SETTING["seed"].parse("  ") is None  # empty seed: a random one per reply
+    assert SETTING["seed"].parse("123") == 123 and SETTING["top_k"].parse("1e3") == 1000
+    assert SETTING["temperature"].parse("1") == 1.0 and type(SETTING["temperature"].parse("1")) is float
+    for name, text, problem in [
+        ("top_k", "", "is empty"),
+        ("top_k", "2.5", "must be a whole number, got 2.5"),
+        ("temperature", "warm", "'warm' is not a number"),
+        ("temperature", "9", "must be between 0 and 5, got 9"),
+        ("top_p", "0", "must be above 0 and at most 1, got 0"),
+        ("min_p", "nan", "must be between 0 and 1, got nan"),
+    ]:
+        with pytest.raises(SettingsError) as err:
+            SETTING[name].parse(text)
+        assert err.value.problem == problem
+
+
+def test_the_knob_steps_and_the_panel_format_come_from_the_table() -> None:
+    temperature, top_p, top_k, min_p = (SETTING[name] for name in KNOBS)
+    assert temperature.nudge(0.7, 1) == 0.8 and temperature.nudge(0.0, -1) == 0.0
+    assert top_p.nudge(0.1, -1) == 0.05 and top_p.nudge(0.05, -1) == 0.05  # the knob's own floor
+    assert top_p.nudge(0.95, 1) == 1.0 and top_p.nudge(1.0, 1) == 1.0
+    assert top_k.nudge(40, 1) == 45 and type(top_k.nudge(40, 1)) is int
+    assert top_k.nudge(top_k.hi - 2, 1) == top_k.hi == 1_000_000  # reaches the settings' limit
+    assert min_p.nudge(0.05, -1) == 0.04 and min_p.nudge(0.0, -1) == 0.0
+    assert SETTING["repeat_penalty"].knob_step is None
+    assert [fmt_value(n, v) for n, v in [("temperature", 0.7), ("top_k", 40), ("seed", None), ("seed", 7), ("min_p", 0.0)]] == [
+        "0.70", "40", "random", "7", "0.00"
+    ]
 
 
 def test_settings_are_immutable_and_diffable() -> None:

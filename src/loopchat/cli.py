@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from . import __version__
+from .settings import SETTINGS
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -53,13 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("prompt", help="the user message; - reads it from stdin")
     _add_model_options(run, sub=True)
     run.add_argument("--system", metavar="TEXT", help="system prompt (default: the model's from models.toml)")
-    run.add_argument("--temperature", type=float, metavar="T", help="0 = greedy")
-    run.add_argument("--top-k", type=int, metavar="K", help="0 disables")
-    run.add_argument("--top-p", type=float, metavar="P", help="1.0 disables")
-    run.add_argument("--min-p", type=float, metavar="P", help="0 disables")
-    run.add_argument("--repeat-penalty", type=float, metavar="X", help="1.0 disables")
-    run.add_argument("--seed", type=int, metavar="N")
-    run.add_argument("--max-tokens", type=int, metavar="N")
+    for spec in SETTINGS:  # one flag per sampling setting; unset: the model's from models.toml
+        run.add_argument(
+            spec.flag, dest=spec.name, type=spec.type, metavar="N" if spec.type is int else "X",
+            help=f"{spec.range_text()}; {spec.hint}",
+        )
     run.add_argument("--top-report", type=int, default=10, metavar="K", help="candidates recorded per step (default 10)")
     run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
     run.add_argument("--show-steps", action="store_true", help="print one line per step instead of the streamed text")

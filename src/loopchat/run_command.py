@@ -16,18 +16,9 @@ from typing import Any, TextIO
 
 from .events import ContextTrimmed, Finish, Message, Prefill, Start, Step
 
-_ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
-from .settings import LiveSettings, SamplingSettings
+from .settings import SETTINGS, LiveSettings, SamplingSettings
 
-_SETTING_FLAGS = {
-    "temperature": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "repeat_penalty": "repeat_penalty",
-    "seed": "seed",
-    "max_tokens": "max_tokens",
-}
+_ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
 
 
 def read_prompt(prompt: str, stdin: TextIO | None) -> str:
@@ -120,7 +111,8 @@ def check_utf8(text: str, what: str) -> None:
 
 
 def settings_from_args(base: SamplingSettings, args: argparse.Namespace) -> SamplingSettings:
-    changes = {field: getattr(args, flag) for flag, field in _SETTING_FLAGS.items() if getattr(args, flag, None) is not None}
+    """`base` (the model's settings) with the flags given on the command line."""
+    changes = {s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name, None) is not None}
     return base.replace(**changes)
 
 

@@ -1,4 +1,14 @@
-"""Sampling settings: one immutable object, swapped whole while a reply is generating.
+"""Sampling settings: one table, and one immutable object swapped whole while a reply
+is generating.
+
+`SETTINGS` is the only place a sampling setting is spelled out: its type, default,
+range, what it means, its CLI flag, its labels in the panel and the F2 dialog, and its
+Ctrl+Up/Down step. The `SamplingSettings` dataclass takes its fields from the table,
+and its checks, `loopchat run`'s flags, the F2 dialog, the panel, the knob keys and the
+models.toml `[models.X.sampling]` checks all read it.
+
+Adding a setting takes one row in `SETTINGS` (plus a test of what it does), and the
+sampler (sampler.py) using it: everything else follows from the row.
 
 The generation loop reads the current object at every step and records it in that
 step's event, so a change made between two steps is visible exactly where it applied.
@@ -14,25 +24,14 @@ from typing import Any, Callable
 
 
 class SettingsError(ValueError):
-    """An out-of-range or mistyped sampling setting; the message says what is allowed."""
+    """An out-of-range or mistyped sampling setting; the message says what is allowed.
 
+    `problem` is the short form, without the setting's name or hint ("must be between
+    0 and 5, got 9.0"), for a form that shows it beside the field."""
 
-# name -> (type, minimum, maximum, what it means). Bounds are inclusive. The order is the
-# one the panel and the settings dialog show.
-_LIMITS: dict[str, tuple[type, float, float, str]] = {
-    "temperature": (float, 0.0, 5.0, "0 means greedy (always the most likely token)"),
-    "top_p": (float, 0.0, 1.0, "1.0 disables top-p; must be above 0"),
-    "top_k": (int, 0, 1_000_000, "0 disables top-k"),
-    "min_p": (float, 0.0, 1.0, "0 disables min-p"),
-    "repeat_penalty": (float, 0.1, 5.0, "1.0 disables the penalty"),
-    "repeat_last_n": (int, 0, 100_000, "how many recent tokens the repeat penalty looks at"),
-    "seed": (int, 0, 2**32 - 1, "a whole number pins the draws: same seed, same reply; none (the default) draws a new seed for each reply"),
-    "max_tokens": (int, 1, 1_000_000, "the most tokens one reply may have"),
-}
-
-
-#: Settings that may be None (meaning: chosen per reply, see the field's comment).
-OPTIONAL = frozenset({"seed"})
+    def __init__(self, message: str, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem or message
 
 
 def fmt_limit(x: float) -> str:
@@ -40,41 +39,162 @@ def fmt_limit(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
+@dataclass(frozen=True)
+class SettingSpec:
+    """One sampling setting: everything the program needs to know about it."""
+
+    name: str  # the field of SamplingSettings, the models.toml key, the trace's key
+    type: type  # int or float
+    default: int | float | None
+    lo: int | float  # the lowest value allowed (inclusive unless above_lo)
+    hi: int | float  # the highest value allowed (inclusive)
+    hint: str  # what the value means: error messages, `describe`, `loopchat run --help`
+    dialog_hint: str  # the F2 dialog's short line beside the field
+    short: str  # the compact panel's label
+    label: str = ""  # the panel's label (default: the name)
+    flag: str = ""  # `loopchat run`'s option (default: --name-with-dashes)
+    knob_step: int | float | None = None  # the Ctrl+Up/Down step; None: not on the knob
+    knob_lo: int | float | None = None  # the knob's floor when it is above `lo`
+    above_lo: bool = False  # `lo` itself is not allowed (top_p must be above 0)
+    optional: bool = False  # None is allowed (seed: a fresh random seed per reply)
+    decimals: int | None = None  # digits shown after the point (default: 2 for floats, 0 for ints)
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.name)
+        if not self.flag:
+            object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
+        if self.decimals is None:
+            object.__setattr__(self, "decimals", 0 if self.type is int else 2)
+
+    @property
+    def annotation(self) -> Any:
+        """The dataclass field's type."""
+        return self.type | None if self.optional else self.type
+
+    def range_text(self) -> str:
+        """The allowed values, as in `describe` and `--help`: '0 to 5', 'above 0, up to 1'."""
+        if self.above_lo:
+            return f"above {fmt_limit(self.lo)}, up to {fmt_limit(self.hi)}"
+        return f"{fmt_limit(self.lo)} to {fmt_limit(self.hi)}"
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with `value` for this setting ("must be ..., got ..."), or None."""
+        if value is None and self.optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"must be a number, got {value!r}"
+        if self.type is int and not float(value).is_integer():
+            return f"must be a whole number, got {value!r}"
+        if self.above_lo and not self.lo < value <= self.hi:
+            return f"must be above {fmt_limit(self.lo)} and at most {fmt_limit(self.hi)}, got {value!r}"
+        if not self.lo <= value <= self.hi:
+            return f"must be between {fmt_limit(self.lo)} and {fmt_limit(self.hi)}, got {value!r}"
+        return None
+
+    def check(self, value: Any) -> int | float | None:
+        """`value` as this setting's type; SettingsError if it is not allowed."""
+        problem = self.problem(value)
+        if problem is not None:
+            raise SettingsError(f"{self.name} {problem} ({self.hint})", problem)
+        return value if value is None else self.type(value)
+
+    def parse(self, text: str) -> int | float | None:
+        """A typed-in value (the F2 dialog), checked: '' is None for an optional setting."""
+        text = text.strip()
+        if not text:
+            if self.optional:
+                return None
+            raise SettingsError(f"{self.name} is empty ({self.hint})", "is empty")
+        try:
+            value: int | float = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                problem = f"{text!r} is not a number"
+                raise SettingsError(f"{self.name}: {problem} ({self.hint})", problem) from None
+        return self.check(value)
+
+    def nudge(self, value: int | float, direction: int) -> int | float:
+        """The knob's next value from `value`: one step up (direction 1) or down (-1),
+        kept within the knob's range and rounded to what the panel shows."""
+        assert self.knob_step is not None, f"{self.name} is not on the knob"
+        lo = self.lo if self.knob_lo is None else self.knob_lo
+        new = min(self.hi, max(lo, round(value + direction * self.knob_step, max(self.decimals, 2))))
+        return self.type(new)
+
+
+#: The sampling settings, in the order the panel and the F2 dialog show them.
+SETTINGS: tuple[SettingSpec, ...] = (
+    SettingSpec("temperature", float, 0.7, 0.0, 5.0, "0 means greedy: always the most likely token",
+                "0–5 · 0 = greedy (always the top token)", short="temp", knob_step=0.1),
+    SettingSpec("top_p", float, 0.95, 0.0, 1.0, "1.0 disables top-p", "above 0, up to 1 · 1 = off",
+                short="top_p", above_lo=True, knob_step=0.05, knob_lo=0.05),
+    SettingSpec("top_k", int, 40, 0, 1_000_000, "0 disables top-k", "whole number · 0 = off", short="top_k", knob_step=5),
+    SettingSpec("min_p", float, 0.05, 0.0, 1.0, "0 disables min-p", "0–1 · 0 = off", short="min_p", knob_step=0.01),
+    SettingSpec("repeat_penalty", float, 1.1, 0.1, 5.0, "1.0 disables the penalty", "0.1–5 · 1 = off", short="repeat"),
+    SettingSpec("repeat_last_n", int, 64, 0, 100_000, "how many recent tokens the repeat penalty looks at",
+                "tokens the penalty looks back over", short="last_n"),
+    SettingSpec("seed", int, None, 0, 2**32 - 1, "a number pins the draws: same seed, same reply; none "
+                "(the default) draws a fresh random seed for each reply", "empty = random each reply · a number pins it",
+                short="seed", optional=True),
+    SettingSpec("max_tokens", int, 512, 1, 1_000_000, "the most tokens one reply may have", "most tokens in one reply",
+                short="max"),
+)
+
+#: name -> its row
+SETTING: dict[str, SettingSpec] = {s.name: s for s in SETTINGS}
+
+#: The settings Ctrl+Up/Down change (F8 goes through them in this order).
+KNOBS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.knob_step is not None)
+
+
+def fmt_value(name: str, value: int | float | None) -> str:
+    """A setting's value as the panel shows it: 'random' for an unpinned seed, whole
+    numbers plain, other numbers with the row's decimals (0.70)."""
+    if value is None:
+        return "random"
+    spec = SETTING[name]
+    if spec.type is int:
+        return str(int(value))
+    return f"{value:.{spec.decimals}f}"
+
+
 def new_seed() -> int:
     """A fresh random seed (what a reply uses when the seed is not pinned)."""
     return secrets.randbits(32)
 
 
-@dataclass(frozen=True, slots=True)
-class SamplingSettings:
-    """What the sampler does at one step. Immutable: change it with `replace`."""
+def _unknown(names: Any) -> None:
+    unknown = set(names) - SETTING.keys()
+    if unknown:
+        raise SettingsError(
+            f"unknown sampling setting(s): {', '.join(sorted(unknown))}; known: {', '.join(SETTING)}"
+        )
 
-    temperature: float = 0.7
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.1
-    repeat_last_n: int = 64
-    #: None: a fresh random seed for each reply (the engine draws it, records it in the
-    #: reply's Start and Step events, so a replay is exact); a number pins the draws.
-    seed: int | None = None
-    max_tokens: int = 512
+
+def _fields_from_table(cls: type) -> type:
+    """Give `cls` one field per row of SETTINGS (its name, type and default), in order."""
+    cls.__annotations__ = {s.name: s.annotation for s in SETTINGS}
+    for s in SETTINGS:
+        setattr(cls, s.name, s.default)
+    return cls
+
+
+@dataclass(frozen=True, slots=True)
+@_fields_from_table
+class SamplingSettings:
+    """What the sampler does at one step. Immutable: change it with `replace`.
+
+    Its fields are the rows of SETTINGS: temperature, top_p, top_k, min_p,
+    repeat_penalty, repeat_last_n, seed, max_tokens. A seed of None means a fresh random
+    seed for each reply (the engine draws it and records it in the reply's Start and Step
+    events, so a replay is exact); a number pins the draws."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            kind, lo, hi, hint = _LIMITS[f.name]
-            if value is None and f.name in OPTIONAL:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SettingsError(f"{f.name} must be a number, got {value!r} ({hint})")
-            if kind is int and not float(value).is_integer():
-                raise SettingsError(f"{f.name} must be a whole number, got {value!r} ({hint})")
-            if not (lo <= value <= hi):
-                raise SettingsError(f"{f.name} must be between {fmt_limit(lo)} and {fmt_limit(hi)}, got {value!r} ({hint})")
-            object.__setattr__(self, f.name, kind(value))
-        if self.top_p <= 0.0:
-            raise SettingsError("top_p must be above 0 (1.0 disables top-p)")
+        for spec in SETTINGS:
+            object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
 
     def with_seed(self, seed: int) -> "SamplingSettings":
         """These settings with the seed filled in if it is not pinned (self if it is)."""
@@ -86,12 +206,7 @@ class SamplingSettings:
 
     def replace(self, **changes: Any) -> "SamplingSettings":
         """A new object with some fields changed (validated like the constructor)."""
-        unknown = set(changes) - set(_LIMITS)
-        if unknown:
-            raise SettingsError(
-                f"unknown sampling setting(s): {', '.join(sorted(unknown))}; "
-                f"known: {', '.join(_LIMITS)}"
-            )
+        _unknown(changes)
         return dataclasses.replace(self, **changes)
 
     def diff(self, other: "SamplingSettings | None") -> tuple[str, ...]:
@@ -105,28 +220,22 @@ class SamplingSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SamplingSettings":
-        unknown = set(data) - set(_LIMITS)
-        if unknown:
-            raise SettingsError(
-                f"unknown sampling setting(s): {', '.join(sorted(unknown))}; "
-                f"known: {', '.join(_LIMITS)}"
-            )
+        _unknown(data)
         return cls(**data)
 
     @staticmethod
     def field_names() -> tuple[str, ...]:
-        return tuple(_LIMITS)
+        return tuple(SETTING)
 
     @staticmethod
     def limits(name: str) -> tuple[float, float]:
         """The lowest and highest value `name` may take."""
-        _, lo, hi, _ = _LIMITS[name]
-        return lo, hi
+        return SETTING[name].lo, SETTING[name].hi
 
     @staticmethod
     def describe(name: str) -> str:
-        kind, lo, hi, hint = _LIMITS[name]
-        return f"{name}: {kind.__name__} from {fmt_limit(lo)} to {fmt_limit(hi)} ({hint})"
+        spec = SETTING[name]
+        return f"{name}: {spec.type.__name__} {spec.range_text()} ({spec.hint})"
 
 
 class LiveSettings:

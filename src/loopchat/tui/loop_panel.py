@@ -18,12 +18,11 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 
 from ..events import Candidate, Step
-from ..settings import SamplingSettings
+from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from .plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
 
-KNOBS = ("temperature", "top_p", "top_k", "min_p")
 HEAD = Style.parse("bold #87d7ff")
 LABEL = Style.parse("#8a8a8a")
 DRAWN = Style.parse("bold #ffaf00")
@@ -40,7 +39,6 @@ _DIM = Style.parse("dim")
 _BOLD = Style.parse("bold")
 _NONE = Style()
 
-_SHORT_KNOB = {"temperature": "temp", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p"}
 _WELCOME_TEXT = (
     "Each reply is made one token at a time: the model runs a forward pass over the "
     "context, gets a probability for every token of its vocabulary, and the sampler "
@@ -357,24 +355,24 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
         value = getattr(shown, name)
         t: Pieces = [
             ("▸ " if name == v.knob else "  ", DRAWN),
-            (f"{name:<12}", _BOLD if name == v.knob else LABEL),
-            (f"{_fmt_setting(name, value):>6}", _NONE),
+            (f"{SETTING[name].label:<12}", _BOLD if name == v.knob else LABEL),
+            (f"{fmt_value(name, value):>6}", _NONE),
         ]
         at = changes.get(name)
         was = getattr(s.settings, name) if s is not None else value
         if ahead and s is not None and was != value:
-            t.append((f"  reply {r.number} had {_fmt_setting(name, was)}", _PENDING))
+            t.append((f"  reply {r.number} had {fmt_value(name, was)}", _PENDING))
         elif s is not None and name in s.settings_changed and s.index > 0:
             t.append(("  ◀ changed at this pass", CHANGED))
         elif at is not None and (not v.pinned or at <= s.index):
             t.append((f"  changed at pass {at + 1}", CHANGED))
         pending = getattr(v.live, name)
         if s is not None and v.generating and not v.pinned and pending != value:
-            t.append((f"  → {_fmt_setting(name, pending)} from next pass", _PENDING))
+            t.append((f"  → {fmt_value(name, pending)} from next pass", _PENDING))
         lines.append(t)
     lines.append([(
         f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n} · "
-        f"seed {_fmt_setting('seed', shown.seed)} · max {shown.max_tokens}",
+        f"seed {fmt_value('seed', shown.seed)} · max {shown.max_tokens}",
         LABEL,
     )])
     lines.append([("  ^↑/^↓ change ▸ · F8 next · F2 type values", _DIM)])
@@ -403,8 +401,8 @@ def _compact_settings(v: PanelView, caches: PanelCaches) -> list[Pieces]:
     t: Pieces = []
     for i, name in enumerate(KNOBS):
         t.append(("▸" if name == v.knob else " ", DRAWN))
-        t.append((f"{_SHORT_KNOB[name]} ", LABEL))
-        t.append((_fmt_setting(name, getattr(shown, name)), CHANGED if name in changes else _NONE))
+        t.append((f"{SETTING[name].short} ", LABEL))
+        t.append((fmt_value(name, getattr(shown, name)), CHANGED if name in changes else _NONE))
         if name in changes:
             t.append((f"@{changes[name] + 1}", CHANGED))
         if i % 2 == 0:

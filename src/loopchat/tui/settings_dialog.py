@@ -1,4 +1,4 @@
-"""A dialog to type sampling settings, validated field by field (SamplingSettings rules)."""
+"""A dialog to type sampling settings, validated field by field (the rows of settings.SETTINGS)."""
 
 from __future__ import annotations
 
@@ -8,42 +8,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from ..settings import OPTIONAL, SamplingSettings, SettingsError
-
-_INT_FIELDS = {"top_k", "repeat_last_n", "seed", "max_tokens"}
-
-
-def parse_field(name: str, raw: str) -> int | float | None:
-    raw = raw.strip()
-    if not raw and name in OPTIONAL:
-        return None
-    if not raw:
-        raise SettingsError(f"{name} is empty; {SamplingSettings.describe(name)}")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{raw!r} is not a number; {SamplingSettings.describe(name)}") from None
-    if name in _INT_FIELDS:
-        if not value.is_integer():
-            raise SettingsError(f"{name} must be a whole number; {SamplingSettings.describe(name)}")
-        return int(value)
-    return value
-
-
-HINTS = {
-    "temperature": "0–5 · 0 = greedy (always the top token)",
-    "top_k": "whole number · 0 = off",
-    "top_p": "above 0, up to 1 · 1 = off",
-    "min_p": "0–1 · 0 = off",
-    "repeat_penalty": "0.1–5 · 1 = off",
-    "repeat_last_n": "tokens the penalty looks back over",
-    "seed": "empty = random each reply · a number pins it",
-    "max_tokens": "most tokens in one reply",
-}
-
-
-def _hint(name: str) -> str:
-    return HINTS.get(name) or SamplingSettings.describe(name)
+from ..settings import SETTINGS, SamplingSettings, SettingsError
 
 
 class SettingsDialog(ModalScreen[SamplingSettings | None]):
@@ -69,8 +34,9 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
             )
             yield Static(note, id="settings-note")
             with Grid(id="settings-grid"):
-                for name in SamplingSettings.field_names():
-                    yield Label(name, classes="setting-name")
+                for spec in SETTINGS:
+                    name = spec.name
+                    yield Label(spec.label, classes="setting-name")
                     value = getattr(self.current, name)
                     yield Input(
                         "" if value is None else str(value),
@@ -79,24 +45,24 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                         compact=True,
                         select_on_focus=True,
                     )
-                    yield Static(_hint(name), id=f"err-{name}", classes="setting-hint", markup=False)
+                    yield Static(spec.dialog_hint, id=f"err-{name}", classes="setting-hint", markup=False)
             with Horizontal(id="settings-buttons"):
                 yield Button("Apply (Enter)", variant="primary", id="apply", compact=True)
                 yield Button("Cancel (Esc)", id="cancel", compact=True)
 
-    def _collect(self) -> tuple[dict[str, int | float], bool]:
-        values: dict[str, int | float] = {}
+    def _collect(self) -> tuple[dict[str, int | float | None], bool]:
+        values: dict[str, int | float | None] = {}
         ok = True
-        for name in SamplingSettings.field_names():
+        for spec in SETTINGS:
+            name = spec.name
             raw = self.query_one(f"#set-{name}", Input).value
             err = self.query_one(f"#err-{name}", Static)
             try:
-                values[name] = parse_field(name, raw)
-                self.current.replace(**{name: values[name]})
-                err.update(_hint(name))
+                values[name] = spec.parse(raw)  # type and range checked; an empty seed is None
+                err.update(spec.dialog_hint)
                 err.remove_class("-error")
             except SettingsError as exc:
-                err.update(str(exc).split(";")[0].split(" (")[0].removeprefix(f"{name} "))
+                err.update(exc.problem)
                 err.add_class("-error")
                 ok = False
         return values, ok
