@@ -11,14 +11,11 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from . import __version__
+from .errors import UsageError
 from .settings import SETTINGS
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -14,16 +14,14 @@ import stat
 import sys
 from typing import Any, TextIO
 
+from .errors import UsageError
 from .events import ContextTrimmed, Finish, Message, Prefill, Start, Step
-
 from .settings import SETTINGS, LiveSettings, SamplingSettings
 
 _ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
 
 
 def read_prompt(prompt: str, stdin: TextIO | None) -> str:
-    from .cli import UsageError
-
     if prompt == "-":
         if stdin is None or stdin.closed:
             raise UsageError("the prompt is - but there is no standard input; pipe the prompt in or pass it as text")
@@ -77,8 +75,6 @@ def _read_stdin_text(stdin: TextIO) -> str:
     """All of stdin as text, decoded as UTF-8 whatever the locale or PYTHONIOENCODING say
     (the model reads UTF-8; a latin-1 terminal would otherwise pass mojibake on, and a C
     locale would let undecodable bytes through as surrogates)."""
-    from .cli import UsageError
-
     buffer = getattr(stdin, "buffer", None)
     if buffer is None:  # a text stream with no bytes underneath (tests)
         text = stdin.read()
@@ -97,8 +93,6 @@ def _read_stdin_text(stdin: TextIO) -> str:
 def check_utf8(text: str, what: str) -> None:
     """UsageError if `text` holds bytes that were not UTF-8 (Python passes them on from the
     command line as lone surrogates, which the model's tokenizer cannot encode)."""
-    from .cli import UsageError
-
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -218,8 +212,6 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     spec = config.get(getattr(args, "model", None))
     settings = settings_from_args(spec.sampling, args)
     if args.top_report < 1 or args.top_report > 100:
-        from .cli import UsageError
-
         raise UsageError("--top-report must be between 1 and 100")
     model_path = spec.resolve_file()
     system = args.system if args.system is not None else spec.system_prompt

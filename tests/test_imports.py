@@ -1,0 +1,27 @@
+"""The import graph: the layers below the chat app load no Textual, and the headless
+command needs nothing of the command line's module."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def python(code: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_run_command_raises_usage_errors_without_importing_cli() -> None:
+    # run_command.py raised cli.py's UsageError, and cli.py imports run_command: a cycle
+    out = python(
+        "import sys\n"
+        "from loopchat.errors import UsageError\n"
+        "from loopchat.run_command import read_prompt\n"
+        "try:\n"
+        "    read_prompt('   ', None)\n"
+        "except UsageError as exc:\n"
+        "    print(type(exc).__module__, 'loopchat.cli' in sys.modules)\n"
+    )
+    assert out == "loopchat.errors False"
