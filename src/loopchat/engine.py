@@ -6,14 +6,14 @@ threads touching it leave two OpenMP pools fighting over the cores. Only `cancel
 be called from another thread.
 
 `generate()` yields the events of `events.py`: Start, [ContextTrimmed], Prefill, one
-Step per sampled token, Finish.
+Step per sampled token, Finish. The raw llama.cpp calls are in `_llama_ffi.py`; the chat
+template and the context policy in `chat_prompt.py`.
 """
 
 from __future__ import annotations
 
 import codecs
 import ctypes
-import ctypes.util
 import os
 import threading
 import time
@@ -24,44 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from . import sampler
-from .events import (
-    Candidate,
-    ContextTrimmed,
-    Event,
-    Finish,
-    FinishReason,
-    Message,
-    Prefill,
-    Start,
-    Step,
-)
+from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_prompt
+from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
+from .events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
-
-CONTEXT_POLICY = (
-    "drop the oldest messages (the system prompt is kept) until the prompt leaves room "
-    "for the reply: max_tokens, at most a quarter of n_ctx"
-)
-
-#: Used when a GGUF carries no chat template of its own (and none is configured).
-CHATML_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-class EngineError(Exception):
-    """A problem the user can act on; the message is one line that says what to do."""
-
-
-class ModelLoadError(EngineError):
-    pass
-
-
-class ContextOverflowError(EngineError):
-    pass
-
 
 def physical_cores() -> int:
     """The machine's physical core count (llama-cpp-python's default is half the CPUs)."""
@@ -76,45 +43,6 @@ def physical_cores() -> int:
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         available = os.cpu_count() or 1
     return max(1, min(n or available, available))
-
-
-class _AbortFlag:
-    """A flag llama.cpp's abort callback reads from C without taking the GIL.
-
-    ggml calls the abort callback once per graph node. A Python callback would take the
-    GIL hundreds of times per forward pass and stall whenever a UI thread holds it, so
-    the callback is libc's strlen() on a 2-byte buffer: it returns 0 (go on) while the
-    buffer is empty and 1 (abort) once the first byte is set.
-    """
-
-    def __init__(self) -> None:
-        self._buf = ctypes.create_string_buffer(2)
-        self._py_callback = None
-        libc_name = ctypes.util.find_library("c")
-        try:
-            import llama_cpp
-
-            libc = ctypes.CDLL(libc_name)
-            address = ctypes.cast(libc.strlen, ctypes.c_void_p).value
-            self.callback = llama_cpp.ggml_abort_callback(address)
-        except (OSError, AttributeError):  # pragma: no cover - no libc strlen
-            import llama_cpp
-
-            self._py_callback = llama_cpp.ggml_abort_callback(lambda _data: self.is_set())
-            self.callback = self._py_callback
-
-    @property
-    def data(self) -> ctypes.c_void_p:
-        return ctypes.cast(self._buf, ctypes.c_void_p)
-
-    def set(self) -> None:
-        self._buf[0] = b"\x01"
-
-    def clear(self) -> None:
-        self._buf[0] = b"\x00"
-
-    def is_set(self) -> bool:
-        return self._buf[0] != b"\x00"
 
 
 @dataclass(frozen=True)
@@ -145,14 +73,6 @@ class EngineOptions:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Prompt:
-    messages: tuple[Message, ...]
-    text: str
-    tokens: list[int]
-    trimmed: ContextTrimmed | None
-
-
 class Engine:
     """Loads a GGUF model and runs the instrumented loop on it."""
 
@@ -169,9 +89,9 @@ class Engine:
         verbose: bool = False,
         warmup: bool = True,
     ) -> None:
-        import llama_cpp
         from llama_cpp import Llama
 
+        from ._llama_ffi import AbortFlag, LlamaCalls
         from .llama_log import python_prints_to_log, route_llama_log
 
         self.model_path = Path(model_path)
@@ -200,11 +120,7 @@ class Engine:
                 "check that it is a complete, uncorrupted GGUF file"
             ) from None
         self.llm.verbose = False  # no more prints from llama-cpp-python after the load
-        self._llama_cpp = llama_cpp
-        self._one_token, self._one_batch = self._single_token_batch()
-        self._logits_ith = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
-            ("llama_get_logits_ith", llama_cpp.llama_cpp._lib)
-        )
+        self._c = LlamaCalls(self.llm)  # the raw llama.cpp calls (_llama_ffi.py)
         self._logits_address: int | None = None
         self._logits_view = np.zeros(0, dtype=np.float32)
         # One context size for everything: the number asked for. llama.cpp pads the
@@ -219,44 +135,29 @@ class Engine:
         self.n_ctx = min(self.llm.n_ctx(), len(self.llm.input_ids))
         self.n_vocab = self.llm.n_vocab()
         self.n_batch = n_batch
-        self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self._pieces: dict[int, bytes] = {}
-        self._abort = _AbortFlag()
-        llama_cpp.llama_set_abort_callback(self.llm.ctx, self._abort.callback, self._abort.data)
+        self._abort = AbortFlag()
+        self._c.set_abort_callback(self._abort)
         self._cancel = threading.Event()
         own_template = self.llm.metadata.get("tokenizer.chat_template")
-        template = chat_template or own_template or CHATML_TEMPLATE
-        self.chat_template = template
+        self.chat_template = chat_template or own_template or CHATML_TEMPLATE
         try:
-            self._formatter = self._make_formatter(template)
-        except Exception as exc:  # jinja2's TemplateSyntaxError and friends
-            from .config import template_error_text
-
+            self._template = ChatTemplate(
+                self.chat_template,
+                bos_token=self._special_text(self.llm.token_bos()),
+                eos_token=self._special_text(self.llm.token_eos()),
+                model=self.name,
+                configured=bool(chat_template),
+            )
+        except ModelLoadError:
             self.close()
-            if chat_template:
-                where, fix = "chat_template", "fix it in models.toml, or remove it to use the model's own"
-            else:
-                where, fix = "the chat template in its GGUF file", "set a chat_template for it in models.toml"
-            raise ModelLoadError(
-                f"model {self.name!r}: {where} is not a valid Jinja template ({template_error_text(exc)}); {fix}"
-            ) from None
+            raise
         self.add_bos = self._metadata_flag("tokenizer.ggml.add_bos_token", default=False)
         if warmup:
             # llama.cpp's own tools warm up too: the first forward pass pays for
             # allocations and page faults that would otherwise land in the first TTFT.
             self._eval([max(self.llm.token_bos(), 0)])
             self.reset()
-
-    def _single_token_batch(self):
-        """A llama_batch for one token at an explicit position (owned by this engine)."""
-        lc = self._llama_cpp
-        batch = lc.llama_batch_init(1, 0, 1)
-        self._batch_owner = batch  # freed in close()
-        batch.n_tokens = 1
-        batch.n_seq_id[0] = 1
-        batch.seq_id[0][0] = 0
-        batch.logits[0] = True
-        return batch.token, batch
 
     # ---------------------------------------------------------------- prompt ----
     def _metadata_flag(self, key: str, *, default: bool) -> bool:
@@ -265,27 +166,13 @@ class Engine:
             return default
         return str(value).lower() in ("true", "1")
 
-    def _make_formatter(self, template: str):
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        def token_text(token_id: int) -> str:
-            if token_id < 0:
-                return ""
-            return self.piece(token_id).decode("utf-8", errors="replace")
-
-        return Jinja2ChatFormatter(
-            template=template,
-            eos_token=token_text(self.llm.token_eos()),
-            bos_token=token_text(self.llm.token_bos()),
-            add_generation_prompt=True,
-        )
+    def _special_text(self, token_id: int) -> str:
+        """A special token's text for the template (BOS, EOS; '' if the model has none)."""
+        return self.piece_text(token_id) if token_id >= 0 else ""
 
     def render_prompt(self, messages: Sequence[Message]) -> str:
         """The exact text the chat template renders for this conversation."""
-        try:
-            return self._formatter(messages=[m.to_dict() for m in messages]).prompt
-        except Exception as exc:  # a template error is the user's (or the model's) to fix
-            raise EngineError(f"the chat template failed to render: {exc}") from None
+        return self._template.render(messages)
 
     def tokenize(self, text: str) -> list[int]:
         """The exact token ids fed to the model for `text` (special tokens parsed)."""
@@ -299,61 +186,18 @@ class Engine:
         """The bytes of one token (special tokens spelled out), cached."""
         b = self._pieces.get(token_id)
         if b is None:
-            # llama-cpp-python's LlamaModel.token_to_piece returns its whole 32-byte
-            # buffer (NUL-padded): use the length llama.cpp returns instead.
-            buf = ctypes.create_string_buffer(64)
-            n = self._llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = self._llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
-            b = buf.raw[: max(n, 0)]
-            self._pieces[token_id] = b
+            b = self._pieces[token_id] = self._c.token_to_piece(token_id)
         return b
 
     def piece_text(self, token_id: int) -> str:
         return self.piece(token_id).decode("utf-8", errors="replace")
 
     def is_eog(self, token_id: int) -> bool:
-        return bool(self._llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
+        return self._c.is_eog(token_id)
 
-    def fit_prompt(self, messages: Sequence[Message], max_tokens: int) -> _Prompt:
+    def fit_prompt(self, messages: Sequence[Message], max_tokens: int) -> FittedPrompt:
         """Render and tokenize; apply the context policy (CONTEXT_POLICY) if needed."""
-        msgs = tuple(messages)
-        if not msgs:
-            raise EngineError("the conversation is empty: type a message first")
-        text = self.render_prompt(msgs)
-        tokens = self.tokenize(text)
-        reserve = max(1, min(max_tokens, self.n_ctx // 4))
-        if len(tokens) + reserve <= self.n_ctx:
-            return _Prompt(msgs, text, tokens, None)
-        before = len(tokens)
-        system = tuple(m for m in msgs[:1] if m.role == "system")
-        rest = list(msgs[len(system) :])
-        dropped = 0
-        while len(rest) > 1 and len(tokens) + reserve > self.n_ctx:
-            rest.pop(0)
-            dropped += 1
-            # never start the kept history with an assistant turn
-            while len(rest) > 1 and rest[0].role == "assistant":
-                rest.pop(0)
-                dropped += 1
-            text = self.render_prompt(system + tuple(rest))
-            tokens = self.tokenize(text)
-        if len(tokens) >= self.n_ctx:
-            raise ContextOverflowError(
-                f"the message is too long for the context: the prompt is {len(tokens)} tokens "
-                f"and the model's context holds {self.n_ctx}; shorten the message or raise n_ctx "
-                "in models.toml"
-            )
-        kept = system + tuple(rest)
-        trimmed = ContextTrimmed(
-            policy=CONTEXT_POLICY,
-            dropped_messages=dropped,
-            prompt_tokens_before=before,
-            prompt_tokens_after=len(tokens),
-            n_ctx=self.n_ctx,
-        )
-        return _Prompt(kept, text, tokens, trimmed if dropped else None)
+        return fit_prompt(messages, max_tokens, self.n_ctx, self.render_prompt, self.tokenize)
 
     # ------------------------------------------------------------------ loop ----
     def cancel(self) -> None:
@@ -366,7 +210,7 @@ class Engine:
     def reset(self) -> None:
         """Forget the KV cache (the next turn evaluates its whole prompt)."""
         self.llm.reset()
-        self.llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        self._c.forget_from(0)
 
     def _eval(self, tokens: Sequence[int]) -> None:
         self.llm.eval(tokens)
@@ -376,9 +220,7 @@ class Engine:
         Python around llama_decode as possible (Llama.eval rebuilds its batch and
         trims the cache on every call). Keeps Llama's own token bookkeeping."""
         llm = self.llm
-        self._one_token[0] = token
-        self._one_batch.pos[0] = llm.n_tokens
-        rc = self._llama_cpp.llama_decode(llm.ctx, self._one_batch)
+        rc = self._c.decode_one(token, llm.n_tokens)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
         llm.input_ids[llm.n_tokens] = token
@@ -389,15 +231,15 @@ class Engine:
         decode). The view is kept while llama.cpp returns the same address: a new one
         each step (np.ctypeslib.as_array), and the pointer object llama_cpp's binding
         returns, were reference cycles: garbage that only the cycle collector frees, on
-        the engine thread. `_logits_ith` is the same C function returning a plain int."""
-        address = self._logits_ith(self.llm.ctx, -1)
+        the engine thread: `logits_address` returns a plain int."""
+        address = self._c.logits_address()
         if address != self._logits_address:
             self._logits_address = address
             self._logits_view = np.frombuffer((ctypes.c_float * self.n_vocab).from_address(address), dtype=np.float32)
         return self._logits_view
 
     def _sync(self) -> None:
-        self._llama_cpp.llama_synchronize(self.llm.ctx)
+        self._c.synchronize()
 
     def generate(
         self,
@@ -579,7 +421,7 @@ class Engine:
 
     def _decode_failure(self, exc: RuntimeError) -> tuple[FinishReason, str | None]:
         # The cache may hold part of an aborted batch: drop everything past n_tokens.
-        self.llm._ctx.kv_cache_seq_rm(-1, self.llm.n_tokens, -1)
+        self._c.forget_from(self.llm.n_tokens)
         if self._abort.is_set() and "returned 2" in str(exc):
             return FinishReason.CANCELLED, None
         return FinishReason.ERROR, f"llama.cpp failed to decode: {exc}"
@@ -594,7 +436,7 @@ class Engine:
         llm = getattr(self, "llm", None)
         if llm is not None:
             llm.close()
-            self._llama_cpp.llama_batch_free(self._batch_owner)
+            self._c.close()
             self.llm = None  # type: ignore[assignment]
 
     def __enter__(self) -> "Engine":
