@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fixtures import panel_text, wait_for, wait_run
+from tui_fixtures import StepGate, drawn, panel_text, wait_for, wait_run
 
 from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
@@ -48,13 +48,16 @@ async def send(pilot, text: str) -> None:
 async def test_tokens_arrive_in_transcript_and_panel(backend, tmp_path) -> None:
     app = make_app(backend, tmp_path, max_tokens=48)
     async with app.run_test(size=SIZE) as pilot:
+        gate = StepGate(app, after=3)
         await send(pilot, PROMPT)
-        # tokens show up while the reply is still being generated
+        # tokens show up while the reply is still being generated (held after 3 steps)
         await wait_for(pilot, lambda: app.steps_seen >= 3, 30, "the first steps")
         view = app.transcript.reply_views()[0]
-        if not app.current.done:
-            assert str(view.body_text()).strip()
-            assert "Forward pass" in panel_text(app)
+        so_far = "".join(s.text for s in app.current.steps).strip()
+        await wait_for(pilot, lambda: so_far.split()[0] in drawn(view), 5, "the text drawn")
+        assert gate.holding and not app.current.done
+        assert "Forward pass 3 · generating" in panel_text(app)
+        gate.release()
         await wait_run(pilot)
         rec = app.conversation.replies[0]
         assert rec.finish is not None and rec.finish.text
@@ -86,12 +89,15 @@ async def test_stop_mid_reply(backend, tmp_path) -> None:
 async def test_temperature_change_applies_at_the_next_step(backend, tmp_path) -> None:
     app = make_app(backend, tmp_path, max_tokens=300, temperature=0.8)
     async with app.run_test(size=SIZE) as pilot:
+        gate = StepGate(app, after=4)
         await send(pilot, "Tell me a very long story about a dragon and a knight.")
         await wait_for(pilot, lambda: app.steps_seen >= 4, 30, "4 steps")
-        await pilot.press("ctrl+up")
-        assert not app.current.done, "the reply ended before the key press"
+        await pilot.press("ctrl+up")  # while the loop is held after its 4th step
+        assert gate.holding and not app.current.done
         emitted = app.change_made_after_steps  # steps emitted when the key was handled
+        assert emitted == 4
         assert app.session.in_force().temperature == 0.9
+        gate.release()
         await wait_run(pilot)
         rec = app.conversation.replies[0]
         changed = [s.index for s in rec.steps if "temperature" in s.settings_changed]
@@ -99,7 +105,7 @@ async def test_temperature_change_applies_at_the_next_step(backend, tmp_path) ->
         k = changed[0]
         # the loop reads the settings at the top of each step: the change shows at the
         # step that started next after the key press
-        assert emitted <= k <= emitted + 1, (emitted, k)
+        assert k == emitted, (emitted, k)
         assert all(s.settings.temperature == 0.8 for s in rec.steps[:k])
         assert all(s.settings.temperature == 0.9 for s in rec.steps[k:])
         assert f"changed at pass {k + 1}" in panel_text(app)
@@ -112,16 +118,19 @@ async def test_blocking_mode_shows_nothing_until_the_end_then_the_same_text(back
         await wait_run(pilot)
         streamed = app.conversation.replies[0]
         # the same conversation, seed and settings in the other mode (F9)
+        gate = StepGate(app, after=3)
         await pilot.press("f9")
-        await wait_for(pilot, lambda: app.steps_seen > len(streamed.steps) + 2, 30, "steps of the replay")
+        await wait_for(pilot, lambda: app.steps_seen >= len(streamed.steps) + 3, 30, "steps of the replay")
         replay = app.conversation.replies[1]
         view = app.transcript.reply_views()[1]
         assert replay.mode == "blocking" and not replay.in_history
-        if not replay.done:
-            shown = str(view.body_text())
-            assert "waiting for the whole reply" in shown
-            assert streamed.text[:10] not in shown
-            assert "blocking mode" in panel_text(app)
+        await pilot.pause(0.2)  # a few frames: nothing of the text may appear
+        assert gate.holding and not replay.done
+        shown = drawn(view)
+        assert "waiting for the whole reply" in shown
+        assert streamed.text[:10] not in shown
+        assert "blocking mode" in panel_text(app)
+        gate.release()
         await wait_run(pilot)
         assert replay.finish.text == streamed.finish.text
         assert str(view.body_text()).strip() == streamed.finish.text.strip()
@@ -135,13 +144,19 @@ async def test_blocking_toggle_for_new_replies(backend, tmp_path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("f3")
         assert app.prefs.streaming is False
+        gate = StepGate(app, after=2)
         await send(pilot, "Hi!")
-        await wait_for(pilot, lambda: app.steps_seen >= 1, 30, "a step")
-        if not app.current.done:
-            assert "waiting" in str(app.transcript.reply_views()[0].body_text())
+        await wait_for(pilot, lambda: app.steps_seen >= 2, 30, "two steps")
+        await pilot.pause(0.2)  # a few frames
+        assert gate.holding and not app.current.done
+        view = app.transcript.reply_views()[0]
+        assert "waiting" in drawn(view)
+        assert "".join(st.text for st in app.current.steps).strip() not in drawn(view)
+        gate.release()
         await wait_run(pilot)
         rec = app.conversation.replies[0]
         assert rec.mode == "blocking" and rec.finish.text
+        assert str(view.body_text()).strip() == rec.finish.text.strip()
 
 
 async def test_each_frame_takes_what_the_engine_process_sent(tmp_path, monkeypatch) -> None:

@@ -36,6 +36,39 @@ async def reply_to(pilot: Any, text: str) -> None:
     await wait_run(pilot)
 
 
+def drawn(view: Any) -> str:
+    """What a transcript block has drawn, its lines joined (what the screen shows)."""
+    return "\n".join(view.line(i).text for i in range(view.height))
+
+
+class StepGate:
+    """Holds the engine still mid-reply: after `after` more steps have been handed to the
+    app, the backend's thread waits (inside its emit) until `release()`. A test can then
+    look at a reply while it is certainly still being generated, on any machine."""
+
+    def __init__(self, app: Any, after: int) -> None:
+        self.after = after
+        self.seen = 0
+        self._open = threading.Event()
+        sink = app.pump.emit
+
+        def emit(event: Any) -> None:
+            sink(event)
+            if isinstance(event, Step):
+                self.seen += 1
+                if self.seen == self.after:
+                    self._open.wait(60)
+
+        app.backend.attach(emit)
+
+    @property
+    def holding(self) -> bool:
+        return self.seen >= self.after and not self._open.is_set()
+
+    def release(self) -> None:
+        self._open.set()
+
+
 class FakeBackend:
     """Emits synthetic events from a thread (no model): for fast UI-only checks.
     A `Backend` (loopchat.backends) like the real ones."""
