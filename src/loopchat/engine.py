@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F
 from .events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
+
+if TYPE_CHECKING:
+    from .config import ModelSpec
 
 def physical_cores() -> int:
     """The machine's physical core count (llama-cpp-python's default is half the CPUs)."""
@@ -59,6 +63,32 @@ class EngineOptions:
     chat_template: str | None = None
     log_path: str | None = None
     verbose: bool = False
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: "ModelSpec",
+        path: str | Path,
+        *,
+        verbose: bool = False,
+        threads: int | None = None,
+        log_path: str | Path | None = None,
+    ) -> "EngineOptions":
+        """The options for configured model `spec`, whose file is at `path` (its resolve_file()).
+        None: the spec's threads, and llama.cpp's log in paths.llama_log_path()."""
+        if log_path is None:
+            from .paths import llama_log_path
+
+            log_path = llama_log_path()
+        return cls(
+            str(path),
+            name=spec.name,
+            n_ctx=spec.n_ctx,
+            threads=threads if threads is not None else spec.threads,
+            chat_template=spec.chat_template,
+            log_path=str(log_path),
+            verbose=verbose,
+        )
 
     def __call__(self) -> "Engine":
         return Engine(

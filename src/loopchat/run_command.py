@@ -200,7 +200,6 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     Ctrl+C."""
     from .config import load_config
     from .engine import EngineOptions
-    from .paths import llama_log_path
     from .trace import TraceError, TraceWriter
     from .worker import EngineWorker, ModelReady, RunDone, WorkerError
 
@@ -223,15 +222,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
 
     events: queue.Queue[Any] = queue.Queue()
     worker = EngineWorker(events.put)
-    options = EngineOptions(
-        str(model_path),
-        name=spec.name,
-        n_ctx=spec.n_ctx,
-        threads=spec.threads,
-        chat_template=spec.chat_template,
-        log_path=str(llama_log_path()),
-        verbose=bool(getattr(args, "verbose", False)),
-    )
+    options = EngineOptions.from_spec(spec, model_path, verbose=bool(getattr(args, "verbose", False)))
     worker.load(options, spec.name, model_path)
     live = LiveSettings(settings)
     prefill: Prefill | None = None
