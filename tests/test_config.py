@@ -395,3 +395,18 @@ def test_a_chat_template_with_the_extensions_llama_cpp_python_allows_is_valid(tm
     )
     path = write(tmp_path, '[models.x]\nbuiltin = "smollm2-135m-instruct"\nchat_template = """' + template + '"""\n')
     assert load_config(path).get("x").chat_template == template
+
+
+def test_engine_options_from_a_configured_model(tmp_path, monkeypatch):
+    from loopchat.engine import EngineOptions
+
+    monkeypatch.setenv("LOOPCHAT_LOG_DIR", str(tmp_path / "logs"))
+    text = '[models.tiny]\npath = "m.gguf"\nn_ctx = 2048\nthreads = 3\nchat_template = "{{ messages }}"\n'
+    spec = load_config(write(tmp_path, text)).get("tiny")
+    options = EngineOptions.from_spec(spec, tmp_path / "m.gguf")
+    assert options == EngineOptions(
+        str(tmp_path / "m.gguf"), name="tiny", n_ctx=2048, threads=3, chat_template="{{ messages }}",
+        log_path=str(tmp_path / "logs" / "llama.log"), verbose=False,
+    )
+    other = EngineOptions.from_spec(spec, "m.gguf", verbose=True, threads=1, log_path=tmp_path / "x.log")
+    assert (other.threads, other.verbose, other.log_path) == (1, True, str(tmp_path / "x.log"))
