@@ -1,17 +1,18 @@
 """UI toggles remembered across runs, stored as JSON in the user's data folder.
 
-The folder is $LOOPCHAT_DATA_DIR when set (tests use a temporary one), otherwise
-platformdirs' user data dir for loopchat. A missing or unreadable file gives defaults.
+The folder is paths.data_dir(): $LOOPCHAT_DATA_DIR when set (tests use a temporary
+one), otherwise platformdirs' user data dir for loopchat. A missing or unreadable file
+gives defaults.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-DATA_DIR_ENV = "LOOPCHAT_DATA_DIR"
+from ..paths import data_dir
+
 PREFS_FILE = "tui-prefs.json"
 
 
@@ -21,27 +22,16 @@ class Prefs:
     prob_colours: bool = False  # colour each token by the probability it was drawn with
     markdown: bool = True  # render completed replies as Markdown
     streaming: bool = True  # False: blocking mode (whole reply shown at the end)
-    show_panel: bool = True
 
     @classmethod
     def from_dict(cls, data: dict) -> "Prefs":
-        known = {f.name: f for f in fields(cls)}
-        kwargs = {k: bool(v) for k, v in data.items() if k in known and isinstance(v, bool)}
-        return cls(**kwargs)
+        """The known toggles of `data` that are true or false (others keep their default)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known and isinstance(v, bool)})
 
 
 def prefs_path() -> Path:
-    override = os.environ.get(DATA_DIR_ENV)
-    if override:
-        return Path(override).expanduser() / PREFS_FILE
-    try:
-        from ..paths import data_dir
-
-        return data_dir() / PREFS_FILE
-    except Exception:  # pragma: no cover - paths.py always importable in the package
-        import platformdirs
-
-        return Path(platformdirs.user_data_dir("loopchat", appauthor=False)) / PREFS_FILE
+    return data_dir() / PREFS_FILE
 
 
 def load_prefs(path: Path | None = None) -> Prefs:
