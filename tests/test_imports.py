@@ -25,3 +25,24 @@ def test_run_command_raises_usage_errors_without_importing_cli() -> None:
         "    print(type(exc).__module__, 'loopchat.cli' in sys.modules)\n"
     )
     assert out == "loopchat.errors False"
+
+
+ENGINE_LAYER = (
+    "loopchat.engine", "loopchat._llama_ffi", "loopchat.chat_prompt", "loopchat.run_command", "loopchat.worker",
+    "loopchat.process_worker", "loopchat.trace", "loopchat.config", "loopchat.events", "loopchat.settings",
+    "loopchat.sampler", "loopchat.errors", "loopchat.cli",
+)
+
+
+def loads_textual(*modules: str) -> bool:
+    """Whether importing `modules` in a fresh interpreter loads any part of Textual."""
+    out = python(
+        f"import {', '.join(modules)}; import sys\n"
+        "print(any(m == 'textual' or m.startswith('textual.') for m in sys.modules))\n"
+    )
+    return {"True": True, "False": False}[out]
+
+
+def test_the_engine_layer_loads_no_textual() -> None:
+    assert loads_textual("loopchat.tui.app")  # the check can fail: the chat app does load it
+    assert not loads_textual(*ENGINE_LAYER)
