@@ -12,7 +12,7 @@ from textual.strip import Strip
 from tui_fixtures import FakeBackend, wait_run
 
 from loopchat.tui.app import LoopChatApp
-from loopchat.tui.compositor import RowCroppingCompositor
+from loopchat.tui.render.compositor import RowCroppingCompositor
 from loopchat.tui.prefs import Prefs
 
 Cell = tuple[str, Any]

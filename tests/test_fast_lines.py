@@ -17,10 +17,11 @@ from textual.strip import Strip
 from textual.widget import Widget
 from tui_fixtures import FakeBackend, reply_to
 
-from loopchat.tui import transcript as transcript_module
 from loopchat.tui.app import LoopChatApp
-from loopchat.tui.fast_static import FastStatic, plain_box
+from loopchat.tui.fast_static import FastStatic
 from loopchat.tui.prefs import Prefs
+from loopchat.tui.render import lines as render_lines
+from loopchat.tui.render.lines import plain_box
 
 
 def _cells(strips: list[Strip]) -> list[list[tuple[str, Any]]]:
@@ -91,8 +92,8 @@ async def test_the_comparison_sees_a_wrong_pad(tmp_path, monkeypatch) -> None:
         await reply_to(pilot, "go")
         await pilot.pause()
         transcript = app.transcript
-        transcript._screen_key = None  # forget the lines padded so far
-        monkeypatch.setattr(transcript_module, "line_pad", lambda line, left, right, style: line_pad(line, left, right, Style()))
+        transcript._screen_lines.clear()  # forget the lines padded so far
+        monkeypatch.setattr(render_lines, "line_pad", lambda line, left, right, style: line_pad(line, left, right, Style()))
         assert _differences(transcript)
 
 
@@ -108,7 +109,7 @@ def test_a_streaming_reply_has_the_lines_of_its_text_wrapped_whole(width: int, p
     from loopchat.events import Step
     from loopchat.trace import read_trace
     from loopchat.tui.conversation import STREAM, ReplyRecord
-    from loopchat.tui.transcript import ReplyView, _clickable, token_style
+    from loopchat.tui.blocks import ReplyView, _clickable, token_style
 
     _, traced = read_trace(Path(__file__).parent / "data" / "reply.jsonl")
     steps = [t.event for t in traced if isinstance(t.event, Step)]
@@ -156,7 +157,7 @@ async def test_the_transcript_scrollbar_paints_what_textual_paints(tmp_path, mon
     from textual.geometry import Offset
     from textual.scrollbar import ScrollBar
 
-    from loopchat.tui.scrollbar import RowCachedScrollBar
+    from loopchat.tui.render.scrollbar import RowCachedScrollBar
 
     stock_paints = []
     monkeypatch.setattr(ScrollBar, "render_lines", lambda self, crop: stock_paints.append(1) or Widget.render_lines(self, crop))

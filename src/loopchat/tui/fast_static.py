@@ -7,10 +7,9 @@ comes from CSS. Its content is a list of screen lines, each a `Line`: a tuple of
 the lines shown and repaints only the lines that changed (no layout pass; nothing at all
 when nothing changed). Each line becomes a Strip once, reused until the line changes.
 
-`plain_box()` tells when the drawing fast path it shares with the transcript applies: for
-a widget with no border, outline, tint, opacity or vertical padding, Textual's styles
-cache only pads each line left and right and applies the app's line filters, yet it
-costs ~50 us a line; the fast path does the same work on strips the widget caches.
+On the fast paths (`render.fast()`), lines are drawn without Textual's styles cache
+when it would only apply the app's line filters (`render.lines.plain_box`: no border,
+padding, tint or opacity), at ~50 us a line less.
 """
 
 from __future__ import annotations
@@ -22,11 +21,14 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.style import Style as TextualStyle
 from textual.widget import Widget
+
+from . import render
 
 #: One screen line: (text, style) pieces, left to right.
 Line = tuple[tuple[str, Style], ...]
@@ -60,27 +62,6 @@ def text_to_lines(text: Text, width: int) -> list[Line]:
     return out
 
 
-def plain_box(widget: Widget) -> bool:
-    """True when Textual's styles cache would only pad `widget`'s lines left and right
-    and apply the line filters: no border, outline, vertical padding, tint, opacity,
-    hatch, text selection or hovered clickable link."""
-    styles = widget.styles
-    pad_top, _, pad_bottom, _ = styles.padding
-    hover = widget.hover_style
-    return (
-        not pad_top
-        and not pad_bottom
-        and not any(edge[0] for edge in styles.border)
-        and not any(edge[0] for edge in styles.outline)
-        and not styles.tint.a
-        and widget.opacity == 1.0
-        and styles.text_opacity == 1.0
-        and not (styles.has_rule("hatch") and styles.hatch != "none")
-        and widget.text_selection is None
-        and not (widget.auto_links and hover._link_id and hover._meta and "@click" in hover.meta)
-    )
-
-
 def split_filters(widget: Widget) -> tuple[ANSIToTruecolor | None, list[LineFilter]]:
     """The app's truecolor filter (which a widget can apply to its styles once, ahead of
     time: applying it again changes nothing) and the other line filters, in order."""
@@ -104,11 +85,12 @@ class FastStatic(Widget):
     """
 
     def __init__(self, **kw) -> None:
+        self._fast = render.fast()  # draw without the styles cache where it applies
         super().__init__(**kw)
         self._lines: list[Line] = []
         self._strips: list[Strip | None] = []
         self._strip_key: tuple | None = None  # what the strips were made for
-        self._styles: dict[Style, Style] = {}  # piece style -> final style
+        self._styles: LRUCache[Style, Style] = LRUCache(1024)  # piece style -> final style
         self._pad_style = Style.null()
         self._other_filters: list[LineFilter] = []
         self._width = 0
@@ -154,9 +136,15 @@ class FastStatic(Widget):
     def renderable(self) -> Text:
         return self.render()
 
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strip_key = None  # the strips are made again on the next paint
+
     def _check_strips(self) -> None:
         """Forget every strip if the width, the style, the background or the app's
-        truecolor filter changed since they were made (once per paint)."""
+        truecolor filter changed since they were made (once per paint): a restyle
+        (notify_style_update) does not tell of a new width, an inline or animated style,
+        an ancestor's background or the app's filters."""
         width = self.size.width
         base = self.visual_style.rich_style
         base_background, background = self.background_colors
@@ -167,7 +155,7 @@ class FastStatic(Widget):
         self._strip_key = key
         self._width = width
         self._strips = [None] * len(self._lines)
-        self._styles = {}
+        self._styles.clear()
         pad = TextualStyle(background=base_background + background).rich_style
         bg = background.rich_color
         if truecolor is not None:
@@ -207,7 +195,7 @@ class FastStatic(Widget):
         return strip
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        if not plain_box(self) or any(self.styles.padding):
+        if not (self._fast and render.lines.plain_box(self)) or any(self.styles.padding):
             return super().render_lines(crop)
         self._check_strips()
         line = self._line

@@ -48,10 +48,11 @@ class PromptArea(TextArea):
         self.load_text(text)
         self.move_cursor(self.document.end)
 
-    async def _on_key(self, event: events.Key) -> None:
+    def on_key(self, event: events.Key) -> None:
         # Handled here rather than as bindings: a binding's action runs after the keys
         # that arrived in the same read from the terminal ("abc", Ctrl+J, "def" typed
-        # fast or sent by a script), so the line break landed after "def".
+        # fast or sent by a script), so the line break landed after "def". Textual
+        # calls this before TextArea's own key handler, which prevent_default() skips.
         if event.key == "enter":
             event.stop()
             event.prevent_default()
@@ -62,7 +63,6 @@ class PromptArea(TextArea):
             event.prevent_default()
             self.action_newline()
             return
-        await super()._on_key(event)
 
     def action_submit(self) -> None:
         """What Enter does: offer the text to the app."""

@@ -1,435 +1,56 @@
 """The conversation on the left, as one line-API scroll view (no child widgets).
 
-Each turn is a *block* that renders itself to a list of Strips (one per screen line)
-for the current width, and keeps them. The reply being generated only appends: each
-frame wraps the few new tokens onto its open last line; lines that can no longer change
-are frozen as Strips. So the cost of a frame depends on how many tokens arrived, not on
-how long the reply or the transcript is, and since the transcript has no child widgets
-a new line costs Textual a layout of a handful of widgets, not of every past turn.
-Only the lines on screen are drawn (`render_line`).
+The turns are blocks (blocks.py) that render themselves to Strips and keep them; the
+live reply only appends. Since the transcript has no child widgets, a new line costs
+Textual a layout of a handful of widgets, not of every past turn, and while a reply
+grows it costs none at all (`render.scrolling`). Only the lines on screen are drawn
+(`render_line`, or on the fast paths `render_lines` with the lines padded for the
+screen kept per line, `render.lines.ScreenLines`).
+
+A click on a token posts `Transcript.TokenSelected`.
 """
 
 from __future__ import annotations
 
 import bisect
-import re
-import time
-from typing import Any, Iterable
+from typing import Any
 
-from rich.console import Console, RenderableType
-from rich.markdown import Markdown
-from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
-from textual._segment_tools import line_pad
+from textual.cache import LRUCache
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
-from textual.style import Style as TextualStyle
-from textual.widget import Widget
 
-from ..events import FinishReason, Step
-from .conversation import BLOCKING, ReplyRecord, finish_label
-from .fast_static import plain_box
-from .plots import fmt_ms, fmt_rate
-from .prefs import Prefs
-from .scrollbar import RowCachedScrollBar
-
-#: (lowest probability, colour) from most to least likely: the probability a token was
-#: drawn with, in the distribution after the sampling settings.
-PROB_BANDS: tuple[tuple[float, str], ...] = (
-    (0.9, "#5fd75f"),
-    (0.6, "#afd75f"),
-    (0.3, "#ffd75f"),
-    (0.1, "#ff8700"),
-    (0.0, "#ff5f5f"),
+from . import render
+from .blocks import (  # noqa: F401  (ReplyView, legend_text: imported from here by the app)
+    Block,
+    ReplyView,
+    UserBlock,
+    legend_text,
 )
-_BOUNDARY_BG = ("#2b3340", "#3a4456")
-_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-_REPLY = Style(color="#d7875f")
-_USER = Style(color="#5f87d7")
-_DIM = Style(color="#8a8a8a", italic=True)
-_WAIT = Style(color="#87afd7", italic=True)
-_WARN = Style(color="#ffaf5f", italic=True)
-_ERROR = Style(color="#ff5f5f")
-GUTTER = 2  # "│ " before every body line
+from .conversation import ReplyRecord
+from .prefs import Prefs
+
 LIVE_STEP = 6  # lines the view scrolls at once while a reply grows
 
 
-def prob_colour(p: float) -> str:
-    for lo, colour in PROB_BANDS:
-        if p >= lo:
-            return colour
-    return PROB_BANDS[-1][1]
-
-
-def legend_text() -> Text:
-    t = Text("p when drawn: ", style="dim", no_wrap=True, overflow="ellipsis")
-    labels = ("≥90%", "60–90", "30–60", "10–30", "<10%")
-    for (_, colour), label in zip(PROB_BANDS, labels):
-        t.append("■" + label + " ", style=colour)
-    return t
-
-
-_style_cache: dict[tuple, Style] = {}
-
-
-def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | None:
-    key = (
-        prob_colour(step.sampled_prob) if prefs.prob_colours else None,
-        n % 2 if prefs.token_boundaries else None,
-        selected,
-    )
-    style = _style_cache.get(key)
-    if style is None:
-        colour, parity, sel = key
-        style = Style(color=colour, bgcolor=_BOUNDARY_BG[parity] if parity is not None else None)
-        if sel:
-            style = Style(color="black", bgcolor="#ffaf00", bold=True)
-        _style_cache[key] = style
-    return style
-
-
-_BLOCK_START = re.compile(r"^\s*([-*+]\s|\d+[.)]\s|#|>|\||```|~~~)")
-
-
-def hard_line_breaks(text: str) -> str:
-    """Markdown joins single newlines into one paragraph; a chat reply (a poem, an
-    address) means them as line breaks. Mark them as hard breaks, except inside code
-    fences and where the next line starts a block of its own (list, heading, quote)."""
-    lines = text.split("\n")
-    out, fenced = [], False
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-        nxt = lines[i + 1] if i + 1 < len(lines) else ""
-        if (
-            not fenced
-            and line.strip()
-            and nxt.strip()
-            and not _BLOCK_START.match(nxt)
-            and not line.lstrip().startswith(("#", "|", "```", "~~~"))
-        ):
-            line = line.rstrip() + "\\"
-        out.append(line)
-    return "\n".join(out)
-
-
-def _clickable(style: Style | None, reply: int, step: int) -> Style:
-    return (style or Style()) + Style.from_meta({"token": (reply, step)})
-
-
-# ------------------------------------------------------------------ blocks ----
-#: An empty line: one shared Strip, so the transcript's caches (keyed by the strip) keep it.
-_BLANK_LINE = Strip.blank(0)
-
-
-class Block:
-    """One turn of the transcript, rendered to Strips for a given width."""
-
-    def __init__(self) -> None:
-        self.transcript: Transcript | None = None
-        self.lines: list[Strip] = []
-        self.width = 0
-
-    @property
-    def height(self) -> int:
-        return len(self.lines)
-
-    def line(self, i: int) -> Strip:
-        return self.lines[i]
-
-    def render(self, console: Console, width: int) -> None:
-        self.width = width
-        self.lines = list(self._render(console, width))
-
-    def _render(self, console: Console, width: int) -> Iterable[Strip]:
-        return ()
-
-    def changed(self) -> None:
-        """Re-render after a change (selection, preferences, finishing)."""
-        if self.transcript is not None:
-            self.transcript.block_changed(self)
-
-    # helpers ------------------------------------------------------------------
-    @staticmethod
-    def _title(console: Console, label: str, style: Style, width: int) -> Strip:
-        text = Text(f"╭─ {label} ", style=style)
-        text.append("─" * max(0, width - text.cell_len), style=style + Style(dim=True))
-        text.truncate(width)
-        return Strip(list(text.render(console)), text.cell_len)
-
-    def _body(self, console: Console, renderable: RenderableType, width: int, style: Style) -> list[Strip]:
-        inner = max(1, width - GUTTER)
-        lines = console.render_lines(renderable, console.options.update(width=inner, height=None), pad=False)
-        return [self._gutter(Strip(segs), style) for segs in lines]
-
-    @staticmethod
-    def _gutter(strip: Strip, style: Style) -> Strip:
-        return Strip([Segment("│ ", style), *strip], strip.cell_length + GUTTER)
-
-    @staticmethod
-    def _blank() -> Strip:
-        return _BLANK_LINE
-
-
-class UserBlock(Block):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def _render(self, console: Console, width: int) -> Iterable[Strip]:
-        yield self._blank()
-        yield self._title(console, "You", _USER, width)
-        yield from self._body(console, Text(self.text), width, _USER)
-
-
-class ReplyView(Block):
-    """One assistant reply: title, body (tokens, or Markdown once done), info line.
-
-    While streaming, `add_steps` appends tokens to the open last line (`_tail`) and
-    freezes the lines above it: a frame costs the new tokens, not the reply so far.
-    """
-
-    def __init__(self, record: ReplyRecord, prefs: Prefs) -> None:
-        super().__init__()
-        self.record = record
-        self.prefs = prefs
-        self.selected: int | None = None
-        self._frozen: list[Strip] = []  # finished body lines of the live reply
-        self._tail = Text()  # the open last line of the live reply
-        self._tail_segs: list[Segment] = []  # the open line, rendered
-        self._tail_strip: Strip | None = None
-        self._n_tokens = 0  # tokens appended (for boundary parity)
-        self._status: Text | None = None
-        self._console: Console | None = None
-
-    # ---- what a test or the app reads -------------------------------------------
-    def body_text(self) -> str:
-        """The reply text as shown (empty while a blocking reply is pending)."""
-        r = self.record
-        if r.mode == BLOCKING and not r.done:
-            return str(self._status or "")
-        if not r.done:
-            return "".join(s.text for s in r.steps if not s.is_stop)
-        return r.text
-
-    def info_text(self) -> Text:
-        r = self.record
-        f = r.finish
-        if f is None:
-            return Text(f"error: {r.error}" if r.error else "", style=_ERROR)
-        mode = "blocking" if r.mode == BLOCKING else "streamed"
-        parts = [mode]
-        if r.mode == BLOCKING:
-            parts.append(f"whole reply shown after {fmt_ms(f.total_ms)} (model's first token at {fmt_ms(f.ttft_ms)})")
-        else:
-            if f.completion_tokens:
-                parts.append(f"TTFT {fmt_ms(f.ttft_ms)}")
-            parts.append(f"total {fmt_ms(f.total_ms)}")
-        parts.append(f"{f.completion_tokens} tokens")
-        if f.tokens_per_s:
-            parts.append(fmt_rate(f.tokens_per_s))
-        label = finish_label(f)
-        style = _DIM
-        if f.reason in (FinishReason.CANCELLED, FinishReason.ERROR):
-            style = _WARN
-            label = f"{label} ({f.reason.value})" + (f": {f.error}" if f.error else "")
-        parts.append(label)
-        return Text(" · ".join(parts), style=style)
-
-    def _title_label(self) -> str:
-        r = self.record
-        title = f"Assistant · reply {r.number}"
-        if r.replay_of is not None:
-            title += f" · replay of reply {r.replay_of} in {'blocking' if r.mode == BLOCKING else 'streaming'} mode"
-        if r.replaced_by is not None:
-            title += f" · replaced by reply {r.replaced_by} (F5)"
-        return title
-
-    # ---- rendering ------------------------------------------------------------------
-    @property
-    def height(self) -> int:
-        if self.record.done or self._console is None:
-            return len(self.lines)
-        return 2 + len(self._frozen) + 1 + (1 if self._status is not None else 0)
-
-    def line(self, i: int) -> Strip:
-        if self.record.done or self._console is None:
-            return self.lines[i]
-        if i == 0:
-            return self._blank()
-        if i == 1:
-            return self.lines[1]
-        i -= 2
-        if i < len(self._frozen):
-            return self._frozen[i]
-        if i == len(self._frozen):
-            if self._tail_strip is None:
-                # what _line_strip(self._tail) gives, from the segments kept as it grew
-                self._tail_strip = self._gutter(Strip(self._tail_segs), _REPLY)
-            return self._tail_strip
-        return self._line_strip(self._status or Text())
-
-    def _line_strip(self, text: Text) -> Strip:
-        assert self._console is not None
-        segs = list(text.render(self._console))
-        return self._gutter(Strip(segs), _REPLY)
-
-    def render(self, console: Console, width: int) -> None:
-        self.width = width
-        self._console = console
-        if self.record.done:
-            self.lines = list(self._render_done(console, width))
-            return
-        self.lines = [self._blank(), self._title(console, self._title_label(), _REPLY, width)]
-        # live: re-wrap everything so far (a resize, a selection, a preference)
-        self._frozen, self._tail, self._tail_segs, self._tail_strip = [], Text(), [], None
-        text = self._styled_text() if self.record.mode != BLOCKING else Text()
-        self._append(text)
-        self._update_status()
-
-    def _render_done(self, console: Console, width: int) -> Iterable[Strip]:
-        r = self.record
-        yield self._blank()
-        yield self._title(console, self._title_label(), _REPLY, width)
-        use_md = self.prefs.markdown and self.selected is None and bool(r.text.strip())
-        if use_md:
-            body: RenderableType = Markdown(hard_line_breaks(r.text))
-        else:
-            body = self._styled_text()
-            body.rstrip()
-            if not body.plain:
-                body = Text("(no text)", style=_DIM) if r.finish is not None else Text("")
-        yield from self._body(console, body, width, _REPLY)
-        yield from self._body(console, self.info_text(), width, _REPLY)
-
-    def _styled_text(self) -> Text:
-        text = Text()
-        n = 0
-        number = self.record.number
-        for step in self.record.steps:
-            if step.is_stop or not step.text:
-                continue
-            style = token_style(step, n, self.prefs, step.index == self.selected)
-            text.append(step.text, _clickable(style, number, step.index))
-            n += 1
-        if not self.record.steps and self.record.finish is not None:
-            text.append(self.record.finish.text)  # a trace without steps
-        self._n_tokens = n
-        return text
-
-    def _append(self, text: Text) -> None:
-        """Add text to the open line; freeze the lines that wrapping has closed."""
-        if not text:
-            return
-        console = self._console
-        assert console is not None
-        tail = self._tail
-        inner = max(1, self.width - GUTTER)
-        self._tail_strip = None
-        if "\n" not in text.plain and tail.cell_len + text.cell_len <= inner:
-            # it fits on the open line: wrapping would leave the line as it is, and
-            # each token is its own span, so only the new ones need rendering
-            if not tail:
-                self._tail_segs = []  # an empty Text renders as one empty segment
-            tail.append_text(text)
-            self._tail_segs.extend(text.render(console))
-            return
-        tail.append_text(text)
-        wrapped = tail.wrap(console, inner, overflow="fold")
-        if len(wrapped) > 1:
-            for line in wrapped[:-1]:
-                self._frozen.append(self._line_strip(line))
-            self._tail = wrapped[-1]
-        self._tail_segs = list(self._tail.render(console))
-
-    def _update_status(self) -> None:
-        r = self.record
-        if r.done:
-            self._status = None
-            return
-        elapsed = time.monotonic() - r.started_at if r.started_at else 0.0
-        frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        if r.mode == BLOCKING:
-            self._status = Text(f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s", style=_WAIT)
-        elif self._n_tokens == 0:
-            phase = "reading the prompt (prefill)" if r.prefill is None else "first token…"
-            self._status = Text(f"{frame} {phase} · {elapsed:.1f} s", style=_WAIT)
-        else:
-            self._status = None
-
-    # ---- live updates (once per frame) -------------------------------------------------
-    def add_steps(self, steps: list[Step]) -> None:
-        """Streaming: append the new tokens' text."""
-        if self._console is None or self.record.mode == BLOCKING or self.selected is not None:
-            return
-        text = Text()
-        number = self.record.number
-        for step in steps:
-            if step.is_stop or not step.text:
-                continue
-            style = token_style(step, self._n_tokens, self.prefs, False)
-            text.append(step.text, _clickable(style, number, step.index))
-            self._n_tokens += 1
-        if self.record.shown_at is None and self._n_tokens:
-            self.record.shown_at = time.monotonic()
-        first_changed = 2 + len(self._frozen)  # the open line: everything above is frozen
-        self._append(text)
-        self._update_status()
-        if self.transcript is not None:
-            self.transcript.block_grew(self, first_changed)
-
-    def tick(self) -> None:
-        """Blocking mode (and before the first token): spinner and elapsed time."""
-        if self.record.done or self._console is None:
-            return
-        self._update_status()
-        if self.transcript is not None:
-            self.transcript.block_grew(self, 2 + len(self._frozen))
-
-    def finish(self) -> None:
-        self._status = None
-        r = self.record
-        plain = not (self.prefs.markdown and r.text.strip())
-        if (
-            plain
-            and self._console is not None
-            and r.mode != BLOCKING
-            and self.selected is None
-            and r.steps
-            and self.transcript is not None
-            and self.width == self.transcript._width
-        ):
-            # The live lines are already the plain rendering: keep them (re-wrapping a
-            # long reply would stall the UI at the end), add the info line.
-            tail = self._tail
-            tail.rstrip()
-            body = self._frozen + ([self._line_strip(tail)] if tail.plain else [])
-            while body and not body[-1].cell_length > GUTTER:
-                body.pop()
-            info = self._body(self._console, self.info_text(), self.width, _REPLY)
-            self.lines = [self._blank(), self._title(self._console, self._title_label(), _REPLY, self.width)]
-            self.lines += body + info
-            self.transcript._reflow()
-            return
-        self.changed()
-
-    def rebuild(self) -> None:
-        self.changed()
-
-    def select(self, step_index: int | None) -> None:
-        if step_index != self.selected:
-            self.selected = step_index
-            self.changed()
-
-
-# -------------------------------------------------------------- the widget ----
 class Transcript(ScrollView, can_focus=True):
     """Scrolls with the reply while anchored; scrolling up releases it (Textual's anchor)."""
 
+    class TokenSelected(Message):
+        """A token of a reply was clicked: step `step` of reply number `reply`."""
+
+        def __init__(self, reply: int, step: int) -> None:
+            super().__init__()
+            self.reply = reply
+            self.step = step
+
+    _fast = False  # the fast paths of tui/render/ (decided in __init__)
+
     def __init__(self, **kwargs: Any) -> None:
+        self._fast = render.fast()
         super().__init__(**kwargs)
         self.blocks: list[Block] = []
         self._starts: list[int] = []  # first line of each block
@@ -437,28 +58,35 @@ class Transcript(ScrollView, can_focus=True):
         self._width = 0
         self._line_style = Style()
         # finished lines are the same Strip objects frame after frame: keep them cropped
-        # and styled (keyed by identity; the entry holds the strip, so the id stays valid)
-        self._strip_cache: dict[tuple, tuple[Strip, Strip]] = {}
-        # the same lines padded and filtered for the screen (see render_lines)
-        self._screen_cache: dict[tuple, tuple[Strip | None, Strip]] = {}
-        self._screen_key: tuple | None = None
+        # and styled. Keyed by identity (a Strip has no hash); the entry holds the strip,
+        # so the id stays valid while it is cached.
+        self._strip_cache: LRUCache[tuple, tuple[Strip, Strip]] = LRUCache(2000)
+        # on the fast paths, the same lines padded and filtered for the screen
+        self._screen_lines = render.lines.ScreenLines() if self._fast else None
 
     def on_mount(self) -> None:
         self.anchor()
 
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strip_cache.clear()
+        if self._screen_lines is not None:
+            self._screen_lines.clear()
+
     @property
     def vertical_scrollbar(self) -> ScrollBar:
-        """Textual's own property, making a RowCachedScrollBar (see tui/scrollbar.py)."""
-        if self._vertical_scrollbar is None:
-            self._vertical_scrollbar = bar = RowCachedScrollBar(
-                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical
-            )
-            bar.display = False
-            self.app._start_widget(self, bar)
-        return self._vertical_scrollbar
+        """Textual's own bar, or on the fast paths a row-cached one (render/scrollbar.py)."""
+        if self._fast:
+            return render.scrollbar.vertical_scrollbar(self)
+        return super().vertical_scrollbar
 
     # ---- content ------------------------------------------------------------------
-    def _content_width(self) -> int:
+    @property
+    def content_width(self) -> int:
+        """The width the blocks are rendered at (0 until the widget has a size)."""
+        return self._width
+
+    def _measure_width(self) -> int:
         return max(10, self.scrollable_content_region.width or self.size.width or 80)
 
     def _add(self, block: Block) -> Block:
@@ -483,11 +111,11 @@ class Transcript(ScrollView, can_focus=True):
 
     def remove_last(self, n: int) -> None:
         del self.blocks[len(self.blocks) - n :]
-        self._reflow()
+        self.reflow()
 
     def clear(self) -> None:
         self.blocks.clear()
-        self._reflow()
+        self.reflow()
 
     def scroll_to_block(self, block: Block) -> None:
         if block in self.blocks:
@@ -500,7 +128,7 @@ class Transcript(ScrollView, can_focus=True):
         """A block's lines were invalidated: re-render it and everything's offsets."""
         if self._width:
             block.render(self.app.console, self._width)
-        self._reflow(rerender=False)
+        self.reflow()
 
     def block_grew(self, block: Block, first_changed: int) -> None:
         """The last block changed from its line `first_changed` on (the live reply).
@@ -508,7 +136,7 @@ class Transcript(ScrollView, can_focus=True):
         Cheap path: no re-render of other blocks, and only the changed lines are
         repainted unless the view scrolls."""
         if block is not (self.blocks[-1] if self.blocks else None):
-            self._reflow(rerender=False)
+            self.reflow()
             return
         total = self._starts[-1] + block.height
         old_total, self._total = self._total, total
@@ -531,7 +159,9 @@ class Transcript(ScrollView, can_focus=True):
             # compositor would repaint it with them: ~0.3 ms a frame)
             self.refresh(Region(0, top, view.width, bottom - top))
 
-    def _reflow(self, rerender: bool = False) -> None:
+    def reflow(self, rerender: bool = False) -> None:
+        """Lay the blocks out again (after a block's height changed, or blocks went);
+        with `rerender`, each block renders itself again first (a new width)."""
         self._starts, total = [], 0
         for block in self.blocks:
             if rerender and self._width:
@@ -554,68 +184,27 @@ class Transcript(ScrollView, can_focus=True):
         size = Size(self._width, self._virtual_height())
         if size == self.virtual_size:
             return
-        height = self.scrollable_content_region.height
-        overflow = self.styles.overflow_y
-        shows_scrollbar = overflow == "scroll" or (overflow == "auto" and size.height > height)
-        scrollbar_stays = self.show_vertical_scrollbar == shows_scrollbar
-        if self.is_mounted and height and scrollbar_stays and size.width == self.virtual_size.width:
-            # Only the height grew and no scrollbar appears: update the scroll geometry
-            # without asking Textual for a layout of the whole screen.
-            self.set_reactive(Widget.virtual_size, size)
-            self._scroll_update(size)
-            if self._anchored and not self._anchor_released:
-                self.scroll_end(animate=False, immediate=True)
-        else:
+        # on the fast paths, a height that grows costs no layout of the whole screen
+        if not (self._fast and render.scrolling.grow(self, size)):
             self.virtual_size = size
 
     def on_resize(self, event: Any) -> None:
-        width = self._content_width()
+        width = self._measure_width()
         if width != self._width:
             self._width = width
-            self._reflow(rerender=True)
+            self.reflow(rerender=True)
 
     # ---- drawing: only the lines on screen -------------------------------------------
     def render_lines(self, crop: Region) -> list[Strip]:
-        """The screen lines in `crop`. With a plain box (see `plain_box`), what Textual's
-        styles cache would do (pad, filter) is done here once per line and kept until
-        the line, its scroll position or the widget's look changes."""
+        """The screen lines in `crop`. On the fast paths, with a plain box, what
+        Textual's styles cache would do (pad, filter) is done once per line and kept
+        until the line, its scroll position or the widget's look changes."""
         self._line_style = self.visual_style.rich_style  # cached by Textual until a style changes
-        if not plain_box(self):
-            return super().render_lines(crop)
-        width, content_width = self.region.width, self.content_region.width
-        view_width = self.scrollable_content_region.width
-        _, pad_right, _, pad_left = self.styles.padding
-        base_background, background = self.background_colors
-        inner = TextualStyle(background=base_background + background).rich_style
-        filters = tuple(self.get_line_filters())
-        key = (width, content_width, pad_left, pad_right, inner, self._line_style, filters, background)
-        if key != self._screen_key:
-            self._screen_key = key
-            self._screen_cache.clear()
-        cache = self._screen_cache
-        scroll_x, scroll_y = self.scroll_offset
-        strips = []
-        for y in crop.line_range:
-            source = self._source_line(scroll_y + y)
-            line_key = (id(source), scroll_x)
-            cached = cache.get(line_key)
-            if cached is not None and cached[0] is source:
-                strips.append(cached[1])
-                continue
-            line = self._content_line(source, scroll_x, view_width)
-            if line.cell_length != content_width:  # (a strip of that length would cache itself)
-                line = line.adjust_cell_length(content_width, inner)
-            line = Strip(line_pad(line, pad_left, pad_right, inner), width)
-            for f in filters:
-                line = line.apply_filter(f, background)
-            if len(cache) > 2000:
-                cache.clear()
-            cache[line_key] = (source, line)
-            strips.append(line)
-        if crop.column_span != (0, width):
-            x1, x2 = crop.column_span
-            strips = [strip.crop(x1, x2) for strip in strips]
-        return strips
+        if self._screen_lines is not None:
+            strips = self._screen_lines.render(self, crop, self._line_style, self._source_line, self._content_line)
+            if strips is not None:
+                return strips
+        return super().render_lines(crop)
 
     def _source_line(self, index: int) -> Strip | None:
         """The block line shown at virtual line `index` (None: a blank line)."""
@@ -648,8 +237,6 @@ class Transcript(ScrollView, can_focus=True):
         if cached is not None and cached[0] is strip:
             return cached[1]
         out = self._content_line(strip, scroll_x, width)
-        if len(self._strip_cache) > 2000:
-            self._strip_cache.clear()
         self._strip_cache[key] = (strip, out)
         return out
 
@@ -657,4 +244,4 @@ class Transcript(ScrollView, can_focus=True):
         token = event.style.meta.get("token") if event.style else None
         if token is not None:
             event.stop()
-            self.app.action_select_token(*token)
+            self.post_message(self.TokenSelected(*token))

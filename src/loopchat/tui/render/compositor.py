@@ -18,9 +18,10 @@ update goes through Textual's own path unchanged.
 the compositor's full render, cell for cell.
 
 This replaces `render_partial_update` of `textual._compositor.Compositor` and uses its
-private `cuts`, `layers_visible`, `_dirty_regions` and `_regions_to_spans`:
-pyproject.toml pins Textual to 8.2.x for that, and tests/test_compositor.py fails if a
-release changes them.
+private `cuts`, `layers_visible`, `_dirty_regions` and `_regions_to_spans`, and
+`LoopScreen` swaps the screen's private `_compositor`: pyproject.toml pins Textual for
+that, the app uses a stock `Screen` on any other release (`render.default_screen`), and
+tests/test_compositor.py fails if a release changes them.
 """
 
 from __future__ import annotations
