@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loopchat.engine import Engine
-from loopchat.events import Message, Start, Step
+from loopchat.events import Message, Prefill, Start, Step
 from loopchat.settings import LiveSettings, SamplingSettings, SettingsError
 
 MESSAGES = (Message("user", "Write one sentence about cats."),)
@@ -65,3 +65,20 @@ def test_seed_values() -> None:
                 assert "between 0 and 4294967295" in str(exc)
         else:
             raise AssertionError(f"seed={bad!r} accepted")
+
+
+def test_a_replay_capped_at_the_original_reuse_draws_the_same_tokens(engine: Engine) -> None:
+    """F9 replays a reply with its recorded settings. With the whole prompt in the KV
+    cache, evaluating only its last token gives logits that differ in their last bits
+    from the first prefill's, enough to change a draw at T=1.5 over the whole vocabulary;
+    capped at the original reuse, the prompt is evaluated in the same batches again."""
+    settings = SamplingSettings(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, max_tokens=24)
+    engine.reset()
+    first = list(engine.generate(MESSAGES, settings))
+    start = next(e for e in first if isinstance(e, Start))
+    prefill = next(e for e in first if isinstance(e, Prefill))
+    tokens = [e.token_id for e in first if isinstance(e, Step)]
+    for _ in range(3):
+        again = list(engine.generate(MESSAGES, start.settings, reuse_at_most=prefill.reused_tokens))
+        assert next(e for e in again if isinstance(e, Prefill)).reused_tokens == prefill.reused_tokens
+        assert [e.token_id for e in again if isinstance(e, Step)] == tokens

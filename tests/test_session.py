@@ -53,8 +53,9 @@ class Backend:
     def load(self, name):
         self.loaded.append(name)
 
-    def generate(self, messages, settings):
+    def generate(self, messages, settings, *, reuse_at_most=None):
         self.runs.append((tuple(messages), settings))
+        self.reuse_at_most = reuse_at_most
         return len(self.runs)
 
     def set_settings(self, settings):
@@ -179,6 +180,7 @@ def test_replay_in_the_other_mode_keeps_the_users_settings(session: ChatSession)
     rec = session.replay_other_mode()
     assert rec.mode == BLOCKING and rec.replay_of == first.number and not rec.in_history
     assert session.backend.runs[1][1] == recorded.with_seed(1)
+    assert session.backend.reuse_at_most == 0  # the prompt evaluated as the first time
     assert session.settings.temperature == 0.1
     session.consume(reply_events(2, session.backend.runs[1][0]))
     assert len(session.conversation.turns) == 2  # a replay is not a turn

@@ -278,8 +278,15 @@ class Engine:
         *,
         report_k: int = 10,
         ignore_eos: bool = False,
+        reuse_at_most: int | None = None,
     ) -> Iterator[Event]:
         """Run one reply. `settings` is read at every step (a LiveSettings or a callable).
+
+        `reuse_at_most` caps how much of the KV cache the prompt reuses. A replay passes
+        the original reply's `Prefill.reused_tokens`: the prompt is then evaluated in the
+        same batches as the first time, so the logits are the same to the last bit and
+        the same seed draws the same tokens. (Reusing more of the cache would give logits
+        that differ in their last bits, enough to change a draw at a high temperature.)
 
         Raises EngineError (before any event) for input it cannot run. Errors in
         llama.cpp during the run end it with Finish(reason=ERROR).
@@ -322,6 +329,8 @@ class Engine:
             same = np.asarray(cached[:limit]) == np.asarray(tokens[:limit], dtype=cached.dtype)
             n_common = limit if same.all() else int(np.argmin(same))
         n_common = min(n_common, len(tokens) - 1)  # evaluate >= 1 token to get fresh logits
+        if reuse_at_most is not None:
+            n_common = max(0, min(n_common, reuse_at_most))
         self.llm.n_tokens = n_common
         todo = tokens[n_common:]
         batches = 0

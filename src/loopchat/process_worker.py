@@ -53,9 +53,9 @@ def _child_main(commands: Connection, events: Connection) -> None:
         if command == "load":
             worker.load(*arg)
         elif command == "generate":
-            messages, settings, report_k = arg
+            messages, settings, report_k, reuse_at_most = arg
             live.set(settings)
-            worker.generate(messages, live, report_k=report_k)
+            worker.generate(messages, live, report_k=report_k, reuse_at_most=reuse_at_most)
         elif command == "settings":
             live.set(arg)
         elif command == "cancel":
@@ -126,6 +126,7 @@ class ProcessEngineWorker:
         settings: LiveSettings | SamplingSettings,
         *,
         report_k: int = 10,
+        reuse_at_most: int | None = None,
     ) -> int:
         self._run_id += 1
         if not self._proc.is_alive():
@@ -142,7 +143,7 @@ class ProcessEngineWorker:
             current = settings.get()
         else:
             current = settings
-        self._send("generate", (tuple(messages), current, report_k))
+        self._send("generate", (tuple(messages), current, report_k, reuse_at_most))
         return self._run_id
 
     def _forward_settings(self, settings: SamplingSettings) -> None:

@@ -56,10 +56,11 @@ class EngineWorker:
         settings: LiveSettings | SamplingSettings,
         *,
         report_k: int = 10,
+        reuse_at_most: int | None = None,
     ) -> int:
         self._run_id += 1
         self._busy.set()
-        self._commands.put(("generate", (self._run_id, tuple(messages), settings, report_k)))
+        self._commands.put(("generate", (self._run_id, tuple(messages), settings, report_k, reuse_at_most)))
         return self._run_id
 
     def cancel(self) -> None:
@@ -123,7 +124,9 @@ class EngineWorker:
             )
         )
 
-    def _generate(self, run_id: int, messages: tuple[Message, ...], settings: Any, report_k: int) -> None:
+    def _generate(
+        self, run_id: int, messages: tuple[Message, ...], settings: Any, report_k: int, reuse_at_most: int | None
+    ) -> None:
         # Whatever happens, a run's WorkerError (if any) is emitted before its RunDone:
         # consumers (`loopchat run`, the app) stop reading the run at RunDone.
         try:
@@ -131,7 +134,7 @@ class EngineWorker:
                 self._emit(WorkerError("no model is loaded: pick one with --model or the model list", during="generate"))
                 return
             try:
-                for event in self._engine.generate(messages, settings, report_k=report_k):
+                for event in self._engine.generate(messages, settings, report_k=report_k, reuse_at_most=reuse_at_most):
                     self._emit(event)
             except EngineError as exc:
                 self._emit(WorkerError(str(exc), during="generate"))

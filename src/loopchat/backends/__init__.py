@@ -57,8 +57,12 @@ class Backend(Protocol):
         """Switch to another model; ModelLoading, then ModelReady or WorkerError(load)."""
         ...
 
-    def generate(self, messages: Sequence[Message], settings: SamplingSettings) -> int:
-        """Start a reply with `settings`; returns its run id (its RunDone carries it)."""
+    def generate(
+        self, messages: Sequence[Message], settings: SamplingSettings, *, reuse_at_most: int | None = None
+    ) -> int:
+        """Start a reply with `settings`; returns its run id (its RunDone carries it).
+        `reuse_at_most`: reuse at most this many prompt tokens from a cache (a replay of
+        a reply passes that reply's Prefill.reused_tokens, for the very same logits)."""
         ...
 
     def set_settings(self, settings: SamplingSettings) -> None:

@@ -178,9 +178,11 @@ class LiveBackend:
         self.worker.load(factory, spec.name, path)
 
     # ---- replies ----------------------------------------------------------------------
-    def generate(self, messages: Sequence[Message], settings: SamplingSettings) -> int:
+    def generate(
+        self, messages: Sequence[Message], settings: SamplingSettings, *, reuse_at_most: int | None = None
+    ) -> int:
         self._live.set(settings)
-        return self.worker.generate(tuple(messages), self._live)
+        return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most)
 
     def set_settings(self, settings: SamplingSettings) -> None:
         self._live.set(settings)

@@ -77,7 +77,9 @@ class ReplayBackend:
         if self._sink is not None:
             self._sink(WorkerError("a replay has no model to switch to", during="load"))
 
-    def generate(self, messages: Sequence[Message], settings: SamplingSettings) -> int:
+    def generate(
+        self, messages: Sequence[Message], settings: SamplingSettings, *, reuse_at_most: int | None = None
+    ) -> int:
         raise RuntimeError("a replay cannot generate (can_generate is False)")
 
     def set_settings(self, settings: SamplingSettings) -> None:

@@ -126,7 +126,11 @@ class ChatSession:
         if rec is None or rec.start is None:
             raise Refused("No finished reply to replay yet")
         other = STREAM if rec.mode == BLOCKING else BLOCKING
-        return self._start(rec.messages, other, rec.start.settings, in_history=False, replay_of=rec.replay_of or rec.number)
+        reuse = rec.prefill.reused_tokens if rec.prefill is not None else None
+        return self._start(
+            rec.messages, other, rec.start.settings, reuse_at_most=reuse,
+            in_history=False, replay_of=rec.replay_of or rec.number,
+        )
 
     def change_settings(self, **changes: object) -> SamplingSettings:
         """Change the user's settings and those of the reply in flight (SettingsError if
@@ -159,7 +163,10 @@ class ChatSession:
         self.model_ready = False
         self.backend.load(name)
 
-    def _start(self, messages: tuple[Message, ...], mode: str, settings: SamplingSettings, **kw: object) -> ReplyRecord:
+    def _start(
+        self, messages: tuple[Message, ...], mode: str, settings: SamplingSettings,
+        reuse_at_most: int | None = None, **kw: object,
+    ) -> ReplyRecord:
         rec = self.conversation.new_reply(mode, messages, **kw)
         self.current = rec
         self.run_settings = settings
@@ -169,7 +176,7 @@ class ChatSession:
         self._unfreeze()
         gc.freeze()
         try:
-            rec.run_id = self.backend.generate(messages, settings)
+            rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most)
         except BaseException:
             gc.unfreeze()
             raise
