@@ -161,17 +161,8 @@ class LiveBackend:
     def load_file(self, spec: Any, path: Path) -> None:
         """Load a resolved model file on the worker (the model loaded before is closed)."""
         from ..engine import EngineOptions
-        from ..paths import llama_log_path
 
-        factory = EngineOptions(
-            str(path),
-            name=spec.name,
-            n_ctx=spec.n_ctx,
-            threads=self.threads or spec.threads,
-            chat_template=spec.chat_template,
-            log_path=str(llama_log_path()),
-            verbose=self.verbose,
-        )
+        factory = EngineOptions.from_spec(spec, path, verbose=self.verbose, threads=self.threads)
         self.spec = spec
         self.ready = None
         self.loading = spec.name
