@@ -103,8 +103,10 @@ async def test_a_replayed_reply_looks_the_same_on_both_paths(monkeypatch, tmp_pa
 
 
 async def test_the_comparison_sees_a_difference(monkeypatch, tmp_path) -> None:
-    """The screens compared above do show what the transcript draws: one token's
-    colour (F7) is enough to tell them apart."""
+    """The comparison above sees the transcript's colours: token boundaries (F6) on one
+    side change only the styles of the reply's rows, and that is a difference."""
     plain = await _screen(monkeypatch, tmp_path, False, (120, 40), (), markdown=False)
-    coloured = await _screen(monkeypatch, tmp_path, True, (120, 40), ("f7",), markdown=False)
-    assert plain != coloured
+    bounds = await _screen(monkeypatch, tmp_path, True, (120, 40), ("f6",), markdown=False)
+    differ = [y for y, (a, b) in enumerate(zip(plain, bounds)) if a != b]
+    assert differ and all(_text([plain[y]]) == _text([bounds[y]]) for y in differ)
+    assert all("│" in _text([plain[y]]) for y in differ)  # rows of the reply's body
