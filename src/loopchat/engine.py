@@ -7,100 +7,28 @@ be called from another thread.
 
 `generate()` yields the events of `events.py`: Start, [ContextTrimmed], Prefill, one
 Step per sampled token, Finish. The raw llama.cpp calls are in `_llama_ffi.py`; the chat
-template and the context policy in `chat_prompt.py`.
+template and the context policy in `chat_prompt.py`; `EngineOptions` (what it takes to
+create an Engine, picklable) in `engine_options.py`.
 """
 
 from __future__ import annotations
 
 import codecs
 import ctypes
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import sampler
 from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_prompt
+from .engine_options import EngineOptions, physical_cores  # noqa: F401 - importable from here too
 from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
 from .events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
-
-if TYPE_CHECKING:
-    from .config import ModelSpec
-
-def physical_cores() -> int:
-    """The machine's physical core count (llama-cpp-python's default is half the CPUs)."""
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # pragma: no cover - psutil is a dependency
-        n = None
-    try:
-        available = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        available = os.cpu_count() or 1
-    return max(1, min(n or available, available))
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """Everything needed to create an Engine: picklable, so it can cross to a process.
-
-    Calling it creates the Engine (use it as the factory of a worker)."""
-
-    model_path: str
-    name: str | None = None
-    n_ctx: int = 4096
-    threads: int | None = None
-    n_batch: int = 512
-    chat_template: str | None = None
-    log_path: str | None = None
-    verbose: bool = False
-
-    @classmethod
-    def from_spec(
-        cls,
-        spec: "ModelSpec",
-        path: str | Path,
-        *,
-        verbose: bool = False,
-        threads: int | None = None,
-        log_path: str | Path | None = None,
-    ) -> "EngineOptions":
-        """The options for configured model `spec`, whose file is at `path` (its resolve_file()).
-        None: the spec's threads, and llama.cpp's log in paths.llama_log_path()."""
-        if log_path is None:
-            from .paths import llama_log_path
-
-            log_path = llama_log_path()
-        return cls(
-            str(path),
-            name=spec.name,
-            n_ctx=spec.n_ctx,
-            threads=threads if threads is not None else spec.threads,
-            chat_template=spec.chat_template,
-            log_path=str(log_path),
-            verbose=verbose,
-        )
-
-    def __call__(self) -> "Engine":
-        return Engine(
-            self.model_path,
-            name=self.name,
-            n_ctx=self.n_ctx,
-            threads=self.threads,
-            n_batch=self.n_batch,
-            chat_template=self.chat_template,
-            log_path=Path(self.log_path) if self.log_path else None,
-            verbose=self.verbose,
-        )
 
 
 class Engine:
