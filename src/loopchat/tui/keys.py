@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 from textual.app import SystemCommand
 from textual.binding import Binding
 
-from ..settings import SamplingSettings
+from ..settings import KNOBS, SETTING, SamplingSettings
 from .conversation import BLOCKING, STREAM
-from .loop_panel import KNOBS
 from .prompt import PromptArea
 from .session import Refused
 
@@ -23,14 +22,6 @@ if TYPE_CHECKING:
     _Base = LoopChatApp
 else:
     _Base = object
-
-#: knob -> (step, lowest, highest) for the raise/lower keys
-KNOB_STEPS: dict[str, tuple[float, float, float]] = {
-    "temperature": (0.1, *SamplingSettings.limits("temperature")),
-    "top_p": (0.05, 0.05, 1.0),
-    "top_k": (5, *SamplingSettings.limits("top_k")),
-    "min_p": (0.01, *SamplingSettings.limits("min_p")),
-}
 
 #: the footer shows the raise / lower keys as one item
 _KNOB_KEYS = Binding.Group("Adjust", compact=True)
@@ -145,11 +136,7 @@ class KeyActions(_Base):
         self._refresh_panel()
 
     def action_knob(self, direction: int) -> None:
-        step, lo, hi = KNOB_STEPS[self.knob]
-        value = getattr(self.session.in_force(), self.knob) + direction * step
-        value = min(hi, max(lo, round(value, 2)))
-        if self.knob == "top_k":
-            value = int(value)
+        value = SETTING[self.knob].nudge(getattr(self.session.in_force(), self.knob), direction)
         self.set_setting(**{self.knob: value})
         self.change_made_after_steps = self.steps_emitted()
         self._refresh_panel()
