@@ -60,7 +60,7 @@ def child(ab: str, side: str, tokens: int) -> dict:
 
     from loopchat.events import Finish, Start, Step
     from loopchat.trace import read_trace
-    from loopchat.tui.app import create_app
+    from loopchat.tui.launch import create_app
     from loopchat.tui.prefs import Prefs
 
     _, traced = read_trace(TRACE)

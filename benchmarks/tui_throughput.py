@@ -77,7 +77,7 @@ def child_headless(threads: int, tokens: int, replies: int = REPLIES) -> dict:
 def child_app(host: str, threads: int, tokens: int, replies: int = REPLIES) -> dict:
     from textual import events
 
-    from loopchat.tui.app import create_app
+    from loopchat.tui.launch import create_app
     from loopchat.backends.live import LiveBackend
     from loopchat.tui.prefs import Prefs
 
@@ -172,7 +172,7 @@ def child_uicost(mode: str, tokens_before: int) -> dict:
     """UI-thread CPU time per token while replies stream in at ~100 tokens/s."""
     from loopchat.events import Finish, Start, Step
     from loopchat.trace import read_trace
-    from loopchat.tui import app as tui_app
+    from loopchat.tui import launch as tui_app
     from loopchat.tui.prefs import Prefs
 
     _, traced = read_trace(TRACE)

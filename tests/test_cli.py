@@ -186,7 +186,7 @@ def test_ctrl_c_mid_generation_is_one_line_and_keeps_the_partial_reply() -> None
 
 def test_host_option_picks_where_the_chat_runs_the_model(monkeypatch) -> None:
     from loopchat import cli
-    from loopchat.tui import app as tui_app
+    from loopchat.tui import launch as tui_app
 
     seen = []
     monkeypatch.setattr(tui_app, "run_tui", lambda **kw: seen.append(kw["host"]) or 0)

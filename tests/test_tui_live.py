@@ -9,7 +9,7 @@ from tui_fixtures import StepGate, drawn, panel_text, wait_for, wait_run
 
 from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
-from loopchat.tui.app import create_app
+from loopchat.tui.launch import create_app
 from loopchat.backends.live import LiveBackend
 from loopchat.tui.prefs import Prefs
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from tui_fixtures import REPLY_TRACE, wait_run
 
-from loopchat.tui.app import create_app
+from loopchat.tui.launch import create_app
 from loopchat.tui.prefs import Prefs
 
 pytestmark = pytest.mark.skipif(not REPLY_TRACE.exists(), reason="tests/data/reply.jsonl not recorded")

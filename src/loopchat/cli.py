@@ -102,12 +102,12 @@ def _main(argv: Sequence[str] | None) -> int:
             print(format_models_listing(load_config(args.config)))
             return 0
         if args.command == "replay":
-            from .tui.app import run_tui
+            from .tui.launch import run_tui
 
             if args.speed < 0:
                 raise UsageError("--speed must be 0 (instant) or more")
             return run_tui(config_path=None, model=None, replay=args.trace_file, replay_speed=args.speed)
-        from .tui.app import run_tui
+        from .tui.launch import run_tui
 
         return run_tui(config_path=args.config, model=args.model, verbose=args.verbose, host=args.host)
     except (ConfigError, ModelFileError, EngineError, SettingsError, TraceError) as exc:

@@ -9,7 +9,6 @@ session and show its answer.
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -115,7 +114,9 @@ class LoopChatApp(KeyActions, App[int]):
 
     def on_mount(self) -> None:
         if self.handle_signals:
-            self._exit_on_signals()
+            from .launch import exit_on_signals
+
+            exit_on_signals(self)
         self.backend.attach(self.pump.emit)
         self.query_one("#legend").display = self.prefs.prob_colours
         self.set_interval(1 / FRAME_RATE, self._frame, name="frame")
@@ -219,16 +220,7 @@ class LoopChatApp(KeyActions, App[int]):
     def _refresh_panel(self) -> None:
         self._panel_dirty = False
         s = self.session
-        rec, step, pinned = s.current, None, False
-        if self.selection is not None:
-            rec = s.conversation.reply(self.selection[0])
-            if rec is not None:
-                step = next((st for st in rec.steps if st.index == self.selection[1]), None)
-                pinned = step is not None
-        if rec is None and s.conversation.replies:
-            rec = s.conversation.replies[-1]
-        if rec is not None and step is None and rec.steps:
-            step = rec.steps[-1]
+        rec, step, pinned = s.shown_step(self.selection)
         b = self.backend
         model = f"{b.loading} (loading…)" if b.loading else (b.name or "none loaded")
         live = s.in_force()
@@ -316,75 +308,6 @@ class LoopChatApp(KeyActions, App[int]):
     def on_unmount(self) -> None:
         self._stop_backend()
 
-    def _exit_on_signals(self) -> None:
-        """SIGTERM and SIGHUP end the app the way Ctrl+Q does, so Textual gives the
-        terminal back (main screen, mouse reporting off, cursor shown): Python's default
-        for both is to die on the spot and leave the terminal in the app's modes."""
-        import signal
-
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            try:
-                loop.add_signal_handler(sig, self._exit_from_signal)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / OS
-                pass
-
-    def _exit_from_signal(self) -> None:
-        self._stop_backend()
-        self.exit(0)
 
     def on_transcript_token_selected(self, message: Transcript.TokenSelected) -> None:
         self.action_select_token(message.reply, message.step)
-
-
-def create_app(
-    *,
-    config_path: str | None = None,
-    model: str | None = None,
-    replay: str | None = None,
-    replay_speed: float = 1.0,
-    verbose: bool = False,
-    backend: Backend | None = None,
-    prefs: Prefs | None = None,
-    prefs_path: Path | None = None,
-    settings: SamplingSettings | None = None,
-    host: str | None = None,
-) -> LoopChatApp:
-    """The app on a live model (or a trace with replay=FILE); raises ConfigError/TraceError.
-
-    Pass `backend=` to share one loaded model between apps (it is then not closed on exit).
-    """
-    owns = backend is None
-    if backend is None:
-        if replay is not None:
-            from ..backends.replay import ReplayBackend
-
-            backend = ReplayBackend(replay, speed=replay_speed)
-        else:
-            from ..backends.live import DEFAULT_HOST, LiveBackend
-
-            backend = LiveBackend(config_path, model, verbose=verbose, host=host or DEFAULT_HOST)
-    return LoopChatApp(backend, prefs=prefs, prefs_path=prefs_path, owns_backend=owns, settings=settings)
-
-
-def run_tui(
-    *,
-    config_path: str | None,
-    model: str | None,
-    replay: str | None = None,
-    replay_speed: float = 1.0,
-    verbose: bool = False,
-    host: str | None = None,
-) -> int:
-    """Run the app until the user quits; returns the exit code (2: could not start)."""
-    try:
-        app = create_app(
-            config_path=config_path, model=model, replay=replay, replay_speed=replay_speed, verbose=verbose,
-            host=host,
-        )
-    except Exception as exc:  # ConfigError, TraceError: one-line messages
-        print(f"loopchat: {exc}", file=sys.stderr)
-        return 2
-    app.handle_signals = True
-    result = app.run()
-    return int(result or 0)

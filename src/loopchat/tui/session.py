@@ -296,6 +296,21 @@ class ChatSession:
         self.pending_prompt = None
 
     # ---- what the app reads --------------------------------------------------------
+    def shown_step(self, selection: tuple[int, int] | None) -> tuple[ReplyRecord | None, Step | None, bool]:
+        """What the loop panel shows: (reply, step, pinned). The selected token's step
+        (pinned), else the latest step of the reply in flight or of the last reply."""
+        rec, step = self.current, None
+        if selection is not None:
+            rec = self.conversation.reply(selection[0])
+            if rec is not None:
+                step = next((st for st in rec.steps if st.index == selection[1]), None)
+        pinned = step is not None
+        if rec is None and self.conversation.replies:
+            rec = self.conversation.replies[-1]
+        if rec is not None and step is None and rec.steps:
+            step = rec.steps[-1]
+        return rec, step, pinned
+
     def last_done_reply(self) -> ReplyRecord | None:
         for rec in reversed(self.conversation.replies):
             if rec.done and rec.finish is not None:
