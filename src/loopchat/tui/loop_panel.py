@@ -21,6 +21,7 @@ from ..events import Candidate, Step
 from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
+from .panel_caches import PanelCaches
 from .plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
 
 HEAD = Style.parse("bold #87d7ff")
@@ -106,78 +107,6 @@ def _cell(s: str, width: int, right: bool = False) -> str:
         return set_cell_size(s, width - 1) + "…" if width > 0 else ""
     pad = " " * (width - n)
     return pad + s if right else s + pad
-
-
-_SPARK_BLOCKS = 64  # the whole-reply sparkline is drawn from at most 2x this many maxima
-
-
-class _ChangeIndex:
-    """Incremental per-record caches, so a frame costs the new steps, not the reply:
-    last change step per setting, decode forward times, their min/max, and the maxima
-    of consecutive blocks of them (blocks double in size as the reply grows)."""
-
-    __slots__ = ("record", "seen", "changes", "forward", "fmin", "fmax", "blocks", "block", "fill")
-
-    def __init__(self, record: ReplyRecord) -> None:
-        self.record = record
-        self.seen = 0
-        self.changes: dict[str, int] = {}
-        self.forward: list[float] = []  # forward_ms of steps[1:]
-        self.fmin = float("inf")
-        self.fmax = 0.0
-        self.blocks: list[float] = []
-        self.block = 1  # forward passes per block
-        self.fill = 0  # passes in the last (open) block
-
-    def update(self) -> None:
-        steps = self.record.steps
-        n = len(steps)
-        if n < self.seen:  # the list was replaced: start again
-            self.__init__(self.record)  # type: ignore[misc]
-        for s in steps[self.seen :]:
-            if s.index > 0:
-                for name in s.settings_changed:
-                    self.changes[name] = s.index
-        for x in steps[max(1, self.seen) :]:
-            self._add(x.forward_ms)
-        self.seen = n
-
-    def _add(self, v: float) -> None:
-        self.forward.append(v)
-        self.fmin = min(self.fmin, v)
-        self.fmax = max(self.fmax, v)
-        if self.fill == 0:
-            self.blocks.append(v)
-        elif v > self.blocks[-1]:
-            self.blocks[-1] = v
-        self.fill += 1
-        if self.fill == self.block:
-            self.fill = 0
-            if len(self.blocks) == 2 * _SPARK_BLOCKS:
-                b = self.blocks
-                self.blocks = [max(b[i], b[i + 1]) for i in range(0, len(b), 2)]
-                self.block *= 2
-
-
-class PanelCaches:
-    """What a panel keeps from one frame to the next: the index of the reply shown and
-    the fitted settings block. Each LoopPanel has its own (two apps in one process share
-    nothing); `panel_lines` without one starts from empty caches."""
-
-    __slots__ = ("index", "settings")
-
-    def __init__(self) -> None:
-        self.index: _ChangeIndex | None = None
-        self.settings: tuple[tuple, list[Line]] | None = None  # (key, fitted lines)
-
-    def record_index(self, r: ReplyRecord) -> _ChangeIndex:
-        if self.index is None or self.index.record is not r:
-            self.index = _ChangeIndex(r)
-        self.index.update()
-        return self.index
-
-    def changes(self, r: ReplyRecord | None) -> dict[str, int]:
-        return self.record_index(r).changes if r is not None else {}
 
 
 # ------------------------------------------------------------- sections ----
