@@ -193,11 +193,13 @@ def test_no_module_state_in_the_tui() -> None:
 
 
 # --------------------------------------------------------------------- the guard ----
-def test_the_tested_textual_is_the_pinned_one() -> None:
+def test_the_tested_textual_is_the_pinned_one(monkeypatch) -> None:
     pyproject = (SRC.parent.parent / "pyproject.toml").read_text(encoding="utf-8")
     assert f'"textual=={render.TESTED_TEXTUAL}"' in pyproject
     assert render.textual_version() == render.TESTED_TEXTUAL  # the venv runs the pin
-    assert render.FAST and render.fallback_reason() is None  # (LOOPCHAT_STOCK_RENDER unset)
+    monkeypatch.delenv(render.STOCK_ENV, raising=False)
+    assert render.fallback_reason() is None and render.fast()  # the private API loaded
+    assert all(m is not None for m in (render.compositor, render.lines, render.scrollbar, render.scrolling))
 
 
 def test_the_guard_says_why_it_falls_back(monkeypatch) -> None:

@@ -40,7 +40,9 @@ STOCK_ENV = "LOOPCHAT_STOCK_RENDER"
 
 try:
     from . import compositor, lines, scrollbar, scrolling
-except (ImportError, AttributeError) as exc:  # a Textual or rich without these privates
+except Exception as exc:  # a Textual or rich without these privates (ImportError, AttributeError...)
+    # never a crash: the stock paths need none of it. (On the pinned release the tests
+    # check that this import succeeds: test_the_tested_textual_is_the_pinned_one.)
     compositor = lines = scrollbar = scrolling = None  # type: ignore[assignment]
     _IMPORT_ERROR: str | None = f"{type(exc).__name__}: {str(exc).split(' (')[0]}"  # (no path)
 else:
