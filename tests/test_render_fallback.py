@@ -20,7 +20,8 @@ from textual.scrollbar import ScrollBar
 from tui_fixtures import REPLY_TRACE, FakeBackend, reply_to, wait_run
 
 from loopchat.tui import render
-from loopchat.tui.app import LoopChatApp, create_app
+from loopchat.tui.app import LoopChatApp
+from loopchat.tui.launch import create_app
 from loopchat.tui.fast_static import FastStatic
 from loopchat.tui.prefs import Prefs
 
