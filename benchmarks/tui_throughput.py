@@ -108,7 +108,7 @@ def child_app(host: str, threads: int, tokens: int, replies: int = REPLIES) -> d
         app.prompt.value = PROMPT
         # as Enter does, without pilot.press: that waits until every widget is idle,
         # which a short reply may not be before it ends (no window left to measure)
-        await app.prompt.action_submit()
+        app.prompt.action_submit()
         while app.current is None or app.current is before or len(app.current.steps) < 2:
             await asyncio.sleep(0.005)
 

@@ -35,6 +35,11 @@ from ..settings import SamplingSettings
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 
 
+#: gc is frozen for whichever run ends next (a played trace's reply: its run id is the
+#: player's count, unknown until its RunDone)
+_ANY_RUN = -1
+
+
 class Refused(Exception):
     """What the user asked for cannot be done now; the message says why (one line)."""
 
@@ -170,18 +175,22 @@ class ChatSession:
         rec = self.conversation.new_reply(mode, messages, **kw)
         self.current = rec
         self.run_settings = settings
-        # The cycle collector would rescan every object the app holds (the conversation,
-        # its steps, the widgets) while the reply streams: tens of ms a time, taken from
-        # the loop. Until this run's RunDone it sees only new objects.
-        self._unfreeze()
-        gc.freeze()
+        self._freeze(_ANY_RUN)
         try:
             rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most)
         except BaseException:
-            gc.unfreeze()
+            self._unfreeze()
             raise
         self._frozen_run = rec.run_id
         return rec
+
+    def _freeze(self, run_id: int) -> None:
+        """The cycle collector would rescan every object the app holds (the conversation,
+        its steps, the widgets) while a reply streams: tens of ms at a time, taken from
+        the loop. Until the run's RunDone it sees only the objects made since."""
+        self._unfreeze()
+        gc.freeze()
+        self._frozen_run = run_id
 
     def _unfreeze(self) -> None:
         if self._frozen_run is not None:
@@ -243,7 +252,7 @@ class ChatSession:
                     if rec is not None and not rec.done and rec.run_id in (0, ev.run_id):
                         rec.error = "stopped"  # e.g. a trace that stopped half-way
                         self._finished(rec, u)
-                    if ev.run_id == self._frozen_run:
+                    if self._frozen_run in (ev.run_id, _ANY_RUN):
                         self._unfreeze()
         return u
 
@@ -251,6 +260,7 @@ class ChatSession:
         users = [m.content for m in start.messages if m.role == "user"]
         rec = self.conversation.new_reply(STREAM, start.messages)
         self.current = rec
+        self._freeze(_ANY_RUN)  # a played reply streams too: its RunDone follows its Finish
         u.started.append((users[-1] if users else "", rec))
         return rec
 
