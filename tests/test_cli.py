@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,23 @@ def test_ctrl_c_mid_generation_is_one_line_and_keeps_the_partial_reply() -> None
     assert "interrupted" in err
     assert "finish: cancelled" in err
     assert len(first + out) > 0
+
+
+@pytest.mark.parametrize("delay", [0.3, 1.0])
+def test_ctrl_c_before_the_reply_starts_says_nothing_of_a_partial_reply(delay: float) -> None:
+    # while Python starts, the model loads or the prompt is prefilled: whichever the
+    # signal meets, one exit code and no word of a reply that was never printed
+    proc = subprocess.Popen(
+        [PY, "-m", "loopchat", "run", "Count from 1 to 1000, one number per line.", "--max-tokens", "2000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(delay)  # no event to await: the point is to land anywhere in the start-up
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    if not out.strip():
+        assert "partial" not in err, err
 
 
 def test_host_option_picks_where_the_chat_runs_the_model(monkeypatch) -> None:

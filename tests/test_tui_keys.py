@@ -327,3 +327,21 @@ async def test_seed_shown_in_the_panel_is_the_replys(tmp_path) -> None:
         await pilot.press("alt+left")
         assert "seed 99" in panel_text(app)
         assert app.conversation.replies[0].start.settings == SamplingSettings(seed=99)
+
+
+async def test_f2_lists_the_settings_in_the_panels_order_and_shows_whole_errors(tmp_path) -> None:
+    from loopchat.settings import SETTINGS
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f2")
+        await pilot.pause()
+        dialog = app.screen
+        ids = [w.id.removeprefix("set-") for w in dialog.query(".setting-input")]
+        assert ids == [s.name for s in SETTINGS]
+        assert ids[:4] == ["temperature", "top_p", "top_k", "min_p"]  # the panel's knobs first
+        dialog.query_one("#set-repeat_last_n").value = "123456789"
+        await pilot.pause()
+        err = dialog.query_one("#err-repeat_last_n")
+        shown = " ".join(strip.text.strip() for strip in err.render_lines(err.size.region))
+        assert "…" not in shown and "100000" in shown and "123456789" in shown

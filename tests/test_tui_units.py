@@ -202,3 +202,22 @@ async def test_frames_leave_no_strips_for_the_cycle_collector(tmp_path) -> None:
             await reply_to(pilot, "again")
         assert app.frames_rendered - frames >= 10
         assert found["Strip"] < 10, found
+
+
+async def test_a_trace_cut_short_plays_to_an_end(tmp_path) -> None:
+    """A trace whose last reply has no finish event (a crash while recording) used to
+    play as 'generating' forever."""
+    from loopchat.trace import CUT_SHORT
+    from loopchat.tui.launch import create_app
+    from tui_fixtures import REPLY_TRACE
+
+    lines = REPLY_TRACE.read_text(encoding="utf-8").splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-3]) + "\n", encoding="utf-8")  # no finish, a few steps short
+    app = create_app(replay=str(cut), replay_speed=0, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_run(pilot, 10)
+        rec = app.conversation.replies[0]
+        assert rec.done and not app.generating
+        assert rec.finish.error == CUT_SHORT and app.last_error == CUT_SHORT
+        assert "cut short" in str(app.transcript.reply_views()[0].info_text())

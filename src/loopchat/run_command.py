@@ -308,7 +308,13 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
         print(f"loopchat: {error.message}", file=sys.stderr)
         return 1 if error.internal else 2
     if interrupted:
-        print("loopchat: interrupted (Ctrl+C): the reply above is partial", file=sys.stderr)
+        if finish is not None and finish.completion_tokens:
+            said = "the reply above is partial"
+        elif generating:
+            said = "stopped before the first token"
+        else:
+            said = "stopped while the model was loading"
+        print(f"loopchat: interrupted (Ctrl+C): {said}", file=sys.stderr)
         return 130
     if finish is not None and finish.error:
         print(f"loopchat: {finish.error}", file=sys.stderr)
