@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from ..events import HostEvent, Message
+from ..events import HostEvent, Message, ModelReady
 from ..settings import SamplingSettings
 
 Sink = Callable[[HostEvent], None]
@@ -30,6 +30,8 @@ class Backend(Protocol):
     name: str
     #: the model being loaded, if any
     loading: str | None
+    #: the model loaded now (None: none, or a source without a model)
+    ready: ModelReady | None
     #: the system prompt the current model's conversations start with (None: none)
     system_prompt: str | None
     #: the sampling settings a new chat starts from

@@ -18,6 +18,7 @@ class ReplayBackend:
 
     can_generate = False
     loading = None
+    ready = None
     system_prompt = None
     default_settings = SamplingSettings()
 

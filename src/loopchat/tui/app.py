@@ -1,4 +1,4 @@
-"""The loopchat Textual app: transcript, loop panel, message box; `create_app`, `run_tui`.
+"""The loopchat Textual app: transcript, loop panel, message box (made and run by launch.py).
 
 A thin shell: the backend's events land in an EventPump (a deque) on the backend's
 thread; a timer drains it FRAME_RATE times a second, the ChatSession (session.py)
@@ -22,7 +22,7 @@ from ..events import Step
 from ..settings import SamplingSettings, SettingsError
 from ..trace import CUT_SHORT
 from .render import default_screen, fallback_reason
-from .conversation import BLOCKING, STREAM, ReplyRecord
+from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
 from .keys import BINDINGS, KeyActions
 from .loop_panel import LoopPanel, PanelView
@@ -97,7 +97,7 @@ class LoopChatApp(KeyActions, App[int]):
         return self.query_one("#prompt", PromptArea)
 
     @property
-    def conversation(self):  # noqa: ANN201 - the session's (tests read it)
+    def conversation(self) -> Conversation:
         return self.session.conversation
 
     @property
@@ -127,7 +127,7 @@ class LoopChatApp(KeyActions, App[int]):
             self.prompt.disabled = True
         self._update_subtitle()
         self.backend.start()
-        if getattr(self.backend, "ready", None) is not None:  # a model loaded before this app
+        if self.backend.ready is not None:  # a model loaded before this app (a shared backend)
             self._model_ready()
         self._refresh_panel()
         if reason := fallback_reason():  # an untested Textual: stock rendering (render/)
@@ -307,7 +307,6 @@ class LoopChatApp(KeyActions, App[int]):
 
     def on_unmount(self) -> None:
         self._stop_backend()
-
 
     def on_transcript_token_selected(self, message: Transcript.TokenSelected) -> None:
         self.action_select_token(message.reply, message.step)
