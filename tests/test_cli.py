@@ -189,8 +189,12 @@ def test_ctrl_c_mid_generation_is_one_line_and_keeps_the_partial_reply() -> None
 def test_ctrl_c_before_the_reply_starts_says_nothing_of_a_partial_reply(delay: float) -> None:
     # while Python starts, the model loads or the prompt is prefilled: whichever the
     # signal meets, one exit code and no word of a reply that was never printed
+    # a reply that runs for ~2000 tokens (this seed at T=1 does not stop early), so the
+    # signal always comes before its end
     proc = subprocess.Popen(
-        [PY, "-m", "loopchat", "run", "Count from 1 to 1000, one number per line.", "--max-tokens", "2000"],
+        [PY, "-m", "loopchat", "run", "Write a very long story about a dragon, at least 2000 words.",
+         "--max-tokens", "2000", "--temperature", "1.0", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+         "--seed", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     time.sleep(delay)  # no event to await: the point is to land anywhere in the start-up
