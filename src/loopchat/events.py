@@ -149,7 +149,7 @@ class Finish:
     ttft_ms: float  # from the request to the first token's text being available
     decode_ms: float  # from the first token to the last
     total_ms: float
-    tokens_per_s: float  # decode rate: (steps - 1) / decode_ms
+    tokens_per_s: float  # decode rate, tokens a second: (steps - 1) / (decode_ms / 1000)
     text: str  # the whole reply
     n_past: int
     n_ctx: int
