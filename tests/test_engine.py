@@ -177,7 +177,9 @@ def test_utf8_is_held_back_until_a_character_is_whole(engine: Engine) -> None:
     msgs = [SYSTEM, Message("user", "Repeat exactly: 😀 日本語 ✓ naïve café")]
     steps = run(engine, msgs, settings)[2]
     text = "".join(s.text for s in steps)
-    assert "\ufffd" not in text
+    # no replacement character mid-reply (the last step may carry one: max_tokens may cut
+    # the reply inside a character, see the next test)
+    assert "\ufffd" not in "".join(s.text for s in steps[:-1])
     # at least one token ended inside a multi-byte character: its text was held back...
     split = [s for s in steps if not s.is_stop and s.text == "" and "\ufffd" in s.piece]
     assert split, [s.piece for s in steps]
@@ -396,3 +398,16 @@ def test_the_llama_log_is_rotated_when_it_grows_past_a_megabyte(model_path, tmp_
         pass
     assert log.stat().st_size > size  # under the limit: appended to, not rotated
     assert (tmp_path / "llama.log.1").stat().st_size == old_size
+
+
+def test_the_steps_texts_add_up_to_the_reply_when_it_ends_inside_a_character(engine: Engine) -> None:
+    settings = SamplingSettings(temperature=0.0, max_tokens=40, repeat_penalty=1.0)
+    msgs = [SYSTEM, Message("user", "Repeat exactly: 😀 日本語 ✓ naïve café")]
+    steps = run(engine, msgs, settings)[2]
+    # the first token that ends inside a multi-byte character: stop the reply right there
+    split = next(s for s in steps if not s.is_stop and s.text == "" and "\ufffd" in s.piece)
+    cut = settings.replace(max_tokens=split.index + 1)
+    _, _, cut_steps, finish = run(engine, msgs, cut)
+    assert finish.reason == FinishReason.LENGTH and len(cut_steps) == split.index + 1
+    assert cut_steps[-1].text.endswith("\ufffd")  # the unfinished character, on the last step
+    assert "".join(s.text for s in cut_steps) == finish.text

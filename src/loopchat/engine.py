@@ -312,8 +312,17 @@ class Engine:
                 text = ""
             else:
                 text = decoder.decode(self.piece(token))
-                text_parts.append(text)
                 completion += 1
+            if (
+                is_stop
+                or self._cancel.is_set()
+                or completion >= settings_now.max_tokens
+                or self.llm.n_tokens + 1 >= self.n_ctx
+            ):
+                # the reply ends at this step: it carries the bytes of a character the
+                # reply never finished (as U+FFFD), so the steps' texts add up to its text
+                text += decoder.decode(b"", final=True)
+            text_parts.append(text)
             sample_ms = (time.perf_counter() - ts) * 1000.0
             if steps == 0:
                 t_first = time.perf_counter()
@@ -364,9 +373,11 @@ class Engine:
                 break
             forward_ms, forward_tokens = (time.perf_counter() - tf) * 1000.0, 1
 
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            text_parts.append(tail)
+        # A reply that ended after its last step was sent (a cancel or a max_tokens change
+        # that came while the step was being handed over, a failed forward pass) leaves
+        # the bytes of an unfinished character out of the text too: the reply's text is
+        # always the steps' texts joined.
+        decoder.decode(b"", final=True)
         self._abort.clear()
         t_end = time.perf_counter()
         decode_ms = (t_last - t_first) * 1000.0
