@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -487,3 +488,30 @@ def test_a_reply_the_output_encoding_cannot_spell_is_printed_not_a_traceback() -
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "caf?" in proc.stdout  # the reply, with ? for what ascii cannot spell
+
+
+def test_model_path_needs_no_models_toml(tmp_path: Path, model_path: Path) -> None:
+    copy = tmp_path / "my models" / "copy.gguf"  # another path, with a space in it
+    copy.parent.mkdir()
+    shutil.copyfile(model_path, copy)
+    proc = loopchat("run", "Say hi.", "--model", str(copy), "--max-tokens", "8", "--seed", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and "finish: " in proc.stderr
+    # the chat's backend takes the same path
+    from loopchat.backends.live import LiveBackend
+
+    backend = LiveBackend(None, str(copy), threads=1)
+    try:
+        assert backend.spec.source == "path" and backend.spec.location == str(copy)
+        assert backend.resolve()[1] == copy
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not gguf"])
+def test_a_bad_model_path_is_one_line(tmp_path: Path, kind: str) -> None:
+    path = {"missing": tmp_path / "nowhere.gguf", "directory": tmp_path, "not gguf": tmp_path / "notes.gguf"}[kind]
+    if kind == "not gguf":
+        path.write_text("these are my notes, not a model\n")
+    proc = loopchat("run", "hi", "--model", str(path))
+    assert_one_line_error(proc, str(path), "--model")

@@ -27,7 +27,10 @@ def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None
     # On a subcommand the defaults are suppressed so `loopchat --model X run ...` keeps X.
     d = {"default": argparse.SUPPRESS} if sub else {}
     p.add_argument("--config", metavar="PATH", help="models.toml to use (default: the user config dir)", **d)
-    p.add_argument("--model", "-m", metavar="NAME", help="model name from models.toml (default: its `default`)", **d)
+    p.add_argument(
+        "--model", "-m", metavar="NAME|FILE.gguf",
+        help="a model from models.toml (default: its `default`), or the path of any GGUF file", **d,
+    )
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)
 
 

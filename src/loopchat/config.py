@@ -56,6 +56,7 @@ class ModelSpec:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     description: str = ""
     base_dir: Path | None = None  # folder of the config file; relative paths start there
+    from_command_line: bool = False  # a GGUF path given as --model, not a models.toml entry
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -82,7 +83,10 @@ class ModelSpec:
                 path = self.local_path()
         except ModelFileError as exc:
             raise ModelFileError(f"{context}: {exc}") from None
-        check_gguf(path, context=context)
+        if self.from_command_line:
+            check_gguf(path, named_by="--model")
+        else:
+            check_gguf(path, context=context)
         return path
 
 
@@ -99,11 +103,21 @@ class Config:
         name = self.default if name is None else name
         if name in self.models:
             return self.models[name]
+        if looks_like_a_path(name):  # --model PATH.gguf: no models.toml entry needed
+            return ModelSpec(
+                name=name, source="path", location=name, description="a GGUF file given as --model",
+                from_command_line=True,
+            )
         where = _display(self.path) if self.path else f"{_display(default_config_path())} (create it)"
         raise ConfigError(
             f"unknown model {name!r} (known: {', '.join(self.models)}) — "
             f"add [{_dotted('models', name)}] to {where}, or pick a known one"
         )
+
+
+def looks_like_a_path(name: str) -> bool:
+    """A --model value that names a file rather than a models.toml entry."""
+    return name.lower().endswith(".gguf") or "/" in name or name.startswith("~")
 
 
 #: What SmolLM2-135M-Instruct's own chat template puts in when a conversation has no system

@@ -75,19 +75,20 @@ def gguf_problem(path: Path) -> str | None:
     return None
 
 
-def check_gguf(path: Path | str, *, context: str = "") -> None:
+def check_gguf(path: Path | str, *, context: str = "", named_by: str = "`path` in models.toml") -> None:
     """Raise ModelFileError unless `path` is a readable file starting with the GGUF magic.
 
-    `context` (e.g. "models.toml model 'tiny'") prefixes the message.
+    `context` (e.g. "models.toml model 'tiny'") prefixes the message; `named_by` is what
+    the user fixes ("--model", or models.toml's `path`).
     """
     path = Path(path)
     problem = gguf_problem(path)
     if problem is None:
         return
     fix = {
-        "does not exist": "fix `path` in models.toml, or put the model file there",
-        "is a directory, not a file": "point `path` at the .gguf file inside it",
-    }.get(problem, "point `path` at a .gguf model file")
+        "does not exist": f"fix {named_by}, or put the model file there",
+        "is a directory, not a file": f"point {named_by} at the .gguf file inside it",
+    }.get(problem, f"point {named_by} at a .gguf model file")
     prefix = f"{context}: " if context else ""
     raise ModelFileError(f"{prefix}{path} {problem}; {fix}")
 
