@@ -37,9 +37,10 @@ def test_top_indices_with_many_ties() -> None:
 
 def reference_chain(logits: np.ndarray, recent: list[int], s: SamplingSettings) -> dict[int, float]:
     """The documented chain, written plainly over the whole vocabulary."""
-    work = logits.astype(np.float64).copy()
+    work = logits.copy()  # the penalty in float32, as the logits come from llama.cpp
     for t in set(recent[-s.repeat_last_n :]) if s.repeat_penalty != 1.0 else ():
-        work[t] = work[t] / s.repeat_penalty if work[t] > 0 else work[t] * s.repeat_penalty
+        work[t] = work[t] / np.float32(s.repeat_penalty) if work[t] > 0 else work[t] * np.float32(s.repeat_penalty)
+    work = work.astype(np.float64)
     order = list(np.argsort(-work, kind="stable"))
     if s.temperature == 0:
         return {int(order[0]): 1.0}
@@ -68,6 +69,14 @@ def reference_chain(logits: np.ndarray, recent: list[int], s: SamplingSettings) 
         SamplingSettings(temperature=0.3, top_k=5, top_p=1.0, min_p=0.0, repeat_penalty=1.3),
         SamplingSettings(temperature=1.0, top_k=100, top_p=0.5, min_p=0.1, repeat_penalty=0.8),
         SamplingSettings(temperature=0.0, repeat_penalty=1.5),
+        # more candidates than the chain sorts (SORT_LIMIT): top-k off or very large
+        SamplingSettings(temperature=2.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0),
+        SamplingSettings(temperature=0.8, top_k=0, top_p=1.0, min_p=0.05, repeat_penalty=1.1),
+        SamplingSettings(temperature=1.2, top_k=0, top_p=0.999, min_p=0.0, repeat_penalty=1.1),
+        SamplingSettings(temperature=0.7, top_k=0, top_p=0.95, min_p=0.02, repeat_penalty=1.0),
+        SamplingSettings(temperature=1.0, top_k=3000, top_p=1.0, min_p=0.0, repeat_penalty=1.0),
+        SamplingSettings(temperature=1.0, top_k=3000, top_p=0.99, min_p=0.0, repeat_penalty=1.0),
+        SamplingSettings(temperature=1.0, top_k=1_000_000, top_p=1.0, min_p=0.0, repeat_penalty=1.0),
     ],
 )
 def test_sampled_distribution_matches_the_reference_chain(settings: SamplingSettings) -> None:
@@ -79,9 +88,10 @@ def test_sampled_distribution_matches_the_reference_chain(settings: SamplingSett
     assert res.kept == len(ref)
     top = sorted(ref.items(), key=lambda kv: -kv[1])[:10]
     assert [int(i) for i in res.sampled_top_ids] == [t for t, _ in top]
-    assert res.sampled_top_probs.tolist() == pytest.approx([p for _, p in top], abs=1e-6)
+    assert res.sampled_top_probs.tolist() == pytest.approx([p for _, p in top], abs=1e-9)
     assert res.token_id in ref
-    assert res.sampled_prob == pytest.approx(ref[res.token_id], abs=1e-6)
+    assert res.sampled_prob == pytest.approx(ref[res.token_id], abs=1e-9)
+    assert res.sampled_rank == 1 + sum(p > ref[res.token_id] for p in ref.values())
     raw = softmax(logits)
     assert res.raw_prob == pytest.approx(raw[res.token_id], rel=1e-5)
     assert res.raw_top_probs.tolist() == pytest.approx(np.sort(raw)[::-1][:10].tolist(), rel=1e-5)
