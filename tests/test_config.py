@@ -412,3 +412,21 @@ def test_engine_options_from_a_configured_model(tmp_path, monkeypatch):
     )
     other = EngineOptions.from_spec(spec, "m.gguf", verbose=True, threads=1, log_path=tmp_path / "x.log")
     assert (other.threads, other.verbose, other.log_path) == (1, True, str(tmp_path / "x.log"))
+
+
+def test_gpu_layers_pass_through_to_llama_cpp(tmp_path, model_path) -> None:
+    from loopchat.engine import EngineOptions
+
+    path = write(tmp_path, f'[models.g]\npath = "{model_path}"\ngpu_layers = 7\n')
+    spec = load_config(path).get("g")
+    assert spec.gpu_layers == 7
+    options = EngineOptions.from_spec(spec, model_path, log_path=tmp_path / "llama.log")
+    assert options.gpu_layers == 7
+    engine = options()
+    try:  # a CPU-only build ignores the layers, but llama.cpp was asked for them
+        assert engine.llm.model_params.n_gpu_layers == 7
+    finally:
+        engine.close()
+    assert load_config(write(tmp_path, '[models.g]\nbuiltin = "smollm2-135m-instruct"\n')).get("g").gpu_layers == 0
+    _, message = config_error(tmp_path, '[models.g]\nbuiltin = "smollm2-135m-instruct"\ngpu_layers = -2\n')
+    assert "models.g.gpu_layers" in message and "-1" in message

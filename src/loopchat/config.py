@@ -32,7 +32,7 @@ N_CTX_MIN, N_CTX_MAX = 16, 1_048_576
 THREADS_MAX = 1024
 BUILTIN_NAME = "smollm2-135m-instruct"
 
-_MODEL_KEYS = (*SOURCES, "description", "n_ctx", "threads", "system_prompt", "chat_template", "sampling")
+_MODEL_KEYS = (*SOURCES, "description", "n_ctx", "threads", "gpu_layers", "system_prompt", "chat_template", "sampling")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _HF_EXAMPLE = 'hf = "Qwen/Qwen2.5-0.5B-Instruct-GGUF:qwen2.5-0.5b-instruct-q4_k_m.gguf"'
@@ -51,6 +51,7 @@ class ModelSpec:
     location: str  # a file path, "org/repo:file.gguf", or a built-in model name
     n_ctx: int = 4096
     threads: int | None = None  # None: the machine's physical core count
+    gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (-1: all); needs a GPU build
     chat_template: str | None = None  # Jinja2 override of the model's own template
     system_prompt: str | None = None  # None: no system message
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
@@ -257,6 +258,9 @@ class _Reader:
             location=location,
             n_ctx=self.integer(raw, key, "n_ctx", 4096, N_CTX_MIN, N_CTX_MAX, "the context window in tokens"),
             threads=self.integer(raw, key, "threads", None, 1, THREADS_MAX, "remove it to use all physical cores"),
+            gpu_layers=self.integer(
+                raw, key, "gpu_layers", 0, -1, 100_000, "layers to offload to a GPU: -1 for all, 0 for none"
+            ),
             chat_template=template,
             system_prompt=self.string(raw, key, "system_prompt", None) or None,
             sampling=self.sampling(raw.get("sampling", {}), f"{key}.sampling"),

@@ -41,6 +41,7 @@ class Engine:
         name: str | None = None,
         n_ctx: int = 4096,
         threads: int | None = None,
+        gpu_layers: int = 0,
         n_batch: int = 512,
         chat_template: str | None = None,
         log_path: Path | None = None,
@@ -68,6 +69,7 @@ class Engine:
                     n_batch=n_batch,
                     n_threads=self.threads,
                     n_threads_batch=self.threads,
+                    n_gpu_layers=gpu_layers,  # ignored by a CPU-only build of llama.cpp
                     logits_all=False,
                     verbose=True,  # verbose=False dup2()s fds 1 and 2; our callback logs instead
                 )

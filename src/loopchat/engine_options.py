@@ -42,6 +42,7 @@ class EngineOptions:
     name: str | None = None
     n_ctx: int = 4096
     threads: int | None = None
+    gpu_layers: int = 0
     n_batch: int = 512
     chat_template: str | None = None
     log_path: str | None = None
@@ -68,6 +69,7 @@ class EngineOptions:
             name=spec.name,
             n_ctx=spec.n_ctx,
             threads=threads if threads is not None else spec.threads,
+            gpu_layers=spec.gpu_layers,
             chat_template=spec.chat_template,
             log_path=str(log_path),
             verbose=verbose,
@@ -81,6 +83,7 @@ class EngineOptions:
             name=self.name,
             n_ctx=self.n_ctx,
             threads=self.threads,
+            gpu_layers=self.gpu_layers,
             n_batch=self.n_batch,
             chat_template=self.chat_template,
             log_path=Path(self.log_path) if self.log_path else None,
