@@ -11,6 +11,12 @@ Optionally (c) llama.cpp's own `llama-bench` tg figure at the same thread count
 (build it with benchmarks/build_llama_bench.sh; pass --llama-bench PATH). Target b/c >= 0.95.
 
     .venv/bin/python benchmarks/loop_overhead.py [--tokens 256] [--rounds 5] [--llama-bench PATH]
+    .venv/bin/python benchmarks/loop_overhead.py --sweep [--model FILE.gguf]
+
+--sweep: the sampling chain's cost against the forward pass for each combination of
+settings (top-k on/off, top-p, min-p, temperature, --top-report 10/40): the median of
+sample_ms / forward_ms over the decode steps of one reply each. Target: every
+combination < 0.10.
 """
 
 from __future__ import annotations
@@ -92,15 +98,41 @@ def llama_bench_rate(binary: str, model: Path, threads: int, n: int, reps: int) 
     return float(rows[0]["avg_ts"])
 
 
+def sweep(model: Path, threads: int | None, tokens: int) -> None:
+    """sample_ms / forward_ms for each combination (median over a reply's decode steps)."""
+    import itertools
+
+    from loopchat.events import Step
+
+    engine = Engine(model, n_ctx=2048, threads=threads, log_path=Path("/dev/null"))
+    print(f"model {model.name}, vocabulary {engine.n_vocab}, threads {engine.threads}, {tokens} tokens per reply")
+    print(f"{'top_k':>6} {'top_p':>6} {'min_p':>6} {'temp':>5} {'report':>6}  {'sample ms':>9} {'forward ms':>10}  ratio")
+    worst = 0.0
+    for top_k, top_p, min_p, temp, report in itertools.product((40, 0), (0.95, 1.0), (0.05, 0.0), (0.7, 2.0), (10, 40)):
+        s = SamplingSettings(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temp, seed=1, max_tokens=tokens)
+        steps = [e for e in engine.generate(MESSAGES, s, report_k=report, ignore_eos=True) if isinstance(e, Step)][1:]
+        sample = statistics.median(st.sample_ms for st in steps)
+        forward = statistics.median(st.forward_ms for st in steps)
+        worst = max(worst, sample / forward)
+        print(f"{top_k:>6} {top_p:>6} {min_p:>6} {temp:>5} {report:>6}  {sample:9.2f} {forward:10.1f}  {sample / forward:.3f}")
+    print(f"worst ratio {worst:.3f} (target < 0.10)")
+    engine.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="default: physical cores")
     ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench binary (same build flags)")
+    ap.add_argument("--sweep", action="store_true", help="sample_ms / forward_ms for each combination of settings")
+    ap.add_argument("--model", metavar="FILE.gguf", help="another GGUF file (default: the bundled model)")
     args = ap.parse_args()
 
-    model = builtin_model_path()
+    model = Path(args.model) if args.model else builtin_model_path()
+    if args.sweep:
+        sweep(model, args.threads, min(args.tokens, 64))
+        return
     engine = Engine(model, n_ctx=2048, threads=args.threads, log_path=Path("/dev/null"))
     settings = SamplingSettings(seed=1)
     start = next(e for e in engine.generate(MESSAGES, settings.replace(max_tokens=1)) if isinstance(e, Start))

@@ -137,7 +137,8 @@ def _draw_unsorted(
     norm = float(probs.sum())
     probs /= norm
     # entropy in nats is ln(norm) - sum(p z): no logarithm per candidate
-    sampled_entropy = (math.log(norm) - float(np.dot(probs, z))) * _LOG2E if cand.shape[0] > 1 else 0.0
+    # (a plain sum: np.dot would call BLAS, whose threads spin against llama.cpp's)
+    sampled_entropy = (math.log(norm) - float((probs * z).sum())) * _LOG2E if cand.shape[0] > 1 else 0.0
     if cand.shape[0] == 1:
         pick = 0
     else:
