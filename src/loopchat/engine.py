@@ -26,7 +26,7 @@ from . import sampler
 from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_prompt
 from .engine_options import EngineOptions, physical_cores  # noqa: F401 - importable from here too
 from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
-from .events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step
+from .events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
 
@@ -315,12 +315,7 @@ class Engine:
             else:
                 text = decoder.decode(self.piece(token))
                 completion += 1
-            if (
-                is_stop
-                or self._cancel.is_set()
-                or completion >= settings_now.max_tokens
-                or self.llm.n_tokens + 1 >= self.n_ctx
-            ):
+            if self._end_reason(is_stop, completion, settings_now.max_tokens) is not None:
                 # the reply ends at this step: it carries the bytes of a character the
                 # reply never finished (as U+FFFD), so the steps' texts add up to its text
                 text += decoder.decode(b"", final=True)
@@ -356,14 +351,7 @@ class Engine:
             )
             steps += 1
             previous = settings_now
-            if is_stop:
-                reason = FinishReason.STOP
-            elif self._cancel.is_set():
-                reason = FinishReason.CANCELLED
-            elif completion >= source().max_tokens:
-                reason = FinishReason.LENGTH
-            elif self.llm.n_tokens + 1 >= self.n_ctx:
-                reason = FinishReason.CONTEXT
+            reason = self._end_reason(is_stop, completion, source().max_tokens)  # (a change may have come)
             if reason is not None:
                 break
             tf = time.perf_counter()
@@ -392,12 +380,24 @@ class Engine:
             ttft_ms=ttft_ms,
             decode_ms=decode_ms,
             total_ms=(t_end - t_request) * 1000.0,
-            tokens_per_s=(steps - 1) / (decode_ms / 1000.0) if steps > 1 and decode_ms > 0 else 0.0,
+            tokens_per_s=decode_rate(steps, decode_ms),
             text="".join(text_parts),
             n_past=self.llm.n_tokens,
             n_ctx=self.n_ctx,
             error=error,
         )
+
+    def _end_reason(self, is_stop: bool, completion: int, max_tokens: int) -> FinishReason | None:
+        """Why the reply ends at the step just sampled (None: it goes on)."""
+        if is_stop:
+            return FinishReason.STOP
+        if self._cancel.is_set():
+            return FinishReason.CANCELLED
+        if completion >= max_tokens:
+            return FinishReason.LENGTH
+        if self.llm.n_tokens + 1 >= self.n_ctx:
+            return FinishReason.CONTEXT
+        return None
 
     def _decode_failure(self, exc: RuntimeError) -> tuple[FinishReason, str | None]:
         # The cache may hold part of an aborted batch: drop everything past n_tokens.

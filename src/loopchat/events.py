@@ -157,6 +157,11 @@ class Finish:
     kind: str = field(default="finish", init=False)
 
 
+def decode_rate(steps: int, decode_ms: float) -> float:
+    """Finish.tokens_per_s: tokens a second from the first token to the last (0 for one)."""
+    return (steps - 1) / (decode_ms / 1000.0) if steps > 1 and decode_ms > 0 else 0.0
+
+
 Event = Union[Start, ContextTrimmed, Prefill, Step, Finish]
 
 # ---- what a host (the worker that owns the engine, or a trace player) says besides

@@ -21,6 +21,7 @@ from .events import (
     Prefill,
     Start,
     Step,
+    decode_rate,
     event_from_json_dict,
     to_json_dict,
 )
@@ -188,7 +189,7 @@ def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
         ttft_ms=first_ms,
         decode_ms=decode_ms,
         total_ms=last_ms,
-        tokens_per_s=(len(steps) - 1) / (decode_ms / 1000.0) if len(steps) > 1 and decode_ms > 0 else 0.0,
+        tokens_per_s=decode_rate(len(steps), decode_ms),
         text="".join(s.text for s in steps),
         # what the engine reports when it stops after a step: that step's token is not yet in the cache
         n_past=(steps[-1].n_past - (0 if steps[-1].is_stop else 1)) if steps else len(start.prompt_token_ids),
