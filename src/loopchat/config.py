@@ -24,6 +24,7 @@ from .model_files import (
     hf_download,
     parse_hf_spec,
 )
+from .errors import one_line
 from .paths import default_config_path
 from .settings import SamplingSettings, SettingsError
 
@@ -170,7 +171,7 @@ def load_config(path: Path | str | None = None) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{shown}: invalid TOML: {_one_line(str(exc))} — fix the syntax there") from None
+        raise ConfigError(f"{shown}: invalid TOML: {one_line(str(exc))} — fix the syntax there") from None
     return _Reader(path).config(data)
 
 
@@ -185,7 +186,7 @@ class _Reader:
         self.shown = _display(path)
 
     def fail(self, key: str, problem: str, fix: str = "edit the file or remove the key") -> None:
-        raise ConfigError(_one_line(f"{self.shown}: {key} {problem} — {fix}"))
+        raise ConfigError(one_line(f"{self.shown}: {key} {problem} — {fix}"))
 
     def config(self, data: dict[str, Any]) -> Config:
         self.known_keys(data, "", ("default", "models"))
@@ -373,7 +374,7 @@ def chat_template_problem(template: str) -> str | None:
 def template_error_text(exc: Exception) -> str:
     """A jinja2 error as a few words on one line, with its line number when it has one."""
     lineno = getattr(exc, "lineno", None)
-    message = _one_line(str(getattr(exc, "message", None) or exc))
+    message = one_line(str(getattr(exc, "message", None) or exc))
     return f"line {lineno}: {message}" if lineno else message
 
 
@@ -396,7 +397,3 @@ def _dotted(prefix: str, key: str) -> str:
 def _kind(value: Any) -> str:
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table", list: "an array"}
     return names.get(type(value), "a date/time")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -4,6 +4,11 @@ Imports nothing of loopchat, so any module can raise these without an import cyc
 (run_command.py raised cli.py's UsageError, and cli.py imports run_command)."""
 
 
+def one_line(text: str) -> str:
+    """`text` (an exception's message, say) folded onto one line."""
+    return " ".join(text.split())
+
+
 class UsageError(Exception):
     """Bad input on the command line or stdin: printed as one line, exit code 2."""
 

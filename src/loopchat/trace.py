@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import __version__
+from .errors import one_line
 from .events import (
     SCHEMA_VERSION,
     Event,
@@ -151,7 +152,7 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[TracedEvent]]:
         try:
             traced = TracedEvent(float(obj.get("t_ms", 0.0)), event_from_json_dict(obj))
         except Exception as exc:  # noqa: BLE001 - any malformed field: TypeError, ValueError, SettingsError...
-            raise TraceError(f"{path}:{n}: bad event ({_one_line(exc)})") from None
+            raise TraceError(f"{path}:{n}: bad event ({one_line(str(exc)) or type(exc).__name__})") from None
         if isinstance(traced.event, Start):
             if open_run:  # the previous reply never finished
                 events.append(cut_short_finish(open_run))
@@ -201,7 +202,3 @@ def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
 
 def _json_kind(value: Any) -> str:
     return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
