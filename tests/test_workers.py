@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from loopchat.engine import EngineOptions
-from loopchat.events import Finish, FinishReason, Message, Step
+from loopchat.events import Finish, FinishReason, Message, ModelReady, RunDone, Step, WorkerError
 from loopchat.process_worker import ProcessEngineWorker
 from loopchat.settings import LiveSettings, SamplingSettings
-from loopchat.worker import EngineWorker, ModelReady, RunDone, WorkerError
+from loopchat.worker import EngineWorker
 
 MESSAGES = (Message("system", "You are a helpful assistant."), Message("user", "List five animals."))
 

@@ -15,7 +15,7 @@ import sys
 from typing import Any, TextIO
 
 from .errors import UsageError
-from .events import ContextTrimmed, Finish, Message, Prefill, Start, Step
+from .events import ContextTrimmed, Finish, Message, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from .settings import SETTINGS, LiveSettings, SamplingSettings
 
 _ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
@@ -201,7 +201,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     from .config import load_config
     from .engine import EngineOptions
     from .trace import TraceError, TraceWriter
-    from .worker import EngineWorker, ModelReady, RunDone, WorkerError
+    from .worker import EngineWorker
 
     out = out or sys.stdout
     prompt = read_prompt(args.prompt, stdin if stdin is not None else sys.stdin)

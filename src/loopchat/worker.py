@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine import Engine, EngineError
-from .events import Message, ModelLoading, ModelReady, RunDone, WorkerError  # noqa: F401 (re-exported)
+from .events import Message, ModelLoading, ModelReady, RunDone, WorkerError
 from .settings import LiveSettings, SamplingSettings
 
 
