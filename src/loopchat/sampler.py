@@ -109,24 +109,14 @@ def _top_p_set(work: np.ndarray, cand: np.ndarray, top_p: float, bins: int = 204
     return cand[np.concatenate([np.flatnonzero(idx > b), order[:n_keep]])]
 
 
-def _draw_unsorted(
-    logits: np.ndarray,
-    work: np.ndarray,
-    cand: np.ndarray,
-    settings: SamplingSettings,
-    rng: np.random.Generator,
-    report_k: int,
-    raw_top_ids: np.ndarray,
-    raw_top_probs: np.ndarray,
-    raw_max: float,
-    total: float,
-    raw_entropy: float,
-) -> SampleResult:
+def _unsorted_distribution(
+    work: np.ndarray, cand: np.ndarray, settings: SamplingSettings
+) -> tuple[np.ndarray, np.ndarray, float]:
     """The rest of the chain for more than SORT_LIMIT candidates (top-k and top-p done):
-    min-p is a threshold and temperature a scale, neither needs an order; the draw walks
-    the candidates in the order they come (the same for the same logits and settings, so
-    a seed still gives the same tokens), and only the top `report_k` are sorted, for the
-    report."""
+    (candidates, their probabilities, entropy in bits). Min-p is a threshold and
+    temperature a scale, neither needs an order: the candidates stay in the order they
+    come (the same for the same logits and settings, so a seed still draws the same
+    tokens)."""
     cand_logits = work[cand].astype(np.float64)
     mx = float(cand_logits.max())
     if settings.min_p > 0.0:
@@ -138,29 +128,8 @@ def _draw_unsorted(
     probs /= norm
     # entropy in nats is ln(norm) - sum(p z): no logarithm per candidate
     # (a plain sum: np.dot would call BLAS, whose threads spin against llama.cpp's)
-    sampled_entropy = (math.log(norm) - float((probs * z).sum())) * _LOG2E if cand.shape[0] > 1 else 0.0
-    if cand.shape[0] == 1:
-        pick = 0
-    else:
-        pick = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
-        pick = min(pick, cand.shape[0] - 1)
-    token_id = int(cand[pick])
-    order = top_indices(probs, report_k)
-    chosen_logit = logits[token_id]
-    return SampleResult(
-        token_id=token_id,
-        raw_top_ids=raw_top_ids,
-        raw_top_probs=raw_top_probs,
-        sampled_top_ids=cand[order],
-        sampled_top_probs=probs[order],
-        raw_prob=float(math.exp(float(chosen_logit) - raw_max) / total),
-        raw_rank=int(np.count_nonzero(logits > chosen_logit)) + 1,
-        sampled_prob=float(probs[pick]),
-        sampled_rank=int(np.count_nonzero(probs > probs[pick])) + 1,
-        raw_entropy=raw_entropy,
-        sampled_entropy=float(max(sampled_entropy, 0.0)),
-        kept=int(cand.shape[0]),
-    )
+    entropy = (math.log(norm) - float((probs * z).sum())) * _LOG2E if cand.shape[0] > 1 else 0.0
+    return cand, probs, max(entropy, 0.0)
 
 
 def entropy_bits(logits: np.ndarray) -> float:
@@ -206,49 +175,57 @@ def sample(
             work[ids] = np.where(v > 0, v / settings.repeat_penalty, v * settings.repeat_penalty)
 
     # --- top-k: candidates sorted by (penalized) logit, largest first -----------
-    # (a large candidate set is never sorted whole: see _top_p_prefix and _draw_unsorted)
+    # (a large candidate set is never sorted whole: see _top_p_set, _unsorted_distribution)
     k = 1 if settings.greedy else settings.top_k
     if k <= 0 or k > n_vocab:
         k = n_vocab  # top-k off
     raw_top_probs = e[raw_top_ids].astype(np.float64) / total
     top_p_done = False
+    unsorted = False
     if k > SORT_LIMIT and not settings.greedy:
         cand = _top_set(work, k)
         if settings.top_p < 1.0:
             cand = _top_p_set(work, cand, settings.top_p)
         if cand.shape[0] > SORT_LIMIT:
-            return _draw_unsorted(logits, work, cand, settings, rng, report_k, raw_top_ids, raw_top_probs,
-                                  raw_max, total, float(raw_entropy))
-        cand = cand[np.argsort(-work[cand], kind="stable")]  # few left: the sorted path
-        top_p_done = True
+            unsorted = True
+        else:
+            cand = cand[np.argsort(-work[cand], kind="stable")]  # few left: the sorted path
+            top_p_done = True
     elif work is logits and k <= report_k:
         cand = raw_top_ids[:k]
     else:
         cand = top_indices(work, k)
-    cand_logits = work[cand].astype(np.float64)
 
-    if settings.greedy:
-        kept_ids = cand[:1]
-        probs = np.ones(1)
+    if unsorted:
+        kept_ids, probs, sampled_entropy = _unsorted_distribution(work, cand, settings)
+        top = top_indices(probs, report_k)  # only the reported candidates are sorted
     else:
-        # --- top-p on the softmax of what top-k left -----------------------------
-        if settings.top_p < 1.0 and cand.shape[0] > 1 and not top_p_done:
-            p = np.exp(cand_logits - cand_logits[0])
-            cum = np.cumsum(p)
-            cum /= cum[-1]
-            n_keep = int(np.searchsorted(cum, settings.top_p, side="left")) + 1
-            n_keep = min(max(n_keep, 1), cand.shape[0])
-            cand, cand_logits = cand[:n_keep], cand_logits[:n_keep]
-        # --- min-p: logit >= max + ln(min_p) -------------------------------------
-        if settings.min_p > 0.0 and cand.shape[0] > 1:
-            floor = cand_logits[0] + math.log(settings.min_p)
-            n_keep = max(int(np.count_nonzero(cand_logits >= floor)), 1)
-            cand, cand_logits = cand[:n_keep], cand_logits[:n_keep]
-        # --- temperature, then the distribution actually sampled from -----------
-        z = (cand_logits - cand_logits[0]) / settings.temperature
-        probs = np.exp(z)
-        probs /= probs.sum()
-        kept_ids = cand
+        cand_logits = work[cand].astype(np.float64)
+        if settings.greedy:
+            kept_ids = cand[:1]
+            probs = np.ones(1)
+        else:
+            # --- top-p on the softmax of what top-k left -------------------------
+            if settings.top_p < 1.0 and cand.shape[0] > 1 and not top_p_done:
+                p = np.exp(cand_logits - cand_logits[0])
+                cum = np.cumsum(p)
+                cum /= cum[-1]
+                n_keep = int(np.searchsorted(cum, settings.top_p, side="left")) + 1
+                n_keep = min(max(n_keep, 1), cand.shape[0])
+                cand, cand_logits = cand[:n_keep], cand_logits[:n_keep]
+            # --- min-p: logit >= max + ln(min_p) ---------------------------------
+            if settings.min_p > 0.0 and cand.shape[0] > 1:
+                floor = cand_logits[0] + math.log(settings.min_p)
+                n_keep = max(int(np.count_nonzero(cand_logits >= floor)), 1)
+                cand, cand_logits = cand[:n_keep], cand_logits[:n_keep]
+            # --- temperature, then the distribution actually sampled from -------
+            z = (cand_logits - cand_logits[0]) / settings.temperature
+            probs = np.exp(z)
+            probs /= probs.sum()
+            kept_ids = cand
+        nz = probs[probs > 0]
+        sampled_entropy = float(-(nz * np.log2(nz)).sum()) if nz.shape[0] > 1 else 0.0
+        top = np.arange(min(report_k, kept_ids.shape[0]))  # already sorted
 
     # --- draw --------------------------------------------------------------------
     if kept_ids.shape[0] == 1:
@@ -259,8 +236,6 @@ def sample(
         pick = min(pick, kept_ids.shape[0] - 1)
     token_id = int(kept_ids[pick])
 
-    nz = probs[probs > 0]
-    sampled_entropy = float(-(nz * np.log2(nz)).sum()) if nz.shape[0] > 1 else 0.0
     chosen_logit = logits[token_id]
     raw_rank = int(np.count_nonzero(logits > chosen_logit)) + 1
     sampled_rank = int(np.count_nonzero(probs > probs[pick])) + 1
@@ -268,8 +243,8 @@ def sample(
         token_id=token_id,
         raw_top_ids=raw_top_ids,
         raw_top_probs=raw_top_probs,
-        sampled_top_ids=kept_ids[:report_k],
-        sampled_top_probs=probs[:report_k],
+        sampled_top_ids=kept_ids[top],
+        sampled_top_probs=probs[top],
         raw_prob=float(math.exp(float(chosen_logit) - raw_max) / total),
         raw_rank=raw_rank,
         sampled_prob=float(probs[pick]),
