@@ -175,13 +175,8 @@ class ChatSession:
         rec = self.conversation.new_reply(mode, messages, **kw)
         self.current = rec
         self.run_settings = settings
-        self._freeze(_ANY_RUN)
-        try:
-            rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most)
-        except BaseException:
-            self._unfreeze()
-            raise
-        self._frozen_run = rec.run_id
+        rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most)
+        self._freeze(rec.run_id)  # its events and its RunDone are consumed on this thread, later
         return rec
 
     def _freeze(self, run_id: int) -> None:
