@@ -88,6 +88,7 @@ def session() -> ChatSession:
 
 def test_a_message_becomes_a_turn_when_its_reply_finishes(session: ChatSession) -> None:
     rec = session.send("  Hello  ", STREAM)
+    assert rec.started_at > 0  # the waiting view counts the seconds from it
     messages, settings = session.backend.runs[0]
     assert messages == (Message("system", "Be brief."), Message("user", "Hello"))
     assert settings == SamplingSettings(temperature=0.5) and session.generating

@@ -13,6 +13,7 @@ backend alone.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -173,6 +174,7 @@ class ChatSession:
         reuse_at_most: int | None = None, **kw: object,
     ) -> ReplyRecord:
         rec = self.conversation.new_reply(mode, messages, **kw)
+        rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
         self.current = rec
         self.run_settings = settings
         rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most)
@@ -254,6 +256,7 @@ class ChatSession:
     def _played_turn(self, start: Start, u: Update) -> ReplyRecord:
         users = [m.content for m in start.messages if m.role == "user"]
         rec = self.conversation.new_reply(STREAM, start.messages)
+        rec.started_at = time.monotonic()
         self.current = rec
         self._freeze(_ANY_RUN)  # a played reply streams too: its RunDone follows its Finish
         u.started.append((users[-1] if users else "", rec))
