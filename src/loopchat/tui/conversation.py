@@ -54,15 +54,6 @@ class ReplyRecord:
             return None
         return len(decode) * 1000.0 / total_ms
 
-    def last_change_steps(self) -> dict[str, int]:
-        """For each setting: the step at which it last changed during this reply."""
-        out: dict[str, int] = {}
-        for s in self.steps:
-            if s.index > 0:
-                for name in s.settings_changed:
-                    out[name] = s.index
-        return out
-
 
 @dataclass
 class Conversation:
