@@ -126,6 +126,8 @@ async def test_blocking_mode_shows_nothing_until_the_end_then_the_same_text(back
         assert replay.mode == "blocking" and not replay.in_history
         await pilot.pause(0.2)  # a few frames: nothing of the text may appear
         assert gate.holding and not replay.done
+        # the seconds counter runs while the caller waits
+        await wait_for(pilot, lambda: " · 0.0 s" not in drawn(view), 5, "the waiting time to count")
         shown = drawn(view)
         assert "waiting for the whole reply" in shown
         assert streamed.text[:10] not in shown
