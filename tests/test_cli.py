@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -515,3 +516,27 @@ def test_a_bad_model_path_is_one_line(tmp_path: Path, kind: str) -> None:
         path.write_text("these are my notes, not a model\n")
     proc = loopchat("run", "hi", "--model", str(path))
     assert_one_line_error(proc, str(path), "--model")
+
+
+def test_threads_option_pins_or_lets_auto_choose(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    pinned = loopchat("run", "Hi", "--max-tokens", "6", "--seed", "2", "--threads", "1", "--trace", str(trace))
+    assert pinned.returncode == 0, pinned.stderr
+    assert " · threads 1 · " in pinned.stderr
+    _, events = read_trace(trace)
+    assert events[0].event.threads == 1 and not events[0].event.threads_auto
+    assert {e.event.threads for e in events if e.event.kind == "step"} == {1}
+    auto = loopchat("run", "Hi", "--max-tokens", "6", "--seed", "2", "--trace", str(trace))
+    assert auto.returncode == 0, auto.stderr
+    assert re.search(r" · threads \d auto( \(\d–\d used\))? · ", auto.stderr), auto.stderr
+    _, events = read_trace(trace)
+    assert events[0].event.threads_auto
+    steps = [e.event for e in events if e.event.kind == "step"]
+    assert steps[0].threads_reason and all(s.threads >= 1 for s in steps)
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-3"])
+def test_threads_option_rejects_bad_values(value: str) -> None:
+    proc = loopchat("run", "Hi", "--threads", value)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and '"auto" or a whole number' in proc.stderr, proc.stderr

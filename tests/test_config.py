@@ -199,6 +199,7 @@ INVALID = [
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 2000000\n', "models.tiny.n_ctx", "between 16 and 1048576"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = 0\n', "models.tiny.threads", "between 1"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = true\n', "models.tiny.threads", "whole number"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = "many"\n', "models.tiny.threads", '"auto" or a whole number'),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nchat_template = "  "\n', "models.tiny.chat_template", "empty"),
     ('default = "nope"\n[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n', "default", "'nope'"),
     ("default = 1\n", "default", "string"),
@@ -412,6 +413,11 @@ def test_engine_options_from_a_configured_model(tmp_path, monkeypatch):
     )
     other = EngineOptions.from_spec(spec, "m.gguf", verbose=True, threads=1, log_path=tmp_path / "x.log")
     assert (other.threads, other.verbose, other.log_path) == (1, True, str(tmp_path / "x.log"))
+    # threads: "auto" unless pinned; "auto" from the command line overrides a pinned count
+    auto = load_config(write(tmp_path, '[models.a]\npath = "m.gguf"\n[models.b]\npath = "m.gguf"\nthreads = "auto"\n'))
+    assert auto.get("a").threads == auto.get("b").threads == "auto"
+    assert EngineOptions.from_spec(auto.get("a"), "m.gguf").threads == "auto"
+    assert EngineOptions.from_spec(spec, "m.gguf", threads="auto").threads == "auto"
 
 
 def test_gpu_layers_pass_through_to_llama_cpp(tmp_path, model_path) -> None:

@@ -67,6 +67,8 @@ async def test_tokens_arrive_in_transcript_and_panel(backend, tmp_path) -> None:
         text = panel_text(app)
         assert f"Forward pass {rec.finish.steps}" in text
         assert "tok/s" in text and "context" in text
+        assert "threads     1 pinned" in text  # LiveBackend(threads=1): the count of every pass
+        assert {s.threads for s in rec.steps} == {1}
         assert "TTFT" in str(view.info_text())
         assert app.prompt.value == ""
 

@@ -118,6 +118,12 @@ class LlamaCalls:
             n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
         return buf.raw[: max(n, 0)]
 
+    def set_threads(self, n: int) -> None:
+        """llama_set_n_threads: the thread count of the next forward passes, single-token
+        and batch alike (`threads = "auto"` changes it between passes; see thread_tuner.py).
+        Llama fixes both at load and has no setter."""
+        llama_cpp.llama_set_n_threads(self._ctx, n, n)
+
     def is_eog(self, token_id: int) -> bool:
         """llama_vocab_is_eog: whether the token ends a reply (EOS, EOT, <|im_end|>...)."""
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))

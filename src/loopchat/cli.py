@@ -23,6 +23,15 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
+def _threads(text: str):
+    from .thread_tuner import parse_threads
+
+    try:
+        return parse_threads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     # On a subcommand the defaults are suppressed so `loopchat --model X run ...` keeps X.
     d = {"default": argparse.SUPPRESS} if sub else {}
@@ -30,6 +39,11 @@ def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None
     p.add_argument(
         "--model", "-m", metavar="NAME|FILE.gguf",
         help="a model from models.toml (default: its `default`), or the path of any GGUF file", **d,
+    )
+    p.add_argument(
+        "--threads", type=_threads, metavar="auto|N",
+        help='llama.cpp threads: "auto" measures and picks the fastest count now (the default, '
+        "unless models.toml pins one); N pins it", **d,
     )
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)
 
@@ -112,7 +126,9 @@ def _main(argv: Sequence[str] | None) -> int:
             return run_tui(config_path=None, model=None, replay=args.trace_file, replay_speed=args.speed)
         from .tui.launch import run_tui
 
-        return run_tui(config_path=args.config, model=args.model, verbose=args.verbose, host=args.host)
+        return run_tui(
+            config_path=args.config, model=args.model, verbose=args.verbose, host=args.host, threads=args.threads
+        )
     except (ConfigError, ModelFileError, EngineError, SettingsError, TraceError) as exc:
         print(f"loopchat: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -27,6 +27,7 @@ from .model_files import (
 from .errors import one_line
 from .paths import default_config_path
 from .settings import SamplingSettings, SettingsError
+from .thread_tuner import AUTO, Threads
 
 SOURCES = ("path", "hf", "builtin")
 N_CTX_MIN, N_CTX_MAX = 16, 1_048_576
@@ -51,7 +52,7 @@ class ModelSpec:
     source: str  # "path" | "hf" | "builtin"
     location: str  # a file path, "org/repo:file.gguf", or a built-in model name
     n_ctx: int = 4096
-    threads: int | None = None  # None: the machine's physical core count
+    threads: Threads = AUTO  # "auto": the engine chooses from its own passes (thread_tuner.py)
     gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (-1: all); needs a GPU build
     chat_template: str | None = None  # Jinja2 override of the model's own template
     system_prompt: str | None = None  # None: no system message
@@ -258,7 +259,7 @@ class _Reader:
             source=source,
             location=location,
             n_ctx=self.integer(raw, key, "n_ctx", 4096, N_CTX_MIN, N_CTX_MAX, "the context window in tokens"),
-            threads=self.integer(raw, key, "threads", None, 1, THREADS_MAX, "remove it to use all physical cores"),
+            threads=self.threads(raw, key),
             gpu_layers=self.integer(
                 raw, key, "gpu_layers", 0, -1, 100_000, "layers to offload to a GPU: -1 for all, 0 for none"
             ),
@@ -290,6 +291,15 @@ class _Reader:
         if not lo <= value <= hi:
             self.fail(f"{key}.{name}", f"must be between {lo} and {hi}, got {value}", f"{hint}; edit the file")
         return value
+
+    def threads(self, raw: dict[str, Any], key: str) -> Threads:
+        """`threads`: "auto" (the default) or a pinned whole number."""
+        if raw.get("threads") == AUTO:
+            return AUTO
+        if isinstance(raw.get("threads"), str):
+            self.fail(f"{key}.threads", f'must be "auto" or a whole number, got {raw["threads"]!r}', 'e.g. threads = "auto"; edit the file')
+        hint = 'threads = "auto" (the default) lets loopchat choose'
+        return self.integer(raw, key, "threads", AUTO, 1, THREADS_MAX, hint)
 
     def sampling(self, raw: Any, key: str) -> SamplingSettings:
         if not isinstance(raw, dict):

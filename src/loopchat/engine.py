@@ -29,6 +29,7 @@ from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F
 from .events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
+from .thread_tuner import AUTO, Threads, ThreadTuner
 
 
 class Engine:
@@ -40,7 +41,8 @@ class Engine:
         *,
         name: str | None = None,
         n_ctx: int = 4096,
-        threads: int | None = None,
+        threads: Threads | None = AUTO,
+        thread_tuner: ThreadTuner | None = None,
         gpu_layers: int = 0,
         n_batch: int = 512,
         chat_template: str | None = None,
@@ -55,7 +57,16 @@ class Engine:
 
         self.model_path = Path(model_path)
         self.name = name or self.model_path.stem
-        self.threads = threads or physical_cores()
+        # threads: a pinned count, or AUTO (None too): the engine measures its own passes
+        # and changes the count between them (thread_tuner.py). `threads` is the count in
+        # force; `thread_tuner` lets a test or benchmark tune how the choice is made.
+        self.threads_auto = threads is None or threads == AUTO
+        if self.threads_auto:
+            self._tuner: ThreadTuner | None = thread_tuner or ThreadTuner(physical_cores())
+            self.threads = self._tuner.threads
+        else:
+            self._tuner = None
+            self.threads = int(threads)  # type: ignore[arg-type]
         problem = gguf_problem(self.model_path)
         if problem is not None:
             raise ModelLoadError(f"{self.model_path} {problem}; point the model's `path` at a .gguf model file")
@@ -242,6 +253,7 @@ class Engine:
             n_ctx=self.n_ctx,
             n_vocab=self.n_vocab,
             threads=self.threads,
+            threads_auto=self.threads_auto,
             messages=prompt.messages,
             prompt_text=prompt.text,
             prompt_token_ids=tuple(tokens),
@@ -298,6 +310,12 @@ class Engine:
         ttft_ms = 0.0
         t_first = t_last = time.perf_counter()
         forward_ms, forward_tokens = prefill_ms, len(todo)
+        # the thread count of the pass behind each step's logits, and why (recorded on
+        # step 0 and wherever the tuner gave a new reason)
+        tuner = self._tuner
+        pass_threads = self.threads
+        pass_reason, pass_change = (tuner.reason, tuner.changes) if tuner else ("", 0)
+        noted_change = -1
         while reason is None:
             latest = source()
             if latest is not raw_settings:  # swapped: resolve its seed once, not per step
@@ -326,6 +344,9 @@ class Engine:
                 ttft_ms = (t_first - t_request) * 1000.0
             t_last = time.perf_counter()
             history.append(token)
+            threads_reason = ""
+            if pass_change != noted_change:
+                threads_reason, noted_change = pass_reason, pass_change
             yield Step(
                 index=steps,
                 token_id=token,
@@ -348,12 +369,17 @@ class Engine:
                 settings_changed=changed,
                 n_past=self.llm.n_tokens + (0 if is_stop else 1),
                 elapsed_ms=(t_last - t_request) * 1000.0,
+                threads=pass_threads,
+                threads_reason=threads_reason,
             )
             steps += 1
             previous = settings_now
             reason = self._end_reason(is_stop, completion, source().max_tokens)  # (a change may have come)
             if reason is not None:
                 break
+            pass_threads = self.threads
+            if tuner is not None:
+                pass_reason, pass_change = tuner.reason, tuner.changes
             tf = time.perf_counter()
             try:
                 self._decode_one(token)
@@ -362,6 +388,8 @@ class Engine:
                 reason, error = self._decode_failure(exc)
                 break
             forward_ms, forward_tokens = (time.perf_counter() - tf) * 1000.0, 1
+            if tuner is not None:
+                self._set_threads(tuner.observe(forward_ms))
 
         # A reply that ended after its last step was sent (a cancel or a max_tokens change
         # that came while the step was being handed over, a failed forward pass) leaves
@@ -386,6 +414,12 @@ class Engine:
             n_ctx=self.n_ctx,
             error=error,
         )
+
+    def _set_threads(self, n: int) -> None:
+        """The thread count of the next forward passes (and prefills)."""
+        if n != self.threads:
+            self._c.set_threads(n)
+            self.threads = n
 
     def _end_reason(self, is_stop: bool, completion: int, max_tokens: int) -> FinishReason | None:
         """Why the reply ends at the step just sampled (None: it goes on)."""

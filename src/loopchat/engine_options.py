@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .thread_tuner import AUTO, Threads
+
 if TYPE_CHECKING:
     from .config import ModelSpec
     from .engine import Engine
@@ -41,7 +43,7 @@ class EngineOptions:
     model_path: str
     name: str | None = None
     n_ctx: int = 4096
-    threads: int | None = None
+    threads: Threads = AUTO  # a pinned count, or "auto" (the engine chooses: thread_tuner.py)
     gpu_layers: int = 0
     n_batch: int = 512
     chat_template: str | None = None
@@ -55,7 +57,7 @@ class EngineOptions:
         path: str | Path,
         *,
         verbose: bool = False,
-        threads: int | None = None,
+        threads: Threads | None = None,
         log_path: str | Path | None = None,
     ) -> "EngineOptions":
         """The options for configured model `spec`, whose file is at `path` (its resolve_file()).

@@ -71,12 +71,13 @@ class Start:
     model_size_bytes: int
     n_ctx: int
     n_vocab: int
-    threads: int
+    threads: int  # llama.cpp threads in force at the start (the prefill's)
     messages: tuple[Message, ...]
     prompt_text: str  # the exact text rendered by the chat template
     prompt_token_ids: tuple[int, ...]  # the exact ids fed to the model, special tokens included
     settings: SamplingSettings
     top_k_report: int
+    threads_auto: bool = False  # `threads = "auto"`: the engine chooses the count (thread_tuner.py)
     kind: str = field(default="start", init=False)
 
 
@@ -136,6 +137,8 @@ class Step:
     settings_changed: tuple[str, ...]  # fields that differ from the previous step's settings
     n_past: int  # tokens in the context after this step's token is appended
     elapsed_ms: float = 0.0  # from the request to this token being sampled (step 0: the TTFT)
+    threads: int = 0  # llama.cpp threads of the forward pass that produced these logits (0: not recorded)
+    threads_reason: str = ""  # why that count: set on step 0 and where the count or its reason changed
     kind: str = field(default="step", init=False)
 
 

@@ -12,6 +12,7 @@ import os
 import queue
 import stat
 import sys
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .errors import UsageError
@@ -110,7 +111,17 @@ def settings_from_args(base: SamplingSettings, args: argparse.Namespace) -> Samp
     return base.replace(**changes)
 
 
-def summary_line(prefill: Prefill | None, finish: Finish) -> str:
+def threads_text(auto: bool, used: Sequence[int]) -> str:
+    """The summary's thread counts: the last one, and the range auto went through."""
+    if not used:
+        return ""
+    last, lo, hi = used[-1], min(used), max(used)
+    if not auto:
+        return f"threads {last}"
+    return f"threads {last} auto" + (f" ({lo}–{hi} used)" if lo != hi else "")
+
+
+def summary_line(prefill: Prefill | None, finish: Finish, threads: str = "") -> str:
     parts = [
         f"prompt {finish.prompt_tokens} tok",
         f"prefill {finish.prefill_ms:.0f} ms" + (f" ({prefill.reused_tokens} reused)" if prefill and prefill.reused_tokens else ""),
@@ -120,6 +131,8 @@ def summary_line(prefill: Prefill | None, finish: Finish) -> str:
         f"total {finish.total_ms / 1000:.2f} s",
         f"finish: {finish.reason.value}",
     ]
+    if threads:
+        parts.insert(-2, threads)
     line = " · ".join(parts)
     if finish.error:
         line += f" ({finish.error})"
@@ -132,6 +145,7 @@ def step_line(step: Step) -> str:
     return (
         f"{step.index:>4}  {step.piece!r:<16} p={step.sampled_prob:.3f} (raw {step.raw_prob:.3f}) "
         f"rank {step.sampled_rank}/{step.raw_rank}  | {alts}  | {step.forward_ms:.1f} ms"
+        + (f", {step.threads} thr" if step.threads else "")
     )
 
 
@@ -222,7 +236,9 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
 
     events: queue.Queue[Any] = queue.Queue()
     worker = EngineWorker(events.put)
-    options = EngineOptions.from_spec(spec, model_path, verbose=bool(getattr(args, "verbose", False)))
+    options = EngineOptions.from_spec(
+        spec, model_path, verbose=bool(getattr(args, "verbose", False)), threads=getattr(args, "threads", None)
+    )
     worker.load(options, spec.name, model_path)
     live = LiveSettings(settings)
     prefill: Prefill | None = None
@@ -243,6 +259,8 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
             trace = None
 
     generating = False
+    threads_auto = False
+    threads_used: list[int] = []
     try:
         while True:
             try:
@@ -262,7 +280,11 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
                 record(event)
                 if isinstance(event, Prefill):
                     prefill = event
+                elif isinstance(event, Start):
+                    threads_auto = event.threads_auto
                 elif isinstance(event, Step):
+                    if event.threads:
+                        threads_used.append(event.threads)
                     if args.show_steps:
                         ok = output.write(step_line(event) + "\n")
                     elif event.text and not args.blocking:  # blocking: the whole text at the end
@@ -300,7 +322,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     if finish is not None:
         text = finish.text if (args.show_steps or args.blocking) else ""
         output.write(text + ("" if finish.text.endswith("\n") else "\n"))
-        print(summary_line(prefill, finish), file=sys.stderr)
+        print(summary_line(prefill, finish, threads_text(threads_auto, threads_used)), file=sys.stderr)
     elif output.line_open:  # a partial reply, ended by an error: end its line
         output.write("\n")
     # one line: the first of what went wrong, in the order a user should deal with it

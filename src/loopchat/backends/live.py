@@ -17,6 +17,7 @@ from typing import Any
 
 from ..events import HostEvent, Message, ModelReady, WorkerError
 from ..settings import LiveSettings, SamplingSettings
+from ..thread_tuner import Threads
 from . import Sink
 
 #: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
@@ -69,7 +70,7 @@ class LiveBackend:
         model: str | None = None,
         *,
         verbose: bool = False,
-        threads: int | None = None,
+        threads: Threads | None = None,
         host: str = DEFAULT_HOST,
     ) -> None:
         from ..config import load_config  # ConfigError propagates: the caller reports it
@@ -78,7 +79,7 @@ class LiveBackend:
         self.config = load_config(config_path)
         self.spec = self.config.get(model)
         self.verbose = verbose
-        self.threads = threads  # overrides the model's `threads` (tests, benchmarks)
+        self.threads = threads  # overrides the model's `threads` (--threads, tests, benchmarks)
         self.ready: ModelReady | None = None  # the model loaded now
         self.loading: str | None = None
         self._relay = _Relay()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..backends import Backend
 from ..settings import SamplingSettings
+from ..thread_tuner import Threads
 from .app import LoopChatApp
 from .prefs import Prefs
 
@@ -24,6 +25,7 @@ def create_app(
     prefs_path: Path | None = None,
     settings: SamplingSettings | None = None,
     host: str | None = None,
+    threads: Threads | None = None,
 ) -> LoopChatApp:
     """The app on a live model (or a trace with replay=FILE); raises ConfigError/TraceError.
 
@@ -38,7 +40,7 @@ def create_app(
         else:
             from ..backends.live import DEFAULT_HOST, LiveBackend
 
-            backend = LiveBackend(config_path, model, verbose=verbose, host=host or DEFAULT_HOST)
+            backend = LiveBackend(config_path, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads)
     return LoopChatApp(backend, prefs=prefs, prefs_path=prefs_path, owns_backend=owns, settings=settings)
 
 
@@ -70,12 +72,13 @@ def run_tui(
     replay_speed: float = 1.0,
     verbose: bool = False,
     host: str | None = None,
+    threads: Threads | None = None,
 ) -> int:
     """Run the app until the user quits; returns the exit code (2: could not start)."""
     try:
         app = create_app(
             config_path=config_path, model=model, replay=replay, replay_speed=replay_speed, verbose=verbose,
-            host=host,
+            host=host, threads=threads,
         )
     except Exception as exc:  # ConfigError, TraceError: one-line messages
         print(f"loopchat: {exc}", file=sys.stderr)

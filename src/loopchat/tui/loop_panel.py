@@ -21,7 +21,7 @@ from ..events import Candidate, Step
 from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
-from .panel_caches import PanelCaches
+from .panel_caches import PanelCaches, ReplyIndex
 from .plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
 
 HEAD = Style.parse("bold #87d7ff")
@@ -242,6 +242,8 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     else:
         row("this pass", (f"{fwd} forward + {fmt_ms(s.sample_ms)} sampling", _NONE))
     index = caches.record_index(r)
+    if s.threads:  # 0: a trace from before threads were recorded
+        row("threads", *_threads(s, r, index, compact))
     if v.pinned:  # a past token: the passes up to it (once, not per frame)
         decode = index.forward[: s.index]
         lo, hi = (min(decode), max(decode)) if decode else (0.0, 0.0)
@@ -259,6 +261,19 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
         pct = "" if compact else f" ({100 * s.n_past / n_ctx:.0f}%)"
         row("context", (f"{s.n_past:,} / {n_ctx:,} tokens{pct}", _NONE))
     _rstrip(out[-1])
+    return out
+
+
+def _threads(s: Step, r: ReplyRecord, index: ReplyIndex, compact: bool) -> Pieces:
+    """The thread count of the pass shown, and why: auto's reason for its last change."""
+    if r.start is None or not r.start.threads_auto:
+        return [(f"{s.threads}", _NONE), (" pinned", LABEL)]
+    note = index.threads_reason(s.index)
+    out: Pieces = [(f"{s.threads}", _NONE), (" auto", LABEL)]
+    if note is not None and not compact:
+        at, reason = note
+        where = "at this pass" if at == s.index else f"pass {at + 1}"
+        out.append((f" · {reason}, {where}" if at else f" · {reason}", LABEL))
     return out
 
 

@@ -5,6 +5,8 @@ sparkline's maxima, updated with the new steps only) and the fitted settings blo
 
 from __future__ import annotations
 
+import bisect
+
 from .conversation import ReplyRecord
 from .fast_static import Line
 
@@ -16,12 +18,13 @@ class ReplyIndex:
     last change step per setting, decode forward times, their min/max, and the maxima
     of consecutive blocks of them (blocks double in size as the reply grows)."""
 
-    __slots__ = ("record", "seen", "changes", "forward", "fmin", "fmax", "blocks", "block", "fill")
+    __slots__ = ("record", "seen", "changes", "threads", "forward", "fmin", "fmax", "blocks", "block", "fill")
 
     def __init__(self, record: ReplyRecord) -> None:
         self.record = record
         self.seen = 0
         self.changes: dict[str, int] = {}
+        self.threads: list[tuple[int, str]] = []  # (step index, reason) where the thread count's reason changed
         self.forward: list[float] = []  # forward_ms of steps[1:]
         self.fmin = float("inf")
         self.fmax = 0.0
@@ -35,12 +38,20 @@ class ReplyIndex:
         if n < self.seen:  # the list was replaced: start again
             self.__init__(self.record)  # type: ignore[misc]
         for s in steps[self.seen :]:
+            if s.threads_reason:
+                self.threads.append((s.index, s.threads_reason))
             if s.index > 0:
                 for name in s.settings_changed:
                     self.changes[name] = s.index
         for x in steps[max(1, self.seen) :]:
             self._add(x.forward_ms)
         self.seen = n
+
+    def threads_reason(self, index: int) -> tuple[int, str] | None:
+        """The last (step index, reason) of the thread count at or before step `index`."""
+        notes = self.threads
+        i = bisect.bisect_right(notes, index, key=lambda n: n[0])
+        return notes[i - 1] if i else None
 
     def _add(self, v: float) -> None:
         self.forward.append(v)

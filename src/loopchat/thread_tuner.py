@@ -1,0 +1,214 @@
+"""`threads = "auto"`: the engine picks llama.cpp's thread count from its own forward passes.
+
+Why: llama.cpp's threads meet at a barrier at every graph node, so one thread that the OS
+deschedules stalls all of them. On this project's 2-core machine, 2 threads run the
+default model at ~80 tok/s when the machine is quiet and ~20 tok/s as soon as one other
+CPU-bound program runs, where 1 thread keeps ~50. The count that wins depends on what
+else runs *now*, so it is measured, not configured.
+
+How (`ThreadTuner`, pure Python: it is fed forward-pass times and says which count the
+next pass uses; the engine applies it with llama_set_n_threads between passes):
+
+- **Probe.** Measure the count in force, then its neighbours (one thread fewer, one
+  more), each for `probe_passes` passes after one warm-up pass, and keep walking while a
+  neighbour is faster by more than `margin`. A candidate whose pass takes more than
+  twice the best median so far is dropped at once (on a busy machine one such pass can
+  take a second). The count with the lowest median wins; the one in force is kept unless
+  another is `margin` faster.
+- **Watch.** Once chosen, the median of the last `window` passes is compared with the
+  median the choice was made on: `drift` times slower or faster (another program
+  started or stopped) starts a probe.
+- **Re-check.** Every `recheck_ms` of forward passes, a probe runs anyway: a program
+  that stops while 1 thread is in force does not make 1 thread faster, only 2. A probe
+  that kept the count costs the time its slower passes took beyond the kept count's
+  median; the next re-check waits until that cost is at most `budget` of the passes run
+  meanwhile (up to `max_recheck_ms`). On a busy 2-core machine one pass at 2 threads
+  can take 1-3 s against 20 ms at 1: re-checking every 10 s would cost a third of the
+  time, so it backs off to every 2 minutes there.
+
+The first probe starts at the machine's physical core count. Every change of count
+comes with a one-line reason (`reason`), which the engine records in the step whose
+pass first ran with it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from typing import Literal
+
+AUTO: Literal["auto"] = "auto"
+Threads = int | Literal["auto"]
+
+
+def parse_threads(value: object) -> Threads:
+    """`"auto"` or a whole number >= 1 (from the command line or models.toml)."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == AUTO:
+            return AUTO
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f'must be "auto" or a whole number of threads from 1, got {value!r}')
+
+
+def _ms(v: float) -> str:
+    return f"{v:.1f} ms" if v < 100 else f"{v:.0f} ms"
+
+
+def _n(n: int) -> str:
+    return f"{n} thread{'s' if n != 1 else ''}"
+
+
+class ThreadTuner:
+    """Chooses the thread count of the next forward pass from the times of the last ones."""
+
+    def __init__(
+        self,
+        max_threads: int,
+        *,
+        probe_passes: int = 4,
+        window: int = 8,
+        drift: float = 1.5,
+        margin: float = 0.05,
+        recheck_ms: float = 10_000.0,
+        budget: float = 0.02,
+        max_recheck_ms: float = 120_000.0,
+    ) -> None:
+        self.max = max(1, max_threads)
+        self.probe_passes = probe_passes
+        self.drift = drift
+        self.margin = margin
+        self.recheck_ms = recheck_ms
+        self.budget = budget
+        self.max_recheck_ms = max_recheck_ms
+        self._recheck_after = recheck_ms
+        self._cost = 0.0  # ms the probe in progress lost to slower candidates
+        self.threads = self.max
+        self.reason = f"{_n(self.max)} (the physical cores) until measured"
+        self.changes = 0  # bumped with every new reason: the engine records it once
+        self._window: deque[float] = deque(maxlen=window)
+        self._baseline = 0.0  # the median the count in force was chosen on
+        self._since_ms = 0.0  # forward-pass time since the last choice
+        # probe state (None: not probing)
+        self._results: dict[int, float] | None = None
+        self._home = self.threads
+        self._why = ""
+        self._samples: list[float] = []
+        self._skip = 0
+        if self.max == 1:
+            self.reason = "1 thread: the machine has one physical core"
+            return  # nothing to choose from: never probes
+        self._start_probe("first measurement", reuse_window=False)
+
+    @property
+    def probing(self) -> bool:
+        return self._results is not None
+
+    # ------------------------------------------------------------------------------
+    def observe(self, ms: float) -> int:
+        """Record one single-token forward pass run with `self.threads`; return the
+        count the next pass should use (the new `self.threads`)."""
+        if self._results is not None:
+            self._probe_pass(ms)
+            return self.threads
+        if self.max == 1:
+            return 1
+        self._window.append(ms)
+        self._since_ms += ms
+        if len(self._window) == self._window.maxlen and self._baseline > 0:
+            now = statistics.median(self._window)
+            if now > self.drift * self._baseline:
+                self._start_probe(f"passes {now / self._baseline:.1f}x slower than when chosen")
+                return self.threads
+            if now * self.drift < self._baseline:
+                self._start_probe(f"passes {self._baseline / now:.1f}x faster than when chosen")
+                return self.threads
+        if self._since_ms >= self._recheck_after:
+            self._start_probe("regular re-check")
+        return self.threads
+
+    # ------------------------------------------------------------------------------
+    def _start_probe(self, why: str, *, reuse_window: bool = True) -> None:
+        self._results = {}
+        self._home = self.threads
+        self._why = why
+        self._samples = []
+        self._skip = 0
+        self._cost = 0.0
+        if reuse_window and len(self._window) == self._window.maxlen:
+            # the passes just watched are a fresh measurement of the count in force
+            self._results[self.threads] = statistics.median(self._window)
+            self._next_candidate()
+
+    def _probe_pass(self, ms: float) -> None:
+        results = self._results
+        assert results is not None
+        best = min(results.values(), default=None)
+        if best is not None and ms > best:
+            self._cost += ms - best
+        if self._skip:
+            self._skip -= 1
+            if best is not None and ms > 4 * best:  # even the warm-up says: much slower
+                self._measured(ms)
+            return
+        self._samples.append(ms)
+        if best is not None and ms > 2 * best:
+            self._measured(ms)  # clearly worse: no need to sit through more of it
+        elif len(self._samples) >= self.probe_passes:
+            self._measured(statistics.median(self._samples))
+
+    def _measured(self, median_ms: float) -> None:
+        assert self._results is not None
+        self._results[self.threads] = median_ms
+        self._next_candidate()
+
+    def _best(self) -> int:
+        r = self._results
+        assert r
+        best = min(r, key=r.__getitem__)
+        home = self._home
+        if best != home and home in r and r[best] > (1 - self.margin) * r[home]:
+            return home  # not faster by more than the margin: no change for noise
+        return best
+
+    def _next_candidate(self) -> None:
+        r = self._results
+        assert r is not None
+        best = self._best()
+        for c in (best - 1, best + 1):
+            if 1 <= c <= self.max and c not in r:
+                self._switch(c, f"probing {_n(c)} ({self._why})")
+                return
+        self._conclude(best)
+
+    def _switch(self, n: int, reason: str) -> None:
+        self.threads = n
+        self._samples = []
+        self._skip = 1  # the first pass after a change of count pays for the change
+        self.reason = reason
+        self.changes += 1
+
+    def _conclude(self, best: int) -> None:
+        r = self._results
+        assert r is not None
+        others = ", ".join(f"{_n(n)} {_ms(v)}" for n, v in sorted(r.items()) if n != best)
+        measured = f"{_ms(r[best])} a pass; {others}" if others else f"{_ms(r[best])} a pass"
+        verb = "kept" if best == self._home else "chose"
+        reason = f"{verb} {_n(best)}: {measured} ({self._why})"
+        if best == self._home and self._cost > self.budget * self.recheck_ms:
+            self._recheck_after = min(self.max_recheck_ms, self._cost / self.budget)
+            reason += f"; next re-check in {self._recheck_after / 1000:.0f} s of passes"
+        else:
+            self._recheck_after = self.recheck_ms
+        self._results = None
+        self._baseline = r[best]
+        self._window.clear()
+        self._since_ms = 0.0
+        self._samples = []
+        self._skip = 0
+        self.threads = best
+        self.reason = reason
+        self.changes += 1

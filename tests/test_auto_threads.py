@@ -1,0 +1,106 @@
+"""`threads = "auto"` on the real default model: the recorded thread counts follow a real
+CPU-bound process started beside the engine and stopped again; a pinned count never
+moves. Assertions are on the counts the steps record, never on a speed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from loopchat.engine import Engine, physical_cores
+from loopchat.events import Message, Start, Step
+from loopchat.settings import SamplingSettings
+from loopchat.thread_tuner import ThreadTuner
+
+MESSAGES = [Message("user", "Tell me a long story about a lighthouse keeper.")]
+
+
+def reply(engine: Engine, tokens: int) -> tuple[Start, list[Step]]:
+    events = list(engine.generate(MESSAGES, SamplingSettings(max_tokens=tokens, temperature=0.8), ignore_eos=True))
+    start = events[0]
+    assert isinstance(start, Start)
+    return start, [e for e in events if isinstance(e, Step)]
+
+
+def settled(steps: list[Step]) -> int:
+    """The count used most over the last third of a reply."""
+    return Counter(s.threads for s in steps[-len(steps) // 3 :]).most_common(1)[0][0]
+
+
+@contextmanager
+def cpu_burners(n: int, seconds: float = 120.0) -> Iterator[None]:
+    """`n` CPU-bound processes, each ending by itself after `seconds`, always killed."""
+    code = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+@pytest.fixture(scope="module")
+def auto_engine(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    # re-checks every 0.5 s of passes, backing off to at most 2 s, so that the test sees a
+    # change within a few hundred tokens (the defaults: 10 s and 2 minutes)
+    tuner = ThreadTuner(physical_cores(), recheck_ms=500.0, max_recheck_ms=2000.0)
+    log = tmp_path_factory.mktemp("log") / "llama.log"
+    with Engine(model_path, n_ctx=4096, log_path=log, thread_tuner=tuner) as eng:
+        yield eng
+
+
+def test_each_step_records_the_count_in_force_and_why(auto_engine: Engine) -> None:
+    start, steps = reply(auto_engine, 120)
+    assert start.threads_auto and start.threads == steps[0].threads
+    assert steps[0].threads_reason  # the reason in force when the reply starts
+    assert all(1 <= s.threads <= physical_cores() for s in steps)
+    for prev, s in zip(steps, steps[1:]):
+        if s.threads != prev.threads:
+            assert s.threads_reason, f"step {s.index} ran with {s.threads} threads without a reason"
+    # the reason is recorded where it changes, not repeated at every step
+    assert sum(1 for s in steps if s.threads_reason) < len(steps) // 4
+
+
+def test_the_count_follows_a_cpu_bound_process_started_and_stopped(auto_engine: Engine) -> None:
+    cores = physical_cores()
+    assert cores >= 2, "this test needs a machine with 2 or more physical cores"
+    usable = len(os.sched_getaffinity(0))
+    # a quiet machine: all cores (a shared machine may be busy for a moment: allow a retry)
+    quiet = 0
+    for _ in range(3):
+        _, steps = reply(auto_engine, 200)
+        quiet = settled(steps)
+        if quiet == cores:
+            break
+    assert quiet == cores, f"on a quiet machine auto settled on {quiet} of {cores} threads"
+    # one CPU-bound process per usable CPU: every llama thread now competes for a core,
+    # and the threads that wait for a descheduled one at every layer lose
+    with cpu_burners(usable):
+        _, busy_steps = reply(auto_engine, 240)
+    busy = settled(busy_steps)
+    assert busy < quiet, f"with {usable} CPU-bound processes beside it auto kept {busy} threads"
+    assert any("slower than when chosen" in s.threads_reason for s in busy_steps)
+    # they stop: the regular re-check finds the quiet machine's count again
+    _, after = reply(auto_engine, 400)
+    assert settled(after) == quiet
+    assert any("regular re-check" in s.threads_reason for s in after)
+
+
+def test_a_pinned_count_is_never_changed(model_path: Path, tmp_path: Path) -> None:
+    pinned = 1 if physical_cores() > 1 else 2  # not the count auto would start with
+    with Engine(model_path, n_ctx=1024, threads=pinned, log_path=tmp_path / "llama.log") as eng:
+        with cpu_burners(1, seconds=60):
+            start, steps = reply(eng, 80)
+        start2, steps2 = reply(eng, 80)
+    assert not start.threads_auto and start.threads == start2.threads == pinned
+    assert {s.threads for s in steps + steps2} == {pinned}
+    assert not any(s.threads_reason for s in steps + steps2)

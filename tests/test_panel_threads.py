@@ -1,0 +1,84 @@
+"""The loop panel's `threads` row: the count of the pass shown and auto's reason for its
+last change, live and on a selected past token; "pinned" for a fixed count; no row for a
+trace recorded before threads were (the bundled snapshot trace)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rich.console import Console
+
+from loopchat.events import Finish, Prefill, Start, Step
+from loopchat.trace import read_trace
+from loopchat.tui.conversation import STREAM, ReplyRecord
+from loopchat.tui.loop_panel import PanelView, panel_renderable
+from loopchat.tui.panel_caches import PanelCaches
+
+from tui_fixtures import REPLY_TRACE
+
+PROBE = "probing 1 thread (first measurement)"
+KEPT = "kept 2 threads: 10.0 ms a pass; 1 thread 17.0 ms (first measurement)"
+
+
+def record(auto: bool = True, threads: bool = True) -> ReplyRecord:
+    _, traced = read_trace(REPLY_TRACE)
+    events = [t.event for t in traced]
+    start = next(e for e in events if isinstance(e, Start))
+    steps = [e for e in events if isinstance(e, Step)]
+    assert len(steps) >= 12
+    if threads:
+        # passes 6-9 ran with 1 thread (a probe), the others with 2
+        def count(i: int) -> int:
+            return 1 if 5 <= i <= 8 else 2
+
+        notes = {0: "2 threads (the physical cores) until measured", 5: PROBE, 9: KEPT} if auto else {}
+        steps = [dataclasses.replace(s, threads=count(s.index), threads_reason=notes.get(s.index, "")) for s in steps]
+    r = ReplyRecord(1, STREAM, start.messages)
+    r.start = dataclasses.replace(start, threads_auto=auto)
+    r.prefill = next(e for e in events if isinstance(e, Prefill))
+    r.steps = steps
+    r.finish = next(e for e in events if isinstance(e, Finish))
+    return r
+
+
+def text(r: ReplyRecord, step: Step, pinned: bool, caches: PanelCaches | None = None) -> str:
+    view = PanelView(record=r, step=step, live=step.settings, pinned=pinned, width=120)
+    console = Console(width=120, record=True, color_system=None, file=open("/dev/null", "w"))
+    console.print(panel_renderable(view) if caches is None else _lines(view, caches))
+    return console.export_text()
+
+
+def _lines(view: PanelView, caches: PanelCaches):
+    from loopchat.tui.fast_static import lines_to_text
+    from loopchat.tui.loop_panel import panel_lines
+
+    return lines_to_text(panel_lines(view, caches))
+
+
+def test_the_last_change_and_its_reason() -> None:
+    r = record()
+    last = text(r, r.steps[-1], pinned=False)
+    assert f"threads     2 auto · {KEPT}, pass 10" in last
+    # a selected token during the probe: its count, and the reason in force then
+    assert f"threads     1 auto · {PROBE}, pass 6" in text(r, r.steps[7], pinned=True)
+    assert f"threads     1 auto · {PROBE}, at this pass" in text(r, r.steps[5], pinned=True)
+    assert "threads     2 auto · 2 threads (the physical cores) until measured" in text(r, r.steps[2], pinned=True)
+
+
+def test_the_index_is_built_once_per_step() -> None:
+    r = record()
+    caches = PanelCaches()
+    full = r.steps
+    r.steps = full[:7]
+    assert f"{PROBE}, pass 6" in text(r, r.steps[-1], pinned=False, caches=caches)
+    r.steps = full
+    assert f"{KEPT}, pass 10" in text(r, r.steps[-1], pinned=False, caches=caches)
+    assert caches.index is not None and caches.index.threads == [(0, caches.index.threads[0][1]), (5, PROBE), (9, KEPT)]
+
+
+def test_pinned_and_old_traces() -> None:
+    r = record(auto=False)
+    assert "threads     2 pinned" in text(r, r.steps[-1], pinned=False)
+    old = record(threads=False)
+    assert old.steps[-1].threads == 0
+    assert "threads" not in text(old, old.steps[-1], pinned=False)

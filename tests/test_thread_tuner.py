@@ -1,0 +1,113 @@
+"""The auto thread count's decisions, fed forward-pass times of a simulated machine.
+
+(The engine on the real model, with a real CPU-bound process started beside it, is in
+test_auto_threads.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from loopchat.thread_tuner import AUTO, ThreadTuner, parse_threads
+
+QUIET = {1: 17.0, 2: 10.0}  # ms a pass: 2 threads win on an idle 2-core machine
+BUSY = {1: 20.0, 2: 50.0}  # one other CPU-bound program: 2 threads wait for each other
+
+
+def run(tuner: ThreadTuner, machine: dict[int, float], passes: int, trail: list[int] | None = None) -> list[int]:
+    """Feed `passes` passes whose time depends on the count in force; the counts used."""
+    used = [] if trail is None else trail
+    for _ in range(passes):
+        n = tuner.threads
+        used.append(n)
+        tuner.observe(machine[n])
+    return used
+
+
+def test_quiet_machine_keeps_all_cores() -> None:
+    t = ThreadTuner(2)
+    assert t.threads == 2 and "until measured" in t.reason
+    used = run(t, QUIET, 40)
+    assert not t.probing and t.threads == 2
+    assert 1 in used[:10]  # it tried one thread fewer...
+    assert set(used[10:]) == {2}  # ...and went back
+    assert t.reason.startswith("kept 2 threads: 10.0 ms a pass; 1 thread 17.0 ms (first measurement)")
+
+
+def test_busy_machine_chooses_fewer_threads() -> None:
+    t = ThreadTuner(2)
+    used = run(t, BUSY, 30)
+    assert t.threads == 1 and set(used[8:]) == {1}
+    assert t.reason.startswith("chose 1 thread: 20.0 ms a pass; 2 threads 50.0 ms")
+
+
+def test_drift_then_regular_recheck_follow_the_machine() -> None:
+    t = ThreadTuner(2, recheck_ms=1000.0)
+    run(t, QUIET, 30)
+    assert t.threads == 2
+    # another program starts: 2-thread passes get 5x slower; the watch window sees it
+    used = run(t, BUSY, 30)
+    assert t.threads == 1 and used[-1] == 1
+    assert "slower than when chosen" in t.reason
+    # it stops: 1 thread is no faster, so only the regular re-check finds 2 again
+    run(t, QUIET, 120)
+    assert t.threads == 2 and "regular re-check" in t.reason
+
+
+def test_recheck_backs_off_when_probing_costs_much() -> None:
+    t = ThreadTuner(2, recheck_ms=1000.0, budget=0.02)
+    machine = {1: 20.0, 2: 2000.0}  # one 2-thread pass costs 100 one-thread passes
+    used = run(t, machine, 15_000)
+    probes = [i for i in range(1, len(used)) if used[i] == 2 and used[i - 1] == 1]
+    assert len(probes) >= 2
+    # each probe of 2 threads is cut after its first pass, and re-checks are spaced so
+    # that they cost at most ~2% of the time: ~5000 passes apart, not every 50
+    assert all(b - a >= 4000 for a, b in zip(probes, probes[1:]))
+    assert "next re-check in" in t.reason
+    spent_probing = sum(machine[n] for n in used[probes[0]:]) - 20.0 * len(used[probes[0]:])
+    assert spent_probing / (20.0 * len(used[probes[0]:])) < 0.12
+
+
+def test_hill_climb_on_many_cores() -> None:
+    # 8 cores, 2 of them taken by other programs: 6 threads is fastest; with 7 or 8 the
+    # threads wait at every barrier for one the OS has descheduled
+    machine = {n: 60.0 / n for n in range(1, 7)} | {7: 60.0, 8: 80.0}
+    t = ThreadTuner(8)
+    used = run(t, machine, 80)
+    assert t.threads == 6 and used[-1] == 6
+    assert 5 in used and 7 in used  # it looked on both sides of the best
+    assert 1 not in used  # without trying every count
+
+
+def test_noise_within_the_margin_changes_nothing() -> None:
+    t = ThreadTuner(2, margin=0.05)
+    run(t, {1: 10.3, 2: 10.0}, 20)
+    assert t.threads == 2
+    t = ThreadTuner(2, margin=0.05)
+    run(t, {1: 9.8, 2: 10.0}, 20)  # 2% faster is not enough to switch
+    assert t.threads == 2 and t.reason.startswith("kept 2 threads")
+
+
+def test_one_core_never_probes() -> None:
+    t = ThreadTuner(1)
+    assert set(run(t, {1: 10.0}, 50)) == {1}
+    assert not t.probing and t.changes == 0 and "one physical core" in t.reason
+
+
+def test_a_new_reason_bumps_changes() -> None:
+    t = ThreadTuner(2)
+    seen = {t.changes}
+    for _ in range(20):
+        t.observe(QUIET[t.threads])
+        seen.add(t.changes)
+    assert len(seen) >= 3  # probing 1, then kept 2
+
+
+@pytest.mark.parametrize(("value", "expected"), [("auto", AUTO), ("AUTO", AUTO), ("3", 3), (2, 2)])
+def test_parse_threads(value: object, expected: object) -> None:
+    assert parse_threads(value) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "", 0, True, 1.5])
+def test_parse_threads_rejects(value: object) -> None:
+    with pytest.raises(ValueError, match='"auto" or a whole number'):
+        parse_threads(value)
