@@ -11,7 +11,10 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
 
 - **Probe.** Measure the count in force, then its neighbours (one thread fewer, one
   more), each for `probe_passes` passes after one warm-up pass, and keep walking while a
-  neighbour is faster by more than `margin`. A candidate whose pass takes more than
+  neighbour is faster by more than `margin`. The first probe (the engine runs it while
+  loading the model) measures 1 thread, then all physical cores, then walks from the
+  faster: 1 thread is the safe reference, since one pass at all cores on a busy machine
+  can take a hundred times longer, and it is cut after that one pass. A candidate whose pass takes more than
   twice the best median so far is dropped at once (on a busy machine one such pass can
   take a second). The count with the lowest median wins; the one in force is kept unless
   another is `margin` faster.
@@ -20,8 +23,7 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   started or stopped) starts a probe.
 - **Re-check.** Every `recheck_ms` of forward passes, a probe runs anyway: a program
   that stops while 1 thread is in force does not make 1 thread faster, only 2. A probe
-  that kept the count costs the time its slower passes took beyond the kept count's
-  median; the next re-check waits until that cost is at most `budget` of the passes run
+  costs the time its slower passes took beyond the best median; the next re-check waits until that cost is at most `budget` of the passes run
   meanwhile (up to `max_recheck_ms`). On a busy 2-core machine one pass at 2 threads
   can take 1-3 s against 20 ms at 1: re-checking every 10 s would cost a third of the
   time, so it backs off to every 2 minutes there.
@@ -87,7 +89,7 @@ class ThreadTuner:
         self._recheck_after = recheck_ms
         self._cost = 0.0  # ms the probe in progress lost to slower candidates
         self.threads = self.max
-        self.reason = f"{_n(self.max)} (the physical cores) until measured"
+        self.reason = "not measured yet"
         self.changes = 0  # bumped with every new reason: the engine records it once
         self._window: deque[float] = deque(maxlen=window)
         self._baseline = 0.0  # the median the count in force was chosen on
@@ -102,6 +104,8 @@ class ThreadTuner:
             self.reason = "1 thread: the machine has one physical core"
             return  # nothing to choose from: never probes
         self._start_probe("first measurement", reuse_window=False)
+        self.threads = 1  # measured first (the safe reference), then all the cores
+        self.reason = "1 thread until measured"
 
     @property
     def probing(self) -> bool:
@@ -178,6 +182,9 @@ class ThreadTuner:
         r = self._results
         assert r is not None
         best = self._best()
+        if self._home not in r:  # the first probe: 1 thread measured, now all the cores
+            self._switch(self._home, f"probing {_n(self._home)} ({self._why})")
+            return
         for c in (best - 1, best + 1):
             if 1 <= c <= self.max and c not in r:
                 self._switch(c, f"probing {_n(c)} ({self._why})")
@@ -198,7 +205,7 @@ class ThreadTuner:
         measured = f"{_ms(r[best])} a pass; {others}" if others else f"{_ms(r[best])} a pass"
         verb = "kept" if best == self._home else "chose"
         reason = f"{verb} {_n(best)}: {measured} ({self._why})"
-        if best == self._home and self._cost > self.budget * self.recheck_ms:
+        if self._cost > self.budget * self.recheck_ms:
             self._recheck_after = min(self.max_recheck_ms, self._cost / self.budget)
             reason += f"; next re-check in {self._recheck_after / 1000:.0f} s of passes"
         else:
