@@ -201,13 +201,13 @@ class ThreadTuner:
     def _conclude(self, best: int) -> None:
         r = self._results
         assert r is not None
-        others = ", ".join(f"{_n(n)} {_ms(v)}" for n, v in sorted(r.items()) if n != best)
-        measured = f"{_ms(r[best])} a pass; {others}" if others else f"{_ms(r[best])} a pass"
+        others = ", ".join(f"{n}: {_ms(v)}" for n, v in sorted(r.items()) if n != best)
+        measured = f"{_ms(r[best])}/pass vs {others}" if others else f"{_ms(r[best])}/pass"
         verb = "kept" if best == self._home else "chose"
         reason = f"{verb} {_n(best)}: {measured} ({self._why})"
         if self._cost > self.budget * self.recheck_ms:
             self._recheck_after = min(self.max_recheck_ms, self._cost / self.budget)
-            reason += f"; next re-check in {self._recheck_after / 1000:.0f} s of passes"
+            reason += f"; re-check after {self._recheck_after / 1000:.0f} s"
         else:
             self._recheck_after = self.recheck_ms
         self._results = None
