@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from loopchat.engine import Engine  # noqa: E402
+from loopchat.engine import Engine, physical_cores  # noqa: E402
 from loopchat.events import Finish, Message, Start  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.settings import SamplingSettings  # noqa: E402
@@ -123,7 +123,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None, help="default: physical cores")
+    # pinned: the comparisons are at equal, fixed thread counts (auto would change the
+    # count between passes; benchmarks/busy_machine.py measures auto)
+    ap.add_argument("--threads", type=int, default=physical_cores(), help="default: physical cores")
     ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench binary (same build flags)")
     ap.add_argument("--sweep", action="store_true", help="sample_ms / forward_ms for each combination of settings")
     ap.add_argument("--model", metavar="FILE.gguf", help="another GGUF file (default: the bundled model)")
