@@ -88,11 +88,12 @@ def test_the_count_follows_a_cpu_bound_process_started_and_stopped(auto_engine: 
         _, busy_steps = reply(auto_engine, 240)
     busy = settled(busy_steps)
     assert busy < quiet, f"with {usable} CPU-bound processes beside it auto kept {busy} threads"
-    assert any("slower than when chosen" in s.threads_reason for s in busy_steps)
-    # they stop: the regular re-check finds the quiet machine's count again
+    # seen in the pass times or in the other programs' CPU use, whichever first
+    assert any(w in s.threads_reason for s in busy_steps for w in ("slower than when chosen", "CPU use went"))
+    # they stop: the CPU meter (or the regular re-check) finds the quiet machine's count
     _, after = reply(auto_engine, 400)
     assert settled(after) == quiet
-    assert any("regular re-check" in s.threads_reason for s in after)
+    assert any(w in s.threads_reason for s in after for w in ("regular re-check", "CPU use went"))
 
 
 def test_a_pinned_count_is_never_changed(model_path: Path, tmp_path: Path) -> None:

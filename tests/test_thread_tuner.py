@@ -117,3 +117,42 @@ def test_parse_threads(value: object, expected: object) -> None:
 def test_parse_threads_rejects(value: object) -> None:
     with pytest.raises(ValueError, match='"auto" or a whole number'):
         parse_threads(value)
+
+
+def test_others_cpu_use_changing_starts_a_probe_at_once() -> None:
+    t = ThreadTuner(2, recheck_ms=10_000.0, max_recheck_ms=120_000.0)
+    run(t, {1: 20.0, 2: 2000.0}, 20)  # a busy machine: 1 thread, re-checks backed off
+    assert t.threads == 1 and "re-check after 99 s" in t.reason
+    t.note_others(1.0)  # the first sample under this choice: the reference
+    t.note_others(1.2)
+    t.note_others(0.1)  # one sample is not enough (a build between two steps)
+    t.note_others(1.0)
+    assert not t.probing
+    t.note_others(0.0)
+    t.note_others(0.1)  # the other program has stopped: probe now, not in 2 minutes
+    assert t.probing
+    run(t, QUIET, 20)
+    assert t.threads == 2
+    # (1 thread's figure: the passes watched before the probe)
+    assert t.reason == "chose 2 threads: 10.0 ms/pass vs 1: 20.0 ms (other programs' CPU use went from 1.0 to 0.1 cores)"
+
+
+def test_other_cpu_meter_sees_a_cpu_bound_process() -> None:
+    import subprocess
+    import sys
+
+    from loopchat.thread_tuner import OtherCpuMeter
+
+    meter = OtherCpuMeter()
+    code = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        import time
+
+        meter.sample()
+        time.sleep(1.0)  # the measured interval itself (nothing to await: CPU time accrues)
+        busy = meter.sample()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert busy >= 0.6, busy  # about one core (a shared machine may add, never remove)

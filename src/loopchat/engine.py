@@ -29,7 +29,7 @@ from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F
 from .events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
-from .thread_tuner import AUTO, Threads, ThreadTuner
+from .thread_tuner import AUTO, OtherCpuMeter, Threads, ThreadTuner
 
 
 class Engine:
@@ -64,6 +64,8 @@ class Engine:
         if self.threads_auto:
             self._tuner: ThreadTuner | None = thread_tuner or ThreadTuner(physical_cores())
             self.threads = self._tuner.threads
+            self._others = OtherCpuMeter()  # sampled about once a second while generating
+            self._others_at = time.perf_counter()
         else:
             self._tuner = None
             self.threads = int(threads)  # type: ignore[arg-type]
@@ -408,6 +410,9 @@ class Engine:
                 break
             forward_ms, forward_tokens = (time.perf_counter() - tf) * 1000.0, 1
             if tuner is not None:
+                if tf - self._others_at >= 1.0:
+                    self._others_at = tf
+                    tuner.note_others(self._others.sample())
                 self._set_threads(tuner.observe(forward_ms))
 
         # A reply that ended after its last step was sent (a cancel or a max_tokens change

@@ -28,6 +28,13 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   can take 1-3 s against 20 ms at 1: re-checking every 10 s would cost a third of the
   time, so it backs off to every 2 minutes there.
 
+- **Others' CPU.** The engine also tells it, about once a second, how many cores'
+  worth of CPU time the other programs on the machine use (`OtherCpuMeter`: the
+  system's CPU time minus this process's). A change of half a core or more, seen twice
+  in a row, starts a probe at once (and ends a back-off): a build that finishes is
+  noticed within seconds, not at the next re-check. The probe still decides by pass
+  times.
+
 The first probe starts at the machine's physical core count. Every change of count
 comes with a one-line reason (`reason`), which the engine records in the step whose
 pass first ran with it.
@@ -36,6 +43,7 @@ pass first ran with it.
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 from typing import Literal
 
@@ -88,6 +96,8 @@ class ThreadTuner:
         self.max_recheck_ms = max_recheck_ms
         self._recheck_after = recheck_ms
         self._cost = 0.0  # ms the probe in progress lost to slower candidates
+        self._others_at_choice: float | None = None  # others' CPU (cores) once the count was chosen
+        self._others_seen: float | None = None  # the last sample
         self.threads = self.max
         self.reason = "not measured yet"
         self.changes = 0  # bumped with every new reason: the engine records it once
@@ -133,6 +143,19 @@ class ThreadTuner:
         if self._since_ms >= self._recheck_after:
             self._start_probe("regular re-check")
         return self.threads
+
+    def note_others(self, cores: float) -> None:
+        """The cores' worth of CPU time other programs used since the last call (about a
+        second ago): a lasting change of half a core or more starts a probe."""
+        previous, self._others_seen = self._others_seen, cores
+        if self.max == 1 or self._results is not None:
+            return
+        base = self._others_at_choice
+        if base is None:  # the first sample since the count was chosen
+            self._others_at_choice = cores
+        elif previous is not None and abs(cores - base) >= 0.5 and abs(previous - base) >= 0.5:
+            self._recheck_after = self.recheck_ms  # a new situation: no back-off
+            self._start_probe(f"other programs' CPU use went from {base:.1f} to {cores:.1f} cores")
 
     # ------------------------------------------------------------------------------
     def _start_probe(self, why: str, *, reuse_window: bool = True) -> None:
@@ -211,6 +234,7 @@ class ThreadTuner:
         else:
             self._recheck_after = self.recheck_ms
         self._results = None
+        self._others_at_choice = None  # the next sample, taken under this choice
         self._baseline = r[best]
         self._window.clear()
         self._since_ms = 0.0
@@ -219,3 +243,28 @@ class ThreadTuner:
         self.threads = best
         self.reason = reason
         self.changes += 1
+
+
+class OtherCpuMeter:
+    """The CPU time the machine's other programs use, in cores: the system's busy CPU
+    time (psutil.cpu_times: user, nice, system, irq, softirq, steal) minus this
+    process's own (every thread of it), over the time since the last sample."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._cpu_times = psutil.cpu_times
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float]:
+        t = self._cpu_times()
+        busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
+        return time.monotonic(), busy, time.process_time()
+
+    def sample(self) -> float:
+        """Others' cores since the last sample (0 when less than a tick has passed)."""
+        now = self._read()
+        wall = now[0] - self._last[0]
+        others = (now[1] - self._last[1]) - (now[2] - self._last[2])
+        self._last = now
+        return max(0.0, others / wall) if wall > 0 else 0.0
