@@ -17,7 +17,7 @@ from loopchat.tui.panel_caches import PanelCaches
 from tui_fixtures import REPLY_TRACE
 
 PROBE = "probing 1 thread (first measurement)"
-KEPT = "kept 2 threads: 10.0 ms/pass vs 1: 17.0 ms (first measurement)"
+KEPT = "kept 2 threads: 10.0 ms/pass vs 1: 17.0 ms (regular re-check)"
 
 
 def record(auto: bool = True, threads: bool = True) -> ReplyRecord:

@@ -226,7 +226,8 @@ class ThreadTuner:
         assert r is not None
         others = ", ".join(f"{n}: {_ms(v)}" for n, v in sorted(r.items()) if n != best)
         measured = f"{_ms(r[best])}/pass vs {others}" if others else f"{_ms(r[best])}/pass"
-        verb = "kept" if best == self._home else "chose"
+        first = not self._baseline  # the first measurement chooses; nothing was kept
+        verb = "kept" if best == self._home and not first else "chose"
         reason = f"{verb} {_n(best)}: {measured} ({self._why})"
         if self._cost > self.budget * self.recheck_ms:
             self._recheck_after = min(self.max_recheck_ms, self._cost / self.budget)
