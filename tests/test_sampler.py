@@ -113,3 +113,42 @@ def test_entropy_in_bits() -> None:
     res = sampler.sample(uniform, [], SamplingSettings(top_k=0, top_p=1.0, min_p=0.0, temperature=1.0, repeat_penalty=1.0), sampler.make_rng(0))
     assert res.raw_entropy == pytest.approx(10.0, abs=1e-4)
     assert res.sampled_entropy == pytest.approx(10.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("shape", ["sharp", "spread", "flat"])
+def test_top_p_over_a_large_vocabulary_is_exact_on_each_path(shape: str, monkeypatch) -> None:
+    """Top-k off on a 262,144-token vocabulary (Gemma 3's size): the cut-off is found in
+    the exact top 64 (sharp), among the tokens above a sampled threshold (spread), or by
+    the bins over the whole vocabulary (flat); each against the full-sort reference."""
+    n = 262_144
+    rng = np.random.default_rng(11)
+    logits = rng.standard_normal(n).astype(np.float32)
+    if shape == "sharp":
+        logits[rng.choice(n, 5, replace=False)] += 14.0
+    elif shape == "spread":
+        logits[rng.choice(n, 2000, replace=False)] += 9.0
+    else:
+        logits *= 0.5
+    logits[[7, 70_000]] = logits.max()  # a tie at the top: equal logits go in id order
+    binned: list[int] = []
+    real_bins = sampler._top_p_bins
+    monkeypatch.setattr(sampler, "_top_p_bins", lambda x, q, t: binned.append(x.shape[0]) or real_bins(x, q, t))
+    s = SamplingSettings(temperature=1.3, top_k=0, top_p=0.9, min_p=0.0, repeat_penalty=1.0)
+    ref = reference_chain(logits, [], s)
+    res = sampler.sample(logits, [], s, sampler.make_rng(3), report_k=40)
+    assert {"sharp": binned == [], "spread": len(binned) == 1 and binned[0] < n // 4, "flat": binned == [n]}[shape], binned
+    assert res.kept == len(ref)
+    top = sorted(ref.items(), key=lambda kv: -kv[1])[:40]
+    assert res.sampled_top_probs.tolist() == pytest.approx([p for _, p in top], abs=1e-9)
+    assert res.sampled_prob == pytest.approx(ref[res.token_id], abs=1e-9)
+    nz = np.array(list(ref.values()))
+    assert res.sampled_entropy == pytest.approx(float(-(nz * np.log2(nz)).sum()), abs=1e-6)
+
+
+def test_the_unsorted_draw_finds_what_a_whole_cumulative_sum_finds() -> None:
+    rng = np.random.default_rng(5)
+    probs = rng.random(262_144) ** 4
+    probs /= probs.sum()
+    cum = np.cumsum(probs)
+    for u in list(rng.random(300)) + [0.0, 1.0 - 1e-12]:
+        assert sampler._draw_unsorted(probs, u) == min(int(np.searchsorted(cum, u, side="right")), probs.shape[0] - 1)
