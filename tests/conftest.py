@@ -1,4 +1,5 @@
-"""Shared fixtures: the real default model, loaded once per session."""
+"""Shared fixtures: the real default model, loaded once per session; the path of the
+second model (Gemma 3 270M, tests/gemma_model.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from gemma_model import gemma_path as _gemma_path
 
 from loopchat.engine import Engine
 from loopchat.model_files import builtin_model_path
@@ -23,6 +25,16 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def model_path() -> Path:
     return builtin_model_path()
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """The assembled Gemma 3 270M file. Missing, the test fails (no skip: `make test`
+    always assembles it, so a missing file is a broken set-up)."""
+    try:
+        return _gemma_path()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,155 @@
+"""The second model, Gemma 3 270M base (issue 11): nothing like the default one.
+
+262,144 tokens of vocabulary (5x), another architecture and quantization, BOS added,
+no chat template in the file. The engine loads it once for this module (~250 MB).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loopchat import sampler
+from loopchat.chat_prompt import CHATML_TEMPLATE
+from loopchat.engine import Engine
+from loopchat.events import Finish, Message, Start, Step
+from loopchat.settings import SamplingSettings
+
+PROMPT = [Message("user", "The lighthouse keeper looked at the sea and")]
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    eng = Engine(gemma_path, n_ctx=512, log_path=tmp_path_factory.mktemp("log") / "llama.log")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def gemma_logits(gemma: Engine) -> list[np.ndarray]:
+    """Real logit rows: after the prompt, then after each of three greedy tokens."""
+    gemma.reset()
+    gemma._eval(gemma.fit_prompt(PROMPT, 8).tokens)
+    rows = []
+    for _ in range(4):
+        row = gemma._logits().copy()
+        rows.append(row)
+        gemma._decode_one(int(np.argmax(row)))
+        gemma._sync()
+    gemma.reset()
+    return rows
+
+
+def test_loads_with_its_own_vocabulary_bos_and_the_fallback_template(gemma: Engine) -> None:
+    assert gemma.n_vocab == 262_144
+    assert gemma.add_bos is True
+    assert "tokenizer.chat_template" not in gemma.llm.metadata
+    assert gemma.chat_template == CHATML_TEMPLATE  # the engine's fallback
+    tokens = gemma.tokenize("Hello")
+    assert tokens[0] == gemma.llm.token_bos() and len(tokens) >= 2
+
+
+def _filled(step: Step) -> dict[str, bool]:
+    """Which fields of a Step carry something (a non-empty list, a positive number...)."""
+    out = {}
+    for f in fields(step):
+        v = getattr(step, f.name)
+        out[f.name] = bool(v) if isinstance(v, (tuple, str, int, float)) and not isinstance(v, bool) else v is not None
+    return out
+
+
+def test_a_reply_fills_every_step_as_on_the_default_model(gemma: Engine, engine: Engine) -> None:
+    settings = SamplingSettings(seed=7, max_tokens=16)
+    events = list(gemma.generate(PROMPT, settings, report_k=10, ignore_eos=True))
+    start = events[0]
+    assert isinstance(start, Start) and start.n_vocab == 262_144
+    assert start.prompt_token_ids[0] == gemma.llm.token_bos()
+    steps = [e for e in events if isinstance(e, Step)]
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.steps == len(steps) == 16
+    assert finish.text == "".join(s.text for s in steps)
+    for s in steps:
+        assert len(s.raw_top) == 10 and 1 <= len(s.sampled_top) <= 10
+        raw = [c.prob for c in s.raw_top]
+        sampled = [c.prob for c in s.sampled_top]
+        assert raw == sorted(raw, reverse=True) and sampled == sorted(sampled, reverse=True)
+        assert 0 < sum(raw) <= 1 + 1e-6 and 0 < sum(sampled) <= 1 + 1e-6
+        assert all(0 <= c.token_id < 262_144 for c in s.raw_top + s.sampled_top)
+        assert 0 < s.raw_prob <= 1 and 0 < s.sampled_prob <= 1
+        assert s.raw_rank >= 1 and 1 <= s.sampled_rank <= s.candidates_kept
+        assert s.raw_entropy > 0 and s.forward_ms > 0 and s.sample_ms > 0
+    assert [s.n_past for s in steps] == list(range(steps[0].n_past, steps[0].n_past + 16))
+    # the same fields are filled as on the default model
+    default_step = next(e for e in engine.generate(PROMPT, settings.replace(max_tokens=2), ignore_eos=True) if isinstance(e, Step) and e.index == 1)
+    want = _filled(default_step)
+    for s in steps[1:]:
+        got = _filled(s)
+        for name in ("raw_top", "sampled_top", "raw_prob", "sampled_prob", "raw_rank", "sampled_rank",
+                     "raw_entropy", "candidates_kept", "forward_ms", "forward_tokens", "sample_ms", "n_past", "elapsed_ms"):
+            assert got[name] == want[name], name
+
+
+def reference(logits: np.ndarray, s: SamplingSettings) -> tuple[np.ndarray, np.ndarray]:
+    """The documented chain over the whole vocabulary with a plain full sort (no repeat
+    penalty): the kept token ids, most likely first, and their probabilities."""
+    work = logits.astype(np.float64)
+    order = np.argsort(-work, kind="stable")
+    if s.top_k > 0:
+        order = order[: s.top_k]
+    if s.top_p < 1.0:
+        p = np.exp(work[order] - work[order[0]])
+        cum = np.cumsum(p / p.sum())
+        order = order[: int(np.searchsorted(cum, s.top_p, side="left")) + 1]
+    if s.min_p > 0:
+        order = order[work[order] >= work[order[0]] + math.log(s.min_p)]
+    q = np.exp((work[order] - work[order[0]]) / s.temperature)
+    return order, q / q.sum()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplingSettings(top_k=0, top_p=1.0, min_p=0.0, temperature=2.0, repeat_penalty=1.0),
+        SamplingSettings(top_k=0, top_p=0.9, min_p=0.0, temperature=1.0, repeat_penalty=1.0),
+        SamplingSettings(top_k=0, top_p=0.95, min_p=0.05, temperature=0.7, repeat_penalty=1.0),
+        SamplingSettings(top_k=40, top_p=0.95, min_p=0.05, temperature=0.7, repeat_penalty=1.0),
+    ],
+    ids=["all-off-t2", "top-p-0.9", "top-p-min-p", "defaults"],
+)
+def test_the_sampled_distribution_is_exact_on_real_logits(gemma_logits: list[np.ndarray], settings: SamplingSettings) -> None:
+    for logits in gemma_logits:
+        ids, probs = reference(logits, settings)
+        res = sampler.sample(logits, [], settings, sampler.make_rng(0), report_k=40)
+        assert res.kept == ids.shape[0]
+        n = min(40, ids.shape[0])
+        assert res.sampled_top_probs.tolist() == pytest.approx(probs[:n].tolist(), abs=1e-9)
+        # the same ids in the same order, except where equal probabilities may swap
+        for i in np.flatnonzero(res.sampled_top_ids != ids[:n]):
+            assert np.count_nonzero(probs == probs[i]) > 1, (i, res.sampled_top_ids[i], ids[i])
+        pos = {int(t): i for i, t in enumerate(ids)}
+        assert res.token_id in pos
+        assert res.sampled_prob == pytest.approx(probs[pos[res.token_id]], abs=1e-9)
+        nz = probs[probs > 0]
+        assert res.sampled_entropy == pytest.approx(float(-(nz * np.log2(nz)).sum()), abs=1e-6)
+        raw = np.exp(logits.astype(np.float64) - logits.max())
+        raw /= raw.sum()
+        top_raw = np.sort(raw)[::-1][:40]
+        assert res.raw_top_probs.tolist() == pytest.approx(top_raw.tolist(), rel=1e-5)
+        assert res.raw_prob == pytest.approx(raw[res.token_id], rel=1e-5)
+
+
+def test_loopchat_run_takes_the_gguf_path(gemma_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "loopchat", "run", "The lighthouse keeper", "--model", str(gemma_path),
+         "--max-tokens", "4", "--seed", "1"],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "finish: " in proc.stderr and "Traceback" not in proc.stderr
