@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own llama-bench from the llama.cpp source vendored in the pinned
 # llama-cpp-python sdist, with the same CPU flags as the Makefile, outside the repo.
-# Prints the path of the binary. Used only for benchmarks/loop_overhead.py --llama-bench.
+# Prints the path of the binary. Used by benchmarks/loop_overhead.py --llama-bench and
+# benchmarks/thread_pool_ab.py. Extra CMake flags: LLAMA_BENCH_CMAKE_ARGS (give such a build its
+# own LLAMA_BENCH_DIR), e.g. the build without OpenMP that thread_pool_ab.py compares against:
+#   LLAMA_BENCH_CMAKE_ARGS=-DGGML_OPENMP=OFF LLAMA_BENCH_DIR=~/.cache/loopchat/llama-bench-0.3.36-noomp \
+#     benchmarks/build_llama_bench.sh
 set -euo pipefail
 VERSION=${LLAMA_CPP_VERSION:-0.3.36}
 OUT=${LLAMA_BENCH_DIR:-$HOME/.cache/loopchat/llama-bench-$VERSION}
@@ -15,6 +19,7 @@ FLAGS="-DGGML_NATIVE=OFF"
 if [ "$(uname -m)" = x86_64 ]; then
   FLAGS="$FLAGS -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 fi
+FLAGS="$FLAGS ${LLAMA_BENCH_CMAKE_ARGS:-}"
 cmake -S "$SRC" -B build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF $FLAGS >&2
 cmake --build build --target llama-bench -j "$(nproc)" >&2
 echo "$OUT/build/bin/llama-bench"
