@@ -15,15 +15,19 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   loading the model) measures 1 thread, then all physical cores, then walks from the
   faster: 1 thread is the safe reference, since one pass at all cores on a busy machine
   can take a hundred times longer, and it is cut after that one pass. A candidate whose pass takes more than
-  twice the best median so far is dropped at once (on a busy machine one such pass can
-  take a second). The count with the lowest median wins; the one in force is kept unless
+  twice the best mean so far is dropped at once (on a busy machine one such pass can
+  take a second). The count with the lowest mean wins; the one in force is kept unless
   another is `margin` faster.
-- **Watch.** Once chosen, the median of the last `window` passes is compared with the
-  median the choice was made on: `drift` times slower or faster (another program
+  Means, not medians: the time a reply takes is the sum of its passes. Beside two
+  CPU-bound programs 2 threads ran most passes in 25 ms but one in ~50 took 1.2 s; the
+  median chose 2 threads (25 vs 34 ms at 1) and the reply ran at 25 tok/s, against 37
+  at 1 thread.
+- **Watch.** Once chosen, the mean of the last `window` passes is compared with the
+  mean the choice was made on: `drift` times slower or faster (another program
   started or stopped) starts a probe.
 - **Re-check.** Every `recheck_ms` of forward passes, a probe runs anyway: a program
   that stops while 1 thread is in force does not make 1 thread faster, only 2. A probe
-  costs the time its slower passes took beyond the best median; the next re-check waits until that cost is at most `budget` of the passes run
+  costs the time its slower passes took beyond the best mean; the next re-check waits until that cost is at most `budget` of the passes run
   meanwhile (up to `max_recheck_ms`). On a busy 2-core machine one pass at 2 threads
   can take 1-3 s against 20 ms at 1: re-checking every 10 s would cost a third of the
   time, so it backs off to every 2 minutes there.
@@ -102,7 +106,7 @@ class ThreadTuner:
         self.reason = "not measured yet"
         self.changes = 0  # bumped with every new reason: the engine records it once
         self._window: deque[float] = deque(maxlen=window)
-        self._baseline = 0.0  # the median the count in force was chosen on
+        self._baseline = 0.0  # the mean the count in force was chosen on
         self._since_ms = 0.0  # forward-pass time since the last choice
         # probe state (None: not probing)
         self._results: dict[int, float] | None = None
@@ -133,7 +137,7 @@ class ThreadTuner:
         self._window.append(ms)
         self._since_ms += ms
         if len(self._window) == self._window.maxlen and self._baseline > 0:
-            now = statistics.median(self._window)
+            now = statistics.fmean(self._window)
             if now > self.drift * self._baseline:
                 self._start_probe(f"passes {now / self._baseline:.1f}x slower than when chosen")
                 return self.threads
@@ -167,7 +171,7 @@ class ThreadTuner:
         self._cost = 0.0
         if reuse_window and len(self._window) == self._window.maxlen:
             # the passes just watched are a fresh measurement of the count in force
-            self._results[self.threads] = statistics.median(self._window)
+            self._results[self.threads] = statistics.fmean(self._window)
             self._next_candidate()
 
     def _probe_pass(self, ms: float) -> None:
@@ -185,11 +189,11 @@ class ThreadTuner:
         if best is not None and ms > 2 * best:
             self._measured(ms)  # clearly worse: no need to sit through more of it
         elif len(self._samples) >= self.probe_passes:
-            self._measured(statistics.median(self._samples))
+            self._measured(statistics.fmean(self._samples))
 
-    def _measured(self, median_ms: float) -> None:
+    def _measured(self, mean_ms: float) -> None:
         assert self._results is not None
-        self._results[self.threads] = median_ms
+        self._results[self.threads] = mean_ms
         self._next_candidate()
 
     def _best(self) -> int:
