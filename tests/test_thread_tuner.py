@@ -53,8 +53,9 @@ def test_drift_then_regular_recheck_follow_the_machine() -> None:
     used = run(t, BUSY, 30)
     assert t.threads == 1 and used[-1] == 1
     assert "slower than when chosen" in t.reason
-    # it stops: 1 thread is no faster, so only the regular re-check finds 2 again
-    run(t, QUIET, 120)
+    # it stops: 1 thread is no faster, so only the regular re-check finds 2 again (the
+    # time 2 threads lost before they were left counts as a cost: it comes after ~12 s)
+    run(t, QUIET, 1000)
     assert t.threads == 2 and "regular re-check" in t.reason
 
 
@@ -123,8 +124,8 @@ def test_others_cpu_use_changing_starts_a_probe_at_once() -> None:
     t = ThreadTuner(2, recheck_ms=10_000.0, max_recheck_ms=120_000.0)
     run(t, {1: 20.0, 2: 2000.0}, 20)  # a busy machine: 1 thread, re-checks backed off
     assert t.threads == 1 and "re-check after 99 s" in t.reason
-    t.note_others(1.0)  # the first sample under this choice: the reference
-    t.note_others(1.2)
+    t.note_others(0.4)  # the first sample after a choice may span the probe: skipped
+    t.note_others(1.2)  # the reference
     t.note_others(0.1)  # one sample is not enough (a build between two steps)
     t.note_others(1.0)
     assert not t.probing
@@ -134,7 +135,7 @@ def test_others_cpu_use_changing_starts_a_probe_at_once() -> None:
     run(t, QUIET, 20)
     assert t.threads == 2
     # (1 thread's figure: the passes watched before the probe)
-    assert t.reason == "chose 2 threads: 10.0 ms/pass vs 1: 20.0 ms (other programs' CPU use went from 1.0 to 0.1 cores)"
+    assert t.reason == "chose 2 threads: 10.0 ms/pass vs 1: 20.0 ms (other programs' CPU use went from 1.2 to 0.1 cores)"
 
 
 def test_other_cpu_meter_sees_a_cpu_bound_process() -> None:
@@ -156,3 +157,45 @@ def test_other_cpu_meter_sees_a_cpu_bound_process() -> None:
         proc.kill()
         proc.wait()
     assert busy >= 0.6, busy  # about one core (a shared machine may add, never remove)
+
+
+def test_a_count_with_rare_long_stalls_is_judged_by_what_it_cost() -> None:
+    """Beside two CPU-bound programs: 2 threads run most passes faster than 1, but one in
+    50 stalls for 1.2 s. Short probes miss the stalls; the passes lived at 2 threads
+    don't, and auto ends up as fast as 1 thread pinned (within 10%)."""
+    t = ThreadTuner(2, recheck_ms=10_000.0)
+    at_two = 0
+    total = 0.0
+    one = [30.0, 40.0, 26.0, 34.0]  # 1 thread's passes vary (3 runnable on 2 cores)
+    for i in range(3000):
+        n = t.threads
+        if n == 2:
+            at_two += 1
+            ms = 1200.0 if at_two % 50 == 0 else 25.0
+        else:
+            ms = one[i % 4]
+        total += ms
+        t.observe(ms)
+    pinned_one = 3000 * sum(one) / 4  # 32.5 ms a pass
+    assert total <= 1.1 * pinned_one, (total / pinned_one, at_two)
+
+
+def test_spells_of_slow_passes_do_not_send_it_back_to_a_count_that_stalls() -> None:
+    """1 thread's passes come in slow and fast spells (3 runnable threads on 2 cores):
+    each slow spell starts a probe; 2 threads run fast in a short probe but stall once in
+    40 passes. What the passes at 2 threads cost is remembered (not re-run at each
+    spell) and leaving them counts as a probe's cost: auto stays within 3% of 1 thread
+    pinned (without that memory: 1.35x slower)."""
+    t = ThreadTuner(2, recheck_ms=10_000.0)
+    at_two = ones = 0
+    total = 0.0
+    for _ in range(3000):
+        if t.threads == 2:
+            at_two += 1
+            ms = 1200.0 if at_two % 40 == 0 else 25.0
+        else:
+            ones += 1
+            ms = 24.0 if (ones // 20) % 2 == 0 else 40.0
+        total += ms
+        t.observe(ms)
+    assert total <= 1.03 * 3000 * 32.0, (total / (3000 * 32.0), at_two)

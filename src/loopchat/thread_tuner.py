@@ -22,6 +22,11 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   CPU-bound programs 2 threads ran most passes in 25 ms but one in ~50 took 1.2 s; the
   median chose 2 threads (25 vs 34 ms at 1) and the reply ran at 25 tok/s, against 37
   at 1 thread.
+- **Lived.** A probe's few passes rarely see such a stall; the passes run while a count
+  was in force do. Each count's mean over the passes it ran as the choice is kept, and
+  a probe takes the worse of that and its own mean, until other programs' CPU use
+  moves or a regular re-check comes: then what was lived is forgotten. (Not when passes
+  merely get faster: on a busy machine 1 thread's passes come in slow and fast spells.)
 - **Watch.** Once chosen, the mean of the last `window` passes is compared with the
   mean the choice was made on: `drift` times slower or faster (another program
   started or stopped) starts a probe.
@@ -102,6 +107,9 @@ class ThreadTuner:
         self._cost = 0.0  # ms the probe in progress lost to slower candidates
         self._others_at_choice: float | None = None  # others' CPU (cores) once the count was chosen
         self._others_seen: float | None = None  # the last sample
+        self._others_skip = 0  # samples to skip after a choice (they may span the probe)
+        self._lived: dict[int, tuple[float, int]] = {}  # count -> (ms, passes) run as the choice
+        self._period = (0.0, 0)  # (ms, passes) run under the current choice
         self.threads = self.max
         self.reason = "not measured yet"
         self.changes = 0  # bumped with every new reason: the engine records it once
@@ -136,6 +144,9 @@ class ThreadTuner:
             return 1
         self._window.append(ms)
         self._since_ms += ms
+        lived_ms, lived_n = self._lived.get(self.threads, (0.0, 0))
+        self._lived[self.threads] = (lived_ms + ms, lived_n + 1)
+        self._period = (self._period[0] + ms, self._period[1] + 1)
         if len(self._window) == self._window.maxlen and self._baseline > 0:
             now = statistics.fmean(self._window)
             if now > self.drift * self._baseline:
@@ -145,6 +156,7 @@ class ThreadTuner:
                 self._start_probe(f"passes {self._baseline / now:.1f}x faster than when chosen")
                 return self.threads
         if self._since_ms >= self._recheck_after:
+            self._lived.clear()  # a fresh look: the machine may have changed unseen
             self._start_probe("regular re-check")
         return self.threads
 
@@ -154,11 +166,15 @@ class ThreadTuner:
         previous, self._others_seen = self._others_seen, cores
         if self.max == 1 or self._results is not None:
             return
+        if self._others_skip:
+            self._others_skip -= 1
+            return
         base = self._others_at_choice
         if base is None:  # the first sample since the count was chosen
             self._others_at_choice = cores
         elif previous is not None and abs(cores - base) >= 0.5 and abs(previous - base) >= 0.5:
             self._recheck_after = self.recheck_ms  # a new situation: no back-off
+            self._lived.clear()
             self._start_probe(f"other programs' CPU use went from {base:.1f} to {cores:.1f} cores")
 
     # ------------------------------------------------------------------------------
@@ -193,6 +209,9 @@ class ThreadTuner:
 
     def _measured(self, mean_ms: float) -> None:
         assert self._results is not None
+        lived_ms, lived_n = self._lived.get(self.threads, (0.0, 0))
+        if lived_n >= 16:  # enough passes run with it to have met its stalls
+            mean_ms = max(mean_ms, lived_ms / lived_n)
         self._results[self.threads] = mean_ms
         self._next_candidate()
 
@@ -214,6 +233,11 @@ class ThreadTuner:
             return
         for c in (best - 1, best + 1):
             if 1 <= c <= self.max and c not in r:
+                lived_ms, lived_n = self._lived.get(c, (0.0, 0))
+                if lived_n >= 16:  # known from the passes it ran: no need to run it again
+                    r[c] = lived_ms / lived_n
+                    self._next_candidate()
+                    return
                 self._switch(c, f"probing {_n(c)} ({self._why})")
                 return
         self._conclude(best)
@@ -233,13 +257,20 @@ class ThreadTuner:
         first = not self._baseline  # the first measurement chooses; nothing was kept
         verb = "kept" if best == self._home and not first else "chose"
         reason = f"{verb} {_n(best)}: {measured} ({self._why})"
+        if best != self._home:
+            # leaving a choice that turned out slower: the time it lost counts as this
+            # probe's cost (a count that stalls now and then is not retried at once)
+            period_ms, period_n = self._period
+            self._cost += max(0.0, period_ms - period_n * r[best])
+        self._period = (0.0, 0)
         if self._cost > self.budget * self.recheck_ms:
             self._recheck_after = min(self.max_recheck_ms, self._cost / self.budget)
             reason += f"; re-check after {self._recheck_after / 1000:.0f} s"
         else:
             self._recheck_after = self.recheck_ms
         self._results = None
-        self._others_at_choice = None  # the next sample, taken under this choice
+        self._others_at_choice = None  # the second sample from now, all of it under this choice
+        self._others_skip = 1
         self._baseline = r[best]
         self._window.clear()
         self._since_ms = 0.0
