@@ -190,10 +190,12 @@ def _top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) -
 
 def _unsorted_distribution(
     work: np.ndarray, cand: np.ndarray | None, settings: SamplingSettings
-) -> tuple[np.ndarray | None, np.ndarray, float]:
+) -> tuple[np.ndarray | None, np.ndarray, float, float]:
     """The rest of the chain for more than SORT_LIMIT candidates (top-k and top-p done;
     cand None: the whole vocabulary): (candidates, None if they are still the whole
-    vocabulary, their probabilities, entropy in bits). Min-p is a threshold and
+    vocabulary; their weights, exp(z) not yet divided by their sum: the caller divides
+    only the few it reports, a pass over the vocabulary saved; the sums of their blocks
+    of DRAW_BLOCK, whose total is that sum; entropy in bits). Min-p is a threshold and
     temperature a scale, neither needs an order: the candidates stay in the order they
     come (the same for the same logits and settings, so a seed still draws the same
     tokens). The same arithmetic as (logits - max) / temperature, done in place."""
@@ -212,21 +214,22 @@ def _unsorted_distribution(
         np.subtract(src, mx, out=z, dtype=np.float64)  # float64(logit) - max in one pass
     if settings.temperature != 1.0:  # (dividing by 1 changes nothing)
         z /= settings.temperature
-    probs = np.exp(z, out=_scratch.get("f64b", z.shape[0], np.float64))
-    norm = float(probs.sum())
-    probs /= norm
-    # entropy in nats is ln(norm) - sum(p z): no logarithm per candidate. einsum sums
-    # the products without a temporary array and without BLAS (np.dot would call BLAS,
-    # whose threads spin against llama.cpp's)
-    entropy = (math.log(norm) - float(np.einsum("i,i->", probs, z))) * _LOG2E if probs.shape[0] > 1 else 0.0
-    return cand, probs, max(entropy, 0.0)
+    weights = np.exp(z, out=_scratch.get("f64b", z.shape[0], np.float64))
+    # their sum from the draw's block sums (one pass serves both: see _draw_unsorted)
+    blocks = np.add.reduceat(weights, np.arange(0, weights.shape[0], DRAW_BLOCK))
+    norm = float(blocks.sum())
+    # entropy in nats is ln(norm) - sum(w z) / norm: no logarithm per candidate. einsum
+    # sums the products without a temporary array and without BLAS (np.dot would call
+    # BLAS, whose threads spin against llama.cpp's)
+    entropy = (math.log(norm) - float(np.einsum("i,i->", weights, z)) / norm) * _LOG2E if z.shape[0] > 1 else 0.0
+    return cand, weights, blocks, max(entropy, 0.0)
 
 
 #: the unsorted path's draw sums its probabilities in blocks of this many
 DRAW_BLOCK = 1024
 
 
-def _draw_unsorted(probs: np.ndarray, u: float) -> int:
+def _draw_unsorted(probs: np.ndarray, u: float, block_sums: np.ndarray | None = None) -> int:
     """The index searchsorted(cumsum(probs), u, side="right") finds (the last one if
     rounding leaves u past the end), without a cumulative sum of the whole array: on a
     262,144-token vocabulary that sum alone cost 0.6 ms. Block sums point to the block
@@ -235,7 +238,7 @@ def _draw_unsorted(probs: np.ndarray, u: float) -> int:
     neighbour; the same logits and seed still draw the same token.)"""
     n = probs.shape[0]
     starts = np.arange(0, n, DRAW_BLOCK)
-    block_cum = np.cumsum(np.add.reduceat(probs, starts))
+    block_cum = np.cumsum(np.add.reduceat(probs, starts) if block_sums is None else block_sums)
     j = min(int(np.searchsorted(block_cum, u, side="right")), starts.shape[0] - 1)
     base = float(block_cum[j - 1]) if j else 0.0
     first = int(starts[j])
@@ -272,7 +275,8 @@ def sample(
     shifted = np.subtract(logits, np.float32(raw_max), out=_scratch.get("shifted", n_vocab, np.float32))
     e = np.exp(shifted, out=_scratch.get("exp", n_vocab, np.float32))
     total = float(e.sum())
-    raw_entropy = (math.log(total) - float(np.dot(e, shifted)) / total) * _LOG2E
+    # (einsum, not np.dot: a BLAS call, whose threads would spin against llama.cpp's)
+    raw_entropy = (math.log(total) - float(np.einsum("i,i->", e, shifted)) / total) * _LOG2E
 
     raw_top_ids = top_indices(logits, report_k)
 
@@ -295,6 +299,7 @@ def sample(
     raw_top_probs = e[raw_top_ids].astype(np.float64) / total
     top_p_done = False
     unsorted = False
+    norm = 1.0  # what probs must still be divided by (the unsorted path leaves them unnormalised)
     if k > SORT_LIMIT and not settings.greedy:
         # top-k off: cand None stands for the whole vocabulary, read in place (an index
         # array and a gathered copy of it cost ~0.3 ms on a 262,144-token vocabulary)
@@ -312,7 +317,8 @@ def sample(
         cand = top_indices(work, k)
 
     if unsorted:
-        kept_ids, probs, sampled_entropy = _unsorted_distribution(work, cand, settings)
+        kept_ids, probs, block_sums, sampled_entropy = _unsorted_distribution(work, cand, settings)
+        norm = float(block_sums.sum())
         # only the reported candidates are sorted. Every token kept: the probabilities
         # rise with the logits, so the top logits (float32, half the bytes) are the top
         # probabilities, and without a penalty they are the raw top already
@@ -357,7 +363,7 @@ def sample(
     if n_kept == 1:
         pick = 0
     elif unsorted:
-        pick = _draw_unsorted(probs, rng.random())
+        pick = _draw_unsorted(probs, rng.random() * norm, block_sums)
     else:
         u = rng.random()
         pick = int(np.searchsorted(np.cumsum(probs), u, side="right"))
@@ -367,16 +373,21 @@ def sample(
     chosen_logit = logits[token_id]
     mask = _scratch.get("mask", max(n_vocab, n_kept), np.bool_)
     raw_rank = int(np.count_nonzero(np.greater(logits, chosen_logit, out=mask[:n_vocab]))) + 1
-    sampled_rank = int(np.count_nonzero(np.greater(probs, probs[pick], out=mask[:n_kept]))) + 1
+    if kept_ids is None and work is logits:
+        # every token kept, no penalty: the probabilities rise with the raw logits, so
+        # the ranks are the same (a pass over the vocabulary saved)
+        sampled_rank = raw_rank
+    else:
+        sampled_rank = int(np.count_nonzero(np.greater(probs, probs[pick], out=mask[:n_kept]))) + 1
     return SampleResult(
         token_id=token_id,
         raw_top_ids=raw_top_ids,
         raw_top_probs=raw_top_probs,
         sampled_top_ids=top if kept_ids is None else kept_ids[top],
-        sampled_top_probs=probs[top],
+        sampled_top_probs=probs[top] / norm,
         raw_prob=float(math.exp(float(chosen_logit) - raw_max) / total),
         raw_rank=raw_rank,
-        sampled_prob=float(probs[pick]),
+        sampled_prob=float(probs[pick]) / norm,
         sampled_rank=sampled_rank,
         raw_entropy=float(raw_entropy),
         sampled_entropy=sampled_entropy,
