@@ -153,3 +153,36 @@ def test_loopchat_run_takes_the_gguf_path(gemma_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "finish: " in proc.stderr and "Traceback" not in proc.stderr
+
+
+async def test_the_chat_shows_the_same_panel_on_gemma(gemma_path: Path, tmp_path: Path) -> None:
+    """`loopchat --model PATH.gguf` on a model of another architecture and a 5x larger
+    vocabulary: the same loop panel, filled from its own logits; auto threads."""
+    from tui_fixtures import panel_text, wait_for, wait_run
+
+    from loopchat.backends.live import LiveBackend
+    from loopchat.settings import SamplingSettings
+    from loopchat.tui.launch import create_app
+    from loopchat.tui.prefs import Prefs
+
+    backend = LiveBackend(None, str(gemma_path))
+    backend.start()
+    try:
+        app = create_app(
+            backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+            settings=SamplingSettings(seed=3, max_tokens=12, temperature=0.8),
+        )
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 60, "Gemma to load")
+            await pilot.press(*"The capital of France is", "enter")
+            await wait_run(pilot, 120)
+            rec = app.conversation.replies[0]
+            assert rec.finish is not None and rec.start is not None
+            assert rec.start.n_vocab == 262_144 and rec.start.threads_auto
+            text = panel_text(app)
+            assert f"Forward pass {rec.finish.steps}" in text
+            assert "raw softmax" in text and "after sampling" in text
+            assert "auto ·" in text and "tok/s" in text
+            assert "drew " in text and f"/ {rec.start.n_ctx:,} tokens" in text
+    finally:
+        backend.close()
