@@ -33,40 +33,23 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import tui_throughput as tt  # noqa: E402  (its children, run_child, pct)
+from cpu_burners import cpu_burners as competitors  # noqa: E402
 
 THREADS = ("1", "2", "auto")
 KINDS = ("headless", "app")
 
 
-def competitor_code(seconds: float) -> str:
-    return f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
-
-
-@contextmanager
-def competitors(n: int, seconds: float):
-    """`n` CPU-bound processes, each ending by itself after `seconds`, always killed."""
-    procs = [subprocess.Popen([sys.executable, "-c", competitor_code(seconds)]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
-
-
 def child(kind: str, threads: str, tokens: int, replies: int) -> dict:
-    import tui_throughput as tt
-
     t = threads if threads == "auto" else int(threads)
     if kind == "headless":
         return tt.child_headless(t, tokens, replies)  # type: ignore[arg-type]
@@ -74,20 +57,10 @@ def child(kind: str, threads: str, tokens: int, replies: int) -> dict:
 
 
 def run_child(kind: str, threads: str, tokens: int, replies: int, timeout: float) -> dict:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", kind, threads, str(tokens), str(replies)],
-        capture_output=True, text=True, timeout=timeout,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"child {kind} {threads} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return tt.run_child(kind, threads, str(tokens), str(replies), script=__file__, timeout=timeout)
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+pct = tt.pct
 
 
 def main() -> None:

@@ -243,9 +243,10 @@ def child_uicost(mode: str, tokens_before: int) -> dict:
 
 
 # ------------------------------------------------------------------ parent ----
-def run_child(*args: str) -> dict:
+def run_child(*args: str, script: str = __file__, timeout: float = 900) -> dict:
+    """Run `script --child ARGS` in a fresh process; the JSON on its last line."""
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, timeout=900
+        [sys.executable, script, "--child", *args], capture_output=True, text=True, timeout=timeout
     )
     if proc.returncode != 0:
         raise SystemExit(f"child {args} failed:\n{proc.stderr[-3000:]}")

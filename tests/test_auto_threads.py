@@ -5,14 +5,12 @@ moves. Assertions are on the counts the steps record, never on a speed."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from cpu_burners import cpu_burners
 
 from loopchat.engine import Engine, physical_cores
 from loopchat.events import Message, Start, Step
@@ -32,20 +30,6 @@ def reply(engine: Engine, tokens: int) -> tuple[Start, list[Step]]:
 def settled(steps: list[Step]) -> int:
     """The count used most over the last third of a reply."""
     return Counter(s.threads for s in steps[-len(steps) // 3 :]).most_common(1)[0][0]
-
-
-@contextmanager
-def cpu_burners(n: int, seconds: float = 120.0) -> Iterator[None]:
-    """`n` CPU-bound processes, each ending by itself after `seconds`, always killed."""
-    code = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
-    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +66,14 @@ def test_the_count_follows_a_cpu_bound_process_started_and_stopped(auto_engine: 
         if quiet == cores:
             break
     assert quiet == cores, f"on a quiet machine auto settled on {quiet} of {cores} threads"
-    # one CPU-bound process per usable CPU: every llama thread now competes for a core,
-    # and the threads that wait for a descheduled one at every layer lose
-    with cpu_burners(usable):
+    # a CPU-bound process on all usable CPUs but one: all the cores' threads now wait at
+    # every layer for one the OS has descheduled (on 2 cores, 2 threads beside one such
+    # process run ~10x slower than 1; beside two, 1 and 2 threads are close, so auto may
+    # rightly keep either: not a test)
+    with cpu_burners(max(1, usable - 1)):
         _, busy_steps = reply(auto_engine, 240)
     busy = settled(busy_steps)
-    assert busy < quiet, f"with {usable} CPU-bound processes beside it auto kept {busy} threads"
+    assert busy < quiet, f"with {max(1, usable - 1)} CPU-bound processes beside it auto kept {busy} threads"
     # seen in the pass times or in the other programs' CPU use, whichever first
     assert any(w in s.threads_reason for s in busy_steps for w in ("slower than when chosen", "CPU use went"))
     # they stop: the CPU meter (or the regular re-check) finds the quiet machine's count

@@ -139,23 +139,17 @@ def test_others_cpu_use_changing_starts_a_probe_at_once() -> None:
 
 
 def test_other_cpu_meter_sees_a_cpu_bound_process() -> None:
-    import subprocess
-    import sys
+    import time
+
+    from cpu_burners import cpu_burners
 
     from loopchat.thread_tuner import OtherCpuMeter
 
     meter = OtherCpuMeter()
-    code = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        import time
-
+    with cpu_burners(1, seconds=30):
         meter.sample()
         time.sleep(1.0)  # the measured interval itself (nothing to await: CPU time accrues)
         busy = meter.sample()
-    finally:
-        proc.kill()
-        proc.wait()
     assert busy >= 0.6, busy  # about one core (a shared machine may add, never remove)
 
 
