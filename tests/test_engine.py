@@ -414,3 +414,17 @@ def test_the_steps_texts_add_up_to_the_reply_when_it_ends_inside_a_character(eng
     assert finish.reason == FinishReason.LENGTH and len(cut_steps) == split.index + 1
     assert cut_steps[-1].text.endswith("\ufffd")  # the unfinished character, on the last step
     assert "".join(s.text for s in cut_steps) == finish.text
+
+
+def test_a_document_has_no_template_and_the_default_model_no_note(engine: Engine) -> None:
+    from loopchat.errors import EngineError
+    from loopchat.events import DOCUMENT
+
+    assert engine.template_source == "gguf" and engine.template_note == ""
+    text = "Once upon a time"
+    start = next(iter(engine.generate([Message(DOCUMENT, text)], SamplingSettings(seed=1, max_tokens=2))))
+    assert start.prompt_text == text and list(start.prompt_token_ids) == engine.tokenize(text)
+    with pytest.raises(EngineError, match="document is empty"):
+        next(iter(engine.generate([Message(DOCUMENT, "")], SamplingSettings())))
+    with pytest.raises(ContextOverflowError, match="document is too long"):
+        next(iter(engine.generate([Message(DOCUMENT, "word " * 3000)], SamplingSettings())))

@@ -184,5 +184,36 @@ async def test_the_chat_shows_the_same_panel_on_gemma(gemma_path: Path, tmp_path
             assert "raw softmax" in text and "after sampling" in text
             assert "auto ·" in text and "tok/s" in text
             assert "drew " in text and f"/ {rec.start.n_ctx:,} tokens" in text
+            # no chat template in its file: the chat says so, and where to set one
+            notes = [str(n.message) for n in app._notifications]
+            assert any("has no chat template in its GGUF file" in n and "chat_template" in n for n in notes), notes
     finally:
         backend.close()
+
+
+def test_a_document_is_continued_as_it_is(gemma: Engine) -> None:
+    """Completion mode: a DOCUMENT message is tokenized as it is (BOS added, as the model
+    asks), no template markers; a chat on a model without a template carries a note."""
+    from loopchat.events import DOCUMENT
+
+    text = "The capital of France is"
+    events = list(gemma.generate([Message(DOCUMENT, text)], SamplingSettings(seed=1, max_tokens=6)))
+    start = events[0]
+    assert isinstance(start, Start)
+    assert start.prompt_text == text and start.messages == (Message(DOCUMENT, text),)
+    assert list(start.prompt_token_ids) == gemma.tokenize(text)
+    assert start.prompt_token_ids[0] == gemma.llm.token_bos() and "<|im_start|>" not in start.prompt_text
+    assert gemma.template_source == "fallback" and "set chat_template" in gemma.template_note
+
+
+def test_run_raw_and_the_template_note(gemma_path: Path) -> None:
+    base = [sys.executable, "-m", "loopchat", "run", "--model", str(gemma_path), "--max-tokens", "4", "--seed", "1"]
+    raw = subprocess.run([*base, "--raw", "The capital of France is"], capture_output=True, text=True, timeout=300)
+    assert raw.returncode == 0, raw.stderr
+    assert raw.stdout.strip() and "note:" not in raw.stderr and "finish: " in raw.stderr
+    chat = subprocess.run([*base, "The capital of France is"], capture_output=True, text=True, timeout=300)
+    assert chat.returncode == 0, chat.stderr
+    note = [line for line in chat.stderr.splitlines() if line.startswith("loopchat: note: ")]
+    assert len(note) == 1 and "no chat template" in note[0] and "--raw" in note[0]
+    both = subprocess.run([*base, "--raw", "--system", "be brief", "hi"], capture_output=True, text=True, timeout=300)
+    assert both.returncode == 2 and both.stderr.count("\n") == 1 and "--raw" in both.stderr

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .errors import ContextOverflowError, EngineError, ModelLoadError
-from .events import ContextTrimmed, Message
+from .events import DOCUMENT, ContextTrimmed, Message
 
 CONTEXT_POLICY = (
     "drop the oldest messages (the system prompt is kept) until the prompt leaves room "
@@ -64,6 +64,20 @@ class FittedPrompt:
     text: str
     tokens: list[int]
     trimmed: ContextTrimmed | None  # None if nothing was dropped
+
+
+def fit_document(text: str, n_ctx: int, tokenize: Callable[[str], list[int]]) -> FittedPrompt:
+    """A document (completion mode): its text as it is, no template, no trimming (the
+    model continues the end of it, so dropping its start would change what it continues)."""
+    if not text:
+        raise EngineError("the document is empty: give the text for the model to continue")
+    tokens = tokenize(text)
+    if len(tokens) >= n_ctx:
+        raise ContextOverflowError(
+            f"the document is too long for the context: it is {len(tokens)} tokens and the "
+            f"model's context holds {n_ctx}; shorten it or raise n_ctx in models.toml"
+        )
+    return FittedPrompt((Message(DOCUMENT, text),), text, tokens, None)
 
 
 def fit_prompt(

@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("prompt", help="the user message; - reads it from stdin")
     _add_model_options(run, sub=True)
     run.add_argument("--system", metavar="TEXT", help="system prompt (default: the model's from models.toml)")
+    run.add_argument(
+        "--raw", action="store_true",
+        help="completion mode: the prompt is a document the model continues as it is, with no chat "
+        "template (the natural mode for a base model)",
+    )
     for spec in SETTINGS:  # one flag per sampling setting; unset: the model's from models.toml
         run.add_argument(
             spec.flag, dest=spec.name, type=spec.type, metavar="N" if spec.type is int else "X",

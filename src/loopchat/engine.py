@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from . import sampler
-from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_prompt
+from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_document, fit_prompt
 from .engine_options import EngineOptions, physical_cores  # noqa: F401 - importable from here too
 from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
-from .events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
+from .events import DOCUMENT, Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
 from .thread_tuner import AUTO, OtherCpuMeter, Threads, ThreadTuner
@@ -114,6 +114,7 @@ class Engine:
         self._cancel = threading.Event()
         own_template = self.llm.metadata.get("tokenizer.chat_template")
         self.chat_template = chat_template or own_template or CHATML_TEMPLATE
+        self.template_source = "models.toml" if chat_template else ("gguf" if own_template else "fallback")
         try:
             self._template = ChatTemplate(
                 self.chat_template,
@@ -188,8 +189,23 @@ class Engine:
         return self._c.is_eog(token_id)
 
     def fit_prompt(self, messages: Sequence[Message], max_tokens: int) -> FittedPrompt:
-        """Render and tokenize; apply the context policy (CONTEXT_POLICY) if needed."""
+        """Render and tokenize; apply the context policy (CONTEXT_POLICY) if needed. A
+        single DOCUMENT message is tokenized as it is (completion mode: no template)."""
+        if len(messages) == 1 and messages[0].role == DOCUMENT:
+            return fit_document(messages[0].content, self.n_ctx, self.tokenize)
         return fit_prompt(messages, max_tokens, self.n_ctx, self.render_prompt, self.tokenize)
+
+    @property
+    def template_note(self) -> str:
+        """What a user should know about the chat template ('' when the model has its own
+        or models.toml sets one)."""
+        if self.template_source != "fallback":
+            return ""
+        return (
+            f"{self.name} has no chat template in its GGUF file: chat messages are written in "
+            "ChatML (<|im_start|>...), which a base model has never seen; set chat_template "
+            "for it in models.toml, or give it a document to continue (loopchat run --raw)"
+        )
 
     # ------------------------------------------------------------------ loop ----
     def cancel(self) -> None:

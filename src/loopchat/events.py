@@ -43,9 +43,14 @@ class FinishReason(StrEnum):
     ERROR = "error"  # llama.cpp reported an error; see Finish.error
 
 
+#: The role of a message that is the model's whole input, not a chat turn: the engine
+#: tokenizes its text as it is, with no chat template (completion mode, `loopchat run --raw`).
+DOCUMENT = "document"
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
-    role: str  # "system" | "user" | "assistant"
+    role: str  # "system" | "user" | "assistant", or DOCUMENT (alone: the raw text to continue)
     content: str
 
     def to_dict(self) -> dict[str, str]:
@@ -187,6 +192,7 @@ class ModelReady:
     n_vocab: int
     threads: int
     load_ms: float
+    template_note: str = ""  # set when chat messages are rendered by a fallback template: what to do
 
 
 @dataclass(frozen=True, slots=True)

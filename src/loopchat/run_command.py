@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .errors import UsageError
-from .events import ContextTrimmed, Finish, Message, ModelReady, Prefill, RunDone, Start, Step, WorkerError
+from .events import DOCUMENT, ContextTrimmed, Finish, Message, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from .settings import SETTINGS, LiveSettings, SamplingSettings
 
 _ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
@@ -227,8 +227,13 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     if args.top_report < 1 or args.top_report > 100:
         raise UsageError("--top-report must be between 1 and 100")
     model_path = spec.resolve_file()
-    system = args.system if args.system is not None else spec.system_prompt
-    messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
+    if getattr(args, "raw", False):
+        if args.system is not None:
+            raise UsageError("--system has no place in a --raw document: write it into the document")
+        messages = [Message(DOCUMENT, prompt)]
+    else:
+        system = args.system if args.system is not None else spec.system_prompt
+        messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
     trace = TraceWriter(args.trace) if args.trace else None
     trace_error: str | None = None
     _errors_setting(out)
@@ -268,6 +273,8 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
             except queue.Empty:
                 continue
             if isinstance(event, ModelReady):
+                if event.template_note and messages[0].role != DOCUMENT:
+                    print(f"loopchat: note: {event.template_note}", file=sys.stderr)
                 worker.generate(messages, live, report_k=args.top_report)
                 generating = True
             elif isinstance(event, WorkerError):

@@ -121,6 +121,7 @@ class EngineWorker:
                 n_vocab=engine.n_vocab,
                 threads=engine.threads,
                 load_ms=(time.perf_counter() - t0) * 1000.0,
+                template_note=engine.template_note,
             )
         )
 

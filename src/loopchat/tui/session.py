@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..backends import Backend
 from ..events import (
+    DOCUMENT,
     ContextTrimmed,
     Finish,
     FinishReason,
@@ -240,6 +241,8 @@ class ChatSession:
                 case ModelLoading():
                     u.loading = ev
                 case ModelReady():
+                    if ev.template_note:
+                        u.warnings.append(ev.template_note)
                     self.model_ready = True
                     self.conversation.system_prompt = self.backend.system_prompt  # the new model's
                     u.ready = ev
@@ -254,7 +257,7 @@ class ChatSession:
         return u
 
     def _played_turn(self, start: Start, u: Update) -> ReplyRecord:
-        users = [m.content for m in start.messages if m.role == "user"]
+        users = [m.content for m in start.messages if m.role in ("user", DOCUMENT)]
         rec = self.conversation.new_reply(STREAM, start.messages)
         rec.started_at = time.monotonic()
         self.current = rec
