@@ -57,6 +57,7 @@ class PanelView:
     generating: bool = False
     compact: bool = False
     width: int = 48
+    height: int = 0  # lines the panel has (0: as many as it needs)
     model: str = ""
     takes_messages: bool = True  # False for a replayed trace: there is no next reply
 
@@ -394,14 +395,25 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
                 a, gap = (), left_w + 2
             out.append(a + ((" " * gap, _NONE), *right[i]) if i < len(right) else a)
         return out
-    _fit_all(_title(v), width, out)
-    out.extend(_candidates(v, width))
-    _fit_all(_drawn(v), width, out)
-    out.append(_BLANK)
-    out.append(_LATENCY_HEAD)
-    _fit_all(_latency(v, max(8, width - 30), caches), width, out)
-    out.append(_BLANK)
-    _settings(v, width, out, caches)
+    head: list[Line] = []
+    _fit_all(_title(v), width, head)
+    tail: list[Line] = []
+    _fit_all(_drawn(v), width, tail)
+    tail.append(_BLANK)
+    tail.append(_LATENCY_HEAD)
+    _fit_all(_latency(v, max(8, width - 30), caches), width, tail)
+    tail.append(_BLANK)
+    _settings(v, width, tail, caches)
+    table = _candidates(v, width)
+    if v.height and len(head) + len(table) + len(tail) > v.height:
+        # a short terminal: fewer candidates (down to 3) before anything below is cut
+        # (the settings the keys change stay in view as long as they can)
+        rows = len(table) - 1 - (1 if len(table) - 1 > len(v.step.raw_top) else 0)
+        over = len(head) + len(table) + len(tail) - v.height
+        table = _candidates(v, width, k=max(3, rows - over))
+    out.extend(head)
+    out.extend(table)
+    out.extend(tail)
     return out
 
 
@@ -417,7 +429,7 @@ def _view_key(v: PanelView) -> tuple:
         rk: tuple = ()
     else:
         rk = (r, r.mode, r.number, len(r.steps), r.prefill, r.finish, r.start is not None)
-    return (rk, s, v.live, v.knob, v.pinned, v.generating, v.compact, v.width, v.model)
+    return (rk, s, v.live, v.knob, v.pinned, v.generating, v.compact, v.width, v.height, v.model)
 
 
 class LoopPanel(Widget):
@@ -455,6 +467,7 @@ class LoopPanel(Widget):
     def show(self, view: PanelView) -> None:
         self.view = view
         view.width = max(30, self.content_size.width or view.width)
+        view.height = self.content_size.height or view.height
         key = _view_key(view)
         if key == self._key:
             return
