@@ -190,12 +190,12 @@ def _top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) -
 
 def _unsorted_distribution(
     work: np.ndarray, cand: np.ndarray | None, settings: SamplingSettings
-) -> tuple[np.ndarray | None, np.ndarray, float, float]:
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, float, float]:
     """The rest of the chain for more than SORT_LIMIT candidates (top-k and top-p done;
     cand None: the whole vocabulary): (candidates, None if they are still the whole
     vocabulary; their weights, exp(z) not yet divided by their sum: the caller divides
     only the few it reports, a pass over the vocabulary saved; the sums of their blocks
-    of DRAW_BLOCK, whose total is that sum; entropy in bits). Min-p is a threshold and
+    of DRAW_BLOCK; their total, the weights' sum; entropy in bits). Min-p is a threshold and
     temperature a scale, neither needs an order: the candidates stay in the order they
     come (the same for the same logits and settings, so a seed still draws the same
     tokens). The same arithmetic as (logits - max) / temperature, done in place."""
@@ -222,7 +222,7 @@ def _unsorted_distribution(
     # sums the products without a temporary array and without BLAS (np.dot would call
     # BLAS, whose threads spin against llama.cpp's)
     entropy = (math.log(norm) - float(np.einsum("i,i->", weights, z)) / norm) * _LOG2E if z.shape[0] > 1 else 0.0
-    return cand, weights, blocks, max(entropy, 0.0)
+    return cand, weights, blocks, norm, max(entropy, 0.0)
 
 
 #: the unsorted path's draw sums its probabilities in blocks of this many
@@ -317,8 +317,7 @@ def sample(
         cand = top_indices(work, k)
 
     if unsorted:
-        kept_ids, probs, block_sums, sampled_entropy = _unsorted_distribution(work, cand, settings)
-        norm = float(block_sums.sum())
+        kept_ids, probs, block_sums, norm, sampled_entropy = _unsorted_distribution(work, cand, settings)
         # only the reported candidates are sorted. Every token kept: the probabilities
         # rise with the logits, so the top logits (float32, half the bytes) are the top
         # probabilities, and without a penalty they are the raw top already

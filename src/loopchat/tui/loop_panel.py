@@ -408,9 +408,8 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     if v.height and len(head) + len(table) + len(tail) > v.height:
         # a short terminal: fewer candidates (down to 3) before anything below is cut
         # (the settings the keys change stay in view as long as they can)
-        rows = len(table) - 1 - (1 if len(table) - 1 > len(v.step.raw_top) else 0)
         over = len(head) + len(table) + len(tail) - v.height
-        table = _candidates(v, width, k=max(3, rows - over))
+        table = _candidates(v, width, k=max(3, len(v.step.raw_top) - over))
     out.extend(head)
     out.extend(table)
     out.extend(tail)
