@@ -388,6 +388,7 @@ class Engine:
                 index=steps,
                 token_id=token,
                 piece=self.piece_text(token),
+                piece_bytes=self.piece(token),
                 text=text,
                 is_stop=is_stop,
                 raw_top=self._candidates(res.raw_top_ids, res.raw_top_probs),

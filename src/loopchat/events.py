@@ -144,6 +144,7 @@ class Step:
     elapsed_ms: float = 0.0  # from the request to this token being sampled (step 0: the TTFT)
     threads: int = 0  # llama.cpp threads of the forward pass that produced these logits (0: not recorded)
     threads_reason: str = ""  # why that count: set on step 0 and where the count or its reason changed
+    piece_bytes: bytes | None = None  # this token's exact bytes (None: not recorded); hex in a trace
     kind: str = field(default="step", init=False)
 
 
@@ -232,6 +233,8 @@ def _plain(value: Any) -> Any:
         return [value.token_id, value.text, value.prob]
     if isinstance(value, FinishReason):
         return value.value
+    if isinstance(value, bytes):
+        return value.hex()
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     return value
@@ -263,6 +266,8 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
             value = tuple(Message(**m) for m in value)
         elif f.name in ("raw_top", "sampled_top"):
             value = tuple(Candidate(int(c[0]), str(c[1]), float(c[2])) for c in value)
+        elif f.name == "piece_bytes" and value is not None:
+            value = bytes.fromhex(value)
         elif f.name == "reason":
             value = FinishReason(value)
         elif isinstance(value, list):

@@ -1,0 +1,335 @@
+"""The loop on the wire: a generation's events as OpenAI's HTTP bodies and SSE chunks.
+
+One serializer, two users: `loopchat serve` sends what it returns, and the chat's wire
+view shows, for a local engine, exactly what `loopchat serve` would send for the same
+steps. It works from the events alone (events.py), so a recorded trace serializes the
+same way as a live run.
+
+Shapes (OpenAI's `ChatCompletionChunk`, `ChatCompletion`, `Completion`):
+- chat stream: a first chunk with the role, one chunk per sampled token with its text
+  (`delta.content`), a last chunk with an empty delta and `finish_reason`, then with
+  `stream_options.include_usage` a chunk with `choices: []` and `usage`, then
+  `data: [DONE]`;
+- chat body: one `chat.completion` with the whole text and every token's logprobs;
+- text completion (`/v1/completions`, the raw document): `text_completion` objects with
+  `choices[0].text`, one per token when streaming, the legacy logprobs shape.
+
+`logprobs` are OpenAI's: natural logarithms of the *raw* softmax (the model's logits,
+before any sampling setting), the drawn token's and the top `top_logprobs` (at most 20).
+The distribution actually sampled from, the timings and the settings in force travel
+under one extension key, `loopchat` (OpenAI's clients keep unknown fields and ignore
+them): the role chunk carries {"start": Start}, each token's chunk {"step": Step} (and
+{"prefill": ..., "context_trimmed": ...} before the first), the finish chunk the stop
+token's step if one was drawn and {"finish": Finish}. Each is the event's trace form
+(`events.to_json_dict`, docs/trace-format.md), so a loopchat client rebuilds the very
+events the engine emitted: its panel is as complete as a local one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import math
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .events import (
+    Candidate,
+    ContextTrimmed,
+    Event,
+    Finish,
+    FinishReason,
+    Prefill,
+    Start,
+    Step,
+    event_from_json_dict,
+    to_json_dict,
+)
+
+#: The key of loopchat's own fields in a chunk or body.
+EXTENSION_KEY = "loopchat"
+#: OpenAI's limits on the number of top log-probabilities per token.
+MAX_TOP_LOGPROBS = 20  # chat: `top_logprobs`
+MAX_COMPLETION_LOGPROBS = 5  # legacy completions: `logprobs`
+#: The logprob OpenAI gives a token whose probability is 0 (never -inf: JSON has none).
+NO_LOGPROB = -9999.0
+DONE_LINE = "data: [DONE]\n\n"
+
+
+def sse_line(obj: dict[str, Any]) -> str:
+    """One server-sent event: `data: <compact JSON>` and the blank line that ends it."""
+    return "data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n\n"
+
+
+def logprob(p: float) -> float:
+    return math.log(p) if p > 0.0 else NO_LOGPROB
+
+
+def token_bytes(text: str) -> list[int] | None:
+    """A token's UTF-8 bytes, or None when its text is not whole characters (a piece of
+    a character split between tokens is shown as U+FFFD: its bytes are not known here)."""
+    return None if "\ufffd" in text else list(text.encode("utf-8"))
+
+
+def _step_bytes(step: Step) -> list[int] | None:
+    return list(step.piece_bytes) if step.piece_bytes is not None else token_bytes(step.piece)
+
+
+def finish_reason(reason: FinishReason) -> str:
+    """OpenAI's finish_reason for loopchat's: the context window's end is a length end."""
+    return "stop" if reason in (FinishReason.STOP, FinishReason.CANCELLED) else "length"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+@dataclass(frozen=True)
+class WireOptions:
+    """What the request asked for."""
+
+    chat: bool = True  # /v1/chat/completions (else /v1/completions)
+    stream: bool = True
+    logprobs: bool = False  # chat: logprobs=true; completions: logprobs=N > 0
+    top_logprobs: int = 0  # chat: 0..20; completions: the N of logprobs=N (0..5)
+    include_usage: bool = False  # stream_options.include_usage
+    extension: bool = True  # add the `loopchat` extension objects
+
+
+class WireSerializer:
+    """Turns one generation's events into the chunks (or the body) of one response.
+
+    `feed(event)` returns the chunk objects that event puts on the wire (none, one or
+    two); `lines(event)` the same as SSE text. After the Finish, `body()` is the
+    non-streaming response and `done` is True. A Finish with reason ERROR produces an
+    `{"error": ...}` object instead of a finish chunk (OpenAI's clients raise it).
+    """
+
+    def __init__(
+        self, model: str, options: WireOptions = WireOptions(), *, id: str | None = None, created: int | None = None
+    ) -> None:
+        self.model = model
+        self.options = options
+        self.id = id or new_id("chatcmpl" if options.chat else "cmpl")
+        self.created = int(time.time()) if created is None else created
+        self.done = False
+        self.error: str | None = None
+        self._pending: dict[str, Any] = {}  # extension items waiting for the next chunk
+        self._text: list[str] = []
+        self._logprobs: list[dict[str, Any]] = []  # chat entries (body)
+        self._legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        self._offset = 0  # characters of the completion so far (legacy text_offset)
+        self._events: list[dict[str, Any]] = []  # every event, for the body's extension
+        self._finish: Finish | None = None
+        self._prefill: Prefill | None = None
+
+    # ---- the stream -------------------------------------------------------------
+    def lines(self, event: Event) -> list[str]:
+        return [sse_line(c) for c in self.feed(event)]
+
+    def feed(self, event: Event) -> list[dict[str, Any]]:
+        if self.options.extension:
+            self._events.append(to_json_dict(event))
+        if isinstance(event, Start):
+            if self.options.extension:
+                start = to_json_dict(event)
+                start["model_path"] = os.path.basename(event.model_path)  # not the server's folders
+                self._pending["start"] = start
+                self._events[-1] = start
+            if self.options.chat:
+                return [self._chunk({"role": "assistant", "content": ""})]
+            return []
+        if isinstance(event, ContextTrimmed):
+            if self.options.extension:
+                self._pending["context_trimmed"] = to_json_dict(event)
+            return []
+        if isinstance(event, Prefill):
+            self._prefill = event
+            if self.options.extension:
+                self._pending["prefill"] = to_json_dict(event)
+            return []
+        if isinstance(event, Step):
+            if self.options.extension:
+                self._pending["step"] = to_json_dict(event)
+            if event.is_stop:  # not part of the reply: it rides on the finish chunk
+                return []
+            return [self._token_chunk(event)]
+        if isinstance(event, Finish):
+            self.done = True
+            self._finish = event
+            if event.reason is FinishReason.ERROR:
+                self.error = event.error or "generation failed"
+                return [error_body(self.error, "server_error", code="generation_error")]
+            if self.options.extension:
+                self._pending["finish"] = to_json_dict(event)
+            out = [self._finish_chunk(event)]
+            if self.options.include_usage:
+                out.append(self._usage_chunk(event))
+            return out
+        return []
+
+    def _base(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.options.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+        }
+
+    def _extend(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if self._pending:
+            obj[EXTENSION_KEY] = self._pending
+            self._pending = {}
+        return obj
+
+    def _chunk(self, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> dict[str, Any]:
+        obj = self._base()
+        if self.options.chat:
+            obj["system_fingerprint"] = None
+            obj["choices"] = [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]
+        else:
+            obj["choices"] = [{"text": delta.get("content", ""), "index": 0, "logprobs": logprobs, "finish_reason": finish}]
+        if self.options.include_usage and self.options.stream:
+            obj["usage"] = None
+        return self._extend(obj)
+
+    def _token_chunk(self, step: Step) -> dict[str, Any]:
+        self._text.append(step.text)
+        lp: Any = None
+        if self.options.logprobs:
+            if self.options.chat:
+                entry = self._chat_logprob(step)
+                self._logprobs.append(entry)
+                lp = {"content": [entry], "refusal": None}
+            else:
+                lp = self._legacy_logprob(step)
+        self._offset += len(step.text)
+        return self._chunk({"content": step.text}, lp)
+
+    def _chat_logprob(self, step: Step) -> dict[str, Any]:
+        n = self.options.top_logprobs
+        return {
+            "token": step.piece,
+            "logprob": logprob(step.raw_prob),
+            "bytes": _step_bytes(step),
+            "top_logprobs": [_top(c) for c in step.raw_top[:n]],
+        }
+
+    def _legacy_logprob(self, step: Step) -> dict[str, Any]:
+        n = self.options.top_logprobs
+        top: dict[str, float] = {}
+        for c in step.raw_top[:n]:
+            top.setdefault(c.text, logprob(c.prob))
+        top.setdefault(step.piece, logprob(step.raw_prob))  # the sampled token is always there
+        item = {
+            "tokens": [step.piece],
+            "token_logprobs": [logprob(step.raw_prob)],
+            "top_logprobs": [top],
+            "text_offset": [self._offset],
+        }
+        for key, values in item.items():
+            self._legacy[key].extend(values)
+        return item
+
+    def _finish_chunk(self, finish: Finish) -> dict[str, Any]:
+        return self._chunk({}, None, finish_reason(finish.reason))
+
+    def _usage(self, finish: Finish) -> dict[str, Any]:
+        cached = self._prefill.reused_tokens if self._prefill is not None else 0
+        return {
+            "prompt_tokens": finish.prompt_tokens,
+            "completion_tokens": finish.completion_tokens,
+            "total_tokens": finish.prompt_tokens + finish.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+
+    def _usage_chunk(self, finish: Finish) -> dict[str, Any]:
+        obj = self._base()
+        if self.options.chat:
+            obj["system_fingerprint"] = None
+        obj["choices"] = []
+        obj["usage"] = self._usage(finish)
+        return obj
+
+    # ---- the whole body -------------------------------------------------------------
+    def body(self) -> dict[str, Any]:
+        """The non-streaming response, after the Finish."""
+        finish = self._finish
+        if finish is None:
+            raise RuntimeError("body() before the generation finished")
+        if self.error is not None:
+            return error_body(self.error, "server_error", code="generation_error")
+        text = "".join(self._text)
+        reason = finish_reason(finish.reason)
+        obj: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion" if self.options.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+        }
+        if self.options.chat:
+            obj["system_fingerprint"] = None
+            lp = {"content": self._logprobs, "refusal": None} if self.options.logprobs else None
+            obj["choices"] = [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": lp,
+                    "finish_reason": reason,
+                }
+            ]
+        else:
+            lp = self._legacy if self.options.logprobs else None
+            obj["choices"] = [{"text": text, "index": 0, "logprobs": lp, "finish_reason": reason}]
+        obj["usage"] = self._usage(finish)
+        if self.options.extension:
+            obj[EXTENSION_KEY] = {"events": self._events}
+        return obj
+
+
+def _top(c: Candidate) -> dict[str, Any]:
+    return {"token": c.text, "logprob": logprob(c.prob), "bytes": token_bytes(c.text)}
+
+
+def error_body(message: str, type: str = "invalid_request_error", *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+# ---- the other way: a loopchat server's extension back into events -------------------
+
+#: The order in which one chunk's extension items happened.
+_ORDER = ("start", "context_trimmed", "prefill", "step", "finish")
+
+
+def extension_events(obj: dict[str, Any]) -> list[Event]:
+    """The events a chunk (or a body) of a loopchat server carries, in order ([] for a
+    chunk of any other server). Raises ValueError for a malformed extension."""
+    ext = obj.get(EXTENSION_KEY)
+    if not isinstance(ext, dict):
+        return []
+    try:
+        if "events" in ext:
+            return [event_from_json_dict(e) for e in ext["events"]]
+        return [event_from_json_dict(ext[k]) for k in _ORDER if k in ext]
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"malformed {EXTENSION_KEY!r} extension: {exc}") from exc
+
+
+__all__ = [
+    "DONE_LINE",
+    "EXTENSION_KEY",
+    "MAX_COMPLETION_LOGPROBS",
+    "MAX_TOP_LOGPROBS",
+    "NO_LOGPROB",
+    "WireOptions",
+    "WireSerializer",
+    "error_body",
+    "extension_events",
+    "finish_reason",
+    "logprob",
+    "sse_line",
+    "token_bytes",
+]
