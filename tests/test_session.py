@@ -53,7 +53,7 @@ class Backend:
     def load(self, name):
         self.loaded.append(name)
 
-    def generate(self, messages, settings, *, reuse_at_most=None):
+    def generate(self, messages, settings, *, reuse_at_most=None, stream=True):
         self.runs.append((tuple(messages), settings))
         self.reuse_at_most = reuse_at_most
         return len(self.runs)

@@ -109,7 +109,9 @@ class FakeBackend:
     def attach(self, sink: Any) -> None:
         self.sink = sink
 
-    def generate(self, messages: tuple[Message, ...], settings: SamplingSettings, *, reuse_at_most: int | None = None) -> int:
+    def generate(
+        self, messages: tuple[Message, ...], settings: SamplingSettings, *, reuse_at_most: int | None = None, stream: bool = True
+    ) -> int:
         self.runs += 1
         self._cancel.clear()
         self._settings = settings

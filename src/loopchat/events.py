@@ -206,6 +206,18 @@ class WorkerError:
 
 
 @dataclass(frozen=True, slots=True)
+class WireReceived:
+    """What a remote backend received for the reply in flight, as it arrived: one
+    server-sent event's text (`data: {...}`, without the blank line that ends it) or,
+    for a blocking request, the whole response body. The wire view shows it."""
+
+    text: str
+    nbytes: int  # bytes on the wire for it (the SSE framing included)
+    t_ms: float  # since the request was sent
+    run_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RunDone:
     """The worker is idle again after a generate command (whatever its outcome)."""
 
@@ -213,7 +225,7 @@ class RunDone:
 
 
 #: Everything a backend hands to its sink.
-HostEvent = Union[Event, ModelLoading, ModelReady, WorkerError, RunDone]
+HostEvent = Union[Event, ModelLoading, ModelReady, WorkerError, WireReceived, RunDone]
 
 _KINDS: dict[str, type] = {
     "start": Start,

@@ -60,11 +60,18 @@ class Backend(Protocol):
         ...
 
     def generate(
-        self, messages: Sequence[Message], settings: SamplingSettings, *, reuse_at_most: int | None = None
+        self,
+        messages: Sequence[Message],
+        settings: SamplingSettings,
+        *,
+        reuse_at_most: int | None = None,
+        stream: bool = True,
     ) -> int:
         """Start a reply with `settings`; returns its run id (its RunDone carries it).
         `reuse_at_most`: reuse at most this many prompt tokens from a cache (a replay of
-        a reply passes that reply's Prefill.reused_tokens, for the very same logits)."""
+        a reply passes that reply's Prefill.reused_tokens, for the very same logits).
+        `stream`: the chat shows the reply as it comes (False: blocking mode). A local
+        loop runs the same either way; a remote server is asked for one whole body."""
         ...
 
     def set_settings(self, settings: SamplingSettings) -> None:

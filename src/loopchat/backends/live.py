@@ -171,7 +171,12 @@ class LiveBackend:
 
     # ---- replies ----------------------------------------------------------------------
     def generate(
-        self, messages: Sequence[Message], settings: SamplingSettings, *, reuse_at_most: int | None = None
+        self,
+        messages: Sequence[Message],
+        settings: SamplingSettings,
+        *,
+        reuse_at_most: int | None = None,
+        stream: bool = True,
     ) -> int:
         self._live.set(settings)
         return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most)

@@ -79,7 +79,12 @@ class ReplayBackend:
             self._sink(WorkerError("a replay has no model to switch to", during="load"))
 
     def generate(
-        self, messages: Sequence[Message], settings: SamplingSettings, *, reuse_at_most: int | None = None
+        self,
+        messages: Sequence[Message],
+        settings: SamplingSettings,
+        *,
+        reuse_at_most: int | None = None,
+        stream: bool = True,
     ) -> int:
         raise RuntimeError("a replay cannot generate (can_generate is False)")
 

@@ -178,7 +178,7 @@ class ChatSession:
         rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
         self.current = rec
         self.run_settings = settings
-        rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most)
+        rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most, stream=mode != BLOCKING)
         self._freeze(rec.run_id)  # its events and its RunDone are consumed on this thread, later
         return rec
 
