@@ -30,6 +30,7 @@ from .prefs import Prefs, load_prefs, save_prefs
 from .prompt import PromptArea
 from .session import ChatSession, Refused, Update
 from .transcript import ReplyView, Transcript, legend_text
+from .wire_view import WireView
 
 #: Below this terminal width the loop panel moves under the transcript (compact form).
 NARROW_WIDTH = 100
@@ -81,6 +82,7 @@ class LoopChatApp(KeyActions, App[int]):
                 yield Static(legend_text(), id="legend")
                 yield Transcript(id="transcript")
             yield LoopPanel(id="panel")
+            yield WireView(id="wire")  # F10 shows it in the panel's place
         yield PromptArea(placeholder="Loading the model… (you can type already)", id="prompt")
         yield Footer(compact=True)
 
@@ -91,6 +93,10 @@ class LoopChatApp(KeyActions, App[int]):
     @property
     def panel(self) -> LoopPanel:
         return self.query_one(LoopPanel)
+
+    @property
+    def wire(self) -> WireView:
+        return self.query_one(WireView)
 
     @property
     def prompt(self) -> PromptArea:
@@ -119,6 +125,7 @@ class LoopChatApp(KeyActions, App[int]):
             exit_on_signals(self)
         self.backend.attach(self.pump.emit)
         self.query_one("#legend").display = self.prefs.prob_colours
+        self.show_wire_view(self.prefs.wire_view)
         self.set_interval(1 / FRAME_RATE, self._frame, name="frame")
         self.prompt.focus()
         placeholder = self.backend.placeholder()
@@ -174,7 +181,7 @@ class LoopChatApp(KeyActions, App[int]):
             view = self.views.get(self.current) if self.generating else None
             if view is not None:
                 view.tick()
-            if self._panel_dirty:
+            if self._panel_dirty or (self.prefs.wire_view and self.wire.needs_frames):
                 self._refresh_panel()
             return
         self._show(self.session.consume(events))
@@ -221,6 +228,9 @@ class LoopChatApp(KeyActions, App[int]):
         self._panel_dirty = False
         s = self.session
         rec, step, pinned = s.shown_step(self.selection)
+        if self.prefs.wire_view:  # the wire in the panel's place: the panel is not drawn
+            self.wire.show(rec, step.index if pinned and step is not None else None, s.generating)
+            return
         b = self.backend
         model = f"{b.loading} (loading…)" if b.loading else (b.name or "none loaded")
         live = s.in_force()
@@ -291,6 +301,16 @@ class LoopChatApp(KeyActions, App[int]):
             return False
         self._panel_dirty = True
         return True
+
+    def show_wire_view(self, on: bool) -> None:
+        """The wire view (on) or the loop panel in the side panel's place."""
+        self.wire.fold = self.prefs.wire_folded
+        self.wire.display = on
+        self.panel.display = not on
+        self._refresh_panel()
+
+    def on_wire_view_fold_toggled(self, message: WireView.FoldToggled) -> None:
+        self.action_toggle_wire_fold()
 
     def _save_prefs(self) -> None:
         error = save_prefs(self.prefs, self.prefs_path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
+from ..events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step, WireReceived
 
 STREAM = "stream"
 BLOCKING = "blocking"
@@ -29,6 +29,9 @@ class ReplyRecord:
     steps: list[Step] = field(default_factory=list)
     finish: Finish | None = None
     error: str | None = None
+    #: what a remote backend received for this reply, as it arrived (the wire view), each
+    #: with the number of steps recorded before it (the steps built from it follow it)
+    wire: list[tuple[WireReceived, int]] = field(default_factory=list)
     started_at: float = 0.0  # UI monotonic clock when the request was sent (spinner only)
     shown_at: float | None = None  # UI clock when the text first appeared on screen
 

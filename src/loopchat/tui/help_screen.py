@@ -20,6 +20,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F2", "Sampling settings dialog: type any value, checked as you type; Enter applies"),
     ("F3", "Streaming ⇄ blocking mode for the next replies"),
     ("F9", "Replay the last reply in the other mode (same messages, seed and settings: same tokens)"),
+    ("F10", "Wire view ⇄ loop panel: the reply's SSE lines (as loopchat serve would send them, or as the server sent them), chunks/s, bytes/s; a click folds long values"),
     ("F5", "Regenerate the last reply (a new random seed; a pinned seed moves to the next)"),
     ("Ctrl+N", "New conversation"),
     ("Ctrl+Y", "Copy the last reply to the clipboard"),

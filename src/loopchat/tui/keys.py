@@ -38,6 +38,7 @@ BINDINGS = [
     Binding("f3", "toggle_streaming", "Mode"),
     Binding("f5", "regenerate", "Regenerate"),
     Binding("f9", "replay_other_mode", "Other mode", show=False),
+    Binding("f10", "toggle_wire", "Wire", show=False),
     Binding("ctrl+n", "new_conversation", "New"),
     Binding("f4", "toggle_markdown", "Markdown", show=False),
     # priority: the message box (a TextArea) binds F6/F7 to select line / select all
@@ -59,6 +60,11 @@ class KeyActions(_Base):
         yield SystemCommand("Markdown", "Render finished replies as Markdown (F4)", self.action_toggle_markdown)
         yield SystemCommand("Token boundaries", "Show where each token starts (F6)", self.action_toggle_boundaries)
         yield SystemCommand("Probability colours", "Colour tokens by their probability (F7)", self.action_toggle_colours)
+        yield SystemCommand("Wire view", "The side panel: the loop ⇄ the SSE lines on the wire (F10)", self.action_toggle_wire)
+        yield SystemCommand(
+            "Wire view: fold long values", "Fold / unfold the loopchat extension and top_logprobs (or click the view)",
+            self.action_toggle_wire_fold,
+        )
         yield SystemCommand("Replay last reply in the other mode", "Same seed and settings (F9)", self.action_replay_other_mode)
         yield SystemCommand("Regenerate last reply", "With a new seed (F5)", self.action_regenerate)
         yield SystemCommand("Copy last reply", "To the clipboard (Ctrl+Y)", self.action_copy_reply)
@@ -116,6 +122,7 @@ class KeyActions(_Base):
         self.session.new_conversation()
         self.selection = None
         self.views.clear()
+        self.wire.forget()
         self.transcript.clear()
         self.run_finished.set()
         self._refresh_panel()
@@ -183,6 +190,19 @@ class KeyActions(_Base):
         self._save_prefs()
         self.query_one("#legend").display = self.prefs.prob_colours
         self._rebuild_all()
+
+    def action_toggle_wire(self) -> None:
+        self.prefs.wire_view = not self.prefs.wire_view
+        self._save_prefs()
+        self.show_wire_view(self.prefs.wire_view)
+
+    def action_toggle_wire_fold(self) -> None:
+        self.prefs.wire_folded = not self.prefs.wire_folded
+        self._save_prefs()
+        self.wire.fold = self.prefs.wire_folded
+        self.wire.redraw()
+        if not self.prefs.wire_view:
+            self.notify("Wire view: long values " + ("folded" if self.prefs.wire_folded else "shown whole") + " (F10 shows it)", timeout=3)
 
     def action_help(self) -> None:
         from .help_screen import HelpScreen

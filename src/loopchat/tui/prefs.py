@@ -22,6 +22,8 @@ class Prefs:
     prob_colours: bool = False  # colour each token by the probability it was drawn with
     markdown: bool = True  # render completed replies as Markdown
     streaming: bool = True  # False: blocking mode (whole reply shown at the end)
+    wire_view: bool = False  # the side panel shows the wire (SSE lines) instead of the loop
+    wire_folded: bool = True  # the wire view folds the long values (extension, top_logprobs)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Prefs":

@@ -31,6 +31,7 @@ from ..events import (
     RunDone,
     Start,
     Step,
+    WireReceived,
     WorkerError,
 )
 from ..settings import SamplingSettings
@@ -59,6 +60,7 @@ class Update:
     ready: ModelReady | None = None
     restore_prompt: str | None = None  # give this text back to the message box (if it is empty)
     steps: int = 0
+    wire: int = 0  # WireReceived events taken (a remote backend's bytes, for the wire view)
 
     @property
     def ended(self) -> bool:
@@ -248,6 +250,12 @@ class ChatSession:
                     u.ready = ev
                 case WorkerError():
                     self._error(ev, u)
+                case WireReceived():
+                    # the reply in flight's (by its run id, if it has one: a blocking
+                    # body may come after its Finish; a cancelled run's late bytes do not)
+                    if rec is not None and (rec.run_id == ev.run_id != 0 or (not ev.run_id and not rec.done)):
+                        rec.wire.append((ev, len(rec.steps)))
+                        u.wire += 1
                 case RunDone():
                     if rec is not None and not rec.done and rec.run_id in (0, ev.run_id):
                         rec.error = "stopped"  # e.g. a trace that stopped half-way

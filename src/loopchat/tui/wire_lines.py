@@ -1,0 +1,206 @@
+"""One wire event's text (an SSE `data:` line or a whole response body) as styled screen
+rows for the wire view: the framing dimmed, the keys muted, the reply's text
+(`delta.content`, `message.content`, a completion's `text`) and `finish_reason`
+highlighted, and, when folded, the long nested values (the `loopchat` extension, each
+token's `top_logprobs`) replaced by their size in bytes. Rows are cut at the view's
+width, character by character (JSON has few spaces to wrap at).
+
+The text itself is never changed: what is folded is said, with its exact size, and
+every other character is shown as it is (control characters as their Unicode
+pictures, a line break as a new row). No Textual here, only rich styles.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.cells import get_character_cell_size
+from rich.style import Style
+
+from ..wire import EXTENSION_KEY
+
+#: One screen row: (text, style) pieces (the same shape as fast_static.Line).
+Row = tuple[tuple[str, Style], ...]
+
+FRAMING = Style.parse("#6c6c6c")  # `data: `, the annotation rows
+KEY = Style.parse("#87afd7")
+VALUE = Style.parse("#d7d7af")
+PUNCT = Style.parse("#808080")
+CONTENT = Style.parse("bold #ffaf00")  # the reply's text: the panel's "drawn" colour
+FINISH = Style.parse("bold #ff87d7")
+EXTENSION = Style.parse("#6c8aa8")  # loopchat's own fields, unfolded
+FOLDED = Style.parse("italic #8a8a8a")
+DONE = Style.parse("bold #87d7ff")
+NOTE = Style.parse("italic #6c6c6c")
+
+#: Keys whose (object or array) value is folded into its size.
+FOLD_KEYS = frozenset({EXTENSION_KEY, "top_logprobs"})
+#: Keys whose string value is the reply's text.
+CONTENT_KEYS = frozenset({"content", "text"})
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]|-?\d[\d.eE+-]*|true|false|null')
+_COLON = re.compile(r"\s*:\s*")
+_DATA = "data:"
+_CONTROL = {c: 0x2400 + c for c in range(0x20) if c != 0x0A}
+_CONTROL[0x7F] = 0x2421
+
+
+def _nbytes(s: str) -> int:
+    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
+
+
+def styled(text: str, fold: bool) -> list[tuple[str, Style]]:
+    """`text` as (piece, style) pieces, left to right; with `fold`, the values of
+    FOLD_KEYS replaced by `{… N B}` / `[… N B]` (N: their exact size in UTF-8 bytes)."""
+    text = text.translate(_CONTROL)
+    out: list[tuple[str, Style]] = []
+    pos = 0
+    if text.startswith(_DATA):
+        prefix = _DATA + (" " if text[len(_DATA) : len(_DATA) + 1] == " " else "")
+        out.append((prefix, FRAMING))
+        pos = len(prefix)
+        if text[pos:].strip() == "[DONE]":
+            out.append((text[pos:], DONE))
+            return out
+    elif text.startswith(":"):  # an SSE comment (a keep-alive): not data
+        return [(text, FRAMING)]
+
+    def emit(end: int, style: Style) -> None:
+        nonlocal pos
+        if end > pos:
+            out.append((text[pos:end], style))
+            pos = end
+
+    # (key of the value this bracket opens, its start, whether it is in the extension)
+    stack: list[tuple[str | None, int, bool]] = []
+    value_key: str | None = None  # the key whose value starts at value_at
+    value_at = -1
+    in_ext = 0  # depth inside the (unfolded) extension value: its text is dimmed
+    skip_to = -1  # inside a folded value: everything before this is already emitted
+    for m in _TOKEN.finditer(text):
+        start, end = m.span()
+        if start < skip_to:
+            continue
+        tok = m.group()
+        is_value = start == value_at
+        key = value_key if is_value else None
+        if tok[0] == '"':
+            colon = _COLON.match(text, end)
+            if colon is not None and not is_value:  # a key
+                emit(start, EXTENSION if in_ext else PUNCT)
+                emit(end, EXTENSION if in_ext else KEY)
+                value_key, value_at = tok[1:-1], colon.end()
+                continue
+            emit(start, EXTENSION if in_ext else PUNCT)
+            if in_ext:
+                emit(end, EXTENSION)
+            elif key in CONTENT_KEYS:
+                emit(end, CONTENT)
+            elif key == "finish_reason":
+                emit(end, FINISH)
+            else:
+                emit(end, VALUE)
+        elif tok[0] not in "[]{}":  # a number, true, false, null
+            emit(start, EXTENSION if in_ext else PUNCT)
+            emit(end, EXTENSION if in_ext else VALUE)
+        elif tok in "[{":
+            if key in FOLD_KEYS and fold:
+                close = _matching(text, start)
+                if close is not None:
+                    emit(start, EXTENSION if in_ext else PUNCT)
+                    size = _nbytes(text[start:close])
+                    out.append((f"{tok}… {size:,} B{']' if tok == '[' else '}'}", FOLDED))
+                    pos = skip_to = close
+                    continue
+            ext = key == EXTENSION_KEY
+            if ext and not in_ext:
+                emit(start, PUNCT)
+            stack.append((key, start, ext))
+            in_ext += ext
+        else:  # a closing bracket
+            if stack:
+                _, _, ext = stack.pop()
+                if ext:
+                    emit(end, EXTENSION)
+                    in_ext -= 1
+        value_key, value_at = None, -1
+    emit(len(text), EXTENSION if in_ext else PUNCT)
+    return out
+
+
+def _matching(text: str, open_at: int) -> int | None:
+    """The index just past the bracket that closes the one at `open_at` (None: unclosed)."""
+    depth = 0
+    for m in _TOKEN.finditer(text, open_at):
+        tok = m.group()
+        if tok in "[{":
+            depth += 1
+        elif tok in "]}":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+    return None
+
+
+def to_rows(pieces: list[tuple[str, Style]], width: int) -> list[Row]:
+    """The pieces cut into rows of at most `width` cells: after a comma when one is
+    near the row's end, else where the row is full (a line break starts a row; a wide
+    character that does not fit moves to the next row)."""
+    text = "".join(s for s, _ in pieces)
+    rows: list[Row] = []
+    i = 0  # the piece holding text[at]
+    at = 0  # where that piece starts in text
+    for a, b in _ranges(text, max(1, width)):
+        while i < len(pieces) and at + len(pieces[i][0]) <= a:
+            at += len(pieces[i][0])
+            i += 1
+        row: list[tuple[str, Style]] = []
+        j, pos = i, at
+        while j < len(pieces) and pos < b:
+            s, style = pieces[j]
+            lo, hi = max(a, pos), min(b, pos + len(s))
+            if hi > lo:
+                row.append((s[lo - pos : hi - pos], style))
+            pos += len(s)
+            j += 1
+        rows.append(tuple(row))
+    return rows
+
+
+def _ranges(text: str, width: int) -> list[tuple[int, int]]:
+    """(start, end) of each row's characters in `text` (line breaks left out)."""
+    back = max(1, min(16, width // 3))  # how far back a comma may end a row
+    out: list[tuple[int, int]] = []
+    off = 0
+    for line in text.split("\n"):
+        n = len(line)
+        pos = 0
+        if line.isascii():
+            while n - pos > width:
+                end = pos + width
+                comma = line.rfind(",", end - back, end)
+                if comma >= pos:
+                    end = comma + 1
+                out.append((off + pos, off + end))
+                pos = end
+        else:
+            cells = 0
+            comma = -1
+            for k, ch in enumerate(line):
+                w = get_character_cell_size(ch)
+                if cells + w > width and k > pos:
+                    end = comma + 1 if comma >= pos and k - comma <= back else k
+                    out.append((off + pos, off + end))
+                    cells = sum(get_character_cell_size(c) for c in line[end:k])
+                    pos = end
+                cells += w
+                if ch == ",":
+                    comma = k
+        out.append((off + pos, off + n))
+        off += n + 1
+    return out
+
+
+def event_rows(text: str, width: int, fold: bool) -> list[Row]:
+    """One wire event's text as screen rows."""
+    return to_rows(styled(text, fold), width)
