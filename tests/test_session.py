@@ -31,6 +31,7 @@ class Backend:
     """A backend that only records what it is asked (the test plays its events)."""
 
     can_generate = True
+    live_settings = True
     name = "m"
     loading = None
     system_prompt = "Be brief."

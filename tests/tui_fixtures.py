@@ -74,6 +74,7 @@ class FakeBackend:
     A `Backend` (loopchat.backends) like the real ones."""
 
     can_generate = True
+    live_settings = True
     name = "fake-model"
     loading = None
     system_prompt = None

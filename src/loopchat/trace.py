@@ -181,19 +181,23 @@ def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
     first_ms = steps[0].elapsed_ms if steps else 0.0
     last_ms = steps[-1].elapsed_ms if steps else 0.0
     decode_ms = last_ms - first_ms
+    ids = start.prompt_token_ids  # None: a remote server's reply (not given)
     finish = Finish(
         reason=FinishReason.ERROR,
-        prompt_tokens=len(start.prompt_token_ids),
+        prompt_tokens=len(ids) if ids is not None else None,
         completion_tokens=sum(1 for s in steps if not s.is_stop),
         steps=len(steps),
-        prefill_ms=prefill.ms if prefill is not None else 0.0,
+        prefill_ms=prefill.ms if prefill is not None else (None if start.source else 0.0),
         ttft_ms=first_ms,
         decode_ms=decode_ms,
         total_ms=last_ms,
         tokens_per_s=decode_rate(len(steps), decode_ms),
         text="".join(s.text for s in steps),
         # what the engine reports when it stops after a step: that step's token is not yet in the cache
-        n_past=(steps[-1].n_past - (0 if steps[-1].is_stop else 1)) if steps else len(start.prompt_token_ids),
+        n_past=(
+            (steps[-1].n_past - (0 if steps[-1].is_stop else 1) if steps[-1].n_past is not None else None)
+            if steps else (len(ids) if ids is not None else None)
+        ),
         n_ctx=start.n_ctx,
         error=CUT_SHORT,
     )

@@ -5,8 +5,10 @@ the settings mid-reply, cancel) into one stream of typed events (`events.HostEve
 handed to a sink on the backend's own thread. The chat (tui/session.py) only talks to
 this interface and never asks which backend it has; what a backend cannot do it says
 through `can_generate` and its notices. Today: `LiveBackend` (a local GGUF model, the
-engine in a thread or a child process) and `ReplayBackend` (a recorded trace). A remote
-OpenAI-compatible server or a paused, stepped loop plug in here the same way.
+engine in a thread or a child process), `ReplayBackend` (a recorded trace),
+`RemoteBackend` (a model on an OpenAI-compatible server) and `ModelsBackend` (the
+models.toml entries, local and remote, switched by name). A paused, stepped loop would
+plug in here the same way.
 
 Nothing here imports Textual.
 """
@@ -38,6 +40,9 @@ class Backend(Protocol):
     default_settings: SamplingSettings
     #: what a user may switch to (empty: no switching)
     model_names: list[str]
+    #: a settings change reaches the reply in flight at its next step (False: a remote
+    #: server fixed the reply's settings when it was sent; a change waits for the next reply)
+    live_settings: bool
 
     def describe(self, name: str) -> str:
         """One line about a model of `model_names`."""

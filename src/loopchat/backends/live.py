@@ -63,6 +63,7 @@ class _Relay:
 
 class LiveBackend:
     can_generate = True
+    live_settings = True  # the loop reads the settings at every step
 
     def __init__(
         self,

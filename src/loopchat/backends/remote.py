@@ -1,0 +1,516 @@
+"""A model on an OpenAI-compatible server (`loopchat --url`, `url = "..."` in models.toml).
+
+One thread per backend sends the requests with httpx (sync) and reads the answer as it
+arrives: a stream of server-sent events (`stream: true`), or one body in blocking mode.
+Every event received is handed on as it came (`WireReceived`, for the wire view), then
+the loop's events made from it (wire_reader.py): a loopchat server's own, or what any
+other server's chunks give, with every figure it does not send left as None.
+
+What is asked for: `logprobs` with `top_logprobs` (the report size, at most 20),
+`stream_options.include_usage`, and the sampling settings: `temperature`, `top_p`,
+`max_tokens`, `seed` (when pinned), plus `top_k`, `min_p`, `repeat_penalty` and
+`repeat_last_n`, which OpenAI's API does not have (llama.cpp's server and `loopchat serve`
+take them; `extensions = false` in models.toml leaves them out for a server that refuses
+unknown fields). A server fixes the settings of a request when it starts, so a change
+made mid-reply applies to the next reply (`live_settings` is False).
+
+Errors (unreachable, refused, 401, 404, 500, an error or a malformed chunk mid-stream, a
+stream cut before `data: [DONE]`, a timeout) end the run with one WorkerError line.
+`cancel()` shuts the connection's socket down, which ends a read that is waiting at once.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from .. import __version__
+from ..errors import one_line
+from ..events import DOCUMENT, FinishReason, Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
+from ..settings import SamplingSettings
+from ..wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
+from . import Sink
+from .live import _Relay
+from .sse import SSESplitter
+from .wire_reader import ServerError, WireError, WireReader, error_message
+
+#: Seconds to wait for the server: for the next bytes of a stream, or for a blocking
+#: reply's whole body (and for a connection, at most CONNECT_TIMEOUT).
+DEFAULT_TIMEOUT = 120.0
+CONNECT_TIMEOUT = 10.0
+#: The top log-probabilities asked for per token by default (the panel's table).
+DEFAULT_TOP_LOGPROBS = 10
+#: What is kept of an error response's body for its message.
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+class URLProblem(ValueError):
+    """A URL that cannot be an API's base URL (one-line message)."""
+
+
+def api_base(url: str) -> str:
+    """The API's base URL, ending in /v1: "http://host:8000", "http://host:8000/v1/" and
+    "http://host:8000/v1/chat/completions" all give "http://host:8000/v1"."""
+    text = url.strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise URLProblem(f"{url!r} is not an http:// or https:// URL; give the server's address, e.g. http://127.0.0.1:8000/v1")
+    if parts.query or parts.fragment:
+        raise URLProblem(f"{url!r} has a query or fragment; give the server's base address, e.g. http://127.0.0.1:8000/v1")
+    path = parts.path.rstrip("/")
+    for tail in ("/chat/completions", "/completions", "/models"):
+        if path.endswith(tail):
+            path = path[: -len(tail)]
+            break
+    if not path.endswith("/v1"):
+        path += "/v1"
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+class _Failed(Exception):
+    """The request failed: the message is the one line the user sees."""
+
+
+class RemoteBackend:
+    can_generate = True
+    #: a server fixes a request's settings when it starts: a change applies to the next reply
+    live_settings = False
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str | None = None,
+        model_id: str | None = None,
+        api_key: str | None = None,
+        system_prompt: str | None = None,
+        settings: SamplingSettings | None = None,
+        description: str = "",
+        timeout: float = DEFAULT_TIMEOUT,
+        top_logprobs: int = DEFAULT_TOP_LOGPROBS,
+        extensions: bool = True,
+    ) -> None:
+        """`name`: a models.toml entry's name (the chat shows it; the server's models are
+        then not offered for switching). Without it the chat shows the model id, and the
+        model list is the server's."""
+        import httpx
+
+        self.base = api_base(url)
+        self.entry = name
+        self.model_id = model_id
+        self.api_key = api_key or None
+        self.system_prompt = system_prompt
+        self.default_settings = settings or SamplingSettings()
+        self.description = description
+        self.timeout = float(timeout)
+        if not 1 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be between 1 and {MAX_TOP_LOGPROBS} for a server")
+        self.top_logprobs = top_logprobs
+        self.extensions = extensions
+        self.ready: ModelReady | None = None
+        self.loading: str | None = None
+        self.served: list[str] = []  # the model ids of the server's GET /models
+        self._relay = _Relay()
+        self._commands: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._busy = threading.Event()
+        self._run_id = 0
+        self._cancel: threading.Event | None = None  # the run in flight's
+        self._stream: Any = None  # its connection (httpcore's network stream)
+        self._lock = threading.Lock()
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(self.timeout, connect=min(CONNECT_TIMEOUT, self.timeout)),
+            # a connection per request: cancelling one shuts its socket down
+            limits=httpx.Limits(max_keepalive_connections=0),
+            headers={"User-Agent": f"loopchat/{__version__}", "Accept-Encoding": "identity"},
+            trust_env=False,
+        )
+        self._thread = threading.Thread(target=self._main, name="loopchat-remote", daemon=True)
+        self._thread.start()
+
+    # ---- what the chat shows ----------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.entry or self.model_id or ""
+
+    @property
+    def model_names(self) -> list[str]:
+        return [] if self.entry else list(self.served)
+
+    def describe(self, name: str) -> str:
+        return self.description or f"{name} on {self.base}"
+
+    def placeholder(self) -> str | None:
+        return None
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    # ---- events -----------------------------------------------------------------------
+    def attach(self, sink: Sink | None) -> None:
+        self._relay.attach(sink)
+
+    def _emit(self, event: Any) -> None:
+        if isinstance(event, ModelReady):
+            self.ready, self.loading = event, None
+        elif isinstance(event, WorkerError) and event.during == "load":
+            self.loading = None
+        self._relay.emit(event)
+
+    def flush(self) -> None:
+        """Events are handed over as they arrive."""
+
+    # ---- the model list -----------------------------------------------------------------
+    def start(self) -> None:
+        if self.ready is None and self.loading is None:
+            self.loading = self.name or self.base
+            self._commands.put(("connect", self.model_id))
+
+    def load(self, name: str) -> None:
+        if self.entry is not None or name not in self.served:
+            known = ", ".join(self.served) or "none"
+            self._emit(WorkerError(f"{self.base} serves no model {name!r} (it serves: {known})", during="load"))
+            return
+        self.loading = name
+        self._commands.put(("connect", name))
+
+    def _connect(self, model_id: str | None) -> None:
+        label = self.entry or model_id or self.base
+        self._emit(ModelLoading(name=label, path=self.base))
+        t0 = time.perf_counter()
+        try:
+            ids = self._list_models()
+        except _Failed as exc:
+            if model_id is not None and str(exc).startswith("404"):
+                ids = None  # no model list: the id given is tried as it is
+            else:
+                self._load_failed(str(exc).removeprefix("404 "))
+                return
+        if ids is not None:
+            self.served = ids
+            if model_id is None:
+                if not ids:
+                    self._load_failed(f"{self.base}/models lists no model; name one with --model-id (or model in models.toml)")
+                    return
+                model_id = ids[0]
+            elif model_id not in ids:
+                shown = ", ".join(ids) or "none"
+                self._load_failed(
+                    f"{self.base} serves no model {model_id!r} (it serves: {shown}); pick one of those "
+                    "with --model-id (or model in models.toml)"
+                )
+                return
+        self.model_id = model_id
+        self._emit(ModelReady(
+            name=self.name, path=self.base, n_ctx=None, n_vocab=None, threads=None,
+            load_ms=(time.perf_counter() - t0) * 1000.0,
+        ))
+
+    def _load_failed(self, message: str) -> None:
+        old = self.ready
+        self._emit(WorkerError(message + (f"; still using {old.name}" if old is not None else ""), during="load"))
+        if old is not None:
+            self._emit(old)
+
+    def _list_models(self) -> list[str]:
+        import httpx
+
+        try:
+            response = self._client.get(self.base + "/models", headers=self._headers(stream=False))
+        except httpx.HTTPError as exc:
+            raise _Failed(self._transport_problem(exc, chunks=None, blocking=True)) from None
+        if response.status_code == 404:
+            raise _Failed("404 " + self._status_problem(response.status_code, response.reason_phrase, response.text))
+        if response.status_code != 200:
+            raise _Failed(self._status_problem(response.status_code, response.reason_phrase, response.text))
+        try:
+            data = response.json()["data"]
+            return [str(m["id"]) for m in data]
+        except (ValueError, KeyError, TypeError):
+            raise _Failed(
+                f"{self.base}/models did not answer with OpenAI's model list; is {self.base} an "
+                "OpenAI-compatible API (its address usually ends in /v1)?"
+            ) from None
+
+    # ---- replies ---------------------------------------------------------------------------
+    def generate(
+        self,
+        messages: Sequence[Message],
+        settings: SamplingSettings,
+        *,
+        reuse_at_most: int | None = None,
+        stream: bool = True,
+    ) -> int:
+        """`reuse_at_most` has no meaning here: the server keeps its own cache."""
+        self._run_id += 1
+        cancel = threading.Event()
+        with self._lock:
+            self._cancel = cancel
+        self._busy.set()
+        self._commands.put(("generate", (self._run_id, tuple(messages), settings, stream, cancel)))
+        return self._run_id
+
+    def set_settings(self, settings: SamplingSettings) -> None:
+        """A server fixes the settings of a reply when it starts (`live_settings` is False)."""
+
+    def cancel(self) -> None:
+        with self._lock:
+            cancel, stream = self._cancel, self._stream
+        if cancel is not None:
+            cancel.set()
+        if stream is not None:
+            _shut(stream)
+
+    def close(self) -> None:
+        self.attach(None)
+        self.cancel()
+        self._commands.put(("close", None))
+        self._thread.join(5)
+        self._client.close()
+
+    # ---- the thread -----------------------------------------------------------------------
+    def _main(self) -> None:
+        while True:
+            command, args = self._commands.get()
+            if command == "close":
+                return
+            try:
+                if command == "connect":
+                    self._connect(args)
+                elif command == "generate":
+                    self._generate(*args)
+            except Exception as exc:  # a bug: one line, and the thread goes on
+                detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                self._emit(WorkerError(
+                    f"internal error while talking to {self.base}: {detail}; this is a bug: please report it",
+                    during="load" if command == "connect" else "generate",
+                    internal=True,
+                ))
+                if command == "generate":
+                    self._end_run(args[0])
+
+    def _end_run(self, run_id: int) -> None:
+        if self._commands.empty():
+            self._busy.clear()
+        self._emit(RunDone(run_id))
+
+    def _headers(self, stream: bool) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream" if stream else "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def request(self, messages: Sequence[Message], settings: SamplingSettings, stream: bool) -> tuple[str, dict[str, Any], int]:
+        """(URL, JSON body, top log-probabilities asked for) of a reply's request."""
+        s = settings
+        body: dict[str, Any] = {"model": self.model_id}
+        if len(messages) == 1 and messages[0].role == DOCUMENT:
+            url = self.base + "/completions"
+            k = min(self.top_logprobs, MAX_COMPLETION_LOGPROBS)
+            body.update(prompt=messages[0].content, logprobs=k)
+        else:
+            url = self.base + "/chat/completions"
+            k = self.top_logprobs
+            body.update(messages=[m.to_dict() for m in messages], logprobs=True, top_logprobs=k)
+        body["stream"] = stream
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if self.extensions:
+            body.update(top_k=s.top_k, min_p=s.min_p, repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n)
+        return url, body, k
+
+    def _trace(self, name: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook: keep the request's connection, so cancel() can shut it."""
+        if name == "connection.connect_tcp.complete":
+            with self._lock:
+                self._stream = info.get("return_value")
+                cancelled = self._cancel is not None and self._cancel.is_set()
+            if cancelled:
+                _shut(self._stream)
+
+    def _generate(
+        self, run_id: int, messages: tuple[Message, ...], settings: SamplingSettings, stream: bool, cancel: threading.Event
+    ) -> None:
+        import httpx
+
+        t0 = time.perf_counter()
+        url, body, k = self.request(messages, settings, stream)
+        reader = WireReader(
+            source=self.base, model=self.model_id or "", messages=messages, settings=settings, top_logprobs=k
+        )
+
+        def now() -> float:
+            return (time.perf_counter() - t0) * 1000.0
+
+        try:
+            if cancel.is_set():
+                raise _Cancelled
+            try:
+                with self._client.stream(
+                    "POST", url, json=body, headers=self._headers(stream), extensions={"trace": self._trace}
+                ) as response:
+                    if response.status_code != 200:
+                        raise _Failed(self._status_problem(
+                            response.status_code, response.reason_phrase, _read_some(response)
+                        ))
+                    kind = response.headers.get("content-type", "")
+                    if stream and "text/event-stream" in kind:
+                        self._read_stream(response, reader, now, run_id, cancel)
+                    else:  # blocking, or a server that answered a stream with one body
+                        self._read_body(response, reader, now, run_id)
+            except (_Failed, _Cancelled):
+                raise
+            except httpx.HTTPError as exc:
+                if cancel.is_set():
+                    raise _Cancelled from None
+                raise _Failed(self._transport_problem(exc, reader.chunks, blocking=not stream)) from None
+            except WireError as exc:
+                raise _Failed(f"{self.base} sent {exc}; is it an OpenAI-compatible server?") from None
+            except ServerError as exc:
+                where = f" mid-reply (after {reader.chunks} chunks)" if reader.chunks else ""
+                raise _Failed(f"{self.base} reported an error{where}: {one_line(str(exc))}") from None
+            self._emit(reader.end(now()))
+        except _Cancelled:
+            self._emit(reader.end(now(), FinishReason.CANCELLED))
+        except _Failed as exc:
+            self._emit(WorkerError(one_line(str(exc)), during="generate"))
+        finally:
+            with self._lock:
+                self._stream = None
+            self._end_run(run_id)
+
+    def _read_stream(self, response: Any, reader: WireReader, now: Any, run_id: int, cancel: threading.Event) -> None:
+        emit = self._emit
+        splitter = SSESplitter()
+        for data in response.iter_raw():
+            t = now()
+            for ev in splitter.feed(data):
+                emit(WireReceived(ev.text, ev.nbytes, t, run_id))
+                if ev.data is None:
+                    continue  # a comment (a keep-alive ping)
+                if ev.data.startswith("[DONE]"):
+                    if reader.start is None:
+                        raise WireError("data: [DONE] before any chunk")
+                    return
+                try:
+                    obj = json.loads(ev.data)
+                except ValueError:
+                    raise WireError(f"a chunk that is not JSON ({_shorten(ev.data)})") from None
+                for event in reader.chunk(obj, t):
+                    emit(event)
+            if cancel.is_set():
+                raise _Cancelled
+        if cancel.is_set():
+            raise _Cancelled
+        if reader.finish_reason is not None:
+            return  # the reply is whole; only the closing data: [DONE] is missing
+        cut = " (it stopped inside an event)" if splitter.pending().strip() else ""
+        raise _Failed(
+            f"{self.base} ended the stream before data: [DONE] (after {reader.chunks} chunks){cut}: the reply is "
+            "incomplete; the server may have stopped or restarted"
+        )
+
+    def _read_body(self, response: Any, reader: WireReader, now: Any, run_id: int) -> None:
+        raw = response.read()
+        t = now()
+        text = raw.decode("utf-8", errors="replace")
+        self._emit(WireReceived(text, len(raw), t, run_id))
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            raise WireError(f"a response that is not JSON ({_shorten(text)})") from None
+        for event in reader.body(obj, t):
+            self._emit(event)
+
+    # ---- one-line problems ------------------------------------------------------------------
+    def _status_problem(self, code: int, reason: str, text: str) -> str:
+        detail = None
+        try:
+            detail = error_message(json.loads(text))
+        except ValueError:
+            pass
+        if detail is None:
+            detail = text.strip().splitlines()[0] if text.strip() else ""
+        what = f"{code} {reason}".strip() + (f" ({_shorten(one_line(detail), 200)})" if detail else "")
+        if code in (401, 403):
+            fix = "pass the server's API key with --api-key (or api_key_env in models.toml)"
+        elif code == 404:
+            fix = f"check the URL (an OpenAI-compatible API's usually ends in /v1) and the model id ({self.base}/models lists them)"
+        elif code == 429:
+            fix = "the server is busy: try again in a moment"
+        elif code >= 500:
+            fix = "the server failed: its log may say why; try again"
+        else:
+            fix = "the server refused the request"
+        return f"{self.base} answered {what}: {fix}"
+
+    def _transport_problem(self, exc: Exception, chunks: int | None, blocking: bool) -> str:
+        import httpx
+
+        t = f"{self.timeout:g}"
+        if isinstance(exc, httpx.ConnectTimeout):
+            return f"{self.base} did not accept a connection within {min(CONNECT_TIMEOUT, self.timeout):g} s: check the URL and that the server is running"
+        if isinstance(exc, httpx.ConnectError):
+            return f"cannot connect to {self.base} ({one_line(str(exc)) or type(exc).__name__}): check the URL and that the server is running"
+        if isinstance(exc, httpx.TimeoutException):
+            if chunks:
+                return (
+                    f"{self.base} sent nothing for {t} s mid-reply (after {chunks} chunks): the server may be stuck or "
+                    "overloaded; raise the timeout (--timeout, or timeout in models.toml) to wait longer"
+                )
+            whole = " (in blocking mode the whole reply must arrive within it)" if blocking else ""
+            return (
+                f"{self.base} sent no answer within {t} s{whole}: raise the timeout (--timeout, or timeout in "
+                "models.toml) to wait longer"
+            )
+        detail = one_line(str(exc)) or type(exc).__name__
+        if chunks:
+            return (
+                f"the connection to {self.base} broke mid-reply (after {chunks} chunks, before data: [DONE]): {detail}; "
+                "the server may have stopped or restarted"
+            )
+        return f"the connection to {self.base} failed ({detail}): the server may have stopped or restarted; try again"
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def _shut(stream: Any) -> None:
+    """Shut a connection's socket down: a read waiting on it returns at once."""
+    try:
+        sock = stream.get_extra_info("socket")
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, AttributeError):
+        pass
+
+
+def _read_some(response: Any) -> str:
+    data = b""
+    try:
+        for part in response.iter_raw():
+            data += part
+            if len(data) >= _ERROR_BODY_LIMIT:
+                break
+    except Exception:  # noqa: BLE001 - the status is what matters; the body is a detail
+        pass
+    return data[:_ERROR_BODY_LIMIT].decode("utf-8", errors="replace")
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    text = one_line(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TOP_LOGPROBS", "RemoteBackend", "URLProblem", "api_base"]

@@ -1,0 +1,439 @@
+"""What an OpenAI-compatible server sent for one reply, turned into loopchat's events.
+
+From a loopchat server (its chunks carry the `loopchat` extension, wire.py) the events
+are the server engine's very own: Start (marked with the server's URL as its `source`),
+Prefill, Step (each given the client's `arrival_ms`), Finish. The panel is then as
+complete as a local one.
+
+From any other server the events are built from what the wire gives, and only that:
+- each token of `logprobs.content` is a Step: `raw_top` from its `top_logprobs`
+  (probability = exp(logprob), most likely first, at most the top_logprobs asked for),
+  `raw_prob` from its logprob, `raw_rank` its place in that list when it is in the top
+  asked for (servers such as llama-cpp-python append the drawn token when it is not: its
+  rank is then not known), `piece_bytes` from `bytes`;
+- a step's only timing is `arrival_ms`, the gap between its chunk reaching the client
+  and the one before (not a forward pass), and `elapsed_ms` since the request;
+- Finish from `finish_reason`, the token counts from `usage` (when sent);
+- everything else (token ids, the sampled-from distribution, entropies, forward and
+  sampling times, threads, n_past, the prompt's text and tokens, the prefill) is None.
+
+No I/O here: `backends/remote.py` feeds it the decoded JSON and the arrival times.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..events import (
+    Candidate,
+    Event,
+    Finish,
+    FinishReason,
+    Message,
+    Prefill,
+    Start,
+    Step,
+    decode_rate,
+)
+from ..settings import SamplingSettings
+from ..wire import EXTENSION_KEY, extension_events
+
+_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
+
+
+class WireError(Exception):
+    """What the server sent is not what the protocol says (one-line message)."""
+
+
+class ServerError(Exception):
+    """The server reported an error in the stream (OpenAI's `{"error": {...}}`)."""
+
+
+def error_message(obj: Any) -> str | None:
+    """The message of OpenAI's error shape (or FastAPI's `{"detail": ...}`), if `obj` is one."""
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if isinstance(err, dict):
+        msg = err.get("message")
+        return str(msg) if msg else str(err.get("type") or "error")
+    if isinstance(err, str):
+        return err
+    detail = obj.get("detail")
+    if detail is not None and "choices" not in obj:
+        return str(detail)
+    return None
+
+
+def split_text(content: str, pieces: Sequence[str]) -> list[str]:
+    """`content` divided among the tokens it is made of, in order, so that the parts
+    joined are `content`: a token whose piece follows in the content gets that piece; a
+    token that is part of a character (its piece is "" or U+FFFD) gets nothing, and the
+    character goes to the token that completes it (the last one before the next piece
+    that matches). What cannot be matched goes to the token where matching failed."""
+    out = [""] * len(pieces)
+    if not pieces:
+        return out
+    pos = 0
+    pending = False  # tokens since the last match that got no text
+    for i, piece in enumerate(pieces):
+        whole = bool(piece) and "\ufffd" not in piece
+        if not whole:
+            pending = True
+            continue
+        if content.startswith(piece, pos):
+            out[i] = piece
+            pos += len(piece)
+            pending = False
+            continue
+        j = content.find(piece, pos) if pending else -1
+        if j > pos:
+            out[i - 1] += content[pos:j]
+            out[i] = piece
+            pos = j + len(piece)
+            pending = False
+            continue
+        out[i] += content[pos:]  # out of step with the content: the rest goes here
+        return out
+    out[-1] += content[pos:]
+    return out
+
+
+def _prob(logprob: Any) -> float:
+    if not isinstance(logprob, (int, float)) or isinstance(logprob, bool):
+        raise WireError(f"a logprob is {type(logprob).__name__}, not a number")
+    return math.exp(logprob) if logprob > -1000 else 0.0
+
+
+def _piece(entry: dict[str, Any]) -> tuple[str, bytes | None]:
+    token = entry.get("token")
+    raw = entry.get("bytes")
+    data = None
+    if isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw):
+        data = bytes(raw)
+    if not isinstance(token, str):
+        if data is None:
+            raise WireError("a logprobs entry has no token text")
+        token = data.decode("utf-8", errors="replace")
+    return token, data
+
+
+class WireReader:
+    """One reply's chunks (or body) in, events out. `chunk`/`body` raise WireError for
+    something malformed and ServerError for an error the server sent."""
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        model: str,
+        messages: Sequence[Message],
+        settings: SamplingSettings,
+        top_logprobs: int,
+    ) -> None:
+        self.source = source
+        self.model = model
+        self.messages = tuple(messages)
+        self.settings = settings
+        self.top_logprobs = top_logprobs
+        self.extended: bool | None = None  # a loopchat server (None: not known yet)
+        self.start: Start | None = None
+        self.prefill: Prefill | None = None
+        self.steps: list[Step] = []
+        self.finish: Finish | None = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.chunks = 0
+        self._last_arrival = 0.0
+        self._counted = True  # every step came with its logprobs entry (a counted token)
+
+    # ---- streaming ------------------------------------------------------------------
+    def chunk(self, obj: Any, t_ms: float) -> list[Event]:
+        """The events one streamed chunk carries (`t_ms`: its arrival since the request),
+        but not the Finish: `end()` gives it once the stream is over."""
+        if not isinstance(obj, dict):
+            raise WireError(f"a chunk is {_kind(obj)}, not a JSON object")
+        message = error_message(obj)
+        if message is not None:
+            raise ServerError(message)
+        self.chunks += 1
+        if self.extended is None and "choices" in obj:
+            self.extended = EXTENSION_KEY in obj
+        if self.extended:
+            return self._extension(obj, t_ms)
+        choices = obj.get("choices")
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        if choices is None:
+            if usage is None:
+                raise WireError("a chunk has neither choices nor usage")
+            return []
+        if not isinstance(choices, list):
+            raise WireError(f"a chunk's choices is {_kind(choices)}, not a list")
+        if not choices:
+            return []
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise WireError(f"a chunk's choice is {_kind(choice)}, not an object")
+        out: list[Event] = []
+        if self.start is None:
+            out.append(self._start(obj))
+        if "delta" in choice:
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise WireError(f"a chunk's delta is {_kind(delta)}, not an object")
+            content = delta.get("content")
+        else:  # /v1/completions: text_completion chunks
+            content = choice.get("text")
+        if content is not None and not isinstance(content, str):
+            raise WireError(f"a chunk's content is {_kind(content)}, not text")
+        out.extend(self._tokens(content or "", choice.get("logprobs"), t_ms))
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise WireError(f"a chunk's finish_reason is {_kind(reason)}, not text")
+            self.finish_reason = reason
+        return out
+
+    def _extension(self, obj: dict[str, Any], t_ms: float) -> list[Event]:
+        try:
+            events = extension_events(obj)
+        except ValueError as exc:
+            raise WireError(str(exc)) from None
+        out: list[Event] = []
+        gap_taken = False
+        for ev in events:
+            if isinstance(ev, Start):
+                ev = replace(ev, source=self.source)
+                self.start = ev
+            elif isinstance(ev, Prefill):
+                self.prefill = ev
+            elif isinstance(ev, Step):
+                gap = 0.0 if gap_taken else t_ms - self._last_arrival
+                gap_taken = True
+                ev = replace(ev, arrival_ms=gap)
+                self.steps.append(ev)
+            elif isinstance(ev, Finish):
+                self.finish = ev  # handed on by end(), after everything else received
+                continue
+            out.append(ev)
+        if gap_taken:
+            self._last_arrival = t_ms
+        choices = obj.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            reason = choices[0].get("finish_reason")
+            if isinstance(reason, str):
+                self.finish_reason = reason
+        return out
+
+    def _start(self, obj: dict[str, Any]) -> Start:
+        model = obj.get("model")
+        self.start = Start(
+            model_name=model if isinstance(model, str) and model else self.model,
+            model_path=None,
+            model_size_bytes=None,
+            n_ctx=None,
+            n_vocab=None,
+            threads=None,
+            messages=self.messages,
+            prompt_text=None,
+            prompt_token_ids=None,
+            settings=self.settings,
+            top_k_report=self.top_logprobs,
+            source=self.source,
+        )
+        return self.start
+
+    def _tokens(self, content: str, logprobs: Any, t_ms: float, gaps: bool = True) -> list[Step]:
+        entries = _entries(logprobs)
+        if entries is None:  # no logprobs for this chunk: one step, its text only
+            if not content:
+                return []
+            self._counted = False
+            return [self._step(content, None, content, t_ms)]
+        if not entries:
+            if content:
+                self._counted = False
+                return [self._step(content, None, content, t_ms)]
+            return []
+        parsed = [_piece(e) for e in entries]
+        texts = split_text(content, [p[0] for p in parsed])
+        return [self._step(piece, (entry, data), text, t_ms) for (piece, data), entry, text in zip(parsed, entries, texts)]
+
+    def _step(self, piece: str, given: tuple[dict[str, Any], bytes | None] | None, text: str, t_ms: float) -> Step:
+        raw_top: tuple[Candidate, ...] = ()
+        raw_prob = raw_rank = None
+        data = None
+        if given is not None:
+            entry, data = given
+            raw_prob = _prob(entry.get("logprob"))
+            top = entry.get("top_logprobs") or []
+            if not isinstance(top, list):
+                raise WireError(f"top_logprobs is {_kind(top)}, not a list")
+            ranked = []
+            for c in top:
+                if not isinstance(c, dict):
+                    raise WireError(f"a top_logprobs entry is {_kind(c)}, not an object")
+                ranked.append((_prob(c.get("logprob")), _piece(c)[0]))
+            ranked.sort(key=lambda pc: -pc[0])  # stable: the server's order among equals
+            listed = ranked[: self.top_logprobs]
+            raw_top = tuple(Candidate(None, t, p) for p, t in listed)
+            for i, (p, t) in enumerate(listed):
+                if t == piece and p == raw_prob:
+                    raw_rank = i + 1
+                    break
+        index = len(self.steps)
+        gap = t_ms - self._last_arrival if index == 0 or self.steps[-1].elapsed_ms != t_ms else 0.0
+        self._last_arrival = t_ms
+        step = Step(
+            index=index,
+            token_id=None,
+            piece=piece,
+            text=text,
+            is_stop=False,
+            raw_top=raw_top,
+            sampled_top=None,
+            raw_prob=raw_prob,
+            raw_rank=raw_rank,
+            sampled_prob=None,
+            sampled_rank=None,
+            raw_entropy=None,
+            sampled_entropy=None,
+            candidates_kept=None,
+            forward_ms=None,
+            forward_tokens=None,
+            sample_ms=None,
+            settings=self.settings,
+            settings_changed=(),
+            n_past=None,
+            elapsed_ms=t_ms,
+            threads=None,
+            piece_bytes=data,
+            arrival_ms=gap,
+        )
+        self.steps.append(step)
+        return step
+
+    # ---- a whole body (blocking) ---------------------------------------------------------
+    def body(self, obj: Any, t_ms: float) -> list[Event]:
+        """The events of a non-streaming response (`t_ms`: when it arrived); `end()` then
+        gives its Finish."""
+        if not isinstance(obj, dict):
+            raise WireError(f"the response is {_kind(obj)}, not a JSON object")
+        message = error_message(obj)
+        if message is not None:
+            raise ServerError(message)
+        self.chunks += 1
+        if EXTENSION_KEY in obj:
+            self.extended = True
+            out = self._extension(obj, t_ms)
+            if self.finish is None:
+                raise WireError(f"the response's {EXTENSION_KEY!r} extension has no finish event")
+            return out
+        self.extended = False
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise WireError("the response has no choices")
+        choice = choices[0]
+        if isinstance(obj.get("usage"), dict):
+            self.usage = obj["usage"]
+        if "message" in choice:
+            message_obj = choice.get("message")
+            if not isinstance(message_obj, dict):
+                raise WireError(f"the response's message is {_kind(message_obj)}, not an object")
+            content = message_obj.get("content")
+        else:
+            content = choice.get("text")
+        if content is not None and not isinstance(content, str):
+            raise WireError(f"the response's content is {_kind(content)}, not text")
+        out: list[Event] = [self._start(obj)]
+        out.extend(self._tokens(content or "", choice.get("logprobs"), t_ms))
+        reason = choice.get("finish_reason")
+        self.finish_reason = reason if isinstance(reason, str) else None
+        return out
+
+    # ---- the end -------------------------------------------------------------------------
+    def end(self, t_ms: float, reason: FinishReason | None = None, error: str | None = None) -> Finish:
+        """The reply's Finish: the server's own (a loopchat server that sent it), else
+        made from what arrived. `reason` overrides (CANCELLED, ERROR)."""
+        if self.finish is not None and reason is None:
+            return self.finish
+        if reason is None:
+            reason = _REASONS.get(self.finish_reason or "", FinishReason.STOP)
+        steps = self.steps
+        start, usage = self.start, self.usage or {}
+        first = steps[0].elapsed_ms if steps else None
+        decode = steps[-1].elapsed_ms - steps[0].elapsed_ms if steps else None
+        prompt = _count(usage.get("prompt_tokens"))
+        completion = _count(usage.get("completion_tokens"))
+        if start is not None and start.prompt_token_ids is not None:  # a loopchat server
+            prompt = len(start.prompt_token_ids)
+        if self.extended or (completion is None and self._counted):
+            completion = sum(1 for s in steps if not s.is_stop)
+        n_past = None
+        if self.extended and steps and steps[-1].n_past is not None:
+            n_past = steps[-1].n_past - (0 if steps[-1].is_stop else 1)
+        self.finish = Finish(
+            reason=reason,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            steps=len(steps),
+            prefill_ms=self.prefill.ms if self.prefill is not None else None,
+            ttft_ms=first,
+            decode_ms=decode,
+            total_ms=t_ms,
+            tokens_per_s=decode_rate(len(steps), decode) if decode and len(steps) > 1 else None,
+            text="".join(s.text for s in steps),
+            n_past=n_past,
+            n_ctx=start.n_ctx if start is not None else None,
+            error=error,
+        )
+        return self.finish
+
+
+def _entries(logprobs: Any) -> list[dict[str, Any]] | None:
+    """The chat shape's per-token entries (None: no logprobs in this chunk)."""
+    if logprobs is None:
+        return None
+    if not isinstance(logprobs, dict):
+        raise WireError(f"logprobs is {_kind(logprobs)}, not an object")
+    if "content" in logprobs:
+        entries = logprobs.get("content")
+        if entries is None:
+            return None
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise WireError("logprobs.content is not a list of objects")
+        return entries
+    if "tokens" in logprobs:  # the legacy shape (/v1/completions)
+        tokens = logprobs.get("tokens") or []
+        lps = logprobs.get("token_logprobs") or []
+        tops = logprobs.get("top_logprobs") or []
+        if not (isinstance(tokens, list) and isinstance(lps, list) and isinstance(tops, list)):
+            raise WireError("legacy logprobs fields are not lists")
+        out = []
+        for i, token in enumerate(tokens):
+            top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
+            out.append({
+                "token": token,
+                "logprob": lps[i] if i < len(lps) else None,
+                "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top.items()],
+            })
+        return out
+    return None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "text", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
+
+
+__all__ = ["ServerError", "WireError", "WireReader", "error_message", "split_text"]

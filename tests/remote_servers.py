@@ -1,0 +1,239 @@
+"""Real servers on 127.0.0.1 for the remote backend's tests (no mocked HTTP).
+
+- `LlamaCppServer`: llama-cpp-python's own OpenAI-compatible server
+  (`python -m llama_cpp.server`) on the default model, in a child process.
+- `LoopchatServer`: `loopchat serve --port 0` in a child process.
+- `misbehaving_server()`: a small Starlette app on uvicorn, in a thread of the test
+  process, that answers the way broken or strict servers do. The path picks the
+  behaviour: the base URL http://127.0.0.1:PORT/<mode>/v1 (see MODES).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Child:
+    """A server in a child process; `ready` is set when its stderr/stdout says it listens."""
+
+    def __init__(self, args: list[str], marker: str, timeout: float = 120.0) -> None:
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self._marker = marker
+        threading.Thread(target=self._drain, daemon=True).start()
+        if not self.ready.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"{args[:4]} did not start: {''.join(self.lines)[-2000:]}")
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if self._marker in line:
+                self.ready.set()
+        self.ready.set()  # it ended: whoever waits reads its output
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class LlamaCppServer(_Child):
+    def __init__(self, model_path: Path) -> None:
+        self.port = free_port()
+        super().__init__(
+            [PY, "-m", "llama_cpp.server", "--model", str(model_path), "--host", "127.0.0.1",
+             "--port", str(self.port), "--n_ctx", "2048", "--n_threads", "1"],
+            marker="Uvicorn running on",
+        )
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"llama_cpp.server ended: {self.log()[-2000:]}")
+        self.url = f"http://127.0.0.1:{self.port}"
+
+
+class LoopchatServer(_Child):
+    def __init__(self, *extra: str) -> None:
+        super().__init__([PY, "-m", "loopchat", "serve", "--port", "0", "--threads", "1", *extra], marker="listening on http://")
+        line = next((l for l in self.lines if "listening on http://" in l), "")
+        if not line:
+            raise RuntimeError(f"loopchat serve did not start: {self.log()[-2000:]}")
+        self.url = line.split("listening on ")[1].split()[0]
+
+
+# ---- a misbehaving server ---------------------------------------------------------------
+
+MODEL = "misbehaving-model"
+
+#: modes: what /<mode>/v1/chat/completions does
+MODES = {
+    "ok": "a well-formed stream (two tokens in one chunk, a character split between tokens), usage, [DONE]",
+    "unauthorized": "401 on every request, OpenAI's error shape",
+    "nomodel": "models list fine; chat answers 404 model_not_found",
+    "fail": "500 before the stream",
+    "fail_mid": "two token chunks, then an error event, then the connection closes",
+    "malformed": "two token chunks, then a chunk that is not JSON",
+    "cut": "two token chunks, then the connection closes (no finish, no [DONE])",
+    "stall": "one token chunk, then nothing until the client goes away",
+    "switch": "whatever state['mode'] says (a test changes it between requests)",
+}
+
+
+def chunk(content: str | None = None, tokens: list[tuple[str, float, list[int] | None]] | None = None,
+          finish: str | None = None, role: bool = False, top: int = 2) -> dict[str, Any]:
+    delta: dict[str, Any] = {}
+    if role:
+        delta["role"] = "assistant"
+    if content is not None:
+        delta["content"] = content
+    logprobs = None
+    if tokens:
+        logprobs = {"content": [
+            {"token": t, "logprob": lp, "bytes": b,
+             "top_logprobs": [{"token": t, "logprob": lp, "bytes": b}, {"token": "zz", "logprob": lp - 1.0, "bytes": [122, 122]}][:top]}
+            for t, lp, b in tokens
+        ], "refusal": None}
+    return {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+#: the "ok" stream: "Hi", then "é" split over two tokens in one chunk, then " there"
+OK_CHUNKS = [
+    chunk(role=True),
+    chunk("Hi", [("Hi", -0.1, [72, 105])]),
+    chunk("é", [("", -0.5, [0xC3]), ("", -0.2, [0xA9])]),
+    chunk(" there", [(" there", -1.5, None)]),
+    chunk(finish="stop"),
+]
+OK_USAGE = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": MODEL, "choices": [],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}
+
+
+def _error(status: int, message: str, type_: str, code: str | None = None):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": type_, "param": None, "code": code}}, status_code=status)
+
+
+def make_app(state: dict[str, Any]):
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    def mode_of(request: Request) -> str:
+        mode = request.path_params["mode"]
+        return state["mode"] if mode == "switch" else mode
+
+    async def models(request: Request):
+        if mode_of(request) == "unauthorized":
+            return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
+        return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "test"}]})
+
+    async def chat(request: Request):
+        mode = mode_of(request)
+        body = await request.json()
+        state["requests"].append(body)
+        if mode == "unauthorized":
+            return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
+        if mode == "nomodel":
+            return _error(404, f"The model `{body.get('model')}` does not exist", "invalid_request_error", "model_not_found")
+        if mode == "fail":
+            return _error(500, "the server had an error while processing your request", "server_error")
+        if not body.get("stream"):
+            return JSONResponse({
+                "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": MODEL,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hié there"},
+                             "logprobs": {"content": [c["choices"][0]["logprobs"]["content"][i]
+                                                      for c in OK_CHUNKS[1:4] for i in range(len(c["choices"][0]["logprobs"]["content"]))]},
+                             "finish_reason": "stop"}],
+                "usage": OK_USAGE["usage"],
+            })
+
+        async def events():
+            try:
+                yield sse(OK_CHUNKS[0])
+                yield sse(OK_CHUNKS[1])
+                if mode == "stall":
+                    await asyncio.Event().wait()  # until the client goes away (cancelled then)
+                yield sse(OK_CHUNKS[2])
+                if mode == "fail_mid":
+                    yield sse({"error": {"message": "CUDA error: out of memory", "type": "server_error", "param": None, "code": None}})
+                    return
+                if mode == "malformed":
+                    yield b'data: {"id": "chatcmpl-x", "choices": [\n\n'
+                    return
+                if mode == "cut":
+                    return
+                yield b": keep-alive\n\n"
+                yield sse(OK_CHUNKS[3])
+                yield sse(OK_CHUNKS[4])
+                yield sse(OK_USAGE)
+                yield b"data: [DONE]\n\n"
+            finally:
+                state["ended"].set()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[
+        Route("/{mode}/v1/models", models),
+        Route("/{mode}/v1/chat/completions", chat, methods=["POST"]),
+    ])
+
+
+@contextmanager
+def misbehaving_server() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(http://127.0.0.1:PORT, state): the server runs in a thread until the block ends.
+    state["requests"] holds the request bodies; state["ended"] is set when a stream's
+    generator ends (finished, or cancelled by a disconnect)."""
+    import uvicorn
+
+    state: dict[str, Any] = {"mode": "ok", "requests": [], "ended": threading.Event()}
+    config = uvicorn.Config(make_app(state), host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:  # uvicorn offers no event to wait on
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the misbehaving server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", state
+    finally:
+        server.should_exit = True
+        thread.join(10)
