@@ -48,6 +48,35 @@ def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 86400 seconds, got {text}")
+    return value
+
+
+def _add_remote_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    """A model on an OpenAI-compatible server instead of one run here."""
+    d = {"default": argparse.SUPPRESS} if sub else {}
+    p.add_argument(
+        "--url", metavar="URL",
+        help="talk to an OpenAI-compatible server (llama.cpp's, loopchat serve, ...) at URL "
+        "(e.g. http://127.0.0.1:8000/v1; /v1 may be left out)", **d,
+    )
+    p.add_argument(
+        "--api-key", metavar="KEY",
+        help="the server's API key (default: $LOOPCHAT_API_KEY, which keeps it out of `ps`)", **d,
+    )
+    p.add_argument("--model-id", metavar="ID", help="the server's model (default: the first of its /v1/models)", **d)
+    p.add_argument(
+        "--timeout", type=_seconds, metavar="S",
+        help="seconds to wait for the server's next bytes (blocking: for the whole reply); default 120", **d,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="loopchat",
@@ -56,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"loopchat {__version__}")
     _add_model_options(parser)
+    _add_remote_options(parser)
     parser.add_argument(
         "--host",
         choices=("thread", "process"),
@@ -67,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
     run.add_argument("prompt", help="the user message; - reads it from stdin")
     _add_model_options(run, sub=True)
+    _add_remote_options(run, sub=True)
     run.add_argument("--system", metavar="TEXT", help="system prompt (default: the model's from models.toml)")
     run.add_argument(
         "--raw", action="store_true",
@@ -132,7 +163,8 @@ def _main(argv: Sequence[str] | None) -> int:
         from .tui.launch import run_tui
 
         return run_tui(
-            config_path=args.config, model=args.model, verbose=args.verbose, host=args.host, threads=args.threads
+            config_path=args.config, model=args.model, verbose=args.verbose, host=args.host, threads=args.threads,
+            url=args.url, api_key=args.api_key, model_id=args.model_id, timeout=args.timeout,
         )
     except (ConfigError, ModelFileError, EngineError, SettingsError, TraceError) as exc:
         print(f"loopchat: {exc}", file=sys.stderr)

@@ -1,13 +1,15 @@
 """The model configuration: which models `loopchat` can run, read from models.toml.
 
 The file format is documented, field by field, in models.example.toml at the repository
-root. Every ConfigError message is one line: the file, the dotted key, what is wrong and
+root. A model is a GGUF file run here (`path`, `hf`, `builtin`) or a model on an
+OpenAI-compatible server (`url`, backends/remote.py). Every ConfigError message is one line: the file, the dotted key, what is wrong and
 how to fix it. With no file, the built-in configuration (one small bundled model) is used;
 the built-in model stays available under its name even when a file exists.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -29,12 +31,16 @@ from .paths import default_config_path
 from .settings import SamplingSettings, SettingsError
 from .thread_tuner import AUTO, Threads
 
-SOURCES = ("path", "hf", "builtin")
+SOURCES = ("path", "hf", "builtin", "url")
+#: what only a model run here has, and what only a remote model has
+_LOCAL_KEYS = ("n_ctx", "threads", "gpu_layers", "chat_template")
+_REMOTE_KEYS = ("model", "api_key", "api_key_env", "timeout", "extensions")
+TIMEOUT_MAX = 86_400
 N_CTX_MIN, N_CTX_MAX = 16, 1_048_576
 THREADS_MAX = 1024
 BUILTIN_NAME = "smollm2-135m-instruct"
 
-_MODEL_KEYS = (*SOURCES, "description", "n_ctx", "threads", "gpu_layers", "system_prompt", "chat_template", "sampling")
+_MODEL_KEYS = (*SOURCES, "description", *_LOCAL_KEYS, "system_prompt", "sampling", *_REMOTE_KEYS)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _HF_EXAMPLE = 'hf = "Qwen/Qwen2.5-0.5B-Instruct-GGUF:qwen2.5-0.5b-instruct-q4_k_m.gguf"'
@@ -46,11 +52,12 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One runnable model: where its GGUF file comes from and how to run it."""
+    """One runnable model: where its GGUF file comes from and how to run it, or the
+    server that runs it (source "url")."""
 
     name: str
-    source: str  # "path" | "hf" | "builtin"
-    location: str  # a file path, "org/repo:file.gguf", or a built-in model name
+    source: str  # "path" | "hf" | "builtin" | "url"
+    location: str  # a file path, "org/repo:file.gguf", a built-in model name, or a server's URL
     n_ctx: int = 4096
     threads: Threads = AUTO  # "auto": the engine chooses from its own passes (thread_tuner.py)
     gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (-1: all); needs a GPU build
@@ -60,6 +67,29 @@ class ModelSpec:
     description: str = ""
     base_dir: Path | None = None  # folder of the config file; relative paths start there
     from_command_line: bool = False  # a GGUF path given as --model, not a models.toml entry
+    # a remote model (source "url"):
+    model_id: str | None = None  # the server's name for it (None: the first of its GET /models)
+    api_key: str | None = None
+    api_key_env: str | None = None  # the environment variable that holds the key
+    timeout: float | None = None  # seconds (None: backends.remote.DEFAULT_TIMEOUT)
+    extensions: bool = True  # send top_k, min_p, repeat_penalty, repeat_last_n too
+
+    @property
+    def remote(self) -> bool:
+        return self.source == "url"
+
+    def key(self) -> str | None:
+        """The API key: `api_key`, or the variable `api_key_env` names (ConfigError if unset)."""
+        if self.api_key_env is None:
+            return self.api_key
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            where = f"models.toml model {self.name!r}" if self.base_dir else f"model {self.name!r}"
+            raise ConfigError(
+                f"{where} takes its API key from ${self.api_key_env}, which is not set — export it, "
+                "e.g. `export " + self.api_key_env + "=...`"
+            )
+        return value
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -77,6 +107,8 @@ class ModelSpec:
     def resolve_file(self, progress: bool = True) -> Path:
         """The checked GGUF file to load, downloading it first for an uncached hf model."""
         context = f"models.toml model {self.name!r}" if self.base_dir else f"model {self.name!r}"
+        if self.remote:
+            raise ModelFileError(f"{context} runs on a server ({self.location}), not from a file here")
         try:
             if self.source == "builtin":
                 path = builtin_model_path(self.location)
@@ -228,9 +260,14 @@ class _Reader:
         if len(sources) != 1:
             got = "none" if not sources else " and ".join(sources)
             fix = "keep only one of them" if sources else 'add one, e.g. path = "~/models/x.gguf"'
-            self.fail(key, f"needs exactly one of path, hf, builtin (got {got})", fix)
+            self.fail(key, f"needs exactly one of path, hf, builtin, url (got {got})", fix)
         source = sources[0]
         location = self.string(raw, key, source, None, required=True)
+        if source == "url":
+            return self.remote_model(name, key, raw, location)
+        for k in _REMOTE_KEYS:
+            if k in raw:
+                self.fail(f"{key}.{k}", "is only for a model on a server (url = ...)", "remove it")
         if source == "builtin" and location not in BUILTIN_MODELS:
             self.fail(
                 f"{key}.builtin",
@@ -268,6 +305,43 @@ class _Reader:
             sampling=self.sampling(raw.get("sampling", {}), f"{key}.sampling"),
             description=self.string(raw, key, "description", ""),
             base_dir=self.path.parent,
+        )
+
+    def remote_model(self, name: str, key: str, raw: dict[str, Any], url: str) -> ModelSpec:
+        """A model on an OpenAI-compatible server: `url` and what a request needs."""
+        from .backends.remote import URLProblem, api_base
+
+        for k in _LOCAL_KEYS:
+            if k in raw:
+                self.fail(f"{key}.{k}", "has no meaning for a model on a server (url = ...): the server sets it", "remove it")
+        try:
+            api_base(url)
+        except URLProblem as exc:
+            self.fail(f"{key}.url", str(exc).split(";")[0].replace(f"{url!r} ", "", 1), 'e.g. url = "http://127.0.0.1:8000/v1"')
+        if "api_key" in raw and "api_key_env" in raw:
+            self.fail(key, "has both api_key and api_key_env", "keep one (api_key_env keeps the key out of this file)")
+        env = self.string(raw, key, "api_key_env", None)
+        if env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", env):
+            self.fail(f"{key}.api_key_env", f"must name an environment variable, got {env!r}", 'e.g. api_key_env = "OPENAI_API_KEY"')
+        timeout = raw.get("timeout")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= TIMEOUT_MAX):
+            self.fail(f"{key}.timeout", f"must be a number of seconds above 0 and at most {TIMEOUT_MAX}, got {timeout!r}", "edit the file")
+        extensions = raw.get("extensions", True)
+        if not isinstance(extensions, bool):
+            self.fail(f"{key}.extensions", f"must be true or false, got {_kind(extensions)} {extensions!r}", "edit the file")
+        return ModelSpec(
+            name=name,
+            source="url",
+            location=url,
+            system_prompt=self.string(raw, key, "system_prompt", None) or None,
+            sampling=self.sampling(raw.get("sampling", {}), f"{key}.sampling"),
+            description=self.string(raw, key, "description", ""),
+            base_dir=self.path.parent,
+            model_id=self.string(raw, key, "model", None, required=True) if "model" in raw else None,
+            api_key=self.string(raw, key, "api_key", None) or None,
+            api_key_env=env,
+            timeout=float(timeout) if timeout is not None else None,
+            extensions=extensions,
         )
 
     def string(self, raw: dict[str, Any], key: str, name: str, default: Any, required: bool = False) -> Any:
@@ -318,7 +392,12 @@ class _Reader:
 
 
 def file_status(spec: ModelSpec) -> str:
-    """Whether the model's file is on this machine (never downloads anything)."""
+    """Whether the model's file is on this machine (never downloads anything); a remote
+    model: where its key comes from (the server is not contacted)."""
+    if spec.remote:
+        if spec.api_key_env:
+            return "remote, key $" + spec.api_key_env + ("" if os.environ.get(spec.api_key_env) else " (not set)")
+        return "remote, key in file" if spec.api_key else "remote, no key"
     if spec.source == "builtin":
         try:
             builtin_model_path(spec.location)
@@ -345,8 +424,8 @@ def format_models_listing(config: Config) -> str:
     rows = [
         (
             ("* " if name == config.default else "  ") + name,
-            f"{spec.source} {spec.location}",
-            f"n_ctx {spec.n_ctx}",
+            f"{spec.source} {spec.location}" + (f" {spec.model_id}" if spec.model_id else ""),
+            "" if spec.remote else f"n_ctx {spec.n_ctx}",
             file_status(spec),
             spec.description,
         )

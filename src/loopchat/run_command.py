@@ -2,7 +2,9 @@
 
 The engine runs on its own worker thread (which loads the model and runs every call on
 it); the main thread prints what arrives, so Ctrl+C is handled at once and cancels the
-run, during a long prefill too.
+run, during a long prefill too. With `--url` (or a models.toml entry with `url`) a
+RemoteBackend asks an OpenAI-compatible server instead and hands over the same events;
+what that server does not send is printed as "not given".
 """
 
 from __future__ import annotations
@@ -121,18 +123,27 @@ def threads_text(auto: bool, used: Sequence[int]) -> str:
     return f"threads {last} auto" + (f" ({lo}–{hi} used)" if lo != hi else "")
 
 
-def summary_line(prefill: Prefill | None, finish: Finish, threads: str = "") -> str:
+NOT_GIVEN = "not given"
+
+
+def summary_line(prefill: Prefill | None, finish: Finish, threads: str = "", server: str = "") -> str:
+    """The run's figures on one line; `server`: the URL of the server that generated it.
+    What the server did not send is "not given"."""
+    prefill_text = "prefill " + (f"{finish.prefill_ms:.0f} ms" if finish.prefill_ms is not None else NOT_GIVEN)
     parts = [
-        f"prompt {finish.prompt_tokens} tok",
-        f"prefill {finish.prefill_ms:.0f} ms" + (f" ({prefill.reused_tokens} reused)" if prefill and prefill.reused_tokens else ""),
-        f"TTFT {finish.ttft_ms:.0f} ms",
-        f"{finish.completion_tokens} tok",
-        f"{finish.tokens_per_s:.1f} tok/s",
+        f"prompt {finish.prompt_tokens} tok" if finish.prompt_tokens is not None else f"prompt tokens {NOT_GIVEN}",
+        prefill_text + (f" ({prefill.reused_tokens} reused)" if prefill and prefill.reused_tokens else ""),
+        f"TTFT {finish.ttft_ms:.0f} ms" if finish.ttft_ms is not None else f"TTFT {NOT_GIVEN}",
+        f"{finish.completion_tokens} tok" if finish.completion_tokens is not None else f"reply tokens {NOT_GIVEN}",
+        f"{finish.tokens_per_s:.1f} tok/s" if finish.tokens_per_s is not None else f"tok/s {NOT_GIVEN}",
         f"total {finish.total_ms / 1000:.2f} s",
         f"finish: {finish.reason.value}",
     ]
     if threads:
         parts.insert(-2, threads)
+    if server:
+        measured = " (times at the client)" if finish.prefill_ms is None else ""
+        parts.append(f"server {server}{measured}")
     line = " · ".join(parts)
     if finish.error:
         line += f" ({finish.error})"
@@ -140,13 +151,32 @@ def summary_line(prefill: Prefill | None, finish: Finish, threads: str = "") -> 
 
 
 def step_line(step: Step) -> str:
+    if step.sampled_top is None:  # a remote server's logprobs: no sampled-from distribution
+        return _server_step_line(step)
     others = [c for c in step.sampled_top if c.token_id != step.token_id][:3]
     alts = ", ".join(f"{c.text!r} {c.prob:.2f}" for c in others) or "(no alternatives)"
-    return (
+    fwd = f"{step.forward_ms:.1f} ms" if step.forward_ms is not None else f"forward {NOT_GIVEN}"
+    line = (
         f"{step.index:>4}  {step.piece!r:<16} p={step.sampled_prob:.3f} (raw {step.raw_prob:.3f}) "
-        f"rank {step.sampled_rank}/{step.raw_rank}  | {alts}  | {step.forward_ms:.1f} ms"
+        f"rank {step.sampled_rank}/{step.raw_rank}  | {alts}  | {fwd}"
         + (f", {step.threads} thr" if step.threads else "")
     )
+    if step.arrival_ms is not None:
+        line += f", arrived +{step.arrival_ms:.1f} ms"
+    return line
+
+
+def _server_step_line(step: Step) -> str:
+    """A step of a server that sends its top logprobs, not the distribution it sampled from."""
+    others = [c for c in step.raw_top if not (c.text == step.piece and c.prob == step.raw_prob)][:3]
+    alts = ", ".join(f"{c.text!r} {c.prob:.2f}" for c in others) or "(no alternatives)"
+    if step.raw_prob is None:
+        p = f"p {NOT_GIVEN} (no logprobs)"
+    else:
+        rank = f"rank {step.raw_rank}" if step.raw_rank is not None else f"not in top {len(step.raw_top)}"
+        p = f"p={NOT_GIVEN} (server logprob p {step.raw_prob:.3f}, {rank})"
+    gap = f"arrived +{step.arrival_ms:.1f} ms" if step.arrival_ms is not None else f"arrival {NOT_GIVEN}"
+    return f"{step.index:>4}  {step.piece!r:<16} {p}  | {alts}  | {gap} (forward {NOT_GIVEN})"
 
 
 class _Output:
@@ -206,6 +236,83 @@ def _errors_setting(out: TextIO) -> None:
             pass
 
 
+class _LocalRun:
+    """The engine on a worker thread, for one reply."""
+
+    def __init__(self, worker: Any, messages: list[Message], live: LiveSettings, report_k: int) -> None:
+        self.worker, self.messages, self.live, self.report_k = worker, messages, live, report_k
+
+    def generate(self) -> None:
+        self.worker.generate(self.messages, self.live, report_k=self.report_k)
+
+    def cancel(self) -> None:
+        self.worker.cancel()
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class _RemoteRun:
+    """A server, for one reply: its model list is read first (ModelReady), then the reply."""
+
+    def __init__(self, backend: Any, sink: Any, messages: list[Message], settings: SamplingSettings, stream: bool) -> None:
+        self.backend, self.messages, self.settings, self.stream = backend, messages, settings, stream
+        backend.attach(sink)
+        backend.start()
+
+    def generate(self) -> None:
+        self.backend.generate(self.messages, self.settings, stream=self.stream)
+
+    def cancel(self) -> None:
+        self.backend.cancel()
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def remote_for(args: argparse.Namespace, config: Any) -> Any:
+    """The RemoteBackend `loopchat run` talks to (`--url`, or a models.toml entry with
+    `url`), or None for a model run here. UsageError for options that do not fit."""
+    from .backends.remote import DEFAULT_TIMEOUT, RemoteBackend, URLProblem
+    from .wire import MAX_TOP_LOGPROBS
+
+    url = getattr(args, "url", None)
+    model = getattr(args, "model", None)
+    if url is not None and model is not None:
+        raise UsageError("--model and --url both name a model: with --url, --model-id picks the server's model")
+    spec = None if url is not None else config.get(model)
+    if url is None and not spec.remote:
+        for flag, name in (("--model-id", "model_id"), ("--api-key", "api_key"), ("--timeout", "timeout")):
+            if getattr(args, name, None) is not None:
+                raise UsageError(f"{flag} is for a model on a server: give --url too (or a models.toml model with url)")
+        return None
+    if getattr(args, "threads", None) is not None:
+        raise UsageError("--threads has no meaning for a model on a server: the server chooses its threads")
+    if args.top_report > MAX_TOP_LOGPROBS:
+        raise UsageError(f"--top-report can be at most {MAX_TOP_LOGPROBS} for a server (OpenAI's top_logprobs limit)")
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None and not 0 < timeout <= 86_400:
+        raise UsageError("--timeout must be a number of seconds above 0 (and at most 86400)")
+    key = getattr(args, "api_key", None)
+    if url is not None:
+        try:
+            return RemoteBackend(
+                url, model_id=getattr(args, "model_id", None), api_key=key or os.environ.get(API_KEY_ENV),
+                timeout=timeout or DEFAULT_TIMEOUT, top_logprobs=args.top_report,
+            )
+        except URLProblem as exc:
+            raise UsageError(f"--url: {exc}") from None
+    from .backends.models_backend import remote_backend
+
+    return remote_backend(
+        spec, top_logprobs=args.top_report, model_id=getattr(args, "model_id", None), api_key=key, timeout=timeout
+    )
+
+
+#: The environment variable `--url` takes the server's API key from when --api-key is not given.
+API_KEY_ENV = "LOOPCHAT_API_KEY"
+
+
 def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     """Generate one reply; return the exit code. Every failure ends with exactly one line
     `loopchat: ...` on stderr saying what to do: 2 for bad input (the prompt, the model
@@ -222,17 +329,19 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     if args.system is not None:
         check_utf8(args.system, "the --system text")
     config = load_config(getattr(args, "config", None))
-    spec = config.get(getattr(args, "model", None))
-    settings = settings_from_args(spec.sampling, args)
     if args.top_report < 1 or args.top_report > 100:
         raise UsageError("--top-report must be between 1 and 100")
-    model_path = spec.resolve_file()
+    remote = remote_for(args, config)
+    spec = None if getattr(args, "url", None) else config.get(getattr(args, "model", None))
+    settings = settings_from_args(remote.default_settings if remote is not None else spec.sampling, args)
+    model_path = spec.resolve_file() if remote is None else None
     if getattr(args, "raw", False):
         if args.system is not None:
             raise UsageError("--system has no place in a --raw document: write it into the document")
         messages = [Message(DOCUMENT, prompt)]
     else:
-        system = args.system if args.system is not None else spec.system_prompt
+        default_system = remote.system_prompt if remote is not None else spec.system_prompt
+        system = args.system if args.system is not None else default_system
         messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
     trace = TraceWriter(args.trace) if args.trace else None
     trace_error: str | None = None
@@ -240,12 +349,15 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     output = _Output(out)
 
     events: queue.Queue[Any] = queue.Queue()
-    worker = EngineWorker(events.put)
-    options = EngineOptions.from_spec(
-        spec, model_path, verbose=bool(getattr(args, "verbose", False)), threads=getattr(args, "threads", None)
-    )
-    worker.load(options, spec.name, model_path)
     live = LiveSettings(settings)
+    if remote is not None:  # a server: the same events, from the wire
+        worker: Any = _RemoteRun(remote, events.put, messages, settings, stream=not args.blocking)
+    else:
+        worker = _LocalRun(EngineWorker(events.put), messages, live, report_k=args.top_report)
+        options = EngineOptions.from_spec(
+            spec, model_path, verbose=bool(getattr(args, "verbose", False)), threads=getattr(args, "threads", None)
+        )
+        worker.worker.load(options, spec.name, model_path)
     prefill: Prefill | None = None
     finish: Finish | None = None
     error: WorkerError | None = None
@@ -265,6 +377,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
 
     generating = False
     threads_auto = False
+    server = ""
     threads_used: list[int] = []
     try:
         while True:
@@ -275,7 +388,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
             if isinstance(event, ModelReady):
                 if event.template_note and messages[0].role != DOCUMENT:
                     print(f"loopchat: note: {event.template_note}", file=sys.stderr)
-                worker.generate(messages, live, report_k=args.top_report)
+                worker.generate()
                 generating = True
             elif isinstance(event, WorkerError):
                 # the worker emits a run's error before its RunDone, and a load error ends it
@@ -289,6 +402,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
                     prefill = event
                 elif isinstance(event, Start):
                     threads_auto = event.threads_auto
+                    server = event.source
                 elif isinstance(event, Step):
                     if event.threads:
                         threads_used.append(event.threads)
@@ -329,7 +443,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     if finish is not None:
         text = finish.text if (args.show_steps or args.blocking) else ""
         output.write(text + ("" if finish.text.endswith("\n") else "\n"))
-        print(summary_line(prefill, finish, threads_text(threads_auto, threads_used)), file=sys.stderr)
+        print(summary_line(prefill, finish, threads_text(threads_auto, threads_used), server), file=sys.stderr)
     elif output.line_open:  # a partial reply, ended by an error: end its line
         output.write("\n")
     # one line: the first of what went wrong, in the order a user should deal with it

@@ -66,8 +66,10 @@ def legend_text() -> Text:
 
 
 def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | None:
+    # a remote server that does not say what it sampled from: no colour (not given)
+    p = step.sampled_prob
     return _token_style(
-        prob_colour(step.sampled_prob) if prefs.prob_colours else None,
+        prob_colour(p) if prefs.prob_colours and p is not None else None,
         n % 2 if prefs.token_boundaries else None,
         selected,
     )
@@ -211,15 +213,23 @@ class ReplyView(Block):
             return Text(f"error: {r.error}" if r.error else "", style=_ERROR)
         mode = "blocking" if r.mode == BLOCKING else "streamed"
         parts = [mode]
+        # a remote server that is not loopchat: the times are the client's; what it does not send is not given
+        server = r.start.source if r.start is not None else ""
+        client = server and (r.prefill is None and f.prefill_ms is None)
+        if server:
+            parts[0] += " from " + server
         if r.mode == BLOCKING:
-            parts.append(f"whole reply shown after {fmt_ms(f.total_ms)} (model's first token at {fmt_ms(f.ttft_ms)})")
+            first = "not given" if client or f.ttft_ms is None else fmt_ms(f.ttft_ms)
+            parts.append(f"whole reply shown after {fmt_ms(f.total_ms)} (model's first token at {first})")
         else:
-            if f.completion_tokens:
-                parts.append(f"TTFT {fmt_ms(f.ttft_ms)}")
+            if f.completion_tokens or (f.completion_tokens is None and f.steps):
+                parts.append(f"TTFT {fmt_ms(f.ttft_ms)}" if f.ttft_ms is not None else "TTFT not given")
             parts.append(f"total {fmt_ms(f.total_ms)}")
-        parts.append(f"{f.completion_tokens} tokens")
+        parts.append(f"{f.completion_tokens} tokens" if f.completion_tokens is not None else "tokens not given")
         if f.tokens_per_s:
-            parts.append(fmt_rate(f.tokens_per_s))
+            parts.append(fmt_rate(f.tokens_per_s) + (" arriving" if client else ""))
+        if client:
+            parts.append("prefill, forward and sampling times not given")
         label = finish_label(f)
         style = _DIM
         if f.reason in (FinishReason.CANCELLED, FinishReason.ERROR):

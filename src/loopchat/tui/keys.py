@@ -144,7 +144,8 @@ class KeyActions(_Base):
 
     def action_knob(self, direction: int) -> None:
         value = SETTING[self.knob].nudge(getattr(self.session.in_force(), self.knob), direction)
-        self.set_setting(**{self.knob: value})
+        if self.set_setting(**{self.knob: value}) and (note := self.session.settings_note()):
+            self.notify(note, timeout=4)
         self.change_made_after_steps = self.steps_emitted()
         self._refresh_panel()
 
@@ -153,7 +154,9 @@ class KeyActions(_Base):
 
         def done(new: SamplingSettings | None) -> None:
             if new is not None:
-                self.set_setting(**{n: getattr(new, n) for n in new.diff(self.session.settings)})
+                changes = {n: getattr(new, n) for n in new.diff(self.session.settings)}
+                if self.set_setting(**changes) and changes and (note := self.session.settings_note()):
+                    self.notify(note, timeout=4)
                 self._refresh_panel()
 
         self.push_screen(SettingsDialog(self.session.settings, generating=self.generating), done)

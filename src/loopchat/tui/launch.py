@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..backends import Backend
+from ..errors import UsageError
 from ..settings import SamplingSettings
 from ..thread_tuner import Threads
 from .app import LoopChatApp
@@ -26,8 +27,13 @@ def create_app(
     settings: SamplingSettings | None = None,
     host: str | None = None,
     threads: Threads | None = None,
+    url: str | None = None,
+    api_key: str | None = None,
+    model_id: str | None = None,
+    timeout: float | None = None,
 ) -> LoopChatApp:
-    """The app on a live model (or a trace with replay=FILE); raises ConfigError/TraceError.
+    """The app on a live model (or a trace with replay=FILE, or the server at `url`);
+    raises ConfigError/TraceError/UsageError.
 
     Pass `backend=` to share one loaded model between apps (it is then not closed on exit).
     """
@@ -37,11 +43,36 @@ def create_app(
             from ..backends.replay import ReplayBackend
 
             backend = ReplayBackend(replay, speed=replay_speed)
+        elif url is not None:
+            backend = _server(url, api_key, model_id, timeout, model=model, threads=threads)
         else:
-            from ..backends.live import DEFAULT_HOST, LiveBackend
+            from ..backends.live import DEFAULT_HOST
+            from ..backends.models_backend import configured_backend
 
-            backend = LiveBackend(config_path, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads)
+            for flag, value in (("--api-key", api_key), ("--model-id", model_id), ("--timeout", timeout)):
+                if value is not None:
+                    raise UsageError(f"{flag} goes with --url (a models.toml model with url has its own: api_key_env, model, timeout)")
+            backend = configured_backend(config_path, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads)
     return LoopChatApp(backend, prefs=prefs, prefs_path=prefs_path, owns_backend=owns, settings=settings)
+
+
+def _server(url: str, api_key: str | None, model_id: str | None, timeout: float | None, **local: object) -> Backend:
+    """`loopchat --url URL`: the server's models (UsageError for options that do not fit)."""
+    import os
+
+    from ..backends.remote import DEFAULT_TIMEOUT, RemoteBackend, URLProblem
+    from ..run_command import API_KEY_ENV
+
+    if local.get("model") is not None:
+        raise UsageError("--model and --url both name a model: with --url, --model-id picks the server's model")
+    if local.get("threads") is not None:
+        raise UsageError("--threads has no meaning for a model on a server: the server chooses its threads")
+    try:
+        return RemoteBackend(
+            url, model_id=model_id, api_key=api_key or os.environ.get(API_KEY_ENV), timeout=timeout or DEFAULT_TIMEOUT
+        )
+    except URLProblem as exc:
+        raise UsageError(f"--url: {exc}") from None
 
 
 def exit_on_signals(app: LoopChatApp) -> None:
@@ -73,12 +104,16 @@ def run_tui(
     verbose: bool = False,
     host: str | None = None,
     threads: Threads | None = None,
+    url: str | None = None,
+    api_key: str | None = None,
+    model_id: str | None = None,
+    timeout: float | None = None,
 ) -> int:
     """Run the app until the user quits; returns the exit code (2: could not start)."""
     try:
         app = create_app(
             config_path=config_path, model=model, replay=replay, replay_speed=replay_speed, verbose=verbose,
-            host=host, threads=threads,
+            host=host, threads=threads, url=url, api_key=api_key, model_id=model_id, timeout=timeout,
         )
     except Exception as exc:  # ConfigError, TraceError: one-line messages
         print(f"loopchat: {exc}", file=sys.stderr)

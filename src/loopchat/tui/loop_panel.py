@@ -1,6 +1,11 @@
 """The loop panel: one forward pass's record (candidates, timings, settings), drawn once
 per frame from the latest Step event, or from a past step the user selected.
 
+A reply from a remote server shows what the wire gave: the server's log-probabilities,
+the arrival gaps between chunks (labelled so: not forward passes), and "not given" for
+every figure the server does not send (Step fields that are None). A loopchat server
+sends its engine's own record: its panel is as complete as a local one.
+
 Drawn cheaply: every line is a `rich.text.Text` built with fixed-width formatting (no
 rich Table or Group per frame), the lines are shown by a `FastStatic` (repaints only the
 lines that changed, without a screen re-layout) and nothing is rebuilt when the view has
@@ -39,6 +44,7 @@ _WELCOME = Style.parse("#bcbcbc")
 _DIM = Style.parse("dim")
 _BOLD = Style.parse("bold")
 _NONE = Style()
+NOT_GIVEN = "not given"
 
 _WELCOME_TEXT = (
     "Each reply is made one token at a time: the model runs a forward pass over the "
@@ -110,6 +116,20 @@ def _cell(s: str, width: int, right: bool = False) -> str:
     return pad + s if right else s + pad
 
 
+def _is_drawn(c: Candidate, s: Step) -> bool:
+    """Whether candidate `c` is the token step `s` drew (a server that sends no token ids:
+    the same text with the same probability)."""
+    if s.token_id is not None:
+        return c.token_id == s.token_id
+    return c.text == s.piece and c.prob == s.raw_prob
+
+
+def _remote(v: PanelView) -> str:
+    """The server that generated the reply shown ("" for this machine's engine)."""
+    r = v.record
+    return r.start.source if r is not None and r.start is not None else ""
+
+
 # ------------------------------------------------------------- sections ----
 Pieces = list[tuple[str, Style]]  # one logical line, before fitting to the width
 
@@ -128,9 +148,14 @@ def _title(v: PanelView) -> list[Pieces]:
     elif r is not None and r.finish is not None:
         label = finish_label(r.finish)
         t.append((f" · {label}" if v.compact else f" · done: {label}", LABEL))
+    out = [t]
+    source = _remote(v)
+    if source and not v.compact:
+        what = [(" · full record", LABEL)] if s.sampled_top is not None else []
+        out.append([("server ", LABEL), (source, _NONE), *what])
     if r is not None and r.mode == BLOCKING and not v.pinned:
-        return [t, [("blocking mode: what the model does while the caller waits", _BLOCKING)]]
-    return [t]
+        out.append([("blocking mode: what the model does while the caller waits", _BLOCKING)])
+    return out
 
 
 def _candidates(v: PanelView, width: int, k: int | None = None, bars: bool = True) -> list[Line]:
@@ -138,9 +163,11 @@ def _candidates(v: PanelView, width: int, k: int | None = None, bars: bool = Tru
     s = v.step
     assert s is not None
     rows: tuple[Candidate, ...] = s.raw_top[:k] if k else s.raw_top
+    if s.sampled_top is None:  # a server's logprobs: no sampled-from distribution
+        return _server_candidates(v, s, rows, width, bars)
     sampled = s.sampled_top
     probs = {c.token_id: c.prob for c in sampled}
-    complete = s.candidates_kept <= len(sampled)  # every kept token is listed
+    complete = s.candidates_kept is not None and s.candidates_kept <= len(sampled)  # every kept token is listed
     token_w = 10 if v.width >= 44 else 8
     # marker 1 + token + 4 gaps + 2 x (bar + 6-wide percentage)
     bar_w = max(4, min(12, (v.width - 2 - token_w - 4 - 12) // 2)) if bars else 0
@@ -194,23 +221,67 @@ def _candidates(v: PanelView, width: int, k: int | None = None, bars: bool = Tru
     return out
 
 
+def _server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width: int, bars: bool) -> list[Line]:
+    """A remote server's top log-probabilities (as probabilities): one column, since the
+    distribution the server sampled from is not given."""
+    out: list[Line] = []
+    if s.raw_prob is None and not rows:
+        _fit([("  candidates ", LABEL), (NOT_GIVEN, _DIM), (" (the server sent no logprobs)", LABEL)], width, out)
+        return out
+    token_w = 10 if v.width >= 44 else 8
+    bar_w = max(4, min(20, v.width - 2 - token_w - 2 - 6 - 1)) if bars else 0
+    token_w = max(1, min(token_w, width - (10 + bar_w if bars else 8)))
+    head: Pieces = [(f"  {'top ' + str(len(rows)):<{token_w}} ", LABEL), ("server's logprobs" if bars else "logprobs", LABEL)]
+    _fit(head, width, out, no_wrap=True)
+    drawn_listed = False
+    for c in rows:
+        drawn = _is_drawn(c, s)
+        drawn_listed |= drawn
+        style = DRAWN if drawn else None
+        t: Pieces = [("▶" if drawn else " ", DRAWN), (" ", _NONE), (_cell(show_token(c.text), token_w), style or _TOKEN), (" ", _NONE)]
+        if bars:
+            t += [(bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE)]
+        t.append((_cell(fmt_prob(c.prob), 6, right=True), style or _NONE))
+        out.append(tuple(t))
+    if not drawn_listed:
+        rank = f"rank {s.raw_rank}" if s.raw_rank is not None else f"not in top {len(s.raw_top)}"
+        t = [("▶", DRAWN), (" ", _NONE), (_cell(show_token(s.piece), token_w), DRAWN), (" ", _NONE)]
+        if bars:
+            t += [(_cell(rank, bar_w), LABEL), (" ", _NONE)]
+        t.append((_cell(fmt_prob(s.raw_prob) if s.raw_prob is not None else "–", 6, right=True), DRAWN))
+        out.append(tuple(t))
+    return out
+
+
 def _drawn(v: PanelView) -> list[Pieces]:
     s = v.step
     assert s is not None
     first: Pieces = [("drew ", LABEL), (show_token(s.piece), DRAWN)]
     if s.is_stop:
         first.append((" (end of reply)", LABEL))
-    first.append((f" · rank {s.raw_rank} raw, {s.sampled_rank} sampled", LABEL))
+    if s.sampled_top is None:  # a server's logprobs
+        if s.raw_rank is not None:
+            first.append((f" · rank {s.raw_rank} in the server's logprobs", LABEL))
+        elif s.raw_prob is not None:
+            first.append((f" · not in the server's top {len(s.raw_top)}", LABEL))
+    else:
+        first.append((f" · rank {s.raw_rank} raw, {s.sampled_rank} sampled", LABEL))
     kept = s.candidates_kept
-    second: Pieces = [
-        ("entropy ", LABEL),
-        (f"{s.raw_entropy:.2f} → {s.sampled_entropy:.2f} bits", _NONE),
-        (f" · {kept} token{'s' if kept != 1 else ''} kept", LABEL),
-    ]
+    if s.sampled_top is None and s.raw_entropy is None and kept is None:
+        return [first, [("after sampling, entropy, tokens kept: ", LABEL), (NOT_GIVEN, _DIM)]]
+    second: Pieces = [("entropy ", LABEL)]
+    if s.raw_entropy is None or s.sampled_entropy is None:
+        second.append((NOT_GIVEN, _DIM))
+    else:
+        second.append((f"{s.raw_entropy:.2f} → {s.sampled_entropy:.2f} bits", _NONE))
+    if kept is None:
+        second += [(" · tokens kept ", LABEL), (NOT_GIVEN, _DIM)]
+    else:
+        second.append((f" · {kept} token{'s' if kept != 1 else ''} kept", LABEL))
     return [first, second]
 
 
-_SHORT_LATENCY = {"first token": "TTFT", "this pass": "pass", "per pass": "passes"}
+_SHORT_LATENCY = {"first token": "TTFT", "this pass": "pass", "per pass": "passes", "arrival gap": "arrival", "per chunk": "chunks"}
 
 
 def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces]:
@@ -226,24 +297,36 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
         out.append([(f"{label:<{label_w}}", LABEL), *value])
 
     p = r.prefill
+    arrivals = s.forward_ms is None  # a server's chunks: their arrival times are all there is
     if p is not None:
         reused = f", {p.reused_tokens} reused" if p.reused_tokens else ""
         row("prefill", (f"{p.prompt_tokens} tokens{reused} in {fmt_ms(p.ms)}", _NONE))
+    elif arrivals:
+        row("prefill", (NOT_GIVEN, _DIM))
     f = r.finish
-    if f is not None and f.steps:
+    if f is not None and f.steps and f.ttft_ms is not None:
         ttft = fmt_ms(f.ttft_ms)
     elif r.steps and r.steps[0].elapsed_ms:
-        ttft = fmt_ms(r.steps[0].elapsed_ms)  # measured by the engine at step 0
+        ttft = fmt_ms(r.steps[0].elapsed_ms)  # measured by the engine at step 0 (a server's: on arrival)
     else:
         ttft = "—"
-    row("first token", (ttft, _NONE))
-    fwd = "prefill" if s.index == 0 else fmt_ms(s.forward_ms)
-    if compact:
-        row("this pass", (f"{fwd} + {fmt_ms(s.sample_ms)} sampling", _NONE))
+    row("first token", (ttft, _NONE), *([(" at the client", LABEL)] if arrivals and ttft != "—" and not compact else []))
+    if arrivals:
+        row("this pass", (NOT_GIVEN, _DIM), *([(" (forward, sampling)", LABEL)] if not compact else []))
     else:
-        row("this pass", (f"{fwd} forward + {fmt_ms(s.sample_ms)} sampling", _NONE))
+        fwd = "prefill" if s.index == 0 else fmt_ms(s.forward_ms)
+        sample = fmt_ms(s.sample_ms) if s.sample_ms is not None else NOT_GIVEN
+        if compact:
+            row("this pass", (f"{fwd} + {sample} sampling", _NONE))
+        else:
+            row("this pass", (f"{fwd} forward + {sample} sampling", _NONE))
+    if s.arrival_ms is not None:  # measured at the client: network and server pace, not a pass
+        since = "since the request" if s.index == 0 else "between chunks"
+        row("arrival gap", (fmt_ms(s.arrival_ms), _NONE), *([(f" {since}", LABEL)] if not compact else []))
     index = caches.record_index(r)
-    if s.threads:  # 0: a trace from before threads were recorded
+    if s.threads is None:
+        row("threads", (NOT_GIVEN, _DIM))
+    elif s.threads:  # 0: a trace from before threads were recorded
         row("threads", *_threads(s, r, index, compact))
     if v.pinned:  # a past token: the passes up to it (once, not per frame)
         decode = index.forward[: s.index]
@@ -251,18 +334,33 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     else:
         decode, lo, hi = index.blocks, index.fmin, index.fmax
     if decode:
-        row("per pass", (sparkline(decode, spark_width), _SPARK), (f"  {fmt_ms_range(lo, hi)}", LABEL))
-    rate = r.live_tokens_per_s()
+        row("per chunk" if index.arrivals else "per pass", (sparkline(decode, spark_width), _SPARK), (f"  {fmt_ms_range(lo, hi)}", LABEL))
+    rate = _arrival_rate(r) if arrivals else r.live_tokens_per_s()
     speed = f"{fmt_rate(rate)} live" if rate and not f else ""
     if f and f.tokens_per_s:
         speed = f"{fmt_rate(f.tokens_per_s)} (whole reply)"
+    if arrivals and speed:
+        speed = speed.replace(" tok/s", " tok/s arriving", 1)
     row("speed", (speed or "—", _NONE))
     if r.start is not None:
         n_ctx = r.start.n_ctx
-        pct = "" if compact else f" ({100 * s.n_past / n_ctx:.0f}%)"
-        row("context", (f"{s.n_past:,} / {n_ctx:,} tokens{pct}", _NONE))
+        if n_ctx is None or s.n_past is None:
+            row("context", (NOT_GIVEN, _DIM))
+        else:
+            pct = "" if compact else f" ({100 * s.n_past / n_ctx:.0f}%)"
+            row("context", (f"{s.n_past:,} / {n_ctx:,} tokens{pct}", _NONE))
     _rstrip(out[-1])
     return out
+
+
+def _arrival_rate(r: ReplyRecord, window: int = 20) -> float | None:
+    """Tokens a second arriving at the client over the last `window` tokens (a remote
+    reply whose server sends no timings)."""
+    steps = r.steps[-window:]
+    if len(steps) < 2:
+        return None
+    ms = steps[-1].elapsed_ms - steps[0].elapsed_ms
+    return (len(steps) - 1) * 1000.0 / ms if ms > 0 else None
 
 
 def _threads(s: Step, r: ReplyRecord, index: ReplyIndex, compact: bool) -> Pieces:
@@ -291,6 +389,7 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
         (s.settings_changed, s.index > 0) if s is not None else None,
         s.index if (s is not None and v.pinned) else None,
         v.live if (s is not None and v.generating and not v.pinned) else None,
+        _remote(v),
     )
     if caches.settings is not None and caches.settings[0] == key:
         out.extend(caches.settings[1])
@@ -313,7 +412,8 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
             t.append((f"  changed at pass {at + 1}", CHANGED))
         pending = getattr(v.live, name)
         if s is not None and v.generating and not v.pinned and pending != value:
-            t.append((f"  → {fmt_value(name, pending)} from next pass", _PENDING))
+            when = "next reply" if _remote(v) else "from next pass"  # a server fixed this reply's
+            t.append((f"  → {fmt_value(name, pending)} {when}", _PENDING))
         lines.append(t)
     lines.append([(
         f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n} · "

@@ -1,6 +1,7 @@
 """What the loop panel keeps from one frame to the next, so that a frame costs the new
 steps, not the reply so far: the reply's index (setting changes, pass times and the
 sparkline's maxima, updated with the new steps only) and the fitted settings block.
+A remote reply whose server sends no pass times has its arrival gaps there instead.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ class ReplyIndex:
     last change step per setting, decode forward times, their min/max, and the maxima
     of consecutive blocks of them (blocks double in size as the reply grows)."""
 
-    __slots__ = ("record", "seen", "changes", "threads", "forward", "fmin", "fmax", "blocks", "block", "fill")
+    __slots__ = ("record", "seen", "changes", "threads", "forward", "fmin", "fmax", "blocks", "block", "fill", "arrivals")
 
     def __init__(self, record: ReplyRecord) -> None:
         self.record = record
         self.seen = 0
         self.changes: dict[str, int] = {}
         self.threads: list[tuple[int, str]] = []  # (step index, reason) where the thread count's reason changed
-        self.forward: list[float] = []  # forward_ms of steps[1:]
+        self.forward: list[float] = []  # forward_ms of steps[1:] (arrival_ms where it is not given)
+        self.arrivals = False  # the reply's pass times are not given: `forward` holds arrival gaps
         self.fmin = float("inf")
         self.fmax = 0.0
         self.blocks: list[float] = []
@@ -44,7 +46,11 @@ class ReplyIndex:
                 for name in s.settings_changed:
                     self.changes[name] = s.index
         for x in steps[max(1, self.seen) :]:
-            self._add(x.forward_ms)
+            if x.forward_ms is not None:
+                self._add(x.forward_ms)
+            elif x.arrival_ms is not None:
+                self.arrivals = True
+                self._add(x.arrival_ms)
         self.seen = n
 
     def threads_reason(self, index: int) -> tuple[int, str] | None:

@@ -88,10 +88,19 @@ class ChatSession:
         return self.current is not None and not self.current.done
 
     def in_force(self) -> SamplingSettings:
-        """What the next step uses: the reply in flight's settings, else the next reply's."""
-        if self.generating and self.run_settings is not None:
+        """What a change starts from: the settings the reply in flight's next step uses,
+        else (between replies, or a remote reply, whose settings the server fixed when it
+        was sent) the next reply's."""
+        if self.generating and self.run_settings is not None and self.backend.live_settings:
             return self.run_settings
         return self.settings
+
+    def settings_note(self) -> str | None:
+        """What to tell the user after a change: that it waits for the next reply, when
+        the reply in flight cannot take it (None: it applies from the next step)."""
+        if self.generating and not self.backend.live_settings:
+            return "The server fixed this reply's settings when it was sent: the change applies to the next reply"
+        return None
 
     # ---- requests ----------------------------------------------------------------
     def check_can_run(self, what: str = "") -> None:
@@ -145,7 +154,7 @@ class ChatSession:
         """Change the user's settings and those of the reply in flight (SettingsError if
         a value is out of range); the loop uses them from its next step."""
         new = self.settings.replace(**changes)
-        if self.generating and self.run_settings is not None:
+        if self.generating and self.run_settings is not None and self.backend.live_settings:
             run = self.run_settings.replace(**changes)
             self.run_settings = run
             self.backend.set_settings(run)
