@@ -445,3 +445,46 @@ def test_snapshot_of_the_wire_view(snap_compare, tmp_path, monkeypatch, size) ->
 
     app = create_app(replay=str(REPLY_TRACE), replay_speed=0, prefs=Prefs(), prefs_path=tmp_path / "p.json")
     assert snap_compare(app, terminal_size=size, run_before=wire)
+
+
+# ------------------------------------------------------------- a real server ----
+async def test_a_loopchat_servers_bytes_as_received_in_both_modes(tmp_path) -> None:
+    """The chat on `loopchat serve` (the remote backend, a real server on a free port):
+    the view shows the very texts received, streaming and blocking."""
+    from remote_servers import LoopchatServer
+
+    server = LoopchatServer()
+    try:
+        for streaming in (True, False):
+            app = create_app(
+                url=server.url, prefs=Prefs(markdown=False, wire_view=True, wire_folded=False, streaming=streaming),
+                prefs_path=tmp_path / "p.json", settings=SamplingSettings(seed=5, max_tokens=12),
+            )
+            async with app.run_test(size=SIZE) as pilot:
+                await send(pilot, "Hi there")
+                await wait_run(pilot, 120)
+                rec = app.conversation.replies[0]
+                assert rec.finish is not None and rec.finish.text and app.last_error is None
+                received = [ev for ev, _ in rec.wire]
+                w = app.wire.wire_of(rec)
+                await wait_for(pilot, lambda: len(w.entries) == len(received), 5, "every event shown")
+                assert w.remote and [e.text for e in w.entries] == [ev.text for ev in received]
+                text = wire_text(app)
+                assert f"as received from {server.url}/v1" in text
+                total = fmt_bytes(sum(ev.nbytes for ev in received))
+                if streaming:
+                    assert received[-1].text == "data: [DONE]" and text.rstrip().endswith("data: [DONE]")
+                    chunks = [json.loads(ev.text[6:]) for ev in received[:-1]]
+                    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+                    assert content == rec.finish.text
+                    assert f"{len(chunks)} chunks · {total}" in " ".join(text.split("\n")[:6])
+                    shown = shown_events(app)
+                    assert shown == [ev.text for ev in received][-len(shown):]
+                else:
+                    assert len(received) == 1
+                    body = json.loads(received[0].text)
+                    assert body["choices"][0]["message"]["content"] == rec.finish.text
+                    assert f"one body · {total} · at " in text
+                    assert shown_events(app)[0] == received[0].text[: len(shown_events(app)[0])]
+    finally:
+        server.stop()

@@ -60,7 +60,6 @@ class Update:
     ready: ModelReady | None = None
     restore_prompt: str | None = None  # give this text back to the message box (if it is empty)
     steps: int = 0
-    wire: int = 0  # WireReceived events taken (a remote backend's bytes, for the wire view)
 
     @property
     def ended(self) -> bool:
@@ -264,7 +263,6 @@ class ChatSession:
                     # body may come after its Finish; a cancelled run's late bytes do not)
                     if rec is not None and (rec.run_id == ev.run_id != 0 or (not ev.run_id and not rec.done)):
                         rec.wire.append((ev, len(rec.steps)))
-                        u.wire += 1
                 case RunDone():
                     if rec is not None and not rec.done and rec.run_id in (0, ev.run_id):
                         rec.error = "stopped"  # e.g. a trace that stopped half-way

@@ -185,16 +185,9 @@ class ReplyWire:
         wire = self.rec.wire
         for i in range(self._fed_wire, len(wire)):
             ev, steps_before = wire[i]
-            text = ev.text
-            if text.startswith("data:"):
-                chunk, body = text[5:].strip() != "[DONE]", False
-            elif text.startswith(":"):  # an SSE comment (a keep-alive)
-                chunk, body = False, False
-            else:  # a blocking request's whole response body
-                chunk, body = False, True
+            chunk, body, label = _kind(ev.text)
             self._steps_before.append(steps_before)
-            label = "response body" if body else ("received" if chunk else "received (not a chunk)")
-            self._add(WireEntry(text, ev.nbytes, ev.t_ms, None, chunk, body, label))
+            self._add(WireEntry(ev.text, ev.nbytes, ev.t_ms, None, chunk, body, label))
         self._fed_wire = len(wire)
 
     def entry_of_step(self, index: int) -> int | None:
@@ -262,6 +255,19 @@ class ReplyWire:
         for i, line in enumerate(self._ser.lines(ev)):
             label = labels[min(i, len(labels) - 1)]
             self._add(WireEntry(line.rstrip("\n"), len(line.encode("utf-8")), t_ms, step if i == 0 else None, label=label))
+
+
+def _kind(text: str) -> tuple[bool, bool, str]:
+    """(a data chunk, a whole body, a label) for a received text: an SSE event (its
+    lines: `data:`, or only comments and fields) or a response body (JSON)."""
+    data = [line[5:].strip() for line in text.split("\n") if line.startswith("data:")]
+    if data:
+        if data == ["[DONE]"]:
+            return False, False, "end of stream"
+        return True, False, "chunk received"
+    if text.lstrip()[:1] in ("{", "["):
+        return False, True, "response body"
+    return False, False, "received (no data: a comment or a keep-alive)"
 
 
 def _step_time(st: Step) -> float | None:

@@ -180,7 +180,7 @@ def _ranges(text: str, width: int) -> list[tuple[int, int]]:
                 end = pos + width
                 comma = line.rfind(",", end - back, end)
                 if comma >= pos:
-                    end = comma + 1
+                    end = comma + 2 if line[comma + 1 : comma + 2] == " " and comma + 2 <= end else comma + 1
                 out.append((off + pos, off + end))
                 pos = end
         else:

@@ -19,8 +19,9 @@ the newest event only as far as the rows that fit.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual import events
@@ -47,6 +48,9 @@ _NONE = Style()
 
 #: Replies whose wire is kept (a serializer and its lines); older ones are made again.
 KEEP_REPLIES = 4
+#: Events whose screen rows are kept (~7 KB each for a chunk with the extension); the
+#: rows of older ones are made again if they are shown again.
+KEEP_ROWS = 128
 #: Mouse wheel: rows per notch.
 SCROLL_ROWS = 3
 
@@ -72,6 +76,9 @@ def fmt_chunk_rate(per_s: float) -> str:
 
 
 def _pieces_rows(pieces: list[tuple[str, Style]], width: int) -> list[Line]:
+    """One logical line word-wrapped to `width` as rich prints it (at once if it fits)."""
+    if sum(len(p) if p.isascii() else cell_len(p) for p, _ in pieces) <= width:
+        return [tuple(pieces)]
     t = Text()
     for s, style in pieces:
         t.append(s, style)
@@ -116,6 +123,7 @@ class WireView(Widget):
         self._args: tuple | None = None
         self._key: tuple | None = None
         self._record: ReplyRecord | None = None
+        self._with_rows: deque[WireEntry] = deque()  # the entries holding rows, oldest first
 
     def compose(self) -> ComposeResult:
         yield self.body
@@ -152,6 +160,7 @@ class WireView(Widget):
     def forget(self) -> None:
         """A new conversation: its replies are gone."""
         self._wires.clear()
+        self._with_rows.clear()
         self._record = None
         self._key = None
 
@@ -272,6 +281,11 @@ class WireView(Widget):
         if cached is not None and cached[0] == width and cached[1] == self.fold:
             return cached[2]
         rows = [self._note(e, width), *event_rows(e.text, width, self.fold)]
+        if cached is None:
+            kept = self._with_rows
+            kept.append(e)
+            if len(kept) > KEEP_ROWS:
+                kept.popleft().rows = None
         e.rows = (width, self.fold, rows)
         return rows
 
@@ -315,7 +329,8 @@ class WireView(Widget):
     # ------------------------------------------------------------------ input ----
     def on_click(self, event: events.Click) -> None:
         event.stop()
-        self.post_message(self.FoldToggled())
+        if event.chain == 1:  # a double click is one click, not two toggles
+            self.post_message(self.FoldToggled())
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         event.stop()
