@@ -29,6 +29,7 @@ from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F
 from .events import DOCUMENT, Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
+from .stop_strings import StopStrings
 from .thread_tuner import AUTO, OtherCpuMeter, Threads, ThreadTuner
 
 
@@ -257,6 +258,7 @@ class Engine:
         report_k: int = 10,
         ignore_eos: bool = False,
         reuse_at_most: int | None = None,
+        stop: Sequence[str] = (),
     ) -> Iterator[Event]:
         """Run one reply. `settings` is read at every step (a LiveSettings or a callable).
 
@@ -265,6 +267,10 @@ class Engine:
         same batches as the first time, so the logits are the same to the last bit and
         the same seed draws the same tokens. (Reusing more of the cache would give logits
         that differ in their last bits, enough to change a draw at a high temperature.)
+
+        `stop`: stop strings (stop_strings.py). The reply ends before the first occurrence
+        of any of them (reason STOP); text that may begin one is held back from the
+        steps' texts until it is known not to.
 
         Raises EngineError (before any event) for input it cannot run. Errors in
         llama.cpp during the run end it with Finish(reason=ERROR).
@@ -296,6 +302,7 @@ class Engine:
             prompt_token_ids=tuple(tokens),
             settings=current,
             top_k_report=report_k,
+            stop=tuple(stop),
         )
         if prompt.trimmed is not None:
             yield prompt.trimmed
@@ -340,6 +347,8 @@ class Engine:
         seed = current.seed
         previous: SamplingSettings | None = None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        stops = StopStrings(stop) if stop else None
+        stopped = False  # a stop string ended the reply
         history = list(tokens)
         text_parts: list[str] = []
         completion = 0
@@ -370,10 +379,13 @@ class Engine:
             else:
                 text = decoder.decode(self.piece(token))
                 completion += 1
-            if self._end_reason(is_stop, completion, settings_now.max_tokens) is not None:
+            ending = self._end_reason(is_stop, completion, settings_now.max_tokens) is not None
+            if ending:
                 # the reply ends at this step: it carries the bytes of a character the
                 # reply never finished (as U+FFFD), so the steps' texts add up to its text
                 text += decoder.decode(b"", final=True)
+            if stops is not None:
+                text, stopped = stops.feed(text, final=ending)
             text_parts.append(text)
             sample_ms = (time.perf_counter() - ts) * 1000.0
             if steps == 0:
@@ -412,7 +424,8 @@ class Engine:
             )
             steps += 1
             previous = settings_now
-            reason = self._end_reason(is_stop, completion, source().max_tokens)  # (a change may have come)
+            # (a max_tokens change may have come meanwhile)
+            reason = FinishReason.STOP if stopped else self._end_reason(is_stop, completion, source().max_tokens)
             if reason is not None:
                 break
             pass_threads = self.threads
@@ -434,8 +447,8 @@ class Engine:
 
         # A reply that ended after its last step was sent (a cancel or a max_tokens change
         # that came while the step was being handed over, a failed forward pass) leaves
-        # the bytes of an unfinished character out of the text too: the reply's text is
-        # always the steps' texts joined.
+        # the bytes of an unfinished character, and text held back for a stop string,
+        # out of the text too: the reply's text is always the steps' texts joined.
         decoder.decode(b"", final=True)
         self._abort.clear()
         t_end = time.perf_counter()

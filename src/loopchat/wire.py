@@ -7,7 +7,8 @@ same way as a live run.
 
 Shapes (OpenAI's `ChatCompletionChunk`, `ChatCompletion`, `Completion`):
 - chat stream: a first chunk with the role, one chunk per sampled token with its text
-  (`delta.content`), a last chunk with an empty delta and `finish_reason`, then with
+  (`delta.content`), a last chunk with `finish_reason` and an empty delta (or the text
+  the stop token's step released: text held back for a stop string), then with
   `stream_options.include_usage` a chunk with `choices: []` and `usage`, then
   `data: [DONE]`;
 - chat body: one `chat.completion` with the whole text and every token's logprobs;
@@ -124,6 +125,7 @@ class WireSerializer:
         self._events: list[dict[str, Any]] = []  # every event, for the body's extension
         self._finish: Finish | None = None
         self._prefill: Prefill | None = None
+        self._tail = ""  # text released by the stop token's step: sent with the finish chunk
 
     # ---- the stream -------------------------------------------------------------
     def lines(self, event: Event) -> list[str]:
@@ -154,6 +156,10 @@ class WireSerializer:
             if self.options.extension:
                 self._pending["step"] = to_json_dict(event)
             if event.is_stop:  # not part of the reply: it rides on the finish chunk
+                # (with the text its step released, if any: the end of a character the
+                # reply never finished, text held back for a stop string)
+                self._tail = event.text
+                self._text.append(event.text)
                 return []
             return [self._token_chunk(event)]
         if isinstance(event, Finish):
@@ -234,7 +240,7 @@ class WireSerializer:
         return item
 
     def _finish_chunk(self, finish: Finish) -> dict[str, Any]:
-        return self._chunk({}, None, finish_reason(finish.reason))
+        return self._chunk({"content": self._tail} if self._tail else {}, None, finish_reason(finish.reason))
 
     def _usage(self, finish: Finish) -> dict[str, Any]:
         cached = self._prefill.reused_tokens if self._prefill is not None else 0

@@ -57,10 +57,14 @@ class EngineWorker:
         *,
         report_k: int = 10,
         reuse_at_most: int | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
     ) -> int:
         self._run_id += 1
         self._busy.set()
-        self._commands.put(("generate", (self._run_id, tuple(messages), settings, report_k, reuse_at_most)))
+        self._commands.put(
+            ("generate", (self._run_id, tuple(messages), settings, report_k, reuse_at_most, tuple(stop), ignore_eos))
+        )
         return self._run_id
 
     def cancel(self) -> None:
@@ -126,7 +130,14 @@ class EngineWorker:
         )
 
     def _generate(
-        self, run_id: int, messages: tuple[Message, ...], settings: Any, report_k: int, reuse_at_most: int | None
+        self,
+        run_id: int,
+        messages: tuple[Message, ...],
+        settings: Any,
+        report_k: int,
+        reuse_at_most: int | None,
+        stop: tuple[str, ...] = (),
+        ignore_eos: bool = False,
     ) -> None:
         # Whatever happens, a run's WorkerError (if any) is emitted before its RunDone:
         # consumers (`loopchat run`, the app) stop reading the run at RunDone.
@@ -135,7 +146,9 @@ class EngineWorker:
                 self._emit(WorkerError("no model is loaded: pick one with --model or the model list", during="generate"))
                 return
             try:
-                for event in self._engine.generate(messages, settings, report_k=report_k, reuse_at_most=reuse_at_most):
+                for event in self._engine.generate(
+                    messages, settings, report_k=report_k, reuse_at_most=reuse_at_most, stop=stop, ignore_eos=ignore_eos
+                ):
                     self._emit(event)
             except EngineError as exc:
                 self._emit(WorkerError(str(exc), during="generate"))
