@@ -1,4 +1,4 @@
-"""Command line: `loopchat` (the chat TUI), `loopchat run`, `loopchat models`, `loopchat replay`.
+"""Command line: `loopchat` (the chat TUI), `loopchat run`, `loopchat serve`, `loopchat models`, `loopchat replay`.
 
 Bad input gives one line on stderr and exit code 2, never a traceback.
 """
@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list the configured models and the config file in use")
     models.add_argument("--config", metavar="PATH", help="models.toml to use", default=argparse.SUPPRESS)
 
+    from .serve_command import add_serve_parser
+
+    add_serve_parser(sub, _add_model_options)
+
     replay = sub.add_parser("replay", help="play a recorded trace in the chat app")
     replay.add_argument("trace_file", metavar="FILE.jsonl")
     replay.add_argument("--speed", type=float, default=1.0, help="playback speed (2 = twice as fast; 0 = instant)")
@@ -154,6 +158,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
             print(format_models_listing(load_config(args.config)))
             return 0
+        if args.command == "serve":
+            from .serve_command import serve_command
+
+            return serve_command(args)
         if args.command == "replay":
             from .tui.launch import run_tui
 
