@@ -161,10 +161,16 @@ async def test_blocking_shows_nothing_until_the_one_body(backend, tmp_path) -> N
         assert rec.mode == BLOCKING
         # the clock runs while the client waits; nothing is on the wire (or serialized)
         await wait_for(pilot, lambda: "waiting for the response body… 0.0 s" not in wire_text(app)
-                       and "waiting for the response body…" in wire_text(app), 5, "the wait's clock")
+                       and "waiting for the response body…" in wire_text(app)
+                       and "3 passes run" in wire_text(app), 5, "the wait's clock and the passes")
         w = app.wire.wire_of(rec)
         assert w.entries == [] and w.serializer is None
-        assert "data:" not in wire_text(app)
+        text = wire_text(app)
+        assert "data:" not in text
+        assert "3 passes run, nothing sent yet" in " ".join(text.split("\n")[:5])
+        assert "as loopchat serve would send it · /v1/chat/completions · no stream: one body" in " ".join(
+            text.split("\n")[:4]
+        )
         gate.release()
         await wait_run(pilot)
         await wait_for(pilot, lambda: "one body ·" in wire_text(app), 5, "the body")
@@ -264,6 +270,33 @@ async def test_a_selected_token_shows_its_chunk(tmp_path) -> None:
         last = shown_events(app)[-1]
         assert '"delta":{"content":" you"}' in last
         assert text.split("\n")[-1].strip()  # the selected chunk ends the view
+
+
+def wheel(widget, up: bool):
+    from textual import events
+
+    cls = events.MouseScrollUp if up else events.MouseScrollDown
+    return cls(widget, 2, 2, 0, -1 if up else 1, 0, False, False, False)
+
+
+async def test_the_wheel_scrolls_back_through_the_events(tmp_path) -> None:
+    app = fake_app(tmp_path, wire_view=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press(*"Hi", "enter")
+        await wait_run(pilot)
+        await wait_for(pilot, lambda: wire_text(app).rstrip().endswith("data: [DONE]"), 5, "the end")
+        def notes() -> list[str]:
+            return [row.split(" · ")[0][2:] for row in wire_text(app).split("\n") if row.startswith("─ ")]
+
+        assert notes()[-1] == "end of stream"
+        for _ in range(4):
+            app.wire.post_message(wheel(app.wire, up=True))
+        await wait_for(pilot, lambda: not wire_text(app).rstrip().endswith("data: [DONE]"), 5, "scrolled")
+        assert app.wire.scrolled == 12 and "end of stream" not in notes()
+        for _ in range(6):  # past the newest: it stays at the newest
+            app.wire.post_message(wheel(app.wire, up=False))
+        await wait_for(pilot, lambda: wire_text(app).rstrip().endswith("data: [DONE]"), 5, "back at the end")
+        assert app.wire.scrolled == 0
 
 
 async def test_a_long_reply_is_caught_up_over_frames(tmp_path) -> None:

@@ -134,6 +134,15 @@ class ReplyWire:
     _steps_before: list[int] = field(default_factory=list)  # remote: per entry, steps recorded before it
 
     @property
+    def request(self) -> WireOptions | None:
+        """Local: the request modelled (None: a remote reply, or before the reply's Start)."""
+        if self.remote or self.source:
+            return None
+        if self.options is None and self.rec.start is not None:
+            return request_options(self.rec)
+        return self.options
+
+    @property
     def serializer(self) -> WireSerializer | None:
         """Local: the serializer fed so far (None: none yet)."""
         return self._ser

@@ -242,9 +242,9 @@ class WireView(Widget):
     def _source(w: ReplyWire) -> str:
         if w.remote:
             return f"as received from {w.source or 'the server'} · " + ("SSE stream" if w.stream else "one response body")
-        o = w.options
-        if o is None:  # nothing serialized yet: say what will be
-            return "as loopchat serve would send it · " + ("stream" if w.stream else "one body")
+        o = w.request
+        if o is None:  # nothing yet tells where the reply comes from
+            return "request sent · " + ("stream" if w.stream else "no stream: one body")
         path = "/v1/chat/completions" if o.chat else "/v1/completions"
         kind = "stream" if o.stream else "no stream: one body"
         lp = f"logprobs top {o.top_logprobs}" if o.chat else f"logprobs {o.top_logprobs}"
@@ -256,7 +256,12 @@ class WireView(Widget):
             done = len(rec.steps) - w.pending_steps
             return [(f"serializing the reply: {done:,} of {len(rec.steps):,} steps…", _WAIT)]
         if not w.stream and not rec.done:
-            return [(f"waiting for the response body… {waited or 0:.1f} s", _WAIT)]
+            n = len(rec.steps)
+            return [
+                (f"waiting for the response body… {waited or 0:.1f} s", _WAIT),
+                # the local loop runs (and is counted) while the body waits for its end
+                (f" · {n} pass{'es' if n != 1 else ''} run, nothing sent yet" if w.request else "", LABEL),
+            ]
         if w.waiting:
             return [(f"waiting for the first chunk… {waited or 0:.1f} s", _WAIT)]
         if w.remote and not w.entries:
