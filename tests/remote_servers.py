@@ -93,6 +93,7 @@ class LoopchatServer(_Child):
 # ---- a misbehaving server ---------------------------------------------------------------
 
 MODEL = "misbehaving-model"
+MODEL_2 = "another-model"  # the second of its model list
 
 #: modes: what /<mode>/v1/chat/completions does
 MODES = {
@@ -161,7 +162,9 @@ def make_app(state: dict[str, Any]):
     async def models(request: Request):
         if mode_of(request) == "unauthorized":
             return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
-        return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "test"}]})
+        return JSONResponse({"object": "list", "data": [
+            {"id": MODEL, "object": "model", "owned_by": "test"}, {"id": MODEL_2, "object": "model", "owned_by": "test"},
+        ]})
 
     async def chat(request: Request):
         mode = mode_of(request)
@@ -170,6 +173,8 @@ def make_app(state: dict[str, Any]):
         if mode == "unauthorized":
             return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
         if mode == "nomodel":
+            return _error(404, f"The model `{body.get('model')}` does not exist", "invalid_request_error", "model_not_found")
+        if body.get("model") not in (MODEL, MODEL_2):
             return _error(404, f"The model `{body.get('model')}` does not exist", "invalid_request_error", "model_not_found")
         if mode == "fail":
             return _error(500, "the server had an error while processing your request", "server_error")

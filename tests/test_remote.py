@@ -136,7 +136,7 @@ def test_loopchat_run_url_prints_the_reply(llama_server) -> None:
     assert proc.stdout.strip() and "Traceback" not in proc.stderr
     summary = proc.stderr.strip().splitlines()[-1]
     assert "10 tok" in summary and "prefill not given" in summary and "finish: length" in summary
-    assert f"server {llama_server.url}/v1 (times at the client)" in summary
+    assert f"server {llama_server.url}/v1 (TTFT and tok/s at the client)" in summary
 
 
 def test_loopchat_run_show_steps_says_what_is_not_given(llama_server) -> None:
@@ -188,3 +188,17 @@ async def test_the_chat_panel_says_what_is_not_given(llama_server, tmp_path) -> 
             assert {s.settings.temperature for s in app.conversation.replies[1].steps} == {0.7}
     finally:
         backend.close()
+
+
+def test_loopchat_run_raw_continues_a_document_through_v1_completions(llama_server, capsys) -> None:
+    from loopchat import cli
+
+    code = cli.main(["run", "--url", llama_server.url, "--raw", "--seed", "1", "--max-tokens", "6", "--show-steps",
+                     "The capital of France is"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 7 and lines[-1].strip()  # 6 steps, then the continuation
+    # the legacy endpoint gives at most 5 top log-probabilities per token
+    assert all("server logprob p 0." in line for line in lines[:6])
+    assert "6 tok" in err and "finish: length" in err

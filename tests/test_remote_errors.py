@@ -257,7 +257,7 @@ def test_loopchat_run_prints_a_good_stream(server, capsys) -> None:
     assert cli.main(["run", "--url", f"{url}/ok", "Hello?"]) == 0
     out, err = capsys.readouterr()
     assert out == "Hié there\n"
-    assert "prefill not given" in err and "server " + url + "/ok/v1 (times at the client)" in err
+    assert "prefill not given" in err and "server " + url + "/ok/v1 (TTFT and tok/s at the client)" in err
     assert "prompt 11 tok" in err and "4 tok" in err
 
 

@@ -89,7 +89,7 @@ def test_loopchat_run_url_traces_the_servers_events(server, tmp_path, capsys) ->
     finish = events[-1].event
     assert isinstance(start, Start) and start.source == server.url + "/v1" and start.prompt_token_ids
     assert all(s.sampled_top and s.forward_ms is not None and s.arrival_ms is not None for s in steps)
-    assert out.strip() == finish.text.strip() and "(times at the client)" not in err
+    assert out.strip() == finish.text.strip() and "(TTFT and tok/s at the client)" not in err
     assert f"server {server.url}/v1" in err and "prefill" in err and "not given" not in err
 
 
@@ -115,3 +115,16 @@ async def test_the_chat_panel_is_as_complete_as_local(server, tmp_path) -> None:
             assert f"streamed from {backend.base}" in info and "not given" not in info
     finally:
         backend.close()
+
+
+def test_loopchat_run_raw_through_loopchat_serve(server, tmp_path, capsys) -> None:
+    from loopchat import cli
+
+    trace = tmp_path / "raw.jsonl"
+    assert cli.main(["run", "--url", server.url, "--raw", "--seed", "2", "--max-tokens", "5", "--trace", str(trace),
+                     "Once upon a time"]) == 0
+    out, _ = capsys.readouterr()
+    _, events = read_trace(trace)
+    start = events[0].event
+    assert start.messages[0].role == "document" and start.prompt_text == "Once upon a time"
+    assert out.strip() == events[-1].event.text.strip()

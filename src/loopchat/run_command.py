@@ -126,9 +126,12 @@ def threads_text(auto: bool, used: Sequence[int]) -> str:
 NOT_GIVEN = "not given"
 
 
-def summary_line(prefill: Prefill | None, finish: Finish, threads: str = "", server: str = "") -> str:
-    """The run's figures on one line; `server`: the URL of the server that generated it.
-    What the server did not send is "not given"."""
+def summary_line(
+    prefill: Prefill | None, finish: Finish, threads: str = "", server: str = "", client_times: bool = False
+) -> str:
+    """The run's figures on one line; `server`: the URL of the server that generated it
+    (`client_times`: its times were measured here, on arrival). What the server did not
+    send is "not given"."""
     prefill_text = "prefill " + (f"{finish.prefill_ms:.0f} ms" if finish.prefill_ms is not None else NOT_GIVEN)
     parts = [
         f"prompt {finish.prompt_tokens} tok" if finish.prompt_tokens is not None else f"prompt tokens {NOT_GIVEN}",
@@ -142,7 +145,7 @@ def summary_line(prefill: Prefill | None, finish: Finish, threads: str = "", ser
     if threads:
         parts.insert(-2, threads)
     if server:
-        measured = " (times at the client)" if finish.prefill_ms is None else ""
+        measured = " (TTFT and tok/s at the client)" if client_times else ""
         parts.append(f"server {server}{measured}")
     line = " · ".join(parts)
     if finish.error:
@@ -378,6 +381,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     generating = False
     threads_auto = False
     server = ""
+    client_times = False  # a server that sends no per-step timings: the times are ours, on arrival
     threads_used: list[int] = []
     try:
         while True:
@@ -404,6 +408,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
                     threads_auto = event.threads_auto
                     server = event.source
                 elif isinstance(event, Step):
+                    client_times = client_times or event.forward_ms is None
                     if event.threads:
                         threads_used.append(event.threads)
                     if args.show_steps:
@@ -443,7 +448,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     if finish is not None:
         text = finish.text if (args.show_steps or args.blocking) else ""
         output.write(text + ("" if finish.text.endswith("\n") else "\n"))
-        print(summary_line(prefill, finish, threads_text(threads_auto, threads_used), server), file=sys.stderr)
+        print(summary_line(prefill, finish, threads_text(threads_auto, threads_used), server, client_times), file=sys.stderr)
     elif output.line_open:  # a partial reply, ended by an error: end its line
         output.write("\n")
     # one line: the first of what went wrong, in the order a user should deal with it

@@ -13,9 +13,11 @@ From any other server the events are built from what the wire gives, and only th
   rank is then not known), `piece_bytes` from `bytes`;
 - a step's only timing is `arrival_ms`, the gap between its chunk reaching the client
   and the one before (not a forward pass), and `elapsed_ms` since the request;
-- Finish from `finish_reason`, the token counts from `usage` (when sent);
-- everything else (token ids, the sampled-from distribution, entropies, forward and
-  sampling times, threads, n_past, the prompt's text and tokens, the prefill) is None.
+- Finish from `finish_reason`, the token counts from `usage` (when sent), and the
+  prefill's time from llama.cpp's `timings.prompt_ms` (when sent);
+- token ids where the server sends them (llama.cpp's `id`);
+- everything else (the sampled-from distribution, entropies, forward and sampling
+  times, threads, n_past, the prompt's text and tokens) is None.
 
 No I/O here: `backends/remote.py` feeds it the decoded JSON and the arrival times.
 """
@@ -149,6 +151,7 @@ class WireReader:
         self.chunks = 0
         self._last_arrival = 0.0
         self._counted = True  # every step came with its logprobs entry (a counted token)
+        self.prompt_ms: float | None = None  # the server's own prefill time (llama.cpp's timings)
 
     # ---- streaming ------------------------------------------------------------------
     def chunk(self, obj: Any, t_ms: float) -> list[Event]:
@@ -168,6 +171,7 @@ class WireReader:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+        self._timings(obj)
         if choices is None:
             if usage is None:
                 raise WireError("a chunk has neither choices nor usage")
@@ -230,6 +234,14 @@ class WireReader:
                 self.finish_reason = reason
         return out
 
+    def _timings(self, obj: dict[str, Any]) -> None:
+        """llama.cpp's server adds `timings` to its last chunk: its prefill's time."""
+        timings = obj.get("timings")
+        if isinstance(timings, dict):
+            ms = timings.get("prompt_ms")
+            if isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0:
+                self.prompt_ms = float(ms)
+
     def _start(self, obj: dict[str, Any]) -> Start:
         model = obj.get("model")
         self.start = Start(
@@ -248,7 +260,7 @@ class WireReader:
         )
         return self.start
 
-    def _tokens(self, content: str, logprobs: Any, t_ms: float, gaps: bool = True) -> list[Step]:
+    def _tokens(self, content: str, logprobs: Any, t_ms: float) -> list[Step]:
         entries = _entries(logprobs)
         if entries is None:  # no logprobs for this chunk: one step, its text only
             if not content:
@@ -266,7 +278,7 @@ class WireReader:
 
     def _step(self, piece: str, given: tuple[dict[str, Any], bytes | None] | None, text: str, t_ms: float) -> Step:
         raw_top: tuple[Candidate, ...] = ()
-        raw_prob = raw_rank = None
+        raw_prob = raw_rank = token_id = None
         data = None
         if given is not None:
             entry, data = given
@@ -274,16 +286,17 @@ class WireReader:
             top = entry.get("top_logprobs") or []
             if not isinstance(top, list):
                 raise WireError(f"top_logprobs is {_kind(top)}, not a list")
+            token_id = _id(entry)
             ranked = []
             for c in top:
                 if not isinstance(c, dict):
                     raise WireError(f"a top_logprobs entry is {_kind(c)}, not an object")
-                ranked.append((_prob(c.get("logprob")), _piece(c)[0]))
+                ranked.append((_prob(c.get("logprob")), _piece(c)[0], _id(c)))
             ranked.sort(key=lambda pc: -pc[0])  # stable: the server's order among equals
             listed = ranked[: self.top_logprobs]
-            raw_top = tuple(Candidate(None, t, p) for p, t in listed)
-            for i, (p, t) in enumerate(listed):
-                if t == piece and p == raw_prob:
+            raw_top = tuple(Candidate(i, t, p) for p, t, i in listed)
+            for i, (p, t, tid) in enumerate(listed):
+                if (tid == token_id if token_id is not None else t == piece) and p == raw_prob:
                     raw_rank = i + 1
                     break
         index = len(self.steps)
@@ -291,7 +304,7 @@ class WireReader:
         self._last_arrival = t_ms
         step = Step(
             index=index,
-            token_id=None,
+            token_id=token_id,
             piece=piece,
             text=text,
             is_stop=False,
@@ -341,6 +354,7 @@ class WireReader:
         choice = choices[0]
         if isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
+        self._timings(obj)
         if "message" in choice:
             message_obj = choice.get("message")
             if not isinstance(message_obj, dict):
@@ -382,7 +396,7 @@ class WireReader:
             prompt_tokens=prompt,
             completion_tokens=completion,
             steps=len(steps),
-            prefill_ms=self.prefill.ms if self.prefill is not None else None,
+            prefill_ms=self.prefill.ms if self.prefill is not None else self.prompt_ms,
             ttft_ms=first,
             decode_ms=decode,
             total_ms=t_ms,
@@ -424,6 +438,12 @@ def _entries(logprobs: Any) -> list[dict[str, Any]] | None:
             })
         return out
     return None
+
+
+def _id(entry: dict[str, Any]) -> int | None:
+    """A token id, where the server sends one (llama.cpp's `id`; OpenAI's shape has none)."""
+    value = entry.get("id")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _count(value: Any) -> int | None:

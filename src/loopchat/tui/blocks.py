@@ -215,7 +215,7 @@ class ReplyView(Block):
         parts = [mode]
         # a remote server that is not loopchat: the times are the client's; what it does not send is not given
         server = r.start.source if r.start is not None else ""
-        client = server and (r.prefill is None and f.prefill_ms is None)
+        client = bool(server) and (r.steps[0].forward_ms is None if r.steps else r.prefill is None)
         if server:
             parts[0] += " from " + server
         if r.mode == BLOCKING:
@@ -229,7 +229,10 @@ class ReplyView(Block):
         if f.tokens_per_s:
             parts.append(fmt_rate(f.tokens_per_s) + (" arriving" if client else ""))
         if client:
-            parts.append("prefill, forward and sampling times not given")
+            if f.prefill_ms is None:
+                parts.append("prefill, forward and sampling times not given")
+            else:
+                parts.append(f"prefill {fmt_ms(f.prefill_ms)} (server's) · forward and sampling times not given")
         label = finish_label(f)
         style = _DIM
         if f.reason in (FinishReason.CANCELLED, FinishReason.ERROR):

@@ -1,0 +1,87 @@
+"""The remote backend against llama.cpp's own server (`llama-server`, built from the
+llama.cpp source of the pinned llama-cpp-python by benchmarks/build_llama_bench.sh; a
+few minutes the first time on a machine, then cached): its rows carry token ids and its
+last chunk the prefill's time, which the panel then shows; the rest is not given."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+from pathlib import Path
+
+import pytest
+from remote_servers import _Child, free_port
+from tui_fixtures import panel_text, wait_for, wait_run
+
+from loopchat.backends.remote import RemoteBackend
+from loopchat.events import Finish, Message, ModelReady, RunDone, Step
+from loopchat.settings import SamplingSettings
+from loopchat.tui.launch import create_app
+from loopchat.tui.prefs import Prefs
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = SamplingSettings(temperature=0.7, seed=4, max_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def llama_server(model_path):
+    build = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "build_llama_bench.sh"), "llama-server"],
+        capture_output=True, text=True, timeout=3600,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    binary = build.stdout.strip().splitlines()[-1]
+    port = free_port()
+    server = _Child(
+        [binary, "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-t", "1"],
+        marker="listening on http://",
+    )
+    server.url = f"http://127.0.0.1:{port}"
+    yield server
+    server.stop()
+
+
+def test_token_ids_and_the_servers_prefill_time(llama_server) -> None:
+    backend = RemoteBackend(llama_server.url)
+    q: queue.Queue = queue.Queue()
+    backend.attach(q.put)
+    try:
+        backend.start()
+        while not isinstance(ev := q.get(timeout=30), ModelReady):
+            pass
+        backend.generate((Message("user", "Name three colours."),), SETTINGS)
+        events = []
+        while not isinstance(ev := q.get(timeout=60), RunDone):
+            events.append(ev)
+    finally:
+        backend.close()
+    steps = [e for e in events if isinstance(e, Step)]
+    finish = next(e for e in events if isinstance(e, Finish))
+    assert 0 < len(steps) <= SETTINGS.max_tokens and finish.text == "".join(s.text for s in steps)
+    for s in steps:
+        assert isinstance(s.token_id, int) and all(isinstance(c.token_id, int) for c in s.raw_top)
+        assert len(s.raw_top) == 10 and s.piece_bytes is not None
+        if s.raw_rank is not None:
+            assert s.raw_top[s.raw_rank - 1].token_id == s.token_id
+        else:
+            assert s.token_id not in {c.token_id for c in s.raw_top}
+        assert s.sampled_top is None and s.forward_ms is None and s.arrival_ms is not None
+    # its last chunk's usage (the stop token counted, when one was drawn) and timings
+    assert finish.prompt_tokens > 0 and finish.completion_tokens in (len(steps), len(steps) + 1)
+    assert finish.prefill_ms is not None and finish.prefill_ms > 0
+
+
+async def test_the_panel_shows_the_servers_prefill_time(llama_server, tmp_path) -> None:
+    backend = RemoteBackend(llama_server.url)
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json", settings=SETTINGS)
+    try:
+        async with app.run_test(size=(120, 50)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
+            await pilot.press(*"Hi!", "enter")
+            await wait_run(pilot)
+            text = panel_text(app)
+            assert "(the server's timing)" in text and "this pass   not given" in text
+            info = str(app.transcript.reply_views()[0].info_text())
+            assert "(server's) · forward and sampling times not given" in info
+    finally:
+        backend.close()
