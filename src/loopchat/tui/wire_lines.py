@@ -39,6 +39,7 @@ FOLD_KEYS = frozenset({EXTENSION_KEY, "top_logprobs"})
 CONTENT_KEYS = frozenset({"content", "text"})
 
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]|-?\d[\d.eE+-]*|true|false|null')
+_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # strings (skipped whole) and brackets
 _COLON = re.compile(r"\s*:\s*")
 _DATA = "data:"
 _CONTROL = {c: 0x2400 + c for c in range(0x20) if c != 0x0A}
@@ -71,67 +72,49 @@ def styled(text: str, fold: bool) -> list[tuple[str, Style]]:
             out.append((text[pos:end], style))
             pos = end
 
-    # (key of the value this bracket opens, its start, whether it is in the extension)
-    stack: list[tuple[str | None, int, bool]] = []
     value_key: str | None = None  # the key whose value starts at value_at
     value_at = -1
-    in_ext = 0  # depth inside the (unfolded) extension value: its text is dimmed
-    skip_to = -1  # inside a folded value: everything before this is already emitted
-    for m in _TOKEN.finditer(text):
+    search = _TOKEN.search
+    at = 0
+    while (m := search(text, at)) is not None:
         start, end = m.span()
-        if start < skip_to:
-            continue
+        at = end
         tok = m.group()
-        is_value = start == value_at
-        key = value_key if is_value else None
-        if tok[0] == '"':
-            colon = _COLON.match(text, end)
-            if colon is not None and not is_value:  # a key
-                emit(start, EXTENSION if in_ext else PUNCT)
-                emit(end, EXTENSION if in_ext else KEY)
-                value_key, value_at = tok[1:-1], colon.end()
-                continue
-            emit(start, EXTENSION if in_ext else PUNCT)
-            if in_ext:
-                emit(end, EXTENSION)
-            elif key in CONTENT_KEYS:
-                emit(end, CONTENT)
-            elif key == "finish_reason":
-                emit(end, FINISH)
-            else:
-                emit(end, VALUE)
-        elif tok[0] not in "[]{}":  # a number, true, false, null
-            emit(start, EXTENSION if in_ext else PUNCT)
-            emit(end, EXTENSION if in_ext else VALUE)
-        elif tok in "[{":
-            if key in FOLD_KEYS and fold:
-                close = _matching(text, start)
-                if close is not None:
-                    emit(start, EXTENSION if in_ext else PUNCT)
-                    size = _nbytes(text[start:close])
-                    out.append((f"{tok}… {size:,} B{']' if tok == '[' else '}'}", FOLDED))
-                    pos = skip_to = close
-                    continue
-            ext = key == EXTENSION_KEY
-            if ext and not in_ext:
-                emit(start, PUNCT)
-            stack.append((key, start, ext))
-            in_ext += ext
-        else:  # a closing bracket
-            if stack:
-                _, _, ext = stack.pop()
-                if ext:
-                    emit(end, EXTENSION)
-                    in_ext -= 1
+        key = value_key if start == value_at else None
         value_key, value_at = None, -1
-    emit(len(text), EXTENSION if in_ext else PUNCT)
+        first = tok[0]
+        if first == '"':
+            colon = _COLON.match(text, end) if key is None else None
+            if colon is not None:  # a key
+                emit(start, PUNCT)
+                emit(end, KEY)
+                value_key, value_at = tok[1:-1], colon.end()
+            else:
+                emit(start, PUNCT)
+                emit(end, CONTENT if key in CONTENT_KEYS else FINISH if key == "finish_reason" else VALUE)
+        elif first in "[{":
+            if key in FOLD_KEYS or key == EXTENSION_KEY:
+                close = _matching(text, start)
+                if close is not None and (fold or key == EXTENSION_KEY):
+                    emit(start, PUNCT)
+                    if fold:
+                        size = _nbytes(text[start:close])
+                        out.append((f"{tok}… {size:,} B{']' if tok == '[' else '}'}", FOLDED))
+                        pos = close
+                    else:  # loopchat's own fields, whole: dimmed as one piece
+                        emit(close, EXTENSION)
+                    at = close
+        elif first not in "]}":  # a number, true, false, null
+            emit(start, PUNCT)
+            emit(end, VALUE)
+    emit(len(text), PUNCT)
     return out
 
 
 def _matching(text: str, open_at: int) -> int | None:
     """The index just past the bracket that closes the one at `open_at` (None: unclosed)."""
     depth = 0
-    for m in _TOKEN.finditer(text, open_at):
+    for m in _NESTING.finditer(text, open_at):
         tok = m.group()
         if tok in "[{":
             depth += 1
