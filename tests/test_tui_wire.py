@@ -13,7 +13,7 @@ import pytest
 from rich.cells import cell_len
 from tui_fixtures import REPLY_TRACE, FakeBackend, StepGate, wait_for, wait_run
 
-from loopchat.events import Finish, FinishReason, Message, Prefill, RunDone, Start, Step, WireReceived
+from loopchat.events import Finish, FinishReason, Message, Prefill, RunDone, Step, WireReceived
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
 from loopchat.tui import wire_feed
@@ -270,6 +270,29 @@ async def test_a_selected_token_shows_its_chunk(tmp_path) -> None:
         last = shown_events(app)[-1]
         assert '"delta":{"content":" you"}' in last
         assert text.split("\n")[-1].strip()  # the selected chunk ends the view
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_stopped_reply_sends_nothing_more(tmp_path, streaming) -> None:
+    """Esc: the chat closes the connection, so the server sends no finish chunk, no
+    usage and no [DONE] (blocking: no body at all)."""
+    app = fake_app(tmp_path, FakeBackend(tokens=[f" t{i}" for i in range(2000)], delay=0.005),
+                   wire_view=True, streaming=streaming)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press(*"go", "enter")
+        await wait_for(pilot, lambda: app.steps_seen >= 5, 10, "tokens")
+        await pilot.press("escape")
+        await wait_run(pilot, 10)
+        rec = app.conversation.replies[0]
+        assert rec.finish.reason == FinishReason.CANCELLED
+        w = app.wire.wire_of(rec)
+        if streaming:
+            await wait_for(pilot, lambda: "nothing more was sent" in wire_text(app), 5, "the note")
+            assert len(w.entries) == 1 + len(rec.steps)  # the role chunk and one per token, no more
+            assert "[DONE]" not in wire_text(app) and "finish_reason\":\"stop" not in wire_text(app)
+        else:
+            await wait_for(pilot, lambda: "stopped before the body" in wire_text(app), 5, "the note")
+            assert w.entries == [] and w.serializer is None
 
 
 def wheel(widget, up: bool):

@@ -23,7 +23,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from ..events import DOCUMENT, Event, Step
+from ..events import DOCUMENT, Event, FinishReason, Step
 from ..wire import (
     DONE_LINE,
     MAX_COMPLETION_LOGPROBS,
@@ -126,6 +126,7 @@ class ReplyWire:
     remote: bool = False
     options: WireOptions | None = None  # local: the request modelled
     pending_steps: int = 0  # local: steps recorded but not serialized yet
+    cancelled: bool = False  # local: stopped by the client, which closed the connection
     _ser: WireSerializer | None = None
     _fed_head: int = 0  # local: 1 after Start, 2 after ContextTrimmed/Prefill
     _fed_steps: int = 0
@@ -181,6 +182,7 @@ class ReplyWire:
         self._fed_head = self._fed_steps = 0
         self._fed_finish = False
         self.pending_steps = 0
+        self.cancelled = False
         self._steps_before.clear()
 
     def _add(self, e: WireEntry) -> None:
@@ -221,6 +223,9 @@ class ReplyWire:
             return
         if not self.stream and rec.finish is None:  # blocking: one body, after the loop
             return
+        if not self.stream and rec.finish.reason is FinishReason.CANCELLED:
+            self.cancelled = True  # the client went before the body: nothing was sent
+            return
         if self._ser is None:
             self.options = o = request_options(rec)
             self._ser = WireSerializer(
@@ -246,6 +251,12 @@ class ReplyWire:
             return
         f = rec.finish
         self._fed_finish = True
+        if f.reason is FinishReason.CANCELLED:
+            # the chat stops a reply by closing the connection: the server cancels the
+            # loop and sends nothing more (no finish chunk, no usage, no [DONE])
+            ser.feed(f)
+            self.cancelled = True
+            return
         stop = steps[-1].index if steps and steps[-1].is_stop else None  # rides on the finish chunk
         if not self.stream:
             ser.feed(f)

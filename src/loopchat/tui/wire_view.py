@@ -266,6 +266,8 @@ class WireView(Widget):
             return [(f"waiting for the first chunk… {waited or 0:.1f} s", _WAIT)]
         if w.remote and not w.entries:
             return [("no bytes recorded for this reply (a trace keeps its events, not the wire)", LABEL)]
+        if w.cancelled and not w.stream:
+            return [("stopped before the body: the client closed the connection, nothing was sent", LABEL)]
         s = w.stats
         bodies = [e for e in w.entries[-1:] if e.body]
         if bodies and not s.chunks:
@@ -279,6 +281,8 @@ class WireView(Widget):
         else:
             out.append((f" · {fmt_chunk_rate(cps)} · {fmt_byte_rate(bps)}", _NONE))
             out.append((" so far" if not rec.done else f" over {fmt_ms(s.seconds * 1000)}", LABEL))
+        if w.cancelled:
+            out.append((" · stopped: the client closed the connection, nothing more was sent", LABEL))
         return out
 
     def _entry_rows(self, e: WireEntry, width: int) -> list[Row]:
