@@ -309,3 +309,77 @@ async def test_chat_escape_stops_a_stalled_reply(server, tmp_path) -> None:
             assert rec.finish.reason == FinishReason.CANCELLED and rec.finish.text == "Hi"
     finally:
         backend.close()
+
+
+async def test_the_wire_view_shows_the_bytes_received(server, tmp_path) -> None:
+    url, state = server
+    state["mode"] = "ok"
+    backend = RemoteBackend(url + "/switch")
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
+    try:
+        async with app.run_test(size=(140, 50)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 20, "the model list")
+            await pilot.press(*"Hello?", "enter")
+            await wait_run(pilot)
+            await pilot.press("f10")
+            await pilot.pause()
+            rec = app.conversation.replies[0]
+            received = [e.text for e, _ in rec.wire]
+            assert received[0].startswith('data: {"id": "chatcmpl-x"') and received[-1] == "data: [DONE]"
+            assert ": keep-alive" in received  # a comment is bytes on the wire too
+            shown = app.wire.text.plain
+            assert "data: [DONE]" in shown and "keep-alive" in shown and f"{url}/switch/v1" in shown
+    finally:
+        backend.close()
+
+
+def test_loopchat_run_ctrl_c_on_a_stalled_stream(server) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    url, state = server
+    state["ended"].clear()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loopchat", "run", "--url", url + "/stall", "Hello?"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout.read(2) == b"Hi"  # the first token; the server now sends nothing
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+        assert time.monotonic() - t0 < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    lines = err.decode().strip().splitlines()
+    assert lines[-1] == "loopchat: interrupted (Ctrl+C): the reply above is partial", err
+    assert "Traceback" not in err.decode()
+    assert state["ended"].wait(10)  # the server saw the client go
+
+
+async def test_the_settings_dialog_says_a_change_waits_for_the_next_reply(server, tmp_path) -> None:
+    from textual.widgets import Static
+
+    from loopchat.tui.settings_dialog import SettingsDialog
+
+    url, _ = server
+    backend = RemoteBackend(url + "/stall")
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 20, "the model list")
+            await pilot.press(*"Hello?", "enter")
+            await wait_for(pilot, lambda: app.steps_seen >= 1, 20, "the first token")
+            await pilot.press("f2")
+            await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
+            note = str(app.screen.query_one("#settings-note", Static).render())
+            assert "changes apply to the next reply" in note, note
+            app.screen.dismiss(None)
+            await pilot.pause()
+            await pilot.press("escape")
+            await wait_run(pilot, 5)
+    finally:
+        backend.close()

@@ -17,7 +17,7 @@ class ReplayBackend:
     """Plays a trace's events at their recorded pace × speed (speed <= 0 or inf: at once)."""
 
     can_generate = False
-    live_settings = False  # a recorded reply keeps its settings
+    live_settings = True  # as a local model's (a replay generates nothing: no reply waits for a change)
     loading = None
     ready = None
     system_prompt = None

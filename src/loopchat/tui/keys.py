@@ -159,7 +159,9 @@ class KeyActions(_Base):
                     self.notify(note, timeout=4)
                 self._refresh_panel()
 
-        self.push_screen(SettingsDialog(self.session.settings, generating=self.generating), done)
+        self.push_screen(
+            SettingsDialog(self.session.settings, generating=self.generating, live=self.backend.live_settings), done
+        )
 
     # ---- preferences ----------------------------------------------------------------
     def action_toggle_streaming(self) -> None:

@@ -19,19 +19,26 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         Binding("ctrl+s", "apply", "Apply", priority=True),
     ]
 
-    def __init__(self, current: SamplingSettings, generating: bool = False) -> None:
+    def __init__(self, current: SamplingSettings, generating: bool = False, live: bool = True) -> None:
+        """`live`: the backend's replies take a change mid-reply (False: a server's)."""
         super().__init__()
         self.current = current
         self.generating = generating
+        self.live = live
 
     def compose(self) -> ComposeResult:
         with Vertical(id="settings-dialog"):
             yield Static("Sampling settings", id="settings-title")
-            note = (
-                "Changes apply at the very next forward pass of the reply being generated."
-                if self.generating
-                else "Used from the next reply on (mid-reply: from the next forward pass)."
-            )
+            if not self.live:  # a server fixed the reply's settings when it was sent
+                note = (
+                    "The server fixed this reply's settings when it was sent: changes apply to the next reply."
+                    if self.generating
+                    else "Used from the next reply on (the server fixes a reply's settings when it starts)."
+                )
+            elif self.generating:
+                note = "Changes apply at the very next forward pass of the reply being generated."
+            else:
+                note = "Used from the next reply on (mid-reply: from the next forward pass)."
             yield Static(note, id="settings-note")
             with Grid(id="settings-grid"):
                 for spec in SETTINGS:
