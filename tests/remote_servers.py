@@ -105,6 +105,7 @@ MODES = {
     "malformed": "two token chunks, then a chunk that is not JSON",
     "cut": "two token chunks, then the connection closes (no finish, no [DONE])",
     "stall": "one token chunk, then nothing until the client goes away",
+    "nolist": "no GET /v1/models (404); chat as ok",
     "switch": "whatever state['mode'] says (a test changes it between requests)",
 }
 
@@ -162,6 +163,8 @@ def make_app(state: dict[str, Any]):
     async def models(request: Request):
         if mode_of(request) == "unauthorized":
             return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
+        if mode_of(request) == "nolist":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         return JSONResponse({"object": "list", "data": [
             {"id": MODEL, "object": "model", "owned_by": "test"}, {"id": MODEL_2, "object": "model", "owned_by": "test"},
         ]})

@@ -383,3 +383,17 @@ async def test_the_settings_dialog_says_a_change_waits_for_the_next_reply(server
             await wait_run(pilot, 5)
     finally:
         backend.close()
+
+
+def test_a_server_without_a_model_list_needs_a_model_id(server) -> None:
+    url, _ = server
+    backend = RemoteBackend(url + "/nolist")
+    events = Events(backend)
+    try:
+        backend.start()
+        err = events.until(WorkerError)[-1]
+        assert err.during == "load" and "/models answered 404 Not Found" in err.message and "--model-id" in err.message
+    finally:
+        backend.close()
+    evs = reply(url + "/nolist", model_id=MODEL)  # the id given is used as it is
+    assert next(e for e in evs if isinstance(e, Finish)).text == "Hié there"

@@ -186,14 +186,11 @@ class RemoteBackend:
         self._emit(ModelLoading(name=label, path=self.base))
         t0 = time.perf_counter()
         try:
-            ids = self._list_models()
+            ids = self._list_models(required=model_id is None)
         except _Failed as exc:
-            if model_id is not None and str(exc).startswith("404"):
-                ids = None  # no model list: the id given is tried as it is
-            else:
-                self._load_failed(str(exc).removeprefix("404 "))
-                return
-        if ids is not None:
+            self._load_failed(str(exc))
+            return
+        if ids is not None:  # (None: the server has no model list; the id given is tried as it is)
             self.served = ids
             if model_id is None:
                 if not ids:
@@ -219,7 +216,9 @@ class RemoteBackend:
         if old is not None:
             self._emit(old)
 
-    def _list_models(self) -> list[str]:
+    def _list_models(self, required: bool) -> list[str] | None:
+        """The ids of GET /models; None for a server without that list (404) when a model
+        id was given (`required` False)."""
         import httpx
 
         try:
@@ -227,7 +226,13 @@ class RemoteBackend:
         except httpx.HTTPError as exc:
             raise _Failed(self._transport_problem(exc, chunks=None, blocking=True)) from None
         if response.status_code == 404:
-            raise _Failed("404 " + self._status_problem(response.status_code, response.reason_phrase, response.text))
+            if not required:
+                return None
+            raise _Failed(
+                f"{self.base}/models answered 404 Not Found: is {self.base} an OpenAI-compatible API (its address "
+                "usually ends in /v1)? A server without a model list needs the model named: --model-id (or model "
+                "in models.toml)"
+            )
         if response.status_code != 200:
             raise _Failed(self._status_problem(response.status_code, response.reason_phrase, response.text))
         try:

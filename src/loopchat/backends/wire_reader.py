@@ -274,9 +274,15 @@ class WireReader:
             return []
         parsed = [_piece(e) for e in entries]
         texts = split_text(content, [p[0] for p in parsed])
-        return [self._step(piece, (entry, data), text, t_ms) for (piece, data), entry, text in zip(parsed, entries, texts)]
+        return [
+            self._step(piece, (entry, data), text, t_ms, first=i == 0)
+            for i, ((piece, data), entry, text) in enumerate(zip(parsed, entries, texts))
+        ]
 
-    def _step(self, piece: str, given: tuple[dict[str, Any], bytes | None] | None, text: str, t_ms: float) -> Step:
+    def _step(
+        self, piece: str, given: tuple[dict[str, Any], bytes | None] | None, text: str, t_ms: float, first: bool = True
+    ) -> Step:
+        """One token; `first`: the first of its chunk (the later ones arrived with it: gap 0)."""
         raw_top: tuple[Candidate, ...] = ()
         raw_prob = raw_rank = token_id = None
         data = None
@@ -300,7 +306,7 @@ class WireReader:
                     raw_rank = i + 1
                     break
         index = len(self.steps)
-        gap = t_ms - self._last_arrival if index == 0 or self.steps[-1].elapsed_ms != t_ms else 0.0
+        gap = t_ms - self._last_arrival if first else 0.0
         self._last_arrival = t_ms
         step = Step(
             index=index,
