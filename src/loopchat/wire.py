@@ -122,7 +122,7 @@ class WireSerializer:
         self._logprobs: list[dict[str, Any]] = []  # chat entries (body)
         self._legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         self._offset = 0  # characters of the completion so far (legacy text_offset)
-        self._events: list[dict[str, Any]] = []  # every event, for the body's extension
+        self._events: list[dict[str, Any]] = []  # every event, for the body's extension (stream=False only)
         self._finish: Finish | None = None
         self._prefill: Prefill | None = None
         self._tail = ""  # text released by the stop token's step: sent with the finish chunk
@@ -132,29 +132,30 @@ class WireSerializer:
         return [sse_line(c) for c in self.feed(event)]
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
-        if self.options.extension:
-            self._events.append(to_json_dict(event))
+        # the event's trace form, made once (it is the costliest part of a chunk); the
+        # body's list of every event is kept only when there will be a body
+        data: Any = to_json_dict(event) if self.options.extension else None
+        if data is not None and not self.options.stream:
+            self._events.append(data)
         if isinstance(event, Start):
-            if self.options.extension:
-                start = to_json_dict(event)
-                start["model_path"] = os.path.basename(event.model_path)  # not the server's folders
-                self._pending["start"] = start
-                self._events[-1] = start
+            if data is not None:
+                data["model_path"] = os.path.basename(event.model_path)  # not the server's folders
+                self._pending["start"] = data
             if self.options.chat:
                 return [self._chunk({"role": "assistant", "content": ""})]
             return []
         if isinstance(event, ContextTrimmed):
-            if self.options.extension:
-                self._pending["context_trimmed"] = to_json_dict(event)
+            if data is not None:
+                self._pending["context_trimmed"] = data
             return []
         if isinstance(event, Prefill):
             self._prefill = event
-            if self.options.extension:
-                self._pending["prefill"] = to_json_dict(event)
+            if data is not None:
+                self._pending["prefill"] = data
             return []
         if isinstance(event, Step):
-            if self.options.extension:
-                self._pending["step"] = to_json_dict(event)
+            if data is not None:
+                self._pending["step"] = data
             if event.is_stop:  # not part of the reply: it rides on the finish chunk
                 # (with the text its step released, if any: the end of a character the
                 # reply never finished, text held back for a stop string)
@@ -168,8 +169,8 @@ class WireSerializer:
             if event.reason is FinishReason.ERROR:
                 self.error = event.error or "generation failed"
                 return [error_body(self.error, "server_error", code="generation_error")]
-            if self.options.extension:
-                self._pending["finish"] = to_json_dict(event)
+            if data is not None:
+                self._pending["finish"] = data
             out = [self._finish_chunk(event)]
             if self.options.include_usage:
                 out.append(self._usage_chunk(event))
