@@ -186,3 +186,40 @@ async def test_url_alone_offers_the_servers_models(server, tmp_path) -> None:
             assert state["requests"][-1]["model"] == MODEL_2
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "--url", "http://127.0.0.1:1/v1", "--model", "x", "Hi"], "--model and --url both name a model"),
+        (["run", "--url", "http://127.0.0.1:1/v1", "--top-report", "30", "Hi"], "at most 20 for a server"),
+        (["run", "--url", "ftp://h/v1", "Hi"], "--url: 'ftp://h/v1' is not an http:// or https:// URL"),
+        (["run", "--api-key", "k", "Hi"], "--api-key is for a model on a server: give --url too"),
+        (["run", "--url", "http://127.0.0.1:1/v1", "--timeout", "0", "Hi"], "--timeout"),
+        (["--url", "ftp://h/v1"], "--url: 'ftp://h/v1' is not an http:// or https:// URL"),
+        (["--model-id", "m"], "--model-id goes with --url"),
+        (["--url", "http://127.0.0.1:1/v1", "--threads", "2"], "--threads has no meaning for a model on a server"),
+    ],
+)
+def test_options_that_do_not_fit_are_one_line(capsys, args, needle) -> None:
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("loopchat: ") and needle in err, err
+
+
+async def test_a_switch_to_an_entry_whose_key_is_not_set_keeps_the_model(server, tmp_path, monkeypatch) -> None:
+    url, _ = server
+    monkeypatch.delenv("LOOPCHAT_TEST_KEY", raising=False)
+    path = write(tmp_path, REMOTE.format(url=url + "/ok", model=MODEL) + '\n[models.open]\nurl = "' + url + '/ok"\n')
+    backend = ModelsBackend(str(path), "open")
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 20, "the server's model list")
+            app.switch_model("box")
+            await wait_for(pilot, lambda: app.last_error is not None, 10, "the error")
+            await wait_for(pilot, app.model_ready.is_set, 10, "the model in use again")
+            assert "LOOPCHAT_TEST_KEY, which is not set" in app.last_error and "still using open" in app.last_error
+            assert backend.name == "open"
+    finally:
+        backend.close()

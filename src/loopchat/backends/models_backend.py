@@ -175,7 +175,10 @@ class ModelsBackend:
             spec = self.config.get(name)
             target = self._backend_for(spec, name)
         except Exception as exc:  # ConfigError (a key's variable not set): one line
-            self._relay.emit(WorkerError(str(exc), during="load"))
+            ready = self.active.ready
+            self._relay.emit(WorkerError(str(exc) + (f"; still using {ready.name}" if ready else ""), during="load"))
+            if ready is not None:
+                self._relay.emit(ready)  # nothing changed: the chat goes on with it
             return
         if target is not self.active:
             self._previous = self.active
