@@ -89,7 +89,8 @@ def test_steps_carry_the_top_logprobs_and_the_arrival_gaps(streamed) -> None:
     # the arrival gaps: measured here, one per chunk, the first since the request
     assert steps[0].arrival_ms == steps[0].elapsed_ms
     for a, b in zip(steps, steps[1:]):
-        assert b.arrival_ms == pytest.approx(b.elapsed_ms - a.elapsed_ms, abs=1e-6) and b.arrival_ms > 0
+        # (0: two chunks came in one read, on a busy machine)
+        assert b.arrival_ms == pytest.approx(b.elapsed_ms - a.elapsed_ms, abs=1e-6) and b.arrival_ms >= 0
     assert finish.ttft_ms == steps[0].elapsed_ms and finish.prefill_ms is None and finish.n_ctx is None
     assert finish.tokens_per_s == pytest.approx((len(steps) - 1) / (finish.decode_ms / 1000))
     assert finish.text == "".join(s.text for s in steps) and finish.text
