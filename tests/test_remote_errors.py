@@ -397,3 +397,17 @@ def test_a_server_without_a_model_list_needs_a_model_id(server) -> None:
         backend.close()
     evs = reply(url + "/nolist", model_id=MODEL)  # the id given is used as it is
     assert next(e for e in evs if isinstance(e, Finish)).text == "Hié there"
+
+
+def test_loopchat_run_blocking_and_sampling_flags_reach_the_server(server, capsys) -> None:
+    url, state = server
+    args = ["run", "--url", f"{url}/ok", "--blocking", "--temperature", "0.25", "--top-k", "7", "--min-p", "0.1",
+            "--repeat-penalty", "1.3", "--top-p", "0.8", "--seed", "42", "--max-tokens", "33", "--top-report", "4", "Hello?"]
+    assert cli.main(args) == 0
+    out, err = capsys.readouterr()
+    assert out == "Hié there\n" and "tok/s not given" in err  # one body: no decode rate at the client
+    body = state["requests"][-1]
+    assert body["stream"] is False and body["top_logprobs"] == 4
+    assert {k: body[k] for k in ("temperature", "top_k", "min_p", "repeat_penalty", "top_p", "seed", "max_tokens")} == {
+        "temperature": 0.25, "top_k": 7, "min_p": 0.1, "repeat_penalty": 1.3, "top_p": 0.8, "seed": 42, "max_tokens": 33,
+    }
