@@ -64,6 +64,8 @@ class LoopChatApp(KeyActions, App[int]):
         self.narrow = False  # below NARROW_WIDTH columns: the panel goes under the transcript
         self.handle_signals = False  # run_tui: SIGTERM / SIGHUP quit like Ctrl+Q
         self._panel_dirty = True
+        #: the wire view (F10), held here: the frame asks it every time whether it needs drawing
+        self.wire = WireView(id="wire")
         # for tests and benchmarks
         self.run_finished = asyncio.Event()
         self.model_ready = asyncio.Event()
@@ -82,7 +84,7 @@ class LoopChatApp(KeyActions, App[int]):
                 yield Static(legend_text(), id="legend")
                 yield Transcript(id="transcript")
             yield LoopPanel(id="panel")
-            yield WireView(id="wire")  # F10 shows it in the panel's place
+            yield self.wire  # F10 shows it in the panel's place
         yield PromptArea(placeholder="Loading the model… (you can type already)", id="prompt")
         yield Footer(compact=True)
 
@@ -93,10 +95,6 @@ class LoopChatApp(KeyActions, App[int]):
     @property
     def panel(self) -> LoopPanel:
         return self.query_one(LoopPanel)
-
-    @property
-    def wire(self) -> WireView:
-        return self.query_one(WireView)
 
     @property
     def prompt(self) -> PromptArea:

@@ -119,6 +119,8 @@ def request_options(rec: ReplyRecord) -> WireOptions:
 
 @dataclass(eq=False)
 class ReplyWire:
+    """The events of one reply on the wire, taken from its record by `sync()`."""
+
     rec: ReplyRecord
     entries: list[WireEntry] = field(default_factory=list)
     stats: WireStats = field(default_factory=WireStats)
@@ -171,7 +173,8 @@ class ReplyWire:
     @property
     def source(self) -> str:
         """The URL of the server that generated the reply ("": this machine's engine)."""
-        return getattr(self.rec.start, "source", "") or ""
+        start = self.rec.start
+        return start.source if start is not None else ""
 
     def _reset(self) -> None:
         self.entries.clear()
