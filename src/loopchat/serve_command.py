@@ -119,9 +119,9 @@ def serve_command(args: argparse.Namespace) -> int:
     from .serve_app import ServedModel, create_app
     from .serve_loop import LoadFailed, OneLoop
 
-    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
     if api_key is not None and not api_key.strip():
-        raise UsageError(f"the API key is empty: give --api-key a key, or unset {API_KEY_ENV}")
+        raise UsageError("--api-key is empty: give it a key, or leave it out to serve without one")
     config = load_config(getattr(args, "config", None))
     spec = config.get(getattr(args, "model", None))
     model_path = spec.resolve_file()
