@@ -187,7 +187,7 @@ class WireView(Widget):
             waited = round(time.monotonic() - rec.started_at, 1) if rec.started_at else None
         key = (
             rec, len(w.entries), w.pending_steps, w.remote, rec.done, generating, selected,
-            width, height, self.fold, self.scrolled, waited,
+            width, height, self.fold, self.scrolled, waited, len(rec.steps) if waited is not None else 0,
         )
         if key == self._key:
             return
