@@ -95,6 +95,11 @@ def test_sampled_distribution_matches_the_reference_chain(settings: SamplingSett
     raw = softmax(logits)
     assert res.raw_prob == pytest.approx(raw[res.token_id], rel=1e-5)
     assert res.raw_top_probs.tolist() == pytest.approx(np.sort(raw)[::-1][:10].tolist(), rel=1e-5)
+    # the drawn token's raw probability is the very number its raw top-K entry shows
+    # (the wire sends both as logprobs: they must not differ in the 8th digit)
+    for i, p in zip(res.raw_top_ids.tolist(), res.raw_top_probs.tolist()):
+        if i == res.token_id:
+            assert res.raw_prob == p
 
 
 def test_draws_follow_the_sampled_distribution() -> None:

@@ -384,7 +384,7 @@ def sample(
         raw_top_probs=raw_top_probs,
         sampled_top_ids=top if kept_ids is None else kept_ids[top],
         sampled_top_probs=probs[top] / norm,
-        raw_prob=float(math.exp(float(chosen_logit) - raw_max) / total),
+        raw_prob=float(e[token_id]) / total,  # as raw_top_probs: the same token, the same number
         raw_rank=raw_rank,
         sampled_prob=float(probs[pick]) / norm,
         sampled_rank=sampled_rank,
