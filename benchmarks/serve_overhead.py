@@ -50,6 +50,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from cpu_burners import cpu_burners  # noqa: E402
 from loopchat.events import Finish  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.trace import read_trace  # noqa: E402
@@ -339,14 +342,17 @@ def main() -> None:
     ap.add_argument("--soak", type=int, default=200, help="sequential requests (0: no soak)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--per-client", type=int, default=5)
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="run everything beside N CPU-bound processes (a busy machine; e.g. --busy 1 --threads 1)")
     args = ap.parse_args()
     model = builtin_model_path()
-    print(f"model {model.name}; {os.cpu_count()} CPUs", flush=True)
+    print(f"model {model.name}; {os.cpu_count()} CPUs; {args.busy} CPU-bound processes beside", flush=True)
     t0 = time.monotonic()
-    if not args.skip_rounds:
-        rounds(args, model)
-    if args.soak:
-        soak(args)
+    with cpu_burners(args.busy, seconds=3600.0):
+        if not args.skip_rounds:
+            rounds(args, model)
+        if args.soak:
+            soak(args)
     print(f"\n{(time.monotonic() - t0) / 60:.1f} min in all")
 
 
