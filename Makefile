@@ -63,6 +63,7 @@ bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/loop_overhead.py --sweep
 	$(BIN)/python benchmarks/loop_overhead.py --sweep --model "$$($(BIN)/python tests/gemma_model.py)"
 	$(BIN)/python benchmarks/tui_throughput.py
+	$(BIN)/python benchmarks/serve_overhead.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

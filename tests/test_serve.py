@@ -473,3 +473,16 @@ def test_bad_start_up_is_one_line_and_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "models.toml"
     bad.write_text("[models\n")
     assert "models.toml" in _start_fails("--port", "0", "--config", str(bad))[0]
+
+
+def test_the_readme_example_runs_against_the_server(server: Serve) -> None:
+    """The README's OpenAI-client example, as printed (only the address and key differ)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(from openai import OpenAI\n.*?)```", readme, re.S).group(1)
+    assert 'base_url="http://127.0.0.1:8000/v1"' in code and "stream=True" in code
+    code = code.replace("http://127.0.0.1:8000/v1", server.url + "/v1").replace('api_key="unused"', f'api_key="{KEY}"')
+    mark = len(server.err)
+    done = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split()) >= 5  # the reply's words, streamed
+    server.wait_for(r"POST /v1/chat/completions 200 · stream", start=mark)
