@@ -6,6 +6,7 @@ are kept; Esc cancels a stalled stream at once."""
 from __future__ import annotations
 
 import math
+from contextlib import asynccontextmanager
 import queue
 import time
 
@@ -264,73 +265,68 @@ def test_loopchat_run_prints_a_good_stream(server, capsys) -> None:
 # ---- in the chat ------------------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def chat_on(url: str, tmp_path, size: tuple[int, int]):
+    """The chat app on the misbehaving server at `url`, once its model list has come."""
+    backend = RemoteBackend(url)
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
+    try:
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 20, "the model list")
+            yield app, pilot
+    finally:
+        backend.close()
+
+
 async def test_chat_keeps_the_conversation_and_the_typed_text_after_errors(server, tmp_path) -> None:
     url, state = server
     state["mode"] = "ok"
-    backend = RemoteBackend(url + "/switch")
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
-    try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, app.model_ready.is_set, 20, "the model list")
-            await pilot.press(*"Hello?", "enter")
+    async with chat_on(url + "/switch", tmp_path, (120, 40)) as (app, pilot):
+        await pilot.press(*"Hello?", "enter")
+        await wait_run(pilot)
+        assert app.conversation.turns[-1].content == "Hié there"
+        for mode, needle in (("fail", "500"), ("fail_mid", "CUDA"), ("malformed", "not JSON"), ("cut", "[DONE]")):
+            state["mode"] = mode
+            await pilot.press(*"And then?", "enter")
             await wait_run(pilot)
-            assert app.conversation.turns[-1].content == "Hié there"
-            for mode, needle in (("fail", "500"), ("fail_mid", "CUDA"), ("malformed", "not JSON"), ("cut", "[DONE]")):
-                state["mode"] = mode
-                await pilot.press(*"And then?", "enter")
-                await wait_run(pilot)
-                await wait_for(pilot, lambda: app.prompt.value == "And then?", 5, "the text back in the box")
-                assert needle in app.last_error and "\n" not in app.last_error
-                # the conversation is as it was: the failed turn is not part of it
-                assert [m.content for m in app.conversation.turns] == ["Hello?", "Hié there"]
-                app.prompt.value = ""
-            state["mode"] = "ok"
-            await pilot.press(*"Again", "enter")
-            await wait_run(pilot)
-            assert [m.content for m in app.conversation.turns][-2:] == ["Again", "Hié there"]
-    finally:
-        backend.close()
+            await wait_for(pilot, lambda: app.prompt.value == "And then?", 5, "the text back in the box")
+            assert needle in app.last_error and "\n" not in app.last_error
+            # the conversation is as it was: the failed turn is not part of it
+            assert [m.content for m in app.conversation.turns] == ["Hello?", "Hié there"]
+            app.prompt.value = ""
+        state["mode"] = "ok"
+        await pilot.press(*"Again", "enter")
+        await wait_run(pilot)
+        assert [m.content for m in app.conversation.turns][-2:] == ["Again", "Hié there"]
 
 
 async def test_chat_escape_stops_a_stalled_reply(server, tmp_path) -> None:
     url, state = server
-    backend = RemoteBackend(url + "/stall")
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
-    try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, app.model_ready.is_set, 20, "the model list")
-            await pilot.press(*"Hello?", "enter")
-            await wait_for(pilot, lambda: app.steps_seen >= 1, 20, "the first token")
-            t0 = time.perf_counter()
-            await pilot.press("escape")
-            await wait_run(pilot, 5)
-            assert time.perf_counter() - t0 < 2
-            rec = app.conversation.replies[0]
-            assert rec.finish.reason == FinishReason.CANCELLED and rec.finish.text == "Hi"
-    finally:
-        backend.close()
+    async with chat_on(url + "/stall", tmp_path, (120, 40)) as (app, pilot):
+        await pilot.press(*"Hello?", "enter")
+        await wait_for(pilot, lambda: app.steps_seen >= 1, 20, "the first token")
+        t0 = time.perf_counter()
+        await pilot.press("escape")
+        await wait_run(pilot, 5)
+        assert time.perf_counter() - t0 < 2
+        rec = app.conversation.replies[0]
+        assert rec.finish.reason == FinishReason.CANCELLED and rec.finish.text == "Hi"
 
 
 async def test_the_wire_view_shows_the_bytes_received(server, tmp_path) -> None:
     url, state = server
     state["mode"] = "ok"
-    backend = RemoteBackend(url + "/switch")
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
-    try:
-        async with app.run_test(size=(140, 50)) as pilot:
-            await wait_for(pilot, app.model_ready.is_set, 20, "the model list")
-            await pilot.press(*"Hello?", "enter")
-            await wait_run(pilot)
-            await pilot.press("f10")
-            await pilot.pause()
-            rec = app.conversation.replies[0]
-            received = [e.text for e, _ in rec.wire]
-            assert received[0].startswith('data: {"id": "chatcmpl-x"') and received[-1] == "data: [DONE]"
-            assert ": keep-alive" in received  # a comment is bytes on the wire too
-            shown = app.wire.text.plain
-            assert "data: [DONE]" in shown and "keep-alive" in shown and f"{url}/switch/v1" in shown
-    finally:
-        backend.close()
+    async with chat_on(url + "/switch", tmp_path, (140, 50)) as (app, pilot):
+        await pilot.press(*"Hello?", "enter")
+        await wait_run(pilot)
+        await pilot.press("f10")
+        await pilot.pause()
+        rec = app.conversation.replies[0]
+        received = [e.text for e, _ in rec.wire]
+        assert received[0].startswith('data: {"id": "chatcmpl-x"') and received[-1] == "data: [DONE]"
+        assert ": keep-alive" in received  # a comment is bytes on the wire too
+        shown = app.wire.text.plain
+        assert "data: [DONE]" in shown and "keep-alive" in shown and f"{url}/switch/v1" in shown
 
 
 def test_loopchat_run_ctrl_c_on_a_stalled_stream(server) -> None:
@@ -366,23 +362,17 @@ async def test_the_settings_dialog_says_a_change_waits_for_the_next_reply(server
     from loopchat.tui.settings_dialog import SettingsDialog
 
     url, _ = server
-    backend = RemoteBackend(url + "/stall")
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
-    try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, app.model_ready.is_set, 20, "the model list")
-            await pilot.press(*"Hello?", "enter")
-            await wait_for(pilot, lambda: app.steps_seen >= 1, 20, "the first token")
-            await pilot.press("f2")
-            await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
-            note = str(app.screen.query_one("#settings-note", Static).render())
-            assert "changes apply to the next reply" in note, note
-            app.screen.dismiss(None)
-            await pilot.pause()
-            await pilot.press("escape")
-            await wait_run(pilot, 5)
-    finally:
-        backend.close()
+    async with chat_on(url + "/stall", tmp_path, (120, 40)) as (app, pilot):
+        await pilot.press(*"Hello?", "enter")
+        await wait_for(pilot, lambda: app.steps_seen >= 1, 20, "the first token")
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
+        note = str(app.screen.query_one("#settings-note", Static).render())
+        assert "changes apply to the next reply" in note, note
+        app.screen.dismiss(None)
+        await pilot.pause()
+        await pilot.press("escape")
+        await wait_run(pilot, 5)
 
 
 def test_a_server_without_a_model_list_needs_a_model_id(server) -> None:
