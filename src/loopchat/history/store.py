@@ -293,15 +293,19 @@ class ConversationStore:
             "SELECT id, writer_pid, writer_started FROM nodes WHERE status = 'generating'"
         ).fetchall()
         for node_id, pid, started in rows:
-            if _writer_alive(pid, started):
-                continue
-            events = self._reply_events(node_id, "cut")
-            text = events[-1].text if events and isinstance(events[-1], Finish) else ""
-            with self._tx() as c:
-                c.execute(
-                    "UPDATE nodes SET status = 'cut', content = ?, writer_pid = NULL WHERE id = ? AND status = 'generating'",
-                    (text, node_id),
-                )
+            if not _writer_alive(pid, started):
+                self.mark_cut(node_id)
+
+    def mark_cut(self, node_id: int) -> None:
+        """A reply that will never finish (its writer died; a trace cut short): "cut", its
+        text the steps' so far. `load` gives it a made-up Finish (error CUT)."""
+        events = self._reply_events(node_id, "cut")
+        text = events[-1].text if events and isinstance(events[-1], Finish) else ""
+        with self._tx() as c:
+            c.execute(
+                "UPDATE nodes SET status = 'cut', content = ?, writer_pid = NULL WHERE id = ? AND status = 'generating'",
+                (text, node_id),
+            )
 
     # ---- writing -----------------------------------------------------------------------------------
     def new_conversation(
