@@ -26,9 +26,10 @@ from . import sampler
 from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_document, fit_prompt
 from .engine_options import EngineOptions, physical_cores  # noqa: F401 - importable from here too
 from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
-from .events import DOCUMENT, Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
+from .events import DOCUMENT, Candidate, Event, Finish, FinishReason, Message, Pending, Prefill, Start, Step, decode_rate
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
+from .step_control import SAMPLED, StepControl
 from .stop_strings import StopStrings
 from .thread_tuner import AUTO, OtherCpuMeter, Threads, ThreadTuner
 
@@ -113,6 +114,8 @@ class Engine:
         self._abort = AbortFlag()
         self._c.set_abort_callback(self._abort)
         self._cancel = threading.Event()
+        self._control: StepControl | None = None  # the reply in flight's step mode, if any
+        self.passes = 0  # llama_decode calls so far (prefill batches and steps): tests count them
         own_template = self.llm.metadata.get("tokenizer.chat_template")
         self.chat_template = chat_template or own_template or CHATML_TEMPLATE
         self.template_source = "models.toml" if chat_template else ("gguf" if own_template else "fallback")
@@ -215,6 +218,9 @@ class Engine:
         Safe to call from any thread."""
         self._cancel.set()
         self._abort.set()
+        control = self._control
+        if control is not None:
+            control.wake()  # a loop waiting in step mode reads the cancel
 
     def reset(self) -> None:
         """Forget the KV cache (the next turn evaluates its whole prompt)."""
@@ -222,6 +228,7 @@ class Engine:
         self._c.forget_from(0)
 
     def _eval(self, tokens: Sequence[int]) -> None:
+        self.passes += 1
         self.llm.eval(tokens)
 
     def _decode_one(self, token: int) -> None:
@@ -229,6 +236,7 @@ class Engine:
         Python around llama_decode as possible (Llama.eval rebuilds its batch and
         trims the cache on every call). Keeps Llama's own token bookkeeping."""
         llm = self.llm
+        self.passes += 1
         rc = self._c.decode_one(token, llm.n_tokens)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
@@ -259,6 +267,7 @@ class Engine:
         ignore_eos: bool = False,
         reuse_at_most: int | None = None,
         stop: Sequence[str] = (),
+        control: StepControl | None = None,
     ) -> Iterator[Event]:
         """Run one reply. `settings` is read at every step (a LiveSettings or a callable).
 
@@ -272,6 +281,9 @@ class Engine:
         of any of them (reason STOP); text that may begin one is held back from the
         steps' texts until it is known not to.
 
+        `control`: step mode (step_control.py): the loop stops before a draw when it
+        says so, emits a `Pending` event and waits for the user's decision.
+
         Raises EngineError (before any event) for input it cannot run. Errors in
         llama.cpp during the run end it with Finish(reason=ERROR).
         """
@@ -281,6 +293,7 @@ class Engine:
         t_request = time.perf_counter()
         self._cancel.clear()
         self._abort.clear()
+        self._control = control
         # An unpinned seed (None) becomes one fresh random seed for this reply; every event
         # records the settings with it filled in, so the reply can be replayed exactly.
         reply_seed = new_seed()
@@ -371,7 +384,51 @@ class Engine:
             if settings_now.seed != seed:
                 rng, seed = sampler.make_rng(settings_now.seed), settings_now.seed
             ts = time.perf_counter()
-            res = sampler.sample(self._logits(), history, settings_now, rng, report_k)
+            logits = self._logits()
+            chosen_by = SAMPLED
+            waited = False  # stopped in step mode: sample_ms is the last sampling's, not the wait
+            if control is not None and control.should_stop():
+                waited = True
+                # step mode: show the die before the roll and wait for the user's hand
+                # (the preview is the very draw a free run makes: its rng state is kept
+                # to redo the draw under new settings or to leave it to a hand pick)
+                state = rng.bit_generator.state
+                res = sampler.sample(logits, history, settings_now, rng, report_k)
+                sample_ms = (time.perf_counter() - ts) * 1000.0
+                yield self._pending(steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
+                while True:
+                    decision = control.wait(self._cancel.is_set, lambda: source() is not raw_settings)
+                    if decision.kind == "cancel":
+                        reason = FinishReason.CANCELLED
+                        break
+                    ts = time.perf_counter()
+                    if decision.kind == "reshape":  # the same logits, no forward pass
+                        raw_settings = source()
+                        settings_now = current = raw_settings.with_seed(reply_seed)
+                        if settings_now.seed != seed:
+                            rng, seed = sampler.make_rng(settings_now.seed), settings_now.seed
+                            state = rng.bit_generator.state
+                        else:
+                            rng.bit_generator.state = state
+                        res = sampler.sample(logits, history, settings_now, rng, report_k)
+                        sample_ms = (time.perf_counter() - ts) * 1000.0
+                        yield self._pending(steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
+                        continue
+                    if decision.kind == "pick":
+                        if not 0 <= (decision.token_id or 0) < self.n_vocab:
+                            continue  # not a token of this vocabulary: keep waiting
+                        rng.bit_generator.state = state  # nothing was drawn
+                        res = sampler.sample(logits, history, settings_now, rng, report_k, force=decision.token_id)
+                        sample_ms = (time.perf_counter() - ts) * 1000.0
+                    chosen_by = decision.chosen_by
+                    break
+                if reason is not None:
+                    break
+                changed = settings_now.diff(previous)
+            else:
+                if control is not None:
+                    chosen_by = control.take_credit()
+                res = sampler.sample(logits, history, settings_now, rng, report_k)
             token = res.token_id
             is_stop = (not ignore_eos) and self.is_eog(token)
             if is_stop:
@@ -387,7 +444,8 @@ class Engine:
             if stops is not None:
                 text, stopped = stops.feed(text, final=ending)
             text_parts.append(text)
-            sample_ms = (time.perf_counter() - ts) * 1000.0
+            if not waited:
+                sample_ms = (time.perf_counter() - ts) * 1000.0
             if steps == 0:
                 t_first = time.perf_counter()
                 ttft_ms = (t_first - t_request) * 1000.0
@@ -421,6 +479,7 @@ class Engine:
                 elapsed_ms=(t_last - t_request) * 1000.0,
                 threads=pass_threads,
                 threads_reason=threads_reason,
+                chosen_by=chosen_by,
             )
             steps += 1
             previous = settings_now
@@ -493,6 +552,24 @@ class Engine:
         if self._abort.is_set() and "returned 2" in str(exc):
             return FinishReason.CANCELLED, None
         return FinishReason.ERROR, f"llama.cpp failed to decode: {exc}"
+
+    def _pending(
+        self, index: int, res: sampler.SampleResult, settings: SamplingSettings,
+        forward_ms: float, forward_tokens: int, sample_ms: float,
+    ) -> Pending:
+        return Pending(
+            index=index,
+            raw_top=self._candidates(res.raw_top_ids, res.raw_top_probs),
+            sampled_top=self._candidates(res.sampled_top_ids, res.sampled_top_probs),
+            raw_entropy=res.raw_entropy,
+            sampled_entropy=res.sampled_entropy,
+            candidates_kept=res.kept,
+            forward_ms=forward_ms,
+            forward_tokens=forward_tokens,
+            sample_ms=sample_ms,
+            settings=settings,
+            n_past=self.llm.n_tokens,
+        )
 
     def _candidates(self, ids: np.ndarray, probs: np.ndarray) -> tuple[Candidate, ...]:
         return tuple(

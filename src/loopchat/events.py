@@ -166,7 +166,33 @@ class Step:
     #: one's (step 0: since the request was sent); 0 for a token in the same chunk. Not a
     #: forward pass: it includes the network and the server's own pace. None: a local step.
     arrival_ms: float | None = None
+    #: how the token was chosen: "sampled" (the loop running freely), "step" (a draw the
+    #: user asked for in step mode), "hand" (picked by the user in step mode)
+    chosen_by: str = "sampled"
     kind: str = field(default="step", init=False)
+
+
+@_pickled_by_init
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """Step mode (step_control.py): the loop stopped before the draw of step `index`.
+    The die about to be rolled: the distributions of that step, as a Step has them, with
+    no token yet. Emitted when the loop stops, and again each time a settings change
+    reshapes the sampled-from distribution (from the same logits: no forward pass).
+    Not written to traces (the Step that follows is)."""
+
+    index: int
+    raw_top: tuple[Candidate, ...]
+    sampled_top: tuple[Candidate, ...]
+    raw_entropy: float
+    sampled_entropy: float
+    candidates_kept: int
+    forward_ms: float
+    forward_tokens: int
+    sample_ms: float
+    settings: SamplingSettings
+    n_past: int  # tokens in the context before the pending token
+    kind: str = field(default="pending", init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +278,7 @@ class RunDone:
 
 
 #: Everything a backend hands to its sink.
-HostEvent = Union[Event, ModelLoading, ModelReady, WorkerError, WireReceived, RunDone]
+HostEvent = Union[Event, Pending, ModelLoading, ModelReady, WorkerError, WireReceived, RunDone]
 
 _KINDS: dict[str, type] = {
     "start": Start,

@@ -266,8 +266,13 @@ def sample(
     settings: SamplingSettings,
     rng: np.random.Generator,
     report_k: int = 10,
+    force: int | None = None,
 ) -> SampleResult:
-    """Run the chain on one row of logits (float32, n_vocab) and report everything."""
+    """Run the chain on one row of logits (float32, n_vocab) and report everything.
+
+    `force`: the token is this one (picked by hand in step mode), not drawn: `rng` is
+    not used, and the token's probabilities and ranks are reported as for a drawn one
+    (a token the filters cut has sampled_prob 0 and sampled_rank 0)."""
     n_vocab = logits.shape[0]
 
     # --- raw softmax over the whole vocabulary ---------------------------------
@@ -359,20 +364,31 @@ def sample(
     # kept_ids None: every token kept, in order (a token's index is its id; no
     # np.arange of the vocabulary is made)
     n_kept = probs.shape[0]
-    if n_kept == 1:
-        pick = 0
-    elif unsorted:
-        pick = _draw_unsorted(probs, rng.random() * norm, block_sums)
+    pick: int | None
+    if force is not None:
+        token_id = int(force)
+        if kept_ids is None:
+            pick = token_id
+        else:
+            where = np.flatnonzero(kept_ids == token_id)
+            pick = int(where[0]) if where.size else None  # None: the filters cut it
     else:
-        u = rng.random()
-        pick = int(np.searchsorted(np.cumsum(probs), u, side="right"))
-        pick = min(pick, n_kept - 1)
-    token_id = pick if kept_ids is None else int(kept_ids[pick])
+        if n_kept == 1:
+            pick = 0
+        elif unsorted:
+            pick = _draw_unsorted(probs, rng.random() * norm, block_sums)
+        else:
+            u = rng.random()
+            pick = int(np.searchsorted(np.cumsum(probs), u, side="right"))
+            pick = min(pick, n_kept - 1)
+        token_id = pick if kept_ids is None else int(kept_ids[pick])
 
     chosen_logit = logits[token_id]
     mask = _scratch.get("mask", max(n_vocab, n_kept), np.bool_)
     raw_rank = int(np.count_nonzero(np.greater(logits, chosen_logit, out=mask[:n_vocab]))) + 1
-    if kept_ids is None and work is logits:
+    if pick is None:
+        sampled_rank = 0
+    elif kept_ids is None and work is logits:
         # every token kept, no penalty: the probabilities rise with the raw logits, so
         # the ranks are the same (a pass over the vocabulary saved)
         sampled_rank = raw_rank
@@ -386,7 +402,7 @@ def sample(
         sampled_top_probs=probs[top] / norm,
         raw_prob=float(e[token_id]) / total,  # as raw_top_probs: the same token, the same number
         raw_rank=raw_rank,
-        sampled_prob=float(probs[pick]) / norm,
+        sampled_prob=0.0 if pick is None else float(probs[pick]) / norm,
         sampled_rank=sampled_rank,
         raw_entropy=float(raw_entropy),
         sampled_entropy=sampled_entropy,

@@ -19,6 +19,7 @@ from typing import Any
 from .engine import Engine, EngineError
 from .events import Message, ModelLoading, ModelReady, RunDone, WorkerError
 from .settings import LiveSettings, SamplingSettings
+from .step_control import StepControl
 
 
 EngineFactory = Callable[[], Engine]
@@ -59,11 +60,12 @@ class EngineWorker:
         reuse_at_most: int | None = None,
         stop: Sequence[str] = (),
         ignore_eos: bool = False,
+        control: StepControl | None = None,
     ) -> int:
         self._run_id += 1
         self._busy.set()
         self._commands.put(
-            ("generate", (self._run_id, tuple(messages), settings, report_k, reuse_at_most, tuple(stop), ignore_eos))
+            ("generate", (self._run_id, tuple(messages), settings, report_k, reuse_at_most, tuple(stop), ignore_eos, control))
         )
         return self._run_id
 
@@ -138,6 +140,7 @@ class EngineWorker:
         reuse_at_most: int | None,
         stop: tuple[str, ...] = (),
         ignore_eos: bool = False,
+        control: StepControl | None = None,
     ) -> None:
         # Whatever happens, a run's WorkerError (if any) is emitted before its RunDone:
         # consumers (`loopchat run`, the app) stop reading the run at RunDone.
@@ -147,7 +150,8 @@ class EngineWorker:
                 return
             try:
                 for event in self._engine.generate(
-                    messages, settings, report_k=report_k, reuse_at_most=reuse_at_most, stop=stop, ignore_eos=ignore_eos
+                    messages, settings, report_k=report_k, reuse_at_most=reuse_at_most, stop=stop, ignore_eos=ignore_eos,
+                    control=control,
                 ):
                     self._emit(event)
             except EngineError as exc:
