@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the chat runs the model: a thread of the app (the default: the faster on "
         "2 cores) or a child process (a crash inside llama.cpp then cannot take the app down)",
     )
+    parser.add_argument(
+        "--no-history", action="store_true",
+        help="keep nothing: this run's conversations are not stored (no history file is created or written)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
@@ -173,6 +177,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_tui(
             config_path=args.config, model=args.model, verbose=args.verbose, host=args.host, threads=args.threads,
             url=args.url, api_key=args.api_key, model_id=args.model_id, timeout=args.timeout,
+            history=not args.no_history,
         )
     except (ConfigError, ModelFileError, EngineError, SettingsError, TraceError) as exc:
         print(f"loopchat: {exc}", file=sys.stderr)

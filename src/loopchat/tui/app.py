@@ -17,6 +17,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from collections import deque
+
 from ..backends import Backend
 from ..events import Step
 from ..settings import SamplingSettings, SettingsError
@@ -24,10 +26,12 @@ from ..trace import CUT_SHORT
 from .render import default_screen, fallback_reason
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
+from .history_actions import HistoryActions
 from .keys import BINDINGS, KeyActions
 from .loop_panel import LoopPanel, PanelView
 from .prefs import Prefs, load_prefs, save_prefs
 from .prompt import PromptArea
+from .history_recorder import HistoryRecorder
 from .session import ChatSession, Refused, Update
 from .transcript import ReplyView, Transcript, legend_text
 from .wire_view import WireView
@@ -36,7 +40,7 @@ from .wire_view import WireView
 NARROW_WIDTH = 100
 
 
-class LoopChatApp(KeyActions, App[int]):
+class LoopChatApp(HistoryActions, KeyActions, App[int]):
     CSS_PATH = "styles.tcss"
     TITLE = "loopchat"
     ENABLE_COMMAND_PALETTE = True
@@ -50,6 +54,7 @@ class LoopChatApp(KeyActions, App[int]):
         prefs_path: Path | None = None,
         owns_backend: bool = True,
         settings: SamplingSettings | None = None,
+        history_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
@@ -66,6 +71,12 @@ class LoopChatApp(KeyActions, App[int]):
         self._panel_dirty = True
         #: the wire view (F10), held here: the frame asks it every time whether it needs drawing
         self.wire = WireView(id="wire")
+        #: the conversation store (None: history off for this run); the recorder writes
+        #: to it through its writer's thread while the History pref is on
+        self.history_path = history_path
+        self.history: HistoryRecorder | None = None
+        self.history_error: str | None = None  # why history went off (the store's one line)
+        self._history_notices: deque[str] = deque()  # the writer's failures, for the frame
         # for tests and benchmarks
         self.run_finished = asyncio.Event()
         self.model_ready = asyncio.Event()
@@ -122,6 +133,7 @@ class LoopChatApp(KeyActions, App[int]):
 
             exit_on_signals(self)
         self.backend.attach(self.pump.emit)
+        self._start_history()
         self.query_one("#legend").display = self.prefs.prob_colours
         self.show_wire_view(self.prefs.wire_view)
         self.set_interval(1 / FRAME_RATE, self._frame, name="frame")
@@ -173,6 +185,8 @@ class LoopChatApp(KeyActions, App[int]):
     # ------------------------------------------------------------- frames ----
     def _frame(self) -> None:
         self.backend.flush()  # what the engine process sent since the last frame
+        if self._history_notices:
+            self._history_failed(self._history_notices.popleft())
         events = self.pump.drain()
         if not events:
             self._draw_text()  # tokens held back by the last frame (a slow model)
@@ -182,7 +196,9 @@ class LoopChatApp(KeyActions, App[int]):
             if self._panel_dirty or (self.prefs.wire_view and self.wire.needs_frames):
                 self._refresh_panel()
             return
-        self._show(self.session.consume(events))
+        u = self.session.consume(events)
+        self._show(u)
+        self._record(u)
         if self.selection is None:
             self._refresh_panel()
         self.frames_rendered += 1
@@ -250,6 +266,8 @@ class LoopChatApp(KeyActions, App[int]):
         self.selection = None
         self._clear_selection_views()
         self.prompt.value = ""
+        if self.history is not None:
+            self.history.sent(rec, event.text)
         self.transcript.add_user(event.text.strip())
         self._show_new_reply(rec)
 
@@ -317,6 +335,7 @@ class LoopChatApp(KeyActions, App[int]):
 
     # ---------------------------------------------------------------- exit ----
     def _stop_backend(self) -> None:
+        self._stop_history()
         self.session.close()
         if self.owns_backend:
             self.backend.close()

@@ -239,6 +239,8 @@ class ReplyView(Block):
             style = _WARN
             label = f"{label} ({f.reason.value})" + (f": {f.error}" if f.error else "")
         parts.append(label)
+        if r.note:
+            parts.append(r.note)
         return Text(" · ".join(parts), style=style)
 
     def _title_label(self) -> str:

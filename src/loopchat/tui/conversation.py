@@ -34,6 +34,7 @@ class ReplyRecord:
     wire: list[tuple[WireReceived, int]] = field(default_factory=list)
     started_at: float = 0.0  # UI monotonic clock when the request was sent (spinner only)
     shown_at: float | None = None  # UI clock when the text first appeared on screen
+    note: str | None = None  # said at the end of its info line (e.g. the KV cache was rebuilt)
 
     @property
     def done(self) -> bool:

@@ -23,6 +23,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F10", "Wire view ⇄ loop panel: the reply's SSE lines (as loopchat serve would send them, or as the server sent them), chunks/s, bytes/s; a click folds long values"),
     ("F5", "Regenerate the last reply (a new random seed; a pinned seed moves to the next)"),
     ("Ctrl+N", "New conversation"),
+    ("Ctrl+O", "Conversations: the stored ones, newest first, with a search box; Enter opens one to continue it, Ctrl+R renames, Ctrl+D deletes"),
     ("Ctrl+Y", "Copy the last reply to the clipboard"),
     ("Alt+← / Alt+→", "Token cursor: step through the tokens of past replies (or click a token)"),
     ("F4", "Finished replies as Markdown ⇄ plain tokens"),

@@ -40,6 +40,7 @@ BINDINGS = [
     Binding("f9", "replay_other_mode", "Other mode", show=False),
     Binding("f10", "toggle_wire", "Wire", show=False),
     Binding("ctrl+n", "new_conversation", "New"),
+    Binding("ctrl+o", "history", "Conversations", show=False),
     Binding("f4", "toggle_markdown", "Markdown", show=False),
     # priority: the message box (a TextArea) binds F6/F7 to select line / select all
     Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
@@ -68,7 +69,12 @@ class KeyActions(_Base):
         yield SystemCommand("Replay last reply in the other mode", "Same seed and settings (F9)", self.action_replay_other_mode)
         yield SystemCommand("Regenerate last reply", "With a new seed (F5)", self.action_regenerate)
         yield SystemCommand("Copy last reply", "To the clipboard (Ctrl+Y)", self.action_copy_reply)
-        yield SystemCommand("New conversation", "Forget the conversation (Ctrl+N)", self.action_new_conversation)
+        yield SystemCommand("New conversation", "Start another conversation (Ctrl+N)", self.action_new_conversation)
+        yield SystemCommand("Conversations…", "The stored conversations: search, open, rename, delete (Ctrl+O)", self.action_history)
+        yield SystemCommand(
+            "History: " + ("on → off" if self.prefs.history else "off → on"),
+            "Keep the conversations, with every step, in the history file", self.action_toggle_history,
+        )
         yield SystemCommand("Sampling settings…", "Type values (F2)", self.action_settings)
 
     # ---- the reply --------------------------------------------------------------
@@ -101,6 +107,8 @@ class KeyActions(_Base):
         except Refused as exc:
             self.notify(str(exc), severity="warning")
             return
+        if self.history is not None:
+            self.history.regenerated(old, new)
         if pinned is None:
             self.notify("Regenerating with a new random seed", timeout=2)
         else:
@@ -119,6 +127,8 @@ class KeyActions(_Base):
         self._show_new_reply(rec)
 
     def action_new_conversation(self) -> None:
+        if self.history is not None:
+            self.history.reset()
         self.session.new_conversation()
         self.selection = None
         self.views.clear()

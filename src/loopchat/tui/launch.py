@@ -31,11 +31,15 @@ def create_app(
     api_key: str | None = None,
     model_id: str | None = None,
     timeout: float | None = None,
+    history: bool | Path | str = True,
 ) -> LoopChatApp:
     """The app on a live model (or a trace with replay=FILE, or the server at `url`);
     raises ConfigError/TraceError/UsageError.
 
     Pass `backend=` to share one loaded model between apps (it is then not closed on exit).
+    `history`: keep the conversations in the store (history.store.default_store_path(),
+    or the file given) while the History pref is on; False (--no-history) keeps nothing.
+    A played trace is never stored.
     """
     owns = backend is None
     if backend is None:
@@ -53,7 +57,14 @@ def create_app(
                 if value is not None:
                     raise UsageError(f"{flag} goes with --url (a models.toml model with url has its own: api_key_env, model, timeout)")
             backend = configured_backend(config_path, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads)
-    return LoopChatApp(backend, prefs=prefs, prefs_path=prefs_path, owns_backend=owns, settings=settings)
+    store = None
+    if history is not False and backend.can_generate:
+        from ..history.store import default_store_path
+
+        store = default_store_path() if history is True else Path(history)
+    return LoopChatApp(
+        backend, prefs=prefs, prefs_path=prefs_path, owns_backend=owns, settings=settings, history_path=store,
+    )
 
 
 def _server(url: str, api_key: str | None, model_id: str | None, timeout: float | None, **local: object) -> Backend:
@@ -108,12 +119,14 @@ def run_tui(
     api_key: str | None = None,
     model_id: str | None = None,
     timeout: float | None = None,
+    history: bool = True,
 ) -> int:
     """Run the app until the user quits; returns the exit code (2: could not start)."""
     try:
         app = create_app(
             config_path=config_path, model=model, replay=replay, replay_speed=replay_speed, verbose=verbose,
             host=host, threads=threads, url=url, api_key=api_key, model_id=model_id, timeout=timeout,
+            history=history,
         )
     except Exception as exc:  # ConfigError, TraceError: one-line messages
         print(f"loopchat: {exc}", file=sys.stderr)

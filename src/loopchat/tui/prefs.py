@@ -24,6 +24,7 @@ class Prefs:
     streaming: bool = True  # False: blocking mode (whole reply shown at the end)
     wire_view: bool = False  # the side panel shows the wire (SSE lines) instead of the loop
     wire_folded: bool = True  # the wire view folds the long values (extension, top_logprobs)
+    history: bool = True  # keep the conversations in the store (history/); off: nothing is written
 
     @classmethod
     def from_dict(cls, data: dict) -> "Prefs":

@@ -37,6 +37,9 @@ from ..events import (
 from ..settings import SamplingSettings
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 
+#: the note on the first reply after a stored conversation was opened (its prefill reuses nothing)
+REBUILT_NOTE = "KV cache rebuilt from the stored conversation"
+
 
 #: gc is frozen for whichever run ends next (a played trace's reply: its run id is the
 #: player's count, unknown until its RunDone)
@@ -81,6 +84,9 @@ class ChatSession:
         self.steps_seen = 0
         self._text_due: list[tuple[ReplyRecord, list[Step]]] = []  # per reply, in order
         self._frozen_run: int | None = None  # the run for which gc is frozen
+        #: the conversation was opened from the store: the next reply's prefill evaluates
+        #: every stored turn (the KV cache holds another conversation, or none)
+        self.rebuild_cache = False
 
     @property
     def generating(self) -> bool:
@@ -118,7 +124,14 @@ class ChatSession:
         """Send a user message (raises Refused: the text then stays with the caller)."""
         self.check_can_run(" (your message stays in the box)")
         self.pending_prompt = text
-        return self._start(self.conversation.messages_for(text.strip()), mode, self.settings, in_history=True)
+        rebuild, self.rebuild_cache = self.rebuild_cache, False
+        rec = self._start(
+            self.conversation.messages_for(text.strip()), mode, self.settings,
+            reuse_at_most=0 if rebuild else None, in_history=True,
+        )
+        if rebuild:
+            rec.note = REBUILT_NOTE
+        return rec
 
     def regenerate(self, mode: str) -> tuple[ReplyRecord, ReplyRecord]:
         """The last reply of the conversation again; returns (old, new)."""
@@ -171,6 +184,15 @@ class ChatSession:
         self.current = None
         self._text_due = []
         self.conversation = Conversation(system_prompt=self.backend.system_prompt)
+        self.rebuild_cache = False
+
+    def open_conversation(self, conversation: Conversation) -> None:
+        """Continue a stored conversation (raises Refused while a reply runs)."""
+        if self.generating:
+            raise Refused("Stop the reply first (Esc), then open a conversation")
+        self.new_conversation()
+        self.conversation = conversation
+        self.rebuild_cache = True
 
     def switch_model(self, name: str) -> None:
         if self.generating:

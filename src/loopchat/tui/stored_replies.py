@@ -1,0 +1,79 @@
+"""A stored conversation (history/) back into the chat's records, without Textual.
+
+`restore` rebuilds the path the store shows (root -> most recent leaf): a ReplyRecord
+per stored reply, with its events as they were recorded (so the transcript, the loop
+panel and the token cursor show a stored reply as they showed it live), the turns the
+next message is sent with, and the node that message hangs from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..events import DOCUMENT, ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
+from .conversation import STREAM, Conversation, ReplyRecord
+from .history_recorder import made_up_finish
+
+if TYPE_CHECKING:
+    from ..history.store import StoredConversation
+
+#: Finish.error of a stored reply that has no finish event at all
+NO_FINISH = "cut short: the store has no end for this reply"
+
+
+@dataclass
+class Restored:
+    conversation: Conversation
+    shown: list[tuple[str, ReplyRecord | None]] = field(default_factory=list)  # (user text, its reply)
+    tip: int | None = None  # the node the next message hangs from
+    replies: dict[ReplyRecord, tuple[int, int | None]] = field(default_factory=dict)  # -> (user node, its parent)
+
+
+def restore(stored: "StoredConversation") -> Restored:
+    conv = Conversation(system_prompt=stored.system_prompt)
+    out = Restored(conv)
+    sys = (Message("system", stored.system_prompt),) if stored.system_prompt else ()
+    user: tuple[int, int | None, Message] | None = None  # (node id, parent id, message)
+    for node in stored.path():
+        if node.role in ("user", DOCUMENT):
+            user = (node.id, node.parent_id, Message(node.role, node.content))
+            out.shown.append((node.content, None))
+        elif node.role == "assistant":
+            asked = user[2] if user is not None else Message("user", "")
+            rec = conv.new_reply(node.mode or STREAM, (*sys, *conv.turns, asked))
+            _fill(rec, node.events, node.content)
+            if user is not None:
+                out.replies[rec] = (user[0], user[1])
+                out.shown[-1] = (out.shown[-1][0], rec)
+            else:
+                out.shown.append(("", rec))
+            f = rec.finish
+            if f is not None and f.reason != FinishReason.ERROR and f.text:
+                conv.turns.extend([asked, Message("assistant", f.text)])
+                out.tip = node.id
+            user = None
+        elif node.role == "system" and conv.system_prompt is None:
+            conv.system_prompt = node.content
+    return out
+
+
+def _fill(rec: ReplyRecord, events: list, text: str) -> None:
+    for ev in events:
+        match ev:
+            case Start():
+                rec.start = ev
+                rec.messages = ev.messages  # exactly what was sent
+            case ContextTrimmed():
+                rec.trimmed = ev
+            case Prefill():
+                rec.prefill = ev
+            case Step():
+                rec.steps.append(ev)
+            case Finish():
+                rec.finish = ev
+    if rec.finish is None:
+        if rec.start is not None:
+            rec.finish = made_up_finish(rec, FinishReason.ERROR, NO_FINISH)
+        else:
+            rec.error = NO_FINISH
