@@ -268,6 +268,7 @@ class Engine:
         reuse_at_most: int | None = None,
         stop: Sequence[str] = (),
         control: StepControl | None = None,
+        reply_prefix: Sequence[int] = (),
     ) -> Iterator[Event]:
         """Run one reply. `settings` is read at every step (a LiveSettings or a callable).
 
@@ -280,6 +281,13 @@ class Engine:
         `stop`: stop strings (stop_strings.py). The reply ends before the first occurrence
         of any of them (reason STOP); text that may begin one is held back from the
         steps' texts until it is known not to.
+
+        `reply_prefix`: the reply's first tokens, already chosen (a branch: the tokens of
+        an earlier reply up to a point, and maybe another candidate at that point). They
+        follow the prompt, reuse the KV cache as far as it holds them (the Prefill says
+        how many were evaluated), and the loop continues after them: its steps are
+        numbered from len(reply_prefix), and max_tokens counts the prefix. The steps' and
+        the Finish's texts are this run's only (the prefix's text is the caller's).
 
         `control`: step mode (step_control.py): the loop stops before a draw when it
         says so, emits a `Pending` event and waits for the user's decision.
@@ -300,7 +308,15 @@ class Engine:
         raw_settings = source()
         current = raw_settings.with_seed(reply_seed)
         prompt = self.fit_prompt(messages, current.max_tokens)
-        tokens = prompt.tokens
+        prefix = [int(t) for t in reply_prefix]
+        if any(not 0 <= t < self.n_vocab for t in prefix):
+            raise EngineError("the reply to continue holds a token that is not of this model's vocabulary")
+        tokens = prompt.tokens + prefix
+        if len(tokens) >= self.n_ctx:
+            raise ContextOverflowError(
+                f"the reply to continue does not fit the context: the prompt and the reply so far are "
+                f"{len(tokens)} tokens and the model's context holds {self.n_ctx}"
+            )
 
         yield Start(
             model_name=self.name,
@@ -312,10 +328,11 @@ class Engine:
             threads_auto=self.threads_auto,
             messages=prompt.messages,
             prompt_text=prompt.text,
-            prompt_token_ids=tuple(tokens),
+            prompt_token_ids=tuple(prompt.tokens),
             settings=current,
             top_k_report=report_k,
             stop=tuple(stop),
+            reply_prefix=tuple(prefix),
         )
         if prompt.trimmed is not None:
             yield prompt.trimmed
@@ -360,6 +377,9 @@ class Engine:
         seed = current.seed
         previous: SamplingSettings | None = None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        if prefix:  # a character the prefix began is completed by this run's first token
+            decoder.decode(b"".join(self.piece(t) for t in prefix))
+        base = len(prefix)  # the steps' numbers go on from the prefix's
         stops = StopStrings(stop) if stop else None
         stopped = False  # a stop string ended the reply
         history = list(tokens)
@@ -395,7 +415,7 @@ class Engine:
                 state = rng.bit_generator.state
                 res = sampler.sample(logits, history, settings_now, rng, report_k)
                 sample_ms = (time.perf_counter() - ts) * 1000.0
-                yield self._pending(steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
+                yield self._pending(base + steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
                 while True:
                     decision = control.wait(self._cancel.is_set, lambda: source() is not raw_settings)
                     if decision.kind == "cancel":
@@ -412,7 +432,7 @@ class Engine:
                             rng.bit_generator.state = state
                         res = sampler.sample(logits, history, settings_now, rng, report_k)
                         sample_ms = (time.perf_counter() - ts) * 1000.0
-                        yield self._pending(steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
+                        yield self._pending(base + steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
                         continue
                     if decision.kind == "pick":
                         if not 0 <= (decision.token_id or 0) < self.n_vocab:
@@ -436,7 +456,7 @@ class Engine:
             else:
                 text = decoder.decode(self.piece(token))
                 completion += 1
-            ending = self._end_reason(is_stop, completion, settings_now.max_tokens) is not None
+            ending = self._end_reason(is_stop, base + completion, settings_now.max_tokens) is not None
             if ending:
                 # the reply ends at this step: it carries the bytes of a character the
                 # reply never finished (as U+FFFD), so the steps' texts add up to its text
@@ -455,7 +475,7 @@ class Engine:
             if pass_change != noted_change:
                 threads_reason, noted_change = pass_reason, pass_change
             yield Step(
-                index=steps,
+                index=base + steps,
                 token_id=token,
                 piece=self.piece_text(token),
                 piece_bytes=self.piece(token),
@@ -484,7 +504,7 @@ class Engine:
             steps += 1
             previous = settings_now
             # (a max_tokens change may have come meanwhile)
-            reason = FinishReason.STOP if stopped else self._end_reason(is_stop, completion, source().max_tokens)
+            reason = FinishReason.STOP if stopped else self._end_reason(is_stop, base + completion, source().max_tokens)
             if reason is not None:
                 break
             pass_threads = self.threads

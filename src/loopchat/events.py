@@ -93,6 +93,9 @@ class Start:
     top_k_report: int  # remote: the top_logprobs asked for
     threads_auto: bool = False  # `threads = "auto"`: the engine chooses the count (thread_tuner.py)
     stop: tuple[str, ...] = ()  # stop strings: the reply ends before the first one (stop_strings.py)
+    #: a branch: the reply's first tokens, already chosen, fed after prompt_token_ids; the
+    #: run's steps are numbered from len(reply_prefix) and its text follows theirs
+    reply_prefix: tuple[int, ...] = ()
     source: str = ""  # "": this machine's engine; else the URL of the server that generated the reply
     kind: str = field(default="start", init=False)
 
