@@ -47,3 +47,17 @@ def test_regenerating_from_a_point_reuses_the_reply_up_to_it(engine: Engine) -> 
     # the same logits at the branch point (its pass is one token, as it was the first
     # time): the same die, rolled again with the current settings
     assert bsteps[0].raw_top == steps[at].raw_top and bsteps[0].raw_prob > 0
+
+
+def test_the_start_holds_the_document_the_model_reads(engine: Engine) -> None:
+    start, _, _, _ = run(engine)
+    ids = start.prompt_token_ids
+    assert len(start.prompt_token_texts) == len(ids)
+    text = "".join(start.prompt_token_texts)
+    # the exact text: the rendered template (with a BOS the tokenizer adds, if any)
+    assert text.endswith(start.prompt_text) and engine.tokenize(start.prompt_text) == list(ids)
+    special = [start.prompt_token_texts[i] for i in start.prompt_special]
+    assert special and set(special) <= {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
+    assert "<|im_start|>" in special
+    assert all(start.prompt_token_texts[i] not in ("<|im_start|>", "<|im_end|>")
+               for i in range(len(ids)) if i not in start.prompt_special)

@@ -128,6 +128,11 @@ class LlamaCalls:
         """llama_vocab_is_eog: whether the token ends a reply (EOS, EOT, <|im_end|>...)."""
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
 
+    def is_control(self, token_id: int) -> bool:
+        """llama_vocab_is_control: a control token (<|im_start|>, <bos>...), which the
+        chat template writes and no text tokenizes to by accident."""
+        return bool(llama_cpp.llama_vocab_is_control(self._vocab, token_id))
+
     def forget_from(self, pos: int) -> None:
         """llama_memory_seq_rm: drop the KV cache's positions from `pos` on, of every
         sequence (the engine uses only sequence 0). The public call that Llama's private

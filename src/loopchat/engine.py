@@ -189,6 +189,15 @@ class Engine:
     def piece_text(self, token_id: int) -> str:
         return self.piece(token_id).decode("utf-8", errors="replace")
 
+    def token_texts(self, tokens: Sequence[int]) -> tuple[str, ...]:
+        """What each token adds to the text: its bytes decoded, a character split between
+        tokens given to the token that completes it (so the texts join to the exact text)."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        out = [decoder.decode(self.piece(t)) for t in tokens]
+        if out:
+            out[-1] += decoder.decode(b"", final=True)
+        return tuple(out)
+
     def is_eog(self, token_id: int) -> bool:
         return self._c.is_eog(token_id)
 
@@ -329,6 +338,8 @@ class Engine:
             messages=prompt.messages,
             prompt_text=prompt.text,
             prompt_token_ids=tuple(prompt.tokens),
+            prompt_token_texts=self.token_texts(prompt.tokens),
+            prompt_special=tuple(i for i, t in enumerate(prompt.tokens) if self._c.is_control(t)),
             settings=current,
             top_k_report=report_k,
             stop=tuple(stop),

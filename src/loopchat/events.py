@@ -96,6 +96,11 @@ class Start:
     #: a branch: the reply's first tokens, already chosen, fed after prompt_token_ids; the
     #: run's steps are numbered from len(reply_prefix) and its text follows theirs
     reply_prefix: tuple[int, ...] = ()
+    #: the document view: what each prompt token adds to the text (a character split
+    #: between tokens goes to the token that completes it: joined, they are the exact
+    #: text the model reads, BOS included), and the positions of its control tokens
+    prompt_token_texts: tuple[str, ...] = ()
+    prompt_special: tuple[int, ...] = ()
     source: str = ""  # "": this machine's engine; else the URL of the server that generated the reply
     kind: str = field(default="start", init=False)
 
