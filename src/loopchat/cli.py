@@ -128,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="play a recorded trace in the chat app")
     replay.add_argument("trace_file", metavar="FILE.jsonl")
     replay.add_argument("--speed", type=float, default=1.0, help="playback speed (2 = twice as fast; 0 = instant)")
+
+    from .history_command import add_history_parser
+
+    add_history_parser(sub)
     return parser
 
 
@@ -166,6 +170,10 @@ def _main(argv: Sequence[str] | None) -> int:
             from .serve_command import serve_command
 
             return serve_command(args)
+        if args.command == "history":
+            from .history_command import history_command
+
+            return history_command(args)
         if args.command == "replay":
             from .tui.launch import run_tui
 

@@ -460,14 +460,16 @@ class ConversationStore:
             return None  # punctuation is not indexed: look for it as text
         return ids
 
-    def load(self, conversation_id: int) -> StoredConversation:
-        """The whole conversation with every reply's events; KeyError if there is none."""
-        row = self._conn.execute(
-            f"{self._SUMMARY} WHERE c.id = ?", (conversation_id,)
-        ).fetchone()
+    def summary(self, conversation_id: int) -> ConversationSummary:
+        """One conversation's line of the list, without its events; KeyError if there is none."""
+        row = self._conn.execute(f"{self._SUMMARY} WHERE c.id = ?", (conversation_id,)).fetchone()
         if row is None:
             raise KeyError(conversation_id)
-        summary = ConversationSummary(*row)
+        return ConversationSummary(*row)
+
+    def load(self, conversation_id: int) -> StoredConversation:
+        """The whole conversation with every reply's events; KeyError if there is none."""
+        summary = self.summary(conversation_id)
         model_path, model_size, system_prompt = self._conn.execute(
             "SELECT model_path, model_size, system_prompt FROM conversations WHERE id = ?", (conversation_id,)
         ).fetchone()
