@@ -76,6 +76,7 @@ def test_a_500_token_reply_round_trips_exactly_and_compactly(long_reply, tmp_pat
 
 def test_step_codec_keeps_every_value(long_reply) -> None:
     steps = [e for e in long_reply if isinstance(e, Step)]
+    assert step_codec.FORMAT == max(step_codec.FIELDS)  # a Step field was added: give it a format (FIELDS)
     for fmt in (None, 0, 1):  # the format written now, the self-describing one, the first
         for batch in (steps[:1], steps[195:205], steps):
             back = decode_steps(encode_steps(batch, fmt))

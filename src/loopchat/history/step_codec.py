@@ -37,6 +37,7 @@ FIELDS: dict[int, tuple[str, ...]] = {
         "threads_reason", "piece_bytes", "arrival_ms",
     ),
 }
+FIELDS[2] = FIELDS[1] + ("chosen_by",)  # step mode (issue 13): sampled / step / hand
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
