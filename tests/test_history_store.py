@@ -137,6 +137,8 @@ def test_search_over_messages_and_titles(tmp_path: Path) -> None:
         # the LIKE search (no FTS5) finds the same
         assert search_like(store._conn, "ocean") == {sea} and search_like(store._conn, "WATER") == {sea}
         assert search_like(store._conn, "%") == set()
+        store._fts = False  # as with a sqlite3 module without FTS5
+        assert ids("why") == [sea] and ids("alt wat") == [sea] and ids("sky") == []
 
 
 def _v1_file(path: Path, events) -> None:
