@@ -74,7 +74,11 @@ def child_headless(threads: int, tokens: int, replies: int = REPLIES) -> dict:
     return {"tok_s": statistics.median(rates), "replies_tok_s": rates, "steps": fin.steps}
 
 
-def child_app(host: str, threads: int, tokens: int, replies: int = REPLIES) -> dict:
+def child_app(host: str, threads: int, history: str, tokens: int, replies: int = REPLIES) -> dict:
+    """`history` "on": the app keeps its conversations (a store in a temporary folder, as
+    the chat does by default); "off": --no-history."""
+    import tempfile
+
     from textual import events
 
     from loopchat.tui.launch import create_app
@@ -83,7 +87,9 @@ def child_app(host: str, threads: int, tokens: int, replies: int = REPLIES) -> d
 
     backend = LiveBackend(None, None, threads=threads, host=host)
     backend.start()
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), settings=_settings(tokens))
+    folder = tempfile.TemporaryDirectory(prefix="loopchat-bench-")
+    store = Path(folder.name) / "history.sqlite3" if history == "on" else False
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), settings=_settings(tokens), history=store)
     handled: list[float] = []
     original = app.action_knob
 
@@ -165,6 +171,17 @@ def child_app(host: str, threads: int, tokens: int, replies: int = REPLIES) -> d
 
     out = asyncio.run(drive())
     backend.close()
+    if store:
+        from loopchat.history.store import ConversationStore
+
+        with ConversationStore.open(store) as s:
+            nodes = [n for c in s.list_conversations() for n in s.load(c.id).nodes if n.role == "assistant"]
+            step_bytes = sum(s.step_bytes(n.id) for n in nodes)
+            steps = sum(1 for n in nodes for e in n.events if e.kind == "step")
+        out["stored_replies"] = len(nodes)
+        out["bytes_per_step"] = step_bytes / max(1, steps)
+        out["file_bytes"] = sum(f.stat().st_size for f in Path(folder.name).iterdir())
+    folder.cleanup()
     return out
 
 
@@ -268,6 +285,11 @@ def main() -> None:
     ap.add_argument("--hosts", default="thread,process")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--skip-uicost", action="store_true")
+    ap.add_argument(
+        "--history", default="on", choices=("on", "off", "both"),
+        help="the app keeps its conversations (on: in a temporary store, as the chat does by default), "
+        "not (off: --no-history), or both configurations alternating",
+    )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -276,7 +298,7 @@ def main() -> None:
         if kind == "headless":
             out = child_headless(*map(int, rest))
         elif kind == "app":
-            out = child_app(rest[0], *map(int, rest[1:]))
+            out = child_app(rest[0], int(rest[1]), rest[2], *map(int, rest[3:]))
         else:
             out = child_uicost(rest[0], int(rest[1]))
         print(json.dumps(out))
@@ -284,7 +306,9 @@ def main() -> None:
 
     threads = [int(t) for t in args.threads.split(",")]
     hosts = args.hosts.split(",")
-    configs = [("headless", str(t)) for t in threads] + [("app", h, str(t)) for h in hosts for t in threads]
+    histories = ["on", "off"] if args.history == "both" else [args.history]
+    configs = [("headless", str(t)) for t in threads] + [
+        ("app", h, str(t), hist) for h in hosts for t in threads for hist in histories]
     results: dict[tuple, list[dict]] = {c: [] for c in configs}
     print(
         f"{os.cpu_count()} CPUs; {args.rounds} rounds, configurations alternating; each a fresh process "
@@ -296,8 +320,10 @@ def main() -> None:
             res = run_child(*c, str(args.tokens), str(args.replies))
             results[c].append(res)
             extra = f"  {res['fps']:.2f} frames/s" if "fps" in res else ""
+            if "bytes_per_step" in res:
+                extra += f"  stored: {res['bytes_per_step']:.0f} B/step, file {res['file_bytes'] / 1e6:.2f} MB"
             spread = f"({min(res['replies_tok_s']):.0f}-{max(res['replies_tok_s']):.0f})"
-            print(f"round {r + 1}  {' '.join(c):<16} {res['tok_s']:7.1f} tok/s {spread:>9}{extra}", flush=True)
+            print(f"round {r + 1}  {' '.join(c):<22} {res['tok_s']:7.1f} tok/s {spread:>9}{extra}", flush=True)
 
     med = {c: statistics.median(x["tok_s"] for x in results[c]) for c in configs}
     best_headless = max(med[("headless", str(t))] for t in threads)
@@ -310,24 +336,24 @@ def main() -> None:
     # configuration's run of the same round), then the median: see the module docstring.
     best_runs = results[("headless", str(best_t))]
     print(
-        f"{'app configuration':<24}{'tok/s':>8}{'vs best headless, by round':>30}{'ratio of medians':>18}"
+        f"{'app configuration':<30}{'tok/s':>8}{'vs best headless, by round':>30}{'ratio of medians':>18}"
         f"{'frames/s (min)':>16}{'key p50':>9}{'key p99':>9}{'tok/s, 8 keys/s':>17}"
     )
     for h in hosts:
-        for t in threads:
-            c = ("app", h, str(t))
+        for t, hist in ((t, hist) for t in threads for hist in histories):
+            c = ("app", h, str(t), hist)
             fps = min(x["fps"] for x in results[c])  # the slowest run's
             lat = [v for x in results[c] for v in x["key_ms"]]
             keyed = statistics.median(x["tok_s_with_keys"] for x in results[c])
             paired = [x["tok_s"] / y["tok_s"] for x, y in zip(results[c], best_runs)]
             paired_text = f"{statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f})"
             print(
-                f"{h + ', ' + str(t) + ' thread(s)':<24}{med[c]:8.1f}{paired_text:>30}{med[c] / best_headless:18.2f}"
+                f"{h + ', ' + str(t) + ' thr, history ' + hist:<30}{med[c]:8.1f}{paired_text:>30}{med[c] / best_headless:18.2f}"
                 f"{fps:16.2f}{pct(lat, 0.5):8.1f}ms{pct(lat, 0.99):7.1f}ms{keyed:11.1f} ({keyed / best_headless:.2f})"
             )
     print("targets: app/headless by round (median) >= 0.90 at >= 15 frames/s; key p99 < 50 ms")
     for t in threads:
-        c = ("app", "process", str(t))
+        c = ("app", "process", str(t), histories[0])
         if c in results:
             ui = statistics.median(x["ui_process_cpu"] for x in results[c])
             main = statistics.median(x["ui_thread_cpu"] for x in results[c])
