@@ -397,3 +397,32 @@ def test_two_connections_and_a_thread(long_reply, tmp_path: Path) -> None:
     assert reader.load(conv.result(0)).node(reply.result(0)).status == "complete"
     reader.close()
     writer.close()
+
+
+def test_the_reader_reads_and_never_writes(engine: Engine, tmp_path: Path) -> None:
+    """The chat's list reads on the UI thread through open_reader: no write, no lock."""
+    path = tmp_path / "h.sqlite3"
+    with pytest.raises(StoreError, match="no conversation is stored yet"):
+        ConversationStore.open_reader(path)
+    assert not path.exists()
+    with ConversationStore.open(path) as store:
+        cid = store.new_conversation("Sea", "m")
+        store.add_message(cid, None, "user", "Why is the ocean salty?")
+    before = path.read_bytes()
+    with ConversationStore.open_reader(path) as reader:
+        assert [s.id for s in reader.list_conversations("ocean")] == [cid]
+        assert reader.load(cid).path()[0].content == "Why is the ocean salty?"
+        with pytest.raises(sqlite3.OperationalError):
+            reader.rename(cid, "Salt")
+        assert path.read_bytes() == before
+        # a writer may write meanwhile: the reader takes no lock that stops it
+        with ConversationStore.open(path) as writer:
+            writer.rename(cid, "Salt")
+        assert [s.title for s in reader.list_conversations()] == ["Salt"]
+    # a file not yet migrated: the reader says what to do and does not migrate it
+    old = tmp_path / "v1.sqlite3"
+    _v1_file(old, short_reply(engine, "Hi there", 3))
+    with pytest.raises(StoreError, match="older loopchat"):
+        ConversationStore.open_reader(old)
+    with sqlite3.connect(old) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1

@@ -268,6 +268,31 @@ class ConversationStore:
                 raise _cannot_write(path, text) from None
             raise _damaged(path, text) from None
 
+    @classmethod
+    def open_reader(cls, path: Path | str | None = None) -> "ConversationStore":
+        """A read-only connection, for reading on a thread that must not write (the chat's
+        conversation list, on the UI thread): no lock, no migration, no marking of cut
+        replies (the writer's own `open` did those). StoreError as `open`, and for a file
+        not yet migrated to this version."""
+        path = Path(path).expanduser() if path is not None else default_store_path()
+        version = _check_existing(path)
+        if version == 0:
+            raise StoreError(f"no conversation is stored yet ({path})")
+        if version > SCHEMA_VERSION:
+            raise _newer(path, version)
+        if version < SCHEMA_VERSION:
+            raise StoreError(
+                f"the history file {path} is from an older loopchat: open the chat with history on once to update it"
+            )
+        try:
+            conn = sqlite3.connect(
+                f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=10, isolation_level=None
+            )
+            conn.execute("PRAGMA query_only = ON")
+            return cls(path, conn, schema.has_search_index(conn))
+        except sqlite3.DatabaseError as exc:
+            raise _damaged(path, str(exc)) from None
+
     def close(self) -> None:
         self._conn.close()
 

@@ -98,7 +98,7 @@ class HistoryActions(_Base):
         if self.history is not None:
             self.history.writer.flush(2.0)  # what this run wrote is in the file
         try:
-            store = ConversationStore.open(self.history_path)
+            store = ConversationStore.open_reader(self.history_path)
             try:
                 stored = store.load(conversation_id)
             finally:

@@ -91,7 +91,7 @@ class HistoryScreen(ModalScreen[int | None]):
 
     def on_mount(self) -> None:
         try:
-            self._store = ConversationStore.open(self.store_path)
+            self._store = ConversationStore.open_reader(self.store_path)
         except StoreError as exc:
             self.app.notify(str(exc), severity="error", timeout=10)
             self.dismiss(None)
