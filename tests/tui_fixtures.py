@@ -75,6 +75,9 @@ class FakeBackend:
 
     can_generate = True
     live_settings = True
+    can_step = False
+    step_refusal = "The fake backend has no step mode"
+    control = None
     name = "fake-model"
     loading = None
     system_prompt = None
@@ -94,6 +97,15 @@ class FakeBackend:
 
     def describe(self, name: str) -> str:
         return ""
+
+    def arm_step(self, paused: bool) -> None:
+        pass
+
+    def vocabulary(self) -> None:
+        return None
+
+    def pending_probs(self, token_ids: Any) -> None:
+        return None
 
     def placeholder(self) -> str | None:
         return None

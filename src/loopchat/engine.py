@@ -115,6 +115,8 @@ class Engine:
         self._c.set_abort_callback(self._abort)
         self._cancel = threading.Event()
         self._control: StepControl | None = None  # the reply in flight's step mode, if any
+        #: while stopped in step mode: (logits, context tokens, settings) of the pending draw
+        self._probe: tuple[np.ndarray, list[int], SamplingSettings] | None = None
         self.passes = 0  # llama_decode calls so far (prefill batches and steps): tests count them
         own_template = self.llm.metadata.get("tokenizer.chat_template")
         self.chat_template = chat_template or own_template or CHATML_TEMPLATE
@@ -426,6 +428,7 @@ class Engine:
                 state = rng.bit_generator.state
                 res = sampler.sample(logits, history, settings_now, rng, report_k)
                 sample_ms = (time.perf_counter() - ts) * 1000.0
+                self._probe = (logits, history, settings_now)
                 yield self._pending(base + steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
                 while True:
                     decision = control.wait(self._cancel.is_set, lambda: source() is not raw_settings)
@@ -443,6 +446,7 @@ class Engine:
                             rng.bit_generator.state = state
                         res = sampler.sample(logits, history, settings_now, rng, report_k)
                         sample_ms = (time.perf_counter() - ts) * 1000.0
+                        self._probe = (logits, history, settings_now)
                         yield self._pending(base + steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
                         continue
                     if decision.kind == "pick":
@@ -453,6 +457,7 @@ class Engine:
                         sample_ms = (time.perf_counter() - ts) * 1000.0
                     chosen_by = decision.chosen_by
                     break
+                self._probe = None
                 if reason is not None:
                     break
                 changed = settings_now.diff(previous)
@@ -583,6 +588,29 @@ class Engine:
         if self._abort.is_set() and "returned 2" in str(exc):
             return FinishReason.CANCELLED, None
         return FinishReason.ERROR, f"llama.cpp failed to decode: {exc}"
+
+    def pending_probs(self, token_ids: Sequence[int]) -> list[tuple[float, float]] | None:
+        """Step mode: the probability of each of these tokens at the draw the loop is
+        stopped before, raw and after sampling (0: the filters cut it), from the same
+        logits and settings as the Pending shown. None when the loop is not stopped.
+        Safe from another thread while the loop waits (it reads, the loop does not run)."""
+        probe = self._probe
+        if probe is None:
+            return None
+        logits, history, settings = probe
+        rng = sampler.make_rng(0)  # not used by a forced token
+        out = []
+        for t in token_ids:
+            if not 0 <= int(t) < self.n_vocab:
+                out.append((0.0, 0.0))
+                continue
+            res = sampler.sample(logits, history, settings, rng, 1, force=int(t))
+            out.append((float(res.raw_prob), float(res.sampled_prob or 0.0)))
+        return out
+
+    def vocabulary(self) -> list[str]:
+        """Every token's text, by id (special tokens spelled out)."""
+        return [self.piece_text(i) for i in range(self.n_vocab)]
 
     def _pending(
         self, index: int, res: sampler.SampleResult, settings: SamplingSettings,

@@ -7,8 +7,9 @@ this interface and never asks which backend it has; what a backend cannot do it 
 through `can_generate` and its notices. Today: `LiveBackend` (a local GGUF model, the
 engine in a thread or a child process), `ReplayBackend` (a recorded trace),
 `RemoteBackend` (a model on an OpenAI-compatible server) and `ModelsBackend` (the
-models.toml entries, local and remote, switched by name). A paused, stepped loop would
-plug in here the same way.
+models.toml entries, local and remote, switched by name). Step mode (the loop stopped
+before a draw, stepped, a token picked by hand) goes through `can_step`, `control`,
+`arm_step`, `vocabulary` and `pending_probs`.
 
 Nothing here imports Textual.
 """
@@ -20,6 +21,7 @@ from typing import Protocol, runtime_checkable
 
 from ..events import HostEvent, Message, ModelReady
 from ..settings import SamplingSettings
+from ..step_control import StepControl
 
 Sink = Callable[[HostEvent], None]
 
@@ -43,6 +45,25 @@ class Backend(Protocol):
     #: a settings change reaches the reply in flight at its next step (False: a remote
     #: server fixed the reply's settings when it was sent; a change waits for the next reply)
     live_settings: bool
+    #: step mode: the loop can stop before a draw, draw on request, take a token by hand
+    can_step: bool
+    #: why not, when can_step is False (one line for a notice)
+    step_refusal: str
+    #: the reply in flight's step control (None: no reply in flight, or no step mode)
+    control: StepControl | None
+
+    def arm_step(self, paused: bool) -> None:
+        """The next reply starts stopped before its first draw (True) or runs freely."""
+        ...
+
+    def vocabulary(self) -> list[str] | None:
+        """Every token's text by id, for the step mode's search (None: not known)."""
+        ...
+
+    def pending_probs(self, token_ids: Sequence[int]) -> list[tuple[float, float]] | None:
+        """While stopped: these tokens' probabilities at the pending draw, raw and after
+        sampling (None: not stopped, or not known)."""
+        ...
 
     def describe(self, name: str) -> str:
         """One line about a model of `model_names`."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..events import HostEvent, Message, ModelReady, WorkerError
 from ..settings import LiveSettings, SamplingSettings
+from ..step_control import StepControl
 from ..thread_tuner import Threads
 from . import Sink
 
@@ -86,6 +87,8 @@ class LiveBackend:
         self._relay = _Relay()
         self._live = LiveSettings(self.spec.sampling)  # what the reply in flight reads
         self.host = host
+        self.control: StepControl | None = None  # the reply in flight's (step mode)
+        self._armed = False  # the next reply starts stopped before its first draw
         if host == "process":
             from ..process_worker import ProcessEngineWorker
 
@@ -180,10 +183,42 @@ class LiveBackend:
         stream: bool = True,
     ) -> int:
         self._live.set(settings)
-        return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most)
+        if not self.can_step:
+            return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most)
+        self.control = StepControl(paused=self._armed)
+        self._armed = False
+        return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most, control=self.control)
 
     def set_settings(self, settings: SamplingSettings) -> None:
         self._live.set(settings)
+        control = self.control
+        if control is not None:
+            control.wake()  # a loop stopped before a draw reshapes its die now
+
+    # ---- step mode (the thread host: the engine's StepControl is shared in memory) ------
+    @property
+    def can_step(self) -> bool:
+        return self.host == "thread"
+
+    @property
+    def step_refusal(self) -> str:
+        if self.can_step:
+            return ""
+        return "Step mode needs the model in this process (loopchat --host thread)"
+
+    def arm_step(self, paused: bool) -> None:
+        self._armed = paused and self.can_step
+
+    def _engine(self) -> Any:
+        return getattr(self.worker, "_engine", None) if self.can_step else None
+
+    def vocabulary(self) -> list[str] | None:
+        engine = self._engine()
+        return engine.vocabulary() if engine is not None else None
+
+    def pending_probs(self, token_ids: Sequence[int]) -> list[tuple[float, float]] | None:
+        engine = self._engine()
+        return engine.pending_probs(token_ids) if engine is not None else None
 
     def cancel(self) -> None:
         self.worker.cancel()

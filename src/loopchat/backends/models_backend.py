@@ -120,6 +120,27 @@ class ModelsBackend:
         return self.active.live_settings
 
     @property
+    def can_step(self) -> bool:
+        return self.active.can_step
+
+    @property
+    def step_refusal(self) -> str:
+        return self.active.step_refusal
+
+    @property
+    def control(self) -> Any:
+        return self.active.control
+
+    def arm_step(self, paused: bool) -> None:
+        self.active.arm_step(paused)
+
+    def vocabulary(self) -> list[str] | None:
+        return self.active.vocabulary()
+
+    def pending_probs(self, token_ids: Sequence[int]) -> list[tuple[float, float]] | None:
+        return self.active.pending_probs(token_ids)
+
+    @property
     def model_names(self) -> list[str]:
         return [*self.config.models, *self._extra]
 

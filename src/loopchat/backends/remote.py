@@ -82,6 +82,18 @@ class RemoteBackend:
     can_generate = True
     #: a server fixes a request's settings when it starts: a change applies to the next reply
     live_settings = False
+    can_step = False  # step mode needs the engine in this process
+    step_refusal = "A server draws its own tokens: step mode needs a local model (--host thread)"
+    control = None
+
+    def arm_step(self, paused: bool) -> None:
+        pass
+
+    def vocabulary(self) -> None:
+        return None
+
+    def pending_probs(self, token_ids: object) -> None:
+        return None
 
     def __init__(
         self,

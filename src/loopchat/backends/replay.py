@@ -18,6 +18,18 @@ class ReplayBackend:
 
     can_generate = False
     live_settings = True  # as a local model's (a replay generates nothing: no reply waits for a change)
+    can_step = False  # step mode needs the engine in this process
+    step_refusal = "A replay plays recorded steps: step mode needs a model loaded in this process"
+    control = None
+
+    def arm_step(self, paused: bool) -> None:
+        pass
+
+    def vocabulary(self) -> None:
+        return None
+
+    def pending_probs(self, token_ids: object) -> None:
+        return None
     loading = None
     ready = None
     system_prompt = None

@@ -33,6 +33,7 @@ from .prefs import Prefs, load_prefs, save_prefs
 from .prompt import PromptArea
 from .history_recorder import HistoryRecorder
 from .session import ChatSession, Refused, Update
+from .step_mode import StepActions, StepBar
 from .transcript import ReplyView, Transcript, legend_text
 from .wire_view import WireView
 
@@ -40,7 +41,7 @@ from .wire_view import WireView
 NARROW_WIDTH = 100
 
 
-class LoopChatApp(HistoryActions, KeyActions, App[int]):
+class LoopChatApp(StepActions, HistoryActions, KeyActions, App[int]):
     CSS_PATH = "styles.tcss"
     TITLE = "loopchat"
     ENABLE_COMMAND_PALETTE = True
@@ -96,6 +97,7 @@ class LoopChatApp(HistoryActions, KeyActions, App[int]):
                 yield Transcript(id="transcript")
             yield LoopPanel(id="panel")
             yield self.wire  # F10 shows it in the panel's place
+        yield StepBar(id="stepbar")  # step mode (F12): holds the focus while the loop is stopped
         yield PromptArea(placeholder="Loading the model… (you can type already)", id="prompt")
         yield Footer(compact=True)
 
@@ -199,6 +201,7 @@ class LoopChatApp(HistoryActions, KeyActions, App[int]):
         u = self.session.consume(events)
         self._show(u)
         self._record(u)
+        self.sync_step_mode()
         if self.selection is None:
             self._refresh_panel()
         self.frames_rendered += 1
@@ -251,6 +254,7 @@ class LoopChatApp(HistoryActions, KeyActions, App[int]):
         self.panel.show(PanelView(
             record=rec, step=step, live=live, knob=self.knob, pinned=pinned,
             generating=s.generating, compact=self.narrow, model=model, takes_messages=b.can_generate,
+            pending=s.pending if s.stopped else None,
         ))
 
     # ------------------------------------------------------------- replies ----

@@ -72,14 +72,16 @@ def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | Non
         prob_colour(p) if prefs.prob_colours and p is not None else None,
         n % 2 if prefs.token_boundaries else None,
         selected,
+        step.chosen_by == "hand",
     )
 
 
 @lru_cache(maxsize=64)  # a few dozen combinations, each an immutable Style
-def _token_style(colour: str | None, parity: int | None, selected: bool) -> Style:
+def _token_style(colour: str | None, parity: int | None, selected: bool, hand: bool = False) -> Style:
+    """A token's style; a token picked by hand in step mode is underlined."""
     if selected:
-        return Style(color="black", bgcolor="#ffaf00", bold=True)
-    return Style(color=colour, bgcolor=_BOUNDARY_BG[parity] if parity is not None else None)
+        return Style(color="black", bgcolor="#ffaf00", bold=True, underline=hand or None)
+    return Style(color=colour, bgcolor=_BOUNDARY_BG[parity] if parity is not None else None, underline=hand or None)
 
 
 _BLOCK_START = re.compile(r"^\s*([-*+]\s|\d+[.)]\s|#|>|\||```|~~~)")

@@ -39,6 +39,8 @@ BINDINGS = [
     Binding("f5", "regenerate", "Regenerate"),
     Binding("f9", "replay_other_mode", "Other mode", show=False),
     Binding("f10", "toggle_wire", "Wire", show=False),
+    # step mode (step_mode.py); priority: the message box and the search box do not take it
+    Binding("f12", "step_mode", "Step mode", show=False, priority=True),
     Binding("ctrl+n", "new_conversation", "New"),
     Binding("ctrl+o", "history", "Conversations", show=False),
     Binding("f4", "toggle_markdown", "Markdown", show=False),

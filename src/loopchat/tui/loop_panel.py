@@ -22,7 +22,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widget import Widget
 
-from ..events import Candidate, Step
+from ..events import Candidate, Pending, Step
 from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
@@ -66,6 +66,8 @@ class PanelView:
     height: int = 0  # lines the panel has (0: as many as it needs)
     model: str = ""
     takes_messages: bool = True  # False for a replayed trace: there is no next reply
+    #: step mode: the die of the draw the loop is stopped before (shown unless a token is pinned)
+    pending: Pending | None = None
 
 
 # ------------------------------------------------------------- helpers ----
@@ -253,10 +255,67 @@ def _server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width
     return out
 
 
+#: the keys of the die bar, as the stopped panel lists them
+STOPPED_KEYS = "Enter draws · n draws 10 · 1–9 pick · / search · F12 runs · Esc stops"
+
+
+def _pending_lines(v: PanelView, width: int) -> list[Line]:
+    """Step mode: the die of the pending draw, raw and after sampling, numbered for the
+    digit keys (raw softmax order; a row the filters cut can be picked too)."""
+    p = v.pending
+    assert p is not None
+    out: list[Line] = []
+    _fit([(f"Stopped before the draw of token {p.index + 1}", HEAD)], width, out)
+    _fit([(STOPPED_KEYS, _PENDING)], width, out)
+    out.append(_BLANK)
+    sampled = {c.token_id: c.prob for c in p.sampled_top}
+    complete = p.candidates_kept <= len(p.sampled_top)
+    token_w = 10 if width >= 44 else 8
+    bar_w = max(4, min(12, (width - 4 - token_w - 4 - 12) // 2))
+    _fit([(f"    {'top ' + str(len(p.raw_top)):<{token_w}} ", LABEL), (f"{'raw softmax':<{bar_w + 7}}", LABEL),
+          ("after sampling", LABEL)], width, out, no_wrap=True)
+    for i, c in enumerate(p.raw_top):
+        sp = sampled.get(c.token_id)
+        t: Pieces = [
+            (f"{i + 1:>2}  " if i < 9 else "    ", DRAWN),
+            (_cell(show_token(c.text), token_w), _TOKEN), (" ", _NONE),
+            (bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE),
+            (_cell(fmt_prob(c.prob), 6, right=True), _NONE), (" ", _NONE),
+            (bar(sp or 0.0, bar_w), _SAMPLED_BAR), (" ", _NONE),
+            (_cell(fmt_prob(sp) if sp is not None else ("cut" if complete else "–"), 6, right=True),
+             _NONE if sp is not None else _DIM),
+        ]
+        _fit(t, width, out, no_wrap=True)
+    out.append(_BLANK)
+    kept = p.candidates_kept
+    _fit([("entropy ", LABEL), (f"{p.raw_entropy:.2f} → {p.sampled_entropy:.2f} bits", _NONE),
+          (f" · {kept} token{'s' if kept != 1 else ''} kept", LABEL)], width, out)
+    out.append(_BLANK)
+    st = p.settings
+    lines: list[Pieces] = [[("Settings of this draw", HEAD), ("  (^↑/^↓ or F2 reshape the die)", LABEL)]]
+    for name in KNOBS:
+        lines.append([
+            ("▸ " if name == v.knob else "  ", DRAWN),
+            (f"{SETTING[name].label:<12}", _BOLD if name == v.knob else LABEL),
+            (f"{fmt_value(name, getattr(st, name)):>6}", _NONE),
+        ])
+    lines.append([(f"  seed {fmt_value('seed', st.seed)} · context {p.n_past} tokens", LABEL)])
+    _fit_all(lines, width, out)
+    return out
+
+
 def _drawn(v: PanelView) -> list[Pieces]:
     s = v.step
     assert s is not None
+    if s.chosen_by == "hand":
+        sp = fmt_prob(s.sampled_prob) if s.sampled_prob else "cut by sampling"
+        return [
+            [("picked by hand ", DRAWN), (show_token(s.piece), DRAWN), (" · rank " + str(s.raw_rank) + " raw", LABEL)],
+            [("probability ", LABEL), (f"{fmt_prob(s.raw_prob or 0.0)} raw, {sp} after sampling", _NONE)],
+        ]
     first: Pieces = [("drew ", LABEL), (show_token(s.piece), DRAWN)]
+    if s.chosen_by == "step":
+        first.append((" (a step you asked for)", LABEL))
     if s.is_stop:
         first.append((" (end of reply)", LABEL))
     if s.sampled_top is None:  # a server's logprobs
@@ -469,6 +528,8 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     """The panel as screen lines, each at most `v.width` cells wide."""
     caches = caches or PanelCaches()
     width = v.width
+    if v.pending is not None and not v.pinned:
+        return _pending_lines(v, width)
     out: list[Line] = []
     if v.step is None or v.record is None:
         _fit_all(_title(v), width, out)
@@ -530,7 +591,7 @@ def _view_key(v: PanelView) -> tuple:
         rk: tuple = ()
     else:
         rk = (r, r.mode, r.number, len(r.steps), r.prefill, r.finish, r.start is not None)
-    return (rk, s, v.live, v.knob, v.pinned, v.generating, v.compact, v.width, v.height, v.model)
+    return (rk, s, v.live, v.knob, v.pinned, v.generating, v.compact, v.width, v.height, v.model, v.pending)
 
 
 class LoopPanel(Widget):

@@ -27,6 +27,7 @@ from ..events import (
     Message,
     ModelLoading,
     ModelReady,
+    Pending,
     Prefill,
     RunDone,
     Start,
@@ -63,6 +64,7 @@ class Update:
     ready: ModelReady | None = None
     restore_prompt: str | None = None  # give this text back to the message box (if it is empty)
     steps: int = 0
+    pending: bool = False  # step mode: a new die (the loop stopped, or a setting reshaped it)
 
     @property
     def ended(self) -> bool:
@@ -87,6 +89,10 @@ class ChatSession:
         #: the conversation was opened from the store: the next reply's prefill evaluates
         #: every stored turn (the KV cache holds another conversation, or none)
         self.rebuild_cache = False
+        #: step mode: the die of the draw the reply in flight is stopped before (None: not stopped)
+        self.pending: Pending | None = None
+        #: step mode armed: the next reply stops before its first draw
+        self.step_armed = False
 
     @property
     def generating(self) -> bool:
@@ -179,6 +185,70 @@ class ChatSession:
             return True
         return False
 
+    # ---- step mode ------------------------------------------------------------------
+    @property
+    def stepping(self) -> bool:
+        """The reply in flight is in step mode (stopped, or drawing the steps asked for)."""
+        c = self.backend.control if self.generating else None
+        return c is not None and c.paused
+
+    @property
+    def stopped(self) -> bool:
+        """The reply in flight waits before a draw (its die is `pending`)."""
+        return self.pending is not None and self.stepping
+
+    def toggle_step(self) -> str:
+        """The step key: stop the reply in flight before its next draw, or let it run
+        freely again; between replies, arm (or disarm) step mode for the next reply.
+        Returns what to tell the user (raises Refused with why not)."""
+        b = self.backend
+        if not b.can_step:
+            raise Refused(b.step_refusal or "This model cannot be stepped")
+        if self.generating:
+            c = b.control
+            if c is None:
+                raise Refused("This reply was started without step mode")
+            if c.paused:
+                c.resume()
+                self.pending = None
+                return "Running freely again"
+            c.pause()
+            return "Stopping before the next draw…"
+        self.step_armed = not self.step_armed
+        b.arm_step(self.step_armed)
+        if self.step_armed:
+            return "Step mode: the next reply stops before its first draw"
+        return "Step mode off: the next reply runs freely"
+
+    def _control(self) -> object:
+        c = self.backend.control
+        if not self.stopped or c is None:
+            raise Refused("The loop is not stopped: the step key (F12) stops it before a draw")
+        return c
+
+    def draw(self, n: int = 1) -> None:
+        """Stopped: let the sampler draw `n` tokens with the current settings."""
+        self._control().step(n)  # type: ignore[attr-defined]
+        self.pending = None
+
+    def pick(self, token_id: int) -> None:
+        """Stopped: the pending draw takes this token (recorded as picked by hand)."""
+        self._control().pick(token_id)  # type: ignore[attr-defined]
+        self.pending = None
+
+    def pick_rank(self, rank: int) -> int:
+        """Stopped: pick the candidate listed at `rank` (1 = most likely, raw softmax
+        order, as the panel lists them); returns its token id."""
+        p = self.pending
+        if p is None or not self.stopped:
+            self._control()
+        assert p is not None
+        if not 1 <= rank <= len(p.raw_top):
+            raise Refused(f"Only {len(p.raw_top)} candidates are listed")
+        token = p.raw_top[rank - 1].token_id
+        self.pick(token)
+        return token
+
     def new_conversation(self) -> None:
         self.cancel()  # its events are ignored from now on; its RunDone still unfreezes
         self.current = None
@@ -209,6 +279,8 @@ class ChatSession:
         rec = self.conversation.new_reply(mode, messages, **kw)
         rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
         self.current = rec
+        self.pending = None
+        self.step_armed = False  # an armed step mode is this reply's (the backend's too)
         self.run_settings = settings
         rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most, stream=mode != BLOCKING)
         self._freeze(rec.run_id)  # its events and its RunDone are consumed on this thread, later
@@ -242,8 +314,14 @@ class ChatSession:
         for ev in events:
             rec = self.current
             match ev:
+                case Pending():  # step mode: the loop stopped before a draw (or reshaped its die)
+                    if rec is not None and not rec.done:
+                        self.pending = ev
+                        u.pending = True
                 case Step():
                     if rec is not None and not rec.done:
+                        if self.pending is not None and ev.index >= self.pending.index:
+                            self.pending = None
                         rec.steps.append(ev)
                         due = self._text_due
                         if due and due[-1][0] is rec:
@@ -317,6 +395,7 @@ class ChatSession:
             u.errors.append(WorkerError(f.error or "the engine failed during the reply", "generate"))
             self._give_back(u)
         self.run_settings = None
+        self.pending = None
         u.finished.append(rec)
 
     def _error(self, err: WorkerError, u: Update) -> None:
@@ -324,6 +403,7 @@ class ChatSession:
         if err.during == "load":
             self.model_ready = False
             return
+        self.pending = None
         rec = self.current
         if rec is not None and not rec.done and rec.start is None:
             # the prompt was never accepted: the turn goes, the text comes back

@@ -1,0 +1,233 @@
+"""Step mode in the chat (issue 13): the die bar, the token search, and the keys' actions
+(a mixin of LoopChatApp).
+
+F12 stops the reply in flight before its next draw (or, between replies, arms step mode:
+the next reply stops before its first draw), and lets it run freely again. While the
+loop is in step mode the die bar under the transcript has the focus, so the message box
+does not take the keys: Enter draws one token, n draws ten, 1–9 pick the candidate of
+that rank in the panel's list (raw softmax order: a token the filters cut can be picked
+too), / opens a search over the whole vocabulary. Esc and Ctrl+C stop the reply as ever.
+The session (session.py) talks to the backend's StepControl; nothing here waits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from .plots import fmt_prob, show_token
+from .session import Refused
+
+if TYPE_CHECKING:
+    from .app import LoopChatApp
+
+    _Base = LoopChatApp
+else:
+    _Base = object
+
+#: tokens drawn by the "draw N" key
+DRAW_N = 10
+#: search results listed at most
+SEARCH_ROWS = 12
+
+
+class StepBar(Static, can_focus=True):
+    """One line above the message box while in step mode; holds the focus while the loop
+    is stopped, so digits and Enter reach step mode and not the message box."""
+
+    BINDINGS = [
+        Binding("enter", "app.step_draw(1)", "Draw", show=False),
+        Binding("n", f"app.step_draw({DRAW_N})", f"Draw {DRAW_N}", show=False),
+        *(Binding(str(i), f"app.step_pick({i})", f"Pick {i}", show=False) for i in range(1, 10)),
+        Binding("slash", "app.step_search", "Search", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    StepBar {
+        height: 1;
+        background: #3a3a00;
+        color: #ffd75f;
+        padding: 0 1;
+        display: none;
+    }
+    StepBar:focus {
+        background: #5f5f00;
+        text-style: bold;
+    }
+    """
+
+
+class TokenSearch(ModalScreen[int | None]):
+    """Pick any token of the vocabulary: type its beginning; Enter picks the highlighted
+    one, Esc goes back to the die."""
+
+    BINDINGS = [
+        Binding("escape", "cancel", "Back", show=False),
+        Binding("down", "move(1)", show=False),
+        Binding("up", "move(-1)", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    TokenSearch { align: center middle; }
+    TokenSearch > Vertical {
+        width: 64; max-width: 100%; height: auto; max-height: 100%;
+        border: thick $primary; background: $surface; padding: 0 1;
+    }
+    TokenSearch OptionList { height: auto; max-height: 16; }
+    TokenSearch #search-head { color: $text-muted; }
+    """
+
+    def __init__(self, vocabulary: list[str], probs, listed: dict[int, tuple[float, float | None]]) -> None:
+        super().__init__()
+        self.vocabulary = vocabulary
+        self.probs = probs  # token ids -> [(raw, sampled)] at the pending draw (or None)
+        self.listed = listed  # the die's own candidates: searched first
+        self.results: list[int] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = "Pick any token"
+            yield Static("Type the token's beginning (a leading space counts). Enter picks, ↑/↓ move, Esc back.",
+                         id="search-head")
+            yield Input(placeholder="token text", id="search-input")
+            yield OptionList(id="search-results")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def search(self, query: str) -> list[int]:
+        """Token ids whose text is `query` or starts with it (also after a leading
+        space): the die's candidates first, then exact matches, then the shortest."""
+        if not query:
+            return []
+        hits = [
+            i for i, t in enumerate(self.vocabulary)
+            if t.startswith(query) or (not query.startswith(" ") and t.startswith(" " + query))
+        ]
+        hits.sort(key=lambda i: (i not in self.listed, self.vocabulary[i].strip() != query.strip(), len(self.vocabulary[i]), i))
+        return hits[:SEARCH_ROWS]
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.results = self.search(event.value)
+        probs = self.probs(self.results) if self.results else None
+        options = self.query_one(OptionList)
+        options.clear_options()
+        for n, tid in enumerate(self.results):
+            raw, sampled = probs[n] if probs else self.listed.get(tid, (None, None))
+            line = Text()
+            line.append(f"{show_token(self.vocabulary[tid]):<16}", "bold")
+            line.append(f" id {tid:<7}", "dim")
+            line.append(f" raw {fmt_prob(raw) if raw is not None else '–':>6}")
+            line.append(f"  after sampling {fmt_prob(sampled) if sampled else 'cut':>6}")
+            options.add_option(Option(line, id=str(tid)))
+        if self.results:
+            options.highlighted = 0
+
+    def action_move(self, delta: int) -> None:
+        options = self.query_one(OptionList)
+        if self.results:
+            options.highlighted = max(0, min(len(self.results) - 1, (options.highlighted or 0) + delta))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        options = self.query_one(OptionList)
+        if self.results:
+            self.dismiss(self.results[options.highlighted or 0])
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(int(event.option.id))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class StepActions(_Base):
+    """The step mode's actions (F12 in keys.BINDINGS; the others are the die bar's)."""
+
+    _step_state: tuple = ()
+
+    @property
+    def step_bar(self) -> StepBar:
+        return self.query_one(StepBar)
+
+    def action_step_mode(self) -> None:
+        try:
+            note = self.session.toggle_step()
+        except Refused as exc:
+            self.notify(str(exc), severity="warning", timeout=4)
+            return
+        self.notify(note, timeout=2)
+        self.sync_step_mode()
+
+    def action_step_draw(self, n: int) -> None:
+        try:
+            self.session.draw(n)
+        except Refused as exc:
+            self.notify(str(exc), timeout=2)
+        self.sync_step_mode()
+
+    def action_step_pick(self, rank: int) -> None:
+        try:
+            self.session.pick_rank(rank)
+        except Refused as exc:
+            self.notify(str(exc), timeout=2)
+        self.sync_step_mode()
+
+    def action_step_search(self) -> None:
+        s = self.session
+        p = s.pending
+        if p is None or not s.stopped:
+            self.notify("The loop is not stopped: the search picks the token of a stopped draw", timeout=2)
+            return
+        vocabulary = self.backend.vocabulary()
+        if not vocabulary:
+            self.notify("This model's vocabulary is not available here", severity="warning")
+            return
+        sampled = {c.token_id: c.prob for c in p.sampled_top}
+        listed = {c.token_id: (c.prob, sampled.get(c.token_id)) for c in p.raw_top}
+
+        def done(token: int | None) -> None:
+            if token is None:
+                return
+            try:
+                s.pick(token)
+            except Refused as exc:
+                self.notify(str(exc), timeout=2)
+            self.sync_step_mode()
+
+        self.push_screen(TokenSearch(vocabulary, self.backend.pending_probs, listed), done)
+
+    def step_bar_text(self) -> str:
+        s = self.session
+        if s.stopped and s.pending is not None:
+            return (f"Step mode · stopped before token {s.pending.index + 1} · Enter draws · n draws {DRAW_N} · "
+                    "1–9 pick · / search · F12 runs freely · Esc stops")
+        if s.stepping:
+            return "Step mode · drawing… · F12 runs freely · Esc stops"
+        if s.step_armed:
+            return "Step mode armed: the next reply stops before its first draw (F12 disarms)"
+        return ""
+
+    def sync_step_mode(self) -> None:
+        """Once a frame: the die bar shown while in step mode (or armed); the focus on it
+        when the loop stops, back to the message box when step mode ends."""
+        s = self.session
+        state = (s.stepping or s.step_armed, s.stopped, s.pending)
+        if state == self._step_state:
+            return
+        before = self._step_state or (False, False, None)
+        self._step_state = state
+        bar = self.step_bar
+        bar.display = state[0]
+        bar.update(self.step_bar_text())
+        self._panel_dirty = True
+        if state[1] and not before[1] and self.screen is self.screen_stack[0] and self.focused is not bar:
+            bar.focus()
+        elif not s.stepping and bar.has_focus:
+            self.prompt.focus()

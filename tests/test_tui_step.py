@@ -1,0 +1,181 @@
+"""Step mode in the chat (F12, the die bar's keys, the token search) on the real default
+model, and its refusal on a replay."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from textual.widgets import Input
+from tui_fixtures import REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
+
+from loopchat.backends.live import LiveBackend
+from loopchat.events import FinishReason
+from loopchat.settings import SamplingSettings
+from loopchat.tui.launch import create_app
+from loopchat.tui.prefs import Prefs
+from loopchat.tui.prompt import PromptArea
+from loopchat.tui.step_mode import DRAW_N, StepBar, TokenSearch
+
+SIZE = (120, 40)
+PROMPT = "Name a fruit."
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = LiveBackend(None, None, threads=1)
+    b.start()
+    deadline = time.monotonic() + 60
+    while b.ready is None:
+        assert time.monotonic() < deadline, "the default model did not load"
+        time.sleep(0.05)
+    yield b
+    b.close()
+
+
+def make_app(backend, tmp_path, **settings):
+    base = dict(seed=42, max_tokens=40, temperature=0.8)
+    base.update(settings)
+    return create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(**base), history=False,
+    )
+
+
+async def stopped_at(pilot, index: int) -> None:
+    """Wait until the loop is stopped before the draw of step `index`."""
+    s = pilot.app.session
+    await wait_for(pilot, lambda: s.stopped and s.pending.index == index, 30, f"stopped before step {index}")
+    await pilot.pause()
+
+
+async def armed_and_sent(pilot, text: str = PROMPT) -> None:
+    app = pilot.app
+    await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+    await pilot.press("f12")
+    assert app.session.step_armed and app.step_bar.display
+    await pilot.press(*text, "enter")
+    await stopped_at(pilot, 0)
+
+
+async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await armed_and_sent(pilot)
+        rec = app.current
+        assert rec.steps == [] and isinstance(app.focused, StepBar)
+        text = panel_text(app)
+        assert "Stopped before the draw of token 1" in text and "after sampling" in text
+        assert "Step mode · stopped before token 1" in str(app.step_bar.render())
+
+        await pilot.press("enter")  # one draw
+        await stopped_at(pilot, 1)
+        assert len(rec.steps) == 1 and rec.steps[0].chosen_by == "step"
+        assert "Stopped before the draw of token 2" in panel_text(app)
+
+        await pilot.press("n")  # ten draws
+        await stopped_at(pilot, 1 + DRAW_N)
+        assert [s.chosen_by for s in rec.steps] == ["step"] * (1 + DRAW_N)
+        assert isinstance(app.focused, StepBar) and app.prompt.text == ""  # no key reached the box
+
+        want = app.session.pending.raw_top[2]
+        await pilot.press("3")  # the third candidate, by hand
+        await stopped_at(pilot, 2 + DRAW_N)
+        picked = rec.steps[-1]
+        assert (picked.token_id, picked.chosen_by) == (want.token_id, "hand")
+        assert picked.raw_prob == pytest.approx(want.prob, rel=1e-4)
+
+        await pilot.press("f12")  # run freely to the end
+        await wait_run(pilot)
+        assert rec.finish.reason in (FinishReason.STOP, FinishReason.LENGTH)
+        assert all(s.chosen_by == "sampled" for s in rec.steps[2 + DRAW_N:])
+        assert isinstance(app.focused, PromptArea) and not app.step_bar.display
+
+        # the hand-picked token: underlined in the transcript, "picked by hand" in its panel
+        view = app.views[rec]
+        styled = view._styled_text()
+        under = [styled.plain[sp.start:sp.end] for sp in styled.spans if getattr(sp.style, "underline", False)]
+        assert under == [picked.text]
+        app.action_select_token(rec.number, picked.index)
+        await pilot.pause()
+        assert "picked by hand" in panel_text(app)
+
+
+async def test_a_setting_changed_while_stopped_reshapes_the_die(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path, temperature=0.5, top_k=0, top_p=1.0, min_p=0.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await armed_and_sent(pilot)
+        s = app.session
+        before = s.pending
+        passes = backend.worker._engine.passes
+        await pilot.press("ctrl+up", "ctrl+up", "ctrl+up")  # temperature 0.5 -> 0.8
+        await wait_for(pilot, lambda: s.pending is not None and s.pending.settings.temperature == pytest.approx(0.8),
+                       10, "the reshaped die")
+        after = s.pending
+        assert after.index == before.index and after.raw_top == before.raw_top
+        assert after.sampled_top[0].prob < before.sampled_top[0].prob  # a hotter die: flatter
+        assert app.current.steps == [] and backend.worker._engine.passes == passes  # no forward pass
+        await pilot.pause()
+        assert "temperature" in panel_text(app) and "0.80" in panel_text(app)
+
+        await pilot.press("escape")  # Esc while stopped ends the reply
+        await wait_run(pilot)
+        assert app.current is None or app.current.done
+        assert isinstance(app.focused, PromptArea)
+
+
+async def test_slash_searches_the_vocabulary_and_enter_picks(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await armed_and_sent(pilot)
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenSearch), 5, "the search")
+        search = app.screen
+        await pilot.press(*"apple")
+        await wait_for(pilot, lambda: search.query_one(Input).value == "apple" and search.results, 5, "results")
+        first = search.results[0]
+        assert search.vocabulary[first].strip().startswith("apple")
+        probs = backend.pending_probs([first])
+        assert probs is not None and 0.0 < probs[0][0] < 1.0  # raw probability of any token
+        await pilot.press("enter")
+        await stopped_at(pilot, 1)
+        step = app.current.steps[0]
+        assert (step.token_id, step.chosen_by) == (first, "hand")
+        assert step.raw_prob == pytest.approx(probs[0][0], rel=1e-4)
+        await pilot.press("ctrl+c")  # Ctrl+C while stopped ends the reply
+        await wait_run(pilot)
+        assert app.current.finish.reason == FinishReason.CANCELLED
+
+
+async def test_f12_stops_a_running_reply_and_resumes_it(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path, max_tokens=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        gate = StepGate(app, after=3)  # the engine held inside its 3rd step's hand-over
+        await pilot.press(*PROMPT, "enter")
+        await wait_for(pilot, lambda: gate.holding, 30, "the first steps")
+        await pilot.press("f12")  # while it runs: it stops before its next draw
+        gate.release()
+        s = app.session
+        await wait_for(pilot, lambda: s.stopped or not app.generating, 30, "the stop")
+        assert s.stopped, "the reply ended before it could stop"
+        n = len(app.current.steps)
+        assert n == 3
+        assert s.pending.index == n and isinstance(app.focused, StepBar)
+        await pilot.press("f12")
+        await wait_run(pilot)
+        assert not app.step_bar.display and isinstance(app.focused, PromptArea)
+        assert len(app.current.steps) > n
+
+
+async def test_f12_on_a_replay_says_why_not(tmp_path) -> None:
+    app = create_app(replay=str(REPLY_TRACE), replay_speed=0, prefs=Prefs(), prefs_path=tmp_path / "p.json", history=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f12")
+        await pilot.pause()
+        notes = [str(n.message) for n in app._notifications]
+        assert any("step mode needs" in n for n in notes), notes
+        assert not app.step_bar.display
+        await pilot.press("f12", "enter", "3", "slash")  # nothing to step: no crash
+        await pilot.pause()
+        assert app.is_running
