@@ -179,3 +179,37 @@ async def test_f12_on_a_replay_says_why_not(tmp_path) -> None:
         await pilot.press("f12", "enter", "3", "slash")  # nothing to step: no crash
         await pilot.pause()
         assert app.is_running
+
+
+async def test_ctrl_n_while_stopped_ends_the_reply_and_step_mode(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await armed_and_sent(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: not backend.busy, 30, "the engine to let go")
+        await wait_for(pilot, lambda: not app.step_bar.display, 5, "the die bar to go")
+        assert isinstance(app.focused, PromptArea) and app.session.pending is None
+        await pilot.press("f12")  # arms again: the next reply stops too
+        await pilot.press(*PROMPT, "enter")
+        await stopped_at(pilot, 0)
+        await pilot.press("escape")
+        await wait_run(pilot)
+
+
+def test_backends_without_step_mode_say_why() -> None:
+    from tui_fixtures import FakeBackend
+
+    from loopchat.backends.remote import RemoteBackend
+    from loopchat.backends.replay import ReplayBackend
+    from loopchat.tui.session import ChatSession, Refused
+
+    assert not RemoteBackend.can_step and "server draws its own tokens" in RemoteBackend.step_refusal
+    assert not ReplayBackend.can_step and "step mode needs" in ReplayBackend.step_refusal
+    process = LiveBackend.__new__(LiveBackend)
+    process.host = "process"  # the engine in a child process: no shared StepControl
+    assert not process.can_step and "--host thread" in process.step_refusal
+    session = ChatSession(FakeBackend())
+    with pytest.raises(Refused, match="no step mode"):
+        session.toggle_step()
+    with pytest.raises(Refused, match="not stopped"):
+        session.draw(1)

@@ -252,6 +252,7 @@ class ChatSession:
     def new_conversation(self) -> None:
         self.cancel()  # its events are ignored from now on; its RunDone still unfreezes
         self.current = None
+        self.pending = None
         self._text_due = []
         self.conversation = Conversation(system_prompt=self.backend.system_prompt)
         self.rebuild_cache = False
