@@ -213,3 +213,19 @@ def test_backends_without_step_mode_say_why() -> None:
         session.toggle_step()
     with pytest.raises(Refused, match="not stopped"):
         session.draw(1)
+
+
+async def test_a_search_left_with_esc_keeps_the_die_and_ctrl_c_in_it_stops(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await armed_and_sent(pilot)
+        await pilot.press("slash", *"the", "escape")  # back to the die: nothing picked
+        await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
+        assert app.session.stopped and app.current.steps == []
+        await wait_for(pilot, lambda: isinstance(app.focused, StepBar), 5, "the focus back on the die bar")
+        await pilot.press("slash", *"the", "ctrl+c")  # Ctrl+C in the search stops the reply
+        await wait_run(pilot)
+        await pilot.press("enter")  # the search's Enter after the reply ended: a notice, no pick
+        await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
+        await wait_for(pilot, lambda: isinstance(app.focused, PromptArea), 5, "the focus back on the box")
+        assert app.current.steps == [] and app.current.finish.reason == FinishReason.CANCELLED

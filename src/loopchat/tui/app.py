@@ -25,6 +25,7 @@ from ..settings import SamplingSettings, SettingsError
 from ..trace import CUT_SHORT
 from .render import default_screen, fallback_reason
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
+from .document_view import DocumentView
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
 from .history_actions import HistoryActions
 from .keys import BINDINGS, KeyActions
@@ -95,6 +96,7 @@ class LoopChatApp(StepActions, HistoryActions, KeyActions, App[int]):
             with Vertical(id="left"):
                 yield Static(legend_text(), id="legend")
                 yield Transcript(id="transcript")
+                yield DocumentView(id="document")  # Ctrl+T shows it in the transcript's place
             yield LoopPanel(id="panel")
             yield self.wire  # F10 shows it in the panel's place
         yield StepBar(id="stepbar")  # step mode (F12): holds the focus while the loop is stopped
@@ -104,6 +106,10 @@ class LoopChatApp(StepActions, HistoryActions, KeyActions, App[int]):
     @property
     def transcript(self) -> Transcript:
         return self.query_one(Transcript)
+
+    @property
+    def document(self) -> DocumentView:
+        return self.query_one(DocumentView)
 
     @property
     def panel(self) -> LoopPanel:
@@ -137,6 +143,7 @@ class LoopChatApp(StepActions, HistoryActions, KeyActions, App[int]):
         self.backend.attach(self.pump.emit)
         self._start_history()
         self.query_one("#legend").display = self.prefs.prob_colours
+        self.document.display = False
         self.show_wire_view(self.prefs.wire_view)
         self.set_interval(1 / FRAME_RATE, self._frame, name="frame")
         self.prompt.focus()
@@ -245,6 +252,8 @@ class LoopChatApp(StepActions, HistoryActions, KeyActions, App[int]):
         self._panel_dirty = False
         s = self.session
         rec, step, pinned = s.shown_step(self.selection)
+        if self.document.display:  # Ctrl+T: the selected token's reply, else the latest
+            self.document.show(rec, step.index if pinned and step is not None else None)
         if self.prefs.wire_view:  # the wire in the panel's place: the panel is not drawn
             self.wire.show(rec, step.index if pinned and step is not None else None, s.generating)
             return

@@ -25,6 +25,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Enter / n (stopped)", "Draw one token / 10 tokens with the current settings (Ctrl+↑/↓ and F2 reshape the die first)"),
     ("1–9 (stopped)", "Pick the candidate of that rank in the panel's list (raw order; a token sampling cut too): recorded as picked by hand"),
     ("/ (stopped)", "Search the whole vocabulary: tokens starting with what you type, with both probabilities; Enter picks"),
+    ("Ctrl+T", "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position"),
     ("F5", "Regenerate the last reply (a new random seed; a pinned seed moves to the next)"),
     ("Ctrl+N", "New conversation"),
     ("Ctrl+O", "Conversations: the stored ones, newest first, with a search box; Enter opens one to continue it, Ctrl+R renames, Ctrl+D deletes"),

@@ -39,6 +39,9 @@ BINDINGS = [
     Binding("f5", "regenerate", "Regenerate"),
     Binding("f9", "replay_other_mode", "Other mode", show=False),
     Binding("f10", "toggle_wire", "Wire", show=False),
+    # the document view (document_view.py); Ctrl+T: free in the message box (a TextArea)
+    # and in terminals (F11 is often their full screen, Ctrl+E the box's line end)
+    Binding("ctrl+t", "toggle_document", "Document", show=False, priority=True),
     # step mode (step_mode.py); priority: the message box and the search box do not take it
     Binding("f12", "step_mode", "Step mode", show=False, priority=True),
     Binding("ctrl+n", "new_conversation", "New"),
@@ -63,6 +66,9 @@ class KeyActions(_Base):
         yield SystemCommand("Markdown", "Render finished replies as Markdown (F4)", self.action_toggle_markdown)
         yield SystemCommand("Token boundaries", "Show where each token starts (F6)", self.action_toggle_boundaries)
         yield SystemCommand("Probability colours", "Colour tokens by their probability (F7)", self.action_toggle_colours)
+        yield SystemCommand(
+            "Document view", "The exact text the model reads, token by token ⇄ the chat (Ctrl+T)", self.action_toggle_document,
+        )
         yield SystemCommand("Wire view", "The side panel: the loop ⇄ the SSE lines on the wire (F10)", self.action_toggle_wire)
         yield SystemCommand(
             "Wire view: fold long values", "Fold / unfold the loopchat extension and top_logprobs (or click the view)",
@@ -212,6 +218,21 @@ class KeyActions(_Base):
         self.prefs.wire_view = not self.prefs.wire_view
         self._save_prefs()
         self.show_wire_view(self.prefs.wire_view)
+
+    def action_toggle_document(self) -> None:
+        """The transcript ⇄ the document the model reads (the selected token's reply, or
+        the latest); the document's cursor keys work while it shows."""
+        doc = self.document
+        on = not doc.display
+        doc.display = on
+        self.transcript.display = not on
+        self.query_one("#legend").display = self.prefs.prob_colours and not on
+        if on:
+            self._refresh_panel()
+            doc.body.focus()
+        else:
+            doc.show(None)  # its rows go: made again, for the reply of the moment, next time
+            (self.transcript if self.prompt.disabled else self.prompt).focus()  # a replay: no box
 
     def action_toggle_wire_fold(self) -> None:
         self.prefs.wire_folded = not self.prefs.wire_folded

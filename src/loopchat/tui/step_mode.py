@@ -193,13 +193,12 @@ class StepActions(_Base):
         listed = {c.token_id: (c.prob, sampled.get(c.token_id)) for c in p.raw_top}
 
         def done(token: int | None) -> None:
-            if token is None:
-                return
-            try:
-                s.pick(token)
-            except Refused as exc:
-                self.notify(str(exc), timeout=2)
-            self.sync_step_mode()
+            if token is not None:
+                try:
+                    s.pick(token)
+                except Refused as exc:  # e.g. the reply was stopped meanwhile
+                    self.notify(str(exc), timeout=2)
+            self.call_after_refresh(self.sync_step_mode)  # after the focus came back from the search
 
         self.push_screen(TokenSearch(vocabulary, self.backend.pending_probs, listed), done)
 
@@ -218,16 +217,16 @@ class StepActions(_Base):
         """Once a frame: the die bar shown while in step mode (or armed); the focus on it
         when the loop stops, back to the message box when step mode ends."""
         s = self.session
+        bar = self.step_bar
+        if not s.stepping and bar.has_focus:  # (also when a search closed after the reply ended)
+            self.prompt.focus()
         state = (s.stepping or s.step_armed, s.stopped, s.pending)
         if state == self._step_state:
             return
         before = self._step_state or (False, False, None)
         self._step_state = state
-        bar = self.step_bar
         bar.display = state[0]
         bar.update(self.step_bar_text())
         self._panel_dirty = True
         if state[1] and not before[1] and self.screen is self.screen_stack[0] and self.focused is not bar:
             bar.focus()
-        elif not s.stepping and bar.has_focus:
-            self.prompt.focus()

@@ -1,0 +1,598 @@
+"""The document view (Ctrl+T): the transcript's place shows the exact text the model
+reads for one reply, token by token.
+
+The model does not see messages: it continues one text, the chat template's rendering
+with its control tokens. This view draws that text from the reply's Start event
+(`prompt_token_texts`: what each prompt token adds; joined, the exact text, BOS
+included), sets the template's control tokens apart (`prompt_special`), marks where the
+reply begins and follows it with the reply's own tokens (its steps' texts). Token
+boundaries are alternating backgrounds; a cursor (←/→, ↑/↓, PgUp/PgDn, Home/End) walks
+the tokens and the line at the bottom names the one under it: `id · 'piece' · position`.
+The header says how many tokens the prompt has, how many the prefill took from the KV
+cache and how many it evaluated, and what the context policy dropped.
+
+A trace from before `prompt_token_texts` was recorded: the prompt is shown as its text
+(`Start.prompt_text`) with no boundaries, and the header says so.
+
+Cheap: a reply's rows are made once for a width (`DocumentLines`) and a live reply only
+appends its new steps' tokens; the body is a line-API scroll view that turns only the
+rows on screen into Strips, keeps them, and on a cursor move repaints the rows of the
+two tokens concerned, so a 4,000-token context scrolls at the cost of one screen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widget import Widget
+
+from ..events import Start, Step
+from .conversation import ReplyRecord
+from .fast_static import FastStatic, Line
+
+# token kinds
+PROMPT = "prompt"  # text of the prompt (the template's words and the messages)
+CONTROL = "control"  # a control token the chat template wrote (<|im_start|>, <bos>...)
+PREFIX = "prefix"  # a branch: the reply's first tokens, chosen earlier (texts not recorded)
+REPLY = "reply"  # a token the reply drew
+STOP = "stop"  # the end-of-generation token that ended the reply
+TEXT = "text"  # an older trace: the whole prompt as its text, no token boundaries
+
+_BG = ("#262d38", "#36405a")  # alternating token backgrounds (as F6 for replies)
+_FG = {
+    PROMPT: Style(color="#d0d0d0"),
+    CONTROL: Style(color="#ff87d7", bold=True),
+    PREFIX: Style(color="#87afd7", italic=True),
+    REPLY: Style(color="#ffaf5f"),
+    STOP: Style(color="#ff87d7", bold=True),
+    TEXT: Style(color="#d0d0d0"),
+}
+_CURSOR = Style(color="black", bgcolor="#ffaf00", bold=True)
+_MARK = Style(color="#ffaf5f", bold=True)
+_RULE = Style(color="#5f5f5f")
+HEAD = Style.parse("bold #87d7ff")
+LABEL = Style.parse("#8a8a8a")
+_NOTE = Style.parse("italic #ffd75f")
+_STATUS = Style.parse("#d0d0d0")
+_STATUS_KEY = Style.parse("bold #ffaf00")
+
+#: how a character that would not show is drawn (the others are drawn as they are)
+VISIBLE = {"\n": "↵", "\t": "→", "\r": "␍"}
+REPLY_MARK = "──▶ the reply begins here"
+#: rows PgUp / PgDn move the cursor when the view has no height yet
+_PAGE = 20
+
+
+def shown_form(text: str) -> str:
+    """`text` as the view's rows show it once joined (DocumentLines.shown_text): each
+    newline drawn as ↵ and a break, tabs and carriage returns as arrows."""
+    return text.replace("\n", "↵\n").replace("\t", "→").replace("\r", "␍")
+
+
+@dataclass(slots=True)
+class DocToken:
+    text: str  # what it adds to the document
+    token_id: int | None
+    kind: str
+    position: int | None  # its place in the context (0 = the first token)
+    step: Step | None = None  # a reply token's step
+    first_row: int = 0
+    last_row: int = 0
+
+
+def _style(kind: str, index: int) -> Style:
+    fg = _FG[kind]
+    if kind == TEXT:
+        return fg
+    return fg + Style(bgcolor=_BG[index % 2])
+
+
+class DocumentLines:
+    """The document's rows at one width, made once; tokens are only appended.
+
+    A row is a list of (text, style, token index) pieces; `hard[r]` says row r ends at a
+    newline of the text (else the text wraps on to the next row); a marker row (the
+    reply's start) is not part of the text."""
+
+    def __init__(self, width: int) -> None:
+        self.width = max(4, width)
+        self.tokens: list[DocToken] = []
+        self.rows: list[list[tuple[str, Style, int]]] = [[]]
+        self.hard: list[bool] = [False]
+        self.markers: set[int] = set()
+        self._col = 0
+
+    def add(self, token: DocToken) -> None:
+        index = len(self.tokens)
+        self.tokens.append(token)
+        if self._col >= self.width:
+            self._new_row()
+        token.first_row = len(self.rows) - 1
+        style = _style(token.kind, index)
+        parts = token.text.split("\n")
+        for k, part in enumerate(parts):
+            if part:
+                self._put(part.replace("\t", "→").replace("\r", "␍"), style, index)
+            if k < len(parts) - 1:
+                self._put("↵", style, index)
+                self.hard[-1] = True
+                self._new_row()
+        if not token.text:  # nothing to show (a stop token's empty text): its piece
+            self._put("∅", style, index)
+        token.last_row = len(self.rows) - 1
+        if self._col == 0 and len(self.rows) > 1 and not self.rows[-1]:
+            token.last_row = len(self.rows) - 2  # its ↵ ended the row above
+
+    def mark(self, label: str) -> None:
+        """A marker row (not text): starts on a fresh row."""
+        if self._col:
+            self._new_row()
+        self.rows[-1].append((label, _MARK, -1))
+        self.markers.add(len(self.rows) - 1)
+        self._new_row()
+
+    def _new_row(self) -> None:
+        self.rows.append([])
+        self.hard.append(False)
+        self._col = 0
+
+    def _put(self, s: str, style: Style, index: int) -> None:
+        width = self.width
+        while s:
+            room = width - self._col
+            if room <= 0:
+                self._new_row()
+                room = width
+            if s.isascii():
+                chunk, s = s[:room], s[room:]
+                cells = len(chunk)
+            else:
+                cells = 0
+                n = 0
+                for ch in s:
+                    w = cell_len(ch)
+                    if cells + w > room:
+                        break
+                    cells += w
+                    n += 1
+                if n == 0:
+                    if self._col == 0:  # a wide character in a 1-cell view: take it anyway
+                        n, cells = 1, cell_len(s[0])
+                    else:
+                        self._new_row()
+                        continue
+                chunk, s = s[:n], s[n:]
+            self.rows[-1].append((chunk, style, index))
+            self._col += cells
+
+    @property
+    def height(self) -> int:
+        rows = len(self.rows)
+        return rows - 1 if rows > 1 and not self.rows[-1] else rows
+
+    def line(self, row: int, cursor: int | None) -> Line:
+        return tuple((s, _CURSOR if i == cursor and i >= 0 else style) for s, style, i in self.rows[row])
+
+    def shown_text(self) -> str:
+        """The rows' texts joined as the document (marker rows left out, a wrapped row
+        joined to the next): `shown_form(the document's text)`."""
+        out = []
+        for r in range(self.height):
+            if r in self.markers:
+                continue
+            out.append("".join(s for s, _, _ in self.rows[r]))
+            if self.hard[r]:
+                out.append("\n")
+        return "".join(out)
+
+    def token_at(self, row: int, col: int) -> int | None:
+        """The token drawn at (row, col), or the nearest on that row before it."""
+        if not (0 <= row < len(self.rows)):
+            return None
+        best = None
+        x = 0
+        for s, _, i in self.rows[row]:
+            if i >= 0:
+                if best is None or x <= col:
+                    best = i
+            x += cell_len(s)
+            if x > col and best is not None:
+                break
+        return best
+
+
+def document_tokens(rec: ReplyRecord) -> tuple[list[DocToken], int]:
+    """The prompt's tokens, then the reply's; and the index of the first reply token."""
+    start = rec.start
+    tokens: list[DocToken] = []
+    if start is not None:
+        tokens.extend(prompt_tokens(start))
+    return tokens, len(tokens)
+
+
+def prompt_tokens(start: Start) -> list[DocToken]:
+    ids = start.prompt_token_ids or ()
+    texts = start.prompt_token_texts
+    if texts and len(texts) == len(ids):
+        special = set(start.prompt_special)
+        return [
+            DocToken(t, i, CONTROL if p in special else PROMPT, p) for p, (i, t) in enumerate(zip(ids, texts))
+        ]
+    if start.prompt_text is not None:
+        return [DocToken(start.prompt_text, None, TEXT, None)]
+    return []
+
+
+def step_token(start: Start | None, st: Step) -> DocToken:
+    n_prompt = len(start.prompt_token_ids or ()) if start is not None else 0
+    if st.is_stop:
+        return DocToken(st.piece, st.token_id, STOP, n_prompt + st.index, st)
+    return DocToken(st.text, st.token_id, REPLY, n_prompt + st.index, st)
+
+
+class DocumentBody(ScrollView, can_focus=True):
+    """The document's rows; only the rows on screen become Strips, kept until they change."""
+
+    BINDINGS = [
+        Binding("left", "move(-1)", "Previous token", show=False),
+        Binding("right", "move(1)", "Next token", show=False),
+        Binding("up", "row(-1)", "Line up", show=False),
+        Binding("down", "row(1)", "Line down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "edge(0)", "First token", show=False),
+        Binding("end", "edge(1)", "Last token", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    DocumentBody {
+        height: 1fr;
+        padding: 0 1;
+        scrollbar-size-vertical: 1;
+        overflow-x: hidden;
+        overflow-y: scroll;
+    }
+    """
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.doc = DocumentLines(80)
+        self.cursor: int | None = None
+        self._strips: dict[int, Strip] = {}
+        self._key: tuple | None = None
+
+    # ---- content --------------------------------------------------------------------
+    def set_doc(self, doc: DocumentLines) -> None:
+        self.doc = doc
+        self._strips.clear()
+        self._resize()
+        self.refresh()
+
+    def grew(self, first_row: int) -> None:
+        """Rows from `first_row` on changed or were added (a live reply's new tokens)."""
+        for r in [r for r in self._strips if r >= first_row]:
+            del self._strips[r]
+        self._resize()
+        self._refresh_rows(first_row, self.doc.height)
+
+    def _resize(self) -> None:
+        size = Size(self.doc.width, self.doc.height)
+        if size != self.virtual_size:
+            self.virtual_size = size
+
+    def _refresh_rows(self, first: int, last: int) -> None:
+        y0 = self.scroll_offset.y
+        view = self.scrollable_content_region
+        top, bottom = max(0, first - y0), min(last + 1 - y0, view.height)
+        if bottom > top:
+            self.refresh(Region(0, top, view.width, bottom - top))
+
+    @property
+    def text_width(self) -> int:
+        return max(4, self.scrollable_content_region.width or self.size.width or 80)
+
+    # ---- cursor ---------------------------------------------------------------------
+    def set_cursor(self, index: int | None, scroll: bool = True) -> None:
+        tokens = self.doc.tokens
+        if index is not None and tokens:
+            index = max(0, min(index, len(tokens) - 1))
+        elif not tokens:
+            index = None
+        old, self.cursor = self.cursor, index
+        for i in (old, index):
+            if i is not None and i < len(tokens):
+                t = tokens[i]
+                for r in range(t.first_row, t.last_row + 1):
+                    self._strips.pop(r, None)
+                self._refresh_rows(t.first_row, t.last_row)
+        if scroll and index is not None:
+            self.reveal(tokens[index])
+        if old != index and self.parent is not None:
+            self.parent.cursor_moved()  # type: ignore[attr-defined]
+
+    def reveal(self, t: DocToken) -> None:
+        y0 = self.scroll_offset.y
+        height = self.scrollable_content_region.height or 1
+        if t.first_row < y0:
+            self.scroll_to(y=t.first_row, animate=False, immediate=True)
+        elif t.last_row >= y0 + height:
+            self.scroll_to(y=max(t.first_row, t.last_row - height + 1), animate=False, immediate=True)
+
+    def action_move(self, by: int) -> None:
+        if self.doc.tokens:
+            self.set_cursor((self.cursor if self.cursor is not None else -by) + by)
+
+    def _to_row(self, row: int) -> None:
+        doc = self.doc
+        if not doc.tokens:
+            return
+        cur = doc.tokens[self.cursor or 0]
+        row = max(0, min(row, doc.height - 1))
+        col = 0
+        x = 0
+        for s, _, i in doc.rows[cur.first_row]:
+            if i == self.cursor:
+                col = x
+                break
+            x += cell_len(s)
+        step = 1 if row >= cur.first_row else -1
+        while 0 <= row < doc.height:
+            i = doc.token_at(row, col)
+            if i is not None and i != self.cursor:
+                self.set_cursor(i)
+                return
+            row += step
+        self.set_cursor(len(doc.tokens) - 1 if step > 0 else 0)
+
+    def action_row(self, by: int) -> None:
+        if self.doc.tokens:
+            cur = self.doc.tokens[self.cursor or 0]
+            self._to_row(cur.last_row + 1 if by > 0 else cur.first_row - 1)
+
+    def action_page(self, by: int) -> None:
+        if self.doc.tokens:
+            page = max(1, (self.scrollable_content_region.height or _PAGE) - 1)
+            cur = self.doc.tokens[self.cursor or 0]
+            self._to_row((cur.last_row if by > 0 else cur.first_row) + by * page)
+
+    def action_edge(self, end: int) -> None:
+        if self.doc.tokens:
+            self.set_cursor(len(self.doc.tokens) - 1 if end else 0)
+
+    # ---- drawing --------------------------------------------------------------------
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+
+    def on_resize(self, event: Any) -> None:
+        if self.parent is not None:
+            self.parent.width_changed(self.text_width)  # type: ignore[attr-defined]
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        base = self.visual_style.rich_style
+        key = (width, base)
+        if key != self._key:
+            self._key = key
+            self._strips.clear()
+        row = scroll_y + y
+        strip = self._strips.get(row)
+        if strip is None:
+            if row >= self.doc.height:
+                return Strip.blank(width, base)
+            segments = [Segment(s, base + style) for s, style in self.doc.line(row, self.cursor)]
+            strip = Strip(segments).crop_extend(0, width, base)
+            self._strips[row] = strip
+        return strip
+
+
+class DocumentView(Widget):
+    """A header (the reply's prefill and context figures), the body, the cursor's line."""
+
+    DEFAULT_CSS = """
+    DocumentView {
+        height: 1fr;
+        layout: vertical;
+    }
+    DocumentView > #doc-head {
+        height: auto;
+        padding: 0 1;
+        background: $boost;
+    }
+    DocumentView > #doc-status {
+        height: 1;
+        padding: 0 1;
+        background: $boost;
+    }
+    """
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.head = FastStatic(id="doc-head")
+        self.body = DocumentBody(id="doc-body")
+        self.status = FastStatic(id="doc-status")
+        self.record: ReplyRecord | None = None
+        self.reply_start = 0  # index of the reply's first token (its marker row is above it)
+        self.fallback = False  # an older trace: the prompt as its text, no boundaries
+        self._steps = 0  # the record's steps laid out so far
+        self._selected: int | None = None  # the transcript's selected step shown
+        self._head_key: tuple | None = None
+        self._start: Start | None = None  # the Start the rows were made from
+
+    def compose(self) -> ComposeResult:
+        yield self.head
+        yield self.body
+        yield self.status
+
+    @property
+    def doc(self) -> DocumentLines:
+        return self.body.doc
+
+    @property
+    def cursor_token(self) -> DocToken | None:
+        c = self.body.cursor
+        return self.doc.tokens[c] if c is not None and c < len(self.doc.tokens) else None
+
+    # ---- what is shown ----------------------------------------------------------------
+    def show(self, rec: ReplyRecord | None, selected: int | None = None) -> None:
+        """Show the document of `rec` (None: no reply yet), laid out once, then only its
+        new steps; `selected`: a step index to put the cursor on."""
+        if rec is not self.record or (rec is not None and rec.start is not self._start):
+            self.record = rec
+            self._build()
+        elif rec is not None and len(rec.steps) > self._steps:
+            first = self.doc.height - 1
+            for st in rec.steps[self._steps :]:
+                self.doc.add(step_token(rec.start, st))
+            self._steps = len(rec.steps)
+            self.body.grew(max(0, first))
+        if selected is not None and selected != self._selected:
+            self._selected = selected
+            self._cursor_on_step(selected)
+        elif selected is None:
+            self._selected = None
+        self._header()
+
+    def _build(self) -> None:
+        rec = self.record
+        doc = DocumentLines(self.body.text_width)
+        self.fallback = False
+        self.reply_start = 0
+        self._steps = 0
+        self._selected = None
+        self._start = rec.start if rec is not None else None
+        if rec is not None and rec.start is not None:
+            start = rec.start
+            for t in prompt_tokens(start):
+                doc.add(t)
+            self.fallback = bool(doc.tokens) and doc.tokens[0].kind == TEXT
+            doc.mark(REPLY_MARK + (f" (a branch: {len(start.reply_prefix)} tokens chosen earlier first)" if start.reply_prefix else ""))
+            self.reply_start = len(doc.tokens)
+            n_prompt = len(start.prompt_token_ids or ())
+            for k, tid in enumerate(start.reply_prefix):
+                doc.add(DocToken(f"⟨{tid}⟩", tid, PREFIX, n_prompt + k))
+            for st in rec.steps:
+                doc.add(step_token(start, st))
+            self._steps = len(rec.steps)
+        self.body.cursor = None
+        self.body.set_doc(doc)
+        if doc.tokens:
+            first = min(self.reply_start, len(doc.tokens) - 1)
+            self.body.scroll_to(y=max(0, doc.tokens[first].first_row - 3), animate=False, immediate=True)
+            self.body.set_cursor(first, scroll=False)
+        self.cursor_moved()
+
+    def _cursor_on_step(self, index: int) -> None:
+        for i in range(self.reply_start, len(self.doc.tokens)):
+            st = self.doc.tokens[i].step
+            if st is not None and st.index == index:
+                self.body.set_cursor(i)
+                return
+
+    def width_changed(self, width: int) -> None:
+        if width != self.doc.width and self.record is not None:
+            cursor = self.body.cursor
+            self._build()
+            if cursor is not None:
+                self.body.set_cursor(cursor)
+        elif width != self.doc.width:
+            self.body.set_doc(DocumentLines(width))
+
+    # ---- header and status --------------------------------------------------------------
+    def _header(self) -> None:
+        rec = self.record
+        key = (
+            rec, self.head.content_size.width, self.fallback,
+            rec is not None and rec.prefill, rec is not None and rec.trimmed, rec is not None and rec.done,
+            rec is not None and len(rec.steps),
+        )
+        if key == self._head_key:
+            return
+        self._head_key = key
+        self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80))
+
+    def cursor_moved(self) -> None:
+        self.status.set_lines([status_line(self.cursor_token, len(self.doc.tokens), self.body.cursor)])
+
+
+def header_lines(rec: ReplyRecord | None, fallback: bool, width: int) -> list[Line]:
+    from .wire_view import _pieces_rows
+
+    rows: list[list[tuple[str, Style]]] = []
+    if rec is None:
+        rows.append([("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)])
+        return [r for p in rows for r in _pieces_rows(p, width)]
+    start = rec.start
+    rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
+    if start is None:
+        rows.append([("waiting for the prompt…", _NOTE)])
+        return [r for p in rows for r in _pieces_rows(p, width)]
+    n_prompt = len(start.prompt_token_ids) if start.prompt_token_ids is not None else None
+    parts: list[tuple[str, Style]] = []
+    if n_prompt is None:
+        parts.append(("prompt: not given by the server", LABEL))
+    else:
+        control = len(start.prompt_special)
+        parts.append((f"prompt {n_prompt:,} tokens" + (f" ({control} control)" if control else ""), _STATUS))
+    p = rec.prefill
+    if p is not None:
+        parts.append((f" · KV cache: {p.reused_tokens:,} reused, {p.evaluated_tokens:,} evaluated", _STATUS))
+    elif not rec.done:
+        parts.append((" · prefill running…", _NOTE))
+    else:
+        parts.append((" · prefill: not recorded", LABEL))
+    n_reply = sum(1 for s in rec.steps if not s.is_stop)
+    parts.append((f" · reply {n_reply:,} tokens" + ("" if rec.done else " so far"), _STATUS))
+    rows.append(parts)
+    t = rec.trimmed
+    if t is not None:
+        rows.append([(
+            f"context policy ({t.policy}): {t.dropped_messages} message(s) dropped, "
+            f"{t.prompt_tokens_before:,} → {t.prompt_tokens_after:,} tokens (n_ctx {t.n_ctx:,})", _NOTE,
+        )])
+    else:
+        rows.append([("context policy: nothing dropped", LABEL)])
+    if fallback:
+        rows.append([("an older trace: no per-token texts recorded, so the prompt is its text, "
+                      "without token boundaries or ids", _NOTE)])
+    elif n_prompt is None:
+        rows.append([("the server did not send the prompt it built: only the reply's tokens are shown", _NOTE)])
+    rows.append([
+        ("control", _style(CONTROL, 0)), (" ", LABEL), ("prompt", _style(PROMPT, 1)), (" ", LABEL),
+        ("reply", _style(REPLY, 0)), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
+    ])
+    return [r for p in rows for r in _pieces_rows(p, width)]
+
+
+def status_line(t: DocToken | None, n: int, index: int | None) -> Line:
+    if t is None or index is None:
+        return (("no token", LABEL),)
+    what = {
+        PROMPT: "prompt", CONTROL: "control token", PREFIX: "reply, chosen earlier",
+        REPLY: "reply", STOP: "end of generation", TEXT: "the prompt's text",
+    }[t.kind]
+    if t.kind == TEXT:
+        return (("the prompt as its text", _STATUS_KEY), (" · no token boundaries or ids in this trace", LABEL))
+    tid = "not given" if t.token_id is None else str(t.token_id)
+    piece = t.step.piece if t.step is not None else t.text
+    out: list[tuple[str, Style]] = [
+        (f"id {tid}", _STATUS_KEY), (f" · {piece!r} · ", _STATUS),
+        (f"position {t.position}" if t.position is not None else "position ?", _STATUS),
+        (f" · {what}", LABEL),
+    ]
+    if t.step is not None:
+        out.append((f" step {t.step.index}", LABEL))
+    return tuple(out)
+
+
+__all__ = ["DocumentView", "DocumentLines", "shown_form", "header_lines", "status_line"]

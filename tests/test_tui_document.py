@@ -1,0 +1,296 @@
+"""The document view (Ctrl+T): the transcript's place shows the exact text the model
+reads, token by token, with the template's control tokens set apart, where the reply
+begins, each token's id under a cursor, the prefill's KV-cache figures and what the
+context policy dropped. Replayed traces (tests/data/document.jsonl, recorded with the
+per-token texts; tests/data/reply.jsonl, an older trace without them) and the real
+default model for a live reply."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from tui_fixtures import DATA, REPLY_TRACE, StepGate, wait_for, wait_run
+
+from loopchat.events import ContextTrimmed, Finish, Prefill, Step
+from loopchat.settings import SamplingSettings
+from loopchat.trace import read_trace
+from loopchat.tui.conversation import STREAM, ReplyRecord
+from loopchat.tui.document_view import (
+    _FG,
+    CONTROL,
+    PROMPT,
+    REPLY,
+    REPLY_MARK,
+    DocumentBody,
+    DocumentLines,
+    DocToken,
+    header_lines,
+    shown_form,
+)
+from loopchat.tui.launch import create_app
+from loopchat.tui.prefs import Prefs
+
+DOC_TRACE = DATA / "document.jsonl"
+SIZE = (120, 40)
+
+
+def replay_app(tmp_path, trace=DOC_TRACE, **prefs):
+    prefs.setdefault("markdown", False)
+    return create_app(replay=str(trace), replay_speed=0, prefs=Prefs(**prefs), prefs_path=tmp_path / "p.json")
+
+
+def plain(lines) -> str:
+    return "\n".join("".join(s for s, _ in line) for line in lines)
+
+
+def status(app) -> str:
+    return plain(app.document.status.lines)
+
+
+def head(app) -> str:
+    return plain(app.document.head.lines)
+
+
+def trace_record(path=DOC_TRACE) -> ReplyRecord:
+    _, traced = read_trace(path)
+    events = [t.event for t in traced]
+    rec = ReplyRecord(1, STREAM, events[0].messages, start=events[0])
+    for ev in events[1:]:
+        if isinstance(ev, Prefill):
+            rec.prefill = ev
+        elif isinstance(ev, Step):
+            rec.steps.append(ev)
+        elif isinstance(ev, Finish):
+            rec.finish = ev
+    return rec
+
+
+async def shown(pilot) -> None:
+    """The played trace has ended and Ctrl+T shows its document."""
+    await wait_run(pilot, 10)
+    await pilot.press("ctrl+t")
+    await pilot.pause()
+
+
+# ------------------------------------------------------------ a recorded trace ----
+async def test_ctrl_t_shows_the_exact_text_and_back(tmp_path) -> None:
+    app = replay_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await shown(pilot)
+        doc = app.document
+        assert doc.display and not app.transcript.display
+        assert isinstance(app.focused, DocumentBody)  # the cursor keys go to the document
+        start = app.conversation.replies[0].start
+        rec = app.conversation.replies[0]
+        texts = start.prompt_token_texts
+        assert len(texts) == len(start.prompt_token_ids) == 35
+        assert "".join(texts) == start.prompt_text  # joined: the exact text
+        reply = "".join(s.text if not s.is_stop else s.piece for s in rec.steps)
+        assert doc.doc.shown_text() == shown_form("".join(texts) + reply)
+        # the rows on screen are the document's rows: the first is the template's start
+        rows = [strip.text for strip in doc.body.render_lines(doc.body.size.region)]
+        assert rows[0].strip() == "<|im_start|>system↵"
+        # where the reply begins: a marker row, the cursor on the reply's first token
+        marker = next(iter(doc.doc.markers))
+        assert doc.doc.rows[marker][0][0] == REPLY_MARK
+        assert doc.doc.tokens[doc.reply_start].first_row == marker + 1
+        assert status(app) == f"id {rec.steps[0].token_id} · {rec.steps[0].piece!r} · position 35 · reply step 0"
+        # the header: the prompt, the prefill's reuse, the context policy
+        h = head(app)
+        assert "Reply 1" in h and "prompt 35 tokens (5 control)" in h
+        assert f"KV cache: {rec.prefill.reused_tokens} reused, {rec.prefill.evaluated_tokens} evaluated" in h
+        assert "context policy: nothing dropped" in h and "older trace" not in h
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert app.transcript.display and not doc.display
+        assert app.prompt.disabled and app.focused is app.transcript  # a replay has no message box
+
+
+async def test_control_tokens_are_set_apart(tmp_path) -> None:
+    app = replay_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await shown(pilot)
+        doc = app.document.doc
+        start = app.conversation.replies[0].start
+        assert start.prompt_special == (0, 19, 21, 29, 31)
+        for i, t in enumerate(doc.tokens[: len(start.prompt_token_ids)]):
+            assert t.kind == (CONTROL if i in start.prompt_special else PROMPT)
+            styles = {style for row in doc.rows[t.first_row : t.last_row + 1] for s, style, k in row if k == i}
+            fg = {s.color for s in styles}
+            assert fg == {_FG[t.kind].color}, (i, t)
+            assert all(s.bold for s in styles) == (t.kind == CONTROL)
+        # token boundaries: neighbours on alternating backgrounds
+        bgs = [doc.rows[t.first_row][[k for _, _, k in doc.rows[t.first_row]].index(i)][1].bgcolor for i, t in enumerate(doc.tokens[:6])]
+        assert bgs[0] != bgs[1] and bgs[0] == bgs[2] and bgs[1] == bgs[3]
+
+
+async def test_the_cursor_names_each_prompt_token_id(tmp_path) -> None:
+    app = replay_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await shown(pilot)
+        start = app.conversation.replies[0].start
+        await pilot.press("home")
+        for pos, (tid, text) in enumerate(zip(start.prompt_token_ids, start.prompt_token_texts)):
+            assert status(app).startswith(f"id {tid} · {text!r} · position {pos} · "), status(app)
+            await pilot.press("right")
+        assert app.document.cursor_token.kind == REPLY  # right after the prompt: the reply
+
+
+async def test_cursor_keys(tmp_path) -> None:
+    app = replay_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await shown(pilot)
+        body = app.document.body
+        doc = app.document.doc
+        n = len(doc.tokens)
+        first = app.document.reply_start
+        assert body.cursor == first
+        await pilot.press("left")
+        assert body.cursor == first - 1  # the prompt's last token ("\n" after assistant)
+        await pilot.press("right", "right")
+        assert body.cursor == first + 1
+        await pilot.press("end")
+        assert body.cursor == n - 1
+        await pilot.press("home")
+        assert body.cursor == 0 and doc.tokens[0].first_row == 0
+        await pilot.press("down")
+        assert doc.tokens[body.cursor].first_row == 1  # "You", on the row under <|im_start|>system
+        await pilot.press("up")
+        assert doc.tokens[body.cursor].first_row == 0
+        await pilot.press("pagedown")
+        assert doc.tokens[body.cursor].first_row > 1  # a page down (the document is shorter: its end)
+        await pilot.press("pageup")
+        assert doc.tokens[body.cursor].first_row == 0
+        await pilot.press("left")  # at the first token: stays
+        assert body.cursor == 0
+
+
+async def test_an_older_trace_falls_back_to_the_prompt_text(tmp_path) -> None:
+    app = replay_app(tmp_path, trace=REPLY_TRACE)
+    async with app.run_test(size=SIZE) as pilot:
+        await shown(pilot)
+        start = app.conversation.replies[0].start
+        assert not start.prompt_token_texts
+        doc = app.document
+        assert doc.fallback
+        assert "an older trace: no per-token texts recorded" in head(app)
+        assert doc.doc.shown_text().startswith(shown_form(start.prompt_text))
+        await pilot.press("home")
+        assert status(app).startswith("the prompt as its text · no token boundaries or ids")
+        await pilot.press("right")
+        st = app.conversation.replies[0].steps[0]
+        assert status(app).startswith(f"id {st.token_id} · {st.piece!r} · position {len(start.prompt_token_ids)}")
+
+
+async def test_the_selected_token_is_the_cursor(tmp_path) -> None:
+    app = replay_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_run(pilot, 10)
+        await pilot.press("alt+left", "alt+left")  # the reply's last tokens
+        await pilot.pause()
+        step = app.selection[1]
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert app.document.cursor_token.step.index == step
+        await pilot.press("escape")  # the selection goes: the latest reply, its start
+        await pilot.pause()
+        assert app.document.display
+
+
+def test_the_header_says_what_the_context_policy_dropped() -> None:
+    rec = trace_record()
+    rec.trimmed = ContextTrimmed("drop oldest turns", 4, 5012, 3890, 4096)
+    text = plain(header_lines(rec, False, 200))
+    assert "context policy (drop oldest turns): 4 message(s) dropped, 5,012 → 3,890 tokens (n_ctx 4,096)" in text
+    assert "nothing dropped" not in text
+
+
+def test_rows_wrap_and_keep_every_character() -> None:
+    doc = DocumentLines(7)
+    for i, t in enumerate(["<|im_start|>", "user", "\n", "héllo", " wörld", "\t", "日本語", "\n"]):
+        doc.add(DocToken(t, i, PROMPT, i))
+    assert all(sum(len(s) for s, _, _ in row) <= 7 for row in doc.rows)
+    assert doc.shown_text() == shown_form("<|im_start|>user\nhéllo wörld\t日本語\n")
+    assert doc.tokens[0].first_row == 0 and doc.tokens[0].last_row == 1  # 12 cells in rows of 7
+
+
+def test_a_4000_token_context_is_laid_out_at_once_and_drawn_a_screen_at_a_time() -> None:
+    rec = trace_record()
+    words = [" the", " loop", " reads", " one", " text", ".\n"] * 700
+    t0 = time.perf_counter()
+    doc = DocumentLines(100)
+    for i, w in enumerate(words[:4000]):
+        doc.add(DocToken(w, i, PROMPT, i))
+    for st in rec.steps:
+        doc.add(DocToken(st.text, st.token_id, REPLY, 4000 + st.index, st))
+    ms = (time.perf_counter() - t0) * 1000
+    assert len(doc.tokens) == 4000 + len(rec.steps)
+    assert ms < 500, f"{ms:.0f} ms to lay out 4,000 tokens"
+
+
+# ------------------------------------------------------------------- the snapshot ----
+def test_document_view_snapshot(snap_compare, tmp_path) -> None:
+    async def run_before(pilot) -> None:
+        await shown(pilot)
+        await pilot.press("right", "right")
+        await pilot.pause()
+
+    assert snap_compare(replay_app(tmp_path), terminal_size=SIZE, run_before=run_before)
+
+
+# ---------------------------------------------------------------------- live ----
+@pytest.fixture(scope="module")
+def backend():
+    from loopchat.backends.live import LiveBackend
+
+    b = LiveBackend(None, None, threads=1)
+    b.start()
+    deadline = time.monotonic() + 60
+    while b.ready is None:
+        assert time.monotonic() < deadline, "the default model did not load"
+        time.sleep(0.05)
+    yield b
+    b.close()
+
+
+async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend, tmp_path) -> None:
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=3, max_tokens=24, temperature=0.8), history=False,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        gate = StepGate(app, after=4)
+        await pilot.press(*"Write a short poem about the sea.", "enter")
+        await wait_for(pilot, lambda: gate.holding and app.steps_seen >= 4, 30, "the first steps")
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        doc = app.document
+        rec = app.current
+        assert doc.record is rec and not rec.done
+        assert "so far" in head(app)
+        n_prompt = len(rec.start.prompt_token_ids)
+        engine = backend.worker._engine
+        assert engine.tokenize(rec.start.prompt_text) == list(rec.start.prompt_token_ids)
+        assert [t.token_id for t in doc.doc.tokens[:n_prompt]] == list(rec.start.prompt_token_ids)
+        before = len(doc.doc.tokens)
+        gate.release()
+        await wait_run(pilot)
+        await pilot.pause()
+        assert len(doc.doc.tokens) == n_prompt + len(rec.steps) > before  # the reply's steps, appended
+        assert [t.token_id for t in doc.doc.tokens[n_prompt:]] == [s.token_id for s in rec.steps]
+        await pilot.press("home")
+        for pos, tid in enumerate(rec.start.prompt_token_ids[:5]):
+            assert status(app).startswith(f"id {tid} · "), status(app)
+            await pilot.press("right")
+        # a second turn: the document is the new reply's, its prefill reused the cache
+        await pilot.press("ctrl+t")
+        await pilot.press(*"Thanks", "enter")
+        await wait_run(pilot)
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        second = app.conversation.replies[1]
+        assert doc.record is second and second.prefill.reused_tokens > 0
+        assert f"KV cache: {second.prefill.reused_tokens} reused" in head(app)
+        assert doc.doc.shown_text().startswith(shown_form(second.start.prompt_text))
