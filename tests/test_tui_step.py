@@ -229,3 +229,26 @@ async def test_a_search_left_with_esc_keeps_the_die_and_ctrl_c_in_it_stops(backe
         await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
         await wait_for(pilot, lambda: isinstance(app.focused, PromptArea), 5, "the focus back on the box")
         assert app.current.steps == [] and app.current.finish.reason == FinishReason.CANCELLED
+
+
+async def test_f2_while_stopped_reshapes_the_die_then_enter_draws_from_it(backend, tmp_path) -> None:
+    from loopchat.tui.settings_dialog import SettingsDialog
+
+    app = make_app(backend, tmp_path, temperature=0.8)
+    async with app.run_test(size=SIZE) as pilot:
+        await armed_and_sent(pilot)
+        s = app.session
+        before = s.pending
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
+        await pilot.press(*"0.1", "enter")  # a cold die: the most likely token nearly certain
+        await wait_for(pilot, lambda: s.pending is not None and s.pending is not before
+                       and s.pending.settings.temperature == pytest.approx(0.1), 10, "the reshaped die")
+        assert s.pending.sampled_top[0].prob > before.sampled_top[0].prob and app.current.steps == []
+        await wait_for(pilot, lambda: isinstance(app.focused, StepBar), 5, "the focus back on the die bar")
+        await pilot.press("enter")
+        await stopped_at(pilot, 1)
+        step = app.current.steps[0]
+        assert step.settings.temperature == pytest.approx(0.1) and step.chosen_by == "step"
+        await pilot.press("f12")
+        await wait_run(pilot)
