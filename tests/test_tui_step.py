@@ -252,3 +252,13 @@ async def test_f2_while_stopped_reshapes_the_die_then_enter_draws_from_it(backen
         assert step.settings.temperature == pytest.approx(0.1) and step.chosen_by == "step"
         await pilot.press("f12")
         await wait_run(pilot)
+
+
+async def test_the_command_palette_arms_step_mode(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        commands["Step mode"].callback()
+        await pilot.pause()
+        assert app.session.step_armed and app.step_bar.display

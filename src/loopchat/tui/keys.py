@@ -74,6 +74,10 @@ class KeyActions(_Base):
             "Wire view: fold long values", "Fold / unfold the loopchat extension and top_logprobs (or click the view)",
             self.action_toggle_wire_fold,
         )
+        yield SystemCommand(
+            "Step mode", "Stop the reply before its next draw, or arm the next reply; again: run freely (F12)",
+            self.action_step_mode,
+        )
         yield SystemCommand("Replay last reply in the other mode", "Same seed and settings (F9)", self.action_replay_other_mode)
         yield SystemCommand("Regenerate last reply", "With a new seed (F5)", self.action_regenerate)
         yield SystemCommand("Copy last reply", "To the clipboard (Ctrl+Y)", self.action_copy_reply)
