@@ -428,6 +428,7 @@ class DocumentView(Widget):
         self._selected: int | None = None  # the transcript's selected step shown
         self._head_key: tuple | None = None
         self._start: Start | None = None  # the Start the rows were made from
+        self._deferred = False  # rows to make once the body has its width
 
     def compose(self) -> ComposeResult:
         yield self.head
@@ -449,6 +450,7 @@ class DocumentView(Widget):
         new steps; `selected`: a step index to put the cursor on."""
         if rec is not self.record or (rec is not None and rec.start is not self._start):
             self.record = rec
+            self._selected = None
             self._build()
         elif rec is not None and len(rec.steps) > self._steps:
             first = self.doc.height - 1
@@ -465,11 +467,16 @@ class DocumentView(Widget):
 
     def _build(self) -> None:
         rec = self.record
+        if not self.body.size.width:  # just shown: laid out once its width is known (on_resize)
+            self._deferred = True
+            self._start = rec.start if rec is not None else None
+            self._steps = len(rec.steps) if rec is not None else 0
+            return
+        self._deferred = False
         doc = DocumentLines(self.body.text_width)
         self.fallback = False
         self.reply_start = 0
         self._steps = 0
-        self._selected = None
         self._start = rec.start if rec is not None else None
         if rec is not None and rec.start is not None:
             start = rec.start
@@ -490,7 +497,10 @@ class DocumentView(Widget):
             first = min(self.reply_start, len(doc.tokens) - 1)
             self.body.scroll_to(y=max(0, doc.tokens[first].first_row - 3), animate=False, immediate=True)
             self.body.set_cursor(first, scroll=False)
+        if self._selected is not None:
+            self._cursor_on_step(self._selected)
         self.cursor_moved()
+        self._header()
 
     def _cursor_on_step(self, index: int) -> None:
         for i in range(self.reply_start, len(self.doc.tokens)):
@@ -500,7 +510,7 @@ class DocumentView(Widget):
                 return
 
     def width_changed(self, width: int) -> None:
-        if width != self.doc.width and self.record is not None:
+        if self._deferred or (width != self.doc.width and self.record is not None):
             cursor = self.body.cursor
             self._build()
             if cursor is not None:
