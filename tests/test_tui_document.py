@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fixtures import DATA, REPLY_TRACE, StepGate, wait_for, wait_run
+from tui_fixtures import DATA, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
 
 from loopchat.events import ContextTrimmed, Finish, Prefill, Step
 from loopchat.settings import SamplingSettings
@@ -152,6 +152,11 @@ async def test_cursor_keys(tmp_path) -> None:
         assert body.cursor == first + 1
         await pilot.press("end")
         assert body.cursor == n - 1
+        # the cursor on a reply token: the loop panel shows its step (a selected token)
+        last = doc.tokens[n - 1].step
+        await pilot.pause()
+        assert app.selection == (1, last.index)
+        assert f"Forward pass {last.index + 1}" in panel_text(app)
         await pilot.press("home")
         assert body.cursor == 0 and doc.tokens[0].first_row == 0
         await pilot.press("down")

@@ -360,3 +360,6 @@ class LoopChatApp(StepActions, HistoryActions, KeyActions, App[int]):
 
     def on_transcript_token_selected(self, message: Transcript.TokenSelected) -> None:
         self.action_select_token(message.reply, message.step)
+
+    def on_document_view_step_under_cursor(self, message: DocumentView.StepUnderCursor) -> None:
+        self.action_select_token(message.reply, message.step)  # the panel shows that step

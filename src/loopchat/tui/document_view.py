@@ -31,6 +31,7 @@ from rich.style import Style
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
@@ -399,6 +400,15 @@ class DocumentBody(ScrollView, can_focus=True):
 class DocumentView(Widget):
     """A header (the reply's prefill and context figures), the body, the cursor's line."""
 
+    class StepUnderCursor(Message):
+        """The cursor is on a token of a finished reply: step `step` of reply `reply`
+        (the app shows that step in the loop panel, as a selected token)."""
+
+        def __init__(self, reply: int, step: int) -> None:
+            super().__init__()
+            self.reply = reply
+            self.step = step
+
     DEFAULT_CSS = """
     DocumentView {
         height: 1fr;
@@ -429,6 +439,7 @@ class DocumentView(Widget):
         self._head_key: tuple | None = None
         self._start: Start | None = None  # the Start the rows were made from
         self._deferred = False  # rows to make once the body has its width
+        self._building = False
 
     def compose(self) -> ComposeResult:
         yield self.head
@@ -473,6 +484,15 @@ class DocumentView(Widget):
             self._steps = len(rec.steps) if rec is not None else 0
             return
         self._deferred = False
+        self._building = True  # the cursor placed here is not the user's: no StepUnderCursor
+        try:
+            self._lay_out(rec)
+            self.cursor_moved()
+        finally:
+            self._building = False
+        self._header()
+
+    def _lay_out(self, rec: ReplyRecord | None) -> None:
         doc = DocumentLines(self.body.text_width)
         self.fallback = False
         self.reply_start = 0
@@ -499,8 +519,6 @@ class DocumentView(Widget):
             self.body.set_cursor(first, scroll=False)
         if self._selected is not None:
             self._cursor_on_step(self._selected)
-        self.cursor_moved()
-        self._header()
 
     def _cursor_on_step(self, index: int) -> None:
         for i in range(self.reply_start, len(self.doc.tokens)):
@@ -532,7 +550,15 @@ class DocumentView(Widget):
         self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80))
 
     def cursor_moved(self) -> None:
-        self.status.set_lines([status_line(self.cursor_token, len(self.doc.tokens), self.body.cursor)])
+        t = self.cursor_token
+        self.status.set_lines([status_line(t, len(self.doc.tokens), self.body.cursor)])
+        rec = self.record
+        if (
+            not self._building and t is not None and t.step is not None and rec is not None and rec.done
+            and t.step.index != self._selected
+        ):
+            self._selected = t.step.index
+            self.post_message(self.StepUnderCursor(rec.number, t.step.index))
 
 
 def header_lines(rec: ReplyRecord | None, fallback: bool, width: int) -> list[Line]:
