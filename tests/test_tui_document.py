@@ -203,6 +203,46 @@ async def test_the_selected_token_is_the_cursor(tmp_path) -> None:
         assert app.document.display
 
 
+async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_narrow_screen(tmp_path) -> None:
+    from tui_fixtures import FakeBackend
+
+    from loopchat.tui.app import LoopChatApp
+
+    app = LoopChatApp(FakeBackend(delay=0.002), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert app.document.display and "no reply yet" in head(app) and status(app) == "no token"
+        for key in ("left", "right", "up", "down", "pageup", "pagedown", "home", "end"):
+            await pilot.press(key)  # nothing to move over: no harm
+        await pilot.press("ctrl+t")  # back to the box, to type
+        await pilot.press(*"hi", "enter", "ctrl+t")
+        await wait_run(pilot)
+        await pilot.pause()
+        rec = app.conversation.replies[0]
+        assert app.document.record is rec and "Reply 1" in head(app)
+        # the fake's Start has a prompt text and no per-token texts: the fallback
+        assert app.document.fallback and app.document.doc.shown_text().startswith("prompt")
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert app.document.record is None and "no reply yet" in head(app)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert app.document.display
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert app.transcript.display and app.focused is app.prompt
+
+
+def test_a_server_that_sends_no_prompt() -> None:
+    import dataclasses
+
+    rec = trace_record()
+    rec.start = dataclasses.replace(rec.start, prompt_text=None, prompt_token_ids=None, prompt_token_texts=(), prompt_special=())
+    text = plain(header_lines(rec, False, 200))
+    assert "prompt: not given by the server" in text and "only the reply's tokens are shown" in text
+
+
 def test_the_header_says_what_the_context_policy_dropped() -> None:
     rec = trace_record()
     rec.trimmed = ContextTrimmed("drop oldest turns", 4, 5012, 3890, 4096)

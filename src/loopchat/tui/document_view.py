@@ -446,6 +446,9 @@ class DocumentView(Widget):
         yield self.body
         yield self.status
 
+    def on_mount(self) -> None:
+        self.cursor_moved()
+
     @property
     def doc(self) -> DocumentLines:
         return self.body.doc
@@ -463,6 +466,8 @@ class DocumentView(Widget):
             self.record = rec
             self._selected = None
             self._build()
+        elif self._deferred:  # laid out whole once the body has its width
+            pass
         elif rec is not None and len(rec.steps) > self._steps:
             first = self.doc.height - 1
             for st in rec.steps[self._steps :]:
