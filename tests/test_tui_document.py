@@ -339,3 +339,32 @@ async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend
         assert doc.record is second and second.prefill.reused_tokens > 0
         assert f"KV cache: {second.prefill.reused_tokens} reused" in head(app)
         assert doc.doc.shown_text().startswith(shown_form(second.start.prompt_text))
+
+
+async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back(backend, tmp_path) -> None:
+    from loopchat.tui.step_mode import StepBar
+
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=3, max_tokens=8, temperature=0.8), history=False,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("f12")  # armed: the next reply stops before its first draw
+        await pilot.press(*"Hello there", "enter")
+        await wait_for(pilot, lambda: app.session.stopped and isinstance(app.focused, StepBar), 30, "the stop")
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        doc = app.document
+        assert isinstance(app.focused, DocumentBody) and doc.record is app.current
+        n_prompt = len(app.current.start.prompt_token_ids)
+        assert len(doc.doc.tokens) == n_prompt  # stopped before the first draw: the prompt only
+        await pilot.press("home", "right")
+        assert status(app).startswith(f"id {app.current.start.prompt_token_ids[1]} · ")
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert isinstance(app.focused, StepBar)  # the die's keys work again
+        await pilot.press("enter")  # one draw
+        await wait_for(pilot, lambda: len(app.current.steps) == 1, 30, "the drawn token")
+        await pilot.press("escape")
+        await wait_run(pilot)

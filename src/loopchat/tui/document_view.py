@@ -439,6 +439,7 @@ class DocumentView(Widget):
         self._head_key: tuple | None = None
         self._start: Start | None = None  # the Start the rows were made from
         self._deferred = False  # rows to make once the body has its width
+        self.return_focus: Widget | None = None  # what had the focus before Ctrl+T showed it
         self._building = False
 
     def compose(self) -> ComposeResult:

@@ -232,11 +232,16 @@ class KeyActions(_Base):
         self.transcript.display = not on
         self.query_one("#legend").display = self.prefs.prob_colours and not on
         if on:
+            doc.return_focus = self.focused  # the message box, or the step mode's die bar
             self._refresh_panel()
             doc.body.focus()
         else:
             doc.show(None)  # its rows go: made again, for the reply of the moment, next time
-            (self.transcript if self.prompt.disabled else self.prompt).focus()  # a replay: no box
+            back = doc.return_focus
+            if doc.body.has_focus or self.focused is None:  # (else something took it meanwhile)
+                if back is None or not (back.is_attached and back.display and back.focusable):
+                    back = self.transcript if self.prompt.disabled else self.prompt  # a replay: no box
+                back.focus()
 
     def action_toggle_wire_fold(self) -> None:
         self.prefs.wire_folded = not self.prefs.wire_folded
