@@ -234,6 +234,19 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
         assert app.transcript.display and app.focused is app.prompt
 
 
+async def test_the_command_palette_shows_the_document(tmp_path) -> None:
+    app = replay_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_run(pilot, 10)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"Document view")
+        await wait_for(pilot, lambda: "Document view" in str(app.screen.query("CommandList").first().get_option_at_index(0).prompt), 5, "the entry")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.document.display, 5, "the document")
+        assert not app.transcript.display and "Reply 1" in head(app)
+
+
 def test_a_server_that_sends_no_prompt() -> None:
     import dataclasses
 
