@@ -211,15 +211,6 @@ class DocumentLines:
         return best
 
 
-def document_tokens(rec: ReplyRecord) -> tuple[list[DocToken], int]:
-    """The prompt's tokens, then the reply's; and the index of the first reply token."""
-    start = rec.start
-    tokens: list[DocToken] = []
-    if start is not None:
-        tokens.extend(prompt_tokens(start))
-    return tokens, len(tokens)
-
-
 def prompt_tokens(start: Start) -> list[DocToken]:
     ids = start.prompt_token_ids or ()
     texts = start.prompt_token_texts
@@ -557,7 +548,7 @@ class DocumentView(Widget):
 
     def cursor_moved(self) -> None:
         t = self.cursor_token
-        self.status.set_lines([status_line(t, len(self.doc.tokens), self.body.cursor)])
+        self.status.set_lines([status_line(t)])
         rec = self.record
         if (
             not self._building and t is not None and t.step is not None and rec is not None and rec.done
@@ -616,8 +607,8 @@ def header_lines(rec: ReplyRecord | None, fallback: bool, width: int) -> list[Li
     return [r for p in rows for r in _pieces_rows(p, width)]
 
 
-def status_line(t: DocToken | None, n: int, index: int | None) -> Line:
-    if t is None or index is None:
+def status_line(t: DocToken | None) -> Line:
+    if t is None:
         return (("no token", LABEL),)
     what = {
         PROMPT: "prompt", CONTROL: "control token", PREFIX: "reply, chosen earlier",
