@@ -30,7 +30,7 @@ class Ref:
         self._id: int | None = None
         self._error: str | None = None
 
-    def _set(self, value: int) -> None:
+    def _resolve(self, value: int) -> None:
         self._id = value
         self._done.set()
 
@@ -179,7 +179,7 @@ class StoreWriter:
                         ref._fail(f"history write failed: {one_line(str(exc)) or type(exc).__name__}")
                 else:
                     if ref is not None:
-                        ref._set(result)
+                        ref._resolve(result)
         finally:
             if store is not None:
                 try:
