@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fixtures import DATA, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
+from tui_fixtures import loaded_live_backend, DATA, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
 
 from loopchat.events import ContextTrimmed, Finish, Prefill, Step
 from loopchat.settings import SamplingSettings
@@ -300,16 +300,7 @@ def test_document_view_snapshot(snap_compare, tmp_path) -> None:
 # ---------------------------------------------------------------------- live ----
 @pytest.fixture(scope="module")
 def backend():
-    from loopchat.backends.live import LiveBackend
-
-    b = LiveBackend(None, None, threads=1)
-    b.start()
-    deadline = time.monotonic() + 60
-    while b.ready is None:
-        assert time.monotonic() < deadline, "the default model did not load"
-        time.sleep(0.05)
-    yield b
-    b.close()
+    yield from loaded_live_backend()
 
 
 async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend, tmp_path) -> None:

@@ -5,12 +5,10 @@ Real SQLite files in temporary folders; the real default model for what generate
 
 from __future__ import annotations
 
-import time
 
 import pytest
-from tui_fixtures import FakeBackend, panel_text, wait_for, wait_run
+from tui_fixtures import loaded_live_backend, FakeBackend, panel_text, wait_for, wait_run
 
-from loopchat.backends.live import LiveBackend
 from loopchat.cli import build_parser
 from loopchat.events import FinishReason, Step
 from loopchat.history.store import ConversationStore
@@ -26,14 +24,7 @@ SIZE = (120, 40)
 
 @pytest.fixture(scope="module")
 def backend():
-    b = LiveBackend(None, None, threads=1)  # one llama thread: quick on a busy 2-core machine
-    b.start()
-    deadline = time.monotonic() + 60
-    while b.ready is None:
-        assert time.monotonic() < deadline, "the default model did not load"
-        time.sleep(0.05)
-    yield b
-    b.close()
+    yield from loaded_live_backend()
 
 
 def live_app(backend, tmp_path, store, **prefs):

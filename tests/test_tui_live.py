@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
-from tui_fixtures import StepGate, drawn, panel_text, wait_for, wait_run
+from tui_fixtures import loaded_live_backend, StepGate, drawn, panel_text, wait_for, wait_run
 
 from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
@@ -19,16 +18,7 @@ PROMPT = "Write a short poem about the sea."
 
 @pytest.fixture(scope="module")
 def backend():
-    # one llama thread: the tests stay quick even when other processes load the 2 cores
-    # (two OpenMP threads on a busy 2-core machine slow the loop down a hundredfold)
-    b = LiveBackend(None, None, threads=1)
-    b.start()
-    deadline = time.monotonic() + 60
-    while b.ready is None:
-        assert time.monotonic() < deadline, "the default model did not load"
-        time.sleep(0.05)
-    yield b
-    b.close()
+    yield from loaded_live_backend()
 
 
 def make_app(backend, tmp_path, **settings):

@@ -3,11 +3,10 @@ model, and its refusal on a replay."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from textual.widgets import Input
-from tui_fixtures import REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
+from tui_fixtures import loaded_live_backend, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
 from loopchat.events import FinishReason
@@ -23,14 +22,7 @@ PROMPT = "Name a fruit."
 
 @pytest.fixture(scope="module")
 def backend():
-    b = LiveBackend(None, None, threads=1)
-    b.start()
-    deadline = time.monotonic() + 60
-    while b.ready is None:
-        assert time.monotonic() < deadline, "the default model did not load"
-        time.sleep(0.05)
-    yield b
-    b.close()
+    yield from loaded_live_backend()
 
 
 def make_app(backend, tmp_path, **settings):

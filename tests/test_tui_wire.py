@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from rich.cells import cell_len
-from tui_fixtures import REPLY_TRACE, FakeBackend, StepGate, wait_for, wait_run
+from tui_fixtures import loaded_live_backend, REPLY_TRACE, FakeBackend, StepGate, wait_for, wait_run
 
 from loopchat.events import Finish, FinishReason, Message, Prefill, RunDone, Step, WireReceived
 from loopchat.settings import SamplingSettings
@@ -82,18 +82,7 @@ def trace_record(mode: str = STREAM) -> ReplyRecord:
 # ---------------------------------------------------------------- the real model ----
 @pytest.fixture(scope="module")
 def backend():
-    import time
-
-    from loopchat.backends.live import LiveBackend
-
-    b = LiveBackend(None, None, threads=1)
-    b.start()
-    deadline = time.monotonic() + 60
-    while b.ready is None:
-        assert time.monotonic() < deadline, "the default model did not load"
-        time.sleep(0.05)
-    yield b
-    b.close()
+    yield from loaded_live_backend()
 
 
 def live_app(backend, tmp_path, max_tokens: int = 24, **prefs) -> LoopChatApp:

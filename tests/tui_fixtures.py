@@ -219,3 +219,22 @@ if __name__ == "__main__":
 
     if sys.argv[1:] == ["record"]:
         print(record_trace())
+
+
+def loaded_live_backend():
+    """The default model in a LiveBackend, loaded (a generator for a module-scoped
+    fixture: `yield from loaded_live_backend()`). One llama thread: the tests stay quick
+    even when other processes load the 2 cores (two OpenMP threads on a busy 2-core
+    machine slow the loop down a hundredfold)."""
+    from loopchat.backends.live import LiveBackend
+
+    b = LiveBackend(None, None, threads=1)
+    b.start()
+    deadline = time.monotonic() + 60
+    while b.ready is None:
+        assert time.monotonic() < deadline, "the default model did not load"
+        time.sleep(0.05)
+    try:
+        yield b
+    finally:
+        b.close()
