@@ -61,3 +61,33 @@ def test_the_start_holds_the_document_the_model_reads(engine: Engine) -> None:
     assert "<|im_start|>" in special
     assert all(start.prompt_token_texts[i] not in ("<|im_start|>", "<|im_end|>")
                for i in range(len(ids)) if i not in start.prompt_special)
+
+
+def test_a_branch_with_a_first_token_records_that_pass_with_the_token_by_hand(engine: Engine) -> None:
+    # the chat's "continue from another candidate": the reply up to the branch point is
+    # given, and the pass at the branch point takes the candidate instead of a draw
+    start, _, steps, _ = run(engine)
+    at = 4
+    other = next(c for c in steps[at].raw_top if c.token_id != steps[at].token_id)
+    prefix = [s.token_id for s in steps[:at]]
+    _, prefill, bsteps, finish = run(engine, reply_prefix=prefix, first_token=other.token_id)
+    assert prefill.evaluated_tokens == 1 and prefill.reused_tokens == len(start.prompt_token_ids) + at - 1
+    first = bsteps[0]
+    assert first.index == at and first.token_id == other.token_id and first.chosen_by == "hand"
+    assert first.raw_top == steps[at].raw_top  # the same die, from the same logits
+    assert abs(first.raw_prob - other.prob) < 1e-6
+    assert all(s.chosen_by == "sampled" for s in bsteps[1:])
+    # the next pass's context holds the picked token
+    n_prompt = len(start.prompt_token_ids)
+    assert list(engine.llm.input_ids[n_prompt : n_prompt + at + 1]) == prefix + [other.token_id]
+    assert "".join(s.text for s in bsteps) == finish.text
+
+
+def test_a_first_token_outside_the_vocabulary_is_refused_before_any_event(engine: Engine) -> None:
+    import pytest
+
+    from loopchat.errors import EngineError
+
+    gen = engine.generate(MESSAGES, SETTINGS, first_token=engine.n_vocab + 5)
+    with pytest.raises(EngineError):
+        next(gen)

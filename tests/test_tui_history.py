@@ -91,16 +91,27 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         assert "Name a colour." in label and backend.name in label and "2 replies" in label
         await pilot.press("enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
-        # the stored path: the message and the F5 reply, with its info line
-        (rec,) = app.conversation.replies
-        assert rec.steps == second.steps and rec.finish == second.finish
+        # the stored path: the message and the F5 reply, with its info line; the first
+        # reply is its other version, hidden
+        older, rec = app.conversation.replies
+        assert older.hidden and not rec.hidden and older.siblings is rec.siblings
+        assert older.steps == first.steps and rec.steps == second.steps and rec.finish == second.finish
         (view,) = app.transcript.reply_views()
         assert str(view.info_text()) == live_info  # as it was shown live
+        assert view.record is rec and "version 2/2" in view.line(1).text
         assert [m.content for m in app.conversation.turns] == ["Name a colour.", second.finish.text]
+        # Alt+, shows the first version: the conversation goes on from it; Alt+. back
+        await pilot.press("alt+comma")
+        (view,) = app.transcript.reply_views()
+        assert view.record is older and "version 1/2" in view.line(1).text
+        assert [m.content for m in app.conversation.turns] == ["Name a colour.", first.finish.text]
+        await pilot.press("alt+full_stop")
+        (view,) = app.transcript.reply_views()
+        assert view.record is rec and [m.content for m in app.conversation.turns][-1] == second.finish.text
         # the token cursor steps through the stored reply: the panel shows that step
         await pilot.press("alt+left")
         last = [s for s in rec.steps if s.text and not s.is_stop][-1]
-        assert app.selection == (1, last.index)
+        assert app.selection == (rec.number, last.index)
         assert f"Forward pass {last.index + 1}" in panel_text(app)
         await pilot.press("escape")
         # continuing: the stored turns go with the next message; the prefill evaluates them all

@@ -199,8 +199,10 @@ async def test_f5_regenerates_the_last_reply(tmp_path) -> None:
         assert first.replaced_by == 2 and not first.in_history
         assert second.in_history and second.messages == first.messages
         assert [m.content for m in app.conversation.turns] == ["Say hi.", REPLY]
-        view = app.transcript.reply_views()[0]
-        assert "replaced by reply 2" in view.line(1).text
+        # the new version is shown in the old one's place: one reply view, "version 2/2"
+        (view,) = app.transcript.reply_views()
+        assert view.record is second and "version 2/2" in view.line(1).text
+        assert first.siblings is second.siblings and first.hidden and not second.hidden
         assert app.session.in_force().seed is None  # a random seed stays random
         # a pinned seed moves to the next one, so the new reply can differ
         app.set_setting(seed=7)
@@ -209,6 +211,8 @@ async def test_f5_regenerates_the_last_reply(tmp_path) -> None:
         await wait_run(pilot)
         assert app.session.in_force().seed == 8
         assert len(app.conversation.turns) == 2
+        (view,) = app.transcript.reply_views()
+        assert "version 3/3" in view.line(1).text
 
 
 async def test_f9_replays_in_the_other_mode_with_the_replys_settings(tmp_path) -> None:

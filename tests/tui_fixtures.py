@@ -77,6 +77,8 @@ class FakeBackend:
     live_settings = True
     can_step = False
     step_refusal = "The fake backend has no step mode"
+    can_branch = False
+    branch_refusal = "The fake backend cannot branch"
     control = None
     name = "fake-model"
     loading = None

@@ -29,7 +29,7 @@ from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F
 from .events import DOCUMENT, Candidate, Event, Finish, FinishReason, Message, Pending, Prefill, Start, Step, decode_rate
 from .model_files import gguf_problem
 from .settings import SamplingSettings, new_seed
-from .step_control import SAMPLED, StepControl
+from .step_control import HAND, SAMPLED, StepControl
 from .stop_strings import StopStrings
 from .thread_tuner import AUTO, OtherCpuMeter, Threads, ThreadTuner
 
@@ -280,6 +280,7 @@ class Engine:
         stop: Sequence[str] = (),
         control: StepControl | None = None,
         reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
     ) -> Iterator[Event]:
         """Run one reply. `settings` is read at every step (a LiveSettings or a callable).
 
@@ -299,6 +300,11 @@ class Engine:
         how many were evaluated), and the loop continues after them: its steps are
         numbered from len(reply_prefix), and max_tokens counts the prefix. The steps' and
         the Finish's texts are this run's only (the prefix's text is the caller's).
+
+        `first_token`: the run's first step takes this token instead of drawing one (a
+        branch that continues from another candidate): its pass is run and recorded as
+        any other, with `chosen_by == "hand"` and the token's probability in both
+        distributions.
 
         `control`: step mode (step_control.py): the loop stops before a draw when it
         says so, emits a `Pending` event and waits for the user's decision.
@@ -320,7 +326,9 @@ class Engine:
         current = raw_settings.with_seed(reply_seed)
         prompt = self.fit_prompt(messages, current.max_tokens)
         prefix = [int(t) for t in reply_prefix]
-        if any(not 0 <= t < self.n_vocab for t in prefix):
+        if any(not 0 <= t < self.n_vocab for t in prefix) or (
+            first_token is not None and not 0 <= int(first_token) < self.n_vocab
+        ):
             raise EngineError("the reply to continue holds a token that is not of this model's vocabulary")
         tokens = prompt.tokens + prefix
         if len(tokens) >= self.n_ctx:
@@ -420,7 +428,10 @@ class Engine:
             logits = self._logits()
             chosen_by = SAMPLED
             waited = False  # stopped in step mode: sample_ms is the last sampling's, not the wait
-            if control is not None and control.should_stop():
+            if steps == 0 and first_token is not None:  # a branch: the first token is given
+                res = sampler.sample(logits, history, settings_now, rng, report_k, force=int(first_token))
+                chosen_by = HAND
+            elif control is not None and control.should_stop():
                 waited = True
                 # step mode: show the die before the roll and wait for the user's hand
                 # (the preview is the very draw a free run makes: its rng state is kept

@@ -53,9 +53,12 @@ def _child_main(commands: Connection, events: Connection) -> None:
         if command == "load":
             worker.load(*arg)
         elif command == "generate":
-            messages, settings, report_k, reuse_at_most = arg
+            messages, settings, report_k, reuse_at_most, reply_prefix, first_token = arg
             live.set(settings)
-            worker.generate(messages, live, report_k=report_k, reuse_at_most=reuse_at_most)
+            worker.generate(
+                messages, live, report_k=report_k, reuse_at_most=reuse_at_most,
+                reply_prefix=reply_prefix, first_token=first_token,
+            )
         elif command == "settings":
             live.set(arg)
         elif command == "cancel":
@@ -127,6 +130,8 @@ class ProcessEngineWorker:
         *,
         report_k: int = 10,
         reuse_at_most: int | None = None,
+        reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
     ) -> int:
         self._run_id += 1
         if not self._proc.is_alive():
@@ -143,7 +148,7 @@ class ProcessEngineWorker:
             current = settings.get()
         else:
             current = settings
-        self._send("generate", (tuple(messages), current, report_k, reuse_at_most))
+        self._send("generate", (tuple(messages), current, report_k, reuse_at_most, tuple(reply_prefix), first_token))
         return self._run_id
 
     def _forward_settings(self, settings: SamplingSettings) -> None:

@@ -177,7 +177,8 @@ def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
     start = run[0].event
     assert isinstance(start, Start)
     prefill = next((t.event for t in run if isinstance(t.event, Prefill)), None)
-    steps = [t.event for t in run if isinstance(t.event, Step)]
+    # a branch's first steps are the reply it continues: the run's own follow them
+    steps = [t.event for t in run if isinstance(t.event, Step) and t.event.index >= len(start.reply_prefix)]
     first_ms = steps[0].elapsed_ms if steps else 0.0
     last_ms = steps[-1].elapsed_ms if steps else 0.0
     decode_ms = last_ms - first_ms

@@ -61,11 +61,16 @@ class EngineWorker:
         stop: Sequence[str] = (),
         ignore_eos: bool = False,
         control: StepControl | None = None,
+        reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
     ) -> int:
         self._run_id += 1
         self._busy.set()
         self._commands.put(
-            ("generate", (self._run_id, tuple(messages), settings, report_k, reuse_at_most, tuple(stop), ignore_eos, control))
+            ("generate", (
+                self._run_id, tuple(messages), settings, report_k, reuse_at_most, tuple(stop), ignore_eos, control,
+                tuple(reply_prefix), first_token,
+            ))
         )
         return self._run_id
 
@@ -141,6 +146,8 @@ class EngineWorker:
         stop: tuple[str, ...] = (),
         ignore_eos: bool = False,
         control: StepControl | None = None,
+        reply_prefix: tuple[int, ...] = (),
+        first_token: int | None = None,
     ) -> None:
         # Whatever happens, a run's WorkerError (if any) is emitted before its RunDone:
         # consumers (`loopchat run`, the app) stop reading the run at RunDone.
@@ -151,7 +158,7 @@ class EngineWorker:
             try:
                 for event in self._engine.generate(
                     messages, settings, report_k=report_k, reuse_at_most=reuse_at_most, stop=stop, ignore_eos=ignore_eos,
-                    control=control,
+                    control=control, reply_prefix=reply_prefix, first_token=first_token,
                 ):
                     self._emit(event)
             except EngineError as exc:

@@ -9,7 +9,8 @@ engine in a thread or a child process), `ReplayBackend` (a recorded trace),
 `RemoteBackend` (a model on an OpenAI-compatible server) and `ModelsBackend` (the
 models.toml entries, local and remote, switched by name). Step mode (the loop stopped
 before a draw, stepped, a token picked by hand) goes through `can_step`, `control`,
-`arm_step`, `vocabulary` and `pending_probs`.
+`arm_step`, `vocabulary` and `pending_probs`; branches (a reply continued from the
+tokens of another) through `can_branch` and `generate(reply_prefix=, first_token=)`.
 
 Nothing here imports Textual.
 """
@@ -49,6 +50,11 @@ class Backend(Protocol):
     can_step: bool
     #: why not, when can_step is False (one line for a notice)
     step_refusal: str
+    #: branches: a reply can continue from given first tokens (a past reply's, up to a
+    #: point, with maybe another candidate there), reusing the KV cache up to there
+    can_branch: bool
+    #: why not, when can_branch is False (one line for a notice)
+    branch_refusal: str
     #: the reply in flight's step control (None: no reply in flight, or no step mode)
     control: StepControl | None
 
@@ -92,12 +98,17 @@ class Backend(Protocol):
         *,
         reuse_at_most: int | None = None,
         stream: bool = True,
+        reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
     ) -> int:
         """Start a reply with `settings`; returns its run id (its RunDone carries it).
         `reuse_at_most`: reuse at most this many prompt tokens from a cache (a replay of
         a reply passes that reply's Prefill.reused_tokens, for the very same logits).
         `stream`: the chat shows the reply as it comes (False: blocking mode). A local
-        loop runs the same either way; a remote server is asked for one whole body."""
+        loop runs the same either way; a remote server is asked for one whole body.
+        `reply_prefix`, `first_token` (only when `can_branch`): a branch of an earlier
+        reply: its first tokens are given, and the first step takes `first_token` (None:
+        it draws) (engine.Engine.generate)."""
         ...
 
     def set_settings(self, settings: SamplingSettings) -> None:

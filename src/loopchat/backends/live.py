@@ -181,19 +181,25 @@ class LiveBackend:
         *,
         reuse_at_most: int | None = None,
         stream: bool = True,
+        reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
     ) -> int:
         self._live.set(settings)
+        branch = {"reply_prefix": tuple(reply_prefix), "first_token": first_token} if (reply_prefix or first_token is not None) else {}
         if not self.can_step:
-            return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most)
+            return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most, **branch)
         self.control = StepControl(paused=self._armed)
         self._armed = False
-        return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most, control=self.control)
+        return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most, control=self.control, **branch)
 
     def set_settings(self, settings: SamplingSettings) -> None:
         self._live.set(settings)
         control = self.control
         if control is not None:
             control.wake()  # a loop stopped before a draw reshapes its die now
+
+    can_branch = True  # both hosts: the engine takes the tokens with the request
+    branch_refusal = ""
 
     # ---- step mode (the thread host: the engine's StepControl is shared in memory) ------
     @property

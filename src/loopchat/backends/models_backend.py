@@ -128,6 +128,14 @@ class ModelsBackend:
         return self.active.step_refusal
 
     @property
+    def can_branch(self) -> bool:
+        return self.active.can_branch
+
+    @property
+    def branch_refusal(self) -> str:
+        return self.active.branch_refusal
+
+    @property
     def control(self) -> Any:
         return self.active.control
 
@@ -221,11 +229,14 @@ class ModelsBackend:
         *,
         reuse_at_most: int | None = None,
         stream: bool = True,
+        reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
     ) -> int:
         backend = self.active
         with self._runs_lock:
             self._run_id += 1
-            theirs = backend.generate(messages, settings, reuse_at_most=reuse_at_most, stream=stream)
+            branch = {"reply_prefix": reply_prefix, "first_token": first_token} if (reply_prefix or first_token is not None) else {}
+            theirs = backend.generate(messages, settings, reuse_at_most=reuse_at_most, stream=stream, **branch)
             self._runs[(id(backend), theirs)] = self._run_id
         return self._run_id
 

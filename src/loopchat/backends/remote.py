@@ -84,6 +84,8 @@ class RemoteBackend:
     live_settings = False
     can_step = False  # step mode needs the engine in this process
     step_refusal = "A server draws its own tokens: step mode needs a local model (--host thread)"
+    can_branch = False  # a chat request sends messages, not the tokens of a reply so far
+    branch_refusal = "A server takes messages, not the tokens of a reply so far: branching needs a local model"
     control = None
 
     def arm_step(self, paused: bool) -> None:
@@ -264,6 +266,8 @@ class RemoteBackend:
         *,
         reuse_at_most: int | None = None,
         stream: bool = True,
+        reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
     ) -> int:
         """`reuse_at_most` has no meaning here: the server keeps its own cache."""
         self._run_id += 1

@@ -20,6 +20,8 @@ class ReplayBackend:
     live_settings = True  # as a local model's (a replay generates nothing: no reply waits for a change)
     can_step = False  # step mode needs the engine in this process
     step_refusal = "A replay plays recorded steps: step mode needs a model loaded in this process"
+    can_branch = False
+    branch_refusal = "A replay plays recorded steps: branching needs a model loaded in this process"
     control = None
 
     def arm_step(self, paused: bool) -> None:
@@ -98,6 +100,8 @@ class ReplayBackend:
         *,
         reuse_at_most: int | None = None,
         stream: bool = True,
+        reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
     ) -> int:
         raise RuntimeError("a replay cannot generate (can_generate is False)")
 

@@ -508,6 +508,11 @@ class ConversationStore:
                 content = events[-1].text
             elif status == "generating":
                 content = "".join(e.text for e in events if isinstance(e, Step))
+            if status != "generating" and events and isinstance(events[0], Start) and events[0].reply_prefix:
+                # a branch: its Finish holds its run's text; the reply begins with the
+                # text of the steps it continued from
+                n = len(events[0].reply_prefix)
+                content = "".join(e.text for e in events if isinstance(e, Step) and e.index < n and not e.is_stop) + content
             nodes.append(StoredNode(nid, parent, role, content, created, mode, events, status))
         return StoredConversation(summary, model_path, model_size, system_prompt, nodes)
 

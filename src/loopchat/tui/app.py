@@ -25,6 +25,7 @@ from ..settings import SamplingSettings, SettingsError
 from ..trace import CUT_SHORT
 from .render import default_screen, fallback_reason
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
+from .branch_actions import BranchActions
 from .document_view import DocumentView
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
 from .history_actions import HistoryActions
@@ -42,7 +43,7 @@ from .wire_view import WireView
 NARROW_WIDTH = 100
 
 
-class LoopChatApp(StepActions, HistoryActions, KeyActions, App[int]):
+class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[int]):
     CSS_PATH = "styles.tcss"
     TITLE = "loopchat"
     ENABLE_COMMAND_PALETTE = True
@@ -190,6 +191,7 @@ class LoopChatApp(StepActions, HistoryActions, KeyActions, App[int]):
                 f"Switch model: {name}{current}", self.backend.describe(name), lambda n=name: self.switch_model(n)
             )
         yield from self.key_commands()
+        yield from self.branch_commands()
 
     # ------------------------------------------------------------- frames ----
     def _frame(self) -> None:

@@ -241,8 +241,13 @@ class ReplyView(Block):
             style = _WARN
             label = f"{label} ({f.reason.value})" + (f": {f.error}" if f.error else "")
         parts.append(label)
+        if (r.branch_at is not None or r.prefix_len) and r.prefill is not None:
+            p = r.prefill  # a branch: how much of the context the KV cache still held
+            parts.append(f"branch: {p.reused_tokens} tokens reused from the KV cache, {p.evaluated_tokens} evaluated")
         if r.note:
             parts.append(r.note)
+        if len(r.siblings) > 1:
+            parts.append("other versions: Alt+, / Alt+.")
         return Text(" · ".join(parts), style=style)
 
     def _title_label(self) -> str:
@@ -250,8 +255,11 @@ class ReplyView(Block):
         title = f"Assistant · reply {r.number}"
         if r.replay_of is not None:
             title += f" · replay of reply {r.replay_of} in {'blocking' if r.mode == BLOCKING else 'streaming'} mode"
-        if r.replaced_by is not None:
-            title += f" · replaced by reply {r.replaced_by} (F5)"
+        k, n = r.version
+        if n > 1:
+            title += f" · version {k}/{n}"
+        if r.branch_from is not None and r.branch_at is not None:
+            title += f" · from reply {r.branch_from} at token {r.branch_at + 1}"
         return title
 
     # ---- rendering ------------------------------------------------------------------

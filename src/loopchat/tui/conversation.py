@@ -35,16 +35,42 @@ class ReplyRecord:
     started_at: float = 0.0  # UI monotonic clock when the request was sent (spinner only)
     shown_at: float | None = None  # UI clock when the text first appeared on screen
     note: str | None = None  # said at the end of its info line (e.g. the KV cache was rebuilt)
+    #: the versions of this turn's reply (F5 and branches add to it), this one among them,
+    #: in the order made: one list shared by all of them
+    siblings: list["ReplyRecord"] = field(default_factory=list)
+    hidden: bool = False  # a sibling not shown now (another version of the turn is)
+    in_turns: bool = False  # its text is the conversation's last assistant turn
+    branch_from: int | None = None  # a branch: the reply number it continues ...
+    branch_at: int | None = None  # ... from this step on (its steps before it are that reply's)
+
+    def __post_init__(self) -> None:
+        if not self.siblings:
+            self.siblings.append(self)
 
     @property
     def done(self) -> bool:
         return self.finish is not None or self.error is not None
 
     @property
+    def prefix_len(self) -> int:
+        """A branch: how many of its first steps are the reply it continues (its run's
+        steps follow them)."""
+        if self.start is not None:
+            return len(self.start.reply_prefix)
+        return self.branch_at or 0
+
+    @property
     def text(self) -> str:
         if self.finish is not None:
-            return self.finish.text
+            n = self.prefix_len  # a run's Finish holds its own text, not the branch's prefix
+            head = "".join(s.text for s in self.steps[:n] if not s.is_stop) if n else ""
+            return head + self.finish.text
         return "".join(s.text for s in self.steps if not s.is_stop)
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(k, n): this is version k of the turn's n replies."""
+        return self.siblings.index(self) + 1, len(self.siblings)
 
     @property
     def n_ctx(self) -> int | None:

@@ -3,7 +3,8 @@
 `HistoryRecorder` turns what the session did into `StoreWriter` calls. Each call is a
 queue put: the writes run on the writer's own thread, never on the UI's. The app calls
 
-- `sent(rec, text)` when a message is sent, `regenerated(old, new)` for F5;
+- `sent(rec, text)` when a message is sent, `regenerated(old, new)` for F5 and a branch,
+  `switched(rec)` when another version of the last reply is shown;
 - `sync(rec)` once per frame for the reply in flight (and each reply that ended in the
   frame): what arrived since the last frame goes to the store as one batch;
 - `reset()` for a new conversation, `opened(...)` when a stored one is continued.
@@ -79,7 +80,7 @@ class HistoryRecorder:
         self._replies[rec] = _Stored(before=self.tip, user_text=text.strip())
 
     def regenerated(self, old: ReplyRecord, new: ReplyRecord) -> None:
-        """F5: the new reply is a sibling of the old (the same user message)."""
+        """F5, or a branch: the new reply is a sibling of the old (the same user message)."""
         o = self._replies.get(old)
         if o is None:
             return
@@ -93,14 +94,26 @@ class HistoryRecorder:
         self.tip = None
         self._replies = {}
 
-    def opened(self, conversation_id: int, tip: int | None, replies: dict[ReplyRecord, tuple[int, int | None]]) -> None:
+    def opened(
+        self, conversation_id: int, tip: int | None, replies: dict[ReplyRecord, tuple[int, int | None, int]]
+    ) -> None:
         """A stored conversation was opened: new messages go on from `tip`; `replies`
-        maps its rebuilt replies to (their user node, that node's parent), for F5."""
+        maps its rebuilt replies to (their user node, that node's parent, their node), for
+        F5, branches and switching versions."""
         self.reset()
         self.conversation = conversation_id
         self.tip = tip
-        for rec, (user, before) in replies.items():
-            self._replies[rec] = _Stored(before=before, user=user, node=-1, finished=True)
+        for rec, (user, before, node) in replies.items():
+            self._replies[rec] = _Stored(before=before, user=user, node=node, finished=True)
+
+    def switched(self, rec: ReplyRecord) -> None:
+        """Another version of the last turn's reply is shown: the next message hangs
+        from it (or, if it is not part of the conversation's turns, from its message's
+        parent, as after a reply stopped before its first token)."""
+        s = self._replies.get(rec)
+        if s is None:
+            return
+        self.tip = s.node if rec.in_turns and s.node is not None else s.before
 
     def forget(self, conversation_id: int) -> bool:
         """The conversation `conversation_id` was deleted: if it is the one recorded,
@@ -166,7 +179,7 @@ class HistoryRecorder:
             finish = rec.finish or made_up_finish(rec, FinishReason.ERROR, rec.error or "failed")
             w.finish_reply(s.node, finish)
             s.finished = True
-            if rec.in_history and finish.reason != FinishReason.ERROR and finish.text:
+            if rec.in_turns:
                 self.tip = s.node
 
     def _leave(self, why: str = LEFT_UNFINISHED) -> None:

@@ -50,6 +50,9 @@ BINDINGS = [
     # priority: the message box (a TextArea) binds F6/F7 to select line / select all
     Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
     Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
+    Binding("ctrl+b", "branch", "Branch", show=False),
+    Binding("alt+comma", "version(-1)", "Previous version", show=False),
+    Binding("alt+full_stop", "version(1)", "Next version", show=False),
     Binding("alt+left", "token_cursor(-1)", "Previous token", show=False),
     Binding("alt+right", "token_cursor(1)", "Next token", show=False),
     Binding("ctrl+y", "copy_reply", "Copy reply", show=False, priority=True),  # not TextArea's redo
@@ -125,10 +128,8 @@ class KeyActions(_Base):
             self.notify("Regenerating with a new random seed", timeout=2)
         else:
             self.notify(f"Regenerating with seed {self.session.settings.seed} (the next after {pinned})", timeout=3)
-        view = self.views.get(old)
-        if view is not None:
-            view.changed()  # its title now says which reply replaced it
-        self._show_new_reply(new)
+        self._swap_version(old, new)  # in its place: version n/n of the turn's reply
+        self.run_finished.clear()
 
     def action_replay_other_mode(self) -> None:
         try:

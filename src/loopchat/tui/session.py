@@ -140,19 +140,83 @@ class ChatSession:
         return rec
 
     def regenerate(self, mode: str) -> tuple[ReplyRecord, ReplyRecord]:
-        """The last reply of the conversation again; returns (old, new)."""
+        """The last reply of the conversation again, as another version of it (a
+        sibling shown in its place); returns (old, new)."""
         self.check_can_run()
         old = self.conversation.last_in_history()
         if old is None or not old.done:
             raise Refused("No reply to regenerate yet")
-        if old.finish is not None and old.finish.reason != FinishReason.ERROR and len(self.conversation.turns) >= 2:
-            del self.conversation.turns[-2:]
-        old.in_history = False
+        self._set_aside(old)
         if self.settings.seed is not None:  # the same seed would give the same reply
             self.settings = self.settings.replace(seed=(self.settings.seed + 1) % 2**32)
-        new = self._start(old.messages, mode, self.settings, in_history=True)
+        new = self._start(old.messages, mode, self.settings, in_history=True, siblings=old.siblings)
         old.replaced_by = new.number
         return old, new
+
+    def branch(self, reply: int, step: int, token_id: int | None, mode: str) -> tuple[ReplyRecord, ReplyRecord]:
+        """Reply `reply` continued from its step `step`: that step takes `token_id` (a
+        candidate, or any token) or, for None, a new draw with the current settings. The
+        new reply is another version of the turn, shown in its place; the engine reuses
+        the KV cache up to the branch point. Returns (old, new)."""
+        self.check_can_run()
+        b = self.backend
+        if not b.can_branch:
+            raise Refused(b.branch_refusal)
+        old = self.conversation.reply(reply)
+        if old is None or not old.done or old.start is None:
+            raise Refused("Select a token of a finished reply (Alt+←/→ or a click) to branch from it")
+        if not old.in_history or old.hidden:
+            raise Refused("That reply is a replay or a version not shown: branch from the reply shown for the turn")
+        if old is not self.conversation.last_in_history():
+            raise Refused("Branch from a token of the last reply: the later turns were built on this one")
+        ready = b.ready
+        if ready is not None and old.start.model_path and ready.path and str(ready.path) != old.start.model_path:
+            raise Refused(f"That reply was written by {old.start.model_name}: switch back to it to branch from it")
+        before = [s for s in old.steps if s.index < step]
+        if len(before) != step or any(s.token_id is None or s.is_stop for s in before):
+            raise Refused("That token's step is not in the reply's record: it cannot be branched from")
+        self._set_aside(old)
+        new = self._start(
+            old.messages, mode, self.settings, in_history=True, siblings=old.siblings,
+            branch_from=old.number, branch_at=step,
+            reply_prefix=tuple(int(s.token_id) for s in before), first_token=token_id,  # type: ignore[arg-type]
+        )
+        new.steps.extend(before)  # the same passes: shown, clickable, and stored with it
+        return old, new
+
+    def switch_version(self, direction: int) -> tuple[ReplyRecord, ReplyRecord]:
+        """Show the previous (-1) or next (+1) version of the last turn's reply; its text
+        becomes the conversation's last turn. Returns (shown before, shown now)."""
+        if self.generating:
+            raise Refused("Still generating: press Esc to stop first")
+        cur = self.conversation.last_in_history()
+        if cur is None:
+            raise Refused("No reply yet")
+        versions = [r for r in cur.siblings if r.done]
+        if len(versions) < 2:
+            raise Refused("This reply has one version: F5 regenerates it, Ctrl+B branches from a selected token")
+        new = versions[(versions.index(cur) + direction) % len(versions)] if cur in versions else versions[-1]
+        self._set_aside(cur)
+        new.in_history, new.hidden = True, False
+        self._take_turn(new)
+        return cur, new
+
+    def _set_aside(self, rec: ReplyRecord) -> None:
+        """`rec` is no longer the version shown for its turn."""
+        if rec.in_turns and len(self.conversation.turns) >= 2:
+            del self.conversation.turns[-2:]
+        rec.in_turns = False
+        rec.in_history, rec.hidden = False, True
+
+    def _take_turn(self, rec: ReplyRecord) -> bool:
+        """A finished reply with text becomes the conversation's last turn."""
+        f = rec.finish
+        text = rec.text
+        if f is None or f.reason == FinishReason.ERROR or not text:
+            return False
+        self.conversation.turns.extend([rec.messages[-1], Message("assistant", text)])
+        rec.in_turns = True
+        return True
 
     def replay_other_mode(self) -> ReplyRecord:
         """The last finished reply again in the other mode: same messages, same settings
@@ -277,13 +341,18 @@ class ChatSession:
         self, messages: tuple[Message, ...], mode: str, settings: SamplingSettings,
         reuse_at_most: int | None = None, **kw: object,
     ) -> ReplyRecord:
+        branch = {k: kw.pop(k) for k in ("reply_prefix", "first_token") if k in kw}
         rec = self.conversation.new_reply(mode, messages, **kw)
+        if rec.siblings[-1] is not rec:
+            rec.siblings.append(rec)
         rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
         self.current = rec
         self.pending = None
         self.step_armed = False  # an armed step mode is this reply's (the backend's too)
         self.run_settings = settings
-        rec.run_id = self.backend.generate(messages, settings, reuse_at_most=reuse_at_most, stream=mode != BLOCKING)
+        rec.run_id = self.backend.generate(
+            messages, settings, reuse_at_most=reuse_at_most, stream=mode != BLOCKING, **branch  # type: ignore[arg-type]
+        )
         self._freeze(rec.run_id)  # its events and its RunDone are consumed on this thread, later
         return rec
 
@@ -383,10 +452,9 @@ class ChatSession:
 
     def _finished(self, rec: ReplyRecord, u: Update) -> None:
         f = rec.finish
-        if rec.in_history and f is not None and f.reason != FinishReason.ERROR and f.text:
-            self.conversation.turns.extend([rec.messages[-1], Message("assistant", f.text)])
+        if rec.in_history and self._take_turn(rec):
             self.pending_prompt = None
-        elif rec.in_history and f is not None and not f.text and f.reason == FinishReason.CANCELLED:
+        elif rec.in_history and f is not None and not rec.text and f.reason == FinishReason.CANCELLED:
             # stopped before any text: the message is not part of the conversation
             if self.pending_prompt:
                 u.restore_prompt = self.pending_prompt
@@ -442,7 +510,7 @@ class ChatSession:
 
     def last_done_reply(self) -> ReplyRecord | None:
         for rec in reversed(self.conversation.replies):
-            if rec.done and rec.finish is not None:
+            if rec.done and rec.finish is not None and not rec.hidden:
                 return rec
         return None
 
@@ -450,7 +518,7 @@ class ChatSession:
         """(reply number, step index) of every token of the finished replies, in order."""
         out = []
         for rec in self.conversation.replies:
-            if rec.done:
+            if rec.done and not rec.hidden:
                 out.extend((rec.number, s.index) for s in rec.steps if s.text and not s.is_stop)
         return out
 

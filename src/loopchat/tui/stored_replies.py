@@ -27,7 +27,8 @@ class Restored:
     conversation: Conversation
     shown: list[tuple[str, ReplyRecord | None]] = field(default_factory=list)  # (user text, its reply)
     tip: int | None = None  # the node the next message hangs from
-    replies: dict[ReplyRecord, tuple[int, int | None]] = field(default_factory=dict)  # -> (user node, its parent)
+    #: every rebuilt reply -> (its user node, that node's parent, its own node)
+    replies: dict[ReplyRecord, tuple[int, int | None, int]] = field(default_factory=dict)
 
 
 def restore(stored: "StoredConversation") -> Restored:
@@ -41,16 +42,31 @@ def restore(stored: "StoredConversation") -> Restored:
             out.shown.append((node.content, None))
         elif node.role == "assistant":
             asked = user[2] if user is not None else Message("user", "")
-            rec = conv.new_reply(node.mode or STREAM, (*sys, *conv.turns, asked))
-            _fill(rec, node.events, node.content)
+            messages = (*sys, *conv.turns, asked)
+            # the other versions of this turn's reply (F5, branches), hidden, in the order made
+            others = [n for n in stored.nodes if n.role == "assistant" and n.parent_id == node.parent_id
+                      and n.id != node.id and user is not None]
+            versions: list[ReplyRecord] = []
+            for other in sorted([*others, node], key=lambda n: n.id):
+                rec = conv.new_reply(other.mode or STREAM, messages, siblings=versions)
+                if rec not in versions:
+                    versions.append(rec)
+                _fill(rec, other.events, other.content)
+                if user is not None:
+                    out.replies[rec] = (user[0], user[1], other.id)
+                if other is not node:
+                    rec.in_history, rec.hidden = False, True
+                else:
+                    shown = rec
+            rec = shown
             if user is not None:
-                out.replies[rec] = (user[0], user[1])
                 out.shown[-1] = (out.shown[-1][0], rec)
             else:
                 out.shown.append(("", rec))
             f = rec.finish
-            if f is not None and f.reason != FinishReason.ERROR and f.text:
-                conv.turns.extend([asked, Message("assistant", f.text)])
+            if f is not None and f.reason != FinishReason.ERROR and rec.text:
+                conv.turns.extend([asked, Message("assistant", rec.text)])
+                rec.in_turns = True
                 out.tip = node.id
             user = None
         elif node.role == "system" and conv.system_prompt is None:

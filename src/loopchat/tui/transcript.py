@@ -109,6 +109,17 @@ class Transcript(ScrollView, can_focus=True):
     def reply_views(self) -> list[ReplyView]:
         return [b for b in self.blocks if isinstance(b, ReplyView)]
 
+    def replace_block(self, old: Block, new: Block) -> bool:
+        """`new` in `old`'s place (another version of a reply); False if `old` is not shown."""
+        if old not in self.blocks:
+            return False
+        new.transcript = self
+        if self._width:
+            new.render(self.app.console, self._width)
+        self.blocks[self.blocks.index(old)] = new
+        self.reflow()
+        return True
+
     def remove_last(self, n: int) -> None:
         del self.blocks[len(self.blocks) - n :]
         self.reflow()

@@ -1,0 +1,102 @@
+"""The chat's branch keys (a mixin of LoopChatApp): Ctrl+B branches the reply at the
+selected token, Alt+, / Alt+. show the previous / next version of the last reply.
+
+A turn's reply can have versions (F5, branches): the transcript shows one, its title
+says which ("version 2/3"), and the conversation goes on from the one shown. The
+session (session.py) keeps the tree; this module only asks it and swaps the view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from textual.app import SystemCommand
+
+from .blocks import ReplyView
+from .branch_picker import BranchChoice, BranchPicker
+from .conversation import ReplyRecord
+from .session import Refused
+
+if TYPE_CHECKING:
+    from .app import LoopChatApp
+
+    _Base = LoopChatApp
+else:
+    _Base = object
+
+
+class BranchActions(_Base):
+    def branch_commands(self) -> Iterable[SystemCommand]:
+        yield SystemCommand(
+            "Branch here", "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+B)",
+            self.action_branch,
+        )
+        yield SystemCommand("Previous version of the reply", "Of the last reply's versions (Alt+,)", lambda: self.action_version(-1))
+        yield SystemCommand("Next version of the reply", "Of the last reply's versions (Alt+.)", lambda: self.action_version(1))
+
+    def action_branch(self) -> None:
+        """Open the branch picker for the selected token (the token cursor)."""
+        if not self.backend.can_branch:
+            self.notify(self.backend.branch_refusal, severity="warning")
+            return
+        if self.selection is None:
+            self.notify("Select a token of the last reply first (Alt+←/→ or a click), then Ctrl+B", severity="warning")
+            return
+        reply, index = self.selection
+        rec = self.conversation.reply(reply)
+        step = next((s for s in rec.steps if s.index == index), None) if rec is not None else None
+        if rec is None or step is None:
+            self.notify("That token's step is not recorded: nothing to branch from", severity="warning")
+            return
+        try:  # refuse at once what the session would refuse after the choice
+            self.session.check_can_run()
+        except Refused as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self.push_screen(BranchPicker(reply, step, self.session.settings), lambda c: self._branch(reply, index, c))
+
+    def _branch(self, reply: int, index: int, choice: BranchChoice | None) -> None:
+        if choice is None:
+            return
+        try:
+            old, new = self.session.branch(reply, index, choice.token_id, self._mode())
+        except Refused as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        if self.history is not None:
+            self.history.regenerated(old, new)
+        what = f"“{choice.label}”" if choice.token_id is not None else "a new draw"
+        self.notify(f"Branch: reply {old.number} from token {index + 1}, with {what}", timeout=3)
+        self._swap_version(old, new)
+        self.run_finished.clear()
+
+    def action_version(self, direction: int) -> None:
+        try:
+            old, new = self.session.switch_version(direction)
+        except Refused as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        if self.history is not None:
+            self.history.switched(new)
+        self._swap_version(old, new)
+        k, n = new.version
+        self.notify(f"Version {k}/{n} of the reply", timeout=1.5)
+
+    def _swap_version(self, old: ReplyRecord, new: ReplyRecord) -> None:
+        """Show `new` in `old`'s place in the transcript."""
+        self.selection = None
+        self._clear_selection_views()
+        view = self.views.pop(old, None)
+        fresh = ReplyView(new, self.prefs)
+        if view is not None and self.transcript.replace_block(view, fresh):
+            self.views[new] = fresh
+        else:
+            self.views[new] = self.transcript.add_reply(new, self.prefs)
+        for rec in new.siblings:  # their titles say how many versions there are now
+            other = self.views.get(rec)
+            if other is not None and other is not self.views[new]:
+                other.changed()
+        self.transcript.anchor()
+        self._panel_dirty = True
+        self._refresh_panel()

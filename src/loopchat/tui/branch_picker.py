@@ -1,0 +1,122 @@
+"""Ctrl+B: branch a reply at the selected token (issue 13).
+
+The dialog shows the die of that pass as it was rolled: its candidates, raw softmax and
+after sampling (the settings of that pass), the token drawn marked ▶. The user picks
+another face (a candidate: the new version of the reply takes it at that step, recorded
+as picked by hand) or rolls again with the current settings (row 0). The reply up to
+that token stays; the engine reuses the KV cache up to there.
+
+`branch_choices` is the list without Textual, for the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from ..events import Step
+from ..settings import SamplingSettings
+from .plots import fmt_prob, show_token
+
+
+@dataclass(frozen=True)
+class BranchChoice:
+    """What the new version takes at the branch point: a token, or a new draw (None)."""
+
+    token_id: int | None
+    label: str
+
+
+def settings_line(s: SamplingSettings) -> str:
+    return f"temperature {s.temperature:.2f} · top-k {s.top_k} · top-p {s.top_p:.2f} · min-p {s.min_p:.2f}"
+
+
+def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchChoice, str]]:
+    """(choice, row text): row 0 draws again with `current`; then the pass's candidates
+    in raw softmax order with both probabilities (the settings of that pass cut a row
+    whose sampled probability is shown as "cut")."""
+    rows: list[tuple[BranchChoice, str]] = [
+        (BranchChoice(None, "a new draw"), f" 0    ↻ draw again here with the current settings ({settings_line(current)})"),
+    ]
+    sampled = {c.token_id: c.prob for c in step.sampled_top or ()}
+    complete = step.candidates_kept is not None and step.sampled_top is not None and (
+        step.candidates_kept <= len(step.sampled_top)
+    )
+    for i, c in enumerate(step.raw_top):
+        sp = sampled.get(c.token_id)
+        after = fmt_prob(sp) if sp is not None else ("cut" if complete else "–")
+        drawn = c.token_id == step.token_id
+        key = f"{i + 1:>2}" if i < 9 else "  "
+        rows.append((
+            BranchChoice(c.token_id, show_token(c.text)),
+            f"{key}  {'▶' if drawn else ' '} {show_token(c.text)[:14]:<14} raw {fmt_prob(c.prob):>6} · "
+            f"after sampling {after:>6}" + ("  (drawn)" if drawn else ""),
+        ))
+    return rows
+
+
+class BranchPicker(ModalScreen[BranchChoice | None]):
+    """Dismissed with the choice, or None (Esc)."""
+
+    DEFAULT_CSS = """
+    BranchPicker { align: center middle; }
+    BranchPicker > Vertical {
+        width: 90; max-width: 96%; height: auto; max-height: 90%;
+        border: round $accent; background: $panel; padding: 0 1;
+    }
+    BranchPicker #branch-title { text-style: bold; }
+    BranchPicker #branch-help { color: $text-muted; }
+    BranchPicker OptionList { height: auto; max-height: 16; }
+    """
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        *[Binding(str(d), f"pick({d})", show=False) for d in range(10)],
+    ]
+
+    def __init__(self, reply: int, step: Step, current: SamplingSettings) -> None:
+        super().__init__()
+        self.reply = reply
+        self.step = step
+        self.rows = branch_choices(step, current)
+
+    def compose(self) -> ComposeResult:
+        s = self.step
+        with Vertical():
+            yield Static(
+                f"Branch reply {self.reply} at token {s.index + 1} (drawn: {show_token(s.piece)!s})", id="branch-title"
+            )
+            yield Static(
+                Text(
+                    "A new version of the reply keeps the tokens before this one and takes what you pick here "
+                    "(recorded as picked by hand), then runs on with the current settings. "
+                    "Enter or 0–9 picks · Esc cancels · Alt+, / Alt+. switch versions afterwards"
+                ),
+                id="branch-help",
+            )
+            yield OptionList(*[Option(text) for _, text in self.rows], id="branch-options")
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        options.highlighted = 0
+        options.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(self.rows[event.option_index][0])
+
+    def action_pick(self, n: int) -> None:
+        if n < len(self.rows):
+            self.dismiss(self.rows[n][0])
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+__all__ = ["BranchChoice", "BranchPicker", "branch_choices"]

@@ -1,0 +1,151 @@
+"""Branches in the chat on the real default model: Ctrl+B at a token (another candidate,
+or a new draw), the versions of a reply (Alt+, / Alt+.), F5 among them, and what the
+conversation goes on from."""
+
+from __future__ import annotations
+
+import pytest
+from tui_fixtures import FakeBackend, StepGate, loaded_live_backend, reply_to, wait_for, wait_run
+
+from loopchat.settings import SamplingSettings
+from loopchat.tui.app import LoopChatApp
+from loopchat.tui.branch_picker import BranchPicker, branch_choices
+from loopchat.tui.launch import create_app
+from loopchat.tui.prefs import Prefs
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    yield from loaded_live_backend()
+
+
+def make_app(backend, tmp_path):
+    return create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=5, max_tokens=30, temperature=0.8), history=False,
+    )
+
+
+def notices(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def title(app) -> str:
+    (view,) = app.transcript.reply_views()
+    return view.line(1).text
+
+
+async def select_back(pilot, n: int) -> tuple[int, int]:
+    """The token cursor n tokens back from the end of the last reply."""
+    for _ in range(n):
+        await pilot.press("alt+left")
+    assert pilot.app.selection is not None
+    return pilot.app.selection
+
+
+async def test_branch_at_a_token_with_another_candidate_then_switch_versions(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+b")  # nothing selected yet: it says what to do
+        assert any("Select a token" in n for n in notices(app))
+        await reply_to(pilot, "Name three animals that live in the sea.")
+        (first,) = app.conversation.replies
+        reply, at = await select_back(pilot, 6)
+        assert reply == first.number and at > 0
+        drawn = first.steps[at]
+        row, other = next((i + 1, c) for i, c in enumerate(drawn.raw_top) if c.token_id != drawn.token_id)
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press(str(row))
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        # the reply up to the token is the same passes; the token there is the one picked
+        assert branch.steps[:at] == first.steps[:at] and all(a is b for a, b in zip(branch.steps, first.steps[:at]))
+        mine = branch.steps[at]
+        assert mine.token_id == other.token_id and mine.chosen_by == "hand"
+        assert mine.raw_top == drawn.raw_top  # the same die: the same logits at that point
+        # the KV cache held the prompt and the reply: one token evaluated (the one before the branch point)
+        assert branch.prefill.evaluated_tokens == 1
+        assert branch.prefill.reused_tokens == branch.prefill.prompt_tokens - 1
+        assert branch.start.reply_prefix == tuple(s.token_id for s in first.steps[:at])
+        prefix_text = "".join(s.text for s in first.steps[:at])
+        assert branch.text == prefix_text + branch.finish.text and branch.text.startswith(prefix_text)
+        # shown in the first one's place, as version 2/2, with where it branched and the reuse
+        assert "version 2/2" in title(app) and f"from reply 1 at token {at + 1}" in title(app)
+        (view,) = app.transcript.reply_views()
+        assert view.record is branch and view.body_text().startswith(prefix_text)
+        info = str(view.info_text())
+        assert f"{branch.prefill.reused_tokens} tokens reused from the KV cache, 1 evaluated" in info
+        assert "other versions: Alt+, / Alt+." in info
+        assert app.conversation.turns[-1].content == branch.text
+        # Alt+, / Alt+.: the versions, and the conversation goes on from the one shown
+        await pilot.press("alt+comma")
+        assert "version 1/2" in title(app) and app.transcript.reply_views()[0].record is first
+        assert app.conversation.turns[-1].content == first.text and len(app.conversation.turns) == 2
+        await pilot.press("alt+full_stop")
+        assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text
+        # a new draw at a token of the branch: a third version, rolled from the same die
+        reply, at2 = await select_back(pilot, 2)
+        assert reply == branch.number and at2 > at
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        third = app.conversation.replies[-1]
+        assert third.branch_from == branch.number and third.steps[at2].chosen_by == "sampled"
+        assert third.steps[at2].raw_top == branch.steps[at2].raw_top
+        assert third.prefill.evaluated_tokens == 1 and "version 3/3" in title(app)
+        # F5 makes a fourth version of the same turn
+        await pilot.press("f5")
+        await wait_run(pilot)
+        assert len(first.siblings) == 4 and "version 4/4" in title(app)
+        # the next message goes on from the version shown
+        await pilot.press("alt+comma", "alt+comma")  # version 2: the first branch
+        assert "version 2/4" in title(app)
+        await reply_to(pilot, "Which one is the biggest?")
+        last = app.conversation.replies[-1]
+        assert [m.content for m in last.messages if m.role == "assistant"] == [branch.text]
+        # versions belong to the last turn's reply only
+        await pilot.press("alt+comma")
+        assert any("one version" in n for n in notices(app))
+
+
+async def test_branch_is_refused_while_generating_and_for_a_backend_that_cannot(tmp_path) -> None:
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=SIZE) as pilot:
+        await reply_to(pilot, "hi")
+        await pilot.press("alt+left", "ctrl+b")
+        assert "The fake backend cannot branch" in notices(app)
+        assert not isinstance(app.screen, BranchPicker)
+
+
+async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Say hello.")
+        (rec,) = app.conversation.replies
+        reply, at = await select_back(pilot, 1)
+        rows = branch_choices(rec.steps[at], app.session.settings)
+        assert rows[0][0].token_id is None and "draw again" in rows[0][1]
+        assert [c.token_id for c, _ in rows[1:]] == [c.token_id for c in rec.steps[at].raw_top]
+        assert sum("(drawn)" in text for _, text in rows) == (rec.steps[at].token_id in [c.token_id for c in rec.steps[at].raw_top])
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, BranchPicker), 5, "the picker to close")
+        assert len(app.conversation.replies) == 1 and not app.generating
+        # while a reply runs, Ctrl+B says to stop it first
+        gate = StepGate(app, after=2)
+        await pilot.press(*"Again.", "enter")
+        await wait_for(pilot, lambda: gate.holding, 30, "the reply to be held mid-way")
+        assert app.generating
+        app.action_select_token(reply, at)
+        await pilot.press("ctrl+b")
+        assert any("Still generating" in n for n in notices(app))
+        assert not isinstance(app.screen, BranchPicker)
+        gate.release()
+        await wait_run(pilot)
