@@ -33,8 +33,8 @@ def notices(app) -> list[str]:
 
 
 def title(app) -> str:
-    (view,) = app.transcript.reply_views()
-    return view.line(1).text
+    """The title of the first turn's reply view."""
+    return app.transcript.reply_views()[0].line(1).text
 
 
 async def select_back(pilot, n: int) -> tuple[int, int]:
@@ -87,9 +87,18 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         assert app.conversation.turns[-1].content == first.text and len(app.conversation.turns) == 2
         await pilot.press("alt+full_stop")
         assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text
-        # a new draw at a token of the branch: a third version, rolled from the same die
-        reply, at2 = await select_back(pilot, 2)
-        assert reply == branch.number and at2 > at
+        # F9 replays the branch in the other mode: its prefix, its picked token, the same tokens after
+        await pilot.press("f9")
+        await wait_run(pilot)
+        replay = app.conversation.replies[-1]
+        assert replay.replay_of == branch.number and replay.text == branch.text
+        assert [s.token_id for s in replay.steps] == [s.token_id for s in branch.steps]
+        assert replay.steps[at].chosen_by == "hand" and replay.prefill.evaluated_tokens == 1
+        # a new draw at a token of the branch (as a click on it selects it): a third
+        # version, rolled from the same die
+        at2 = [s.index for s in branch.steps if s.text and not s.is_stop][-2]
+        assert at2 > at
+        app.action_select_token(branch.number, at2)
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("0")
@@ -149,3 +158,74 @@ async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> N
         assert not isinstance(app.screen, BranchPicker)
         gate.release()
         await wait_run(pilot)
+
+
+async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(backend, tmp_path) -> None:
+    from loopchat.events import Step
+    from loopchat.history.store import ConversationStore
+    from loopchat.tui.history_screen import HistoryScreen
+
+    store = tmp_path / "h.sqlite3"
+
+    def open_app():
+        return create_app(
+            backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+            settings=SamplingSettings(seed=5, max_tokens=24, temperature=0.8), history=store,
+        )
+
+    app = open_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a colour and say why you like it.")
+        (first,) = app.conversation.replies
+        _, at = await select_back(pilot, 4)
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        assert app.history.writer.flush(10)
+    with ConversationStore.open(store) as s:
+        (summary,) = s.list_conversations()
+        conv = s.load(summary.id)
+    user, r1, r2 = conv.nodes
+    assert r1.parent_id == r2.parent_id == user.id  # versions of one turn: siblings
+    assert r2.content == branch.text and r1.content == first.text
+    assert [e for e in r2.events if isinstance(e, Step)] == branch.steps  # its prefix's steps too
+    # reopened: both versions, the branch shown, the same text
+    app = open_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5, "the list")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
+        older, shown = app.conversation.replies
+        assert older.hidden and shown.text == branch.text and shown.prefix_len == at
+        assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text
+        await pilot.press("alt+comma")
+        assert app.conversation.turns[-1].content == first.text
+
+
+async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_path) -> None:
+    """The session's branch of a reply, then the document view's token list: the prompt,
+    the reply's tokens before the branch point (as steps, once), then the branch's own."""
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a bird.")
+        (first,) = app.conversation.replies
+        at = max(1, len(first.steps) // 2)
+        app.action_select_token(first.number, at)
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        doc = app.document
+        ids = [t.token_id for t in doc.doc.tokens[doc.reply_start:]]
+        assert ids == [s.token_id for s in branch.steps]
+        assert ids[:at] == list(branch.start.reply_prefix)
+

@@ -36,6 +36,7 @@ from ..events import (
     WorkerError,
 )
 from ..settings import SamplingSettings
+from ..step_control import HAND
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 
 #: the note on the first reply after a stored conversation was opened (its prefill reuses nothing)
@@ -227,10 +228,19 @@ class ChatSession:
             raise Refused("No finished reply to replay yet")
         other = STREAM if rec.mode == BLOCKING else BLOCKING
         reuse = rec.prefill.reused_tokens if rec.prefill is not None else None
-        return self._start(
+        n = rec.prefix_len
+        branch: dict = {}
+        if n or rec.branch_at is not None:  # a branch: the same prefix, the same token picked at its point
+            own = [s for s in rec.steps if s.index >= n]
+            first = own[0].token_id if own and own[0].chosen_by == HAND else None
+            branch = {"reply_prefix": rec.start.reply_prefix, "first_token": first,
+                      "branch_from": rec.branch_from, "branch_at": rec.branch_at if rec.branch_at is not None else n}
+        new = self._start(
             rec.messages, other, rec.start.settings, reuse_at_most=reuse,
-            in_history=False, replay_of=rec.replay_of or rec.number,
+            in_history=False, replay_of=rec.replay_of or rec.number, **branch,
         )
+        new.steps.extend(rec.steps[:n])
+        return new
 
     def change_settings(self, **changes: object) -> SamplingSettings:
         """Change the user's settings and those of the reply in flight (SettingsError if
