@@ -1,5 +1,5 @@
 """Branches in the chat on the real default model: Ctrl+B at a token (another candidate,
-or a new draw), the versions of a reply (Alt+, / Alt+.), F5 among them, and what the
+or a new draw), the versions of a reply (Alt+PgUp / Alt+PgDn), F5 among them, and what the
 conversation goes on from."""
 
 from __future__ import annotations
@@ -79,13 +79,13 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         assert view.record is branch and view.body_text().startswith(prefix_text)
         info = str(view.info_text())
         assert f"{branch.prefill.reused_tokens} tokens reused from the KV cache, 1 evaluated" in info
-        assert "other versions: Alt+, / Alt+." in info
+        assert "other versions: Alt+PgUp / Alt+PgDn" in info
         assert app.conversation.turns[-1].content == branch.text
-        # Alt+, / Alt+.: the versions, and the conversation goes on from the one shown
-        await pilot.press("alt+comma")
+        # Alt+PgUp / Alt+PgDn: the versions, and the conversation goes on from the one shown
+        await pilot.press("alt+pageup")
         assert "version 1/2" in title(app) and app.transcript.reply_views()[0].record is first
         assert app.conversation.turns[-1].content == first.text and len(app.conversation.turns) == 2
-        await pilot.press("alt+full_stop")
+        await pilot.press("alt+pagedown")
         assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text
         # F9 replays the branch in the other mode: its prefix, its picked token, the same tokens after
         await pilot.press("f9")
@@ -112,13 +112,13 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         await wait_run(pilot)
         assert len(first.siblings) == 4 and "version 4/4" in title(app)
         # the next message goes on from the version shown
-        await pilot.press("alt+comma", "alt+comma")  # version 2: the first branch
+        await pilot.press("alt+pageup", "alt+pageup")  # version 2: the first branch
         assert "version 2/4" in title(app)
         await reply_to(pilot, "Which one is the biggest?")
         last = app.conversation.replies[-1]
         assert [m.content for m in last.messages if m.role == "assistant"] == [branch.text]
         # versions belong to the last turn's reply only
-        await pilot.press("alt+comma")
+        await pilot.press("alt+pageup")
         assert any("one version" in n for n in notices(app))
 
 
@@ -139,7 +139,7 @@ async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> N
         (rec,) = app.conversation.replies
         reply, at = await select_back(pilot, 1)
         rows = branch_choices(rec.steps[at], app.session.settings)
-        assert rows[0][0].token_id is None and "draw again" in rows[0][1]
+        assert rows[0][0].token_id is None and "roll again" in rows[0][1]
         assert [c.token_id for c, _ in rows[1:]] == [c.token_id for c in rec.steps[at].raw_top]
         assert sum("(drawn)" in text for _, text in rows) == (rec.steps[at].token_id in [c.token_id for c in rec.steps[at].raw_top])
         await pilot.press("ctrl+b")
@@ -203,7 +203,8 @@ async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(bac
         older, shown = app.conversation.replies
         assert older.hidden and shown.text == branch.text and shown.prefix_len == at
         assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text
-        await pilot.press("alt+comma")
+        assert f"from reply {older.number} at token {at + 1}" in title(app)
+        await pilot.press("alt+pageup")
         assert app.conversation.turns[-1].content == first.text
 
 

@@ -1,5 +1,5 @@
 """The chat's branch keys (a mixin of LoopChatApp): Ctrl+B branches the reply at the
-selected token, Alt+, / Alt+. show the previous / next version of the last reply.
+selected token, Alt+PgUp / Alt+PgDn show the previous / next version of the last reply.
 
 A turn's reply can have versions (F5, branches): the transcript shows one, its title
 says which ("version 2/3"), and the conversation goes on from the one shown. The
@@ -32,8 +32,8 @@ class BranchActions(_Base):
             "Branch here", "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+B)",
             self.action_branch,
         )
-        yield SystemCommand("Previous version of the reply", "Of the last reply's versions (Alt+,)", lambda: self.action_version(-1))
-        yield SystemCommand("Next version of the reply", "Of the last reply's versions (Alt+.)", lambda: self.action_version(1))
+        yield SystemCommand("Previous version of the reply", "Of the last reply's versions (Alt+PgUp)", lambda: self.action_version(-1))
+        yield SystemCommand("Next version of the reply", "Of the last reply's versions (Alt+PgDn)", lambda: self.action_version(1))
 
     def action_branch(self) -> None:
         """Open the branch picker for the selected token (the token cursor)."""

@@ -51,8 +51,8 @@ BINDINGS = [
     Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
     Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
     Binding("ctrl+b", "branch", "Branch", show=False),
-    Binding("alt+comma", "version(-1)", "Previous version", show=False),
-    Binding("alt+full_stop", "version(1)", "Next version", show=False),
+    Binding("alt+pageup", "version(-1)", "Previous version", show=False, priority=True),
+    Binding("alt+pagedown", "version(1)", "Next version", show=False, priority=True),
     Binding("alt+left", "token_cursor(-1)", "Previous token", show=False),
     Binding("alt+right", "token_cursor(1)", "Next token", show=False),
     Binding("ctrl+y", "copy_reply", "Copy reply", show=False, priority=True),  # not TextArea's redo
