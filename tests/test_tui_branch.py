@@ -84,6 +84,7 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         # Alt+PgUp / Alt+PgDn: the versions, and the conversation goes on from the one shown
         await pilot.press("alt+pageup")
         assert "version 1/2" in title(app) and app.transcript.reply_views()[0].record is first
+        assert app.session.shown_step(None)[0] is first  # the panel shows the version shown
         assert app.conversation.turns[-1].content == first.text and len(app.conversation.turns) == 2
         await pilot.press("alt+pagedown")
         assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text

@@ -507,13 +507,15 @@ class ChatSession:
         """What the loop panel shows: (reply, step, pinned). The selected token's step
         (pinned), else the latest step of the reply in flight or of the last reply."""
         rec, step = self.current, None
+        if rec is not None and rec.hidden:  # another version of it is shown now
+            rec = None
         if selection is not None:
             rec = self.conversation.reply(selection[0])
             if rec is not None:
                 step = next((st for st in rec.steps if st.index == selection[1]), None)
         pinned = step is not None
-        if rec is None and self.conversation.replies:
-            rec = self.conversation.replies[-1]
+        if rec is None:
+            rec = next((r for r in reversed(self.conversation.replies) if not r.hidden), None)
         if rec is not None and step is None and rec.steps:
             step = rec.steps[-1]
         return rec, step, pinned
