@@ -231,3 +231,57 @@ async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_
         assert ids == [s.token_id for s in branch.steps]
         assert ids[:at] == list(branch.start.reply_prefix)
 
+
+
+async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_version(backend, tmp_path) -> None:
+    from loopchat.history.store import ConversationStore
+
+    store = tmp_path / "h.sqlite3"
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=11, max_tokens=16, temperature=0.8), history=store,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a planet.")
+        await reply_to(pilot, "How far is it from the sun?")
+        first, second = app.conversation.replies
+        turns_before = [m.content for m in app.conversation.turns]
+        # a token of the first reply: Ctrl+B, a new draw there
+        at = max(1, len([s for s in first.steps if not s.is_stop]) // 2)
+        app.action_select_token(first.number, at)
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        assert branch.siblings is first.siblings and branch.turn_base == 0
+        # the second turn was built on the first version: it is set aside with it
+        assert [v.record for v in app.transcript.reply_views()] == [branch]
+        assert [m.content for m in app.conversation.turns] == ["Name a planet.", branch.text]
+        assert second.hidden and not second.in_history
+        # Alt+PgUp on the (only) turn: the first version comes back with the turn built on it
+        await pilot.press("alt+pageup")
+        assert [v.record for v in app.transcript.reply_views()] == [first, second]
+        assert [m.content for m in app.conversation.turns] == turns_before
+        assert not second.hidden and second.in_history
+        # the first turn's versions, from a selected token of it, while a later turn is shown
+        app.action_select_token(first.number, at)
+        await pilot.press("alt+pagedown")
+        assert [v.record for v in app.transcript.reply_views()] == [branch]
+        # the next message goes on from the branch
+        await reply_to(pilot, "Is it big?")
+        third = app.conversation.replies[-1]
+        assert [m.content for m in third.messages if m.role != "system"] == ["Name a planet.", branch.text, "Is it big?"]
+        assert app.history.writer.flush(10)
+    with ConversationStore.open(store) as s:
+        (summary,) = s.list_conversations()
+        conv = s.load(summary.id)
+    # the store's tree: the first message with two replies; one goes on to the second
+    # question, the branch to the third
+    by_id = {n.id: n for n in conv.nodes}
+    path = conv.path()
+    assert [n.content for n in path if n.role == "user"] == ["Name a planet.", "Is it big?"]
+    assert path[1].content == branch.text
+    other = [n for n in conv.nodes if n.role == "user" and n.content == "How far is it from the sun?"]
+    assert len(other) == 1 and by_id[other[0].parent_id].content == first.text

@@ -41,7 +41,7 @@ class BranchActions(_Base):
             self.notify(self.backend.branch_refusal, severity="warning")
             return
         if self.selection is None:
-            self.notify("Select a token of the last reply first (Alt+←/→ or a click), then Ctrl+B", severity="warning")
+            self.notify("Select a token of a reply first (Alt+←/→ or a click), then Ctrl+B", severity="warning")
             return
         reply, index = self.selection
         rec = self.conversation.reply(reply)
@@ -72,27 +72,35 @@ class BranchActions(_Base):
         self.run_finished.clear()
 
     def action_version(self, direction: int) -> None:
+        """The versions of the selected token's reply (else of the last reply)."""
+        reply = self.selection[0] if self.selection is not None else None
         try:
-            old, new = self.session.switch_version(direction)
+            old, new = self.session.switch_version(direction, reply)
         except Refused as exc:
             self.notify(str(exc), severity="warning")
             return
-        if self.history is not None:
-            self.history.switched(new)
         self._swap_version(old, new)
+        if self.history is not None:
+            last = self.conversation.last_in_history()
+            if last is not None:
+                self.history.switched(last)  # the next message hangs from the path shown
         k, n = new.version
         self.notify(f"Version {k}/{n} of the reply", timeout=1.5)
 
     def _swap_version(self, old: ReplyRecord, new: ReplyRecord) -> None:
-        """Show `new` in `old`'s place in the transcript."""
+        """Show `new` in `old`'s place in the transcript; the turns shown after `old` go
+        with it (and come back when it is shown again), those kept with `new` come back."""
         self.selection = None
         self._clear_selection_views()
-        view = self.views.pop(old, None)
+        view = self.views.get(old)
         fresh = ReplyView(new, self.prefs)
+        if view is not None:
+            self._tails[old] = self.transcript.take_after(view)
         if view is not None and self.transcript.replace_block(view, fresh):
             self.views[new] = fresh
         else:
             self.views[new] = self.transcript.add_reply(new, self.prefs)
+        self.transcript.extend(self._tails.pop(new, []))
         for rec in new.siblings:  # their titles say how many versions there are now
             other = self.views.get(rec)
             if other is not None and other is not self.views[new]:

@@ -42,6 +42,12 @@ class ReplyRecord:
     in_turns: bool = False  # its text is the conversation's last assistant turn
     branch_from: int | None = None  # a branch: the reply number it continues ...
     branch_at: int | None = None  # ... from this step on (its steps before it are that reply's)
+    #: where its message sits in the conversation's turns (how many turns come before it)
+    turn_base: int = 0
+    #: set aside with this version (another version of its turn is shown): the replies of
+    #: the later turns, each with its (in_history, in_turns), and the later turns' messages
+    tail: list[tuple["ReplyRecord", bool, bool]] = field(default_factory=list)
+    tail_turns: list[Message] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.siblings:
@@ -97,6 +103,7 @@ class Conversation:
         return (*sys, *self.turns, Message("user", user_text))
 
     def new_reply(self, mode: str, messages: tuple[Message, ...], **kw) -> ReplyRecord:
+        kw.setdefault("turn_base", len(self.turns))
         rec = ReplyRecord(number=len(self.replies) + 1, mode=mode, messages=messages, **kw)
         self.replies.append(rec)
         return rec

@@ -28,7 +28,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Ctrl+T", "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position"),
     ("F5", "Regenerate the last reply, as a new version of it (a new random seed; a pinned seed moves to the next)"),
     ("Ctrl+B", "Branch the reply at the selected token (Alt+←/→ or a click): that pass's candidates with both probabilities; pick another (1–9, Enter) or draw again (0): a new version keeps the tokens before it and reuses the KV cache"),
-    ("Alt+PgUp / Alt+PgDn", "Previous / next version of the last reply (F5 and Ctrl+B make them: \"version 2/3\" in its title); the conversation goes on from the one shown"),
+    ("Alt+PgUp / Alt+PgDn", "Previous / next version of the selected token's reply, else of the last reply (F5 and Ctrl+B make them: \"version 2/3\" in its title); the conversation goes on from the one shown, with the later turns built on it"),
     ("Ctrl+N", "New conversation"),
     ("Ctrl+O", "Conversations: the stored ones, newest first, with a search box; Enter opens one to continue it, Ctrl+R renames, Ctrl+D deletes"),
     ("Ctrl+Y", "Copy the last reply to the clipboard"),

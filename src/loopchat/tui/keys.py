@@ -145,6 +145,7 @@ class KeyActions(_Base):
         self.session.new_conversation()
         self.selection = None
         self.views.clear()
+        self._tails.clear()
         self.wire.forget()
         self.transcript.clear()
         self.run_finished.set()
