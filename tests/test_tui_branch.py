@@ -1,4 +1,4 @@
-"""Branches in the chat on the real default model: Ctrl+B at a token (another candidate,
+"""Branches in the chat on the real default model: Ctrl+R at a token (another candidate,
 or a new draw), the versions of a reply (Alt+PgUp / Alt+PgDn), F5 among them, and what the
 conversation goes on from."""
 
@@ -49,7 +49,7 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+b")  # nothing selected yet: it says what to do
+        await pilot.press("ctrl+r")  # nothing selected yet: it says what to do
         assert any("Select a token" in n for n in notices(app))
         await reply_to(pilot, "Name three animals that live in the sea.")
         (first,) = app.conversation.replies
@@ -57,7 +57,7 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         assert reply == first.number and at > 0
         drawn = first.steps[at]
         row, other = next((i + 1, c) for i, c in enumerate(drawn.raw_top) if c.token_id != drawn.token_id)
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press(str(row))
         await wait_run(pilot)
@@ -100,7 +100,7 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         at2 = [s.index for s in branch.steps if s.text and not s.is_stop][-2]
         assert at2 > at
         app.action_select_token(branch.number, at2)
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("0")
         await wait_run(pilot)
@@ -127,7 +127,7 @@ async def test_branch_is_refused_while_generating_and_for_a_backend_that_cannot(
     app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=SIZE) as pilot:
         await reply_to(pilot, "hi")
-        await pilot.press("alt+left", "ctrl+b")
+        await pilot.press("alt+left", "ctrl+r")
         assert "The fake backend cannot branch" in notices(app)
         assert not isinstance(app.screen, BranchPicker)
 
@@ -143,18 +143,18 @@ async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> N
         assert rows[0][0].token_id is None and "roll again" in rows[0][1]
         assert [c.token_id for c, _ in rows[1:]] == [c.token_id for c in rec.steps[at].raw_top]
         assert sum("(drawn)" in text for _, text in rows) == (rec.steps[at].token_id in [c.token_id for c in rec.steps[at].raw_top])
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, BranchPicker), 5, "the picker to close")
         assert len(app.conversation.replies) == 1 and not app.generating
-        # while a reply runs, Ctrl+B says to stop it first
+        # while a reply runs, Ctrl+R says to stop it first
         gate = StepGate(app, after=2)
         await pilot.press(*"Again.", "enter")
         await wait_for(pilot, lambda: gate.holding, 30, "the reply to be held mid-way")
         assert app.generating
         app.action_select_token(reply, at)
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         assert any("Still generating" in n for n in notices(app))
         assert not isinstance(app.screen, BranchPicker)
         gate.release()
@@ -180,7 +180,7 @@ async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(bac
         await reply_to(pilot, "Name a colour and say why you like it.")
         (first,) = app.conversation.replies
         _, at = await select_back(pilot, 4)
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("0")
         await wait_run(pilot)
@@ -219,7 +219,7 @@ async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_
         (first,) = app.conversation.replies
         at = max(1, len(first.steps) // 2)
         app.action_select_token(first.number, at)
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("0")
         await wait_run(pilot)
@@ -247,10 +247,10 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
         await reply_to(pilot, "How far is it from the sun?")
         first, second = app.conversation.replies
         turns_before = [m.content for m in app.conversation.turns]
-        # a token of the first reply: Ctrl+B, a new draw there
+        # a token of the first reply: Ctrl+R, a new draw there
         at = max(1, len([s for s in first.steps if not s.is_stop]) // 2)
         app.action_select_token(first.number, at)
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("0")
         await wait_run(pilot)

@@ -1,4 +1,4 @@
-"""The chat's branch keys (a mixin of LoopChatApp): Ctrl+B branches the reply at the
+"""The chat's branch keys (a mixin of LoopChatApp): Ctrl+R branches the reply at the
 selected token, Alt+PgUp / Alt+PgDn show the previous / next version of the last reply.
 
 A turn's reply can have versions (F5, branches): the transcript shows one, its title
@@ -29,7 +29,7 @@ else:
 class BranchActions(_Base):
     def branch_commands(self) -> Iterable[SystemCommand]:
         yield SystemCommand(
-            "Branch here", "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+B)",
+            "Branch here", "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+R)",
             self.action_branch,
         )
         yield SystemCommand("Previous version of the reply", "Of the last reply's versions (Alt+PgUp)", lambda: self.action_version(-1))
@@ -41,7 +41,7 @@ class BranchActions(_Base):
             self.notify(self.backend.branch_refusal, severity="warning")
             return
         if self.selection is None:
-            self.notify("Select a token of a reply first (Alt+←/→ or a click), then Ctrl+B", severity="warning")
+            self.notify("Select a token of a reply first (Alt+←/→ or a click), then Ctrl+R", severity="warning")
             return
         reply, index = self.selection
         rec = self.conversation.reply(reply)

@@ -1,4 +1,4 @@
-"""Ctrl+B: branch a reply at the selected token (issue 13).
+"""Ctrl+R: branch a reply at the selected token (issue 13).
 
 The dialog shows the die of that pass as it was rolled: its candidates, raw softmax and
 after sampling (the settings of that pass), the token drawn marked ▶. The user picks

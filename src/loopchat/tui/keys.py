@@ -50,7 +50,7 @@ BINDINGS = [
     # priority: the message box (a TextArea) binds F6/F7 to select line / select all
     Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
     Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
-    Binding("ctrl+b", "branch", "Branch", show=False),
+    Binding("ctrl+r", "branch", "Branch", show=False),  # (Ctrl+R is tmux's prefix)
     Binding("alt+pageup", "version(-1)", "Previous version", show=False, priority=True),
     Binding("alt+pagedown", "version(1)", "Next version", show=False, priority=True),
     Binding("alt+left", "token_cursor(-1)", "Previous token", show=False),

@@ -201,7 +201,7 @@ class ChatSession:
             raise Refused("No reply yet")
         versions = [r for r in cur.siblings if r.done]
         if len(versions) < 2:
-            raise Refused("This reply has one version: F5 regenerates the last one, Ctrl+B branches from a selected token")
+            raise Refused("This reply has one version: F5 regenerates the last one, Ctrl+R branches from a selected token")
         if not cur.in_turns and self._later(cur):
             raise Refused("That reply is not part of the conversation (it failed): its versions cannot be switched")
         new = versions[(versions.index(cur) + direction) % len(versions)] if cur in versions else versions[-1]
