@@ -46,8 +46,7 @@ def sparklines_same_scale(series: list[list[float]], width: int) -> list[str]:
         return ["" for _ in lines]
     per_cell = -(-longest // width)  # ceil
     cells = [[max(v[i : i + per_cell]) for i in range(0, len(v), per_cell)] for v in lines]
-    flat = [x for c in cells for x in c]
-    lo, top = min(flat), max(flat)
+    lo, top = min(min(v) for v in lines if v), max(max(v) for v in lines if v)
     span = top - lo
     out = []
     for c in cells:
