@@ -87,6 +87,27 @@ def test_passes_are_the_engines_own_count(engine) -> None:
     assert rec.prefill.reused_tokens > 0
 
 
+def test_a_stored_conversation_gives_the_same_figures(tmp_path) -> None:
+    """Ctrl+O's replies (restored from the history store) compare as the live ones do."""
+    from history_helpers import store_reply
+
+    from loopchat.history.store import ConversationStore
+    from loopchat.tui.stored_replies import restore
+
+    _, traced = read_trace(COMPARE_TRACE)
+    events = [t.event for t in traced]
+    cut = [i for i, e in enumerate(events) if isinstance(e, Start)][1]
+    recs = _trace_records()
+    with ConversationStore.open(tmp_path / "h.sqlite3") as store:
+        conv = store.new_conversation("482", "SmolLM2", system_prompt=recs[0].messages[0].content)
+        parent = None
+        for rec, part in zip(recs, (events[:cut], events[cut:])):
+            user = store.add_message(conv, parent, "user", rec.messages[-1].content)
+            parent = store_reply(store, conv, user, part)
+        restored = restore(store.load(conv)).conversation.replies
+    assert [reply_stats(r) for r in restored] == [reply_stats(r) for r in recs]
+
+
 def test_rows_show_the_figures_and_ratios() -> None:
     a, b = (reply_stats(r) for r in _trace_records())
     rows = {r[0]: r[1:] for r in compare_rows(a, b)}

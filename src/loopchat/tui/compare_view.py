@@ -172,8 +172,8 @@ class CompareScreen(ModalScreen[None]):
         a, b = self.stats(self.sides[0]), self.stats(self.sides[1])
         table = Table(box=None, padding=(0, 2), expand=True, show_edge=False)
         table.add_column("", style="bold #ffaf00", no_wrap=True)
-        table.add_column(self._heading(0), ratio=1, overflow="ellipsis", no_wrap=True)
-        table.add_column(self._heading(1), ratio=1, overflow="ellipsis", no_wrap=True)
+        table.add_column(self._heading(0), ratio=1, overflow="fold")
+        table.add_column(self._heading(1), ratio=1, overflow="fold")
         table.add_column("B/A", no_wrap=True, justify="right")
         for row in compare_rows(a, b):
             table.add_row(*row)
