@@ -193,15 +193,24 @@ async def test_ctrl_g_compares_the_last_two_replies_and_moves_a_side(tmp_path) -
         assert not isinstance(app.screen, CompareScreen)
 
 
-async def test_the_selected_tokens_reply_is_compared(tmp_path) -> None:
-    app = _replay(tmp_path)
+async def test_the_selected_tokens_reply_is_compared_with_the_one_before(tmp_path) -> None:
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=(120, 40)) as pilot:
-        await _both_replies(pilot)
-        app.action_select_token(1, 3)
+        for text in ("one", "two", "three"):
+            await reply_to(pilot, text)
         await pilot.press("ctrl+g")
         await pilot.pause()
-        assert app.screen.sides == [0, 1]  # the first reply has none before it: the next
-        await pilot.press("escape", "escape")  # the screen, then the selection
+        assert app.screen.sides == [1, 2]  # no token selected: the last reply and the one before
+        await pilot.press("escape")
+        app.action_select_token(2, 3)  # a token of reply 2 (what Alt+←/→ or a click selects)
+        await pilot.press("ctrl+g")
+        await pilot.pause()
+        assert app.screen.sides == [0, 1] and "▸ B · reply 2" in app.screen.text
+        await pilot.press("escape")
+        app.action_select_token(1, 3)  # the first reply has none before it: the next one
+        await pilot.press("ctrl+g")
+        await pilot.pause()
+        assert app.screen.sides == [0, 1]
 
 
 async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:
