@@ -55,6 +55,9 @@ BINDINGS = [
     Binding("alt+pagedown", "version(1)", "Next version", show=False, priority=True),
     Binding("alt+left", "token_cursor(-1)", "Previous token", show=False),
     Binding("alt+right", "token_cursor(1)", "Next token", show=False),
+    # compare two replies (compare_view.py); Ctrl+G: the message box (a TextArea) binds
+    # Ctrl+K, tmux takes Ctrl+B. priority: it closes the compare screen too
+    Binding("ctrl+g", "compare", "Compare", show=False, priority=True),
     Binding("ctrl+y", "copy_reply", "Copy reply", show=False, priority=True),  # not TextArea's redo
     # Ctrl+C stops a reply being generated (as in a terminal); otherwise Textual's own
     # hint ("press ctrl+q to quit"). priority: the message box would take it as copy.
@@ -80,6 +83,9 @@ class KeyActions(_Base):
         yield SystemCommand(
             "Step mode", "Stop the reply before its next draw, or arm the next reply; again: run freely (F12)",
             self.action_step_mode,
+        )
+        yield SystemCommand(
+            "Compare two replies", "Side by side: passes, times, tokens, entropy (Ctrl+G)", self.action_compare,
         )
         yield SystemCommand("Replay last reply in the other mode", "Same seed and settings (F9)", self.action_replay_other_mode)
         yield SystemCommand("Regenerate last reply", "With a new seed (F5)", self.action_regenerate)
@@ -138,6 +144,24 @@ class KeyActions(_Base):
             self.notify(str(exc), severity="warning")
             return
         self._show_new_reply(rec)
+
+    def action_compare(self) -> None:
+        """Two finished replies side by side: the selected token's reply (or the last)
+        and the one before it; Ctrl+G again closes."""
+        from ..reply_stats import comparable
+        from .compare_view import CompareScreen, default_pair
+
+        if isinstance(self.screen, CompareScreen):
+            self.screen.dismiss(None)
+            return
+        if self.screen is not self.screen_stack[0]:
+            return  # another dialog is open
+        replies = comparable(self.conversation.replies)
+        if len(replies) < 2:
+            self.notify("Compare needs two finished replies: send another message first", severity="warning")
+            return
+        a, b = default_pair(replies, self.selection[0] if self.selection else None)
+        self.push_screen(CompareScreen(replies, a, b))
 
     def action_new_conversation(self) -> None:
         if self.history is not None:
