@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from types import SimpleNamespace
 
 from textual.command import CommandList
 from tui_fixtures import COMPARE_QUESTIONS, COMPARE_TRACE, FakeBackend, reply_to, wait_for
@@ -20,18 +19,19 @@ from loopchat.reply_stats import comparable, reply_stats
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
 from loopchat.tui.app import LoopChatApp
+from loopchat.tui.conversation import STREAM, ReplyRecord
 from loopchat.tui.compare_view import NOT_GIVEN, CompareScreen, compare_rows, spark_rows
 from loopchat.tui.launch import create_app
 from loopchat.tui.plots import fmt_ms, sparklines_same_scale
 from loopchat.tui.prefs import Prefs
 
 
-def _records(events) -> list[SimpleNamespace]:
-    """The replies of a run of events, as the app's ReplyRecords hold them."""
-    out: list[SimpleNamespace] = []
+def _records(events) -> list[ReplyRecord]:
+    """The replies of a run of events, as the app holds them."""
+    out: list[ReplyRecord] = []
     for e in events:
         if isinstance(e, Start):
-            out.append(SimpleNamespace(number=len(out) + 1, messages=e.messages, prefill=None, steps=[], finish=None))
+            out.append(ReplyRecord(number=len(out) + 1, mode=STREAM, messages=e.messages, start=e))
         elif isinstance(e, Prefill):
             out[-1].prefill = e
         elif isinstance(e, Step):
@@ -41,7 +41,7 @@ def _records(events) -> list[SimpleNamespace]:
     return out
 
 
-def _trace_records() -> list[SimpleNamespace]:
+def _trace_records() -> list[ReplyRecord]:
     _, traced = read_trace(COMPARE_TRACE)
     return _records(t.event for t in traced)
 
@@ -124,8 +124,8 @@ def test_a_reply_without_the_figures_says_not_given() -> None:
     """A remote server that is not loopchat sends no prefill, entropies or pass times."""
     rec = _trace_records()[0]
     bare = [dataclasses.replace(st, raw_entropy=None, raw_prob=None, forward_ms=None, sample_ms=None) for st in rec.steps]
-    remote = SimpleNamespace(number=9, messages=rec.messages, prefill=None, steps=bare,
-                             finish=dataclasses.replace(rec.finish, prefill_ms=None))
+    remote = ReplyRecord(number=9, mode=STREAM, messages=rec.messages, prefill=None, steps=bare,
+                         finish=dataclasses.replace(rec.finish, prefill_ms=None))
     a, b = reply_stats(rec), reply_stats(remote)
     assert (b.passes, b.mean_entropy, b.mean_surprisal, b.pass_ms, b.entropies) == (None, None, None, (), ())
     rows = {r[0]: r[1:] for r in compare_rows(a, b)}

@@ -285,3 +285,32 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
     assert path[1].content == branch.text
     other = [n for n in conv.nodes if n.role == "user" and n.content == "How far is it from the sun?"]
     assert len(other) == 1 and by_id[other[0].parent_id].content == first.text
+
+
+async def test_compare_counts_a_branchs_own_run(backend, tmp_path) -> None:
+    """A branch and the reply it continues, side by side (Ctrl+G): the branch's passes
+    and tokens are its run's, not its prefix's again."""
+    from loopchat.reply_stats import reply_stats
+
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a fish.")
+        (first,) = app.conversation.replies
+        at = max(1, len([s for s in first.steps if not s.is_stop]) // 2)
+        app.action_select_token(first.number, at)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        stats = reply_stats(branch)
+        own = branch.steps[at:]
+        assert stats.steps == len(own) and stats.passes == branch.prefill.batches + len(own) - 1
+        assert stats.tokens == branch.finish.completion_tokens == sum(1 for s in own if not s.is_stop)
+        assert stats.text == branch.text
+        await pilot.press("ctrl+g")  # the two versions, side by side
+        await pilot.pause()
+        from loopchat.tui.compare_view import CompareScreen
+
+        assert isinstance(app.screen, CompareScreen)

@@ -5,6 +5,9 @@ Each figure is read from the events or computed from them, never estimated; one 
 events do not carry (a remote server that is not loopchat sends no prefill, entropies
 or forward times) is None: "not given".
 
+A branch (a reply continued from the tokens of another) counts its own run: the steps of
+its prefix were passes of the reply it continues.
+
 Forward passes: the prefill's batches (one llama_decode call each) and one pass per
 step after the first (step 0 samples from the prefill's logits; step i > 0 from the
 pass over the token step i - 1 drew), as the engine counts them (`Engine.passes`).
@@ -27,6 +30,8 @@ class Recorded(Protocol):
     prefill: Prefill | None
     steps: list[Step]
     finish: Finish | None
+    prefix_len: int  # a branch: its first steps are the reply it continues (not run by it)
+    text: str
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,8 @@ def reply_stats(rec: Recorded) -> ReplyStats:
     finish = rec.finish
     if finish is None:
         raise ValueError(f"reply {rec.number} has not finished")
-    steps = rec.steps
+    # a branch's run: its own steps (those of its prefix ran in the reply it continues)
+    steps = rec.steps[rec.prefix_len :] if rec.prefix_len else rec.steps
     prefill = rec.prefill
     passes = prefill.batches + max(0, len(steps) - 1) if prefill is not None else None
     entropies = _all_given([s.raw_entropy for s in steps])
@@ -101,7 +107,7 @@ def reply_stats(rec: Recorded) -> ReplyStats:
         mean_entropy=sum(entropies) / len(entropies) if entropies is not None else None,
         mean_surprisal=surprisal,
         finish=str(finish.reason.value),
-        text=finish.text,
+        text=rec.text,
         pass_ms=tuple(pass_ms or ()),
         entropies=tuple(entropies or ()),
     )
