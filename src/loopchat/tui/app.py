@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
@@ -197,6 +198,15 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
 
     # ------------------------------------------------------------- frames ----
     def _frame(self) -> None:
+        try:
+            self._frame_body()
+        except NoMatches:
+            # the app is closing: its widgets went before the frame timer stopped
+            # (a frame that came then failed on the panel, and the app's exit with it)
+            if self.is_running and self.screen.is_attached and self.query(LoopPanel):
+                raise
+
+    def _frame_body(self) -> None:
         self.backend.flush()  # what the engine process sent since the last frame
         if self._history_notices:
             self._history_failed(self._history_notices.popleft())
