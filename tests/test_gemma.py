@@ -204,6 +204,7 @@ def test_a_document_is_continued_as_it_is(gemma: Engine) -> None:
     assert list(start.prompt_token_ids) == gemma.tokenize(text)
     assert start.prompt_token_ids[0] == gemma.llm.token_bos() and "<|im_start|>" not in start.prompt_text
     assert gemma.template_source == "fallback" and "set chat_template" in gemma.template_note
+    assert gemma.opening_mode == "completion"  # the chat opens it on a document, not ChatML
 
 
 def test_run_raw_and_the_template_note(gemma_path: Path) -> None:
