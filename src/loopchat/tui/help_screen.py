@@ -28,6 +28,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Ctrl+T", "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position"),
     ("F5", "Regenerate the last reply (a new random seed; a pinned seed moves to the next)"),
     ("Ctrl+N", "New conversation"),
+    ("Ctrl+L", "Completion mode ⇄ chat mode: write a document and the model continues it, no chat template (Enter appends the box's text and continues; an empty Enter: more); a conversation under way is left for a new one"),
     ("Ctrl+O", "Conversations: the stored ones, newest first, with a search box; Enter opens one to continue it, Ctrl+R renames, Ctrl+D deletes"),
     ("Ctrl+Y", "Copy the last reply to the clipboard"),
     ("Alt+← / Alt+→", "Token cursor: step through the tokens of past replies (or click a token)"),

@@ -351,7 +351,7 @@ class ChatSession:
         self.conversation.mode = mode
         if mode == COMPLETION:
             return "Completion mode: write a document, Enter lets the model continue it (an empty Enter: more)"
-        note = self.backend.ready.template_note if self.backend.ready is not None else ""
+        note = getattr(self.backend.ready, "template_note", "")
         return "Chat mode: messages through the chat template" + (f". Note: {note}" if note else "")
 
     def open_conversation(self, conversation: Conversation) -> None:
