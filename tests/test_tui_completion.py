@@ -196,3 +196,37 @@ async def test_a_model_without_a_chat_template_opens_in_completion_mode(gemma_pa
             assert rec.start.prompt_token_texts[0] == "<bos>"
     finally:
         b.close()
+
+
+async def test_the_command_palette_switches_the_mode(tmp_path) -> None:
+    from tui_fixtures import FakeBackend
+
+    from loopchat.tui.app import LoopChatApp
+
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"Completion mode")
+        await wait_for(
+            pilot, lambda: "Completion mode" in str(app.screen.query("CommandList").first().get_option_at_index(0).prompt),
+            5, "the entry",
+        )
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.session.completion, 5, "completion mode")
+        assert "completion" in app.sub_title
+        assert "Completion mode → chat mode" in [c.title for c in app.key_commands()]
+
+
+def test_mode_on_the_command_line(capsys) -> None:
+    from tui_fixtures import FakeBackend
+
+    from loopchat.cli import build_parser, main
+    from loopchat.tui.app import LoopChatApp
+
+    assert build_parser().parse_args(["--mode", "completion"]).mode == "completion"
+    assert build_parser().parse_args([]).mode is None
+    assert main(["--mode", "raw"]) == 2
+    assert "--mode: invalid choice: 'raw'" in capsys.readouterr().err
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(), mode="completion")
+    assert app.session.completion and app.session.mode_chosen  # a model that loads keeps it

@@ -58,13 +58,14 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         owns_backend: bool = True,
         settings: SamplingSettings | None = None,
         history_path: Path | None = None,
+        mode: str | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
         self.owns_backend = owns_backend
         self.prefs_path = prefs_path
         self.prefs = prefs or load_prefs(prefs_path)
-        self.session = ChatSession(backend, settings)
+        self.session = ChatSession(backend, settings, mode=mode)
         self.pump = EventPump()
         self.views: dict[ReplyRecord, ReplyView] = {}
         self.selection: tuple[int, int] | None = None

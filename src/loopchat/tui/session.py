@@ -74,7 +74,8 @@ class Update:
 
 
 class ChatSession:
-    def __init__(self, backend: Backend, settings: SamplingSettings | None = None) -> None:
+    def __init__(self, backend: Backend, settings: SamplingSettings | None = None, mode: str | None = None) -> None:
+        """`mode`: "chat" or "completion" for the session (--mode); None: each model's own."""
         self.backend = backend
         #: what the next reply uses (the keys and the dialog change it)
         self.settings = settings or backend.default_settings
@@ -94,8 +95,10 @@ class ChatSession:
         self.pending: Pending | None = None
         #: step mode armed: the next reply stops before its first draw
         self.step_armed = False
-        #: the user chose the mode (the mode key): a model that loads keeps it
-        self.mode_chosen = False
+        #: the user chose the mode (the mode key, --mode): a model that loads keeps it
+        self.mode_chosen = mode is not None
+        if mode is not None:
+            self.conversation.mode = mode
 
     @property
     def generating(self) -> bool:
