@@ -110,6 +110,15 @@ async def test_completion_mode_continues_one_document_with_no_template(backend, 
         assert doc.record is again and doc.body_text() == whole + again.text
         assert "version 2/2" in drawn(doc)
 
+        # blocking mode (F3): the document stays, its continuation appears whole at the end
+        await pilot.press("f3")
+        await pilot.press("enter")
+        await wait_run(pilot)
+        blocked = app.conversation.replies[-1]
+        assert blocked.mode == "blocking" and blocked.start.prompt_text == whole + again.text
+        assert the_document(app).body_text() == whole + again.text + blocked.text
+        await pilot.press("f3")
+
         # Ctrl+N: a new document, still in completion mode
         await pilot.press("ctrl+n")
         assert app.transcript.blocks == [] and app.session.completion
@@ -119,6 +128,35 @@ async def test_completion_mode_continues_one_document_with_no_template(backend, 
         # Ctrl+L again: chat mode
         await pilot.press("ctrl+l")
         assert not app.session.completion and "completion" not in app.sub_title
+
+
+async def test_a_continuation_streams_onto_the_document_and_esc_stops_it(backend, tmp_path) -> None:
+    from tui_fixtures import StepGate
+
+    app = live_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+l")
+        app.prompt.value = TEXT
+        await pilot.press("enter")
+        await wait_run(pilot)
+        before = the_document(app).body_text()
+        gate = StepGate(app, after=3)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: gate.holding and app.steps_seen >= 3, 30, "the first steps")
+        doc = the_document(app)
+        live = "".join(s.text for s in app.current.steps if not s.is_stop)
+        # streamed onto the document's open line, after the text already there
+        await wait_for(pilot, lambda: doc.body_text() == before + live, 5, "the tokens drawn")
+        assert not app.current.done and live.strip()[:3] in drawn(doc).replace("\n│ ", "")
+        await pilot.press("escape")
+        gate.release()
+        await wait_run(pilot)
+        cut = app.conversation.replies[-1]
+        assert cut.finish.reason == "cancelled" and the_document(app).body_text() == before + cut.text
+        await pilot.press("enter")  # the document goes on from the stopped continuation
+        await wait_run(pilot)
+        assert app.conversation.replies[-1].start.prompt_text == before + cut.text
 
 
 async def test_the_mode_key_leaves_a_chat_for_a_new_document(backend, tmp_path) -> None:
