@@ -257,6 +257,20 @@ def test_a_model_without_a_chat_template_opens_in_completion_mode_and_says_so() 
     assert configured.completion and u.warnings == []
 
 
+def test_a_model_switch_keeps_a_document_under_way() -> None:
+    s = ChatSession(Backend())
+    s.consume([ModelReady("m", "/m.gguf", 2048, 100, 1, 5.0, mode="completion")])
+    s.send("Once", STREAM)
+    s.consume(reply_events(1, s.backend.runs[0][0], text=" upon"))
+    s.switch_model("m")
+    u = s.consume([READY])  # a chat model: the document goes on with it, no template
+    assert s.completion and u.warnings == []
+    s.send("", STREAM)
+    assert s.backend.runs[1][0][0].content == "Once upon"
+    s.new_conversation()  # a new document: the mode holds
+    assert s.completion
+
+
 def test_a_played_trace_makes_its_own_turns() -> None:
     s = ChatSession(Backend())
     msgs = (Message("user", "from the trace"),)

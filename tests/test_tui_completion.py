@@ -268,3 +268,36 @@ def test_mode_on_the_command_line(capsys) -> None:
     assert "--mode: invalid choice: 'raw'" in capsys.readouterr().err
     app = LoopChatApp(FakeBackend(), prefs=Prefs(), mode="completion")
     assert app.session.completion and app.session.mode_chosen  # a model that loads keeps it
+
+
+async def test_a_branch_and_the_versions_of_a_continuation_stay_in_the_document(backend, tmp_path) -> None:
+    from loopchat.tui.branch_picker import BranchPicker
+
+    app = live_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+l")
+        app.prompt.value = TEXT
+        await pilot.press("enter")
+        await wait_run(pilot)
+        await pilot.press("enter")
+        await wait_run(pilot)
+        first, second = app.conversation.replies
+        for _ in range(3):
+            await pilot.press("alt+left")  # the token cursor, in the document's last continuation
+        reply, at = app.selection
+        assert reply == second.number and the_document(app).selected == at
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")  # a new draw there
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        assert branch.start.prompt_text == second.start.prompt_text  # the same document
+        assert branch.prefill.evaluated_tokens == 1  # the KV cache held the document and the prefix
+        doc = the_document(app)
+        assert doc.record is branch and doc.body_text() == TEXT + first.text + branch.text
+        assert "version 2/2" in drawn(doc)
+        await pilot.press("alt+comma")  # the first version back in its place
+        doc = the_document(app)
+        assert doc.record is second and doc.body_text() == TEXT + first.text + second.text
+        assert app.conversation.document() == TEXT + first.text + second.text
