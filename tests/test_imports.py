@@ -30,7 +30,7 @@ def test_run_command_raises_usage_errors_without_importing_cli() -> None:
 ENGINE_LAYER = (
     "loopchat.engine", "loopchat.engine_options", "loopchat._llama_ffi", "loopchat.chat_prompt", "loopchat.run_command", "loopchat.worker",
     "loopchat.process_worker", "loopchat.trace", "loopchat.config", "loopchat.events", "loopchat.settings",
-    "loopchat.sampler", "loopchat.errors", "loopchat.cli",
+    "loopchat.sampler", "loopchat.errors", "loopchat.cli", "loopchat.reply_stats",
 )
 
 

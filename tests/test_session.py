@@ -296,3 +296,42 @@ def test_the_session_and_the_engine_layer_import_no_textual() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+class BranchingBackend(Backend):
+    can_branch = True
+    branch_refusal = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = READY
+        self.branches: list[tuple[tuple[int, ...], int | None]] = []
+
+    def generate(self, messages, settings, *, reuse_at_most=None, stream=True, reply_prefix=(), first_token=None):
+        self.branches.append((tuple(reply_prefix), first_token))
+        return super().generate(messages, settings, reuse_at_most=reuse_at_most, stream=stream)
+
+
+def test_a_branch_asks_for_the_prefix_and_the_token_and_is_refused_for_another_models_reply() -> None:
+    s = ChatSession(BranchingBackend())
+    s.consume([READY])
+    rec = s.send("Hello", STREAM)
+    messages, _ = s.backend.runs[0]
+    s.consume(reply_events(1, messages, "one two three four"))
+    old, new = s.branch(rec.number, 2, 77, STREAM)
+    assert s.backend.branches[-1] == ((0, 1), 77)  # the steps' token ids before the branch point
+    assert new.steps == old.steps[:2] and new.branch_at == 2 and old.hidden
+    assert s.conversation.turns == []  # the turn waits for the new version
+    s.cancel()
+    s.consume([RunDone(2)])
+    # the model was switched since (another file): the reply's tokens mean nothing to the new one
+    rec2 = s.send("Again", STREAM)
+    s.consume(reply_events(3, s.backend.runs[-1][0], "five six"))
+    other = ModelReady("other", "/other.gguf", 2048, 100, 1, 5.0)
+    s.consume([other])
+    s.backend.ready = other
+    with pytest.raises(Refused, match="switch back"):
+        s.branch(rec2.number, 1, None, STREAM)
+    # a new conversation forgets every version
+    s.new_conversation()
+    assert s.conversation.replies == [] and s.conversation.turns == []

@@ -1,5 +1,5 @@
-"""Branches in the chat on the real default model: Ctrl+B at a token (another candidate,
-or a new draw), the versions of a reply (Alt+, / Alt+.), F5 among them, and what the
+"""Branches in the chat on the real default model: Ctrl+R at a token (another candidate,
+or a new draw), the versions of a reply (Alt+PgUp / Alt+PgDn), F5 among them, and what the
 conversation goes on from."""
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def notices(app) -> list[str]:
 
 
 def title(app) -> str:
-    (view,) = app.transcript.reply_views()
-    return view.line(1).text
+    """The title of the first turn's reply view."""
+    return app.transcript.reply_views()[0].line(1).text
 
 
 async def select_back(pilot, n: int) -> tuple[int, int]:
@@ -49,7 +49,7 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+b")  # nothing selected yet: it says what to do
+        await pilot.press("ctrl+r")  # nothing selected yet: it says what to do
         assert any("Select a token" in n for n in notices(app))
         await reply_to(pilot, "Name three animals that live in the sea.")
         (first,) = app.conversation.replies
@@ -57,7 +57,7 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         assert reply == first.number and at > 0
         drawn = first.steps[at]
         row, other = next((i + 1, c) for i, c in enumerate(drawn.raw_top) if c.token_id != drawn.token_id)
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press(str(row))
         await wait_run(pilot)
@@ -79,18 +79,28 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         assert view.record is branch and view.body_text().startswith(prefix_text)
         info = str(view.info_text())
         assert f"{branch.prefill.reused_tokens} tokens reused from the KV cache, 1 evaluated" in info
-        assert "other versions: Alt+, / Alt+." in info
+        assert "other versions: Alt+PgUp / Alt+PgDn" in info
         assert app.conversation.turns[-1].content == branch.text
-        # Alt+, / Alt+.: the versions, and the conversation goes on from the one shown
-        await pilot.press("alt+comma")
+        # Alt+PgUp / Alt+PgDn: the versions, and the conversation goes on from the one shown
+        await pilot.press("alt+pageup")
         assert "version 1/2" in title(app) and app.transcript.reply_views()[0].record is first
+        assert app.session.shown_step(None)[0] is first  # the panel shows the version shown
         assert app.conversation.turns[-1].content == first.text and len(app.conversation.turns) == 2
-        await pilot.press("alt+full_stop")
+        await pilot.press("alt+pagedown")
         assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text
-        # a new draw at a token of the branch: a third version, rolled from the same die
-        reply, at2 = await select_back(pilot, 2)
-        assert reply == branch.number and at2 > at
-        await pilot.press("ctrl+b")
+        # F9 replays the branch in the other mode: its prefix, its picked token, the same tokens after
+        await pilot.press("f9")
+        await wait_run(pilot)
+        replay = app.conversation.replies[-1]
+        assert replay.replay_of == branch.number and replay.text == branch.text
+        assert [s.token_id for s in replay.steps] == [s.token_id for s in branch.steps]
+        assert replay.steps[at].chosen_by == "hand" and replay.prefill.evaluated_tokens == 1
+        # a new draw at a token of the branch (as a click on it selects it): a third
+        # version, rolled from the same die
+        at2 = [s.index for s in branch.steps if s.text and not s.is_stop][-2]
+        assert at2 > at
+        app.action_select_token(branch.number, at2)
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("0")
         await wait_run(pilot)
@@ -103,13 +113,13 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         await wait_run(pilot)
         assert len(first.siblings) == 4 and "version 4/4" in title(app)
         # the next message goes on from the version shown
-        await pilot.press("alt+comma", "alt+comma")  # version 2: the first branch
+        await pilot.press("alt+pageup", "alt+pageup")  # version 2: the first branch
         assert "version 2/4" in title(app)
         await reply_to(pilot, "Which one is the biggest?")
         last = app.conversation.replies[-1]
         assert [m.content for m in last.messages if m.role == "assistant"] == [branch.text]
         # versions belong to the last turn's reply only
-        await pilot.press("alt+comma")
+        await pilot.press("alt+pageup")
         assert any("one version" in n for n in notices(app))
 
 
@@ -117,7 +127,7 @@ async def test_branch_is_refused_while_generating_and_for_a_backend_that_cannot(
     app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=SIZE) as pilot:
         await reply_to(pilot, "hi")
-        await pilot.press("alt+left", "ctrl+b")
+        await pilot.press("alt+left", "ctrl+r")
         assert "The fake backend cannot branch" in notices(app)
         assert not isinstance(app.screen, BranchPicker)
 
@@ -130,22 +140,177 @@ async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> N
         (rec,) = app.conversation.replies
         reply, at = await select_back(pilot, 1)
         rows = branch_choices(rec.steps[at], app.session.settings)
-        assert rows[0][0].token_id is None and "draw again" in rows[0][1]
+        assert rows[0][0].token_id is None and "roll again" in rows[0][1]
         assert [c.token_id for c, _ in rows[1:]] == [c.token_id for c in rec.steps[at].raw_top]
         assert sum("(drawn)" in text for _, text in rows) == (rec.steps[at].token_id in [c.token_id for c in rec.steps[at].raw_top])
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, BranchPicker), 5, "the picker to close")
         assert len(app.conversation.replies) == 1 and not app.generating
-        # while a reply runs, Ctrl+B says to stop it first
+        # while a reply runs, Ctrl+R says to stop it first
         gate = StepGate(app, after=2)
         await pilot.press(*"Again.", "enter")
         await wait_for(pilot, lambda: gate.holding, 30, "the reply to be held mid-way")
         assert app.generating
         app.action_select_token(reply, at)
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         assert any("Still generating" in n for n in notices(app))
         assert not isinstance(app.screen, BranchPicker)
         gate.release()
         await wait_run(pilot)
+
+
+async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(backend, tmp_path) -> None:
+    from loopchat.events import Step
+    from loopchat.history.store import ConversationStore
+    from loopchat.tui.history_screen import HistoryScreen
+
+    store = tmp_path / "h.sqlite3"
+
+    def open_app():
+        return create_app(
+            backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+            settings=SamplingSettings(seed=5, max_tokens=24, temperature=0.8), history=store,
+        )
+
+    app = open_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a colour and say why you like it.")
+        (first,) = app.conversation.replies
+        _, at = await select_back(pilot, 4)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        assert app.history.writer.flush(10)
+    with ConversationStore.open(store) as s:
+        (summary,) = s.list_conversations()
+        conv = s.load(summary.id)
+    user, r1, r2 = conv.nodes
+    assert r1.parent_id == r2.parent_id == user.id  # versions of one turn: siblings
+    assert r2.content == branch.text and r1.content == first.text
+    assert [e for e in r2.events if isinstance(e, Step)] == branch.steps  # its prefix's steps too
+    # reopened: both versions, the branch shown, the same text
+    app = open_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5, "the list")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
+        older, shown = app.conversation.replies
+        assert older.hidden and shown.text == branch.text and shown.prefix_len == at
+        assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text
+        assert f"from reply {older.number} at token {at + 1}" in title(app)
+        await pilot.press("alt+pageup")
+        assert app.conversation.turns[-1].content == first.text
+
+
+async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_path) -> None:
+    """The session's branch of a reply, then the document view's token list: the prompt,
+    the reply's tokens before the branch point (as steps, once), then the branch's own."""
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a bird.")
+        (first,) = app.conversation.replies
+        at = max(1, len(first.steps) // 2)
+        app.action_select_token(first.number, at)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        doc = app.document
+        ids = [t.token_id for t in doc.doc.tokens[doc.reply_start:]]
+        assert ids == [s.token_id for s in branch.steps]
+        assert ids[:at] == list(branch.start.reply_prefix)
+
+
+
+async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_version(backend, tmp_path) -> None:
+    from loopchat.history.store import ConversationStore
+
+    store = tmp_path / "h.sqlite3"
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=11, max_tokens=16, temperature=0.8), history=store,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a planet.")
+        await reply_to(pilot, "How far is it from the sun?")
+        first, second = app.conversation.replies
+        turns_before = [m.content for m in app.conversation.turns]
+        # a token of the first reply: Ctrl+R, a new draw there
+        at = max(1, len([s for s in first.steps if not s.is_stop]) // 2)
+        app.action_select_token(first.number, at)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        assert branch.siblings is first.siblings and branch.turn_base == 0
+        # the second turn was built on the first version: it is set aside with it
+        assert [v.record for v in app.transcript.reply_views()] == [branch]
+        assert [m.content for m in app.conversation.turns] == ["Name a planet.", branch.text]
+        assert second.hidden and not second.in_history
+        # Alt+PgUp on the (only) turn: the first version comes back with the turn built on it
+        await pilot.press("alt+pageup")
+        assert [v.record for v in app.transcript.reply_views()] == [first, second]
+        assert [m.content for m in app.conversation.turns] == turns_before
+        assert not second.hidden and second.in_history
+        # the first turn's versions, from a selected token of it, while a later turn is shown
+        app.action_select_token(first.number, at)
+        await pilot.press("alt+pagedown")
+        assert [v.record for v in app.transcript.reply_views()] == [branch]
+        # the next message goes on from the branch
+        await reply_to(pilot, "Is it big?")
+        third = app.conversation.replies[-1]
+        assert [m.content for m in third.messages if m.role != "system"] == ["Name a planet.", branch.text, "Is it big?"]
+        assert app.history.writer.flush(10)
+    with ConversationStore.open(store) as s:
+        (summary,) = s.list_conversations()
+        conv = s.load(summary.id)
+    # the store's tree: the first message with two replies; one goes on to the second
+    # question, the branch to the third
+    by_id = {n.id: n for n in conv.nodes}
+    path = conv.path()
+    assert [n.content for n in path if n.role == "user"] == ["Name a planet.", "Is it big?"]
+    assert path[1].content == branch.text
+    other = [n for n in conv.nodes if n.role == "user" and n.content == "How far is it from the sun?"]
+    assert len(other) == 1 and by_id[other[0].parent_id].content == first.text
+
+
+async def test_compare_counts_a_branchs_own_run(backend, tmp_path) -> None:
+    """A branch and the reply it continues, side by side (Ctrl+G): the branch's passes
+    and tokens are its run's, not its prefix's again."""
+    from loopchat.reply_stats import reply_stats
+
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a fish.")
+        (first,) = app.conversation.replies
+        at = max(1, len([s for s in first.steps if not s.is_stop]) // 2)
+        app.action_select_token(first.number, at)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("0")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        stats = reply_stats(branch)
+        own = branch.steps[at:]
+        assert stats.steps == len(own) and stats.passes == branch.prefill.batches + len(own) - 1
+        assert stats.tokens == branch.finish.completion_tokens == sum(1 for s in own if not s.is_stop)
+        assert stats.text == branch.text
+        await pilot.press("ctrl+g")  # the two versions, side by side
+        await pilot.pause()
+        from loopchat.tui.compare_view import CompareScreen
+
+        assert isinstance(app.screen, CompareScreen)

@@ -287,7 +287,7 @@ async def test_a_branch_and_the_versions_of_a_continuation_stay_in_the_document(
             await pilot.press("alt+left")  # the token cursor, in the document's last continuation
         reply, at = app.selection
         assert reply == second.number and the_document(app).selected == at
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("0")  # a new draw there
         await wait_run(pilot)
@@ -297,7 +297,7 @@ async def test_a_branch_and_the_versions_of_a_continuation_stay_in_the_document(
         doc = the_document(app)
         assert doc.record is branch and doc.body_text() == TEXT + first.text + branch.text
         assert "version 2/2" in drawn(doc)
-        await pilot.press("alt+comma")  # the first version back in its place
+        await pilot.press("alt+pageup")  # the first version back in its place
         doc = the_document(app)
         assert doc.record is second and doc.body_text() == TEXT + first.text + second.text
         assert app.conversation.document() == TEXT + first.text + second.text

@@ -100,12 +100,12 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         assert str(view.info_text()) == live_info  # as it was shown live
         assert view.record is rec and "version 2/2" in view.line(1).text
         assert [m.content for m in app.conversation.turns] == ["Name a colour.", second.finish.text]
-        # Alt+, shows the first version: the conversation goes on from it; Alt+. back
-        await pilot.press("alt+comma")
+        # Alt+PgUp shows the first version: the conversation goes on from it; Alt+PgDn back
+        await pilot.press("alt+pageup")
         (view,) = app.transcript.reply_views()
         assert view.record is older and "version 1/2" in view.line(1).text
         assert [m.content for m in app.conversation.turns] == ["Name a colour.", first.finish.text]
-        await pilot.press("alt+full_stop")
+        await pilot.press("alt+pagedown")
         (view,) = app.transcript.reply_views()
         assert view.record is rec and [m.content for m in app.conversation.turns][-1] == second.finish.text
         # the token cursor steps through the stored reply: the panel shows that step

@@ -204,6 +204,41 @@ def record_trace(path: Path = REPLY_TRACE) -> Path:
     return path
 
 
+COMPARE_TRACE = DATA / "compare.jsonl"
+COMPARE_QUESTIONS = ("What is 482 * 194?", "What is 482 * 194? Let's calculate step by step.")
+
+
+def record_compare_trace(path: Path = COMPARE_TRACE) -> Path:
+    """Record the README's compare walk-through: the default model's two replies in one
+    conversation (the second question sees the first exchange, as in the chat), with its
+    own sampling settings at temperature 0 (greedy: the same tokens on every machine
+    that computes the same logits). The compare tests replay it.
+
+    Run: python tests/tui_fixtures.py record-compare
+    """
+    import dataclasses
+
+    from loopchat.config import load_config
+    from loopchat.engine import Engine
+    from loopchat.events import Finish as _Finish
+    from loopchat.trace import TraceWriter
+
+    spec = load_config(None).get(None)
+    settings = dataclasses.replace(spec.sampling, temperature=0.0, seed=1)
+    messages = [Message("system", spec.system_prompt)] if spec.system_prompt else []
+    with Engine(spec.resolve_file(), name=spec.name, n_ctx=spec.n_ctx, threads=1) as engine:
+        list(engine.generate([*messages, Message("user", "Hi")], settings, report_k=5))  # warm-up
+        engine.reset()
+        with TraceWriter(path, extra={"recorded_for": "loopchat compare tests"}) as writer:
+            for question in COMPARE_QUESTIONS:
+                messages.append(Message("user", question))
+                for event in engine.generate(messages, settings, report_k=5):
+                    writer.write(event)
+                    if isinstance(event, _Finish):
+                        messages.append(Message("assistant", event.text))
+    return path
+
+
 def panel_text(app: Any, width: int | None = None) -> str:
     """The loop panel's current content as plain text."""
     from rich.console import Console
@@ -221,6 +256,8 @@ if __name__ == "__main__":
 
     if sys.argv[1:] == ["record"]:
         print(record_trace())
+    elif sys.argv[1:] == ["record-compare"]:
+        print(record_compare_trace())
 
 
 def loaded_live_backend():

@@ -68,6 +68,8 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         self.session = ChatSession(backend, settings, mode=mode)
         self.pump = EventPump()
         self.views: dict[ReplyRecord, ReplyView] = {}
+        #: the blocks shown after a version of a reply that another version replaced (branch_actions.py)
+        self._tails: dict[ReplyRecord, list] = {}
         self.selection: tuple[int, int] | None = None
         self.knob = "temperature"
         self.narrow = False  # below NARROW_WIDTH columns: the panel goes under the transcript

@@ -250,7 +250,7 @@ class ReplyView(Block):
         if r.note:
             parts.append(r.note)
         if len(r.siblings) > 1:
-            parts.append("other versions: Alt+, / Alt+.")
+            parts.append("other versions: Alt+PgUp / Alt+PgDn")
         return Text(" · ".join(parts), style=style)
 
     def _title_label(self) -> str:
@@ -263,6 +263,8 @@ class ReplyView(Block):
             title += f" · version {k}/{n}"
         if r.branch_from is not None and r.branch_at is not None:
             title += f" · from reply {r.branch_from} at token {r.branch_at + 1}"
+        elif r.branch_at is not None:
+            title += f" · branched at token {r.branch_at + 1}"
         return title
 
     def _title_head(self) -> str:

@@ -1,5 +1,5 @@
-"""The chat's branch keys (a mixin of LoopChatApp): Ctrl+B branches the reply at the
-selected token, Alt+, / Alt+. show the previous / next version of the last reply.
+"""The chat's branch keys (a mixin of LoopChatApp): Ctrl+R branches the reply at the
+selected token, Alt+PgUp / Alt+PgDn show the previous / next version of the last reply.
 
 A turn's reply can have versions (F5, branches): the transcript shows one, its title
 says which ("version 2/3"), and the conversation goes on from the one shown. The
@@ -28,11 +28,11 @@ else:
 class BranchActions(_Base):
     def branch_commands(self) -> Iterable[SystemCommand]:
         yield SystemCommand(
-            "Branch here", "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+B)",
+            "Branch here", "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+R)",
             self.action_branch,
         )
-        yield SystemCommand("Previous version of the reply", "Of the last reply's versions (Alt+,)", lambda: self.action_version(-1))
-        yield SystemCommand("Next version of the reply", "Of the last reply's versions (Alt+.)", lambda: self.action_version(1))
+        yield SystemCommand("Previous version of the reply", "Of the last reply's versions (Alt+PgUp)", lambda: self.action_version(-1))
+        yield SystemCommand("Next version of the reply", "Of the last reply's versions (Alt+PgDn)", lambda: self.action_version(1))
 
     def action_branch(self) -> None:
         """Open the branch picker for the selected token (the token cursor)."""
@@ -40,7 +40,7 @@ class BranchActions(_Base):
             self.notify(self.backend.branch_refusal, severity="warning")
             return
         if self.selection is None:
-            self.notify("Select a token of the last reply first (Alt+←/→ or a click), then Ctrl+B", severity="warning")
+            self.notify("Select a token of a reply first (Alt+←/→ or a click), then Ctrl+R", severity="warning")
             return
         reply, index = self.selection
         rec = self.conversation.reply(reply)
@@ -71,27 +71,35 @@ class BranchActions(_Base):
         self.run_finished.clear()
 
     def action_version(self, direction: int) -> None:
+        """The versions of the selected token's reply (else of the last reply)."""
+        reply = self.selection[0] if self.selection is not None else None
         try:
-            old, new = self.session.switch_version(direction)
+            old, new = self.session.switch_version(direction, reply)
         except Refused as exc:
             self.notify(str(exc), severity="warning")
             return
-        if self.history is not None:
-            self.history.switched(new)
         self._swap_version(old, new)
+        if self.history is not None:
+            last = self.conversation.last_in_history()
+            if last is not None:
+                self.history.switched(last)  # the next message hangs from the path shown
         k, n = new.version
         self.notify(f"Version {k}/{n} of the reply", timeout=1.5)
 
     def _swap_version(self, old: ReplyRecord, new: ReplyRecord) -> None:
-        """Show `new` in `old`'s place in the transcript."""
+        """Show `new` in `old`'s place in the transcript; the turns shown after `old` go
+        with it (and come back when it is shown again), those kept with `new` come back."""
         self.selection = None
         self._clear_selection_views()
-        view = self.views.pop(old, None)
+        view = self.views.get(old)
         fresh = self.transcript.view_for(new, self.prefs, self.conversation)
+        if view is not None:
+            self._tails[old] = self.transcript.take_after(view)
         if view is not None and self.transcript.replace_block(view, fresh):
             self.views[new] = fresh
-        else:
+        else:  # (a document: its block, wherever the version's turn is in it)
             self.views[new] = self.transcript.add_turn(None, new, self.prefs, self.conversation)
+        self.transcript.extend(self._tails.pop(new, []))
         for rec in new.siblings:  # their titles say how many versions there are now
             other = self.views.get(rec)
             if other is not None and other is not self.views[new]:

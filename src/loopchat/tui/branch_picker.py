@@ -1,4 +1,4 @@
-"""Ctrl+B: branch a reply at the selected token (issue 13).
+"""Ctrl+R: branch a reply at the selected token (issue 13).
 
 The dialog shows the die of that pass as it was rolled: its candidates, raw softmax and
 after sampling (the settings of that pass), the token drawn marked ▶. The user picks
@@ -43,7 +43,7 @@ def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchCh
     in raw softmax order with both probabilities (the settings of that pass cut a row
     whose sampled probability is shown as "cut")."""
     rows: list[tuple[BranchChoice, str]] = [
-        (BranchChoice(None, "a new draw"), f" 0    ↻ draw again here with the current settings ({settings_line(current)})"),
+        (BranchChoice(None, "a new draw"), f" 0    ↻ roll again with the current settings: {settings_line(current)}"),
     ]
     sampled = {c.token_id: c.prob for c in step.sampled_top or ()}
     complete = step.candidates_kept is not None and step.sampled_top is not None and (
@@ -96,7 +96,7 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
                 Text(
                     "A new version of the reply keeps the tokens before this one and takes what you pick here "
                     "(recorded as picked by hand), then runs on with the current settings. "
-                    "Enter or 0–9 picks · Esc cancels · Alt+, / Alt+. switch versions afterwards"
+                    "Enter or 0–9 picks · Esc cancels · Alt+PgUp / Alt+PgDn switch versions afterwards"
                 ),
                 id="branch-help",
             )

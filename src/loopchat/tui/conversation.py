@@ -43,6 +43,12 @@ class ReplyRecord:
     in_turns: bool = False  # its text is the conversation's last assistant turn
     branch_from: int | None = None  # a branch: the reply number it continues ...
     branch_at: int | None = None  # ... from this step on (its steps before it are that reply's)
+    #: where its message sits in the conversation's turns (how many turns come before it)
+    turn_base: int = 0
+    #: set aside with this version (another version of its turn is shown): the replies of
+    #: the later turns, each with its (in_history, in_turns), and the later turns' messages
+    tail: list[tuple["ReplyRecord", bool, bool]] = field(default_factory=list)
+    tail_turns: list[Message] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.siblings:
@@ -135,17 +141,25 @@ class Conversation:
         return [asked, Message("assistant", text)]
 
     def shown_document(self, rec: ReplyRecord) -> list[ReplyRecord]:
-        """Completion mode: the replies whose continuations the document `rec` continues
-        holds, in order (those shown for their turn), then `rec`."""
-        doc = rec.prompt_document
-        chain = [
-            r for r in self.replies
-            if r is not rec and r.is_document and r.in_history and not r.hidden and r.number < rec.number
-            and r.done and doc.startswith(r.prompt_document + r.text)
-        ]
-        return [*chain, rec]
+        """Completion mode: the continuations the document shown with `rec` holds, in
+        order, each continuing the one before: those shown for their turn, `rec` among
+        them (a version of an earlier turn: the later turns built on it follow it). The
+        last is the latest continuation."""
+        shown = sorted(
+            (r for r in self.replies if r.is_document and (r is rec or (r.in_history and not r.hidden and r.done))),
+            key=lambda r: (r.turn_base, r.number),
+        )
+        chain: list[ReplyRecord] = []
+        for r in shown:
+            if not chain or r.prompt_document.startswith(chain[-1].prompt_document + chain[-1].text):
+                chain.append(r)
+        if rec in chain:
+            return chain
+        doc = rec.prompt_document  # (not in line with the others: the document it continues)
+        return [*(r for r in chain if r.turn_base < rec.turn_base and doc.startswith(r.prompt_document + r.text)), rec]
 
     def new_reply(self, mode: str, messages: tuple[Message, ...], **kw) -> ReplyRecord:
+        kw.setdefault("turn_base", len(self.turns))
         rec = ReplyRecord(number=len(self.replies) + 1, mode=mode, messages=messages, **kw)
         self.replies.append(rec)
         return rec

@@ -503,8 +503,11 @@ class DocumentView(Widget):
             doc.mark(REPLY_MARK + (f" (a branch: {len(start.reply_prefix)} tokens chosen earlier first)" if start.reply_prefix else ""))
             self.reply_start = len(doc.tokens)
             n_prompt = len(start.prompt_token_ids or ())
-            for k, tid in enumerate(start.reply_prefix):
-                doc.add(DocToken(f"⟨{tid}⟩", tid, PREFIX, n_prompt + k))
+            # a branch in the chat holds the steps of its prefix (the reply it continues):
+            # they are shown as steps; a trace without them, as the ids fed
+            if not any(st.index < len(start.reply_prefix) for st in rec.steps):
+                for k, tid in enumerate(start.reply_prefix):
+                    doc.add(DocToken(f"⟨{tid}⟩", tid, PREFIX, n_prompt + k))
             for st in rec.steps:
                 doc.add(step_token(start, st))
             self._steps = len(rec.steps)

@@ -117,6 +117,7 @@ class HistoryActions(_Base):
             return False
         self.selection = None
         self.views.clear()
+        self._tails.clear()
         self.wire.forget()
         self.transcript.clear()
         for user, rec in restored.shown:

@@ -52,11 +52,14 @@ BINDINGS = [
     # priority: the message box (a TextArea) binds F6/F7 to select line / select all
     Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
     Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
-    Binding("ctrl+b", "branch", "Branch", show=False),
-    Binding("alt+comma", "version(-1)", "Previous version", show=False),
-    Binding("alt+full_stop", "version(1)", "Next version", show=False),
+    Binding("ctrl+r", "branch", "Branch", show=False),  # (Ctrl+R is tmux's prefix)
+    Binding("alt+pageup", "version(-1)", "Previous version", show=False, priority=True),
+    Binding("alt+pagedown", "version(1)", "Next version", show=False, priority=True),
     Binding("alt+left", "token_cursor(-1)", "Previous token", show=False),
     Binding("alt+right", "token_cursor(1)", "Next token", show=False),
+    # compare two replies (compare_view.py); Ctrl+G: the message box (a TextArea) binds
+    # Ctrl+K, tmux takes Ctrl+B. priority: it closes the compare screen too
+    Binding("ctrl+g", "compare", "Compare", show=False, priority=True),
     Binding("ctrl+y", "copy_reply", "Copy reply", show=False, priority=True),  # not TextArea's redo
     # Ctrl+C stops a reply being generated (as in a terminal); otherwise Textual's own
     # hint ("press ctrl+q to quit"). priority: the message box would take it as copy.
@@ -82,6 +85,9 @@ class KeyActions(_Base):
         yield SystemCommand(
             "Step mode", "Stop the reply before its next draw, or arm the next reply; again: run freely (F12)",
             self.action_step_mode,
+        )
+        yield SystemCommand(
+            "Compare two replies", "Side by side: passes, times, tokens, entropy (Ctrl+G)", self.action_compare,
         )
         yield SystemCommand("Replay last reply in the other mode", "Same seed and settings (F9)", self.action_replay_other_mode)
         yield SystemCommand("Regenerate last reply", "With a new seed (F5)", self.action_regenerate)
@@ -145,6 +151,24 @@ class KeyActions(_Base):
             return
         self._show_new_reply(rec)
 
+    def action_compare(self) -> None:
+        """Two finished replies side by side: the selected token's reply (or the last)
+        and the one before it; Ctrl+G again closes."""
+        from ..reply_stats import comparable
+        from .compare_view import CompareScreen, default_pair
+
+        if isinstance(self.screen, CompareScreen):
+            self.screen.dismiss(None)
+            return
+        if self.screen is not self.screen_stack[0]:
+            return  # another dialog is open
+        replies = comparable(self.conversation.replies)
+        if len(replies) < 2:
+            self.notify("Compare needs two finished replies: send another message first", severity="warning")
+            return
+        a, b = default_pair(replies, self.selection[0] if self.selection else None)
+        self.push_screen(CompareScreen(replies, a, b))
+
     def action_new_conversation(self) -> None:
         if self.history is not None:
             self.history.reset()
@@ -156,6 +180,7 @@ class KeyActions(_Base):
         """The session started a new conversation: an empty transcript, nothing selected."""
         self.selection = None
         self.views.clear()
+        self._tails.clear()
         self.wire.forget()
         self.transcript.clear()
         self.run_finished.set()

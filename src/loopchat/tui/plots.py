@@ -1,4 +1,4 @@
-"""Tiny text plots: probability bars and a per-step latency sparkline (pure functions)."""
+"""Tiny text plots: probability bars and per-step sparklines (pure functions)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,27 @@ def sparkline(values: list[float], width: int) -> str:
     if span <= top * 0.05:  # flat: draw a low line rather than noise
         return _SPARK[1] * len(values)
     return "".join(_SPARK[min(7, int((v - lo) / span * 7.999))] for v in values)
+
+
+def sparklines_same_scale(series: list[list[float]], width: int) -> list[str]:
+    """Sparklines that compare: one scale (the lowest to the highest value of all the
+    series) and one number of values per cell, so each line's length is in proportion to
+    its count of values (the longest fills `width`; a cell shows its bucket's max)."""
+    lines: list[list[float]] = [list(v) for v in series]
+    longest = max((len(v) for v in lines), default=0)
+    if longest == 0 or width <= 0:
+        return ["" for _ in lines]
+    per_cell = -(-longest // width)  # ceil
+    cells = [[max(v[i : i + per_cell]) for i in range(0, len(v), per_cell)] for v in lines]
+    lo, top = min(min(v) for v in lines if v), max(max(v) for v in lines if v)
+    span = top - lo
+    out = []
+    for c in cells:
+        if top <= 0 or span <= top * 0.05:  # flat: a low line rather than noise
+            out.append(_SPARK[1] * len(c) if top > 0 else _SPARK[0] * len(c))
+        else:
+            out.append("".join(_SPARK[min(7, int((v - lo) / span * 7.999))] for v in c))
+    return out
 
 
 def fmt_ms(ms: float) -> str:

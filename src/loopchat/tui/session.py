@@ -37,6 +37,7 @@ from ..events import (
     WorkerError,
 )
 from ..settings import SamplingSettings
+from ..step_control import HAND
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 
 #: the note on the first reply after a stored conversation was opened (its prefill reuses nothing)
@@ -169,7 +170,7 @@ class ChatSession:
         self._set_aside(old)
         if self.settings.seed is not None:  # the same seed would give the same reply
             self.settings = self.settings.replace(seed=(self.settings.seed + 1) % 2**32)
-        new = self._start(old.messages, mode, self.settings, in_history=True, siblings=old.siblings)
+        new = self._start(old.messages, mode, self.settings, in_history=True, siblings=old.siblings, turn_base=old.turn_base)
         old.replaced_by = new.number
         return old, new
 
@@ -187,8 +188,8 @@ class ChatSession:
             raise Refused("Select a token of a finished reply (Alt+←/→ or a click) to branch from it")
         if not old.in_history or old.hidden:
             raise Refused("That reply is a replay or a version not shown: branch from the reply shown for the turn")
-        if old is not self.conversation.last_in_history():
-            raise Refused("Branch from a token of the last reply: the later turns were built on this one")
+        if not old.in_turns and self._later(old):
+            raise Refused("That reply is not part of the conversation (it failed): branch from another one")
         ready = b.ready
         if ready is not None and old.start.model_path and ready.path and str(ready.path) != old.start.model_path:
             raise Refused(f"That reply was written by {old.start.model_name}: switch back to it to branch from it")
@@ -197,36 +198,68 @@ class ChatSession:
             raise Refused("That token's step is not in the reply's record: it cannot be branched from")
         self._set_aside(old)
         new = self._start(
-            old.messages, mode, self.settings, in_history=True, siblings=old.siblings,
+            old.messages, mode, self.settings, in_history=True, siblings=old.siblings, turn_base=old.turn_base,
             branch_from=old.number, branch_at=step,
             reply_prefix=tuple(int(s.token_id) for s in before), first_token=token_id,  # type: ignore[arg-type]
         )
         new.steps.extend(before)  # the same passes: shown, clickable, and stored with it
         return old, new
 
-    def switch_version(self, direction: int) -> tuple[ReplyRecord, ReplyRecord]:
-        """Show the previous (-1) or next (+1) version of the last turn's reply; its text
-        becomes the conversation's last turn. Returns (shown before, shown now)."""
+    def switch_version(self, direction: int, reply: int | None = None) -> tuple[ReplyRecord, ReplyRecord]:
+        """Show the previous (-1) or next (+1) version of reply `reply`'s turn (None: the
+        last turn's). The conversation goes on from it: the later turns built on the
+        version set aside go with it, and those built on the one shown come back.
+        Returns (shown before, shown now)."""
         if self.generating:
             raise Refused("Still generating: press Esc to stop first")
-        cur = self.conversation.last_in_history()
+        picked = self.conversation.reply(reply) if reply is not None else None
+        if picked is not None and not picked.hidden and picked.replay_of is None:
+            cur = next((r for r in picked.siblings if not r.hidden), picked)
+        else:
+            cur = self.conversation.last_in_history()
         if cur is None:
             raise Refused("No reply yet")
         versions = [r for r in cur.siblings if r.done]
         if len(versions) < 2:
-            raise Refused("This reply has one version: F5 regenerates it, Ctrl+B branches from a selected token")
+            raise Refused("This reply has one version: F5 regenerates the last one, Ctrl+R branches from a selected token")
+        if not cur.in_turns and self._later(cur):
+            raise Refused("That reply is not part of the conversation (it failed): its versions cannot be switched")
         new = versions[(versions.index(cur) + direction) % len(versions)] if cur in versions else versions[-1]
         self._set_aside(cur)
-        new.in_history, new.hidden = True, False
-        self._take_turn(new)
+        self._show_version(new)
         return cur, new
 
+    def _later(self, rec: ReplyRecord) -> list[ReplyRecord]:
+        """The replies shown after `rec`'s turn: the later turns', and the side-by-side
+        replays of its turn's versions."""
+        k = rec.turn_base
+        return [
+            r for r in self.conversation.replies
+            if not r.hidden and r not in rec.siblings and (r.turn_base > k or (r.turn_base == k and r.replay_of is not None))
+        ]
+
     def _set_aside(self, rec: ReplyRecord) -> None:
-        """`rec` is no longer the version shown for its turn."""
-        if rec.in_turns and len(self.conversation.turns) >= 2:
-            del self.conversation.turns[-2:]
+        """`rec` is no longer the version shown for its turn: the later turns built on it
+        go with it (`tail`, `tail_turns`), out of the conversation."""
+        later = self._later(rec)
+        rec.tail = [(r, r.in_history, r.in_turns) for r in later]
+        for r in later:
+            r.hidden, r.in_history = True, False
+        turns = self.conversation.turns
+        if rec.in_turns:
+            rec.tail_turns = turns[rec.turn_base + 2 :]
+            del turns[rec.turn_base :]
         rec.in_turns = False
         rec.in_history, rec.hidden = False, True
+
+    def _show_version(self, rec: ReplyRecord) -> None:
+        """`rec` is the version shown for its turn, with the later turns it had."""
+        rec.in_history, rec.hidden = True, False
+        if self._take_turn(rec):
+            self.conversation.turns.extend(rec.tail_turns)
+        for r, in_history, in_turns in rec.tail:
+            r.hidden, r.in_history, r.in_turns = False, in_history, in_turns
+        rec.tail, rec.tail_turns = [], []
 
     def _take_turn(self, rec: ReplyRecord) -> bool:
         """A finished reply with text becomes the conversation's last turn."""
@@ -247,10 +280,19 @@ class ChatSession:
             raise Refused("No finished reply to replay yet")
         other = STREAM if rec.mode == BLOCKING else BLOCKING
         reuse = rec.prefill.reused_tokens if rec.prefill is not None else None
-        return self._start(
+        n = rec.prefix_len
+        branch: dict = {}
+        if n or rec.branch_at is not None:  # a branch: the same prefix, the same token picked at its point
+            own = [s for s in rec.steps if s.index >= n]
+            first = own[0].token_id if own and own[0].chosen_by == HAND else None
+            branch = {"reply_prefix": rec.start.reply_prefix, "first_token": first,
+                      "branch_from": rec.branch_from, "branch_at": rec.branch_at if rec.branch_at is not None else n}
+        new = self._start(
             rec.messages, other, rec.start.settings, reuse_at_most=reuse,
-            in_history=False, replay_of=rec.replay_of or rec.number,
+            in_history=False, replay_of=rec.replay_of or rec.number, turn_base=rec.turn_base, **branch,
         )
+        new.steps.extend(rec.steps[:n])
+        return new
 
     def change_settings(self, **changes: object) -> SamplingSettings:
         """Change the user's settings and those of the reply in flight (SettingsError if
@@ -537,13 +579,15 @@ class ChatSession:
         """What the loop panel shows: (reply, step, pinned). The selected token's step
         (pinned), else the latest step of the reply in flight or of the last reply."""
         rec, step = self.current, None
+        if rec is not None and rec.hidden:  # another version of it is shown now
+            rec = None
         if selection is not None:
             rec = self.conversation.reply(selection[0])
             if rec is not None:
                 step = next((st for st in rec.steps if st.index == selection[1]), None)
         pinned = step is not None
-        if rec is None and self.conversation.replies:
-            rec = self.conversation.replies[-1]
+        if rec is None:
+            rec = next((r for r in reversed(self.conversation.replies) if not r.hidden), None)
         if rec is not None and step is None and rec.steps:
             step = rec.steps[-1]
         return rec, step, pinned

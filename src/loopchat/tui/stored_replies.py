@@ -61,6 +61,7 @@ def restore(stored: "StoredConversation") -> Restored:
                     rec.in_history, rec.hidden = False, True
                 else:
                     shown = rec
+            _where_branched(versions)
             rec = shown
             if user is not None:
                 out.shown[-1] = (out.shown[-1][0], rec)
@@ -75,6 +76,19 @@ def restore(stored: "StoredConversation") -> Restored:
         elif node.role == "system" and conv.system_prompt is None:
             conv.system_prompt = node.content
     return out
+
+
+def _where_branched(versions: list[ReplyRecord]) -> None:
+    """A stored branch knows its prefix (Start.reply_prefix): it branched at its end,
+    from the first earlier version whose tokens begin with it."""
+    for i, rec in enumerate(versions):
+        prefix = list(rec.start.reply_prefix) if rec.start is not None else []
+        if not prefix:
+            continue
+        rec.branch_at = len(prefix)
+        rec.branch_from = next(
+            (o.number for o in versions[:i] if [s.token_id for s in o.steps[: len(prefix)]] == prefix), None
+        )
 
 
 def _fill(rec: ReplyRecord, events: list, text: str) -> None:

@@ -154,6 +154,22 @@ class Transcript(ScrollView, can_focus=True):
         self.reflow()
         return True
 
+    def take_after(self, block: Block) -> list[Block]:
+        """Remove and return the blocks shown after `block` (none if it is not shown)."""
+        if block not in self.blocks:
+            return []
+        i = self.blocks.index(block) + 1
+        taken = self.blocks[i:]
+        del self.blocks[i:]
+        self.reflow()
+        return taken
+
+    def extend(self, blocks: list[Block]) -> None:
+        """Show these blocks after the last (blocks taken before, rendered again at the
+        current width)."""
+        for block in blocks:
+            self._add(block)
+
     def remove_last(self, n: int) -> None:
         del self.blocks[len(self.blocks) - n :]
         self.reflow()
