@@ -301,3 +301,30 @@ async def test_a_branch_and_the_versions_of_a_continuation_stay_in_the_document(
         doc = the_document(app)
         assert doc.record is second and doc.body_text() == TEXT + first.text + second.text
         assert app.conversation.document() == TEXT + first.text + second.text
+
+
+async def test_the_versions_of_an_earlier_continuation_take_the_later_ones_with_them(backend, tmp_path) -> None:
+    app = live_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+l")
+        app.prompt.value = TEXT
+        await pilot.press("enter")
+        await wait_run(pilot)
+        await pilot.press("f5")  # a second version of the first continuation
+        await wait_run(pilot)
+        await pilot.press("enter")  # the document goes on from it
+        await wait_run(pilot)
+        one, again, later = app.conversation.replies
+        assert the_document(app).body_text() == TEXT + again.text + later.text
+        step = next(s for s in again.steps if s.text and not s.is_stop)
+        app.action_select_token(again.number, step.index)
+        await pilot.press("alt+pageup")  # the first version: the later continuation goes with the other
+        assert the_document(app).body_text() == TEXT + one.text
+        assert app.conversation.document() == TEXT + one.text
+        step = next(s for s in one.steps if s.text and not s.is_stop)
+        app.action_select_token(one.number, step.index)
+        await pilot.press("alt+pagedown")  # back: with the continuation built on it
+        doc = the_document(app)
+        assert doc.body_text() == TEXT + again.text + later.text and doc.record is later
+        assert app.conversation.document() == TEXT + again.text + later.text
