@@ -251,7 +251,7 @@ def test_a_model_without_a_chat_template_opens_in_completion_mode_and_says_so() 
     assert u.warnings == ["completion mode: this model has no chat template; set chat_template in models.toml for chat"]
     s.toggle_mode()  # chat on it by hand: the template note says what it is fed
     u = s.consume([ModelReady("m", "/m.gguf", 2048, 100, 1, 5.0, template_note=note, mode="completion")])
-    assert not s.completion and u.warnings == [note]
+    assert not s.completion and u.warnings == [note + "; in the chat, Ctrl+L switches to completion mode"]
     configured = ChatSession(Backend())  # models.toml's mode = "completion": no note
     u = configured.consume([ModelReady("m", "/m.gguf", 2048, 100, 1, 5.0, mode="completion")])
     assert configured.completion and u.warnings == []

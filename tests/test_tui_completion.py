@@ -328,3 +328,22 @@ async def test_the_versions_of_an_earlier_continuation_take_the_later_ones_with_
         doc = the_document(app)
         assert doc.body_text() == TEXT + again.text + later.text and doc.record is later
         assert app.conversation.document() == TEXT + again.text + later.text
+
+
+async def test_a_document_too_long_for_the_context_leaves_the_document_as_it_was(backend, tmp_path) -> None:
+    app = live_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+l")
+        app.prompt.value = TEXT
+        await pilot.press("enter")
+        await wait_run(pilot)
+        before = the_document(app).body_text()
+        long = " flour" * 5000  # more tokens than the context holds
+        app.prompt.value = long
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.last_error is not None, 30, "the refusal")
+        await wait_run(pilot)
+        assert "the document is too long for the context" in app.last_error
+        assert the_document(app).body_text() == before and len(app.conversation.replies) == 1
+        assert app.prompt.value == long  # the text is back in the box

@@ -504,7 +504,7 @@ class ChatSession:
                     if self.completion and ev.mode == COMPLETION and ev.template_note:
                         u.warnings.append(NO_TEMPLATE_NOTE)
                     elif ev.template_note and not self.completion:
-                        u.warnings.append(ev.template_note)
+                        u.warnings.append(ev.template_note + "; in the chat, Ctrl+L switches to completion mode")
                     self.model_ready = True
                     self.conversation.system_prompt = self.backend.system_prompt  # the new model's
                     u.ready = ev
