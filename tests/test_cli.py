@@ -540,3 +540,17 @@ def test_threads_option_rejects_bad_values(value: str) -> None:
     proc = loopchat("run", "Hi", "--threads", value)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and '"auto" or a whole number' in proc.stderr, proc.stderr
+
+
+def test_run_continues_a_document_for_a_model_whose_mode_is_completion(tmp_path: Path) -> None:
+    from loopchat.trace import read_trace
+
+    cfg = tmp_path / "models.toml"
+    cfg.write_text('default = "doc"\n[models.doc]\nbuiltin = "smollm2-135m-instruct"\nmode = "completion"\n')
+    trace = tmp_path / "t.jsonl"
+    proc = loopchat("run", "Once upon a time", "--config", str(cfg), "--max-tokens", "3", "--seed", "1", "--trace", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    _, events = read_trace(trace)
+    start = events[0].event
+    assert start.prompt_text == "Once upon a time" and start.messages[0].role == "document"
+    assert_one_line_error(loopchat("run", "hi", "--config", str(cfg), "--system", "x"), "mode = \"completion\"")

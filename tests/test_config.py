@@ -67,6 +67,7 @@ def test_example_file_commented_examples_are_valid(tmp_path):
     config = load_config(write(tmp_path, "\n".join(lines)))
     assert {"qwen2_5-0_5b", "llama3_2-1b", "smollm2-1_7b", "phi3_5-mini", "gemma2-2b", "mine"} <= set(config.models)
     assert config.models["smollm2-1_7b"].sampling.temperature == 0.2
+    assert config.models["gemma3-270m"].mode == "completion"
     mine = config.models["mine"]
     assert (mine.source, mine.n_ctx, mine.threads) == ("path", 2048, 2)
     assert mine.local_path() == Path.home() / "models" / "x.gguf"
@@ -436,3 +437,37 @@ def test_gpu_layers_pass_through_to_llama_cpp(tmp_path, model_path) -> None:
     assert load_config(write(tmp_path, '[models.g]\nbuiltin = "smollm2-135m-instruct"\n')).get("g").gpu_layers == 0
     _, message = config_error(tmp_path, '[models.g]\nbuiltin = "smollm2-135m-instruct"\ngpu_layers = -2\n')
     assert "models.g.gpu_layers" in message and "-1" in message
+
+
+# --- mode: chat or completion (issue 13) -----------------------------------------------
+
+
+def test_mode_is_parsed_per_model_and_unset_by_default(tmp_path):
+    text = (
+        '[models.base]\nbuiltin = "smollm2-135m-instruct"\nmode = "completion"\n'
+        '[models.talk]\nbuiltin = "smollm2-135m-instruct"\nmode = "chat"\n'
+        '[models.plain]\nbuiltin = "smollm2-135m-instruct"\n'
+        '[models.far]\nurl = "http://127.0.0.1:9/v1"\nmode = "completion"\n'
+    )
+    config = load_config(write(tmp_path, text))
+    assert config.get("base").mode == "completion"
+    assert config.get("talk").mode == "chat"
+    assert config.get("plain").mode is None  # chosen by the model's template when it loads
+    assert config.get("far").mode == "completion"
+
+
+@pytest.mark.parametrize("value", ['"raw"', '"Chat"', "1", "true"])
+def test_an_unknown_mode_is_a_one_line_config_error_naming_the_entry(tmp_path, value):
+    path, message = config_error(tmp_path, f'[models.x]\nbuiltin = "smollm2-135m-instruct"\nmode = {value}\n')
+    assert message.startswith(f'{path}: models.x.mode must be "chat" or "completion", got ')
+    assert "\n" not in message and 'mode = "completion"' in message
+
+
+def test_the_opening_mode_follows_mode_then_the_template():
+    from loopchat.chat_prompt import opening_mode
+
+    assert opening_mode(None, "gguf") == "chat"
+    assert opening_mode(None, "models.toml") == "chat"
+    assert opening_mode(None, "fallback") == "completion"  # no template: never silently ChatML
+    assert opening_mode("chat", "fallback") == "chat"  # asked for: ChatML, with the template note
+    assert opening_mode("completion", "gguf") == "completion"

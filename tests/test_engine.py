@@ -420,7 +420,7 @@ def test_a_document_has_no_template_and_the_default_model_no_note(engine: Engine
     from loopchat.errors import EngineError
     from loopchat.events import DOCUMENT
 
-    assert engine.template_source == "gguf" and engine.template_note == ""
+    assert engine.template_source == "gguf" and engine.template_note == "" and engine.opening_mode == "chat"
     text = "Once upon a time"
     start = next(iter(engine.generate([Message(DOCUMENT, text)], SamplingSettings(seed=1, max_tokens=2))))
     assert start.prompt_text == text and list(start.prompt_token_ids) == engine.tokenize(text)

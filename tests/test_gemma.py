@@ -184,9 +184,11 @@ async def test_the_chat_shows_the_same_panel_on_gemma(gemma_path: Path, tmp_path
             assert "raw softmax" in text and "after sampling" in text
             assert "auto ·" in text and "tok/s" in text
             assert "drew " in text and f"/ {rec.start.n_ctx:,} tokens" in text
-            # no chat template in its file: the chat says so, and where to set one
+            # no chat template in its file: the chat opens it in completion mode (not ChatML
+            # it has never seen), says so, and where to set a template
             notes = [str(n.message) for n in app._notifications]
-            assert any("has no chat template in its GGUF file" in n and "chat_template" in n for n in notes), notes
+            assert "completion mode: this model has no chat template; set chat_template in models.toml for chat" in notes
+            assert rec.start.prompt_text == "The capital of France is" and app.session.completion
     finally:
         backend.close()
 
@@ -204,6 +206,7 @@ def test_a_document_is_continued_as_it_is(gemma: Engine) -> None:
     assert list(start.prompt_token_ids) == gemma.tokenize(text)
     assert start.prompt_token_ids[0] == gemma.llm.token_bos() and "<|im_start|>" not in start.prompt_text
     assert gemma.template_source == "fallback" and "set chat_template" in gemma.template_note
+    assert gemma.opening_mode == "completion"  # the chat opens it on a document, not ChatML
 
 
 def test_run_raw_and_the_template_note(gemma_path: Path) -> None:

@@ -37,6 +37,7 @@ class Backend:
     system_prompt = "Be brief."
     default_settings = SamplingSettings(temperature=0.5)
     model_names = ["m"]
+    ready = None
 
     def __init__(self) -> None:
         self.runs: list[tuple[tuple[Message, ...], SamplingSettings]] = []
@@ -198,6 +199,76 @@ def test_regenerate_replaces_the_last_turn_and_moves_a_pinned_seed(session: Chat
     assert session.conversation.turns == []
     session.consume(reply_events(2, session.backend.runs[1][0], text="Second"))
     assert [m.content for m in session.conversation.turns] == ["one", "Second"]
+
+
+def test_completion_mode_sends_one_document_and_appends_to_it(session: ChatSession) -> None:
+    from loopchat.events import DOCUMENT
+
+    assert session.toggle_mode().startswith("Completion mode") and session.completion
+    session.send("Once upon a time", STREAM)  # as it is: no strip, no system prompt
+    messages = session.backend.runs[0][0]
+    assert messages == (Message(DOCUMENT, "Once upon a time"),)
+    session.consume(reply_events(1, messages, text=", a fox"))
+    assert session.conversation.document() == "Once upon a time, a fox"
+    session.send("", STREAM)  # an empty Enter: more of the document as it is
+    assert session.backend.runs[1][0] == (Message(DOCUMENT, "Once upon a time, a fox"),)
+    session.consume(reply_events(2, session.backend.runs[1][0], text=" ran"))
+    session.send(" and then\n", STREAM)  # the user steers: appended as typed
+    assert session.backend.runs[2][0] == (Message(DOCUMENT, "Once upon a time, a fox ran and then\n"),)
+    session.consume(reply_events(3, session.backend.runs[2][0], text="Fin"))
+    assert [(m.role, m.content) for m in session.conversation.turns] == [
+        (DOCUMENT, "Once upon a time"), ("assistant", ", a fox"), (DOCUMENT, ""), ("assistant", " ran"),
+        (DOCUMENT, " and then\n"), ("assistant", "Fin"),
+    ]
+    old, new = session.regenerate(STREAM)  # F5: the last continuation again, same document
+    assert session.backend.runs[3][0] == session.backend.runs[2][0]
+    assert session.conversation.document() == "Once upon a time, a fox ran"
+    session.consume(reply_events(4, session.backend.runs[3][0], text="End"))
+    assert session.conversation.document().endswith("ran and then\nEnd")
+    assert session.conversation.shown_document(new) == session.conversation.replies[:2] + [new]
+
+
+def test_the_mode_key_starts_a_new_conversation_in_the_other_mode(session: ChatSession) -> None:
+    session.send("Hello", STREAM)
+    with pytest.raises(Refused, match="Esc"):
+        session.toggle_mode()  # not while a reply runs
+    session.consume(reply_events(1, session.backend.runs[0][0]))
+    session.toggle_mode()
+    assert session.completion and session.conversation.replies == [] and session.conversation.turns == []
+    with pytest.raises(Refused, match="document is empty"):
+        session.send("", STREAM)
+    session.consume([READY])  # a model that loads keeps the mode the user chose
+    assert session.completion
+    assert session.toggle_mode().startswith("Chat mode") and not session.completion
+    assert session.takes("x") and not session.takes("  ")
+
+
+def test_a_model_without_a_chat_template_opens_in_completion_mode_and_says_so() -> None:
+    s = ChatSession(Backend())
+    note = "m has no chat template in its GGUF file: ..."
+    u = s.consume([ModelReady("m", "/m.gguf", 2048, 100, 1, 5.0, template_note=note, mode="completion")])
+    assert s.completion
+    assert u.warnings == ["completion mode: this model has no chat template; set chat_template in models.toml for chat"]
+    s.toggle_mode()  # chat on it by hand: the template note says what it is fed
+    u = s.consume([ModelReady("m", "/m.gguf", 2048, 100, 1, 5.0, template_note=note, mode="completion")])
+    assert not s.completion and u.warnings == [note + "; in the chat, Ctrl+L switches to completion mode"]
+    configured = ChatSession(Backend())  # models.toml's mode = "completion": no note
+    u = configured.consume([ModelReady("m", "/m.gguf", 2048, 100, 1, 5.0, mode="completion")])
+    assert configured.completion and u.warnings == []
+
+
+def test_a_model_switch_keeps_a_document_under_way() -> None:
+    s = ChatSession(Backend())
+    s.consume([ModelReady("m", "/m.gguf", 2048, 100, 1, 5.0, mode="completion")])
+    s.send("Once", STREAM)
+    s.consume(reply_events(1, s.backend.runs[0][0], text=" upon"))
+    s.switch_model("m")
+    u = s.consume([READY])  # a chat model: the document goes on with it, no template
+    assert s.completion and u.warnings == []
+    s.send("", STREAM)
+    assert s.backend.runs[1][0][0].content == "Once upon"
+    s.new_conversation()  # a new document: the mode holds
+    assert s.completion
 
 
 def test_a_played_trace_makes_its_own_turns() -> None:

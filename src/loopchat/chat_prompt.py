@@ -25,6 +25,21 @@ CHATML_TEMPLATE = (
 )
 
 
+CHAT = "chat"
+COMPLETION = "completion"
+#: what the chat says when a model opens in completion mode for want of a chat template
+NO_TEMPLATE_NOTE = "completion mode: this model has no chat template; set chat_template in models.toml for chat"
+
+
+def opening_mode(configured: str | None, template_source: str) -> str:
+    """The mode the chat opens a model in: models.toml's `mode` if set, else completion
+    for a model whose GGUF has no chat template and none configured (template_source
+    "fallback": it would be fed ChatML it has never seen), else chat."""
+    if configured is not None:
+        return configured
+    return COMPLETION if template_source == "fallback" else CHAT
+
+
 class ChatTemplate:
     """A model's chat template, compiled (by llama-cpp-python's Jinja2ChatFormatter: its
     sandboxed environment and extensions, as the model's authors expect)."""

@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         "2 cores) or a child process (a crash inside llama.cpp then cannot take the app down)",
     )
     parser.add_argument(
+        "--mode", choices=("chat", "completion"),
+        help="open the chat in this mode: chat (messages through the chat template) or completion (a "
+        "document the model continues, no template); default: the model's (models.toml's mode; a model "
+        "with no chat template opens in completion mode); Ctrl+L switches",
+    )
+    parser.add_argument(
         "--no-history", action="store_true",
         help="keep nothing: this run's conversations are not stored (no history file is created or written)",
     )
@@ -185,7 +191,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_tui(
             config_path=args.config, model=args.model, verbose=args.verbose, host=args.host, threads=args.threads,
             url=args.url, api_key=args.api_key, model_id=args.model_id, timeout=args.timeout,
-            history=not args.no_history,
+            history=not args.no_history, mode=args.mode,
         )
     except (ConfigError, ModelFileError, EngineError, SettingsError, TraceError) as exc:
         print(f"loopchat: {exc}", file=sys.stderr)

@@ -40,7 +40,10 @@ N_CTX_MIN, N_CTX_MAX = 16, 1_048_576
 THREADS_MAX = 1024
 BUILTIN_NAME = "smollm2-135m-instruct"
 
-_MODEL_KEYS = (*SOURCES, "description", *_LOCAL_KEYS, "system_prompt", "sampling", *_REMOTE_KEYS)
+_MODEL_KEYS = (*SOURCES, "description", *_LOCAL_KEYS, "system_prompt", "mode", "sampling", *_REMOTE_KEYS)
+#: how the chat opens a model (the `mode` key): messages through the chat template, or a
+#: document the model continues as it is (completion mode, no template)
+MODES = ("chat", "completion")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _HF_EXAMPLE = 'hf = "Qwen/Qwen2.5-0.5B-Instruct-GGUF:qwen2.5-0.5b-instruct-q4_k_m.gguf"'
@@ -63,6 +66,9 @@ class ModelSpec:
     gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (-1: all); needs a GPU build
     chat_template: str | None = None  # Jinja2 override of the model's own template
     system_prompt: str | None = None  # None: no system message
+    #: "chat" | "completion" | None: not set (chat, or completion for a model whose GGUF
+    #: has no chat template and no chat_template here: chat_prompt.opening_mode)
+    mode: str | None = None
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     description: str = ""
     base_dir: Path | None = None  # folder of the config file; relative paths start there
@@ -302,10 +308,21 @@ class _Reader:
             ),
             chat_template=template,
             system_prompt=self.string(raw, key, "system_prompt", None) or None,
+            mode=self.mode(raw, key),
             sampling=self.sampling(raw.get("sampling", {}), f"{key}.sampling"),
             description=self.string(raw, key, "description", ""),
             base_dir=self.path.parent,
         )
+
+    def mode(self, raw: dict[str, Any], key: str) -> str | None:
+        value = raw.get("mode")
+        if value is None or value in MODES:
+            return value
+        self.fail(
+            f"{key}.mode", f"must be \"chat\" or \"completion\", got {_kind(value)} {value!r}",
+            'write mode = "chat" (messages through the chat template) or mode = "completion" (a document to continue)',
+        )
+        return None
 
     def remote_model(self, name: str, key: str, raw: dict[str, Any], url: str) -> ModelSpec:
         """A model on an OpenAI-compatible server: `url` and what a request needs."""
@@ -334,6 +351,7 @@ class _Reader:
             source="url",
             location=url,
             system_prompt=self.string(raw, key, "system_prompt", None) or None,
+            mode=self.mode(raw, key),
             sampling=self.sampling(raw.get("sampling", {}), f"{key}.sampling"),
             description=self.string(raw, key, "description", ""),
             base_dir=self.path.parent,

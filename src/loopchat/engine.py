@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import sampler
-from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_document, fit_prompt
+from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_document, fit_prompt, opening_mode
 from .engine_options import EngineOptions, physical_cores  # noqa: F401 - importable from here too
 from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
 from .events import DOCUMENT, Candidate, Event, Finish, FinishReason, Message, Pending, Prefill, Start, Step, decode_rate
@@ -48,6 +48,7 @@ class Engine:
         gpu_layers: int = 0,
         n_batch: int = 512,
         chat_template: str | None = None,
+        mode: str | None = None,
         log_path: Path | None = None,
         verbose: bool = False,
         warmup: bool = True,
@@ -121,6 +122,8 @@ class Engine:
         own_template = self.llm.metadata.get("tokenizer.chat_template")
         self.chat_template = chat_template or own_template or CHATML_TEMPLATE
         self.template_source = "models.toml" if chat_template else ("gguf" if own_template else "fallback")
+        #: the mode the chat opens this model in (models.toml's `mode`, else chosen by its template)
+        self.opening_mode = opening_mode(mode, self.template_source)
         try:
             self._template = ChatTemplate(
                 self.chat_template,

@@ -47,6 +47,7 @@ class EngineOptions:
     gpu_layers: int = 0
     n_batch: int = 512
     chat_template: str | None = None
+    mode: str | None = None  # models.toml's `mode` (None: chosen by the model's template)
     log_path: str | None = None
     verbose: bool = False
 
@@ -73,6 +74,7 @@ class EngineOptions:
             threads=threads if threads is not None else spec.threads,
             gpu_layers=spec.gpu_layers,
             chat_template=spec.chat_template,
+            mode=spec.mode,
             log_path=str(log_path),
             verbose=verbose,
         )
@@ -88,6 +90,7 @@ class EngineOptions:
             gpu_layers=self.gpu_layers,
             n_batch=self.n_batch,
             chat_template=self.chat_template,
+            mode=self.mode,
             log_path=Path(self.log_path) if self.log_path else None,
             verbose=self.verbose,
         )

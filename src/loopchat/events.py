@@ -255,6 +255,9 @@ class ModelReady:
     threads: int | None
     load_ms: float  # a remote server: the round trip of its model list
     template_note: str = ""  # set when chat messages are rendered by a fallback template: what to do
+    #: the mode the chat opens this model in: "chat", or "completion" (models.toml's `mode`,
+    #: or a model with no chat template: chat_prompt.opening_mode)
+    mode: str = "chat"
 
 
 @dataclass(frozen=True, slots=True)

@@ -338,9 +338,10 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     spec = None if getattr(args, "url", None) else config.get(getattr(args, "model", None))
     settings = settings_from_args(remote.default_settings if remote is not None else spec.sampling, args)
     model_path = spec.resolve_file() if remote is None else None
-    if getattr(args, "raw", False):
+    if getattr(args, "raw", False) or (spec is not None and spec.mode == "completion"):
         if args.system is not None:
-            raise UsageError("--system has no place in a --raw document: write it into the document")
+            why = "a --raw document" if getattr(args, "raw", False) else f"model {spec.name!r}'s documents (mode = \"completion\" in models.toml)"
+            raise UsageError(f"--system has no place in {why}: write it into the document")
         messages = [Message(DOCUMENT, prompt)]
     else:
         default_system = remote.system_prompt if remote is not None else spec.system_prompt

@@ -133,6 +133,7 @@ class EngineWorker:
                 threads=engine.threads,
                 load_ms=(time.perf_counter() - t0) * 1000.0,
                 template_note=engine.template_note,
+                mode=engine.opening_mode,
             )
         )
 

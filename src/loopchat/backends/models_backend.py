@@ -33,6 +33,7 @@ def remote_backend(spec: Any, **overrides: Any) -> Any:
         model_id=spec.model_id,
         api_key=None,
         system_prompt=spec.system_prompt,
+        mode=spec.mode,
         settings=spec.sampling,
         description=spec.description,
         timeout=spec.timeout or DEFAULT_TIMEOUT,

@@ -105,6 +105,7 @@ class RemoteBackend:
         model_id: str | None = None,
         api_key: str | None = None,
         system_prompt: str | None = None,
+        mode: str | None = None,
         settings: SamplingSettings | None = None,
         description: str = "",
         timeout: float = DEFAULT_TIMEOUT,
@@ -121,6 +122,7 @@ class RemoteBackend:
         self.model_id = model_id
         self.api_key = api_key or None
         self.system_prompt = system_prompt
+        self.mode = mode or "chat"  # models.toml's `mode` (a server's template is its own)
         self.default_settings = settings or SamplingSettings()
         self.description = description
         self.timeout = float(timeout)
@@ -221,7 +223,7 @@ class RemoteBackend:
         self.model_id = model_id
         self._emit(ModelReady(
             name=self.name, path=self.base, n_ctx=None, n_vocab=None, threads=None,
-            load_ms=(time.perf_counter() - t0) * 1000.0,
+            load_ms=(time.perf_counter() - t0) * 1000.0, mode=self.mode,
         ))
 
     def _load_failed(self, message: str) -> None:

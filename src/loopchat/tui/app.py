@@ -59,13 +59,14 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         owns_backend: bool = True,
         settings: SamplingSettings | None = None,
         history_path: Path | None = None,
+        mode: str | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
         self.owns_backend = owns_backend
         self.prefs_path = prefs_path
         self.prefs = prefs or load_prefs(prefs_path)
-        self.session = ChatSession(backend, settings)
+        self.session = ChatSession(backend, settings, mode=mode)
         self.pump = EventPump()
         self.views: dict[ReplyRecord, ReplyView] = {}
         #: the blocks shown after a version of a reply that another version replaced (branch_actions.py)
@@ -172,6 +173,8 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
     def _update_subtitle(self) -> None:
         mode = "streaming" if self.prefs.streaming else "blocking"
         b = self.backend
+        if self.session.completion:
+            mode = "completion · " + mode
         if not b.can_generate:
             self.sub_title = f"replay · {b.name}"
         elif b.loading:
@@ -181,10 +184,15 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
 
     def _model_ready(self) -> None:
         self.session.model_ready = True
-        self.prompt.placeholder = f"Message {self.backend.name} — Enter sends, Ctrl+J new line"
+        self.prompt.placeholder = self._placeholder()
         self._update_subtitle()
         self.model_ready.set()
         self._panel_dirty = True
+
+    def _placeholder(self) -> str:
+        if self.session.completion:
+            return f"Write the document for {self.backend.name} to continue — Enter: it continues (empty: more), Ctrl+J new line"
+        return f"Message {self.backend.name} — Enter sends, Ctrl+J new line"
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -229,8 +237,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
 
     def _show(self, u: Update) -> None:
         for user, rec in u.started:  # the turns of a played trace
-            self.transcript.add_user(user)
-            self.views[rec] = self.transcript.add_reply(rec, self.prefs)
+            self.views[rec] = self.transcript.add_turn(user, rec, self.prefs, self.conversation)
             self.run_finished.clear()
         if u.ended or self.frames_rendered % TEXT_EVERY == 0:
             self._draw_text()
@@ -243,8 +250,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         if u.ready is not None:
             self._model_ready()
         if u.dropped is not None:  # the prompt was never accepted: the turn goes
-            self.views.pop(u.dropped, None)
-            self.transcript.remove_last(2)
+            self.transcript.drop_turn(self.views.pop(u.dropped, None), self.prefs, self.conversation)
         if u.restore_prompt and not self.prompt.value:
             self.prompt.value = u.restore_prompt
         for rec in u.finished:
@@ -282,7 +288,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
 
     # ------------------------------------------------------------- replies ----
     def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
-        if not event.text.strip():
+        if not self.session.takes(event.text):  # (completion mode: an empty Enter continues)
             return
         mode = STREAM if self.prefs.streaming else BLOCKING
         try:
@@ -295,11 +301,11 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         self.prompt.value = ""
         if self.history is not None:
             self.history.sent(rec, event.text)
-        self.transcript.add_user(event.text.strip())
-        self._show_new_reply(rec)
+        self._show_new_reply(rec, event.text.strip())
 
-    def _show_new_reply(self, rec: ReplyRecord) -> None:
-        self.views[rec] = self.transcript.add_reply(rec, self.prefs)
+    def _show_new_reply(self, rec: ReplyRecord, user_text: str | None = None) -> None:
+        """A new reply in the transcript (after the message `user_text`, or the document)."""
+        self.views[rec] = self.transcript.add_turn(user_text, rec, self.prefs, self.conversation)
         self.transcript.anchor()
         self.run_finished.clear()
         self._panel_dirty = True

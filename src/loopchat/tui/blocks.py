@@ -121,6 +121,9 @@ _BLANK_LINE = Strip.blank(0)
 class Block:
     """One turn of the transcript, rendered to Strips for a given width."""
 
+    #: completion mode's document (document_block.py): one block the transcript replaces
+    whole_document = False
+
     def __init__(self) -> None:
         self.transcript: Transcript | None = None
         self.lines: list[Strip] = []
@@ -252,7 +255,7 @@ class ReplyView(Block):
 
     def _title_label(self) -> str:
         r = self.record
-        title = f"Assistant · reply {r.number}"
+        title = self._title_head()
         if r.replay_of is not None:
             title += f" · replay of reply {r.replay_of} in {'blocking' if r.mode == BLOCKING else 'streaming'} mode"
         k, n = r.version
@@ -263,6 +266,25 @@ class ReplyView(Block):
         elif r.branch_at is not None:
             title += f" · branched at token {r.branch_at + 1}"
         return title
+
+    def _title_head(self) -> str:
+        return f"Assistant · reply {self.record.number}"
+
+    def shows(self, reply: int) -> bool:
+        """This view shows tokens of reply number `reply`."""
+        return self.record.number == reply
+
+    def _markdown_ok(self) -> bool:
+        """A finished reply may be shown as Markdown (F4)."""
+        return self.prefs.markdown and self.selected is None and bool(self.record.text.strip())
+
+    def _style_of(self, step: Step, n: int, selected: bool) -> Style | None:
+        """The style of a reply's token (its `n`th shown)."""
+        return token_style(step, n, self.prefs, selected)
+
+    def _live_text(self) -> Text:
+        """What a live reply shows so far (re-wrapped on a resize, a selection...)."""
+        return self._styled_text() if self.record.mode != BLOCKING else Text()
 
     # ---- rendering ------------------------------------------------------------------
     @property
@@ -302,16 +324,14 @@ class ReplyView(Block):
         self.lines = [self._blank(), self._title(console, self._title_label(), _REPLY, width)]
         # live: re-wrap everything so far (a resize, a selection, a preference)
         self._frozen, self._tail, self._tail_segs, self._tail_strip = [], Text(), [], None
-        text = self._styled_text() if self.record.mode != BLOCKING else Text()
-        self._append(text)
+        self._append(self._live_text())
         self._update_status()
 
     def _render_done(self, console: Console, width: int) -> Iterable[Strip]:
         r = self.record
         yield self._blank()
         yield self._title(console, self._title_label(), _REPLY, width)
-        use_md = self.prefs.markdown and self.selected is None and bool(r.text.strip())
-        if use_md:
+        if self._markdown_ok():
             body: RenderableType = Markdown(hard_line_breaks(r.text))
         else:
             body = self._styled_text()
@@ -328,7 +348,7 @@ class ReplyView(Block):
         for step in self.record.steps:
             if step.is_stop or not step.text:
                 continue
-            style = token_style(step, n, self.prefs, step.index == self.selected)
+            style = self._style_of(step, n, step.index == self.selected)
             text.append(step.text, _clickable(style, number, step.index))
             n += 1
         if not self.record.steps and self.record.finish is not None:
@@ -370,7 +390,7 @@ class ReplyView(Block):
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
         if r.mode == BLOCKING:
             self._status = Text(f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s", style=_WAIT)
-        elif self._n_tokens == 0:
+        elif not any(s.text and not s.is_stop for s in r.steps):
             phase = "reading the prompt (prefill)" if r.prefill is None else "first token…"
             self._status = Text(f"{frame} {phase} · {elapsed:.1f} s", style=_WAIT)
         else:
@@ -386,7 +406,7 @@ class ReplyView(Block):
         for step in steps:
             if step.is_stop or not step.text:
                 continue
-            style = token_style(step, self._n_tokens, self.prefs, False)
+            style = self._style_of(step, self._n_tokens, False)
             text.append(step.text, _clickable(style, number, step.index))
             self._n_tokens += 1
         if self.record.shown_at is None and self._n_tokens:
@@ -408,7 +428,7 @@ class ReplyView(Block):
     def finish(self) -> None:
         self._status = None
         r = self.record
-        plain = not (self.prefs.markdown and r.text.strip())
+        plain = not self._markdown_ok()
         if (
             plain
             and self._console is not None
@@ -435,7 +455,8 @@ class ReplyView(Block):
     def rebuild(self) -> None:
         self.changed()
 
-    def select(self, step_index: int | None) -> None:
+    def select(self, step_index: int | None, reply: int | None = None) -> None:
+        """Show step `step_index` (of this view's reply `reply`) selected; None: none."""
         if step_index != self.selected:
             self.selected = step_index
             self.changed()

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from textual.app import SystemCommand
 
-from .blocks import ReplyView
 from .branch_picker import BranchChoice, BranchPicker
 from .conversation import ReplyRecord
 from .session import Refused
@@ -93,13 +92,13 @@ class BranchActions(_Base):
         self.selection = None
         self._clear_selection_views()
         view = self.views.get(old)
-        fresh = ReplyView(new, self.prefs)
+        fresh = self.transcript.view_for(new, self.prefs, self.conversation)
         if view is not None:
             self._tails[old] = self.transcript.take_after(view)
         if view is not None and self.transcript.replace_block(view, fresh):
             self.views[new] = fresh
-        else:
-            self.views[new] = self.transcript.add_reply(new, self.prefs)
+        else:  # (a document: its block, wherever the version's turn is in it)
+            self.views[new] = self.transcript.add_turn(None, new, self.prefs, self.conversation)
         self.transcript.extend(self._tails.pop(new, []))
         for rec in new.siblings:  # their titles say how many versions there are now
             other = self.views.get(rec)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step, WireReceived
+from ..chat_prompt import CHAT, COMPLETION
+from ..events import DOCUMENT, ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step, WireReceived
 
 STREAM = "stream"
 BLOCKING = "blocking"
@@ -58,6 +59,16 @@ class ReplyRecord:
         return self.finish is not None or self.error is not None
 
     @property
+    def is_document(self) -> bool:
+        """A completion-mode reply: it continues one document (no chat template)."""
+        return len(self.messages) == 1 and self.messages[0].role == DOCUMENT
+
+    @property
+    def prompt_document(self) -> str:
+        """A completion-mode reply: the document it continues ('' for a chat reply)."""
+        return self.messages[0].content if self.is_document else ""
+
+    @property
     def prefix_len(self) -> int:
         """A branch: how many of its first steps are the reply it continues (its run's
         steps follow them)."""
@@ -95,12 +106,57 @@ class ReplyRecord:
 class Conversation:
     system_prompt: str | None = None
     replies: list[ReplyRecord] = field(default_factory=list)
-    #: messages of the conversation so far (user + assistant turns, no system prompt)
+    #: messages of the conversation so far (user + assistant turns, no system prompt); in
+    #: completion mode the document's pieces: what the user wrote (role DOCUMENT), what
+    #: the model continued it with (assistant), in order
     turns: list[Message] = field(default_factory=list)
+    #: CHAT: messages through the chat template; COMPLETION: one document the model continues
+    mode: str = CHAT
+
+    @property
+    def completion(self) -> bool:
+        return self.mode == COMPLETION
+
+    def document(self) -> str:
+        """Completion mode: the document so far (what was written and continued)."""
+        return "".join(m.content for m in self.turns)
 
     def messages_for(self, user_text: str) -> tuple[Message, ...]:
+        """What the next reply is sent: in chat mode the turns and the message (stripped),
+        in completion mode one DOCUMENT, the document so far with the text appended as
+        it is (an empty text: the document continued as it is)."""
+        if self.completion:
+            return (Message(DOCUMENT, self.document() + user_text),)
         sys = (Message("system", self.system_prompt),) if self.system_prompt else ()
-        return (*sys, *self.turns, Message("user", user_text))
+        return (*sys, *self.turns, Message("user", user_text.strip()))
+
+    def turn_of(self, rec: ReplyRecord, text: str) -> list[Message]:
+        """The turns a finished reply adds: its message and its text (in completion mode
+        the piece of the document the user added before it, and its continuation)."""
+        asked = rec.messages[-1]
+        if rec.is_document:
+            before = self.document()
+            doc = asked.content
+            asked = Message(DOCUMENT, doc[len(before):] if doc.startswith(before) else doc)
+        return [asked, Message("assistant", text)]
+
+    def shown_document(self, rec: ReplyRecord) -> list[ReplyRecord]:
+        """Completion mode: the continuations the document shown with `rec` holds, in
+        order, each continuing the one before: those shown for their turn, `rec` among
+        them (a version of an earlier turn: the later turns built on it follow it). The
+        last is the latest continuation."""
+        shown = sorted(
+            (r for r in self.replies if r.is_document and (r is rec or (r.in_history and not r.hidden and r.done))),
+            key=lambda r: (r.turn_base, r.number),
+        )
+        chain: list[ReplyRecord] = []
+        for r in shown:
+            if not chain or r.prompt_document.startswith(chain[-1].prompt_document + chain[-1].text):
+                chain.append(r)
+        if rec in chain:
+            return chain
+        doc = rec.prompt_document  # (not in line with the others: the document it continues)
+        return [*(r for r in chain if r.turn_base < rec.turn_base and doc.startswith(r.prompt_document + r.text)), rec]
 
     def new_reply(self, mode: str, messages: tuple[Message, ...], **kw) -> ReplyRecord:
         kw.setdefault("turn_base", len(self.turns))

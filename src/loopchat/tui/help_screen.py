@@ -30,6 +30,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Ctrl+R", "Branch the reply at the selected token (Alt+←/→ or a click): that pass's candidates with both probabilities; pick another (1–9, Enter) or draw again (0): a new version keeps the tokens before it and reuses the KV cache"),
     ("Alt+PgUp / Alt+PgDn", "Previous / next version of the selected token's reply, else of the last reply (F5 and Ctrl+R make them: \"version 2/3\" in its title); the conversation goes on from the one shown, with the later turns built on it"),
     ("Ctrl+N", "New conversation"),
+    ("Ctrl+L", "Completion mode ⇄ chat mode: write a document and the model continues it, no chat template (Enter appends the box's text and continues; an empty Enter: more); a conversation under way is left for a new one"),
     ("Ctrl+O", "Conversations: the stored ones, newest first, with a search box; Enter opens one to continue it, Ctrl+R renames, Ctrl+D deletes"),
     ("Ctrl+Y", "Copy the last reply to the clipboard"),
     ("Ctrl+G", "Compare two finished replies side by side (the selected token's reply, or the last, and the one before it): forward passes, prefill and decode time, tokens, mean entropy and surprisal, per-pass latency and entropy sparklines on one scale, the texts; ←/→ change the marked side's reply, Tab marks the other side, Esc closes"),

@@ -121,11 +121,12 @@ class HistoryActions(_Base):
         self.wire.forget()
         self.transcript.clear()
         for user, rec in restored.shown:
-            if user or rec is None:
+            if rec is None:
                 self.transcript.add_user(user)
-            if rec is not None:
-                self.views[rec] = self.transcript.add_reply(rec, self.prefs)
+            else:  # (a document: the document so far, each continuation in the place of the one before)
+                self.views[rec] = self.transcript.add_turn(user or None, rec, self.prefs, self.conversation)
         self.transcript.anchor()
+        self._update_subtitle()  # (the conversation's mode: chat, or completion for a document)
         if self.history is not None:
             self.history.opened(conversation_id, restored.tip, restored.replies)
         self.run_finished.set()

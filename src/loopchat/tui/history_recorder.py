@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..events import Finish, FinishReason
+from ..events import DOCUMENT, Finish, FinishReason
 from ..trace import TracedEvent, cut_short_finish
 from .conversation import ReplyRecord
 
@@ -59,6 +59,7 @@ class _Stored:
 
     before: Any  # the node the user message hangs from (None: the conversation's first)
     user_text: str | None = None  # None: the user node exists already (`user`)
+    role: str = "user"  # the user node's role: "user", or DOCUMENT (completion mode)
     user: Any = None  # the user message's node
     node: Any = None  # the reply's node (None until its Start)
     steps_sent: int = 0
@@ -77,7 +78,12 @@ class HistoryRecorder:
 
     # ---- what the user did -------------------------------------------------------
     def sent(self, rec: ReplyRecord, text: str) -> None:
-        self._replies[rec] = _Stored(before=self.tip, user_text=text.strip())
+        """A message was sent; in completion mode the text appended to the document, kept
+        as typed in a node of role "document" (the document is the line's nodes in order)."""
+        if rec.is_document:
+            self._replies[rec] = _Stored(before=self.tip, user_text=text, role=DOCUMENT)
+        else:
+            self._replies[rec] = _Stored(before=self.tip, user_text=text.strip())
 
     def regenerated(self, old: ReplyRecord, new: ReplyRecord) -> None:
         """F5, or a branch: the new reply is a sibling of the old (the same user message)."""
@@ -85,7 +91,9 @@ class HistoryRecorder:
         if o is None:
             return
         self.tip = o.before  # the session dropped the old turn (or never had it)
-        self._replies[new] = _Stored(before=o.before, user_text=o.user_text if o.user is None else None, user=o.user)
+        self._replies[new] = _Stored(
+            before=o.before, user_text=o.user_text if o.user is None else None, user=o.user, role=o.role
+        )
 
     def reset(self) -> None:
         """A new conversation: the next message starts one in the store."""
@@ -153,14 +161,14 @@ class HistoryRecorder:
             if self.conversation is None:
                 start = rec.start
                 first = s.user_text if s.user_text is not None else next(
-                    (m.content for m in reversed(rec.messages) if m.role == "user"), "")
+                    (m.content for m in reversed(rec.messages) if m.role in ("user", DOCUMENT)), "")
                 self.conversation = w.new_conversation(
-                    title=title_of(first) or "(empty message)", model_name=start.model_name,
+                    title=title_of(first or rec.prompt_document) or "(empty message)", model_name=start.model_name,
                     model_path=start.model_path or "", model_size=start.model_size_bytes or 0,
                     system_prompt=self._system_prompt(),
                 )
             if s.user is None:
-                s.user = w.add_message(self.conversation, s.before, "user", s.user_text or "")
+                s.user = w.add_message(self.conversation, s.before, s.role, s.user_text or "")
             s.node = w.begin_reply(self.conversation, s.user, rec.mode, rec.start)
         batch: list = []
         if rec.trimmed is not None and not s.trimmed_sent:

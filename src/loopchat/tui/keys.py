@@ -45,6 +45,8 @@ BINDINGS = [
     # step mode (step_mode.py); priority: the message box and the search box do not take it
     Binding("f12", "step_mode", "Step mode", show=False, priority=True),
     Binding("ctrl+n", "new_conversation", "New"),
+    # completion mode (Ctrl+L: free in the message box, whose Ctrl+E is the line's end)
+    Binding("ctrl+l", "toggle_completion", "Completion mode", show=False),
     Binding("ctrl+o", "history", "Conversations", show=False),
     Binding("f4", "toggle_markdown", "Markdown", show=False),
     # priority: the message box (a TextArea) binds F6/F7 to select line / select all
@@ -91,6 +93,10 @@ class KeyActions(_Base):
         yield SystemCommand("Regenerate last reply", "With a new seed (F5)", self.action_regenerate)
         yield SystemCommand("Copy last reply", "To the clipboard (Ctrl+Y)", self.action_copy_reply)
         yield SystemCommand("New conversation", "Start another conversation (Ctrl+N)", self.action_new_conversation)
+        yield SystemCommand(
+            "Completion mode" + (" → chat mode" if self.session.completion else ""),
+            "Chat ⇄ a document the model continues, no chat template (Ctrl+L)", self.action_toggle_completion,
+        )
         yield SystemCommand("Conversations…", "The stored conversations: search, open, rename, delete (Ctrl+O)", self.action_history)
         yield SystemCommand(
             "History: " + ("on → off" if self.prefs.history else "off → on"),
@@ -167,6 +173,11 @@ class KeyActions(_Base):
         if self.history is not None:
             self.history.reset()
         self.session.new_conversation()
+        self._show_new_conversation()
+        self.notify("New document" if self.session.completion else "New conversation", timeout=1.5)
+
+    def _show_new_conversation(self) -> None:
+        """The session started a new conversation: an empty transcript, nothing selected."""
         self.selection = None
         self.views.clear()
         self._tails.clear()
@@ -174,7 +185,23 @@ class KeyActions(_Base):
         self.transcript.clear()
         self.run_finished.set()
         self._refresh_panel()
-        self.notify("New conversation", timeout=1.5)
+
+    def action_toggle_completion(self) -> None:
+        """Chat mode ⇄ completion mode (a conversation under way is left for a new one)."""
+        left = bool(self.conversation.replies)
+        try:
+            message = self.session.toggle_mode()
+        except Refused as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        if left:
+            if self.history is not None:
+                self.history.reset()
+            self._show_new_conversation()
+        self._update_subtitle()
+        if self.session.model_ready:
+            self.prompt.placeholder = self._placeholder()
+        self.notify(message, timeout=4)
 
     def action_copy_reply(self) -> None:
         rec = self.session.last_done_reply()
@@ -297,8 +324,8 @@ class KeyActions(_Base):
     def action_select_token(self, reply: int, step: int) -> None:
         self.selection = (reply, step)
         for view in self.transcript.reply_views():
-            if view.record.number == reply:
-                view.select(step)
+            if view.shows(reply):
+                view.select(step, reply)
                 self.transcript.scroll_to_block(view)
             elif view.selected is not None:
                 view.select(None)

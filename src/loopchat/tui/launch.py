@@ -32,6 +32,7 @@ def create_app(
     model_id: str | None = None,
     timeout: float | None = None,
     history: bool | Path | str = True,
+    mode: str | None = None,
 ) -> LoopChatApp:
     """The app on a live model (or a trace with replay=FILE, or the server at `url`);
     raises ConfigError/TraceError/UsageError.
@@ -39,7 +40,7 @@ def create_app(
     Pass `backend=` to share one loaded model between apps (it is then not closed on exit).
     `history`: keep the conversations in the store (history.store.default_store_path(),
     or the file given) while the History pref is on; False (--no-history) keeps nothing.
-    A played trace is never stored.
+    A played trace is never stored. `mode`: "chat" or "completion" (--mode; None: the model's).
     """
     owns = backend is None
     if backend is None:
@@ -64,6 +65,7 @@ def create_app(
         store = default_store_path() if history is True else Path(history)
     return LoopChatApp(
         backend, prefs=prefs, prefs_path=prefs_path, owns_backend=owns, settings=settings, history_path=store,
+        mode=mode,
     )
 
 
@@ -120,13 +122,14 @@ def run_tui(
     model_id: str | None = None,
     timeout: float | None = None,
     history: bool = True,
+    mode: str | None = None,
 ) -> int:
     """Run the app until the user quits; returns the exit code (2: could not start)."""
     try:
         app = create_app(
             config_path=config_path, model=model, replay=replay, replay_speed=replay_speed, verbose=verbose,
             host=host, threads=threads, url=url, api_key=api_key, model_id=model_id, timeout=timeout,
-            history=history,
+            history=history, mode=mode,
         )
     except Exception as exc:  # ConfigError, TraceError: one-line messages
         print(f"loopchat: {exc}", file=sys.stderr)

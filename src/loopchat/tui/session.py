@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..backends import Backend
+from ..chat_prompt import CHAT, COMPLETION, NO_TEMPLATE_NOTE
 from ..events import (
     DOCUMENT,
     ContextTrimmed,
@@ -74,7 +75,8 @@ class Update:
 
 
 class ChatSession:
-    def __init__(self, backend: Backend, settings: SamplingSettings | None = None) -> None:
+    def __init__(self, backend: Backend, settings: SamplingSettings | None = None, mode: str | None = None) -> None:
+        """`mode`: "chat" or "completion" for the session (--mode); None: each model's own."""
         self.backend = backend
         #: what the next reply uses (the keys and the dialog change it)
         self.settings = settings or backend.default_settings
@@ -94,6 +96,10 @@ class ChatSession:
         self.pending: Pending | None = None
         #: step mode armed: the next reply stops before its first draw
         self.step_armed = False
+        #: the user chose the mode (the mode key, --mode): a model that loads keeps it
+        self.mode_chosen = mode is not None
+        if mode is not None:
+            self.conversation.mode = mode
 
     @property
     def generating(self) -> bool:
@@ -127,13 +133,27 @@ class ChatSession:
                 raise Refused("The model is still loading" + what)
             raise Refused("No model is loaded: pick one with Ctrl+P → Switch model" + what)
 
+    @property
+    def completion(self) -> bool:
+        """Completion mode: the user writes a document, the model continues it."""
+        return self.conversation.completion
+
+    def takes(self, text: str) -> bool:
+        """Enter sends this text: a message, or in completion mode anything (an empty
+        text continues the document as it is)."""
+        return bool(text.strip()) or self.completion
+
     def send(self, text: str, mode: str) -> ReplyRecord:
-        """Send a user message (raises Refused: the text then stays with the caller)."""
+        """Send a user message, or in completion mode append `text` to the document and
+        let the model continue it (raises Refused: the text then stays with the caller)."""
         self.check_can_run(" (your message stays in the box)")
+        messages = self.conversation.messages_for(text)
+        if self.completion and not messages[0].content:
+            raise Refused("The document is empty: write the text for the model to continue, then Enter")
         self.pending_prompt = text
         rebuild, self.rebuild_cache = self.rebuild_cache, False
         rec = self._start(
-            self.conversation.messages_for(text.strip()), mode, self.settings,
+            messages, mode, self.settings,
             reuse_at_most=0 if rebuild else None, in_history=True,
         )
         if rebuild:
@@ -247,7 +267,7 @@ class ChatSession:
         text = rec.text
         if f is None or f.reason == FinishReason.ERROR or not text:
             return False
-        self.conversation.turns.extend([rec.messages[-1], Message("assistant", text)])
+        self.conversation.turns.extend(self.conversation.turn_of(rec, text))
         rec.in_turns = True
         return True
 
@@ -360,8 +380,24 @@ class ChatSession:
         self.current = None
         self.pending = None
         self._text_due = []
-        self.conversation = Conversation(system_prompt=self.backend.system_prompt)
+        self.conversation = Conversation(system_prompt=self.backend.system_prompt, mode=self.conversation.mode)
         self.rebuild_cache = False
+
+    def toggle_mode(self) -> str:
+        """The mode key: chat ⇄ completion mode, for the rest of the session. A
+        conversation under way is left (it stays in the history) for a new one in the
+        other mode. Returns what to tell the user (raises Refused while a reply runs)."""
+        if self.generating:
+            raise Refused("Still generating: press Esc to stop first, then switch the mode")
+        mode = CHAT if self.completion else COMPLETION
+        self.mode_chosen = True
+        if self.conversation.replies:
+            self.new_conversation()
+        self.conversation.mode = mode
+        if mode == COMPLETION:
+            return "Completion mode: write a document, Enter lets the model continue it (an empty Enter: more)"
+        note = getattr(self.backend.ready, "template_note", "")
+        return "Chat mode: messages through the chat template" + (f". Note: {note}" if note else "")
 
     def open_conversation(self, conversation: Conversation) -> None:
         """Continue a stored conversation (raises Refused while a reply runs)."""
@@ -463,8 +499,12 @@ class ChatSession:
                 case ModelLoading():
                     u.loading = ev
                 case ModelReady():
-                    if ev.template_note:
-                        u.warnings.append(ev.template_note)
+                    if not self.mode_chosen and not self.conversation.replies:
+                        self.conversation.mode = ev.mode  # models.toml's, or chosen by the template
+                    if self.completion and ev.mode == COMPLETION and ev.template_note:
+                        u.warnings.append(NO_TEMPLATE_NOTE)
+                    elif ev.template_note and not self.completion:
+                        u.warnings.append(ev.template_note + "; in the chat, Ctrl+L switches to completion mode")
                     self.model_ready = True
                     self.conversation.system_prompt = self.backend.system_prompt  # the new model's
                     u.ready = ev

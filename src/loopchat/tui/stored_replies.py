@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..events import DOCUMENT, ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
+from ..chat_prompt import COMPLETION
 from .conversation import STREAM, Conversation, ReplyRecord
 from .history_recorder import made_up_finish
 
@@ -39,6 +40,8 @@ def restore(stored: "StoredConversation") -> Restored:
     for node in stored.path():
         if node.role in ("user", DOCUMENT):
             user = (node.id, node.parent_id, Message(node.role, node.content))
+            if node.role == DOCUMENT:
+                conv.mode = COMPLETION  # its turns are the document's pieces
             out.shown.append((node.content, None))
         elif node.role == "assistant":
             asked = user[2] if user is not None else Message("user", "")

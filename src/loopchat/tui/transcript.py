@@ -30,7 +30,8 @@ from .blocks import (  # noqa: F401  (ReplyView, legend_text: imported from here
     UserBlock,
     legend_text,
 )
-from .conversation import ReplyRecord
+from .conversation import Conversation, ReplyRecord
+from .document_block import DocumentBlock
 from .prefs import Prefs
 
 LIVE_STEP = 6  # lines the view scrolls at once while a reply grows
@@ -106,6 +107,39 @@ class Transcript(ScrollView, can_focus=True):
     def add_reply(self, record: ReplyRecord, prefs: Prefs) -> ReplyView:
         return self._add(ReplyView(record, prefs))  # type: ignore[return-value]
 
+    @staticmethod
+    def view_for(record: ReplyRecord, prefs: Prefs, conversation: Conversation) -> ReplyView:
+        """The view of a reply: a completion-mode continuation of the conversation shows
+        the whole document (document_block.py), any other reply itself."""
+        if record.is_document and record.in_history:
+            return DocumentBlock(conversation.shown_document(record), prefs)
+        return ReplyView(record, prefs)
+
+    def add_turn(self, user_text: str | None, record: ReplyRecord, prefs: Prefs, conversation: Conversation) -> ReplyView:
+        """A turn: the user's message and its reply, or in completion mode the document
+        with its new continuation in the place of the document shown before."""
+        view = self.view_for(record, prefs, conversation)
+        if view.whole_document:
+            old = next((b for b in reversed(self.blocks) if b.whole_document), None)
+            if old is not None and self.replace_block(old, view):
+                return view
+        elif user_text is not None:
+            self.add_user(user_text)
+        return self._add(view)  # type: ignore[return-value]
+
+    def drop_turn(self, view: Block | None, prefs: Prefs, conversation: Conversation) -> None:
+        """A turn whose prompt the engine refused goes: the message and its reply, or in
+        completion mode the document with it, replaced by the document as it was."""
+        if view is None or not view.whole_document:
+            self.remove_last(2)
+            return
+        if view in self.blocks:
+            self.blocks.remove(view)
+            self.reflow()
+        last = conversation.last_in_history()
+        if last is not None and last.is_document:
+            self.add_turn(None, last, prefs, conversation)
+
     def reply_views(self) -> list[ReplyView]:
         return [b for b in self.blocks if isinstance(b, ReplyView)]
 
@@ -145,7 +179,7 @@ class Transcript(ScrollView, can_focus=True):
         self.reflow()
 
     def scroll_to_block(self, block: Block) -> None:
-        if block in self.blocks:
+        if block in self.blocks and not block.whole_document:  # (a document: the token is in it)
             self.release_anchor()
             y = self._starts[self.blocks.index(block)]
             self.scroll_to(y=y, animate=False)
