@@ -171,6 +171,22 @@ async def test_cursor_keys(tmp_path) -> None:
         assert body.cursor == 0
 
 
+async def test_up_and_pageup_on_the_first_row_do_not_move_the_cursor_down(tmp_path) -> None:
+    app = replay_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await shown(pilot)
+        body = app.document.body
+        doc = app.document.doc
+        await pilot.press("home", "up")
+        assert body.cursor == 0
+        await pilot.press("pageup")
+        assert body.cursor == 0
+        await pilot.press("right", "up")  # a later token of the first row: to the first token
+        assert body.cursor == 0
+        await pilot.press("end", "down", "pagedown")  # and on the last row: stays at the end
+        assert body.cursor == len(doc.tokens) - 1
+
+
 async def test_an_older_trace_falls_back_to_the_prompt_text(tmp_path) -> None:
     app = replay_app(tmp_path, trace=REPLY_TRACE)
     async with app.run_test(size=SIZE) as pilot:

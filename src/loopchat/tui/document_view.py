@@ -323,7 +323,9 @@ class DocumentBody(ScrollView, can_focus=True):
         if self.doc.tokens:
             self.set_cursor((self.cursor if self.cursor is not None else -by) + by)
 
-    def _to_row(self, row: int) -> None:
+    def _to_row(self, row: int, step: int) -> None:
+        """The cursor to the token at its column on `row`, else the next row's in the
+        direction `step` (+1 down, -1 up); past the document's edge: its first / last token."""
         doc = self.doc
         if not doc.tokens:
             return
@@ -336,7 +338,6 @@ class DocumentBody(ScrollView, can_focus=True):
                 col = x
                 break
             x += cell_len(s)
-        step = 1 if row >= cur.first_row else -1
         while 0 <= row < doc.height:
             i = doc.token_at(row, col)
             if i is not None and i != self.cursor:
@@ -348,13 +349,13 @@ class DocumentBody(ScrollView, can_focus=True):
     def action_row(self, by: int) -> None:
         if self.doc.tokens:
             cur = self.doc.tokens[self.cursor or 0]
-            self._to_row(cur.last_row + 1 if by > 0 else cur.first_row - 1)
+            self._to_row(cur.last_row + 1 if by > 0 else cur.first_row - 1, 1 if by > 0 else -1)
 
     def action_page(self, by: int) -> None:
         if self.doc.tokens:
             page = max(1, (self.scrollable_content_region.height or _PAGE) - 1)
             cur = self.doc.tokens[self.cursor or 0]
-            self._to_row((cur.last_row if by > 0 else cur.first_row) + by * page)
+            self._to_row((cur.last_row if by > 0 else cur.first_row) + by * page, 1 if by > 0 else -1)
 
     def action_edge(self, end: int) -> None:
         if self.doc.tokens:
