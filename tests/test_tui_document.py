@@ -388,3 +388,44 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
         await wait_for(pilot, lambda: len(app.current.steps) == 1, 30, "the drawn token")
         await pilot.press("escape")
         await wait_run(pilot)
+
+
+async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_focus(backend, tmp_path) -> None:
+    from loopchat.tui.step_mode import StepBar
+
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=3, max_tokens=40, temperature=0.8), history=False,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        gate = StepGate(app, after=3)
+        await pilot.press(*"Write a short poem about the sea.", "enter")
+        await wait_for(pilot, lambda: gate.holding, 30, "the first steps")
+        await pilot.press("ctrl+t")  # the document of the live reply
+        await pilot.press("f12")  # stops before its next draw
+        gate.release()
+        s = app.session
+        await wait_for(pilot, lambda: s.stopped or not app.generating, 30, "the stop")
+        assert s.stopped, "the reply ended before it could stop"
+        await pilot.pause()
+        assert isinstance(app.focused, DocumentBody)  # the stop left the document its keys
+        rec = app.current
+        n_prompt = len(rec.start.prompt_token_ids)
+        n = len(rec.steps)
+        await pilot.press("enter")  # the die bar's Enter, from the document view: one draw
+        await wait_for(pilot, lambda: len(rec.steps) == n + 1 and s.stopped, 30, "one draw")
+        assert rec.steps[-1].chosen_by == "step"
+        want = s.pending.raw_top[1]
+        await pilot.press("2")  # a pick by rank
+        await wait_for(pilot, lambda: len(rec.steps) == n + 2 and s.stopped, 30, "the pick")
+        assert (rec.steps[-1].token_id, rec.steps[-1].chosen_by) == (want.token_id, "hand")
+        await pilot.pause()
+        assert len(app.document.doc.tokens) == n_prompt + n + 2  # both drawn into the document
+        await pilot.press("end")
+        assert status(app).startswith(f"id {want.token_id} · ")
+        await pilot.press("ctrl+t")  # back: the die bar has the focus (the loop is stopped)
+        await pilot.pause()
+        assert isinstance(app.focused, StepBar)
+        await pilot.press("escape")
+        await wait_run(pilot)

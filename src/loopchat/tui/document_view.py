@@ -39,6 +39,7 @@ from textual.widget import Widget
 from ..events import Start, Step
 from .conversation import ReplyRecord
 from .fast_static import FastStatic, Line
+from .step_mode import STEP_KEYS
 
 # token kinds
 PROMPT = "prompt"  # text of the prompt (the template's words and the messages)
@@ -243,6 +244,7 @@ class DocumentBody(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "edge(0)", "First token", show=False),
         Binding("end", "edge(1)", "Last token", show=False),
+        *STEP_KEYS,  # the loop stopped in step mode: Enter, n, 1–9 and / work here too
     ]
 
     DEFAULT_CSS = """

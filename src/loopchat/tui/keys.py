@@ -239,6 +239,8 @@ class KeyActions(_Base):
             doc.show(None)  # its rows go: made again, for the reply of the moment, next time
             back = doc.return_focus
             if doc.body.has_focus or self.focused is None:  # (else something took it meanwhile)
+                if self.session.stopped and self.step_bar.display:  # the die's keys (it stopped meanwhile)
+                    back = self.step_bar
                 if back is None or not (back.is_attached and back.display and back.focusable):
                     back = self.transcript if self.prompt.disabled else self.prompt  # a replay: no box
                 back.focus()

@@ -38,16 +38,20 @@ DRAW_N = 10
 SEARCH_ROWS = 12
 
 
+#: the die's keys: the die bar's, and the document view's (Ctrl+T while stopped)
+STEP_KEYS = [
+    Binding("enter", "app.step_draw(1)", "Draw", show=False),
+    Binding("n", f"app.step_draw({DRAW_N})", f"Draw {DRAW_N}", show=False),
+    *(Binding(str(i), f"app.step_pick({i})", f"Pick {i}", show=False) for i in range(1, 10)),
+    Binding("slash", "app.step_search", "Search", show=False),
+]
+
+
 class StepBar(Static, can_focus=True):
     """One line above the message box while in step mode; holds the focus while the loop
     is stopped, so digits and Enter reach step mode and not the message box."""
 
-    BINDINGS = [
-        Binding("enter", "app.step_draw(1)", "Draw", show=False),
-        Binding("n", f"app.step_draw({DRAW_N})", f"Draw {DRAW_N}", show=False),
-        *(Binding(str(i), f"app.step_pick({i})", f"Pick {i}", show=False) for i in range(1, 10)),
-        Binding("slash", "app.step_search", "Search", show=False),
-    ]
+    BINDINGS = STEP_KEYS
 
     DEFAULT_CSS = """
     StepBar {
@@ -228,5 +232,8 @@ class StepActions(_Base):
         bar.display = state[0]
         bar.update(self.step_bar_text())
         self._panel_dirty = True
-        if state[1] and not before[1] and self.screen is self.screen_stack[0] and self.focused is not bar:
+        if (
+            state[1] and not before[1] and self.screen is self.screen_stack[0] and self.focused is not bar
+            and not self.document.body.has_focus  # (the document view takes the die's keys too)
+        ):
             bar.focus()
