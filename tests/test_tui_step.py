@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 import pytest
-from textual.widgets import Input
+from textual.widgets import Input, OptionList
 from tui_fixtures import loaded_live_backend, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
@@ -127,6 +127,13 @@ async def test_slash_searches_the_vocabulary_and_enter_picks(backend, tmp_path) 
         await wait_for(pilot, lambda: search.query_one(Input).value == "apple" and search.results, 5, "results")
         first = search.results[0]
         assert search.vocabulary[first].strip().startswith("apple")
+        # one screen row a token: the rows fit the list (they wrapped to two), the columns aligned
+        options = search.query_one(OptionList)
+        width = options.scrollable_content_region.width - 2  # an option's own padding
+        rows = [options.get_option_at_index(i).prompt for i in range(options.option_count)]
+        assert rows and all(r.cell_len <= width for r in rows), (width, [r.cell_len for r in rows])
+        assert len({r.cell_len for r in rows}) == 1
+        assert "<0.1%" not in "".join(r.plain for r in rows)  # a rare token's probability, in digits
         probs = backend.pending_probs([first])
         assert probs is not None and 0.0 < probs[0][0] < 1.0  # raw probability of any token
         await pilot.press("enter")

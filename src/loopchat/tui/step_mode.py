@@ -68,6 +68,29 @@ class StepBar(Static, can_focus=True):
     """
 
 
+#: the search's columns: token, id, raw softmax, after sampling (one row a token)
+SEARCH_COLUMNS = (16, 6, 11, 14)
+
+
+def search_prob(p: float) -> str:
+    """A probability in the search: as in the panel, and the small ones (any token of
+    the vocabulary can be searched) with two significant digits rather than '<0.1%'."""
+    return fmt_prob(p) if p >= 0.001 or p <= 0 else f"{p * 100:.2g}%"
+
+
+def search_row(token: str, tid: str, raw: str, sampled: str) -> Text:
+    """One row of the search, its columns aligned (a long token cut with …)."""
+    w_tok, w_id, w_raw, w_after = SEARCH_COLUMNS
+    if len(token) > w_tok:
+        token = token[: w_tok - 1] + "…"
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"{token:<{w_tok}}", "bold")
+    line.append(f" {tid:>{w_id}}", "dim")
+    line.append(f"  {raw:>{w_raw}}")
+    line.append(f"  {sampled:>{w_after}}")
+    return line
+
+
 class TokenSearch(ModalScreen[int | None]):
     """Pick any token of the vocabulary: type its beginning; Enter picks the highlighted
     one, Esc goes back to the die."""
@@ -86,6 +109,7 @@ class TokenSearch(ModalScreen[int | None]):
     }
     TokenSearch OptionList { height: auto; max-height: 16; }
     TokenSearch #search-head { color: $text-muted; }
+    TokenSearch #search-cols { color: $text-muted; padding: 0 0 0 2; }
     """
 
     def __init__(self, vocabulary: list[str], probs, listed: dict[int, tuple[float, float | None]]) -> None:
@@ -101,6 +125,7 @@ class TokenSearch(ModalScreen[int | None]):
             yield Static("Type the token's beginning (a leading space counts). Enter picks, ↑/↓ move, Esc back.",
                          id="search-head")
             yield Input(placeholder="token text", id="search-input")
+            yield Static(search_row("token", "id", "raw softmax", "after sampling"), id="search-cols")
             yield OptionList(id="search-results")
 
     def on_mount(self) -> None:
@@ -125,12 +150,11 @@ class TokenSearch(ModalScreen[int | None]):
         options.clear_options()
         for n, tid in enumerate(self.results):
             raw, sampled = probs[n] if probs else self.listed.get(tid, (None, None))
-            line = Text()
-            line.append(f"{show_token(self.vocabulary[tid]):<16}", "bold")
-            line.append(f" id {tid:<7}", "dim")
-            line.append(f" raw {fmt_prob(raw) if raw is not None else '–':>6}")
-            line.append(f"  after sampling {fmt_prob(sampled) if sampled else 'cut':>6}")
-            options.add_option(Option(line, id=str(tid)))
+            row = search_row(
+                show_token(self.vocabulary[tid]), str(tid),
+                search_prob(raw) if raw is not None else "–", search_prob(sampled) if sampled else "cut",
+            )
+            options.add_option(Option(row, id=str(tid)))
         if self.results:
             options.highlighted = 0
 
