@@ -56,6 +56,9 @@ async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> N
         await armed_and_sent(pilot)
         rec = app.current
         assert rec.steps == [] and isinstance(app.focused, StepBar)
+        # the transcript says the loop waits (it showed a spinner and a running clock)
+        status = app.views[rec]._status.plain
+        assert "stopped before the first draw" in status and "first token…" not in status
         text = panel_text(app)
         assert "Stopped before the draw of token 1" in text and "after sampling" in text
         assert "Step mode · stopped before token 1" in str(app.step_bar.render())

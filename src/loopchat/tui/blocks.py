@@ -197,6 +197,8 @@ class ReplyView(Block):
         self._n_tokens = 0  # tokens appended (for boundary parity)
         self._status: Text | None = None
         self._console: Console | None = None
+        #: step mode: the loop is stopped before a draw, waiting for the user (no spinner)
+        self.step_stopped = False
 
     # ---- what a test or the app reads -------------------------------------------
     def body_text(self) -> str:
@@ -358,7 +360,11 @@ class ReplyView(Block):
             return
         elapsed = time.monotonic() - r.started_at if r.started_at else 0.0
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        if r.mode == BLOCKING:
+        if self.step_stopped and (r.mode == BLOCKING or self._n_tokens == 0):
+            # nothing runs: the loop waits for a key (a spinner and a clock would say it works)
+            what = "the reply shows when complete (blocking mode)" if r.mode == BLOCKING else "before the first draw"
+            self._status = Text(f"⏸ step mode: stopped {what} · Enter draws, F12 runs freely", style=_WAIT)
+        elif r.mode == BLOCKING:
             self._status = Text(f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s", style=_WAIT)
         elif self._n_tokens == 0:
             phase = "reading the prompt (prefill)" if r.prefill is None else "first token…"

@@ -255,6 +255,10 @@ class StepActions(_Base):
         self._step_state = state
         bar.display = state[0]
         bar.update(self.step_bar_text())
+        view = self.views.get(s.current) if s.current is not None else None
+        if view is not None and view.step_stopped != state[1]:
+            view.step_stopped = state[1]  # its "first token…" spinner stops: the loop waits for a key
+            view.tick()
         self._panel_dirty = True
         if (
             state[1] and not before[1] and self.screen is self.screen_stack[0] and self.focused is not bar
