@@ -264,3 +264,17 @@ async def test_the_command_palette_arms_step_mode(backend, tmp_path) -> None:
         commands["Step mode"].callback()
         await pilot.pause()
         assert app.session.step_armed and app.step_bar.display
+
+
+async def test_the_die_bar_says_its_keys_on_a_narrow_screen(backend, tmp_path) -> None:
+    from rich.cells import cell_len
+
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await armed_and_sent(pilot)
+        bar = app.step_bar
+        said = str(bar.render())  # (it was cut at "· 1–9 pick · /": F12 and Esc lost)
+        assert cell_len(said) <= bar.content_region.width, said
+        assert all(k in said for k in ("before token 1", "Enter", "n ×10", "1–9", "/ search", "F12")), said
+        await pilot.press("escape")
+        await wait_run(pilot)

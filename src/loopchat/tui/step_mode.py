@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -52,6 +53,17 @@ class StepBar(Static, can_focus=True):
     is stopped, so digits and Enter reach step mode and not the message box."""
 
     BINDINGS = STEP_KEYS
+
+    #: what the bar says, longest first: the first that fits its width is shown
+    forms: tuple[str, ...] = ("",)
+
+    def say(self, forms: tuple[str, ...]) -> None:
+        self.forms = forms
+        self.refresh()
+
+    def render(self) -> str:
+        width = self.content_region.width or self.size.width
+        return next((f for f in self.forms if cell_len(f) <= width), self.forms[-1])
 
     DEFAULT_CSS = """
     StepBar {
@@ -230,16 +242,26 @@ class StepActions(_Base):
 
         self.push_screen(TokenSearch(vocabulary, self.backend.pending_probs, listed), done)
 
-    def step_bar_text(self) -> str:
+    def step_bar_text(self) -> tuple[str, ...]:
+        """The die bar's text, longest first (the bar shows the first that fits)."""
         s = self.session
         if s.stopped and s.pending is not None:
-            return (f"Step mode · stopped before token {s.pending.index + 1} · Enter draws · n draws {DRAW_N} · "
-                    "1–9 pick · / search · F12 runs freely · Esc stops")
+            n = s.pending.index + 1
+            return (
+                f"Step mode · stopped before token {n} · Enter draws · n draws {DRAW_N} · "
+                "1–9 pick · / search · F12 runs freely · Esc stops",
+                f"Stopped before token {n} · Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs · Esc stops",
+                f"⏸ before token {n} · Enter draw · n ×{DRAW_N} · 1–9 pick · / search · F12 run freely",
+                f"⏸ token {n} · Enter · n ×{DRAW_N} · 1–9 · / · F12",
+            )
         if s.stepping:
-            return "Step mode · drawing… · F12 runs freely · Esc stops"
+            return ("Step mode · drawing… · F12 runs freely · Esc stops",)
         if s.step_armed:
-            return "Step mode armed: the next reply stops before its first draw (F12 disarms)"
-        return ""
+            return (
+                "Step mode armed: the next reply stops before its first draw (F12 disarms)",
+                "Step mode armed: the next reply stops first (F12 disarms)",
+            )
+        return ("",)
 
     def sync_step_mode(self) -> None:
         """Once a frame: the die bar shown while in step mode (or armed); the focus on it
@@ -254,7 +276,7 @@ class StepActions(_Base):
         before = self._step_state or (False, False, None)
         self._step_state = state
         bar.display = state[0]
-        bar.update(self.step_bar_text())
+        bar.say(self.step_bar_text())
         view = self.views.get(s.current) if s.current is not None else None
         if view is not None and view.step_stopped != state[1]:
             view.step_stopped = state[1]  # its "first token…" spinner stops: the loop waits for a key
