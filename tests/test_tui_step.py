@@ -183,10 +183,17 @@ async def test_f12_on_a_replay_says_why_not(tmp_path) -> None:
         assert app.is_running
 
 
-async def test_ctrl_n_while_stopped_ends_the_reply_and_step_mode(backend, tmp_path) -> None:
+async def test_f5_f9_while_stopped_say_so_and_ctrl_n_ends_the_reply_and_step_mode(backend, tmp_path) -> None:
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await armed_and_sent(pilot)
+        for key in ("f5", "f9"):  # refused: the reply is stopped, not "still generating"
+            app.clear_notifications()
+            await pilot.press(key)
+            await pilot.pause()
+            notes = [str(n.message) for n in app._notifications]
+            assert any("stopped before a draw (step mode): Esc ends it" in n for n in notes), (key, notes)
+        assert app.session.stopped and len(app.conversation.replies) == 1
         await pilot.press("ctrl+n")
         await wait_for(pilot, lambda: not backend.busy, 30, "the engine to let go")
         await wait_for(pilot, lambda: not app.step_bar.display, 5, "the die bar to go")
@@ -243,6 +250,8 @@ async def test_f2_while_stopped_reshapes_the_die_then_enter_draws_from_it(backen
         before = s.pending
         await pilot.press("f2")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
+        note = str(app.screen.query_one("#settings-note").render())  # (it said "at the very next forward pass")
+        assert "reshapes this draw's die" in note and "no new forward pass" in note
         await pilot.press(*"0.1", "enter")  # a cold die: the most likely token nearly certain
         await wait_for(pilot, lambda: s.pending is not None and s.pending is not before
                        and s.pending.settings.temperature == pytest.approx(0.1), 10, "the reshaped die")

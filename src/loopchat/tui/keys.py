@@ -112,12 +112,18 @@ class KeyActions(_Base):
     def _mode(self) -> str:
         return STREAM if self.prefs.streaming else BLOCKING
 
+    def _refused(self, exc: Refused) -> str:
+        """What a refusal says; a reply stopped in step mode is not "still generating"."""
+        if self.session.stopped:
+            return "The reply is stopped before a draw (step mode): Esc ends it, F12 lets it run to its end"
+        return str(exc)
+
     def action_regenerate(self) -> None:
         pinned = self.session.settings.seed
         try:
             old, new = self.session.regenerate(self._mode())
         except Refused as exc:
-            self.notify(str(exc), severity="warning")
+            self.notify(self._refused(exc), severity="warning")
             return
         if self.history is not None:
             self.history.regenerated(old, new)
@@ -134,7 +140,7 @@ class KeyActions(_Base):
         try:
             rec = self.session.replay_other_mode()
         except Refused as exc:
-            self.notify(str(exc), severity="warning")
+            self.notify(self._refused(exc), severity="warning")
             return
         self._show_new_reply(rec)
 
@@ -182,7 +188,11 @@ class KeyActions(_Base):
                 self._refresh_panel()
 
         self.push_screen(
-            SettingsDialog(self.session.settings, generating=self.generating, live=self.backend.live_settings), done
+            SettingsDialog(
+                self.session.settings, generating=self.generating, live=self.backend.live_settings,
+                stopped=self.session.stopped,
+            ),
+            done,
         )
 
     # ---- preferences ----------------------------------------------------------------
