@@ -289,6 +289,18 @@ def test_rows_wrap_and_keep_every_character() -> None:
     assert doc.tokens[0].first_row == 0 and doc.tokens[0].last_row == 1  # 12 cells in rows of 7
 
 
+def test_rows_break_between_tokens() -> None:
+    """A token that fits a row is not cut at the row's end ('Hugging F' / 'ace' read as two
+    tokens); one longer than a row is."""
+    doc = DocumentLines(10)
+    for i, t in enumerate(["Hugging", " Face", " is", " a", " company", " supercalifragilistic"]):
+        doc.add(DocToken(t, i, PROMPT, i))
+    rows = ["".join(s for s, _, _ in row) for row in doc.rows]
+    assert rows == ["Hugging", " Face is a", " company s", "upercalifr", "agilistic"]
+    assert doc.shown_text() == "Hugging Face is a company supercalifragilistic"
+    assert [(t.first_row, t.last_row) for t in doc.tokens] == [(0, 0), (1, 1), (1, 1), (1, 1), (2, 2), (2, 4)]
+
+
 def test_a_4000_token_context_is_laid_out_at_once_and_drawn_a_screen_at_a_time() -> None:
     rec = trace_record()
     words = [" the", " loop", " reads", " one", " text", ".\n"] * 700

@@ -116,14 +116,18 @@ class DocumentLines:
     def add(self, token: DocToken) -> None:
         index = len(self.tokens)
         self.tokens.append(token)
+        parts = [p.replace("\t", "→").replace("\r", "␍") for p in token.text.split("\n")]
         if self._col >= self.width:
             self._new_row()
+        elif self._col and parts[0]:  # a token that fits a row but not the rest of this one: on the next
+            cells = len(parts[0]) if parts[0].isascii() else cell_len(parts[0])
+            if self._col + cells > self.width >= cells:
+                self._new_row()
         token.first_row = len(self.rows) - 1
         style = _style(token.kind, index)
-        parts = token.text.split("\n")
         for k, part in enumerate(parts):
             if part:
-                self._put(part.replace("\t", "→").replace("\r", "␍"), style, index)
+                self._put(part, style, index)
             if k < len(parts) - 1:
                 self._put("↵", style, index)
                 self.hard[-1] = True
