@@ -14,6 +14,7 @@ from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 from loopchat.tui.prefs import Prefs
 from loopchat.tui.prompt import PromptArea
+from loopchat.tui.plots import show_token
 from loopchat.tui.step_mode import DRAW_N, StepBar, TokenSearch
 
 SIZE = (120, 40)
@@ -275,7 +276,7 @@ async def test_the_command_palette_arms_step_mode(backend, tmp_path) -> None:
         assert app.session.step_armed and app.step_bar.display
 
 
-async def test_the_die_bar_says_its_keys_on_a_narrow_screen(backend, tmp_path) -> None:
+async def test_the_die_bar_and_the_panel_say_what_matters_on_a_narrow_screen(backend, tmp_path) -> None:
     from rich.cells import cell_len
 
     app = make_app(backend, tmp_path)
@@ -284,6 +285,20 @@ async def test_the_die_bar_says_its_keys_on_a_narrow_screen(backend, tmp_path) -
         bar = app.step_bar
         said = str(bar.render())  # (it was cut at "· 1–9 pick · /": F12 and Esc lost)
         assert cell_len(said) <= bar.content_region.width, said
-        assert all(k in said for k in ("before token 1", "Enter", "n ×10", "1–9", "/ search", "F12")), said
+        assert all(k in said.lower() for k in ("before token 1", "enter", "n ×10", "1–9", "/ search", "f12")), said
+        await pilot.press("enter")
+        await stopped_at(pilot, 1)
+        # the panel under the transcript has 9 lines: the die's rows and the settings the
+        # keys change stay in them (the settings were cut, and 4 candidates of 10 shown)
+        view = app.panel.view
+        lines = panel_text(app).rstrip("\n").split("\n")
+        assert view.height and len(lines) <= view.height, (view.height, lines)
+        text = "\n".join(lines)
+        first = app.current.steps[0]
+        assert f"token 1 {show_token(first.piece)} drawn" in text  # what the Enter did
+        assert "Stopped before the draw of token 2" in text  # (its keys: in the die bar under it)
+        assert "▸temperature 0.80" in text and "top_k" in text
+        cand = app.session.pending.raw_top
+        assert all(f"{i + 1}  {show_token(cand[i].text)}" in text for i in range(3)), text
         await pilot.press("escape")
         await wait_run(pilot)

@@ -251,8 +251,8 @@ class StepActions(_Base):
                 f"Step mode · stopped before token {n} · Enter draws · n draws {DRAW_N} · "
                 "1–9 pick · / search · F12 runs freely · Esc stops",
                 f"Stopped before token {n} · Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs · Esc stops",
-                f"⏸ before token {n} · Enter draw · n ×{DRAW_N} · 1–9 pick · / search · F12 run freely",
-                f"⏸ token {n} · Enter · n ×{DRAW_N} · 1–9 · / · F12",
+                f"Before token {n} · Enter draw · n ×{DRAW_N} · 1–9 pick · / search · F12 run freely",
+                f"Token {n} · Enter · n ×{DRAW_N} · 1–9 · / · F12",
             )
         if s.stepping:
             return ("Step mode · drawing… · F12 runs freely · Esc stops",)
