@@ -14,7 +14,7 @@ from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 from loopchat.tui.prefs import Prefs
 from loopchat.tui.prompt import PromptArea
-from loopchat.tui.plots import show_token
+from loopchat.tui.plots import fmt_prob, show_token
 from loopchat.tui.step_mode import DRAW_N, StepBar, TokenSearch
 
 SIZE = (120, 40)
@@ -296,6 +296,7 @@ async def test_the_die_bar_and_the_panel_say_what_matters_on_a_narrow_screen(bac
         text = "\n".join(lines)
         first = app.current.steps[0]
         assert f"token 1 {show_token(first.piece)} drawn" in text  # what the Enter did
+        assert f"{fmt_prob(first.raw_prob)} raw, {fmt_prob(first.sampled_prob)} after sampling" in text
         assert "Stopped before the draw of token 2" in text  # (its keys: in the die bar under it)
         assert "▸temperature 0.80" in text and "top_k" in text
         cand = app.session.pending.raw_top
