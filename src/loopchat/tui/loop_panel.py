@@ -331,15 +331,20 @@ def _pending_lines(v: PanelView, width: int) -> list[Line]:
     full = [*head, *keys, *last, _BLANK, *rows, _BLANK, *entropy, _BLANK, *settings]
     if not v.height or len(full) <= v.height:
         return full
+    if len(full) - 3 <= v.height:  # without the blank lines
+        return [*head, *keys, *last, *rows, *entropy, *settings]
     # short: the settings on one line (the knob the keys change marked ▸), no blank lines
+    settings = []
     short: Pieces = []
     for name in KNOBS:
-        short += [("▸" if name == v.knob else "", DRAWN),
-                  (SETTING[name].label + " ", _BOLD if name == v.knob else LABEL),
-                  (fmt_value(name, getattr(st, name)) + "  ", _NONE)]
-    short.append(("(^↑/^↓ F2)", LABEL))
-    settings = []
-    _fit(short, width, settings)
+        item: Pieces = [("▸" if name == v.knob else "", DRAWN),
+                        (SETTING[name].label + " ", _BOLD if name == v.knob else LABEL),
+                        (fmt_value(name, getattr(st, name)) + "  ", _NONE)]
+        if short and _width_of(short) + _width_of(item) > width:  # a setting is not split
+            _fit(short, width, settings)
+            short = []
+        short += item
+    _fit(short + [("(^↑/^↓ F2)", LABEL)], width, settings)
     over = len(head) + len(keys) + len(last) + len(rows) + len(entropy) + len(settings) - v.height
     if over > 0:  # without the keys (the die bar under the panel says them too)
         over, keys = over - len(keys), []
