@@ -169,6 +169,10 @@ async def test_cursor_keys(tmp_path) -> None:
         assert doc.tokens[body.cursor].first_row == 0
         await pilot.press("left")  # at the first token: stays
         assert body.cursor == 0
+        app.clear_notifications()
+        await pilot.press("enter", "n", "3", "slash")  # the die's keys: nothing to draw, no notice
+        await pilot.pause()
+        assert not app._notifications and body.cursor == 0 and app.document.display
 
 
 async def test_up_and_pageup_on_the_first_row_do_not_move_the_cursor_down(tmp_path) -> None:

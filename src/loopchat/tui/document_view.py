@@ -39,7 +39,7 @@ from textual.widget import Widget
 from ..events import Start, Step
 from .conversation import ReplyRecord
 from .fast_static import FastStatic, Line
-from .step_mode import STEP_KEYS
+from .step_mode import step_keys
 
 # token kinds
 PROMPT = "prompt"  # text of the prompt (the template's words and the messages)
@@ -248,7 +248,7 @@ class DocumentBody(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "edge(0)", "First token", show=False),
         Binding("end", "edge(1)", "Last token", show=False),
-        *STEP_KEYS,  # the loop stopped in step mode: Enter, n, 1–9 and / work here too
+        *step_keys(""),  # the loop stopped in step mode: Enter, n, 1–9 and / work here too
     ]
 
     DEFAULT_CSS = """
@@ -366,6 +366,19 @@ class DocumentBody(ScrollView, can_focus=True):
     def action_edge(self, end: int) -> None:
         if self.doc.tokens:
             self.set_cursor(len(self.doc.tokens) - 1 if end else 0)
+
+    # ---- step mode: the die's keys, while the loop is stopped (else they do nothing) ----
+    def action_step_draw(self, n: int) -> None:
+        if self.app.session.stopped:  # type: ignore[attr-defined]
+            self.app.action_step_draw(n)  # type: ignore[attr-defined]
+
+    def action_step_pick(self, rank: int) -> None:
+        if self.app.session.stopped:  # type: ignore[attr-defined]
+            self.app.action_step_pick(rank)  # type: ignore[attr-defined]
+
+    def action_step_search(self) -> None:
+        if self.app.session.stopped:  # type: ignore[attr-defined]
+            self.app.action_step_search()  # type: ignore[attr-defined]
 
     # ---- drawing --------------------------------------------------------------------
     def notify_style_update(self) -> None:

@@ -39,20 +39,22 @@ DRAW_N = 10
 SEARCH_ROWS = 12
 
 
-#: the die's keys: the die bar's, and the document view's (Ctrl+T while stopped)
-STEP_KEYS = [
-    Binding("enter", "app.step_draw(1)", "Draw", show=False),
-    Binding("n", f"app.step_draw({DRAW_N})", f"Draw {DRAW_N}", show=False),
-    *(Binding(str(i), f"app.step_pick({i})", f"Pick {i}", show=False) for i in range(1, 10)),
-    Binding("slash", "app.step_search", "Search", show=False),
-]
+def step_keys(namespace: str = "app.") -> list[Binding]:
+    """The die's keys: the die bar's (the app's actions), and the document view's (its
+    own, which act only while the loop is stopped)."""
+    return [
+        Binding("enter", f"{namespace}step_draw(1)", "Draw", show=False),
+        Binding("n", f"{namespace}step_draw({DRAW_N})", f"Draw {DRAW_N}", show=False),
+        *(Binding(str(i), f"{namespace}step_pick({i})", f"Pick {i}", show=False) for i in range(1, 10)),
+        Binding("slash", f"{namespace}step_search", "Search", show=False),
+    ]
 
 
 class StepBar(Static, can_focus=True):
     """One line above the message box while in step mode; holds the focus while the loop
     is stopped, so digits and Enter reach step mode and not the message box."""
 
-    BINDINGS = STEP_KEYS
+    BINDINGS = step_keys()
 
     #: what the bar says, longest first: the first that fits its width is shown
     forms: tuple[str, ...] = ("",)
