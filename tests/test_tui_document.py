@@ -395,6 +395,7 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
         assert isinstance(app.focused, DocumentBody) and doc.record is app.current
         n_prompt = len(app.current.start.prompt_token_ids)
         assert len(doc.doc.tokens) == n_prompt  # stopped before the first draw: the prompt only
+        assert "step mode: stopped before token 1, drawn at the end of this text" in head(app)
         await pilot.press("home", "right")
         assert status(app).startswith(f"id {app.current.start.prompt_token_ids[1]} · ")
         await pilot.press("ctrl+t")
@@ -440,6 +441,7 @@ async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_f
         assert len(app.document.doc.tokens) == n_prompt + n + 2  # both drawn into the document
         await pilot.press("end")
         assert status(app).startswith(f"id {want.token_id} · ")
+        assert f"stopped before token {n + 3}," in head(app)
         await pilot.press("ctrl+t")  # back: the die bar has the focus (the loop is stopped)
         await pilot.pause()
         assert isinstance(app.focused, StepBar)

@@ -451,6 +451,8 @@ class DocumentView(Widget):
         self._start: Start | None = None  # the Start the rows were made from
         self._deferred = False  # rows to make once the body has its width
         self.return_focus: Widget | None = None  # what had the focus before Ctrl+T showed it
+        #: step mode: the live reply's loop is stopped before the draw of this step (else None)
+        self.stopped_before: int | None = None
         self._building = False
 
     def compose(self) -> ComposeResult:
@@ -559,12 +561,13 @@ class DocumentView(Widget):
         key = (
             rec, self.head.content_size.width, self.fallback,
             rec is not None and rec.prefill, rec is not None and rec.trimmed, rec is not None and rec.done,
-            rec is not None and len(rec.steps),
+            rec is not None and len(rec.steps), self.stopped_before,
         )
         if key == self._head_key:
             return
         self._head_key = key
-        self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80))
+        stopped = self.stopped_before if rec is not None and not rec.done else None
+        self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80, stopped))
 
     def cursor_moved(self) -> None:
         t = self.cursor_token
@@ -578,7 +581,8 @@ class DocumentView(Widget):
             self.post_message(self.StepUnderCursor(rec.number, t.step.index))
 
 
-def header_lines(rec: ReplyRecord | None, fallback: bool, width: int) -> list[Line]:
+def header_lines(rec: ReplyRecord | None, fallback: bool, width: int, stopped: int | None = None) -> list[Line]:
+    """The view's header; `stopped`: the step the live reply's loop is stopped before."""
     from .wire_view import _pieces_rows
 
     rows: list[list[tuple[str, Style]]] = []
@@ -607,6 +611,8 @@ def header_lines(rec: ReplyRecord | None, fallback: bool, width: int) -> list[Li
     n_reply = sum(1 for s in rec.steps if not s.is_stop)
     parts.append((f" · reply {n_reply:,} tokens" + ("" if rec.done else " so far"), _STATUS))
     rows.append(parts)
+    if stopped is not None:
+        rows.append([(f"step mode: stopped before token {stopped + 1}, drawn at the end of this text (Enter)", _NOTE)])
     t = rec.trimmed
     if t is not None:
         rows.append([(

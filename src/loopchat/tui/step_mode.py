@@ -279,6 +279,7 @@ class StepActions(_Base):
         self._step_state = state
         bar.display = state[0]
         bar.say(self.step_bar_text())
+        self.document.stopped_before = s.pending.index if state[1] and s.pending is not None else None
         view = self.views.get(s.current) if s.current is not None else None
         if view is not None and view.step_stopped != state[1]:
             view.step_stopped = state[1]  # its "first token…" spinner stops: the loop waits for a key
