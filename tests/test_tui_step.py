@@ -229,6 +229,16 @@ async def test_a_search_left_with_esc_keeps_the_die_and_ctrl_c_in_it_stops(backe
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await armed_and_sent(pilot)
+        await pilot.press("slash", *"zqxzqx")  # no such token: it says so, Enter picks nothing
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenSearch), 5, "the search")
+        options = app.screen.query_one(OptionList)
+        await wait_for(pilot, lambda: options.option_count == 1, 5, "the empty result")
+        assert "no token starts with 'zqxzqx'" in str(options.get_option_at_index(0).prompt)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, TokenSearch) and app.current.steps == []
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
         await pilot.press("slash", *"the", "escape")  # back to the die: nothing picked
         await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
         assert app.session.stopped and app.current.steps == []

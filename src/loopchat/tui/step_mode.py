@@ -171,6 +171,8 @@ class TokenSearch(ModalScreen[int | None]):
             options.add_option(Option(row, id=str(tid)))
         if self.results:
             options.highlighted = 0
+        elif event.value:
+            options.add_option(Option(Text(f"no token starts with {event.value!r}", style="italic"), disabled=True))
 
     def action_move(self, delta: int) -> None:
         options = self.query_one(OptionList)
