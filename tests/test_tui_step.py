@@ -64,6 +64,13 @@ async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> N
         assert "Stopped before the draw of token 1" in text and "after sampling" in text
         assert "Step mode · stopped before token 1" in str(app.step_bar.render())
 
+        app.clear_notifications()
+        await pilot.press("h", "i")  # typing while stopped: it says where the keys go
+        await pilot.pause()
+        notes = [str(n.message) for n in app._notifications]
+        assert sum("typing does not go to the message box" in n for n in notes) == 1, notes  # once
+        assert rec.steps == [] and app.prompt.text == ""
+
         await pilot.press("enter")  # one draw
         await stopped_at(pilot, 1)
         assert len(rec.steps) == 1 and rec.steps[0].chosen_by == "step"

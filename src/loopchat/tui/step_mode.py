@@ -12,10 +12,12 @@ The session (session.py) talks to the backend's StepControl; nothing here waits.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -55,6 +57,23 @@ class StepBar(Static, can_focus=True):
     is stopped, so digits and Enter reach step mode and not the message box."""
 
     BINDINGS = step_keys()
+    _keys = frozenset(b.key for b in BINDINGS)
+    _told = -1e9  # when a typed letter was last answered
+
+    def on_key(self, event: events.Key) -> None:
+        """A letter typed while the loop is stopped (the message box does not have the
+        focus): say where the keys go rather than drop it silently."""
+        if event.key not in self._keys and event.is_printable:
+            event.stop()
+            now = time.monotonic()
+            if now - self._told < 4:  # once for a word typed, not once a letter
+                return
+            self._told = now
+            self.app.notify(
+                "The loop is stopped (step mode): typing does not go to the message box. "
+                f"Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs freely · Esc stops",
+                timeout=4,
+            )
 
     #: what the bar says, longest first: the first that fits its width is shown
     forms: tuple[str, ...] = ("",)
