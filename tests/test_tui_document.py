@@ -233,6 +233,8 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
         await pilot.press("ctrl+t")
         await pilot.pause()
         assert app.document.display and "no reply yet" in head(app) and status(app) == "no token"
+        head_w = app.document.head.content_size.width  # laid out at its width (it took 80: cut here)
+        assert all(sum(len(t) for t, _ in line) <= head_w for line in app.document.head.lines)
         for key in ("left", "right", "up", "down", "pageup", "pagedown", "home", "end"):
             await pilot.press(key)  # nothing to move over: no harm
         await pilot.press("ctrl+t")  # back to the box, to type

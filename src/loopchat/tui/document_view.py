@@ -554,6 +554,7 @@ class DocumentView(Widget):
                 self.body.set_cursor(cursor)
         elif width != self.doc.width:
             self.body.set_doc(DocumentLines(width))
+        self._header()  # at the view's width (when it was first shown it had none yet: 80)
 
     # ---- header and status --------------------------------------------------------------
     def _header(self) -> None:
