@@ -243,6 +243,8 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
         await pilot.pause()
         rec = app.conversation.replies[0]
         assert app.document.record is rec and "Reply 1" in head(app)
+        # the header grew from one line to several: all of them shown (it kept the height of one)
+        assert app.document.head.size.height == len(app.document.head.lines) > 2
         # the fake's Start has a prompt text and no per-token texts: the fallback
         assert app.document.fallback and app.document.doc.shown_text().startswith("prompt")
         await pilot.press("ctrl+n")

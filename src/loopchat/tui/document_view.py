@@ -568,7 +568,10 @@ class DocumentView(Widget):
             return
         self._head_key = key
         stopped = self.stopped_before if rec is not None and not rec.done else None
+        rows = len(self.head.lines)
         self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80, stopped))
+        if len(self.head.lines) != rows:
+            self.head.refresh(layout=True)  # its height is its number of lines
 
     def cursor_moved(self) -> None:
         t = self.cursor_token
