@@ -320,3 +320,21 @@ async def test_the_die_bar_and_the_panel_say_what_matters_on_a_narrow_screen(bac
         assert all(f"{i + 1}  {show_token(cand[i].text)}" in text for i in range(3)), text
         await pilot.press("escape")
         await wait_run(pilot)
+
+
+async def test_step_mode_in_blocking_mode_says_the_loop_waits(backend, tmp_path) -> None:
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False, streaming=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=42, max_tokens=20), history=False,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await armed_and_sent(pilot)
+        rec = app.current
+        view = app.views[rec]
+        for k in (1, 2):  # (it said "⠼ waiting for the whole reply (blocking mode) · 9.2 s")
+            assert view.body_text().startswith("step mode: stopped before a draw (blocking mode"), view.body_text()
+            await pilot.press("enter")
+            await stopped_at(pilot, k)
+        await pilot.press("f12")
+        await wait_run(pilot)
+        assert view.body_text() == rec.text and len(rec.steps) > 2

@@ -362,7 +362,7 @@ class ReplyView(Block):
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
         if self.step_stopped and (r.mode == BLOCKING or self._n_tokens == 0):
             # nothing runs: the loop waits for a key (a spinner and a clock would say it works)
-            what = "the reply shows when complete (blocking mode)" if r.mode == BLOCKING else "before the first draw"
+            what = "before a draw (blocking mode: the reply shows when complete)" if r.mode == BLOCKING else "before the first draw"
             self._status = Text(f"step mode: stopped {what} · Enter draws, F12 runs freely", style=_WAIT)
         elif r.mode == BLOCKING:
             self._status = Text(f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s", style=_WAIT)
