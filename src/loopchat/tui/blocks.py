@@ -23,6 +23,7 @@ from rich.text import Text
 from textual.strip import Strip
 
 from ..events import FinishReason, Step
+from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .plots import fmt_ms, fmt_rate
 from .prefs import Prefs
@@ -243,6 +244,8 @@ class ReplyView(Block):
             style = _WARN
             label = f"{label} ({f.reason.value})" + (f": {f.error}" if f.error else "")
         parts.append(label)
+        if any(s.chosen_by != SAMPLED for s in r.steps):
+            parts.append("stepped: TTFT, total and tok/s include the step-mode stops")
         if r.note:
             parts.append(r.note)
         return Text(" · ".join(parts), style=style)

@@ -24,6 +24,7 @@ from textual.widget import Widget
 
 from ..events import Candidate, Pending, Step
 from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
+from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from .panel_caches import PanelCaches, ReplyIndex
@@ -397,6 +398,12 @@ def _drawn(v: PanelView) -> list[Pieces]:
 _SHORT_LATENCY = {"first token": "TTFT", "this pass": "pass", "per pass": "passes", "arrival gap": "arrival", "per chunk": "chunks"}
 
 
+def stepped(r: ReplyRecord) -> bool:
+    """Some of the reply's tokens were drawn in step mode: its wall-clock times (TTFT,
+    total, tokens a second) include the stops, the user's time."""
+    return any(s.chosen_by != SAMPLED for s in r.steps)
+
+
 def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces]:
     r, s = v.record, v.step
     assert r is not None and s is not None
@@ -425,7 +432,8 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
         ttft = fmt_ms(r.steps[0].elapsed_ms)  # measured by the engine at step 0 (a server's: on arrival)
     else:
         ttft = "—"
-    row("first token", (ttft, _NONE), *([(" at the client", LABEL)] if arrivals and ttft != "—" and not compact else []))
+    row("first token", (ttft, _NONE), *([(" at the client", LABEL)] if arrivals and ttft != "—" and not compact else []),
+        *([(" (incl. step-mode stop)", LABEL)] if r.steps and r.steps[0].chosen_by != SAMPLED else []))
     if arrivals:
         row("this pass", (NOT_GIVEN, _DIM), *([(" (forward, sampling)", LABEL)] if not compact else []))
     else:
@@ -454,6 +462,9 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     speed = f"{fmt_rate(rate)} live" if rate and not f else ""
     if f and f.tokens_per_s:
         speed = f"{fmt_rate(f.tokens_per_s)} (whole reply)"
+        if stepped(r):  # the wall clock holds the stops: the passes' own times instead
+            rate = r.live_tokens_per_s(window=len(r.steps))
+            speed = f"{fmt_rate(rate)} (passes only, no stops)" if rate else "—"
     if arrivals and speed:
         speed = speed.replace(" tok/s", " tok/s arriving", 1)
     row("speed", (speed or "—", _NONE))
