@@ -191,6 +191,24 @@ async def test_up_and_pageup_on_the_first_row_do_not_move_the_cursor_down(tmp_pa
         assert body.cursor == len(doc.tokens) - 1
 
 
+async def test_a_short_view_keeps_its_rows_for_the_text(tmp_path) -> None:
+    """80x24: the panel under the view leaves it 9 rows; the header took 6 of them (the
+    text had 1 row). The short header: the title and the figures together, no legend and
+    no "nothing dropped"; back to the full header on a taller screen."""
+    app = replay_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await shown(pilot)
+        doc = app.document
+        assert len(doc.head.lines) <= 2 and doc.body.size.height >= 5, (len(doc.head.lines), doc.body.size)
+        text = head(app)
+        assert "Reply 1 as the model reads it" in text and "KV cache: 0 reused, 35 evaluated" in text
+        assert "nothing dropped" not in text and "cursor:" not in text
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert "nothing dropped" in head(app) and "cursor:" in head(app)
+        assert doc.head.size.height == len(doc.head.lines)
+
+
 async def test_an_older_trace_falls_back_to_the_prompt_text(tmp_path) -> None:
     app = replay_app(tmp_path, trace=REPLY_TRACE)
     async with app.run_test(size=SIZE) as pilot:

@@ -72,6 +72,8 @@ VISIBLE = {"\n": "↵", "\t": "→", "\r": "␍"}
 REPLY_MARK = "──▶ the reply begins here"
 #: rows PgUp / PgDn move the cursor when the view has no height yet
 _PAGE = 20
+#: a view of fewer rows than this (80x24: the panel under it) has the short header
+SHORT_VIEW = 16
 
 
 def shown_form(text: str) -> str:
@@ -559,8 +561,9 @@ class DocumentView(Widget):
     # ---- header and status --------------------------------------------------------------
     def _header(self) -> None:
         rec = self.record
+        short = 0 < self.size.height < SHORT_VIEW
         key = (
-            rec, self.head.content_size.width, self.fallback,
+            rec, self.head.content_size.width, short, self.fallback,
             rec is not None and rec.prefill, rec is not None and rec.trimmed, rec is not None and rec.done,
             rec is not None and len(rec.steps), self.stopped_before,
         )
@@ -569,7 +572,7 @@ class DocumentView(Widget):
         self._head_key = key
         stopped = self.stopped_before if rec is not None and not rec.done else None
         rows = len(self.head.lines)
-        self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80, stopped))
+        self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80, stopped, short))
         if len(self.head.lines) != rows:
             self.head.refresh(layout=True)  # its height is its number of lines
 
@@ -585,8 +588,12 @@ class DocumentView(Widget):
             self.post_message(self.StepUnderCursor(rec.number, t.step.index))
 
 
-def header_lines(rec: ReplyRecord | None, fallback: bool, width: int, stopped: int | None = None) -> list[Line]:
-    """The view's header; `stopped`: the step the live reply's loop is stopped before."""
+def header_lines(
+    rec: ReplyRecord | None, fallback: bool, width: int, stopped: int | None = None, short: bool = False,
+) -> list[Line]:
+    """The view's header; `stopped`: the step the live reply's loop is stopped before;
+    `short`: a view of few rows (80x24), which keeps them for the text: the title and the
+    figures on one row, no "nothing dropped" and no legend."""
     from .wire_view import _pieces_rows
 
     rows: list[list[tuple[str, Style]]] = []
@@ -594,12 +601,15 @@ def header_lines(rec: ReplyRecord | None, fallback: bool, width: int, stopped: i
         rows.append([("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)])
         return [r for p in rows for r in _pieces_rows(p, width)]
     start = rec.start
-    rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
+    if short:
+        rows.append([(f"Reply {rec.number} as the model reads it", HEAD), (" (Ctrl+T: back) · ", LABEL)])
+    else:
+        rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
     if start is None:
         rows.append([("waiting for the prompt…", _NOTE)])
         return [r for p in rows for r in _pieces_rows(p, width)]
     n_prompt = len(start.prompt_token_ids) if start.prompt_token_ids is not None else None
-    parts: list[tuple[str, Style]] = []
+    parts: list[tuple[str, Style]] = rows.pop() if short else []
     if n_prompt is None:
         parts.append(("prompt: not given by the server", LABEL))
     else:
@@ -623,17 +633,18 @@ def header_lines(rec: ReplyRecord | None, fallback: bool, width: int, stopped: i
             f"context policy ({t.policy}): {t.dropped_messages} message(s) dropped, "
             f"{t.prompt_tokens_before:,} → {t.prompt_tokens_after:,} tokens (n_ctx {t.n_ctx:,})", _NOTE,
         )])
-    else:
+    elif not short:
         rows.append([("context policy: nothing dropped", LABEL)])
     if fallback:
         rows.append([("an older trace: no per-token texts recorded, so the prompt is its text, "
                       "without token boundaries or ids", _NOTE)])
     elif n_prompt is None:
         rows.append([("the server did not send the prompt it built: only the reply's tokens are shown", _NOTE)])
-    rows.append([
-        ("control", _style(CONTROL, 0)), (" ", LABEL), ("prompt", _style(PROMPT, 1)), (" ", LABEL),
-        ("reply", _style(REPLY, 0)), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
-    ])
+    if not short:
+        rows.append([
+            ("control", _style(CONTROL, 0)), (" ", LABEL), ("prompt", _style(PROMPT, 1)), (" ", LABEL),
+            ("reply", _style(REPLY, 0)), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
+        ])
     return [r for p in rows for r in _pieces_rows(p, width)]
 
 
