@@ -469,3 +469,30 @@ async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_f
         assert isinstance(app.focused, StepBar)
         await pilot.press("escape")
         await wait_run(pilot)
+
+
+async def test_a_live_reply_in_a_short_view_stays_in_sight(backend, tmp_path) -> None:
+    """80x24: the view has a few rows; the reply's newest tokens stay in them as it grows
+    (the view stayed where it was opened and the reply went on below it)."""
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=3, max_tokens=60, temperature=0.8), history=False,
+    )
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        gate = StepGate(app, after=2)
+        await pilot.press(*"Write a short poem about the sea.", "enter")
+        await wait_for(pilot, lambda: gate.holding, 30, "the first steps")
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        body = app.document.body
+        view_h = body.scrollable_content_region.height
+        top = body.scroll_offset.y
+        assert top <= app.document.doc.tokens[app.document.reply_start].first_row < top + view_h  # its start
+        gate.release()
+        await wait_run(pilot)
+        await pilot.pause()
+        doc = app.document.doc
+        assert doc.height > view_h + 2, "the reply did not outgrow the view"
+        last = doc.tokens[-1].last_row
+        assert body.scroll_offset.y <= last < body.scroll_offset.y + view_h, (body.scroll_offset.y, last, view_h)

@@ -485,11 +485,16 @@ class DocumentView(Widget):
         elif self._deferred:  # laid out whole once the body has its width
             pass
         elif rec is not None and len(rec.steps) > self._steps:
+            body = self.body
             first = self.doc.height - 1
+            view_h = body.scrollable_content_region.height
+            follow = body.scroll_offset.y + view_h >= self.doc.height  # the end was in view: it stays
             for st in rec.steps[self._steps :]:
                 self.doc.add(step_token(rec.start, st))
             self._steps = len(rec.steps)
-            self.body.grew(max(0, first))
+            body.grew(max(0, first))
+            if follow and view_h:
+                body.scroll_to(y=max(0, self.doc.height - view_h), animate=False, immediate=True)
         if selected is not None and selected != self._selected:
             self._selected = selected
             self._cursor_on_step(selected)
@@ -536,7 +541,10 @@ class DocumentView(Widget):
         self.body.set_doc(doc)
         if doc.tokens:
             first = min(self.reply_start, len(doc.tokens) - 1)
-            self.body.scroll_to(y=max(0, doc.tokens[first].first_row - 3), animate=False, immediate=True)
+            # a few rows of the prompt above the cursor, the reply's start below it (in a
+            # view of few rows too: the rows after the cursor are the ones that grow)
+            above = max(0, min(3, (self.body.scrollable_content_region.height or _PAGE) - 3))
+            self.body.scroll_to(y=max(0, doc.tokens[first].first_row - above), animate=False, immediate=True)
             self.body.set_cursor(first, scroll=False)
         if self._selected is not None:
             self._cursor_on_step(self._selected)
