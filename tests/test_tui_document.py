@@ -481,7 +481,10 @@ async def test_a_live_reply_in_a_short_view_stays_in_sight(backend, tmp_path) ->
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         gate = StepGate(app, after=2)
+        await pilot.press("f12")  # armed: stopped before its first draw, then 10 tokens, stopped again
         await pilot.press(*"Write a short poem about the sea.", "enter")
+        await wait_for(pilot, lambda: app.session.stopped, 30, "the stop")
+        await pilot.press("n")
         await wait_for(pilot, lambda: gate.holding, 30, "the first steps")
         await pilot.press("ctrl+t")
         await pilot.pause()
@@ -490,9 +493,21 @@ async def test_a_live_reply_in_a_short_view_stays_in_sight(backend, tmp_path) ->
         top = body.scroll_offset.y
         assert top <= app.document.doc.tokens[app.document.reply_start].first_row < top + view_h  # its start
         gate.release()
+        await wait_for(pilot, lambda: app.session.stopped and app.session.pending.index == 10, 30, "10 draws")
+        await pilot.pause()
+        await pilot.pause()
+
+        def in_sight() -> tuple:
+            doc = app.document.doc
+            view_h = body.scrollable_content_region.height
+            last = doc.tokens[-1].last_row
+            return body.scroll_offset.y <= last < body.scroll_offset.y + view_h, (body.scroll_offset.y, last, view_h)
+
+        # stopped: the header got its step-mode line, the view a row less; the end stays in it
+        assert "stopped before token 11" in head(app)
+        assert in_sight()[0], in_sight()
+        await pilot.press("f12")  # runs freely to its end
         await wait_run(pilot)
         await pilot.pause()
-        doc = app.document.doc
-        assert doc.height > view_h + 2, "the reply did not outgrow the view"
-        last = doc.tokens[-1].last_row
-        assert body.scroll_offset.y <= last < body.scroll_offset.y + view_h, (body.scroll_offset.y, last, view_h)
+        assert app.document.doc.height > body.scrollable_content_region.height + 2, "the reply did not outgrow the view"
+        assert in_sight()[0], in_sight()

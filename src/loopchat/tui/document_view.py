@@ -268,6 +268,8 @@ class DocumentBody(ScrollView, can_focus=True):
         self.doc = DocumentLines(80)
         self.cursor: int | None = None
         self._strips: dict[int, Strip] = {}
+        #: a live reply's end is in view and stays there (also when the view gets shorter)
+        self.follow_end = False
         self._key: tuple | None = None
 
     # ---- content --------------------------------------------------------------------
@@ -328,6 +330,7 @@ class DocumentBody(ScrollView, can_focus=True):
             self.scroll_to(y=max(t.first_row, t.last_row - height + 1), animate=False, immediate=True)
 
     def action_move(self, by: int) -> None:
+        self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             self.set_cursor((self.cursor if self.cursor is not None else -by) + by)
 
@@ -355,17 +358,20 @@ class DocumentBody(ScrollView, can_focus=True):
         self.set_cursor(len(doc.tokens) - 1 if step > 0 else 0)
 
     def action_row(self, by: int) -> None:
+        self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             cur = self.doc.tokens[self.cursor or 0]
             self._to_row(cur.last_row + 1 if by > 0 else cur.first_row - 1, 1 if by > 0 else -1)
 
     def action_page(self, by: int) -> None:
+        self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             page = max(1, (self.scrollable_content_region.height or _PAGE) - 1)
             cur = self.doc.tokens[self.cursor or 0]
             self._to_row((cur.last_row if by > 0 else cur.first_row) + by * page, 1 if by > 0 else -1)
 
     def action_edge(self, end: int) -> None:
+        self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             self.set_cursor(len(self.doc.tokens) - 1 if end else 0)
 
@@ -390,6 +396,13 @@ class DocumentBody(ScrollView, can_focus=True):
     def on_resize(self, event: Any) -> None:
         if self.parent is not None:
             self.parent.width_changed(self.text_width)  # type: ignore[attr-defined]
+        if self.follow_end:  # (e.g. the header got a line: the view one row shorter)
+            self.scroll_to_end()
+
+    def scroll_to_end(self) -> None:
+        view_h = self.scrollable_content_region.height
+        if view_h:
+            self.scroll_to(y=max(0, self.doc.height - view_h), animate=False, immediate=True)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -493,8 +506,9 @@ class DocumentView(Widget):
                 self.doc.add(step_token(rec.start, st))
             self._steps = len(rec.steps)
             body.grew(max(0, first))
-            if follow and view_h:
-                body.scroll_to(y=max(0, self.doc.height - view_h), animate=False, immediate=True)
+            body.follow_end = follow and bool(view_h)
+            if body.follow_end:
+                body.scroll_to_end()
         if selected is not None and selected != self._selected:
             self._selected = selected
             self._cursor_on_step(selected)
@@ -538,6 +552,7 @@ class DocumentView(Widget):
                 doc.add(step_token(start, st))
             self._steps = len(rec.steps)
         self.body.cursor = None
+        self.body.follow_end = False
         self.body.set_doc(doc)
         if doc.tokens:
             first = min(self.reply_start, len(doc.tokens) - 1)
