@@ -462,7 +462,9 @@ async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_f
         await pilot.pause()
         assert len(app.document.doc.tokens) == n_prompt + n + 2  # both drawn into the document
         await pilot.press("end")
-        assert status(app).startswith(f"id {want.token_id} · ")
+        assert status(app).startswith(f"id {want.token_id} · ") and status(app).endswith(" · picked by hand")
+        await pilot.press("left")
+        assert "picked by hand" not in status(app)  # the token drawn with Enter
         assert f"stopped before token {n + 3}," in head(app)
         await pilot.press("ctrl+t")  # back: the die bar has the focus (the loop is stopped)
         await pilot.pause()

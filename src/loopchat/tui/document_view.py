@@ -689,6 +689,8 @@ def status_line(t: DocToken | None) -> Line:
     ]
     if t.step is not None:
         out.append((f" step {t.step.index}", LABEL))
+        if t.step.chosen_by == "hand":  # step mode: the user put it in
+            out.append((" · picked by hand", _STATUS_KEY))
     return tuple(out)
 
 
