@@ -173,6 +173,15 @@ async def test_cursor_keys(tmp_path) -> None:
         await pilot.press("enter", "n", "3", "slash")  # the die's keys: nothing to draw, no notice
         await pilot.pause()
         assert not app._notifications and body.cursor == 0 and app.document.display
+        await pilot.press("end")  # a reply token: selected (the panel shows its step)
+        await pilot.pause()
+        assert app.selection is not None
+        await pilot.press("escape")  # clears the selection, the view stays
+        await pilot.pause()
+        assert app.selection is None and app.document.display
+        await pilot.press("escape")  # then back to the chat
+        await pilot.pause()
+        assert not app.document.display and app.transcript.display
 
 
 async def test_up_and_pageup_on_the_first_row_do_not_move_the_cursor_down(tmp_path) -> None:

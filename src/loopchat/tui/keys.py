@@ -99,6 +99,8 @@ class KeyActions(_Base):
             self._refresh_panel()
         elif self.screen is not self.screen_stack[0]:
             self.pop_screen()
+        elif self.document.display:  # nothing else to stop: back to the chat
+            self.action_toggle_document()
 
     def action_interrupt(self) -> None:
         focused = self.focused
