@@ -169,6 +169,53 @@ async def test_cursor_keys(tmp_path) -> None:
         assert doc.tokens[body.cursor].first_row == 0
         await pilot.press("left")  # at the first token: stays
         assert body.cursor == 0
+        app.clear_notifications()
+        await pilot.press("enter", "n", "3", "slash")  # the die's keys: nothing to draw, no notice
+        await pilot.pause()
+        assert not app._notifications and body.cursor == 0 and app.document.display
+        await pilot.press("end")  # a reply token: selected (the panel shows its step)
+        await pilot.pause()
+        assert app.selection is not None
+        await pilot.press("escape")  # clears the selection, the view stays
+        await pilot.pause()
+        assert app.selection is None and app.document.display
+        await pilot.press("escape")  # then back to the chat
+        await pilot.pause()
+        assert not app.document.display and app.transcript.display
+
+
+async def test_up_and_pageup_on_the_first_row_do_not_move_the_cursor_down(tmp_path) -> None:
+    app = replay_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await shown(pilot)
+        body = app.document.body
+        doc = app.document.doc
+        await pilot.press("home", "up")
+        assert body.cursor == 0
+        await pilot.press("pageup")
+        assert body.cursor == 0
+        await pilot.press("right", "up")  # a later token of the first row: to the first token
+        assert body.cursor == 0
+        await pilot.press("end", "down", "pagedown")  # and on the last row: stays at the end
+        assert body.cursor == len(doc.tokens) - 1
+
+
+async def test_a_short_view_keeps_its_rows_for_the_text(tmp_path) -> None:
+    """80x24: the panel under the view leaves it 9 rows; the header took 6 of them (the
+    text had 1 row). The short header: the title and the figures together, no legend and
+    no "nothing dropped"; back to the full header on a taller screen."""
+    app = replay_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await shown(pilot)
+        doc = app.document
+        assert len(doc.head.lines) <= 2 and doc.body.size.height >= 5, (len(doc.head.lines), doc.body.size)
+        text = head(app)
+        assert "Reply 1 as the model reads it" in text and "KV cache: 0 reused, 35 evaluated" in text
+        assert "nothing dropped" not in text and "cursor:" not in text
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert "nothing dropped" in head(app) and "cursor:" in head(app)
+        assert doc.head.size.height == len(doc.head.lines)
 
 
 async def test_an_older_trace_falls_back_to_the_prompt_text(tmp_path) -> None:
@@ -213,6 +260,8 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
         await pilot.press("ctrl+t")
         await pilot.pause()
         assert app.document.display and "no reply yet" in head(app) and status(app) == "no token"
+        head_w = app.document.head.content_size.width  # laid out at its width (it took 80: cut here)
+        assert all(sum(len(t) for t, _ in line) <= head_w for line in app.document.head.lines)
         for key in ("left", "right", "up", "down", "pageup", "pagedown", "home", "end"):
             await pilot.press(key)  # nothing to move over: no harm
         await pilot.press("ctrl+t")  # back to the box, to type
@@ -221,6 +270,8 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
         await pilot.pause()
         rec = app.conversation.replies[0]
         assert app.document.record is rec and "Reply 1" in head(app)
+        # the header grew from one line to several: all of them shown (it kept the height of one)
+        assert app.document.head.size.height == len(app.document.head.lines) > 2
         # the fake's Start has a prompt text and no per-token texts: the fallback
         assert app.document.fallback and app.document.doc.shown_text().startswith("prompt")
         await pilot.press("ctrl+n")
@@ -271,6 +322,18 @@ def test_rows_wrap_and_keep_every_character() -> None:
     assert all(sum(len(s) for s, _, _ in row) <= 7 for row in doc.rows)
     assert doc.shown_text() == shown_form("<|im_start|>user\nhéllo wörld\t日本語\n")
     assert doc.tokens[0].first_row == 0 and doc.tokens[0].last_row == 1  # 12 cells in rows of 7
+
+
+def test_rows_break_between_tokens() -> None:
+    """A token that fits a row is not cut at the row's end ('Hugging F' / 'ace' read as two
+    tokens); one longer than a row is."""
+    doc = DocumentLines(10)
+    for i, t in enumerate(["Hugging", " Face", " is", " a", " company", " supercalifragilistic"]):
+        doc.add(DocToken(t, i, PROMPT, i))
+    rows = ["".join(s for s, _, _ in row) for row in doc.rows]
+    assert rows == ["Hugging", " Face is a", " company s", "upercalifr", "agilistic"]
+    assert doc.shown_text() == "Hugging Face is a company supercalifragilistic"
+    assert [(t.first_row, t.last_row) for t in doc.tokens] == [(0, 0), (1, 1), (1, 1), (1, 1), (2, 2), (2, 4)]
 
 
 def test_a_4000_token_context_is_laid_out_at_once_and_drawn_a_screen_at_a_time() -> None:
@@ -363,6 +426,7 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
         assert isinstance(app.focused, DocumentBody) and doc.record is app.current
         n_prompt = len(app.current.start.prompt_token_ids)
         assert len(doc.doc.tokens) == n_prompt  # stopped before the first draw: the prompt only
+        assert "step mode: stopped before token 1, drawn at the end of this text" in head(app)
         await pilot.press("home", "right")
         assert status(app).startswith(f"id {app.current.start.prompt_token_ids[1]} · ")
         await pilot.press("ctrl+t")
@@ -372,3 +436,89 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
         await wait_for(pilot, lambda: len(app.current.steps) == 1, 30, "the drawn token")
         await pilot.press("escape")
         await wait_run(pilot)
+
+
+async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_focus(backend, tmp_path) -> None:
+    from loopchat.tui.step_mode import StepBar
+
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=3, max_tokens=40, temperature=0.8), history=False,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        gate = StepGate(app, after=3)
+        await pilot.press(*"Write a short poem about the sea.", "enter")
+        await wait_for(pilot, lambda: gate.holding, 30, "the first steps")
+        await pilot.press("ctrl+t")  # the document of the live reply
+        await pilot.press("f12")  # stops before its next draw
+        gate.release()
+        s = app.session
+        await wait_for(pilot, lambda: s.stopped or not app.generating, 30, "the stop")
+        assert s.stopped, "the reply ended before it could stop"
+        await pilot.pause()
+        assert isinstance(app.focused, DocumentBody)  # the stop left the document its keys
+        rec = app.current
+        n_prompt = len(rec.start.prompt_token_ids)
+        n = len(rec.steps)
+        await pilot.press("enter")  # the die bar's Enter, from the document view: one draw
+        await wait_for(pilot, lambda: len(rec.steps) == n + 1 and s.stopped, 30, "one draw")
+        assert rec.steps[-1].chosen_by == "step"
+        want = s.pending.raw_top[1]
+        await pilot.press("2")  # a pick by rank
+        await wait_for(pilot, lambda: len(rec.steps) == n + 2 and s.stopped, 30, "the pick")
+        assert (rec.steps[-1].token_id, rec.steps[-1].chosen_by) == (want.token_id, "hand")
+        await pilot.pause()
+        assert len(app.document.doc.tokens) == n_prompt + n + 2  # both drawn into the document
+        await pilot.press("end")
+        assert status(app).startswith(f"id {want.token_id} · ") and status(app).endswith(" · picked by hand")
+        await pilot.press("left")
+        assert "picked by hand" not in status(app)  # the token drawn with Enter
+        assert f"stopped before token {n + 3}," in head(app)
+        await pilot.press("ctrl+t")  # back: the die bar has the focus (the loop is stopped)
+        await pilot.pause()
+        assert isinstance(app.focused, StepBar)
+        await pilot.press("escape")
+        await wait_run(pilot)
+
+
+async def test_a_live_reply_in_a_short_view_stays_in_sight(backend, tmp_path) -> None:
+    """80x24: the view has a few rows; the reply's newest tokens stay in them as it grows
+    (the view stayed where it was opened and the reply went on below it)."""
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=3, max_tokens=60, temperature=0.8), history=False,
+    )
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        gate = StepGate(app, after=2)
+        await pilot.press("f12")  # armed: stopped before its first draw, then 10 tokens, stopped again
+        await pilot.press(*"Write a short poem about the sea.", "enter")
+        await wait_for(pilot, lambda: app.session.stopped, 30, "the stop")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: gate.holding, 30, "the first steps")
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        body = app.document.body
+        view_h = body.scrollable_content_region.height
+        top = body.scroll_offset.y
+        assert top <= app.document.doc.tokens[app.document.reply_start].first_row < top + view_h  # its start
+        gate.release()
+        await wait_for(pilot, lambda: app.session.stopped and app.session.pending.index == 10, 30, "10 draws")
+        await pilot.pause()
+        await pilot.pause()
+
+        def in_sight() -> tuple:
+            doc = app.document.doc
+            view_h = body.scrollable_content_region.height
+            last = doc.tokens[-1].last_row
+            return body.scroll_offset.y <= last < body.scroll_offset.y + view_h, (body.scroll_offset.y, last, view_h)
+
+        # stopped: the header got its step-mode line, the view a row less; the end stays in it
+        assert "stopped before token 11" in head(app)
+        assert in_sight()[0], in_sight()
+        await pilot.press("f12")  # runs freely to its end
+        await wait_run(pilot)
+        await pilot.pause()
+        assert app.document.doc.height > body.scrollable_content_region.height + 2, "the reply did not outgrow the view"
+        assert in_sight()[0], in_sight()

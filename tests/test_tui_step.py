@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 import pytest
-from textual.widgets import Input
+from textual.widgets import Input, OptionList
 from tui_fixtures import loaded_live_backend, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
@@ -14,6 +14,7 @@ from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 from loopchat.tui.prefs import Prefs
 from loopchat.tui.prompt import PromptArea
+from loopchat.tui.plots import fmt_prob, fmt_rate, show_token
 from loopchat.tui.step_mode import DRAW_N, StepBar, TokenSearch
 
 SIZE = (120, 40)
@@ -56,9 +57,19 @@ async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> N
         await armed_and_sent(pilot)
         rec = app.current
         assert rec.steps == [] and isinstance(app.focused, StepBar)
+        # the transcript says the loop waits (it showed a spinner and a running clock)
+        status = app.views[rec]._status.plain
+        assert "stopped before the first draw" in status and "first token…" not in status
         text = panel_text(app)
         assert "Stopped before the draw of token 1" in text and "after sampling" in text
         assert "Step mode · stopped before token 1" in str(app.step_bar.render())
+
+        app.clear_notifications()
+        await pilot.press("h", "i")  # typing while stopped: it says where the keys go
+        await pilot.pause()
+        notes = [str(n.message) for n in app._notifications]
+        assert sum("typing does not go to the message box" in n for n in notes) == 1, notes  # once
+        assert rec.steps == [] and app.prompt.text == ""
 
         await pilot.press("enter")  # one draw
         await stopped_at(pilot, 1)
@@ -80,6 +91,13 @@ async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> N
         await pilot.press("f12")  # run freely to the end
         await wait_run(pilot)
         assert rec.finish.reason in (FinishReason.STOP, FinishReason.LENGTH)
+        # its wall-clock times hold the stops (the user's time): said, and the panel's speed
+        # is the passes' own (forward + sampling) rate
+        assert "stepped: TTFT, total and tok/s include the step-mode stops" in app.views[rec].info_text().plain
+        text = panel_text(app)
+        rate = rec.live_tokens_per_s(window=len(rec.steps))
+        assert f"{fmt_rate(rate)} (passes only, no stops)" in text, text
+        assert "(incl. step-mode stop)" in text
         assert all(s.chosen_by == "sampled" for s in rec.steps[2 + DRAW_N:])
         assert isinstance(app.focused, PromptArea) and not app.step_bar.display
 
@@ -127,6 +145,13 @@ async def test_slash_searches_the_vocabulary_and_enter_picks(backend, tmp_path) 
         await wait_for(pilot, lambda: search.query_one(Input).value == "apple" and search.results, 5, "results")
         first = search.results[0]
         assert search.vocabulary[first].strip().startswith("apple")
+        # one screen row a token: the rows fit the list (they wrapped to two), the columns aligned
+        options = search.query_one(OptionList)
+        width = options.scrollable_content_region.width - 2  # an option's own padding
+        rows = [options.get_option_at_index(i).prompt for i in range(options.option_count)]
+        assert rows and all(r.cell_len <= width for r in rows), (width, [r.cell_len for r in rows])
+        assert len({r.cell_len for r in rows}) == 1
+        assert "<0.1%" not in "".join(r.plain for r in rows)  # a rare token's probability, in digits
         probs = backend.pending_probs([first])
         assert probs is not None and 0.0 < probs[0][0] < 1.0  # raw probability of any token
         await pilot.press("enter")
@@ -173,10 +198,17 @@ async def test_f12_on_a_replay_says_why_not(tmp_path) -> None:
         assert app.is_running
 
 
-async def test_ctrl_n_while_stopped_ends_the_reply_and_step_mode(backend, tmp_path) -> None:
+async def test_f5_f9_while_stopped_say_so_and_ctrl_n_ends_the_reply_and_step_mode(backend, tmp_path) -> None:
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await armed_and_sent(pilot)
+        for key in ("f5", "f9"):  # refused: the reply is stopped, not "still generating"
+            app.clear_notifications()
+            await pilot.press(key)
+            await pilot.pause()
+            notes = [str(n.message) for n in app._notifications]
+            assert any("stopped before a draw (step mode): Esc ends it" in n for n in notes), (key, notes)
+        assert app.session.stopped and len(app.conversation.replies) == 1
         await pilot.press("ctrl+n")
         await wait_for(pilot, lambda: not backend.busy, 30, "the engine to let go")
         await wait_for(pilot, lambda: not app.step_bar.display, 5, "the die bar to go")
@@ -211,6 +243,16 @@ async def test_a_search_left_with_esc_keeps_the_die_and_ctrl_c_in_it_stops(backe
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await armed_and_sent(pilot)
+        await pilot.press("slash", *"zqxzqx")  # no such token: it says so, Enter picks nothing
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenSearch), 5, "the search")
+        options = app.screen.query_one(OptionList)
+        await wait_for(pilot, lambda: options.option_count == 1, 5, "the empty result")
+        assert "no token starts with 'zqxzqx'" in str(options.get_option_at_index(0).prompt)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, TokenSearch) and app.current.steps == []
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
         await pilot.press("slash", *"the", "escape")  # back to the die: nothing picked
         await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
         assert app.session.stopped and app.current.steps == []
@@ -233,6 +275,8 @@ async def test_f2_while_stopped_reshapes_the_die_then_enter_draws_from_it(backen
         before = s.pending
         await pilot.press("f2")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
+        note = str(app.screen.query_one("#settings-note").render())  # (it said "at the very next forward pass")
+        assert "reshapes this draw's die" in note and "no new forward pass" in note
         await pilot.press(*"0.1", "enter")  # a cold die: the most likely token nearly certain
         await wait_for(pilot, lambda: s.pending is not None and s.pending is not before
                        and s.pending.settings.temperature == pytest.approx(0.1), 10, "the reshaped die")
@@ -254,3 +298,50 @@ async def test_the_command_palette_arms_step_mode(backend, tmp_path) -> None:
         commands["Step mode"].callback()
         await pilot.pause()
         assert app.session.step_armed and app.step_bar.display
+
+
+async def test_the_die_bar_and_the_panel_say_what_matters_on_a_narrow_screen(backend, tmp_path) -> None:
+    from rich.cells import cell_len
+
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await armed_and_sent(pilot)
+        bar = app.step_bar
+        said = str(bar.render())  # (it was cut at "· 1–9 pick · /": F12 and Esc lost)
+        assert cell_len(said) <= bar.content_region.width, said
+        assert all(k in said.lower() for k in ("before token 1", "enter", "n ×10", "1–9", "/ search", "f12")), said
+        await pilot.press("enter")
+        await stopped_at(pilot, 1)
+        # the panel under the transcript has 9 lines: the die's rows and the settings the
+        # keys change stay in them (the settings were cut, and 4 candidates of 10 shown)
+        view = app.panel.view
+        lines = panel_text(app).rstrip("\n").split("\n")
+        assert view.height and len(lines) <= view.height, (view.height, lines)
+        text = "\n".join(lines)
+        first = app.current.steps[0]
+        assert f"token 1 {show_token(first.piece)} drawn" in text  # what the Enter did
+        assert f"{fmt_prob(first.raw_prob)} raw, {fmt_prob(first.sampled_prob)} after sampling" in text
+        assert "Stopped before the draw of token 2" in text  # (its keys: in the die bar under it)
+        assert "▸temperature 0.80" in text and "top_k" in text
+        cand = app.session.pending.raw_top
+        assert all(f"{i + 1}  {show_token(cand[i].text)}" in text for i in range(3)), text
+        await pilot.press("escape")
+        await wait_run(pilot)
+
+
+async def test_step_mode_in_blocking_mode_says_the_loop_waits(backend, tmp_path) -> None:
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False, streaming=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=42, max_tokens=20), history=False,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await armed_and_sent(pilot)
+        rec = app.current
+        view = app.views[rec]
+        for k in (1, 2):  # (it said "⠼ waiting for the whole reply (blocking mode) · 9.2 s")
+            assert view.body_text().startswith("step mode: stopped before a draw (blocking mode"), view.body_text()
+            await pilot.press("enter")
+            await stopped_at(pilot, k)
+        await pilot.press("f12")
+        await wait_run(pilot)
+        assert view.body_text() == rec.text and len(rec.steps) > 2

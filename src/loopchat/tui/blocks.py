@@ -23,6 +23,7 @@ from rich.text import Text
 from textual.strip import Strip
 
 from ..events import FinishReason, Step
+from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .plots import fmt_ms, fmt_rate
 from .prefs import Prefs
@@ -200,6 +201,8 @@ class ReplyView(Block):
         self._n_tokens = 0  # tokens appended (for boundary parity)
         self._status: Text | None = None
         self._console: Console | None = None
+        #: step mode: the loop is stopped before a draw, waiting for the user (no spinner)
+        self.step_stopped = False
 
     # ---- what a test or the app reads -------------------------------------------
     def body_text(self) -> str:
@@ -247,6 +250,11 @@ class ReplyView(Block):
         if (r.branch_at is not None or r.prefix_len) and r.prefill is not None:
             p = r.prefill  # a branch: how much of the context the KV cache still held
             parts.append(f"branch: {p.reused_tokens} tokens reused from the KV cache, {p.evaluated_tokens} evaluated")
+        own = r.steps[r.prefix_len :]
+        if r.branch_at is not None or r.prefix_len:
+            own = own[1:]  # a branch's token at its branch point was given, with no stop
+        if any(s.chosen_by != SAMPLED for s in own):
+            parts.append("stepped: TTFT, total and tok/s include the step-mode stops")
         if r.note:
             parts.append(r.note)
         if len(r.siblings) > 1:
@@ -388,7 +396,11 @@ class ReplyView(Block):
             return
         elapsed = time.monotonic() - r.started_at if r.started_at else 0.0
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        if r.mode == BLOCKING:
+        if self.step_stopped and (r.mode == BLOCKING or self._n_tokens == 0):
+            # nothing runs: the loop waits for a key (a spinner and a clock would say it works)
+            what = "before a draw (blocking mode: the reply shows when complete)" if r.mode == BLOCKING else "before the first draw"
+            self._status = Text(f"step mode: stopped {what} · Enter draws, F12 runs freely", style=_WAIT)
+        elif r.mode == BLOCKING:
             self._status = Text(f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s", style=_WAIT)
         elif not any(s.text and not s.is_stop for s in r.steps):
             phase = "reading the prompt (prefill)" if r.prefill is None else "first token…"

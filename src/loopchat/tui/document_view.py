@@ -39,6 +39,7 @@ from textual.widget import Widget
 from ..events import Start, Step
 from .conversation import ReplyRecord
 from .fast_static import FastStatic, Line
+from .step_mode import step_keys
 
 # token kinds
 PROMPT = "prompt"  # text of the prompt (the template's words and the messages)
@@ -71,6 +72,8 @@ VISIBLE = {"\n": "↵", "\t": "→", "\r": "␍"}
 REPLY_MARK = "──▶ the reply begins here"
 #: rows PgUp / PgDn move the cursor when the view has no height yet
 _PAGE = 20
+#: a view of fewer rows than this (80x24: the panel under it) has the short header
+SHORT_VIEW = 16
 
 
 def shown_form(text: str) -> str:
@@ -115,14 +118,18 @@ class DocumentLines:
     def add(self, token: DocToken) -> None:
         index = len(self.tokens)
         self.tokens.append(token)
+        parts = [p.replace("\t", "→").replace("\r", "␍") for p in token.text.split("\n")]
         if self._col >= self.width:
             self._new_row()
+        elif self._col and parts[0]:  # a token that fits a row but not the rest of this one: on the next
+            cells = len(parts[0]) if parts[0].isascii() else cell_len(parts[0])
+            if self._col + cells > self.width >= cells:
+                self._new_row()
         token.first_row = len(self.rows) - 1
         style = _style(token.kind, index)
-        parts = token.text.split("\n")
         for k, part in enumerate(parts):
             if part:
-                self._put(part.replace("\t", "→").replace("\r", "␍"), style, index)
+                self._put(part, style, index)
             if k < len(parts) - 1:
                 self._put("↵", style, index)
                 self.hard[-1] = True
@@ -243,6 +250,7 @@ class DocumentBody(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "edge(0)", "First token", show=False),
         Binding("end", "edge(1)", "Last token", show=False),
+        *step_keys(""),  # the loop stopped in step mode: Enter, n, 1–9 and / work here too
     ]
 
     DEFAULT_CSS = """
@@ -260,6 +268,8 @@ class DocumentBody(ScrollView, can_focus=True):
         self.doc = DocumentLines(80)
         self.cursor: int | None = None
         self._strips: dict[int, Strip] = {}
+        #: a live reply's end is in view and stays there (also when the view gets shorter)
+        self.follow_end = False
         self._key: tuple | None = None
 
     # ---- content --------------------------------------------------------------------
@@ -320,10 +330,13 @@ class DocumentBody(ScrollView, can_focus=True):
             self.scroll_to(y=max(t.first_row, t.last_row - height + 1), animate=False, immediate=True)
 
     def action_move(self, by: int) -> None:
+        self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             self.set_cursor((self.cursor if self.cursor is not None else -by) + by)
 
-    def _to_row(self, row: int) -> None:
+    def _to_row(self, row: int, step: int) -> None:
+        """The cursor to the token at its column on `row`, else the next row's in the
+        direction `step` (+1 down, -1 up); past the document's edge: its first / last token."""
         doc = self.doc
         if not doc.tokens:
             return
@@ -336,7 +349,6 @@ class DocumentBody(ScrollView, can_focus=True):
                 col = x
                 break
             x += cell_len(s)
-        step = 1 if row >= cur.first_row else -1
         while 0 <= row < doc.height:
             i = doc.token_at(row, col)
             if i is not None and i != self.cursor:
@@ -346,19 +358,35 @@ class DocumentBody(ScrollView, can_focus=True):
         self.set_cursor(len(doc.tokens) - 1 if step > 0 else 0)
 
     def action_row(self, by: int) -> None:
+        self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             cur = self.doc.tokens[self.cursor or 0]
-            self._to_row(cur.last_row + 1 if by > 0 else cur.first_row - 1)
+            self._to_row(cur.last_row + 1 if by > 0 else cur.first_row - 1, 1 if by > 0 else -1)
 
     def action_page(self, by: int) -> None:
+        self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             page = max(1, (self.scrollable_content_region.height or _PAGE) - 1)
             cur = self.doc.tokens[self.cursor or 0]
-            self._to_row((cur.last_row if by > 0 else cur.first_row) + by * page)
+            self._to_row((cur.last_row if by > 0 else cur.first_row) + by * page, 1 if by > 0 else -1)
 
     def action_edge(self, end: int) -> None:
+        self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             self.set_cursor(len(self.doc.tokens) - 1 if end else 0)
+
+    # ---- step mode: the die's keys, while the loop is stopped (else they do nothing) ----
+    def action_step_draw(self, n: int) -> None:
+        if self.app.session.stopped:  # type: ignore[attr-defined]
+            self.app.action_step_draw(n)  # type: ignore[attr-defined]
+
+    def action_step_pick(self, rank: int) -> None:
+        if self.app.session.stopped:  # type: ignore[attr-defined]
+            self.app.action_step_pick(rank)  # type: ignore[attr-defined]
+
+    def action_step_search(self) -> None:
+        if self.app.session.stopped:  # type: ignore[attr-defined]
+            self.app.action_step_search()  # type: ignore[attr-defined]
 
     # ---- drawing --------------------------------------------------------------------
     def notify_style_update(self) -> None:
@@ -368,6 +396,13 @@ class DocumentBody(ScrollView, can_focus=True):
     def on_resize(self, event: Any) -> None:
         if self.parent is not None:
             self.parent.width_changed(self.text_width)  # type: ignore[attr-defined]
+        if self.follow_end:  # (e.g. the header got a line: the view one row shorter)
+            self.scroll_to_end()
+
+    def scroll_to_end(self) -> None:
+        view_h = self.scrollable_content_region.height
+        if view_h:
+            self.scroll_to(y=max(0, self.doc.height - view_h), animate=False, immediate=True)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -431,6 +466,8 @@ class DocumentView(Widget):
         self._start: Start | None = None  # the Start the rows were made from
         self._deferred = False  # rows to make once the body has its width
         self.return_focus: Widget | None = None  # what had the focus before Ctrl+T showed it
+        #: step mode: the live reply's loop is stopped before the draw of this step (else None)
+        self.stopped_before: int | None = None
         self._building = False
 
     def compose(self) -> ComposeResult:
@@ -461,11 +498,17 @@ class DocumentView(Widget):
         elif self._deferred:  # laid out whole once the body has its width
             pass
         elif rec is not None and len(rec.steps) > self._steps:
+            body = self.body
             first = self.doc.height - 1
+            view_h = body.scrollable_content_region.height
+            follow = body.scroll_offset.y + view_h >= self.doc.height  # the end was in view: it stays
             for st in rec.steps[self._steps :]:
                 self.doc.add(step_token(rec.start, st))
             self._steps = len(rec.steps)
-            self.body.grew(max(0, first))
+            body.grew(max(0, first))
+            body.follow_end = follow and bool(view_h)
+            if body.follow_end:
+                body.scroll_to_end()
         if selected is not None and selected != self._selected:
             self._selected = selected
             self._cursor_on_step(selected)
@@ -512,10 +555,14 @@ class DocumentView(Widget):
                 doc.add(step_token(start, st))
             self._steps = len(rec.steps)
         self.body.cursor = None
+        self.body.follow_end = False
         self.body.set_doc(doc)
         if doc.tokens:
             first = min(self.reply_start, len(doc.tokens) - 1)
-            self.body.scroll_to(y=max(0, doc.tokens[first].first_row - 3), animate=False, immediate=True)
+            # a few rows of the prompt above the cursor, the reply's start below it (in a
+            # view of few rows too: the rows after the cursor are the ones that grow)
+            above = max(0, min(3, (self.body.scrollable_content_region.height or _PAGE) - 3))
+            self.body.scroll_to(y=max(0, doc.tokens[first].first_row - above), animate=False, immediate=True)
             self.body.set_cursor(first, scroll=False)
         if self._selected is not None:
             self._cursor_on_step(self._selected)
@@ -535,19 +582,25 @@ class DocumentView(Widget):
                 self.body.set_cursor(cursor)
         elif width != self.doc.width:
             self.body.set_doc(DocumentLines(width))
+        self._header()  # at the view's width (when it was first shown it had none yet: 80)
 
     # ---- header and status --------------------------------------------------------------
     def _header(self) -> None:
         rec = self.record
+        short = 0 < self.size.height < SHORT_VIEW
         key = (
-            rec, self.head.content_size.width, self.fallback,
+            rec, self.head.content_size.width, short, self.fallback,
             rec is not None and rec.prefill, rec is not None and rec.trimmed, rec is not None and rec.done,
-            rec is not None and len(rec.steps),
+            rec is not None and len(rec.steps), self.stopped_before,
         )
         if key == self._head_key:
             return
         self._head_key = key
-        self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80))
+        stopped = self.stopped_before if rec is not None and not rec.done else None
+        rows = len(self.head.lines)
+        self.head.set_lines(header_lines(rec, self.fallback, self.head.content_size.width or 80, stopped, short))
+        if len(self.head.lines) != rows:
+            self.head.refresh(layout=True)  # its height is its number of lines
 
     def cursor_moved(self) -> None:
         t = self.cursor_token
@@ -561,7 +614,12 @@ class DocumentView(Widget):
             self.post_message(self.StepUnderCursor(rec.number, t.step.index))
 
 
-def header_lines(rec: ReplyRecord | None, fallback: bool, width: int) -> list[Line]:
+def header_lines(
+    rec: ReplyRecord | None, fallback: bool, width: int, stopped: int | None = None, short: bool = False,
+) -> list[Line]:
+    """The view's header; `stopped`: the step the live reply's loop is stopped before;
+    `short`: a view of few rows (80x24), which keeps them for the text: the title and the
+    figures on one row, no "nothing dropped" and no legend."""
     from .wire_view import _pieces_rows
 
     rows: list[list[tuple[str, Style]]] = []
@@ -569,12 +627,15 @@ def header_lines(rec: ReplyRecord | None, fallback: bool, width: int) -> list[Li
         rows.append([("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)])
         return [r for p in rows for r in _pieces_rows(p, width)]
     start = rec.start
-    rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
+    if short:
+        rows.append([(f"Reply {rec.number} as the model reads it", HEAD), (" (Ctrl+T: back) · ", LABEL)])
+    else:
+        rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
     if start is None:
         rows.append([("waiting for the prompt…", _NOTE)])
         return [r for p in rows for r in _pieces_rows(p, width)]
     n_prompt = len(start.prompt_token_ids) if start.prompt_token_ids is not None else None
-    parts: list[tuple[str, Style]] = []
+    parts: list[tuple[str, Style]] = rows.pop() if short else []
     if n_prompt is None:
         parts.append(("prompt: not given by the server", LABEL))
     else:
@@ -590,23 +651,26 @@ def header_lines(rec: ReplyRecord | None, fallback: bool, width: int) -> list[Li
     n_reply = sum(1 for s in rec.steps if not s.is_stop)
     parts.append((f" · reply {n_reply:,} tokens" + ("" if rec.done else " so far"), _STATUS))
     rows.append(parts)
+    if stopped is not None:
+        rows.append([(f"step mode: stopped before token {stopped + 1}, drawn at the end of this text (Enter)", _NOTE)])
     t = rec.trimmed
     if t is not None:
         rows.append([(
             f"context policy ({t.policy}): {t.dropped_messages} message(s) dropped, "
             f"{t.prompt_tokens_before:,} → {t.prompt_tokens_after:,} tokens (n_ctx {t.n_ctx:,})", _NOTE,
         )])
-    else:
+    elif not short:
         rows.append([("context policy: nothing dropped", LABEL)])
     if fallback:
         rows.append([("an older trace: no per-token texts recorded, so the prompt is its text, "
                       "without token boundaries or ids", _NOTE)])
     elif n_prompt is None:
         rows.append([("the server did not send the prompt it built: only the reply's tokens are shown", _NOTE)])
-    rows.append([
-        ("control", _style(CONTROL, 0)), (" ", LABEL), ("prompt", _style(PROMPT, 1)), (" ", LABEL),
-        ("reply", _style(REPLY, 0)), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
-    ])
+    if not short:
+        rows.append([
+            ("control", _style(CONTROL, 0)), (" ", LABEL), ("prompt", _style(PROMPT, 1)), (" ", LABEL),
+            ("reply", _style(REPLY, 0)), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
+        ])
     return [r for p in rows for r in _pieces_rows(p, width)]
 
 
@@ -628,6 +692,8 @@ def status_line(t: DocToken | None) -> Line:
     ]
     if t.step is not None:
         out.append((f" step {t.step.index}", LABEL))
+        if t.step.chosen_by == "hand":  # step mode: the user put it in
+            out.append((" · picked by hand", _STATUS_KEY))
     return tuple(out)
 
 

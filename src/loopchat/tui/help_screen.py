@@ -14,7 +14,7 @@ from textual.widgets import Static
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
     ("Ctrl+J", "New line in the message (also Alt+Enter / Shift+Enter, in terminals that tell them from Enter); a pasted block keeps its lines"),
-    ("Esc or Ctrl+C", "Stop the reply (also during a long prompt prefill); Esc also clears a token selection"),
+    ("Esc or Ctrl+C", "Stop the reply (also during a long prompt prefill); Esc also clears a token selection, then leaves the document view"),
     ("Ctrl+↑ / Ctrl+↓ (or Alt+↑ / Alt+↓)", "Raise / lower the selected setting (marked ▸ in the panel): temperature ±0.1, top-p ±0.05, top-k ±5, min-p ±0.01"),
     ("F8", "Select the next setting for Ctrl+↑/↓ (temperature → top-p → top-k → min-p)"),
     ("F2", "Sampling settings dialog: type any value, checked as you type; Enter applies"),
@@ -22,7 +22,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F9", "Replay the last reply in the other mode (same messages, seed and settings: same tokens)"),
     ("F10", "Wire view ⇄ loop panel: the reply's SSE lines (as loopchat serve would send them, or as the server sent them), chunks/s, bytes/s; a click folds long values"),
     ("F12", "Step mode: stop the reply before its next draw (between replies: the next reply stops before its first draw); again: run freely"),
-    ("Enter / n (stopped)", "Draw one token / 10 tokens with the current settings (Ctrl+↑/↓ and F2 reshape the die first)"),
+    ("Enter / n (stopped)", "Draw one token / 10 tokens with the current settings (Ctrl+↑/↓ and F2 reshape the die first); these keys and 1–9, / also work in the document view (Ctrl+T)"),
     ("1–9 (stopped)", "Pick the candidate of that rank in the panel's list (raw order; a token sampling cut too): recorded as picked by hand"),
     ("/ (stopped)", "Search the whole vocabulary: tokens starting with what you type, with both probabilities; Enter picks"),
     ("Ctrl+T", "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position"),

@@ -114,6 +114,8 @@ class KeyActions(_Base):
             self._refresh_panel()
         elif self.screen is not self.screen_stack[0]:
             self.pop_screen()
+        elif self.document.display:  # nothing else to stop: back to the chat
+            self.action_toggle_document()
 
     def action_interrupt(self) -> None:
         focused = self.focused
@@ -127,12 +129,18 @@ class KeyActions(_Base):
     def _mode(self) -> str:
         return STREAM if self.prefs.streaming else BLOCKING
 
+    def _refused(self, exc: Refused) -> str:
+        """What a refusal says; a reply stopped in step mode is not "still generating"."""
+        if self.session.stopped:
+            return "The reply is stopped before a draw (step mode): Esc ends it, F12 lets it run to its end"
+        return str(exc)
+
     def action_regenerate(self) -> None:
         pinned = self.session.settings.seed
         try:
             old, new = self.session.regenerate(self._mode())
         except Refused as exc:
-            self.notify(str(exc), severity="warning")
+            self.notify(self._refused(exc), severity="warning")
             return
         if self.history is not None:
             self.history.regenerated(old, new)
@@ -147,7 +155,7 @@ class KeyActions(_Base):
         try:
             rec = self.session.replay_other_mode()
         except Refused as exc:
-            self.notify(str(exc), severity="warning")
+            self.notify(self._refused(exc), severity="warning")
             return
         self._show_new_reply(rec)
 
@@ -235,7 +243,11 @@ class KeyActions(_Base):
                 self._refresh_panel()
 
         self.push_screen(
-            SettingsDialog(self.session.settings, generating=self.generating, live=self.backend.live_settings), done
+            SettingsDialog(
+                self.session.settings, generating=self.generating, live=self.backend.live_settings,
+                stopped=self.session.stopped,
+            ),
+            done,
         )
 
     # ---- preferences ----------------------------------------------------------------
@@ -292,6 +304,8 @@ class KeyActions(_Base):
             doc.show(None)  # its rows go: made again, for the reply of the moment, next time
             back = doc.return_focus
             if doc.body.has_focus or self.focused is None:  # (else something took it meanwhile)
+                if self.session.stopped and self.step_bar.display:  # the die's keys (it stopped meanwhile)
+                    back = self.step_bar
                 if back is None or not (back.is_attached and back.display and back.focusable):
                     back = self.transcript if self.prompt.disabled else self.prompt  # a replay: no box
                 back.focus()

@@ -24,6 +24,7 @@ from textual.widget import Widget
 
 from ..events import Candidate, Pending, Step
 from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
+from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from .panel_caches import PanelCaches, ReplyIndex
@@ -259,38 +260,62 @@ def _server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width
 STOPPED_KEYS = "Enter draws · n draws 10 · 1–9 pick · / search · F12 runs · Esc stops"
 
 
+def _last_draw(v: PanelView) -> Pieces | None:
+    """Step mode: the token the step before the pending draw put in (what the last key did)."""
+    p, r = v.pending, v.record
+    if p is None or r is None or not r.steps or r.steps[-1].index != p.index - 1:
+        return None
+    s = r.steps[-1]
+    how = {"hand": "picked by hand", "step": "drawn"}.get(s.chosen_by, "drawn (running freely)")
+    sp = fmt_prob(s.sampled_prob) if s.sampled_prob else "cut"
+    return [
+        (f"token {s.index + 1} ", LABEL), (show_token(s.piece), DRAWN), (f" {how} · ", LABEL),
+        (f"{fmt_prob(s.raw_prob or 0.0)} raw, {sp} after sampling", _NONE),
+    ]
+
+
 def _pending_lines(v: PanelView, width: int) -> list[Line]:
     """Step mode: the die of the pending draw, raw and after sampling, numbered for the
-    digit keys (raw softmax order; a row the filters cut can be picked too)."""
+    digit keys (raw softmax order; a row the filters cut can be picked too). A short
+    panel (80x24: under the transcript) keeps the rows the keys need: no blank lines, the
+    settings on one line, no key list (the die bar has it), fewer candidates (down to 3),
+    then no entropy and no last draw."""
     p = v.pending
     assert p is not None
-    out: list[Line] = []
-    _fit([(f"Stopped before the draw of token {p.index + 1}", HEAD)], width, out)
-    _fit([(STOPPED_KEYS, _PENDING)], width, out)
-    out.append(_BLANK)
+    head: list[Line] = []
+    _fit([(f"Stopped before the draw of token {p.index + 1}", HEAD)], width, head)
+    keys: list[Line] = []
+    _fit([(STOPPED_KEYS, _PENDING)], width, keys)
+    last: list[Line] = []
+    if (drawn := _last_draw(v)) is not None:
+        _fit(drawn, width, last)
     sampled = {c.token_id: c.prob for c in p.sampled_top}
     complete = p.candidates_kept <= len(p.sampled_top)
     token_w = 10 if width >= 44 else 8
     bar_w = max(4, min(12, (width - 4 - token_w - 4 - 12) // 2))
-    _fit([(f"    {'top ' + str(len(p.raw_top)):<{token_w}} ", LABEL), (f"{'raw softmax':<{bar_w + 7}}", LABEL),
-          ("after sampling", LABEL)], width, out, no_wrap=True)
-    for i, c in enumerate(p.raw_top):
-        sp = sampled.get(c.token_id)
-        t: Pieces = [
-            (f"{i + 1:>2}  " if i < 9 else "    ", DRAWN),
-            (_cell(show_token(c.text), token_w), _TOKEN), (" ", _NONE),
-            (bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE),
-            (_cell(fmt_prob(c.prob), 6, right=True), _NONE), (" ", _NONE),
-            (bar(sp or 0.0, bar_w), _SAMPLED_BAR), (" ", _NONE),
-            (_cell(fmt_prob(sp) if sp is not None else ("cut" if complete else "–"), 6, right=True),
-             _NONE if sp is not None else _DIM),
-        ]
-        _fit(t, width, out, no_wrap=True)
-    out.append(_BLANK)
+
+    def table(k: int) -> list[Line]:
+        out: list[Line] = []
+        _fit([(f"    {'top ' + str(k):<{token_w}} ", LABEL), (f"{'raw softmax':<{bar_w + 7}}", LABEL),
+              ("after sampling", LABEL)], width, out, no_wrap=True)
+        for i, c in enumerate(p.raw_top[:k]):
+            sp = sampled.get(c.token_id)
+            t: Pieces = [
+                (f"{i + 1:>2}  " if i < 9 else "    ", DRAWN),
+                (_cell(show_token(c.text), token_w), _TOKEN), (" ", _NONE),
+                (bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE),
+                (_cell(fmt_prob(c.prob), 6, right=True), _NONE), (" ", _NONE),
+                (bar(sp or 0.0, bar_w), _SAMPLED_BAR), (" ", _NONE),
+                (_cell(fmt_prob(sp) if sp is not None else ("cut" if complete else "–"), 6, right=True),
+                 _NONE if sp is not None else _DIM),
+            ]
+            _fit(t, width, out, no_wrap=True)
+        return out
+
     kept = p.candidates_kept
+    entropy: list[Line] = []
     _fit([("entropy ", LABEL), (f"{p.raw_entropy:.2f} → {p.sampled_entropy:.2f} bits", _NONE),
-          (f" · {kept} token{'s' if kept != 1 else ''} kept", LABEL)], width, out)
-    out.append(_BLANK)
+          (f" · {kept} token{'s' if kept != 1 else ''} kept", LABEL)], width, entropy)
     st = p.settings
     lines: list[Pieces] = [[("Settings of this draw", HEAD), ("  (^↑/^↓ or F2 reshape the die)", LABEL)]]
     for name in KNOBS:
@@ -300,8 +325,38 @@ def _pending_lines(v: PanelView, width: int) -> list[Line]:
             (f"{fmt_value(name, getattr(st, name)):>6}", _NONE),
         ])
     lines.append([(f"  seed {fmt_value('seed', st.seed)} · context {p.n_past} tokens", LABEL)])
-    _fit_all(lines, width, out)
-    return out
+    settings: list[Line] = []
+    _fit_all(lines, width, settings)
+    n = len(p.raw_top)
+    rows = table(n)
+    full = [*head, *keys, *last, _BLANK, *rows, _BLANK, *entropy, _BLANK, *settings]
+    if not v.height or len(full) <= v.height:
+        return full
+    if len(full) - 3 <= v.height:  # without the blank lines
+        return [*head, *keys, *last, *rows, *entropy, *settings]
+    # short: the settings on one line (the knob the keys change marked ▸), no blank lines
+    settings = []
+    short: Pieces = []
+    for name in KNOBS:
+        item: Pieces = [("▸" if name == v.knob else "", DRAWN),
+                        (SETTING[name].label + " ", _BOLD if name == v.knob else LABEL),
+                        (fmt_value(name, getattr(st, name)) + "  ", _NONE)]
+        if short and _width_of(short) + _width_of(item) > width:  # a setting is not split
+            _fit(short, width, settings)
+            short = []
+        short += item
+    _fit(short + [("(^↑/^↓ F2)", LABEL)], width, settings)
+    over = len(head) + len(keys) + len(last) + len(rows) + len(entropy) + len(settings) - v.height
+    if over > 0:  # without the keys (the die bar under the panel says them too)
+        over, keys = over - len(keys), []
+    if over > 0:  # fewer candidates (down to 3), then without the entropy and the last draw
+        rows = table(max(3, n - over))
+        over -= n + 1 - len(rows)
+    if over > 0:
+        over, entropy = over - len(entropy), []
+    if over > 0:
+        last = []
+    return [*head, *keys, *last, *rows, *entropy, *settings]
 
 
 def _drawn(v: PanelView) -> list[Pieces]:
@@ -343,6 +398,12 @@ def _drawn(v: PanelView) -> list[Pieces]:
 _SHORT_LATENCY = {"first token": "TTFT", "this pass": "pass", "per pass": "passes", "arrival gap": "arrival", "per chunk": "chunks"}
 
 
+def stepped(r: ReplyRecord) -> bool:
+    """Some of the reply's tokens were drawn in step mode: its wall-clock times (TTFT,
+    total, tokens a second) include the stops, the user's time."""
+    return any(s.chosen_by != SAMPLED for s in r.steps)
+
+
 def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces]:
     r, s = v.record, v.step
     assert r is not None and s is not None
@@ -371,7 +432,8 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
         ttft = fmt_ms(r.steps[0].elapsed_ms)  # measured by the engine at step 0 (a server's: on arrival)
     else:
         ttft = "—"
-    row("first token", (ttft, _NONE), *([(" at the client", LABEL)] if arrivals and ttft != "—" and not compact else []))
+    row("first token", (ttft, _NONE), *([(" at the client", LABEL)] if arrivals and ttft != "—" and not compact else []),
+        *([(" (incl. step-mode stop)", LABEL)] if r.steps and r.steps[0].chosen_by != SAMPLED else []))
     if arrivals:
         row("this pass", (NOT_GIVEN, _DIM), *([(" (forward, sampling)", LABEL)] if not compact else []))
     else:
@@ -400,6 +462,9 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     speed = f"{fmt_rate(rate)} live" if rate and not f else ""
     if f and f.tokens_per_s:
         speed = f"{fmt_rate(f.tokens_per_s)} (whole reply)"
+        if stepped(r):  # the wall clock holds the stops: the passes' own times instead
+            rate = r.live_tokens_per_s(window=len(r.steps))
+            speed = f"{fmt_rate(rate)} (passes only, no stops)" if rate else "—"
     if arrivals and speed:
         speed = speed.replace(" tok/s", " tok/s arriving", 1)
     row("speed", (speed or "—", _NONE))

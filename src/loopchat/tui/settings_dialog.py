@@ -19,12 +19,16 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         Binding("ctrl+s", "apply", "Apply", priority=True),
     ]
 
-    def __init__(self, current: SamplingSettings, generating: bool = False, live: bool = True) -> None:
-        """`live`: the backend's replies take a change mid-reply (False: a server's)."""
+    def __init__(
+        self, current: SamplingSettings, generating: bool = False, live: bool = True, stopped: bool = False,
+    ) -> None:
+        """`live`: the backend's replies take a change mid-reply (False: a server's);
+        `stopped`: the reply is stopped before a draw in step mode."""
         super().__init__()
         self.current = current
         self.generating = generating
         self.live = live
+        self.stopped = stopped
 
     def compose(self) -> ComposeResult:
         with Vertical(id="settings-dialog"):
@@ -35,6 +39,9 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                     if self.generating
                     else "Used from the next reply on (the server fixes a reply's settings when it starts)."
                 )
+            elif self.stopped:
+                note = ("The loop is stopped before a draw (step mode): a change reshapes this draw's die "
+                        "at once, from the same logits (no new forward pass).")
             elif self.generating:
                 note = "Changes apply at the very next forward pass of the reply being generated."
             else:

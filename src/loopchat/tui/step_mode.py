@@ -12,9 +12,12 @@ The session (session.py) talks to the backend's StepControl; nothing here waits.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -38,16 +41,50 @@ DRAW_N = 10
 SEARCH_ROWS = 12
 
 
+def step_keys(namespace: str = "app.") -> list[Binding]:
+    """The die's keys: the die bar's (the app's actions), and the document view's (its
+    own, which act only while the loop is stopped)."""
+    return [
+        Binding("enter", f"{namespace}step_draw(1)", "Draw", show=False),
+        Binding("n", f"{namespace}step_draw({DRAW_N})", f"Draw {DRAW_N}", show=False),
+        *(Binding(str(i), f"{namespace}step_pick({i})", f"Pick {i}", show=False) for i in range(1, 10)),
+        Binding("slash", f"{namespace}step_search", "Search", show=False),
+    ]
+
+
 class StepBar(Static, can_focus=True):
     """One line above the message box while in step mode; holds the focus while the loop
     is stopped, so digits and Enter reach step mode and not the message box."""
 
-    BINDINGS = [
-        Binding("enter", "app.step_draw(1)", "Draw", show=False),
-        Binding("n", f"app.step_draw({DRAW_N})", f"Draw {DRAW_N}", show=False),
-        *(Binding(str(i), f"app.step_pick({i})", f"Pick {i}", show=False) for i in range(1, 10)),
-        Binding("slash", "app.step_search", "Search", show=False),
-    ]
+    BINDINGS = step_keys()
+    _keys = frozenset(b.key for b in BINDINGS)
+    _told = -1e9  # when a typed letter was last answered
+
+    def on_key(self, event: events.Key) -> None:
+        """A letter typed while the loop is stopped (the message box does not have the
+        focus): say where the keys go rather than drop it silently."""
+        if event.key not in self._keys and event.is_printable:
+            event.stop()
+            now = time.monotonic()
+            if now - self._told < 4:  # once for a word typed, not once a letter
+                return
+            self._told = now
+            self.app.notify(
+                "The loop is stopped (step mode): typing does not go to the message box. "
+                f"Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs freely · Esc stops",
+                timeout=4,
+            )
+
+    #: what the bar says, longest first: the first that fits its width is shown
+    forms: tuple[str, ...] = ("",)
+
+    def say(self, forms: tuple[str, ...]) -> None:
+        self.forms = forms
+        self.refresh()
+
+    def render(self) -> str:
+        width = self.content_region.width or self.size.width
+        return next((f for f in self.forms if cell_len(f) <= width), self.forms[-1])
 
     DEFAULT_CSS = """
     StepBar {
@@ -62,6 +99,29 @@ class StepBar(Static, can_focus=True):
         text-style: bold;
     }
     """
+
+
+#: the search's columns: token, id, raw softmax, after sampling (one row a token)
+SEARCH_COLUMNS = (16, 6, 11, 14)
+
+
+def search_prob(p: float) -> str:
+    """A probability in the search: as in the panel, and the small ones (any token of
+    the vocabulary can be searched) with two significant digits rather than '<0.1%'."""
+    return fmt_prob(p) if p >= 0.001 or p <= 0 else f"{p * 100:.2g}%"
+
+
+def search_row(token: str, tid: str, raw: str, sampled: str) -> Text:
+    """One row of the search, its columns aligned (a long token cut with …)."""
+    w_tok, w_id, w_raw, w_after = SEARCH_COLUMNS
+    if len(token) > w_tok:
+        token = token[: w_tok - 1] + "…"
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"{token:<{w_tok}}", "bold")
+    line.append(f" {tid:>{w_id}}", "dim")
+    line.append(f"  {raw:>{w_raw}}")
+    line.append(f"  {sampled:>{w_after}}")
+    return line
 
 
 class TokenSearch(ModalScreen[int | None]):
@@ -82,6 +142,7 @@ class TokenSearch(ModalScreen[int | None]):
     }
     TokenSearch OptionList { height: auto; max-height: 16; }
     TokenSearch #search-head { color: $text-muted; }
+    TokenSearch #search-cols { color: $text-muted; padding: 0 0 0 2; }
     """
 
     def __init__(self, vocabulary: list[str], probs, listed: dict[int, tuple[float, float | None]]) -> None:
@@ -97,6 +158,7 @@ class TokenSearch(ModalScreen[int | None]):
             yield Static("Type the token's beginning (a leading space counts). Enter picks, ↑/↓ move, Esc back.",
                          id="search-head")
             yield Input(placeholder="token text", id="search-input")
+            yield Static(search_row("token", "id", "raw softmax", "after sampling"), id="search-cols")
             yield OptionList(id="search-results")
 
     def on_mount(self) -> None:
@@ -121,14 +183,15 @@ class TokenSearch(ModalScreen[int | None]):
         options.clear_options()
         for n, tid in enumerate(self.results):
             raw, sampled = probs[n] if probs else self.listed.get(tid, (None, None))
-            line = Text()
-            line.append(f"{show_token(self.vocabulary[tid]):<16}", "bold")
-            line.append(f" id {tid:<7}", "dim")
-            line.append(f" raw {fmt_prob(raw) if raw is not None else '–':>6}")
-            line.append(f"  after sampling {fmt_prob(sampled) if sampled else 'cut':>6}")
-            options.add_option(Option(line, id=str(tid)))
+            row = search_row(
+                show_token(self.vocabulary[tid]), str(tid),
+                search_prob(raw) if raw is not None else "–", search_prob(sampled) if sampled else "cut",
+            )
+            options.add_option(Option(row, id=str(tid)))
         if self.results:
             options.highlighted = 0
+        elif event.value:
+            options.add_option(Option(Text(f"no token starts with {event.value!r}", style="italic"), disabled=True))
 
     def action_move(self, delta: int) -> None:
         options = self.query_one(OptionList)
@@ -202,16 +265,26 @@ class StepActions(_Base):
 
         self.push_screen(TokenSearch(vocabulary, self.backend.pending_probs, listed), done)
 
-    def step_bar_text(self) -> str:
+    def step_bar_text(self) -> tuple[str, ...]:
+        """The die bar's text, longest first (the bar shows the first that fits)."""
         s = self.session
         if s.stopped and s.pending is not None:
-            return (f"Step mode · stopped before token {s.pending.index + 1} · Enter draws · n draws {DRAW_N} · "
-                    "1–9 pick · / search · F12 runs freely · Esc stops")
+            n = s.pending.index + 1
+            return (
+                f"Step mode · stopped before token {n} · Enter draws · n draws {DRAW_N} · "
+                "1–9 pick · / search · F12 runs freely · Esc stops",
+                f"Stopped before token {n} · Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs · Esc stops",
+                f"Before token {n} · Enter draw · n ×{DRAW_N} · 1–9 pick · / search · F12 run freely",
+                f"Token {n} · Enter · n ×{DRAW_N} · 1–9 · / · F12",
+            )
         if s.stepping:
-            return "Step mode · drawing… · F12 runs freely · Esc stops"
+            return ("Step mode · drawing… · F12 runs freely · Esc stops",)
         if s.step_armed:
-            return "Step mode armed: the next reply stops before its first draw (F12 disarms)"
-        return ""
+            return (
+                "Step mode armed: the next reply stops before its first draw (F12 disarms)",
+                "Step mode armed: the next reply stops first (F12 disarms)",
+            )
+        return ("",)
 
     def sync_step_mode(self) -> None:
         """Once a frame: the die bar shown while in step mode (or armed); the focus on it
@@ -226,7 +299,15 @@ class StepActions(_Base):
         before = self._step_state or (False, False, None)
         self._step_state = state
         bar.display = state[0]
-        bar.update(self.step_bar_text())
+        bar.say(self.step_bar_text())
+        self.document.stopped_before = s.pending.index if state[1] and s.pending is not None else None
+        view = self.views.get(s.current) if s.current is not None else None
+        if view is not None and view.step_stopped != state[1]:
+            view.step_stopped = state[1]  # its "first token…" spinner stops: the loop waits for a key
+            view.tick()
         self._panel_dirty = True
-        if state[1] and not before[1] and self.screen is self.screen_stack[0] and self.focused is not bar:
+        if (
+            state[1] and not before[1] and self.screen is self.screen_stack[0] and self.focused is not bar
+            and not self.document.body.has_focus  # (the document view takes the die's keys too)
+        ):
             bar.focus()
