@@ -209,6 +209,15 @@ async def test_f5_f9_while_stopped_say_so_and_ctrl_n_ends_the_reply_and_step_mod
             notes = [str(n.message) for n in app._notifications]
             assert any("stopped before a draw (step mode): Esc ends it" in n for n in notes), (key, notes)
         assert app.session.stopped and len(app.conversation.replies) == 1
+        # a message sent from the box (focused by a click) says the same, and stays in the box
+        app.prompt.focus()
+        app.clear_notifications()
+        await pilot.press(*"hi", "enter")
+        await pilot.pause()
+        notes = [str(n.message) for n in app._notifications]
+        assert any("stopped before a draw (step mode)" in n for n in notes), notes
+        assert app.prompt.value == "hi" and len(app.conversation.replies) == 1
+        app.step_bar.focus()
         await pilot.press("ctrl+n")
         await wait_for(pilot, lambda: not backend.busy, 30, "the engine to let go")
         await wait_for(pilot, lambda: not app.step_bar.display, 5, "the die bar to go")

@@ -127,6 +127,8 @@ class ChatSession:
         if not b.can_generate:
             raise Refused("This is a replay of a recorded trace: no model is loaded")
         if self.generating:
+            if self.stopped:  # not "still generating": the loop waits for the user
+                raise Refused("The reply is stopped before a draw (step mode): Esc ends it, F12 lets it run to its end" + what)
             raise Refused("Still generating: press Esc to stop first" + what)
         if not self.model_ready:
             if b.loading:
