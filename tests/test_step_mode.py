@@ -158,3 +158,29 @@ def test_pausing_a_running_loop_stops_before_its_next_draw(engine: Engine) -> No
     rest = run.rest()
     steps = [e for e in rest if isinstance(e, Step)]
     assert steps[0].index == pending.index and {s.chosen_by for s in steps} == {SAMPLED}
+
+
+def test_the_waits_are_left_out_of_ttft_and_decode_and_reported(engine: Engine) -> None:
+    control = StepControl(paused=True)
+    run = Run(engine, SETTINGS, control)
+    events: list = []
+    pendings = 0
+    while (e := run.events.get(timeout=WAIT)) is not None:
+        events.append(e)
+        if isinstance(e, Pending):
+            pendings += 1
+            # the user looks at the die (the wait is what is measured), then draws two
+            # tokens; at the next stop looks again and lets the loop run
+            threading.Event().wait(0.3 if pendings == 1 else 0.2)
+            control.step(2) if pendings == 1 else control.resume()
+    run.thread.join(WAIT)
+    finish = events[-1]
+    steps = [e for e in events if isinstance(e, Step)]
+    assert isinstance(finish, Finish) and pendings == 2 and finish.paused_ms >= 500
+    # step 0's wall clock holds the first wait; the TTFT does not
+    assert steps[0].elapsed_ms - finish.ttft_ms == pytest.approx(finish.paused_ms - 200, abs=100)
+    assert steps[0].elapsed_ms - finish.ttft_ms >= 300
+    # the decode time is the loop's: the second wait (~0.2 s) is not in it
+    wall_decode = steps[-1].elapsed_ms - steps[0].elapsed_ms
+    assert wall_decode - finish.decode_ms >= 200
+    assert finish.total_ms >= finish.ttft_ms + finish.decode_ms + finish.paused_ms - 1

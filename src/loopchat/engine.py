@@ -412,6 +412,7 @@ class Engine:
         steps = 0
         ttft_ms = 0.0
         t_first = t_last = time.perf_counter()
+        paused_s = paused_first_s = paused_last_s = 0.0  # step mode: the waits for the user (all; before the first, the last token)
         forward_ms, forward_tokens = prefill_ms, len(todo)
         # the thread count of the pass behind each step's logits, and why (recorded on
         # step 0 and wherever the tuner gave a new reason)
@@ -445,7 +446,9 @@ class Engine:
                 self._probe = (logits, history, settings_now)
                 yield self._pending(base + steps, res, settings_now, forward_ms, forward_tokens, sample_ms)
                 while True:
+                    tw = time.perf_counter()
                     decision = control.wait(self._cancel.is_set, lambda: source() is not raw_settings)
+                    paused_s += time.perf_counter() - tw
                     if decision.kind == "cancel":
                         reason = FinishReason.CANCELLED
                         break
@@ -498,8 +501,10 @@ class Engine:
                 sample_ms = (time.perf_counter() - ts) * 1000.0
             if steps == 0:
                 t_first = time.perf_counter()
-                ttft_ms = (t_first - t_request) * 1000.0
+                paused_first_s = paused_s
+                ttft_ms = (t_first - t_request - paused_s) * 1000.0
             t_last = time.perf_counter()
+            paused_last_s = paused_s  # the waits up to this token (a later one is not in decode_ms)
             history.append(token)
             threads_reason = ""
             if pass_change != noted_change:
@@ -561,7 +566,7 @@ class Engine:
         decoder.decode(b"", final=True)
         self._abort.clear()
         t_end = time.perf_counter()
-        decode_ms = (t_last - t_first) * 1000.0
+        decode_ms = (t_last - t_first - (paused_last_s - paused_first_s)) * 1000.0
         yield Finish(
             reason=reason,
             prompt_tokens=len(tokens),
@@ -576,6 +581,7 @@ class Engine:
             n_past=self.llm.n_tokens,
             n_ctx=self.n_ctx,
             error=error,
+            paused_ms=paused_s * 1000.0,
         )
 
     def _set_threads(self, n: int) -> None:

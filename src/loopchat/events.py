@@ -224,6 +224,9 @@ class Finish:
     n_past: int | None
     n_ctx: int | None
     error: str | None = None
+    #: step mode: how long the loop waited for the user, stopped before a draw; left out of
+    #: ttft_ms, decode_ms and tokens_per_s (they are the loop's own time), in total_ms
+    paused_ms: float = 0.0
     kind: str = field(default="finish", init=False)
 
 

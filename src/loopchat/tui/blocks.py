@@ -253,7 +253,9 @@ class ReplyView(Block):
         own = r.steps[r.prefix_len :]
         if r.branch_at is not None or r.prefix_len:
             own = own[1:]  # a branch's token at its branch point was given, with no stop
-        if any(s.chosen_by != SAMPLED for s in own):
+        if f.paused_ms:
+            parts.append(f"stopped {fmt_ms(f.paused_ms)} in step mode (in total, not in TTFT or tok/s)")
+        elif any(s.chosen_by != SAMPLED for s in own):  # a trace from before Finish.paused_ms
             parts.append("stepped: TTFT, total and tok/s include the step-mode stops")
         if r.note:
             parts.append(r.note)

@@ -426,14 +426,21 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     elif arrivals:
         row("prefill", (NOT_GIVEN, _DIM))
     f = r.finish
+    stop_note = ""
     if f is not None and f.steps and f.ttft_ms is not None:
         ttft = fmt_ms(f.ttft_ms)
+        if f.paused_ms:  # the engine left its waits for the user out
+            stop_note = " (step-mode stops left out)"
+        elif r.steps and r.steps[0].chosen_by != SAMPLED:
+            stop_note = " (incl. step-mode stop)"  # a trace from before Finish.paused_ms
     elif r.steps and r.steps[0].elapsed_ms:
         ttft = fmt_ms(r.steps[0].elapsed_ms)  # measured by the engine at step 0 (a server's: on arrival)
+        if r.steps[0].chosen_by != SAMPLED:
+            stop_note = " (incl. step-mode stop)"
     else:
         ttft = "—"
     row("first token", (ttft, _NONE), *([(" at the client", LABEL)] if arrivals and ttft != "—" and not compact else []),
-        *([(" (incl. step-mode stop)", LABEL)] if r.steps and r.steps[0].chosen_by != SAMPLED else []))
+        *([(stop_note, LABEL)] if stop_note else []))
     if arrivals:
         row("this pass", (NOT_GIVEN, _DIM), *([(" (forward, sampling)", LABEL)] if not compact else []))
     else:
