@@ -45,6 +45,18 @@ async def select_back(pilot, n: int) -> tuple[int, int]:
     return pilot.app.selection
 
 
+async def make_branch(pilot, reply: int, at: int, key: str):
+    """Select token `at` of reply `reply` (as a click does), Ctrl+R, `key` in the picker
+    (a candidate's row, or 0: a new draw); the new version when it has run."""
+    app = pilot.app
+    app.action_select_token(reply, at)
+    await pilot.press("ctrl+r")
+    await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+    await pilot.press(key)
+    await wait_run(pilot)
+    return app.conversation.replies[-1]
+
+
 async def test_branch_at_a_token_with_another_candidate_then_switch_versions(backend, tmp_path) -> None:
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -99,12 +111,7 @@ async def test_branch_at_a_token_with_another_candidate_then_switch_versions(bac
         # version, rolled from the same die
         at2 = [s.index for s in branch.steps if s.text and not s.is_stop][-2]
         assert at2 > at
-        app.action_select_token(branch.number, at2)
-        await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
-        await pilot.press("0")
-        await wait_run(pilot)
-        third = app.conversation.replies[-1]
+        third = await make_branch(pilot, branch.number, at2, "0")
         assert third.branch_from == branch.number and third.steps[at2].chosen_by == "sampled"
         assert third.steps[at2].raw_top == branch.steps[at2].raw_top
         assert third.prefill.evaluated_tokens == 1 and "version 3/3" in title(app)
@@ -218,12 +225,7 @@ async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_
         await reply_to(pilot, "Name a bird.")
         (first,) = app.conversation.replies
         at = max(1, len(first.steps) // 2)
-        app.action_select_token(first.number, at)
-        await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
-        await pilot.press("0")
-        await wait_run(pilot)
-        branch = app.conversation.replies[-1]
+        branch = await make_branch(pilot, first.number, at, "0")
         await pilot.press("ctrl+t")
         await pilot.pause()
         doc = app.document
@@ -249,12 +251,7 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
         turns_before = [m.content for m in app.conversation.turns]
         # a token of the first reply: Ctrl+R, a new draw there
         at = max(1, len([s for s in first.steps if not s.is_stop]) // 2)
-        app.action_select_token(first.number, at)
-        await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
-        await pilot.press("0")
-        await wait_run(pilot)
-        branch = app.conversation.replies[-1]
+        branch = await make_branch(pilot, first.number, at, "0")
         assert branch.siblings is first.siblings and branch.turn_base == 0
         # the second turn was built on the first version: it is set aside with it
         assert [v.record for v in app.transcript.reply_views()] == [branch]
@@ -298,12 +295,7 @@ async def test_compare_counts_a_branchs_own_run(backend, tmp_path) -> None:
         await reply_to(pilot, "Name a fish.")
         (first,) = app.conversation.replies
         at = max(1, len([s for s in first.steps if not s.is_stop]) // 2)
-        app.action_select_token(first.number, at)
-        await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
-        await pilot.press("0")
-        await wait_run(pilot)
-        branch = app.conversation.replies[-1]
+        branch = await make_branch(pilot, first.number, at, "0")
         stats = reply_stats(branch)
         own = branch.steps[at:]
         assert stats.steps == len(own) and stats.passes == branch.prefill.batches + len(own) - 1

@@ -41,6 +41,16 @@ def the_document(app) -> DocumentBlock:
     return blocks[0]
 
 
+async def first_continuation(pilot) -> None:
+    """Once the model is loaded: Ctrl+L (completion mode), TEXT sent, its continuation run."""
+    app = pilot.app
+    await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+    await pilot.press("ctrl+l")
+    app.prompt.value = TEXT
+    await pilot.press("enter")
+    await wait_run(pilot)
+
+
 async def test_completion_mode_continues_one_document_with_no_template(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -135,11 +145,7 @@ async def test_a_continuation_streams_onto_the_document_and_esc_stops_it(backend
 
     app = live_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+l")
-        app.prompt.value = TEXT
-        await pilot.press("enter")
-        await wait_run(pilot)
+        await first_continuation(pilot)
         before = the_document(app).body_text()
         gate = StepGate(app, after=3)
         await pilot.press("enter")
@@ -177,11 +183,7 @@ async def test_a_document_is_stored_and_reopens_as_a_document(backend, tmp_path)
     store = tmp_path / "history.sqlite3"
     app = live_app(backend, tmp_path, history=store)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+l")
-        app.prompt.value = TEXT
-        await pilot.press("enter")
-        await wait_run(pilot)
+        await first_continuation(pilot)
         app.prompt.value = " and"
         await pilot.press("enter")
         await wait_run(pilot)
@@ -275,11 +277,7 @@ async def test_a_branch_and_the_versions_of_a_continuation_stay_in_the_document(
 
     app = live_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+l")
-        app.prompt.value = TEXT
-        await pilot.press("enter")
-        await wait_run(pilot)
+        await first_continuation(pilot)
         await pilot.press("enter")
         await wait_run(pilot)
         first, second = app.conversation.replies
@@ -306,11 +304,7 @@ async def test_a_branch_and_the_versions_of_a_continuation_stay_in_the_document(
 async def test_the_versions_of_an_earlier_continuation_take_the_later_ones_with_them(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+l")
-        app.prompt.value = TEXT
-        await pilot.press("enter")
-        await wait_run(pilot)
+        await first_continuation(pilot)
         await pilot.press("f5")  # a second version of the first continuation
         await wait_run(pilot)
         await pilot.press("enter")  # the document goes on from it
@@ -333,11 +327,7 @@ async def test_the_versions_of_an_earlier_continuation_take_the_later_ones_with_
 async def test_a_document_too_long_for_the_context_leaves_the_document_as_it_was(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+l")
-        app.prompt.value = TEXT
-        await pilot.press("enter")
-        await wait_run(pilot)
+        await first_continuation(pilot)
         before = the_document(app).body_text()
         long = " flour" * 5000  # more tokens than the context holds
         app.prompt.value = long
