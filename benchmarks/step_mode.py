@@ -3,7 +3,7 @@ after `resume()`. Measured side by side in one run, on the default model.
 
 Each round runs, in alternating order, two replies of --tokens tokens from the same
 prompt with the same settings and seed (no KV cache reused: a full prefill each, so
-both draw the very same tokens, which is checked):
+both draw the very same tokens, which is checked), each in a thread of its own:
 (a) free: `engine.generate` with no step control;
 (b) paused: a StepControl that grants --at draws (`step(k)`), so the loop stops before
     the draw of token k+1 (a `Pending` event). The process then does nothing for
@@ -57,7 +57,18 @@ def rate_after(steps: list[Step], first: int) -> float:
 
 
 def free(engine: Engine, s: SamplingSettings) -> list[Step]:
-    return [e for e in engine.generate(MESSAGES, s, ignore_eos=True, reuse_at_most=0) if isinstance(e, Step)]
+    """A free run, in a thread of its own as the paused run is (not this main thread: on
+    the shared machine, 2 llama threads called from a process's main thread ran 3-20x
+    slower than from another thread of it, see docs/performance.md)."""
+    steps: list[Step] = []
+
+    def run() -> None:
+        steps.extend(e for e in engine.generate(MESSAGES, s, ignore_eos=True, reuse_at_most=0) if isinstance(e, Step))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(300)
+    return steps
 
 
 def paused(engine: Engine, s: SamplingSettings, at: int, pause: float) -> tuple[list[Step], dict]:

@@ -391,9 +391,11 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     elif s.threads:  # 0: a trace from before threads were recorded
         row("threads", *_threads(s, r, index, compact))
     # a past token: the passes up to it (once, not per frame); else the whole reply's blocks
-    decode, lo, hi, _ = _drawn_series(index.latency, s.index if v.pinned else None)
+    upto = s.index if v.pinned else None
+    decode, lo, hi, _ = _drawn_series(index.latency, upto)
     if decode:
-        row("per chunk" if index.arrivals else "per pass", (sparkline(decode, spark_width), _SPARK), (f"  {fmt_ms_range(lo, hi)}", LABEL))
+        row("per chunk" if index.arrivals else "per pass", (_spark(index.latency, decode, upto, spark_width), _SPARK),
+            (f"  {fmt_ms_range(lo, hi)}", LABEL))
     if not compact:
         out.extend(_uncertainty(index, s.index + 1 if v.pinned else None, spark_width, label_w))
     rate = _arrival_rate(r) if arrivals else r.live_tokens_per_s()
@@ -428,6 +430,10 @@ def _drawn_series(series: Series, upto: int | None) -> tuple[list[float | None],
     return values, min(given)[0], hi, peak
 
 
+def _spark(series: Series, values: list[float | None], upto: int | None, width: int) -> str:
+    return series.spark(width) if upto is None else sparkline(values, width)
+
+
 def _uncertainty(index: ReplyIndex, upto: int | None, spark_width: int, label_w: int) -> list[Pieces]:
     """Under the pass times, over the same reply: the surprisal of each drawn token and
     the entropy of each pass, in bits of the raw softmax (what the model said, before the
@@ -442,7 +448,7 @@ def _uncertainty(index: ReplyIndex, upto: int | None, spark_width: int, label_w:
         if peak is None:  # nothing given in the passes shown
             out.append([(f"{label:<{label_w}}", LABEL), (NOT_GIVEN, _DIM)])
             continue
-        out.append([(f"{label:<{label_w}}", LABEL), (sparkline(values, spark_width), _UNSURE),
+        out.append([(f"{label:<{label_w}}", LABEL), (_spark(series, values, upto, spark_width), _UNSURE),
                     (f"  {fmt_bits_range(lo, hi)}", LABEL)])
         if label == "surprisal":
             peak_pass = series.peak + 1 if upto is None else peak + 1  # steps count from pass 1

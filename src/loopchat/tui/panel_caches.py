@@ -12,6 +12,7 @@ import math
 
 from .conversation import ReplyRecord
 from .fast_static import Line
+from .plots import sparkline
 
 _SPARK_BLOCKS = 64  # the whole-reply sparkline is drawn from at most 2x this many maxima
 
@@ -30,7 +31,7 @@ class Series:
     double in size as the reply grows, so a sparkline of the whole reply is drawn from at
     most 2 x _SPARK_BLOCKS maxima. A block whose values are all missing is None (a gap)."""
 
-    __slots__ = ("values", "lo", "hi", "peak", "blocks", "block", "fill")
+    __slots__ = ("values", "lo", "hi", "peak", "blocks", "block", "fill", "_spark")
 
     def __init__(self) -> None:
         self.values: list[float | None] = []
@@ -40,6 +41,15 @@ class Series:
         self.blocks: list[float | None] = []
         self.block = 1  # passes per block
         self.fill = 0  # passes in the last (open) block
+        self._spark: tuple[tuple, str] | None = None  # (key, the last sparkline drawn of the blocks)
+
+    def spark(self, width: int) -> str:
+        """The sparkline of the blocks `width` cells wide, drawn again only when they changed
+        (within one block size only the last block changes)."""
+        key = (width, self.block, len(self.blocks), self.blocks[-1] if self.blocks else None)
+        if self._spark is None or self._spark[0] != key:
+            self._spark = (key, sparkline(self.blocks, width))
+        return self._spark[1]
 
     def add(self, v: float | None) -> None:
         if v is not None:

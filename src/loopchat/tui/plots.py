@@ -23,15 +23,19 @@ def sparkline(values: list[float | None], width: int) -> str:
     value given); an infinite value is a full cell and is left out of the scale."""
     if not values or width <= 0:
         return ""
+    gaps = None in values
     if len(values) > width:
         buckets: list[float | None] = []
         n = len(values)
         for i in range(width):
             lo, hi = i * n // width, max(i * n // width + 1, (i + 1) * n // width)
+            if not gaps:
+                buckets.append(max(values[lo:hi]))
+                continue
             given = [v for v in values[lo:hi] if v is not None]
             buckets.append(max(given) if given else None)
         values = buckets
-    finite = [v for v in values if v is not None and v != math.inf]
+    finite = [v for v in values if v is not None and v != math.inf] if gaps or math.inf in values else values
     top = max(finite, default=0.0)
     lo = min(finite, default=0.0)
     span = top - lo
