@@ -93,9 +93,11 @@ def test_the_index_grows_with_the_new_steps_and_stays_small() -> None:
     # a long reply: the sparkline is drawn from at most 2 x _SPARK_BLOCKS block maxima
     s = Series()
     for i in range(10_000):
-        s.add(None if i % 7 == 0 else float(i % 100))
-    assert len(s.blocks) <= 2 * _SPARK_BLOCKS and s.hi == 99.0 and s.peak == 99 and s.lo == 0.0
-    assert max(b for b in s.blocks if b is not None) == 99.0
+        s.add(None if i % 7 == 0 else float(i % 100 + i // 1000))
+        # the sparkline kept from frame to frame is the one its blocks draw now
+        assert s.spark(18) == sparkline(s.blocks, 18), i
+    assert len(s.blocks) <= 2 * _SPARK_BLOCKS and s.hi == 108.0 and s.peak == 9099 and s.lo == 0.0
+    assert max(b for b in s.blocks if b is not None) == 108.0
 
 
 def test_a_probability_of_zero_is_infinite_surprise() -> None:
