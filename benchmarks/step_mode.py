@@ -13,7 +13,9 @@ included) and the engine thread's own (its CPU clock, `time.pthread_getcpuclocki
 against the wall time. Target: CPU / wall ~0 (< 0.01).
 After the resume: the decode rate of the tokens after the first one drawn after the
 pause, from the engine's own clock (Step.elapsed_ms), against the same tokens of (a).
-Target: (b) / (a) >= 0.97 (the medians over the rounds).
+Target: (b) / (a) >= 0.97 (the medians over the rounds). Beside it, the median time of
+a pass (forward + sampling) over the same tokens, which descheduled passes on a busy
+machine move less: free / resumed.
 
 --busy N starts N CPU-bound processes beside (a busy machine; tests/cpu_burners.py).
 
@@ -54,6 +56,12 @@ def rate_after(steps: list[Step], first: int) -> float:
     """Decode tokens/s from step `first` to the last (the engine's clock)."""
     tail = [s for s in steps if s.index >= first]
     return (len(tail) - 1) * 1000.0 / (tail[-1].elapsed_ms - tail[0].elapsed_ms)
+
+
+def pass_ms(steps: list[Step], first: int) -> float:
+    """The median time of a pass (forward + sampling) from step `first` on: a figure a few
+    descheduled passes move less than the rate."""
+    return statistics.median(s.forward_ms + s.sample_ms for s in steps if s.index >= first)
 
 
 def free(engine: Engine, s: SamplingSettings) -> list[Step]:
@@ -119,6 +127,7 @@ def main() -> None:
         engine = Engine(model, n_ctx=2048, threads=args.threads, log_path=Path("/dev/null"))
         free(engine, s.replace(max_tokens=32))  # warm-up
         free_rates, resumed_rates, cpu, engine_cpu, wall = [], [], [], [], []
+        free_pass, resumed_pass = [], []
         for r in range(args.rounds):
             order = ("free", "paused") if r % 2 == 0 else ("paused", "free")
             for which in order:
@@ -130,13 +139,16 @@ def main() -> None:
             assert m["pending"] == args.at
             first = args.at + 1  # the first token drawn after the resume is `at`; its rate from the next
             fa, fb = rate_after(a, first), rate_after(b, first)
+            pa, pb = pass_ms(a, first), pass_ms(b, first)
+            free_pass.append(pa)
+            resumed_pass.append(pb)
             free_rates.append(fa)
             resumed_rates.append(fb)
             cpu.append(m["cpu"])
             engine_cpu.append(m["engine_cpu"])
             wall.append(m["wall"])
             print(f"round {r + 1}: paused {m['wall']:.2f} s: process CPU {m['cpu'] * 1000:.1f} ms, engine thread "
-                  f"{m['engine_cpu'] * 1000:.2f} ms · after resume {fb:.1f} tok/s, free {fa:.1f} tok/s: {fb / fa:.3f}x",
+                  f"{m['engine_cpu'] * 1000:.2f} ms · after resume {fb:.1f} tok/s, free {fa:.1f} tok/s: {fb / fa:.3f}x · median pass {pb:.2f} vs {pa:.2f} ms",
                   flush=True)
         engine.close()
     print(f"load average {os.getloadavg()[0]:.2f} after")
@@ -146,6 +158,9 @@ def main() -> None:
     print(f"decode after resume {statistics.median(resumed_rates):.1f} tok/s vs free {statistics.median(free_rates):.1f}: "
           f"{ratio:.3f}x (medians; per round {min(b / a for a, b in zip(free_rates, resumed_rates)):.3f}–"
           f"{max(b / a for a, b in zip(free_rates, resumed_rates)):.3f}) (target >= 0.97)")
+    print(f"median pass after resume {statistics.median(resumed_pass):.2f} ms vs free {statistics.median(free_pass):.2f}: "
+          f"free / resumed {statistics.median(free_pass) / statistics.median(resumed_pass):.3f}x (per round "
+          f"{min(a / b for a, b in zip(free_pass, resumed_pass)):.3f}–{max(a / b for a, b in zip(free_pass, resumed_pass)):.3f})")
 
 
 if __name__ == "__main__":
