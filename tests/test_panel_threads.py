@@ -92,13 +92,13 @@ def test_a_short_panel_shows_fewer_candidates_before_cutting_the_rest() -> None:
     step = r.steps[-1]
     full = panel_lines(PanelView(record=r, step=step, live=step.settings, width=60))
     assert "top 10" in lines_to_text(full).plain
-    for height in (len(full), len(full) - 4, 26):
+    for height in (len(full), len(full) - 4, 29):
         lines = panel_lines(PanelView(record=r, step=step, live=step.settings, width=60, height=height))
         text = lines_to_text(lines).plain
         assert len(lines) <= height, (height, len(lines))
-        # everything below the table is still there: latency, threads, context, settings
-        for part in ("threads", "context", "Sampling settings", "max 40"):
+        # everything below the table is still there: latency, surprisal, threads, context, settings
+        for part in ("threads", "surprisal", "context", "Sampling settings", "max 40"):
             assert part in text, (height, part)
-    assert f"top {10 - (len(full) - 26)}" in text  # as many candidates fewer as lines missing
+    assert f"top {10 - (len(full) - 29)}" in text  # as many candidates fewer as lines missing
     lines = panel_lines(PanelView(record=r, step=step, live=step.settings, width=60, height=12))
     assert "top 3" in lines_to_text(lines).plain  # never fewer than 3 (below that, the end is cut)

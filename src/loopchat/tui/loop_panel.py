@@ -27,8 +27,8 @@ from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
 from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
-from .panel_caches import PanelCaches, ReplyIndex
-from .plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
+from .panel_caches import PanelCaches, ReplyIndex, Series
+from .plots import bar, fmt_bits_range, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
 
 HEAD = Style.parse("bold #87d7ff")
 LABEL = Style.parse("#8a8a8a")
@@ -40,6 +40,7 @@ _TOKEN = Style.parse("#d0d0d0")
 _RAW_BAR = Style.parse("#5f87af")
 _SAMPLED_BAR = Style.parse("#5faf5f")
 _SPARK = Style.parse("#5fafd7")
+_UNSURE = Style.parse("#d7af5f")
 _PENDING = Style.parse("#ffd75f")
 _WELCOME = Style.parse("#bcbcbc")
 _DIM = Style.parse("dim")
@@ -458,13 +459,14 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
         row("threads", (NOT_GIVEN, _DIM))
     elif s.threads:  # 0: a trace from before threads were recorded
         row("threads", *_threads(s, r, index, compact))
-    if v.pinned:  # a past token: the passes up to it (once, not per frame)
-        decode = index.forward[: s.index]
-        lo, hi = (min(decode), max(decode)) if decode else (0.0, 0.0)
-    else:
-        decode, lo, hi = index.blocks, index.fmin, index.fmax
+    # a past token: the passes up to it (once, not per frame); else the whole reply's blocks
+    upto = s.index if v.pinned else None
+    decode, lo, hi, _ = _drawn_series(index.latency, upto)
     if decode:
-        row("per chunk" if index.arrivals else "per pass", (sparkline(decode, spark_width), _SPARK), (f"  {fmt_ms_range(lo, hi)}", LABEL))
+        row("per chunk" if index.arrivals else "per pass", (_spark(index.latency, decode, upto, spark_width), _SPARK),
+            (f"  {fmt_ms_range(lo, hi)}", LABEL))
+    if not compact:
+        out.extend(_uncertainty(index, s.index + 1 if v.pinned else None, spark_width, label_w))
     rate = _arrival_rate(r) if arrivals else r.live_tokens_per_s()
     speed = f"{fmt_rate(rate)} live" if rate and not f else ""
     if f and f.tokens_per_s:
@@ -483,6 +485,47 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
             pct = "" if compact else f" ({100 * s.n_past / n_ctx:.0f}%)"
             row("context", (f"{s.n_past:,} / {n_ctx:,} tokens{pct}", _NONE))
     _rstrip(out[-1])
+    return out
+
+
+def _drawn_series(series: Series, upto: int | None) -> tuple[list[float | None], float, float, int | None]:
+    """What a sparkline of `series` draws: (values, min, max, position of the max); the
+    whole reply's block maxima (upto None: O(blocks), whatever the reply's length), or the
+    values before position `upto` (a selected past token: once per selection)."""
+    if upto is None:
+        return series.blocks, series.lo, series.hi, series.peak
+    values = series.values[:upto]
+    given = [(x, i) for i, x in enumerate(values) if x is not None]
+    if not given:
+        return values, 0.0, 0.0, None
+    hi, peak = max(given, key=lambda g: (g[0], -g[1]))
+    return values, min(given)[0], hi, peak
+
+
+def _spark(series: Series, values: list[float | None], upto: int | None, width: int) -> str:
+    return series.spark(width) if upto is None else sparkline(values, width)
+
+
+def _uncertainty(index: ReplyIndex, upto: int | None, spark_width: int, label_w: int) -> list[Pieces]:
+    """Under the pass times, over the same reply: the surprisal of each drawn token and
+    the entropy of each pass, in bits of the raw softmax (what the model said, before the
+    sampler's filters), with their range and the pass of the most surprising token.
+    A step whose figure is not given (a server without logprobs) is a gap."""
+    out: list[Pieces] = []
+    peak_pass = None
+    for label, series in (("surprisal", index.surprisal), ("entropy", index.entropy)):
+        values, lo, hi, peak = _drawn_series(series, upto)
+        if not values:
+            continue
+        if peak is None:  # nothing given in the passes shown
+            out.append([(f"{label:<{label_w}}", LABEL), (NOT_GIVEN, _DIM)])
+            continue
+        out.append([(f"{label:<{label_w}}", LABEL), (_spark(series, values, upto, spark_width), _UNSURE),
+                    (f"  {fmt_bits_range(lo, hi)}", LABEL)])
+        if label == "surprisal":
+            peak_pass = series.peak + 1 if upto is None else peak + 1  # steps count from pass 1
+    if peak_pass is not None:
+        out.append([(" " * label_w, _NONE), (f"raw softmax · max surprisal: pass {peak_pass}", LABEL)])
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _SPARK = "▁▂▃▄▅▆▇█"
 
@@ -15,25 +17,51 @@ def bar(fraction: float, width: int) -> str:
     return s.ljust(width)
 
 
-def sparkline(values: list[float], width: int) -> str:
-    """Values squeezed into `width` cells (each cell the max of its bucket), scaled to the max."""
+def sparkline(values: list[float | None], width: int) -> str:
+    """Values squeezed into `width` cells (each cell the max of its bucket), scaled from
+    their min to their max. None is a value not given: a blank cell (a bucket with no
+    value given); an infinite value is a full cell and is left out of the scale."""
     if not values or width <= 0:
         return ""
+    gaps = None in values
     if len(values) > width:
-        buckets = []
+        buckets: list[float | None] = []
         n = len(values)
         for i in range(width):
             lo, hi = i * n // width, max(i * n // width + 1, (i + 1) * n // width)
-            buckets.append(max(values[lo:hi]))
+            if not gaps:
+                buckets.append(max(values[lo:hi]))
+                continue
+            given = [v for v in values[lo:hi] if v is not None]
+            buckets.append(max(given) if given else None)
         values = buckets
-    top = max(values)
-    lo = min(values)
-    if top <= 0:
-        return _SPARK[0] * len(values)
+    finite = [v for v in values if v is not None and v != math.inf] if gaps or math.inf in values else values
+    top = max(finite, default=0.0)
+    lo = min(finite, default=0.0)
     span = top - lo
-    if span <= top * 0.05:  # flat: draw a low line rather than noise
-        return _SPARK[1] * len(values)
-    return "".join(_SPARK[min(7, int((v - lo) / span * 7.999))] for v in values)
+    flat = top <= 0 or span <= top * 0.05  # flat: draw a low line rather than noise
+
+    def cell(v: float | None) -> str:
+        if v is None:
+            return " "
+        if v == math.inf:
+            return _SPARK[7]
+        if top <= 0:
+            return _SPARK[0]
+        if flat:
+            return _SPARK[1]
+        return _SPARK[min(7, int((v - lo) / span * 7.999))]
+
+    return "".join(cell(v) for v in values)
+
+
+def fmt_bits_range(lo: float, hi: float) -> str:
+    """A range of bits, two decimals ("0.00–6.24 bits"; ∞ for a probability of 0)."""
+    return f"{_bits(lo)}–{_bits(hi)} bits"
+
+
+def _bits(b: float) -> str:
+    return "∞" if b == math.inf else f"{b:.2f}"
 
 
 def sparklines_same_scale(series: list[list[float]], width: int) -> list[str]:
