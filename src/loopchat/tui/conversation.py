@@ -164,6 +164,49 @@ class Conversation:
         self.replies.append(rec)
         return rec
 
+    # ---- the versions of a turn's reply (F5, branches): one shown, the others set aside ----
+    def later(self, rec: ReplyRecord) -> list[ReplyRecord]:
+        """The replies shown after `rec`'s turn: the later turns', and the side-by-side
+        replays of its turn's versions."""
+        k = rec.turn_base
+        return [
+            r for r in self.replies
+            if not r.hidden and r not in rec.siblings and (r.turn_base > k or (r.turn_base == k and r.replay_of is not None))
+        ]
+
+    def set_aside(self, rec: ReplyRecord) -> None:
+        """`rec` is no longer the version shown for its turn: the later turns built on it
+        go with it (`tail`, `tail_turns`), out of the conversation."""
+        later = self.later(rec)
+        rec.tail = [(r, r.in_history, r.in_turns) for r in later]
+        for r in later:
+            r.hidden, r.in_history = True, False
+        turns = self.turns
+        if rec.in_turns:
+            rec.tail_turns = turns[rec.turn_base + 2 :]
+            del turns[rec.turn_base :]
+        rec.in_turns = False
+        rec.in_history, rec.hidden = False, True
+
+    def show_version(self, rec: ReplyRecord) -> None:
+        """`rec` is the version shown for its turn, with the later turns it had."""
+        rec.in_history, rec.hidden = True, False
+        if self.take_turn(rec):
+            self.turns.extend(rec.tail_turns)
+        for r, in_history, in_turns in rec.tail:
+            r.hidden, r.in_history, r.in_turns = False, in_history, in_turns
+        rec.tail, rec.tail_turns = [], []
+
+    def take_turn(self, rec: ReplyRecord) -> bool:
+        """A finished reply with text becomes the conversation's last turn."""
+        f = rec.finish
+        text = rec.text
+        if f is None or f.reason == FinishReason.ERROR or not text:
+            return False
+        self.turns.extend(self.turn_of(rec, text))
+        rec.in_turns = True
+        return True
+
     def last_in_history(self) -> ReplyRecord | None:
         for rec in reversed(self.replies):
             if rec.in_history:

@@ -169,7 +169,7 @@ class ChatSession:
         old = self.conversation.last_in_history()
         if old is None or not old.done:
             raise Refused("No reply to regenerate yet")
-        self._set_aside(old)
+        self.conversation.set_aside(old)
         if self.settings.seed is not None:  # the same seed would give the same reply
             self.settings = self.settings.replace(seed=(self.settings.seed + 1) % 2**32)
         new = self._start(old.messages, mode, self.settings, in_history=True, siblings=old.siblings, turn_base=old.turn_base)
@@ -190,7 +190,7 @@ class ChatSession:
             raise Refused("Select a token of a finished reply (Alt+←/→ or a click) to branch from it")
         if not old.in_history or old.hidden:
             raise Refused("That reply is a replay or a version not shown: branch from the reply shown for the turn")
-        if not old.in_turns and self._later(old):
+        if not old.in_turns and self.conversation.later(old):
             raise Refused("That reply is not part of the conversation (it failed): branch from another one")
         ready = b.ready
         if ready is not None and old.start.model_path and ready.path and str(ready.path) != old.start.model_path:
@@ -198,7 +198,7 @@ class ChatSession:
         before = [s for s in old.steps if s.index < step]
         if len(before) != step or any(s.token_id is None or s.is_stop for s in before):
             raise Refused("That token's step is not in the reply's record: it cannot be branched from")
-        self._set_aside(old)
+        self.conversation.set_aside(old)
         new = self._start(
             old.messages, mode, self.settings, in_history=True, siblings=old.siblings, turn_base=old.turn_base,
             branch_from=old.number, branch_at=step,
@@ -224,54 +224,12 @@ class ChatSession:
         versions = [r for r in cur.siblings if r.done]
         if len(versions) < 2:
             raise Refused("This reply has one version: F5 regenerates the last one, Ctrl+R branches from a selected token")
-        if not cur.in_turns and self._later(cur):
+        if not cur.in_turns and self.conversation.later(cur):
             raise Refused("That reply is not part of the conversation (it failed): its versions cannot be switched")
         new = versions[(versions.index(cur) + direction) % len(versions)] if cur in versions else versions[-1]
-        self._set_aside(cur)
-        self._show_version(new)
+        self.conversation.set_aside(cur)
+        self.conversation.show_version(new)
         return cur, new
-
-    def _later(self, rec: ReplyRecord) -> list[ReplyRecord]:
-        """The replies shown after `rec`'s turn: the later turns', and the side-by-side
-        replays of its turn's versions."""
-        k = rec.turn_base
-        return [
-            r for r in self.conversation.replies
-            if not r.hidden and r not in rec.siblings and (r.turn_base > k or (r.turn_base == k and r.replay_of is not None))
-        ]
-
-    def _set_aside(self, rec: ReplyRecord) -> None:
-        """`rec` is no longer the version shown for its turn: the later turns built on it
-        go with it (`tail`, `tail_turns`), out of the conversation."""
-        later = self._later(rec)
-        rec.tail = [(r, r.in_history, r.in_turns) for r in later]
-        for r in later:
-            r.hidden, r.in_history = True, False
-        turns = self.conversation.turns
-        if rec.in_turns:
-            rec.tail_turns = turns[rec.turn_base + 2 :]
-            del turns[rec.turn_base :]
-        rec.in_turns = False
-        rec.in_history, rec.hidden = False, True
-
-    def _show_version(self, rec: ReplyRecord) -> None:
-        """`rec` is the version shown for its turn, with the later turns it had."""
-        rec.in_history, rec.hidden = True, False
-        if self._take_turn(rec):
-            self.conversation.turns.extend(rec.tail_turns)
-        for r, in_history, in_turns in rec.tail:
-            r.hidden, r.in_history, r.in_turns = False, in_history, in_turns
-        rec.tail, rec.tail_turns = [], []
-
-    def _take_turn(self, rec: ReplyRecord) -> bool:
-        """A finished reply with text becomes the conversation's last turn."""
-        f = rec.finish
-        text = rec.text
-        if f is None or f.reason == FinishReason.ERROR or not text:
-            return False
-        self.conversation.turns.extend(self.conversation.turn_of(rec, text))
-        rec.in_turns = True
-        return True
 
     def replay_other_mode(self) -> ReplyRecord:
         """The last finished reply again in the other mode: same messages, same settings
@@ -536,7 +494,7 @@ class ChatSession:
 
     def _finished(self, rec: ReplyRecord, u: Update) -> None:
         f = rec.finish
-        if rec.in_history and self._take_turn(rec):
+        if rec.in_history and self.conversation.take_turn(rec):
             self.pending_prompt = None
         elif rec.in_history and f is not None and not rec.text and f.reason == FinishReason.CANCELLED:
             # stopped before any text: the message is not part of the conversation
