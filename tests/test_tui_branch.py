@@ -237,6 +237,7 @@ async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_
 
 async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_version(backend, tmp_path) -> None:
     from loopchat.history.store import ConversationStore
+    from loopchat.tui.history_screen import HistoryScreen
 
     store = tmp_path / "h.sqlite3"
     app = create_app(
@@ -282,6 +283,32 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
     assert path[1].content == branch.text
     other = [n for n in conv.nodes if n.role == "user" and n.content == "How far is it from the sun?"]
     assert len(other) == 1 and by_id[other[0].parent_id].content == first.text
+    # reopened: the branch's path; the first version, shown again, brings back its turn
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=11, max_tokens=16, temperature=0.8), history=store,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5, "the list")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
+        views = app.transcript.reply_views()
+        assert [v.record.text for v in views] == [branch.text, third.text]
+        app.action_select_token(views[0].record.number, at)
+        await pilot.press("alt+pageup")
+        views = app.transcript.reply_views()
+        assert [v.record.text for v in views] == [first.text, second.text]
+        assert [m.content for m in app.conversation.turns] == turns_before
+        await reply_to(pilot, "And its moons?")  # goes on from the stored reply it hangs from
+        assert app.history.writer.flush(10)
+    with ConversationStore.open(store) as s:
+        conv = s.load(summary.id)
+    path = conv.path()
+    assert [n.content for n in path if n.role == "user"] == [
+        "Name a planet.", "How far is it from the sun?", "And its moons?"]
+    assert path[3].content == second.text
 
 
 async def test_compare_counts_a_branchs_own_run(backend, tmp_path) -> None:

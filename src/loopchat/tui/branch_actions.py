@@ -99,7 +99,13 @@ class BranchActions(_Base):
             self.views[new] = fresh
         else:  # (a document: its block, wherever the version's turn is in it)
             self.views[new] = self.transcript.add_turn(None, new, self.prefs, self.conversation)
-        self.transcript.extend(self._tails.pop(new, []))
+        stashed = self._tails.pop(new, None)
+        if stashed is not None:
+            self.transcript.extend(stashed)
+        else:  # never shown here (a stored conversation's other path): its turns, made now
+            for rec in self.conversation.later(new):
+                user = None if rec.replay_of is not None else rec.messages[-1].content
+                self.views[rec] = self.transcript.add_turn(user, rec, self.prefs, self.conversation)
         for rec in new.siblings:  # their titles say how many versions there are now
             other = self.views.get(rec)
             if other is not None and other is not self.views[new]:

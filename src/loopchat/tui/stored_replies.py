@@ -36,22 +36,39 @@ def restore(stored: "StoredConversation") -> Restored:
     conv = Conversation(system_prompt=stored.system_prompt)
     out = Restored(conv)
     sys = (Message("system", stored.system_prompt),) if stored.system_prompt else ()
+    _walk(stored, stored.path(), conv, out, sys, conv.turns, main=True)
+    return out
+
+
+def _walk(
+    stored: "StoredConversation", nodes: list, conv: Conversation, out: Restored,
+    sys: tuple[Message, ...], turns: list[Message], main: bool,
+) -> list[tuple[ReplyRecord, bool, bool]]:
+    """The replies of a path of stored nodes, with the other versions of each (hidden).
+    `main`: the path shown (its turns are the conversation's); else the later turns of a
+    version set aside, rebuilt hidden: returned as that version's `tail` entries (each
+    reply with its in_history and in_turns for when the version is shown again)."""
+    entries: list[tuple[ReplyRecord, bool, bool]] = []
     user: tuple[int, int | None, Message] | None = None  # (node id, parent id, message)
-    for node in stored.path():
+    for node in nodes:
         if node.role in ("user", DOCUMENT):
             user = (node.id, node.parent_id, Message(node.role, node.content))
             if node.role == DOCUMENT:
                 conv.mode = COMPLETION  # its turns are the document's pieces
-            out.shown.append((node.content, None))
+            if main:
+                out.shown.append((node.content, None))
         elif node.role == "assistant":
             asked = user[2] if user is not None else Message("user", "")
-            messages = (*sys, *conv.turns, asked)
+            before = list(turns)
+            messages = (*sys, *before, asked)
             # the other versions of this turn's reply (F5, branches), hidden, in the order made
             others = [n for n in stored.nodes if n.role == "assistant" and n.parent_id == node.parent_id
                       and n.id != node.id and user is not None]
             versions: list[ReplyRecord] = []
+            aside: list[tuple[ReplyRecord, object]] = []
+            shown = None
             for other in sorted([*others, node], key=lambda n: n.id):
-                rec = conv.new_reply(other.mode or STREAM, messages, siblings=versions)
+                rec = conv.new_reply(other.mode or STREAM, messages, siblings=versions, turn_base=len(before))
                 if rec not in versions:
                     versions.append(rec)
                 _fill(rec, other.events, other.content)
@@ -59,23 +76,62 @@ def restore(stored: "StoredConversation") -> Restored:
                     out.replies[rec] = (user[0], user[1], other.id)
                 if other is not node:
                     rec.in_history, rec.hidden = False, True
+                    aside.append((rec, other))
                 else:
                     shown = rec
             _where_branched(versions)
             rec = shown
-            if user is not None:
-                out.shown[-1] = (out.shown[-1][0], rec)
-            else:
-                out.shown.append(("", rec))
+            if main:
+                if user is not None:
+                    out.shown[-1] = (out.shown[-1][0], rec)
+                else:
+                    out.shown.append(("", rec))
             f = rec.finish
-            if f is not None and f.reason != FinishReason.ERROR and rec.text:
-                conv.turns.extend([asked, Message("assistant", rec.text)])
-                rec.in_turns = True
-                out.tip = node.id
+            in_turns = f is not None and f.reason != FinishReason.ERROR and bool(rec.text)
+            if in_turns:
+                turns.extend([asked, Message("assistant", rec.text)])
+                if main:
+                    out.tip = node.id
+            if main:
+                rec.in_turns = in_turns
+            else:
+                rec.in_history, rec.hidden = False, True
+                entries.append((rec, True, in_turns))
+            for version, version_node in aside:  # the later turns built on each version set aside
+                _tail_of(stored, version, version_node, conv, out, sys, before, asked)
             user = None
         elif node.role == "system" and conv.system_prompt is None:
             conv.system_prompt = node.content
-    return out
+    return entries
+
+
+def _tail_of(
+    stored: "StoredConversation", version: ReplyRecord, node: object, conv: Conversation, out: Restored,
+    sys: tuple[Message, ...], before: list[Message], asked: Message,
+) -> None:
+    """A version set aside gets back the later turns built on it (its subtree's most
+    recent path), hidden, for when it is shown again."""
+    f = version.finish
+    if f is None or f.reason == FinishReason.ERROR or not version.text:
+        return
+    below = {n.id for n in stored.nodes if n.parent_id == node.id}  # type: ignore[attr-defined]
+    if not below:
+        return
+    children: dict[int | None, list[int]] = {}
+    for n in stored.nodes:
+        children.setdefault(n.parent_id, []).append(n.id)
+    leaves, todo = [], list(below)
+    while todo:
+        nid = todo.pop()
+        kids = children.get(nid, [])
+        todo.extend(kids)
+        if not kids:
+            leaves.append(nid)
+    path = stored.path(max(leaves))
+    ids = [n.id for n in path]
+    turns = [*before, asked, Message("assistant", version.text)]
+    version.tail = _walk(stored, path[ids.index(node.id) + 1 :], conv, out, sys, turns, main=False)  # type: ignore[attr-defined]
+    version.tail_turns = turns[len(before) + 2 :]
 
 
 def _where_branched(versions: list[ReplyRecord]) -> None:
