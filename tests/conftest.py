@@ -4,6 +4,7 @@ second model (Gemma 3 270M, tests/gemma_model.py)."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,12 @@ from gemma_model import gemma_path as _gemma_path
 
 from loopchat.engine import Engine
 from loopchat.model_files import builtin_model_path
+
+# A test run started in the background by a shell without job control (a script's `&`)
+# inherits SIGINT ignored, and so would every process it starts: the Ctrl+C tests would
+# send a signal nobody hears. A handler here gives the children SIGINT's default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)
