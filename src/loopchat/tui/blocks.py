@@ -23,7 +23,6 @@ from rich.text import Text
 from textual.strip import Strip
 
 from ..events import FinishReason, Step
-from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .plots import fmt_ms, fmt_rate
 from .prefs import Prefs
@@ -250,12 +249,9 @@ class ReplyView(Block):
         if (r.branch_at is not None or r.prefix_len) and r.prefill is not None:
             p = r.prefill  # a branch: how much of the context the KV cache still held
             parts.append(f"branch: {p.reused_tokens} tokens reused from the KV cache, {p.evaluated_tokens} evaluated")
-        own = r.steps[r.prefix_len :]
-        if r.branch_at is not None or r.prefix_len:
-            own = own[1:]  # a branch's token at its branch point was given, with no stop
         if f.paused_ms:
             parts.append(f"stopped {fmt_ms(f.paused_ms)} in step mode (in total, not in TTFT or tok/s)")
-        elif any(s.chosen_by != SAMPLED for s in own):  # a trace from before Finish.paused_ms
+        elif r.stepped:  # a trace from before Finish.paused_ms
             parts.append("stepped: TTFT, total and tok/s include the step-mode stops")
         if r.note:
             parts.append(r.note)

@@ -35,7 +35,7 @@ class BranchChoice:
 
 
 def settings_line(s: SamplingSettings) -> str:
-    return f"temperature {s.temperature:.2f} · top-k {s.top_k} · top-p {s.top_p:.2f} · min-p {s.min_p:.2f}"
+    return f"T {s.temperature:.2f}, top-k {s.top_k}, top-p {s.top_p:.2f}, min-p {s.min_p:.2f}"
 
 
 def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchChoice, str]]:
@@ -43,7 +43,7 @@ def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchCh
     in raw softmax order with both probabilities (the settings of that pass cut a row
     whose sampled probability is shown as "cut")."""
     rows: list[tuple[BranchChoice, str]] = [
-        (BranchChoice(None, "a new draw"), f" 0    ↻ roll again with the current settings: {settings_line(current)}"),
+        (BranchChoice(None, "a new draw"), f"0     ↻ roll again: {settings_line(current)}"),
     ]
     sampled = {c.token_id: c.prob for c in step.sampled_top or ()}
     complete = step.candidates_kept is not None and step.sampled_top is not None and (
@@ -53,7 +53,7 @@ def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchCh
         sp = sampled.get(c.token_id)
         after = fmt_prob(sp) if sp is not None else ("cut" if complete else "–")
         drawn = c.token_id == step.token_id
-        key = f"{i + 1:>2}" if i < 9 else "  "
+        key = f"{i + 1:<2}" if i < 9 else "- "  # (no digit: Enter picks it; the list drops leading spaces)
         rows.append((
             BranchChoice(c.token_id, show_token(c.text)),
             f"{key}  {'▶' if drawn else ' '} {show_token(c.text)[:14]:<14} raw {fmt_prob(c.prob):>6} · "
@@ -96,7 +96,7 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
                 Text(
                     "A new version of the reply keeps the tokens before this one and takes what you pick here "
                     "(recorded as picked by hand), then runs on with the current settings. "
-                    "Enter or 0–9 picks · Esc cancels · Alt+PgUp / Alt+PgDn switch versions afterwards"
+                    "Enter or 0–9 picks (0: roll again with the current settings) · Esc cancels · Alt+PgUp / Alt+PgDn switch versions afterwards"
                 ),
                 id="branch-help",
             )

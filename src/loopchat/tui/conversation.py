@@ -85,6 +85,15 @@ class ReplyRecord:
         return "".join(s.text for s in self.steps if not s.is_stop)
 
     @property
+    def stepped(self) -> bool:
+        """Some of this run's tokens were drawn or picked in step mode (a branch's token
+        at its branch point was given with the request: no stop)."""
+        own = self.steps[self.prefix_len :]
+        if self.branch_at is not None or self.prefix_len:
+            own = own[1:]
+        return any(s.chosen_by != "sampled" for s in own)
+
+    @property
     def version(self) -> tuple[int, int]:
         """(k, n): this is version k of the turn's n replies."""
         return self.siblings.index(self) + 1, len(self.siblings)

@@ -400,9 +400,10 @@ _SHORT_LATENCY = {"first token": "TTFT", "this pass": "pass", "per pass": "passe
 
 
 def stepped(r: ReplyRecord) -> bool:
-    """Some of the reply's tokens were drawn in step mode: its wall-clock times (TTFT,
-    total, tokens a second) include the stops, the user's time."""
-    return any(s.chosen_by != SAMPLED for s in r.steps)
+    """Some of the reply's tokens were drawn in step mode and its tokens a second include
+    the stops, the user's time (a trace from before Finish.paused_ms, which the engine
+    now leaves out of them)."""
+    return r.stepped and not (r.finish is not None and r.finish.paused_ms)
 
 
 def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces]:
@@ -470,7 +471,7 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     rate = _arrival_rate(r) if arrivals else r.live_tokens_per_s()
     speed = f"{fmt_rate(rate)} live" if rate and not f else ""
     if f and f.tokens_per_s:
-        speed = f"{fmt_rate(f.tokens_per_s)} (whole reply)"
+        speed = f"{fmt_rate(f.tokens_per_s)} (whole reply{', stops left out' if f.paused_ms else ''})"
         if stepped(r):  # the wall clock holds the stops: the passes' own times instead
             rate = r.live_tokens_per_s(window=len(r.steps))
             speed = f"{fmt_rate(rate)} (passes only, no stops)" if rate else "—"
