@@ -97,7 +97,7 @@ async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> N
         assert f.paused_ms > 0 and f.ttft_ms < rec.steps[0].elapsed_ms
         assert f"stopped {fmt_ms(f.paused_ms)} in step mode (in total, not in TTFT or tok/s)" in app.views[rec].info_text().plain
         text = panel_text(app)
-        assert f"{fmt_rate(f.tokens_per_s)} (whole reply, stops left out)" in text, text
+        assert f"{fmt_rate(f.tokens_per_s)} (whole reply, no stops)" in text, text
         assert "(step-mode stops left out)" in text
         assert all(s.chosen_by == "sampled" for s in rec.steps[2 + DRAW_N:])
         assert isinstance(app.focused, PromptArea) and not app.step_bar.display

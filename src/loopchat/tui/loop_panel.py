@@ -471,7 +471,7 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     rate = _arrival_rate(r) if arrivals else r.live_tokens_per_s()
     speed = f"{fmt_rate(rate)} live" if rate and not f else ""
     if f and f.tokens_per_s:
-        speed = f"{fmt_rate(f.tokens_per_s)} (whole reply{', stops left out' if f.paused_ms else ''})"
+        speed = f"{fmt_rate(f.tokens_per_s)} (whole reply{', no stops' if f.paused_ms else ''})"
         if stepped(r):  # the wall clock holds the stops: the passes' own times instead
             rate = r.live_tokens_per_s(window=len(r.steps))
             speed = f"{fmt_rate(rate)} (passes only, no stops)" if rate else "—"
