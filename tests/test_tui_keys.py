@@ -45,6 +45,15 @@ async def test_enter_sends_and_ctrl_j_alt_enter_break_the_line(tmp_path) -> None
             app.post_message(events.Key(key, char))
         await wait_for(pilot, lambda: app.prompt.value.endswith("z"), 5, "the keys")
         assert app.prompt.value == "a\nb\ncx\nyz"
+        # the same for the editing keys: "hello", 5 Backspaces, "ok", Left, "!" in one read
+        # (Backspace landed after the letters that followed it: "helloo")
+        keys = [(c, c) for c in " hello"] + [("backspace", None)] * 5 + [("o", "o"), ("k", "k"), ("left", None), ("!", "!")]
+        for key, char in keys:
+            app.post_message(events.Key(key, char))
+        await wait_for(pilot, lambda: app.prompt.value.endswith("k"), 5, "the keys")
+        assert app.prompt.value == "a\nb\ncx\nyz o!k"
+        await pilot.press("end", "backspace", "backspace", "backspace", "backspace")
+        assert app.prompt.value == "a\nb\ncx\nyz"
         await pilot.press("enter")
         await wait_run(pilot)
         assert app.conversation.replies[0].messages[-1].content == "a\nb\ncx\nyz"

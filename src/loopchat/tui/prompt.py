@@ -8,6 +8,7 @@ event, which TextArea inserts whole). The box grows with its text up to a few li
 from __future__ import annotations
 
 from textual import events
+from textual.actions import parse
 from textual.message import Message
 from textual.widgets import TextArea
 
@@ -15,6 +16,16 @@ from textual.widgets import TextArea
 #: Alt+Enter and Shift+Enter reach the app only from terminals that report modified keys
 #: (the kitty keyboard protocol); elsewhere they arrive as a plain Enter, which sends.
 NEWLINE_KEYS = ("ctrl+j", "alt+enter", "shift+enter")
+
+#: TextArea's editing and cursor keys (Backspace, Delete, Ctrl+W, the arrows...): run at
+#: once, in order with the characters around them (see `on_key`), key -> (action, args)
+IMMEDIATE_KEYS: dict[str, tuple[str, tuple]] = {
+    key.strip(): (name, args)
+    for binding in TextArea.BINDINGS
+    for _, name, args in [parse(binding.action)]
+    if name.startswith(("delete_", "cursor_"))
+    for key in binding.key.split(",")
+}
 
 
 class PromptArea(TextArea):
@@ -63,6 +74,12 @@ class PromptArea(TextArea):
             event.prevent_default()
             self.action_newline()
             return
+        immediate = IMMEDIATE_KEYS.get(event.key)
+        if immediate is not None:  # the same for TextArea's editing keys (Backspace...)
+            event.stop()
+            event.prevent_default()
+            name, args = immediate
+            getattr(self, f"action_{name}")(*args)
 
     def action_submit(self) -> None:
         """What Enter does: offer the text to the app."""
