@@ -45,6 +45,18 @@ async def select_back(pilot, n: int) -> tuple[int, int]:
     return pilot.app.selection
 
 
+async def open_stored(pilot) -> None:
+    """Once the model is loaded: Ctrl+O, Enter on the newest stored conversation."""
+    from loopchat.tui.history_screen import HistoryScreen
+
+    app = pilot.app
+    await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+    await pilot.press("ctrl+o")
+    await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5, "the list")
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
+
+
 async def make_branch(pilot, reply: int, at: int, key: str):
     """Select token `at` of reply `reply` (as a click does), Ctrl+R, `key` in the picker
     (a candidate's row, or 0: a new draw); the new version when it has run."""
@@ -171,7 +183,6 @@ async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> N
 async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(backend, tmp_path) -> None:
     from loopchat.events import Step
     from loopchat.history.store import ConversationStore
-    from loopchat.tui.history_screen import HistoryScreen
 
     store = tmp_path / "h.sqlite3"
 
@@ -203,11 +214,7 @@ async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(bac
     # reopened: both versions, the branch shown, the same text
     app = open_app()
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+o")
-        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5, "the list")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
+        await open_stored(pilot)
         older, shown = app.conversation.replies
         assert older.hidden and shown.text == branch.text and shown.prefix_len == at
         assert "version 2/2" in title(app) and app.conversation.turns[-1].content == branch.text
@@ -237,7 +244,6 @@ async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_
 
 async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_version(backend, tmp_path) -> None:
     from loopchat.history.store import ConversationStore
-    from loopchat.tui.history_screen import HistoryScreen
 
     store = tmp_path / "h.sqlite3"
     app = create_app(
@@ -289,11 +295,7 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
         settings=SamplingSettings(seed=11, max_tokens=16, temperature=0.8), history=store,
     )
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("ctrl+o")
-        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5, "the list")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
+        await open_stored(pilot)
         views = app.transcript.reply_views()
         assert [v.record.text for v in views] == [branch.text, third.text]
         app.action_select_token(views[0].record.number, at)
