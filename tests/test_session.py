@@ -55,7 +55,7 @@ class Backend:
     def load(self, name):
         self.loaded.append(name)
 
-    def generate(self, messages, settings, *, reuse_at_most=None, stream=True):
+    def generate(self, messages, settings, *, reuse_at_most=None, stream=True, reply_prefix=(), first_token=None):
         self.runs.append((tuple(messages), settings))
         self.reuse_at_most = reuse_at_most
         return len(self.runs)

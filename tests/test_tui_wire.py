@@ -337,7 +337,7 @@ class ReceivingBackend(FakeBackend):
         self.stream = True
         self.sent: list[WireReceived] = []
 
-    def generate(self, messages, settings, *, reuse_at_most=None, stream=True) -> int:
+    def generate(self, messages, settings, *, reuse_at_most=None, stream=True, reply_prefix=(), first_token=None) -> int:
         self.runs += 1
         self.stream = stream
         run = self.runs

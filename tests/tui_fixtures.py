@@ -125,7 +125,8 @@ class FakeBackend:
         self.sink = sink
 
     def generate(
-        self, messages: tuple[Message, ...], settings: SamplingSettings, *, reuse_at_most: int | None = None, stream: bool = True
+        self, messages: tuple[Message, ...], settings: SamplingSettings, *, reuse_at_most: int | None = None, stream: bool = True,
+        reply_prefix: tuple[int, ...] = (), first_token: int | None = None,
     ) -> int:
         self.runs += 1
         self._cancel.clear()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from collections.abc import Iterable
 from typing import Any, Union
 
 from .settings import SamplingSettings
@@ -228,6 +229,13 @@ class Finish:
     #: ttft_ms, decode_ms and tokens_per_s (they are the loop's own time), in total_ms
     paused_ms: float = 0.0
     kind: str = field(default="finish", init=False)
+
+
+def prefix_text(start: Start | None, steps: Iterable[Step]) -> str:
+    """A branch's text before its run: that of its steps within `start.reply_prefix` (a
+    run's Finish holds its own text only). '' for a reply from its start."""
+    n = len(start.reply_prefix) if start is not None else 0
+    return "".join(s.text for s in steps if s.index < n and not s.is_stop) if n else ""
 
 
 def decode_rate(steps: int, decode_ms: float) -> float:

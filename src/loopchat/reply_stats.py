@@ -30,7 +30,7 @@ class Recorded(Protocol):
     prefill: Prefill | None
     steps: list[Step]
     finish: Finish | None
-    prefix_len: int  # a branch: its first steps are the reply it continues (not run by it)
+    own_steps: list[Step]  # the steps of its run (a branch's follow its prefix's, not run by it)
     text: str
 
 
@@ -81,8 +81,7 @@ def reply_stats(rec: Recorded) -> ReplyStats:
     finish = rec.finish
     if finish is None:
         raise ValueError(f"reply {rec.number} has not finished")
-    # a branch's run: its own steps (those of its prefix ran in the reply it continues)
-    steps = rec.steps[rec.prefix_len :] if rec.prefix_len else rec.steps
+    steps = rec.own_steps  # (a branch's prefix ran in the reply it continues)
     prefill = rec.prefill
     passes = prefill.batches + max(0, len(steps) - 1) if prefill is not None else None
     entropies = _all_given([s.raw_entropy for s in steps])

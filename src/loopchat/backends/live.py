@@ -185,7 +185,7 @@ class LiveBackend:
         first_token: int | None = None,
     ) -> int:
         self._live.set(settings)
-        branch = {"reply_prefix": tuple(reply_prefix), "first_token": first_token} if (reply_prefix or first_token is not None) else {}
+        branch = {"reply_prefix": tuple(reply_prefix), "first_token": first_token}
         if not self.can_step:
             return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most, **branch)
         self.control = StepControl(paused=self._armed)

@@ -236,8 +236,10 @@ class ModelsBackend:
         backend = self.active
         with self._runs_lock:
             self._run_id += 1
-            branch = {"reply_prefix": reply_prefix, "first_token": first_token} if (reply_prefix or first_token is not None) else {}
-            theirs = backend.generate(messages, settings, reuse_at_most=reuse_at_most, stream=stream, **branch)
+            theirs = backend.generate(
+                messages, settings, reuse_at_most=reuse_at_most, stream=stream,
+                reply_prefix=reply_prefix, first_token=first_token,
+            )
             self._runs[(id(backend), theirs)] = self._run_id
         return self._run_id
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..errors import one_line
-from ..events import ContextTrimmed, Event, Finish, Prefill, Start, Step, event_from_json_dict, to_json_dict
+from ..events import ContextTrimmed, Event, Finish, Prefill, Start, Step, event_from_json_dict, prefix_text, to_json_dict
 from ..trace import TracedEvent, cut_short_finish
 from . import schema
 from .schema import SCHEMA_VERSION
@@ -99,13 +99,27 @@ class StoredConversation:
     def children(self, node_id: int | None) -> list[StoredNode]:
         return [n for n in self.nodes if n.parent_id == node_id]
 
+    def latest_leaf(self, under: int | None = None) -> int | None:
+        """The most recent leaf (the last node written that has no child) of the whole
+        tree, or of the nodes below node `under` (None: no node, or none below it)."""
+        parents = {n.parent_id for n in self.nodes}
+        by_id = {n.id: n for n in self.nodes}
+
+        def below(node_id: int) -> bool:
+            at = by_id[node_id].parent_id
+            while at is not None and at != under:
+                at = by_id[at].parent_id
+            return at == under
+
+        leaves = (n.id for n in self.nodes if n.id not in parents)
+        return max((leaf for leaf in leaves if under is None or below(leaf)), default=None)
+
     def path(self, leaf_id: int | None = None) -> list[StoredNode]:
         """Root -> leaf; by default the most recent leaf (the last node written that has no child)."""
-        if not self.nodes:
-            return []
         if leaf_id is None:
-            parents = {n.parent_id for n in self.nodes}
-            leaf_id = max(n.id for n in self.nodes if n.id not in parents)
+            leaf_id = self.latest_leaf()
+            if leaf_id is None:
+                return []
         by_id = {n.id: n for n in self.nodes}
         out: list[StoredNode] = []
         at: int | None = leaf_id
@@ -508,11 +522,10 @@ class ConversationStore:
                 content = events[-1].text
             elif status == "generating":
                 content = "".join(e.text for e in events if isinstance(e, Step))
-            if status != "generating" and events and isinstance(events[0], Start) and events[0].reply_prefix:
+            if status != "generating" and events and isinstance(events[0], Start):
                 # a branch: its Finish holds its run's text; the reply begins with the
                 # text of the steps it continued from
-                n = len(events[0].reply_prefix)
-                content = "".join(e.text for e in events if isinstance(e, Step) and e.index < n and not e.is_stop) + content
+                content = prefix_text(events[0], (e for e in events if isinstance(e, Step))) + content
             nodes.append(StoredNode(nid, parent, role, content, created, mode, events, status))
         return StoredConversation(summary, model_path, model_size, system_prompt, nodes)
 

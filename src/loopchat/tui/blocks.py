@@ -246,7 +246,7 @@ class ReplyView(Block):
             style = _WARN
             label = f"{label} ({f.reason.value})" + (f": {f.error}" if f.error else "")
         parts.append(label)
-        if (r.branch_at is not None or r.prefix_len) and r.prefill is not None:
+        if r.is_branch and r.prefill is not None:
             p = r.prefill  # a branch: how much of the context the KV cache still held
             parts.append(f"branch: {p.reused_tokens} tokens reused from the KV cache, {p.evaluated_tokens} evaluated")
         if f.paused_ms:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..chat_prompt import CHAT, COMPLETION
-from ..events import DOCUMENT, ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step, WireReceived
+from ..events import DOCUMENT, ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step, WireReceived, prefix_text
+from ..step_control import SAMPLED
 
 STREAM = "stream"
 BLOCKING = "blocking"
@@ -51,7 +52,7 @@ class ReplyRecord:
     tail_turns: list[Message] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not self.siblings:
+        if self not in self.siblings:  # a new list, or the versions it joins
             self.siblings.append(self)
 
     @property
@@ -77,21 +78,28 @@ class ReplyRecord:
         return self.branch_at or 0
 
     @property
+    def is_branch(self) -> bool:
+        """It continues another reply from a point (made here, or stored with a prefix)."""
+        return self.branch_at is not None or self.prefix_len > 0
+
+    @property
+    def own_steps(self) -> list[Step]:
+        """The steps of this run (a branch's follow those of its prefix, which ran in the
+        reply it continues)."""
+        return self.steps[self.prefix_len :]
+
+    @property
     def text(self) -> str:
-        if self.finish is not None:
-            n = self.prefix_len  # a run's Finish holds its own text, not the branch's prefix
-            head = "".join(s.text for s in self.steps[:n] if not s.is_stop) if n else ""
-            return head + self.finish.text
+        if self.finish is not None:  # a run's Finish holds its own text, not a branch's prefix
+            return prefix_text(self.start, self.steps) + self.finish.text
         return "".join(s.text for s in self.steps if not s.is_stop)
 
     @property
     def stepped(self) -> bool:
         """Some of this run's tokens were drawn or picked in step mode (a branch's token
         at its branch point was given with the request: no stop)."""
-        own = self.steps[self.prefix_len :]
-        if self.branch_at is not None or self.prefix_len:
-            own = own[1:]
-        return any(s.chosen_by != "sampled" for s in own)
+        own = self.own_steps[1:] if self.is_branch else self.own_steps
+        return any(s.chosen_by != SAMPLED for s in own)
 
     @property
     def version(self) -> tuple[int, int]:

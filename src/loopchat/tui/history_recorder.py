@@ -4,7 +4,7 @@
 queue put: the writes run on the writer's own thread, never on the UI's. The app calls
 
 - `sent(rec, text)` when a message is sent, `regenerated(old, new)` for F5 and a branch,
-  `switched(rec)` when another version of the last reply is shown;
+  `switched(rec)` when another version of a reply is shown (`rec`: the last reply now);
 - `sync(rec)` once per frame for the reply in flight (and each reply that ended in the
   frame): what arrived since the last frame goes to the store as one batch;
 - `reset()` for a new conversation, `opened(...)` when a stored one is continued.
@@ -115,9 +115,10 @@ class HistoryRecorder:
             self._replies[rec] = _Stored(before=before, user=user, node=node, finished=True)
 
     def switched(self, rec: ReplyRecord) -> None:
-        """Another version of the last turn's reply is shown: the next message hangs
-        from it (or, if it is not part of the conversation's turns, from its message's
-        parent, as after a reply stopped before its first token)."""
+        """Another version of a turn's reply is shown, and `rec` is now the conversation's
+        last reply: the next message hangs from it (or, if it is not part of the
+        conversation's turns, from its message's parent, as after a reply stopped before
+        its first token)."""
         s = self._replies.get(rec)
         if s is None:
             return

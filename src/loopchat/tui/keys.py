@@ -52,7 +52,7 @@ BINDINGS = [
     # priority: the message box (a TextArea) binds F6/F7 to select line / select all
     Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
     Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
-    Binding("ctrl+r", "branch", "Branch", show=False),  # (Ctrl+R is tmux's prefix)
+    Binding("ctrl+r", "branch", "Branch", show=False),  # (not Ctrl+B: tmux's prefix)
     Binding("alt+pageup", "version(-1)", "Previous version", show=False, priority=True),
     Binding("alt+pagedown", "version(1)", "Next version", show=False, priority=True),
     Binding("alt+left", "token_cursor(-1)", "Previous token", show=False),
@@ -129,18 +129,12 @@ class KeyActions(_Base):
     def _mode(self) -> str:
         return STREAM if self.prefs.streaming else BLOCKING
 
-    def _refused(self, exc: Refused) -> str:
-        """What a refusal says; a reply stopped in step mode is not "still generating"."""
-        if self.session.stopped:
-            return "The reply is stopped before a draw (step mode): Esc ends it, F12 lets it run to its end"
-        return str(exc)
-
     def action_regenerate(self) -> None:
         pinned = self.session.settings.seed
         try:
             old, new = self.session.regenerate(self._mode())
         except Refused as exc:
-            self.notify(self._refused(exc), severity="warning")
+            self.notify(str(exc), severity="warning")
             return
         if self.history is not None:
             self.history.regenerated(old, new)
@@ -155,7 +149,7 @@ class KeyActions(_Base):
         try:
             rec = self.session.replay_other_mode()
         except Refused as exc:
-            self.notify(self._refused(exc), severity="warning")
+            self.notify(str(exc), severity="warning")
             return
         self._show_new_reply(rec)
 

@@ -36,10 +36,15 @@ def sparkline(values: list[float | None], width: int) -> str:
             buckets.append(max(given) if given else None)
         values = buckets
     finite = [v for v in values if v is not None and v != math.inf] if gaps or math.inf in values else values
-    top = max(finite, default=0.0)
-    lo = min(finite, default=0.0)
+    return _scaled(values, min(finite, default=0.0), max(finite, default=0.0))
+
+
+def _scaled(values: list[float | None], lo: float, top: float) -> str:
+    """One cell per value on the scale lo..top: None a blank cell, an infinite value a full
+    one; a scale with nothing to show (top <= 0) or flat (within 5% of top) a low line
+    rather than noise."""
     span = top - lo
-    flat = top <= 0 or span <= top * 0.05  # flat: draw a low line rather than noise
+    flat = top <= 0 or span <= top * 0.05
 
     def cell(v: float | None) -> str:
         if v is None:
@@ -75,14 +80,7 @@ def sparklines_same_scale(series: list[list[float]], width: int) -> list[str]:
     per_cell = -(-longest // width)  # ceil
     cells = [[max(v[i : i + per_cell]) for i in range(0, len(v), per_cell)] for v in lines]
     lo, top = min(min(v) for v in lines if v), max(max(v) for v in lines if v)
-    span = top - lo
-    out = []
-    for c in cells:
-        if top <= 0 or span <= top * 0.05:  # flat: a low line rather than noise
-            out.append(_SPARK[1] * len(c) if top > 0 else _SPARK[0] * len(c))
-        else:
-            out.append("".join(_SPARK[min(7, int((v - lo) / span * 7.999))] for v in c))
-    return out
+    return [_scaled(c, lo, top) for c in cells]
 
 
 def fmt_ms(ms: float) -> str:

@@ -242,8 +242,8 @@ class ChatSession:
         reuse = rec.prefill.reused_tokens if rec.prefill is not None else None
         n = rec.prefix_len
         branch: dict = {}
-        if n or rec.branch_at is not None:  # a branch: the same prefix, the same token picked at its point
-            own = [s for s in rec.steps if s.index >= n]
+        if rec.is_branch:  # the same prefix, the same token picked at its point
+            own = rec.own_steps
             first = own[0].token_id if own and own[0].chosen_by == HAND else None
             branch = {"reply_prefix": rec.start.reply_prefix, "first_token": first,
                       "branch_from": rec.branch_from, "branch_at": rec.branch_at if rec.branch_at is not None else n}
@@ -377,19 +377,19 @@ class ChatSession:
 
     def _start(
         self, messages: tuple[Message, ...], mode: str, settings: SamplingSettings,
-        reuse_at_most: int | None = None, **kw: object,
+        reuse_at_most: int | None = None, reply_prefix: tuple[int, ...] = (), first_token: int | None = None,
+        **kw: object,
     ) -> ReplyRecord:
-        branch = {k: kw.pop(k) for k in ("reply_prefix", "first_token") if k in kw}
+        """A new reply record (`kw`: its fields), and its run asked of the backend."""
         rec = self.conversation.new_reply(mode, messages, **kw)
-        if rec.siblings[-1] is not rec:
-            rec.siblings.append(rec)
         rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
         self.current = rec
         self.pending = None
         self.step_armed = False  # an armed step mode is this reply's (the backend's too)
         self.run_settings = settings
         rec.run_id = self.backend.generate(
-            messages, settings, reuse_at_most=reuse_at_most, stream=mode != BLOCKING, **branch  # type: ignore[arg-type]
+            messages, settings, reuse_at_most=reuse_at_most, stream=mode != BLOCKING,
+            reply_prefix=reply_prefix, first_token=first_token,
         )
         self._freeze(rec.run_id)  # its events and its RunDone are consumed on this thread, later
         return rec

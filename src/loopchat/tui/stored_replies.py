@@ -69,8 +69,6 @@ def _walk(
             shown = None
             for other in sorted([*others, node], key=lambda n: n.id):
                 rec = conv.new_reply(other.mode or STREAM, messages, siblings=versions, turn_base=len(before))
-                if rec not in versions:
-                    versions.append(rec)
                 _fill(rec, other.events, other.content)
                 if user is not None:
                     out.replies[rec] = (user[0], user[1], other.id)
@@ -114,20 +112,10 @@ def _tail_of(
     f = version.finish
     if f is None or f.reason == FinishReason.ERROR or not version.text:
         return
-    below = {n.id for n in stored.nodes if n.parent_id == node.id}  # type: ignore[attr-defined]
-    if not below:
+    leaf = stored.latest_leaf(under=node.id)  # type: ignore[attr-defined]
+    if leaf is None:
         return
-    children: dict[int | None, list[int]] = {}
-    for n in stored.nodes:
-        children.setdefault(n.parent_id, []).append(n.id)
-    leaves, todo = [], list(below)
-    while todo:
-        nid = todo.pop()
-        kids = children.get(nid, [])
-        todo.extend(kids)
-        if not kids:
-            leaves.append(nid)
-    path = stored.path(max(leaves))
+    path = stored.path(leaf)
     ids = [n.id for n in path]
     turns = [*before, asked, Message("assistant", version.text)]
     version.tail = _walk(stored, path[ids.index(node.id) + 1 :], conv, out, sys, turns, main=False)  # type: ignore[attr-defined]
