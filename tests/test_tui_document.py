@@ -366,11 +366,16 @@ def backend():
     yield from loaded_live_backend()
 
 
-async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend, tmp_path) -> None:
-    app = create_app(
+def live_app(backend, tmp_path, max_tokens: int):
+    """The chat on the default model (seed 3, temperature 0.8), no history."""
+    return create_app(
         backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=3, max_tokens=24, temperature=0.8), history=False,
+        settings=SamplingSettings(seed=3, max_tokens=max_tokens, temperature=0.8), history=False,
     )
+
+
+async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend, tmp_path) -> None:
+    app = live_app(backend, tmp_path, max_tokens=24)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         gate = StepGate(app, after=4)
@@ -411,10 +416,7 @@ async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend
 async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back(backend, tmp_path) -> None:
     from loopchat.tui.step_mode import StepBar
 
-    app = create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=3, max_tokens=8, temperature=0.8), history=False,
-    )
+    app = live_app(backend, tmp_path, max_tokens=8)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         await pilot.press("f12")  # armed: the next reply stops before its first draw
@@ -441,10 +443,7 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
 async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_focus(backend, tmp_path) -> None:
     from loopchat.tui.step_mode import StepBar
 
-    app = create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=3, max_tokens=40, temperature=0.8), history=False,
-    )
+    app = live_app(backend, tmp_path, max_tokens=40)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         gate = StepGate(app, after=3)
@@ -485,10 +484,7 @@ async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_f
 async def test_a_live_reply_in_a_short_view_stays_in_sight(backend, tmp_path) -> None:
     """80x24: the view has a few rows; the reply's newest tokens stay in them as it grows
     (the view stayed where it was opened and the reply went on below it)."""
-    app = create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=3, max_tokens=60, temperature=0.8), history=False,
-    )
+    app = live_app(backend, tmp_path, max_tokens=60)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         gate = StepGate(app, after=2)
