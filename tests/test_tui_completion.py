@@ -153,8 +153,10 @@ async def test_a_continuation_streams_onto_the_document_and_esc_stops_it(backend
         doc = the_document(app)
         live = "".join(s.text for s in app.current.steps if not s.is_stop)
         # streamed onto the document's open line, after the text already there
-        await wait_for(pilot, lambda: doc.body_text() == before + live, 5, "the tokens drawn")
-        assert not app.current.done and live.strip()[:3] in drawn(doc).replace("\n│ ", "")
+        await wait_for(pilot, lambda: doc.body_text() == before + live, 5, "the tokens in the body")
+        # and on screen, at the next frame (the lines are laid out when drawn)
+        await wait_for(pilot, lambda: live.strip()[:3] in drawn(doc).replace("\n│ ", ""), 5, "the tokens drawn")
+        assert not app.current.done
         await pilot.press("escape")
         gate.release()
         await wait_run(pilot)
