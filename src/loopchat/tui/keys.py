@@ -41,9 +41,9 @@ BINDINGS = [
     Binding("f10", "toggle_wire", "Wire", show=False),
     # the document view (document_view.py); Ctrl+T: free in the message box (a TextArea)
     # and in terminals (F11 is often their full screen, Ctrl+E the box's line end)
-    Binding("ctrl+t", "toggle_document", "Document", show=False, priority=True),
+    Binding("ctrl+t", "toggle_document", "Document", priority=True),
     # step mode (step_mode.py); priority: the message box and the search box do not take it
-    Binding("f12", "step_mode", "Step mode", show=False, priority=True),
+    Binding("f12", "step_mode", "Step mode", priority=True),
     Binding("ctrl+n", "new_conversation", "New"),
     # completion mode (Ctrl+L: free in the message box, whose Ctrl+E is the line's end)
     Binding("ctrl+l", "toggle_completion", "Completion mode", show=False),
