@@ -172,23 +172,37 @@ async def test_ctrl_c_stops_a_reply_and_keeps_what_the_user_typed(tmp_path) -> N
 async def test_a_token_that_arrives_alone_is_drawn_by_the_next_frame(tmp_path, monkeypatch) -> None:
     """The transcript draws new tokens every TEXT_EVERY-th frame; a token with nothing
     after it (a slow model) must not wait for the next one. With TEXT_EVERY huge, only
-    that rule can draw the tokens before the reply ends."""
+    that rule can draw the tokens before the reply ends: the backend holds after each
+    token until the test has seen it drawn."""
+    import threading
+
+    from loopchat.events import Step
     from loopchat.tui import app as app_module
 
     monkeypatch.setattr(app_module, "TEXT_EVERY", 10_000)
     words = ["One", " two", " three"]
-    app = LoopChatApp(FakeBackend(tokens=words, delay=0.6), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = LoopChatApp(FakeBackend(tokens=words, delay=0.0), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    go = [threading.Event() for _ in words]
 
     def drawn() -> str:
         view = app.transcript.reply_views()[-1]
         return "".join(view.line(i).text for i in range(view.height))
 
     async with app.run_test(size=(120, 40)) as pilot:
+        sink = app.pump.emit
+
+        def emit(event: object) -> None:
+            sink(event)
+            if isinstance(event, Step) and event.index < len(words):
+                go[event.index].wait(60)  # nothing after this token until it is drawn
+
+        app.backend.attach(emit)
         await pilot.press(*"hi", "enter")
         for n, word in enumerate(words, 1):
-            await wait_for(pilot, lambda: app.current is not None and len(app.current.steps) >= n, 5, f"step {n}")
+            await wait_for(pilot, lambda: app.current is not None and len(app.current.steps) >= n, 10, f"step {n}")
+            await wait_for(pilot, lambda: word in drawn(), 10, f"{word!r} drawn while it is the last token")
             assert not app.current.done
-            await wait_for(pilot, lambda: word in drawn(), 0.4, f"{word!r} drawn")  # 0.6 s to the next
+            go[n - 1].set()
         await wait_run(pilot)
         assert "One two three" in drawn()
 
