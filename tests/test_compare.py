@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from textual.command import CommandList
-from tui_fixtures import COMPARE_QUESTIONS, COMPARE_TRACE, FakeBackend, reply_to, wait_for
+from tui_fixtures import palette_pick, COMPARE_QUESTIONS, COMPARE_TRACE, FakeBackend, reply_to, wait_for
 
 from loopchat.events import Finish, Message, Prefill, Start, Step
 from loopchat.reply_stats import comparable, reply_stats
@@ -222,10 +221,7 @@ async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:
         assert not isinstance(app.screen, CompareScreen)
         assert any("two finished replies" in n.message for n in app._notifications)
         await reply_to(pilot, "again")
-        await pilot.press("ctrl+p")
-        await pilot.press(*"Compare two")
-        await wait_for(pilot, lambda: app.screen.query_one(CommandList).option_count > 0, 5, "the palette's match")
-        await pilot.press("enter")
+        await palette_pick(pilot, "Compare two")
         await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "the compare screen")
 
 

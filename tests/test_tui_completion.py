@@ -7,7 +7,7 @@ The real default model (and Gemma 3 270M base, which has no chat template) with 
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import loaded_live_backend, drawn, panel_text, wait_for, wait_run
+from tui_fixtures import palette_pick, loaded_live_backend, drawn, panel_text, wait_for, wait_run
 
 from loopchat.chat_prompt import NO_TEMPLATE_NOTE
 from loopchat.events import DOCUMENT, Message
@@ -247,14 +247,7 @@ async def test_the_command_palette_switches_the_mode(tmp_path) -> None:
 
     app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"Completion mode")
-        await wait_for(
-            pilot, lambda: "Completion mode" in str(app.screen.query("CommandList").first().get_option_at_index(0).prompt),
-            5, "the entry",
-        )
-        await pilot.press("enter")
+        await palette_pick(pilot, "Completion mode")
         await wait_for(pilot, lambda: app.session.completion, 5, "completion mode")
         assert "completion" in app.sub_title
         assert "Completion mode → chat mode" in [c.title for c in app.key_commands()]

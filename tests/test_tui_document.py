@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fixtures import loaded_live_backend, DATA, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
+from tui_fixtures import palette_pick, loaded_live_backend, DATA, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
 
 from loopchat.events import ContextTrimmed, Finish, Prefill, Step
 from loopchat.settings import SamplingSettings
@@ -289,11 +289,7 @@ async def test_the_command_palette_shows_the_document(tmp_path) -> None:
     app = replay_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_run(pilot, 10)
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"Document view")
-        await wait_for(pilot, lambda: "Document view" in str(app.screen.query("CommandList").first().get_option_at_index(0).prompt), 5, "the entry")
-        await pilot.press("enter")
+        await palette_pick(pilot, "Document view")
         await wait_for(pilot, lambda: app.document.display, 5, "the document")
         assert not app.transcript.display and "Reply 1" in head(app)
 

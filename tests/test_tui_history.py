@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 import pytest
-from tui_fixtures import loaded_live_backend, FakeBackend, panel_text, wait_for, wait_run
+from tui_fixtures import palette_pick, loaded_live_backend, FakeBackend, panel_text, wait_for, wait_run
 
 from loopchat.cli import build_parser
 from loopchat.events import FinishReason, Step
@@ -180,15 +180,9 @@ async def test_list_search_rename_and_delete_with_confirmation(tmp_path) -> None
 
 
 async def test_the_command_palette_opens_the_list(tmp_path) -> None:
-    from textual.command import CommandPalette
-
     app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json", history_path=tmp_path / "h.sqlite3")
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("ctrl+p")
-        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), 5, "the palette")
-        await pilot.press(*"Conversations")
-        await pilot.pause(0.3)
-        await pilot.press("enter")
+        await palette_pick(pilot, "Conversations")
         await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5, "the list")
         assert "No conversation stored yet" in str(app.screen.options.get_option_at_index(0).prompt)
 

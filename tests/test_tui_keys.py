@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from textual import events
-from tui_fixtures import FakeBackend, panel_text, reply_to, wait_for, wait_run
+from tui_fixtures import palette_pick, FakeBackend, panel_text, reply_to, wait_for, wait_run
 
 from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
@@ -275,16 +275,9 @@ async def test_f4_f6_f7_toggle_and_are_remembered(tmp_path) -> None:
 
 
 async def test_ctrl_p_opens_the_command_palette(tmp_path) -> None:
-    from textual.command import CommandPalette
-
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        assert isinstance(app.screen, CommandPalette)
-        await pilot.press(*"Stream/blocking")
-        await pilot.pause(0.3)
-        await pilot.press("enter")
+        await palette_pick(pilot, "Stream/blocking")
         await pilot.pause()
         assert app.prefs.streaming is False
 

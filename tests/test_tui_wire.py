@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from rich.cells import cell_len
-from tui_fixtures import loaded_live_backend, REPLY_TRACE, FakeBackend, StepGate, wait_for, wait_run
+from tui_fixtures import palette_pick, loaded_live_backend, REPLY_TRACE, FakeBackend, StepGate, wait_for, wait_run
 
 from loopchat.events import Finish, FinishReason, Message, Prefill, RunDone, Step, WireReceived
 from loopchat.settings import SamplingSettings
@@ -226,16 +226,9 @@ async def test_f10_switches_to_the_wire_and_back_remembered(tmp_path) -> None:
 
 
 async def test_the_command_palette_entry_and_a_click_fold(tmp_path) -> None:
-    from textual.command import CommandPalette
-
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        assert isinstance(app.screen, CommandPalette)
-        await pilot.press(*"Wire view")
-        await pilot.pause(0.3)
-        await pilot.press("enter")
+        await palette_pick(pilot, "Wire view")
         await wait_for(pilot, lambda: app.wire.display, 5, "the wire view")
         await pilot.press(*"Hi", "enter")
         await wait_run(pilot)

@@ -30,6 +30,27 @@ async def wait_run(pilot: Any, timeout: float = 60.0) -> None:
     await pilot.pause()
 
 
+async def palette_pick(pilot: Any, text: str) -> None:
+    """Open the command palette (Ctrl+P), type `text`, wait until its first entry is
+    the one asked for (the palette searches in the background), and press Enter."""
+    from textual.command import CommandList, CommandPalette
+
+    app = pilot.app
+    await pilot.press("ctrl+p")
+    await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), 10, "the command palette")
+    await pilot.press(*text)
+
+    def found() -> bool:
+        lists = app.screen.query(CommandList)
+        if not lists or lists.first().option_count == 0:
+            return False
+        first = lists.first().get_option_at_index(0).prompt
+        return text.lower() in str(getattr(first, "plain", first)).lower()
+
+    await wait_for(pilot, found, 10, f"the palette's entry {text!r}")
+    await pilot.press("enter")
+
+
 async def reply_to(pilot: Any, text: str) -> None:
     """Type `text` into the prompt, send it, and wait until the reply has finished."""
     await pilot.press(*text, "enter")

@@ -36,7 +36,7 @@ from starlette.routing import Route
 from .events import RunDone, WorkerError
 from .run_command import summary_line
 from .serve_loop import OneLoop, QueueFull, Run, ShuttingDown
-from .serve_requests import GenerationRequest, RequestError, parse_chat, parse_completion, parse_json
+from .serve_requests import RequestError, parse_chat, parse_completion, parse_json
 from .settings import SamplingSettings
 from .wire import DONE_LINE, WireSerializer, error_body, sse_line
 

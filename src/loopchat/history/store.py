@@ -248,7 +248,7 @@ class ConversationStore:
         for target in (path.parent, path):  # WAL mode writes files beside it: the folder too
             if target.exists() and not os.access(target, os.W_OK):
                 raise _cannot_write(path, f"{target} is read-only")
-        version = _check_existing(path)
+        _check_existing(path)
         try:
             conn = sqlite3.connect(str(path), timeout=10, isolation_level=None)
         except sqlite3.Error as exc:
