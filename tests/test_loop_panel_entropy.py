@@ -106,3 +106,19 @@ def test_a_probability_of_zero_is_infinite_surprise() -> None:
     panel = wide(r, r.steps[-1])
     assert row(panel, "surprisal").endswith("–∞ bits") and "max surprisal: pass 6" in panel
     assert row(panel, "surprisal")[5] == "█"
+
+
+def test_the_peak_caption_stays_on_one_line_in_a_narrow_panel() -> None:
+    """A narrow panel (at 120 columns its text is 48 cells wide): the long caption would
+    put its pass number on a line of its own; the short one says the same on one line."""
+    r = record(threads=False)
+
+    def at(width: int) -> str:
+        view = PanelView(record=r, step=r.steps[-1], live=r.steps[-1].settings, width=width)
+        console = Console(width=width, record=True, color_system=None, file=open("/dev/null", "w"))
+        console.print(panel_renderable(view))
+        return console.export_text()
+
+    assert "raw softmax · max surprisal: pass 21" in at(60)
+    (line,) = [ln for ln in at(46).splitlines() if "max surprisal" in ln]
+    assert line.strip() == "raw · max surprisal: pass 21"

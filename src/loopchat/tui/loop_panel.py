@@ -526,7 +526,11 @@ def _uncertainty(index: ReplyIndex, upto: int | None, spark_width: int, label_w:
         if label == "surprisal":
             peak_pass = series.peak + 1 if upto is None else peak + 1  # steps count from pass 1
     if peak_pass is not None:
-        out.append([(" " * label_w, _NONE), (f"raw softmax · max surprisal: pass {peak_pass}", LABEL)])
+        # one line under the rows (the panel is spark_width + 30 wide: see panel_lines)
+        caption = f"raw softmax · max surprisal: pass {peak_pass}"
+        if len(caption) > spark_width + 30 - label_w:
+            caption = f"raw · max surprisal: pass {peak_pass}"
+        out.append([(" " * label_w, _NONE), (caption, LABEL)])
     return out
 
 
