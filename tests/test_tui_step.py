@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import Input, OptionList
-from tui_fixtures import loaded_live_backend, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
+from tui_fixtures import drawn, loaded_live_backend, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
 from loopchat.events import FinishReason
@@ -49,6 +49,18 @@ async def armed_and_sent(pilot, text: str = PROMPT) -> None:
     assert app.session.step_armed and app.step_bar.display
     await pilot.press(*text, "enter")
     await stopped_at(pilot, 0)
+
+
+async def test_a_narrow_transcript_cuts_the_stopped_line_with_an_ellipsis(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:  # the panel beside the transcript
+        await armed_and_sent(pilot)
+        view = app.views[app.current]
+        last = drawn(view).splitlines()[-1]
+        assert last.startswith("│ step mode: stopped before the first draw") and last.rstrip().endswith("…")
+        assert len(last.rstrip()) <= view.width
+        await pilot.press("escape")
+        await wait_run(pilot)
 
 
 async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> None:

@@ -314,7 +314,9 @@ class ReplyView(Block):
                 # what _line_strip(self._tail) gives, from the segments kept as it grew
                 self._tail_strip = self._gutter(Strip(self._tail_segs), _REPLY)
             return self._tail_strip
-        return self._line_strip(self._status or Text())
+        status = (self._status or Text()).copy()
+        status.truncate(max(1, self.width - GUTTER), overflow="ellipsis")  # one line: cut with "…"
+        return self._line_strip(status)
 
     def _line_strip(self, text: Text) -> Strip:
         assert self._console is not None
