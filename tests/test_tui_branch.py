@@ -180,6 +180,39 @@ async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> N
         await wait_run(pilot)
 
 
+async def test_slash_in_the_picker_branches_with_any_token_of_the_vocabulary(backend, tmp_path) -> None:
+    from textual.widgets import Input, OptionList
+
+    from loopchat.tui.step_mode import TokenSearch
+
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name three animals that live in the sea.")
+        (first,) = app.conversation.replies
+        reply, at = await select_back(pilot, 4)
+        listed = {c.token_id for c in first.steps[at].raw_top}
+        vocab = backend.vocabulary()
+        word = " penguin" if " penguin" in vocab else " whale"
+        tid = vocab.index(word)
+        assert tid not in listed  # a token the picker's rows do not offer
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenSearch), 5, "the search")
+        app.screen.query_one(Input).value = word
+        search = app.screen
+        await wait_for(pilot, lambda: search.results and search.results[0] == tid, 5, "the token found")
+        row = str(search.query_one(OptionList).get_option_at_index(0).prompt)
+        assert str(tid) in row and row.count("–") == 2  # not among the pass's stored candidates: not given
+        await pilot.press("enter")
+        await wait_run(pilot)
+        branch = app.conversation.replies[-1]
+        assert branch is not first and branch.steps[at].token_id == tid and branch.steps[at].chosen_by == "hand"
+        assert branch.steps[:at] == first.steps[:at] and branch.prefill.evaluated_tokens == 1
+        assert branch.steps[at].text == word and "version 2/2" in title(app)
+
+
 async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(backend, tmp_path) -> None:
     from loopchat.events import Step
     from loopchat.history.store import ConversationStore

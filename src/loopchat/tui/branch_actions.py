@@ -53,7 +53,10 @@ class BranchActions(_Base):
         except Refused as exc:
             self.notify(str(exc), severity="warning")
             return
-        self.push_screen(BranchPicker(reply, step, self.session.settings), lambda c: self._branch(reply, index, c))
+        self.push_screen(
+            BranchPicker(reply, step, self.session.settings, self.backend.vocabulary()),
+            lambda c: self._branch(reply, index, c),
+        )
 
     def _branch(self, reply: int, index: int, choice: BranchChoice | None) -> None:
         if choice is None:

@@ -3,8 +3,9 @@
 The dialog shows the die of that pass as it was rolled: its candidates, raw softmax and
 after sampling (the settings of that pass), the token drawn marked ▶. The user picks
 another face (a candidate: the new version of the reply takes it at that step, recorded
-as picked by hand) or rolls again with the current settings (row 0). The reply up to
-that token stays; the engine reuses the KV cache up to there.
+as picked by hand; / searches the whole vocabulary) or rolls again with the current
+settings (row 0). The reply up to that token stays; the engine reuses the KV cache up
+to there.
 
 `branch_choices` is the list without Textual, for the tests.
 """
@@ -24,6 +25,7 @@ from textual.widgets.option_list import Option
 from ..events import Step
 from ..settings import SamplingSettings
 from .plots import fmt_prob, show_token
+from .step_mode import TokenSearch
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,14 @@ def settings_line(s: SamplingSettings) -> str:
     return f"T {s.temperature:.2f}, top-k {s.top_k}, top-p {s.top_p:.2f}, min-p {s.min_p:.2f}"
 
 
+def sampled_complete(step: Step) -> bool:
+    """Whether the step's stored after-sampling list holds every token sampling kept (a
+    token missing from it was then cut; else its probability is not known)."""
+    return step.candidates_kept is not None and step.sampled_top is not None and (
+        step.candidates_kept <= len(step.sampled_top)
+    )
+
+
 def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchChoice, str]]:
     """(choice, row text): row 0 draws again with `current`; then the pass's candidates
     in raw softmax order with both probabilities (the settings of that pass cut a row
@@ -46,9 +56,7 @@ def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchCh
         (BranchChoice(None, "a new draw"), f"0     ↻ roll again: {settings_line(current)}"),
     ]
     sampled = {c.token_id: c.prob for c in step.sampled_top or ()}
-    complete = step.candidates_kept is not None and step.sampled_top is not None and (
-        step.candidates_kept <= len(step.sampled_top)
-    )
+    complete = sampled_complete(step)
     for i, c in enumerate(step.raw_top):
         sp = sampled.get(c.token_id)
         after = fmt_prob(sp) if sp is not None else ("cut" if complete else "–")
@@ -78,13 +86,16 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel"),
         *[Binding(str(d), f"pick({d})", show=False) for d in range(10)],
+        Binding("slash", "search", "Any token", show=False),
     ]
 
-    def __init__(self, reply: int, step: Step, current: SamplingSettings) -> None:
+    def __init__(self, reply: int, step: Step, current: SamplingSettings, vocabulary: list[str] | None = None) -> None:
+        """`vocabulary`: every token's text by id, for the search (None: no search)."""
         super().__init__()
         self.reply = reply
         self.step = step
         self.rows = branch_choices(step, current)
+        self.vocabulary = vocabulary
 
     def compose(self) -> ComposeResult:
         s = self.step
@@ -96,7 +107,9 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
                 Text(
                     "A new version of the reply keeps the tokens before this one and takes what you pick here "
                     "(recorded as picked by hand), then runs on with the current settings. "
-                    "Enter or 0–9 picks (0: roll again with the current settings) · Esc cancels · Alt+PgUp / Alt+PgDn switch versions afterwards"
+                    "Enter or 0–9 picks (0: roll again with the current settings) · "
+                    + ("/ searches every token · " if self.vocabulary else "")
+                    + "Esc cancels · Alt+PgUp / Alt+PgDn switch versions afterwards"
                 ),
                 id="branch-help",
             )
@@ -114,6 +127,26 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
     def action_pick(self, n: int) -> None:
         if n < len(self.rows):
             self.dismiss(self.rows[n][0])
+
+    def action_search(self) -> None:
+        """Any token of the vocabulary; the pass's stored candidates give its figures."""
+        vocabulary = self.vocabulary
+        if not vocabulary:
+            self.notify("This model's vocabulary is not available here", severity="warning")
+            return
+        s = self.step
+        sampled = {c.token_id: c.prob for c in s.sampled_top or ()}
+        listed = {c.token_id: (c.prob, sampled.get(c.token_id)) for c in s.raw_top}
+        complete = sampled_complete(s)
+
+        def done(token: int | None) -> None:
+            if token is not None:
+                self.dismiss(BranchChoice(token, show_token(vocabulary[token])))
+
+        self.app.push_screen(TokenSearch(
+            vocabulary, None, listed, not_sampled="cut" if complete else "–",
+            note=f"Figures: the {len(s.raw_top)} candidates stored for this pass; – not stored.",
+        ), done)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

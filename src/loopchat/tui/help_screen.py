@@ -27,7 +27,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("/ (stopped)", "Search the whole vocabulary: tokens starting with what you type, with both probabilities; Enter picks"),
     ("Ctrl+T", "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position"),
     ("F5", "Regenerate the last reply, as a new version of it (a new random seed; a pinned seed moves to the next)"),
-    ("Ctrl+R", "Branch the reply at the selected token (Alt+←/→ or a click): that pass's candidates with both probabilities; pick another (1–9, Enter) or draw again (0): a new version keeps the tokens before it and reuses the KV cache"),
+    ("Ctrl+R", "Branch the reply at the selected token (Alt+←/→ or a click): that pass's candidates with both probabilities; pick another (1–9, Enter; / searches the whole vocabulary) or draw again (0): a new version keeps the tokens before it and reuses the KV cache"),
     ("Alt+PgUp / Alt+PgDn", "Previous / next version of the selected token's reply, else of the last reply (F5 and Ctrl+R make them: \"version 2/3\" in its title); the conversation goes on from the one shown, with the later turns built on it"),
     ("Ctrl+N", "New conversation"),
     ("Ctrl+L", "Completion mode ⇄ chat mode: write a document and the model continues it, no chat template (Enter appends the box's text and continues; an empty Enter: more); a conversation under way is left for a new one"),

@@ -145,18 +145,26 @@ class TokenSearch(ModalScreen[int | None]):
     TokenSearch #search-cols { color: $text-muted; padding: 0 0 0 2; }
     """
 
-    def __init__(self, vocabulary: list[str], probs, listed: dict[int, tuple[float, float | None]]) -> None:
+    def __init__(
+        self, vocabulary: list[str], probs, listed: dict[int, tuple[float, float | None]],
+        *, not_sampled: str = "cut", note: str = "",
+    ) -> None:
+        """`probs`: token ids -> [(raw, sampled)] at the pending draw (None: only the
+        `listed` candidates' figures are known; the others show "–" raw and `not_sampled`
+        after sampling: "cut" when the list held every token sampling kept, else "–")."""
         super().__init__()
         self.vocabulary = vocabulary
-        self.probs = probs  # token ids -> [(raw, sampled)] at the pending draw (or None)
+        self.probs = probs
         self.listed = listed  # the die's own candidates: searched first
+        self.not_sampled = not_sampled
+        self.note = note
         self.results: list[int] = []
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
             box.border_title = "Pick any token"
-            yield Static("Type the token's beginning (a leading space counts). Enter picks, ↑/↓ move, Esc back.",
-                         id="search-head")
+            yield Static("Type the token's beginning (a leading space counts). Enter picks, ↑/↓ move, Esc back."
+                         + (f" {self.note}" if self.note else ""), id="search-head")
             yield Input(placeholder="token text", id="search-input")
             yield Static(search_row("token", "id", "raw softmax", "after sampling"), id="search-cols")
             yield OptionList(id="search-results")
@@ -178,14 +186,15 @@ class TokenSearch(ModalScreen[int | None]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.results = self.search(event.value)
-        probs = self.probs(self.results) if self.results else None
+        probs = self.probs(self.results) if self.results and self.probs is not None else None
         options = self.query_one(OptionList)
         options.clear_options()
         for n, tid in enumerate(self.results):
             raw, sampled = probs[n] if probs else self.listed.get(tid, (None, None))
             row = search_row(
                 show_token(self.vocabulary[tid]), str(tid),
-                search_prob(raw) if raw is not None else "–", search_prob(sampled) if sampled else "cut",
+                search_prob(raw) if raw is not None else "–",
+                search_prob(sampled) if sampled else ("cut" if probs else self.not_sampled),
             )
             options.add_option(Option(row, id=str(tid)))
         if self.results:
