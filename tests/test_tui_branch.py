@@ -45,6 +45,17 @@ async def select_back(pilot, n: int) -> tuple[int, int]:
     return pilot.app.selection
 
 
+async def first_reply_selected(pilot, question: str, back: int):
+    """Once the model is loaded: `question` asked, its reply (the first), and the token
+    cursor `back` tokens from its end (reply number, step index)."""
+    app = pilot.app
+    await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+    await reply_to(pilot, question)
+    (first,) = app.conversation.replies
+    reply, at = await select_back(pilot, back)
+    return first, reply, at
+
+
 async def open_stored(pilot) -> None:
     """Once the model is loaded: Ctrl+O, Enter on the newest stored conversation."""
     from loopchat.tui.history_screen import HistoryScreen
@@ -154,10 +165,7 @@ async def test_branch_is_refused_while_generating_and_for_a_backend_that_cannot(
 async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> None:
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await reply_to(pilot, "Say hello.")
-        (rec,) = app.conversation.replies
-        reply, at = await select_back(pilot, 1)
+        rec, reply, at = await first_reply_selected(pilot, "Say hello.", 1)
         rows = branch_choices(rec.steps[at], app.session.settings)
         assert rows[0][0].token_id is None and "roll again" in rows[0][1]
         assert [c.token_id for c, _ in rows[1:]] == [c.token_id for c in rec.steps[at].raw_top]
@@ -187,10 +195,7 @@ async def test_slash_in_the_picker_branches_with_any_token_of_the_vocabulary(bac
 
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await reply_to(pilot, "Name three animals that live in the sea.")
-        (first,) = app.conversation.replies
-        reply, at = await select_back(pilot, 4)
+        first, reply, at = await first_reply_selected(pilot, "Name three animals that live in the sea.", 4)
         listed = {c.token_id for c in first.steps[at].raw_top}
         vocab = backend.vocabulary()
         word = " penguin" if " penguin" in vocab else " whale"
@@ -227,10 +232,7 @@ async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(bac
 
     app = open_app()
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await reply_to(pilot, "Name a colour and say why you like it.")
-        (first,) = app.conversation.replies
-        _, at = await select_back(pilot, 4)
+        first, _, at = await first_reply_selected(pilot, "Name a colour and say why you like it.", 4)
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("0")
