@@ -51,7 +51,7 @@ async def armed_and_sent(pilot, text: str = PROMPT) -> None:
     await stopped_at(pilot, 0)
 
 
-async def test_a_narrow_transcript_cuts_the_stopped_line_with_an_ellipsis(backend, tmp_path) -> None:
+async def test_at_100_columns_the_stopped_line_is_cut_with_an_ellipsis_and_the_panel_full(backend, tmp_path) -> None:
     app = make_app(backend, tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:  # the panel beside the transcript
         await armed_and_sent(pilot)
@@ -59,6 +59,14 @@ async def test_a_narrow_transcript_cuts_the_stopped_line_with_an_ellipsis(backen
         last = drawn(view).splitlines()[-1]
         assert last.startswith("│ step mode: stopped before the first draw") and last.rstrip().endswith("…")
         assert len(last.rstrip()) <= view.width
+        # after a draw the panel's rows are full: without the key list (the die bar under
+        # it has the keys) the settings keep a line each (they went on one line, 3 rows left blank)
+        await pilot.press("enter")
+        await stopped_at(pilot, 1)
+        lines = panel_text(app).rstrip("\n").split("\n")
+        text = "\n".join(lines)
+        assert "Settings of this draw" in text and "Enter draws" not in text, text
+        assert "▸ temperature" in text and "seed" in text and len(lines) <= app.panel.view.height
         await pilot.press("escape")
         await wait_run(pilot)
 

@@ -278,9 +278,9 @@ def _last_draw(v: PanelView) -> Pieces | None:
 def _pending_lines(v: PanelView, width: int) -> list[Line]:
     """Step mode: the die of the pending draw, raw and after sampling, numbered for the
     digit keys (raw softmax order; a row the filters cut can be picked too). A short
-    panel (80x24: under the transcript) keeps the rows the keys need: no blank lines, the
-    settings on one line, no key list (the die bar has it), fewer candidates (down to 3),
-    then no entropy and no last draw."""
+    panel (80x24: under the transcript) keeps the rows the keys need: no blank lines, no
+    key list (the die bar has it), the settings on one line (with the key list again if
+    it fits), fewer candidates (down to 3), then no entropy and no last draw."""
     p = v.pending
     assert p is not None
     head: list[Line] = []
@@ -335,6 +335,8 @@ def _pending_lines(v: PanelView, width: int) -> list[Line]:
         return full
     if len(full) - 3 <= v.height:  # without the blank lines
         return [*head, *keys, *last, *rows, *entropy, *settings]
+    if len(full) - 3 - len(keys) <= v.height:  # and without the keys (the die bar under the panel says them)
+        return [*head, *last, *rows, *entropy, *settings]
     # short: the settings on one line (the knob the keys change marked ▸), no blank lines
     settings = []
     short: Pieces = []
