@@ -225,6 +225,23 @@ async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "the compare screen")
 
 
+
+async def test_the_keys_and_the_two_texts_read_apart_at_80_and_120_columns(tmp_path) -> None:
+    """80x24: the keys under the screen were cut at "Es…" (how to close it); 120x40: a
+    line of A's text that fills its column ran on into B's with one space between."""
+    for size in ((80, 24), (120, 40)):
+        app = _replay(tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await _both_replies(pilot)
+            await pilot.press("ctrl+g")
+            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "the compare screen")
+            rows = [strip.text for strip in app.screen._compositor.render_strips()]
+            assert "Esc closes" in rows[-1] and "…" not in rows[-1], rows[-1]
+            if size == (120, 40):
+                row = next(r for r in rows if r.count("To calculate") == 2)
+                b = row.index("To calculate", row.index("To calculate") + 1)
+                assert row[b - 2 : b] == "  ", row
+
 def test_compare_snapshot(snap_compare, tmp_path) -> None:
     async def open_compare(pilot) -> None:
         await _both_replies(pilot)

@@ -426,3 +426,23 @@ def test_the_reader_reads_and_never_writes(engine: Engine, tmp_path: Path) -> No
         ConversationStore.open_reader(old)
     with sqlite3.connect(old) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+
+
+def test_the_chat_opening_its_list_keeps_the_writers_file_safe_from_another_process(tmp_path: Path) -> None:
+    """The chat's writer holds the file while Ctrl+O reads it (open_reader); then another
+    process (`loopchat history list`, a second chat) opens and closes it. That process
+    must not take the file for unused and delete the WAL the writer still writes to."""
+    path = tmp_path / "h.sqlite3"
+    with ConversationStore.open(path) as writer:
+        cid = writer.new_conversation("Sea", "m")
+        with ConversationStore.open_reader(path) as reader:
+            assert [s.id for s in reader.list_conversations()] == [cid]
+        subprocess.run(
+            [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+             " c.execute('SELECT count(*) FROM conversations').fetchone(); c.close()", str(path)],
+            check=True, timeout=60,
+        )
+        assert (tmp_path / "h.sqlite3-wal").exists()
+        writer.rename(cid, "Salt")
+        with ConversationStore.open(tmp_path / "h.sqlite3") as other:
+            assert [s.title for s in other.list_conversations()] == ["Salt"]

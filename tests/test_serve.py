@@ -445,6 +445,9 @@ def test_ctrl_c_and_sigterm_shut_down_cleanly(sig: signal.Signals) -> None:
         s.proc.send_signal(sig)
         rest = list(stream)  # the reply in progress ends (cancelled): its finish chunk, [DONE]
         assert rest and rest[-1].choices[0].finish_reason == "stop"
+        # loopchat's own record says why (the chat showed "stopped (cancelled)", as if Esc)
+        finish = rest[-1].model_extra["loopchat"]["finish"]
+        assert finish["reason"] == "cancelled" and finish["error"] == "the server was stopped during this reply"
         assert s.proc.wait(30) == 0
         s.wait_for(rf"stopped \({sig.name}\).*the model is closed")
         assert not any("Traceback" in line for line in s.err + s.out)

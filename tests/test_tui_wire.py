@@ -449,6 +449,27 @@ def test_folded_values_say_their_exact_size() -> None:
     assert folded == [f"[… {size(top):,} B]", f"{{… {size(obj['loopchat']):,} B}}"]
 
 
+def test_a_row_does_not_end_at_the_comma_of_a_folded_size() -> None:
+    """`{… 1,428 B}` broken after "1," read as two figures (a 120-column chat, the wire
+    view beside the transcript): a row ends at another comma or where it is full."""
+    rec = trace_record()
+    ser = WireSerializer("m", WireOptions(logprobs=True, top_logprobs=10))
+    ser.feed(rec.start)
+    ser.feed(rec.prefill)
+    line = ser.lines(rec.steps[0])[0].rstrip("\n")
+    markers = [s for s, st in styled(line, fold=True) if st == FOLDED and "," in s]
+    assert markers  # the loopchat extension is over 1,000 bytes
+    for width in range(20, 100):
+        texts = ["".join(s for s, _ in row) for row in event_rows(line, width, fold=True)]
+        assert "".join(texts) == "".join(s for s, _ in styled(line, fold=True))
+        for marker in markers:
+            head, tail = marker.split(",", 1)
+            # (a row that is full may end anywhere: JSON is cut character by character)
+            assert not any(
+                a.endswith(head + ",") and b.startswith(tail) and cell_len(a) < width for a, b in zip(texts, texts[1:])
+            ), width
+
+
 def test_the_sync_budget_and_the_same_lines_in_the_end() -> None:
     rec = trace_record()
     w = ReplyWire(rec)

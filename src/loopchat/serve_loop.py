@@ -16,14 +16,19 @@ how many ran after.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import queue
 from collections.abc import Callable
 from typing import Any
 
 from .engine_options import EngineOptions
-from .events import Finish, ModelReady, Prefill, RunDone, Start, Step, WorkerError
+from .events import Finish, FinishReason, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from .serve_requests import GenerationRequest
 from .worker import EngineWorker
+
+
+#: Finish.error of the reply in progress when the server is stopped (Ctrl+C, SIGTERM).
+SERVER_STOPPED = "the server was stopped during this reply"
 
 
 class QueueFull(Exception):
@@ -133,6 +138,9 @@ class OneLoop:
         elif isinstance(event, Prefill):
             run.prefill = event
         elif isinstance(event, Finish):
+            if self.closing and event.reason == FinishReason.CANCELLED and event.error is None:
+                # not the client's doing: its finish chunk says why (a loopchat client shows it)
+                event = dataclasses.replace(event, error=SERVER_STOPPED)
             run.finish = event
         elif isinstance(event, WorkerError):
             run.error = event

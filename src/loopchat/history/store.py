@@ -175,9 +175,14 @@ def _newer(path: Path, version: int) -> StoreError:
     )
 
 
-def _check_existing(path: Path) -> int:
+def _check_existing(path: Path, header: bool = True) -> int:
     """The schema version of an existing file, read without writing to it; StoreError
-    for a damaged file or one from a newer loopchat. 0 for a missing or empty file."""
+    for a damaged file or one from a newer loopchat. 0 for a missing or empty file.
+
+    `header`: read the file's header first, outside SQLite. Never where this process may
+    hold the file open through SQLite already: closing another descriptor of it drops the
+    process's POSIX locks, and another process closing its last connection then takes the
+    file for unused and deletes the WAL our connection still writes to."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -188,20 +193,21 @@ def _check_existing(path: Path) -> int:
         raise StoreError(f"the history file {path} is a folder: move it away or use another path")
     if size == 0:
         return 0
-    try:
-        with open(path, "rb") as f:
-            head = f.read(100)
-    except OSError as exc:
-        raise StoreError(f"cannot read the history file {path} ({exc.strerror})") from None
-    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
-        raise _damaged(path, "not an SQLite database")
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    wal = Path(str(path) + "-wal")
-    wal_size = wal.stat().st_size if wal.exists() else 0
-    if wal_size == 0 and pages and size < pages * page_size:
-        raise _damaged(path, f"truncated: {size} bytes of {pages * page_size}")
+    if header:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(100)
+        except OSError as exc:
+            raise StoreError(f"cannot read the history file {path} ({exc.strerror})") from None
+        if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+            raise _damaged(path, "not an SQLite database")
+        page_size = int.from_bytes(head[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(head[28:32], "big")
+        wal = Path(str(path) + "-wal")
+        wal_size = wal.stat().st_size if wal.exists() else 0
+        if wal_size == 0 and pages and size < pages * page_size:
+            raise _damaged(path, f"truncated: {size} bytes of {pages * page_size}")
     try:
         ro = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=10)
     except sqlite3.Error as exc:
@@ -289,7 +295,7 @@ class ConversationStore:
         replies (the writer's own `open` did those). StoreError as `open`, and for a file
         not yet migrated to this version."""
         path = Path(path).expanduser() if path is not None else default_store_path()
-        version = _check_existing(path)
+        version = _check_existing(path, header=False)  # the chat's writer holds it open
         if version == 0:
             raise StoreError(f"no conversation is stored yet ({path})")
         if version > SCHEMA_VERSION:

@@ -101,6 +101,11 @@ def default_pair(replies: Sequence[ReplyRecord], selected: int | None) -> tuple[
     return b - 1, b
 
 
+#: The keys, under the screen; the short form where the long one would be cut (80 columns).
+KEYS = "←/→ change the marked side's reply · Tab the other side · ↑/↓ scroll · Esc closes"
+KEYS_SHORT = "←/→ marked side's reply · Tab other side · ↑/↓ scroll · Esc closes"
+
+
 class CompareScreen(ModalScreen[None]):
     """Two finished replies side by side."""
 
@@ -131,7 +136,7 @@ class CompareScreen(ModalScreen[None]):
     CompareScreen .compare-text {
         width: 1fr;
         height: auto;
-        padding-right: 1;
+        padding-right: 2;
     }
     """
 
@@ -150,7 +155,7 @@ class CompareScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="compare-body") as box:
             box.border_title = "Compare two replies"
-            box.border_subtitle = "←/→ change the marked side's reply · Tab the other side · ↑/↓ scroll · Esc closes"
+            box.border_subtitle = KEYS
             yield Static(id="compare-table")
             with Horizontal(id="compare-texts"):
                 yield Static(id="compare-text-a", classes="compare-text")
@@ -169,6 +174,8 @@ class CompareScreen(ModalScreen[None]):
         return Text(f"{mark}{'AB'[side]} · reply {s.number}", style="bold reverse" if side == self.side else "bold")
 
     def redraw(self) -> None:
+        # the subtitle has the width less the border's corners and a space each side
+        self.query_one("#compare-body").border_subtitle = KEYS if len(KEYS) <= self.app.size.width - 6 else KEYS_SHORT
         a, b = self.stats(self.sides[0]), self.stats(self.sides[1])
         table = Table(box=None, padding=(0, 2), expand=True, show_edge=False)
         table.add_column("", style="bold #ffaf00", no_wrap=True)

@@ -127,9 +127,11 @@ def _matching(text: str, open_at: int) -> int | None:
 
 def to_rows(pieces: list[tuple[str, Style]], width: int) -> list[Row]:
     """The pieces cut into rows of at most `width` cells: after a comma when one is
-    near the row's end, else where the row is full (a line break starts a row; a wide
-    character that does not fit moves to the next row)."""
-    text = "".join(s for s, _ in pieces)
+    near the row's end (not the one in a folded value's size), else where the row is
+    full (a line break starts a row; a wide character that does not fit moves to the
+    next row)."""
+    # a folded value's size ("{… 1,428 B}") is no place to break: its comma is masked
+    text = "".join(s.replace(",", "_") if style is FOLDED else s for s, style in pieces)
     rows: list[Row] = []
     i = 0  # the piece holding text[at]
     at = 0  # where that piece starts in text
