@@ -102,3 +102,12 @@ def test_a_short_panel_shows_fewer_candidates_before_cutting_the_rest() -> None:
     assert f"top {10 - (len(full) - 29)}" in text  # as many candidates fewer as lines missing
     lines = panel_lines(PanelView(record=r, step=step, live=step.settings, width=60, height=12))
     assert "top 3" in lines_to_text(lines).plain  # never fewer than 3 (below that, the end is cut)
+
+
+def test_the_prefill_row_writes_thousands_as_the_context_row_does() -> None:
+    from loopchat.events import Prefill
+
+    r = record(threads=False)
+    r.prefill = Prefill(prompt_tokens=2019, reused_tokens=1500, evaluated_tokens=519, batches=2, ms=1234.0)
+    panel = text(r, r.steps[-1], pinned=False)
+    assert "2,019 tokens, 1,500 reused in " in panel  # ("2019 tokens" beside "context 2,063 / 4,096")

@@ -248,7 +248,7 @@ class ReplyView(Block):
         parts.append(label)
         if r.is_branch and r.prefill is not None:
             p = r.prefill  # a branch: how much of the context the KV cache still held
-            parts.append(f"branch: {p.reused_tokens} tokens reused from the KV cache, {p.evaluated_tokens} evaluated")
+            parts.append(f"branch: {p.reused_tokens:,} tokens reused from the KV cache, {p.evaluated_tokens:,} evaluated")
         if f.paused_ms:
             parts.append(f"stopped {fmt_ms(f.paused_ms)} in step mode (in total, not in TTFT or tok/s)")
         elif r.stepped:  # a trace from before Finish.paused_ms

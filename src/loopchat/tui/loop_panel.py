@@ -423,8 +423,8 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     p = r.prefill
     arrivals = s.forward_ms is None  # a server's chunks: their arrival times are all there is
     if p is not None:
-        reused = f", {p.reused_tokens} reused" if p.reused_tokens else ""
-        row("prefill", (f"{p.prompt_tokens} tokens{reused} in {fmt_ms(p.ms)}", _NONE))
+        reused = f", {p.reused_tokens:,} reused" if p.reused_tokens else ""
+        row("prefill", (f"{p.prompt_tokens:,} tokens{reused} in {fmt_ms(p.ms)}", _NONE))
     elif arrivals and r.finish is not None and r.finish.prefill_ms is not None:  # llama.cpp's timings
         row("prefill", (fmt_ms(r.finish.prefill_ms), _NONE), *([(" (the server's timing)", LABEL)] if not compact else []))
     elif arrivals:
