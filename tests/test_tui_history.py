@@ -287,3 +287,27 @@ async def test_a_write_failure_mid_session_gives_one_notice_and_the_chat_goes_on
         assert len(app.conversation.replies) == 3
         (line,) = notices(app, "History off")
         assert "\n" not in line and "history not saved" in line
+
+
+async def test_a_reply_left_by_ctrl_n_is_stored_as_stopped_and_says_why_once(backend, tmp_path) -> None:
+    from tui_fixtures import StepGate
+
+    from loopchat.history.export import info_line
+    from loopchat.tui.history_recorder import LEFT_UNFINISHED
+
+    store = tmp_path / "history.sqlite3"
+    app = live_app(backend, tmp_path, store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        gate = StepGate(app, after=3)
+        await pilot.press(*"Tell me a story.", "enter")
+        await wait_for(pilot, lambda: gate.holding and app.steps_seen >= 3, 30, "the reply under way")
+        await pilot.press("ctrl+n")  # a new conversation, the reply still running
+        gate.release()
+        await wait_for(pilot, lambda: not app.generating, 30, "the reply to stop")
+        assert app.history.writer.flush(10)
+    reply = load_only(store).path()[-1]
+    finish = reply.events[-1]
+    assert finish.reason == FinishReason.CANCELLED and finish.error == LEFT_UNFINISHED
+    line = info_line(reply)
+    assert f"stopped (cancelled): {LEFT_UNFINISHED}" in line and line.count("stopped") == 1, line

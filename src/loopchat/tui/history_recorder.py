@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 #: titles are the first message, on one line, at most this many characters
 TITLE_CHARS = 60
 
-#: Finish.error of a reply that a new conversation (or an opened one) left unfinished
-LEFT_UNFINISHED = "stopped: the conversation was left while this reply was being generated"
-QUIT_DURING = "stopped: the app quit while this reply was being generated"
+#: Finish.error of a reply that a new conversation (or an opened one) left unfinished, or
+#: the quit (shown after "stopped (cancelled): ")
+LEFT_UNFINISHED = "the conversation was left while this reply was being generated"
+QUIT_DURING = "the app quit while this reply was being generated"
 
 
 def title_of(text: str) -> str:
