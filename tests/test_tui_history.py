@@ -150,6 +150,12 @@ async def test_list_search_rename_and_delete_with_confirmation(tmp_path) -> None
         assert [s.title for s in screen.summaries] == ["Cooking"]
         await pilot.press(*" nothing")
         assert screen.summaries == [] and "No conversation matches" in str(screen.options.get_option_at_index(0).prompt)
+        await pilot.press("ctrl+r", "ctrl+d")  # nothing to act on: each says so (they did nothing, silently)
+        assert app.screen is screen
+        said = [str(n.message) for n in app._notifications]
+        assert [m for m in said if m.startswith("Nothing to")] == [
+            "Nothing to rename: no conversation matches the search", "Nothing to delete: no conversation matches the search",
+        ]
         for _ in " nothing":
             await pilot.press("backspace")
         assert [s.title for s in screen.summaries] == ["Cooking"]

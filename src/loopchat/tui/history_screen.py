@@ -161,8 +161,21 @@ class HistoryScreen(ModalScreen[int | None]):
         if self.summaries:
             ol.highlighted = max(0, min(len(self.summaries) - 1, (ol.highlighted or 0) + by))
 
-    def action_rename(self) -> None:
+    def _selected_for(self, what: str) -> ConversationSummary | None:
+        """The highlighted conversation, or None with a notice saying why nothing happens."""
         s = self.selected()
+        if s is None:
+            if self.summaries:
+                empty = "no conversation is highlighted"
+            elif self.query_one("#history-search", Input).value:
+                empty = "no conversation matches the search"
+            else:
+                empty = "no conversation is stored"
+            self.app.notify(f"Nothing to {what}: {empty}", timeout=2)
+        return s
+
+    def action_rename(self) -> None:
+        s = self._selected_for("rename")
         if s is None:
             return
 
@@ -177,7 +190,7 @@ class HistoryScreen(ModalScreen[int | None]):
         self.app.push_screen(RenameScreen(s.title), done)
 
     def action_delete(self) -> None:
-        s = self.selected()
+        s = self._selected_for("delete")
         if s is None:
             return
 
