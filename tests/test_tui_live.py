@@ -168,3 +168,45 @@ async def test_each_frame_takes_what_the_engine_process_sent(tmp_path, monkeypat
             assert app.conversation.replies[0].finish.completion_tokens > 0
     finally:
         b.close()
+
+
+async def test_the_panel_says_the_prompt_is_being_read_until_the_first_pass_ends(backend, tmp_path) -> None:
+    """Between Enter and the first token the panel showed the welcome text (a reopened
+    conversation's prefill takes seconds): it now says what runs, with the prompt's size,
+    then the prefill's figures. The backend is held after each of those events."""
+    import threading
+
+    from loopchat.events import Prefill, Start
+
+    app = make_app(backend, tmp_path, max_tokens=8)
+    held = {Start: threading.Event(), Prefill: threading.Event()}
+    seen: list[type] = []
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await send(pilot, "Hi!")  # a reply before: the panel must not keep showing it either
+        await wait_run(pilot)
+        sink = app.pump.emit
+
+        def emit(event) -> None:
+            sink(event)
+            if type(event) in held:
+                seen.append(type(event))
+                held[type(event)].wait(60)
+
+        app.backend.attach(emit)
+        await pilot.press(*"Tell me about the sea.", "enter")
+        await wait_for(pilot, lambda: seen == [Start] and app.current.start is not None, 30, "the start")
+        await wait_for(pilot, lambda: "reading the prompt" in panel_text(app), 5, "the panel to say so")
+        text = panel_text(app)
+        n = len(app.current.start.prompt_token_ids)
+        assert "Forward pass 1 · reading the prompt" in text and f"prompt {n:,} tokens (context 4,096)" in text
+        assert "Send a message" not in text and "(its first draw)" in text and "Forward pass 2" not in text
+        assert "\n\n\n" not in text.split("Sampling settings")[0]  # one blank line before the settings
+        held[Start].set()
+        await wait_for(pilot, lambda: seen == [Start, Prefill] and app.current.prefill is not None, 30, "the prefill")
+        p = app.current.prefill
+        await wait_for(pilot, lambda: f"prefill {p.prompt_tokens:,} tokens, {p.reused_tokens:,} reused" in panel_text(app), 5,
+                       "the prefill's figures")
+        held[Prefill].set()
+        await wait_run(pilot)
+        assert "Forward pass" in panel_text(app) and "reading the prompt" not in panel_text(app)

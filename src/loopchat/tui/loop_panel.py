@@ -568,7 +568,7 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
     shown = v.live if ahead else s.settings
     changes = caches.changes(r) if s is not None else {}
     key = (
-        width, shown, v.knob, tuple(changes.items()), s is None,
+        width, shown, v.knob, tuple(changes.items()), s is None, s is None and v.generating,
         (s.settings_changed, s.index > 0) if s is not None else None,
         s.index if (s is not None and v.pinned) else None,
         v.live if (s is not None and v.generating and not v.pinned) else None,
@@ -577,7 +577,8 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
     if caches.settings is not None and caches.settings[0] == key:
         out.extend(caches.settings[1])
         return
-    lines: list[Pieces] = [[("Sampling settings", HEAD), ("  (next reply)" if ahead else "  (at this pass)", LABEL)]]
+    when = "  (at this pass)" if not ahead else "  (its first draw)" if s is None and v.generating else "  (next reply)"
+    lines: list[Pieces] = [[("Sampling settings", HEAD), (when, LABEL)]]
     for name in KNOBS:
         value = getattr(shown, name)
         t: Pieces = [
@@ -611,6 +612,32 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
     _fit_all(lines, width, fitted)
     caches.settings = (key, fitted)
     out.extend(fitted)
+
+
+def _starting(v: PanelView) -> list[Pieces]:
+    """A reply sent, its first pass not yet over: the prompt being read (a long one, or a
+    conversation reopened, takes seconds on a CPU: the panel says what runs)."""
+    r = v.record
+    assert r is not None
+    out: list[Pieces] = [[("Forward pass 1", HEAD), (" · reading the prompt", _GENERATING)]]
+    if r.mode == BLOCKING:
+        out.append([("blocking mode: what the model does while the caller waits", _BLOCKING)])
+    st, p = r.start, r.prefill
+    if p is not None:
+        reused = f", {p.reused_tokens:,} reused" if p.reused_tokens else ""
+        out.append([("prefill ", LABEL), (f"{p.prompt_tokens:,} tokens{reused} in {fmt_ms(p.ms)}", _NONE)])
+    elif st is not None and st.prompt_token_ids is not None:
+        ctx = f" (context {st.n_ctx:,})" if st.n_ctx else ""
+        out.append([("prompt ", LABEL), (f"{len(st.prompt_token_ids):,} tokens{ctx}", _NONE)])
+    if p is None:
+        remote = st is not None and st.prompt_token_ids is None
+        out.append([(
+            "waiting for the server's first chunk" if remote else
+            "the first pass runs the model over the whole prompt at once (prefill, less what the "
+            "KV cache holds); the candidates of the first token appear when it ends",
+            _WELCOME,
+        )])
+    return out
 
 
 def _welcome(v: PanelView) -> list[Pieces]:
@@ -654,10 +681,12 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
         return _pending_lines(v, width)
     out: list[Line] = []
     if v.step is None or v.record is None:
-        _fit_all(_title(v), width, out)
+        starting = v.record is not None and v.generating
+        _fit_all(_starting(v) if starting else _title(v), width, out)
         out.append(_BLANK)
-        _fit_all(_welcome(v), width, out)
-        out.append(_BLANK)
+        if not starting:
+            _fit_all(_welcome(v), width, out)
+            out.append(_BLANK)
         _settings(v, width, out, caches)
         return out
     if v.compact:
