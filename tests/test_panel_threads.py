@@ -111,3 +111,20 @@ def test_the_prefill_row_writes_thousands_as_the_context_row_does() -> None:
     r.prefill = Prefill(prompt_tokens=2019, reused_tokens=1500, evaluated_tokens=519, batches=2, ms=1234.0)
     panel = text(r, r.steps[-1], pinned=False)
     assert "2,019 tokens, 1,500 reused in " in panel  # ("2019 tokens" beside "context 2,063 / 4,096")
+
+
+def test_the_repeat_seed_and_max_line_breaks_between_items_not_inside_one() -> None:
+    r = record(threads=False)
+    s = r.steps[-1]
+    live = dataclasses.replace(s.settings, seed=1172701763, max_tokens=512, repeat_penalty=1.1, repeat_last_n=64)
+
+    def at(width: int) -> list[str]:
+        view = PanelView(record=r, step=s, live=live, width=width)
+        console = Console(width=width, record=True, color_system=None, file=open("/dev/null", "w"))
+        console.print(panel_renderable(view))
+        return [ln.strip() for ln in console.export_text().splitlines()]
+
+    assert "repeat ×1.10 over 64 · seed 1172701763 · max 512" in at(80)
+    narrow = at(48)  # the chat at 120 columns ("max" ended a line, "512" began the next)
+    i = narrow.index("repeat ×1.10 over 64 · max 512")
+    assert narrow[i + 1] == "seed 1172701763"

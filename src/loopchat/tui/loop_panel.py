@@ -599,11 +599,13 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
             when = "next reply" if _remote(v) else "from next pass"  # a server fixed this reply's
             t.append((f"  → {fmt_value(name, pending)} {when}", _PENDING))
         lines.append(t)
-    lines.append([(
-        f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n} · "
-        f"seed {fmt_value('seed', shown.seed)} · max {shown.max_tokens}",
-        LABEL,
-    )])
+    repeat = f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n}"
+    seed = f"seed {fmt_value('seed', shown.seed)}"
+    one = f"{repeat} · {seed} · max {shown.max_tokens}"
+    if len(one) <= width:
+        lines.append([(one, LABEL)])
+    else:  # (a pinned 10-digit seed: the line wrapped between "max" and its number)
+        lines += [[(f"{repeat} · max {shown.max_tokens}", LABEL)], [(f"  {seed}", LABEL)]]
     lines.append([("  ^↑/^↓ change ▸ · F8 next · F2 type values", _DIM)])
     other = [n for n in changes if n not in KNOBS]
     if other:
