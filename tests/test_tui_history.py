@@ -114,6 +114,17 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         assert app.selection == (rec.number, last.index)
         assert f"Forward pass {last.index + 1}" in panel_text(app)
         await pilot.press("escape")
+        # a click on a stored token (the body's first character): the panel shows its step
+        t = app.transcript
+        first_shown = next(s for s in rec.steps if s.text.strip())
+        y = t._starts[t.blocks.index(view)] + 2 - int(t.scroll_y)  # the body's first line
+        assert view.line(2).text[2:].startswith(first_shown.text.lstrip()[:1])
+        await pilot.click(t, offset=(3, y))  # 3: the transcript's padding and the gutter "│ "
+        await pilot.pause()
+        assert app.selection == (rec.number, first_shown.index)
+        shown = panel_text(app).replace("\n", " ")
+        assert f"Forward pass {first_shown.index + 1}" in shown and f"selected  token of reply {rec.number}" in shown
+        await pilot.press("escape")
         # continuing: the stored turns go with the next message; the prefill evaluates them all
         await send(pilot, "Another one?")
         new = app.conversation.replies[-1]

@@ -67,6 +67,15 @@ async def test_at_100_columns_the_stopped_line_is_cut_with_an_ellipsis_and_the_p
         text = "\n".join(lines)
         assert "Settings of this draw" in text and "Enter draws" not in text, text
         assert "▸ temperature" in text and "seed" in text and len(lines) <= app.panel.view.height
+        # a click on a token gives the transcript the focus: the die bar's keys still work
+        t = app.transcript
+        y = t._starts[t.blocks.index(view)] + 2 - int(t.scroll_y)
+        await pilot.click(t, offset=(3, y))
+        await pilot.pause()
+        assert app.focused is t and app.selection == (app.current.number, 0)
+        await pilot.press("enter")  # (it went nowhere)
+        await stopped_at(pilot, 2)
+        assert app.current.steps[1].chosen_by == "step" and app.prompt.text == ""
         await pilot.press("escape")
         await wait_run(pilot)
 

@@ -152,6 +152,13 @@ async def test_clicking_a_token_shows_its_step(tmp_path) -> None:
         await pilot.pause()
         assert app.selection == (1, 2)
         assert "Forward pass 3" in panel_text(app) and "selected token of reply 1" in panel_text(app)
+        assert app.focused is t  # the click focused the transcript: what is typed next went nowhere
+        await pilot.press(*"and you?")
+        await pilot.pause()
+        assert app.prompt.value == "and you?" and app.focused is app.prompt
+        await pilot.press("enter")  # sent, as typed
+        await wait_run(pilot)
+        assert app.conversation.turns[-2].content == "and you?"
 
 
 async def test_ctrl_c_stops_a_reply_and_keeps_what_the_user_typed(tmp_path) -> None:

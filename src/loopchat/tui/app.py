@@ -381,5 +381,15 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
     def on_transcript_token_selected(self, message: Transcript.TokenSelected) -> None:
         self.action_select_token(message.reply, message.step)
 
+    def on_transcript_typed(self, message: Transcript.Typed) -> None:
+        """Typing after a click in the transcript: into the message box (it was lost), or,
+        with the loop stopped in step mode, to the die bar's keys (Enter, n, 1–9, /)."""
+        if self.session.stopped and self.step_bar.display:
+            self.step_bar.focus()
+            self.simulate_key(message.key)
+        elif message.text:
+            self.prompt.focus()
+            self.prompt.insert(message.text)
+
     def on_document_view_step_under_cursor(self, message: DocumentView.StepUnderCursor) -> None:
         self.action_select_token(message.reply, message.step)  # the panel shows that step

@@ -48,6 +48,15 @@ class Transcript(ScrollView, can_focus=True):
             self.reply = reply
             self.step = step
 
+    class Typed(Message):
+        """A character (or Enter) typed while the transcript has the focus (a click on a
+        token gives it): it belongs to the message box, or to the die bar in step mode."""
+
+        def __init__(self, key: str, text: str) -> None:
+            super().__init__()
+            self.key = key
+            self.text = text
+
     _fast = False  # the fast paths of tui/render/ (decided in __init__)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -300,6 +309,12 @@ class Transcript(ScrollView, can_focus=True):
         out = self._content_line(strip, scroll_x, width)
         self._strip_cache[key] = (strip, out)
         return out
+
+    def on_key(self, event: Any) -> None:
+        if (event.is_printable and event.character) or event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Typed(event.key, event.character if event.key != "enter" else ""))
 
     def on_click(self, event: Any) -> None:
         token = event.style.meta.get("token") if event.style else None
