@@ -161,6 +161,22 @@ async def test_clicking_a_token_shows_its_step(tmp_path) -> None:
         assert app.conversation.turns[-2].content == "and you?"
 
 
+async def test_typing_in_the_document_view_goes_to_the_message_box(tmp_path) -> None:
+    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await reply_to(pilot, "hello")
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert app.document.display and app.focused is app.document.body
+        await pilot.press("right")  # the document's cursor keys stay its own
+        await pilot.press(*"next")  # (the keys went nowhere)
+        await pilot.pause()
+        assert app.prompt.value == "next" and app.focused is app.prompt and app.document.display
+        await pilot.press("enter")
+        await wait_run(pilot)
+        assert app.conversation.turns[-2].content == "next"
+
+
 async def test_ctrl_c_stops_a_reply_and_keeps_what_the_user_typed(tmp_path) -> None:
     backend = FakeBackend(tokens=[f" t{i}" for i in range(2000)], delay=0.005)
     app = LoopChatApp(backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")

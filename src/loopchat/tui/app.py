@@ -33,7 +33,7 @@ from .history_actions import HistoryActions
 from .keys import BINDINGS, KeyActions
 from .loop_panel import LoopPanel, PanelView
 from .prefs import Prefs, load_prefs, save_prefs
-from .prompt import PromptArea
+from .prompt import PromptArea, TypedForTheBox
 from .history_recorder import HistoryRecorder
 from .session import ChatSession, Refused, Update
 from .step_mode import StepActions, StepBar
@@ -381,13 +381,14 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
     def on_transcript_token_selected(self, message: Transcript.TokenSelected) -> None:
         self.action_select_token(message.reply, message.step)
 
-    def on_transcript_typed(self, message: Transcript.Typed) -> None:
-        """Typing after a click in the transcript: into the message box (it was lost), or,
-        with the loop stopped in step mode, to the die bar's keys (Enter, n, 1–9, /)."""
+    def on_typed_for_the_box(self, message: TypedForTheBox) -> None:
+        """Typing after a click in the transcript or in the document view: into the message
+        box (it was lost), or, with the loop stopped in step mode, to the die bar's keys
+        (Enter, n, 1–9, /)."""
         if self.session.stopped and self.step_bar.display:
             self.step_bar.focus()
             self.simulate_key(message.key)
-        elif message.text:
+        elif message.text and not self.prompt.disabled:  # (a replay has no box)
             self.prompt.focus()
             self.prompt.insert(message.text)
 

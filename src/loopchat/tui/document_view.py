@@ -39,6 +39,7 @@ from textual.widget import Widget
 from ..events import Start, Step
 from .conversation import ReplyRecord
 from .fast_static import FastStatic, Line
+from .prompt import TypedForTheBox
 from .step_mode import step_keys
 
 # token kinds
@@ -374,6 +375,15 @@ class DocumentBody(ScrollView, can_focus=True):
         self.follow_end = False  # the user's cursor: the view goes where it goes
         if self.doc.tokens:
             self.set_cursor(len(self.doc.tokens) - 1 if end else 0)
+
+    def on_key(self, event: Any) -> None:
+        if self.app.session.stopped:  # type: ignore[attr-defined]
+            return  # the die's keys (the bindings above)
+        typed = TypedForTheBox.of(event)
+        if typed is not None:  # a message being typed: into the box (it was lost)
+            event.stop()
+            event.prevent_default()
+            self.post_message(typed)
 
     # ---- step mode: the die's keys, while the loop is stopped (else they do nothing) ----
     def action_step_draw(self, n: int) -> None:

@@ -34,7 +34,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Ctrl+O", "Conversations: the stored ones, newest first, with a search box; Enter opens one to continue it, Ctrl+R renames, Ctrl+D deletes"),
     ("Ctrl+Y", "Copy the last reply to the clipboard"),
     ("Ctrl+G", "Compare two finished replies side by side (the selected token's reply, or the last, and the one before it): forward passes, prefill and decode time, tokens, mean entropy and surprisal, per-pass latency and entropy sparklines on one scale, the texts; ←/→ change the marked side's reply, Tab marks the other side, Esc closes"),
-    ("Alt+← / Alt+→", "Token cursor: step through the tokens of past replies (or click a token; what you type next still goes to the message box)"),
+    ("Alt+← / Alt+→", "Token cursor: step through the tokens of past replies (or click a token; what you type next still goes to the message box, as it does in the document view)"),
     ("F4", "Finished replies as Markdown ⇄ plain tokens"),
     ("F6", "Show token boundaries (alternating backgrounds)"),
     ("F7", "Colour each token by the probability it was drawn with (legend on top)"),

@@ -28,6 +28,26 @@ IMMEDIATE_KEYS: dict[str, tuple[str, tuple]] = {
 }
 
 
+class TypedForTheBox(Message):
+    """A character (or Enter) typed while a widget that takes no text had the focus (a
+    click on a token gives it to the transcript; Ctrl+T to the document): it belongs to
+    the message box, or, in step mode, to the die bar."""
+
+    def __init__(self, key: str, text: str) -> None:
+        super().__init__()
+        self.key = key
+        self.text = text
+
+    @classmethod
+    def of(cls, event: events.Key) -> TypedForTheBox | None:
+        """The message for a key the focused widget does not use (None: not typed text)."""
+        if event.key == "enter":
+            return cls("enter", "")
+        if event.is_printable and event.character:
+            return cls(event.key, event.character)
+        return None
+
+
 class PromptArea(TextArea):
     """Posts `PromptArea.Submitted` on Enter; the app decides what to do with the text."""
 

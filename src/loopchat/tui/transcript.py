@@ -33,6 +33,7 @@ from .blocks import (  # noqa: F401  (ReplyView, legend_text: imported from here
 from .conversation import Conversation, ReplyRecord
 from .document_block import DocumentBlock
 from .prefs import Prefs
+from .prompt import TypedForTheBox
 
 LIVE_STEP = 6  # lines the view scrolls at once while a reply grows
 
@@ -47,15 +48,6 @@ class Transcript(ScrollView, can_focus=True):
             super().__init__()
             self.reply = reply
             self.step = step
-
-    class Typed(Message):
-        """A character (or Enter) typed while the transcript has the focus (a click on a
-        token gives it): it belongs to the message box, or to the die bar in step mode."""
-
-        def __init__(self, key: str, text: str) -> None:
-            super().__init__()
-            self.key = key
-            self.text = text
 
     _fast = False  # the fast paths of tui/render/ (decided in __init__)
 
@@ -311,10 +303,11 @@ class Transcript(ScrollView, can_focus=True):
         return out
 
     def on_key(self, event: Any) -> None:
-        if (event.is_printable and event.character) or event.key == "enter":
+        typed = TypedForTheBox.of(event)
+        if typed is not None:
             event.stop()
             event.prevent_default()
-            self.post_message(self.Typed(event.key, event.character if event.key != "enter" else ""))
+            self.post_message(typed)
 
     def on_click(self, event: Any) -> None:
         token = event.style.meta.get("token") if event.style else None
