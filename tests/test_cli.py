@@ -85,6 +85,17 @@ def test_trace_records_everything_needed_to_recheck_a_run(tmp_path: Path, model_
     assert times == sorted(times)
 
 
+def test_stop_ends_the_reply_before_the_text() -> None:
+    args = ("run", "Count from 1 to 20, separated by commas.", "--seed", "1", "--temperature", "0", "--max-tokens", "60")
+    free = loopchat(*args)
+    assert free.returncode == 0 and "7" in free.stdout, free.stdout
+    stopped = loopchat(*args, "--stop", "7", "--stop", "nineteen")
+    assert stopped.returncode == 0, stopped.stderr
+    # the same tokens up to the stop string; it and what follows are not printed
+    assert stopped.stdout.rstrip("\n") == free.stdout[: free.stdout.index("7")].rstrip("\n")
+    assert stopped.stderr.strip().endswith("finish: stop")
+
+
 def test_models_lists_the_builtin_model() -> None:
     proc = loopchat("models")
     assert proc.returncode == 0, proc.stderr
@@ -104,6 +115,8 @@ def test_models_lists_the_builtin_model() -> None:
         (("run", "hi", "--temperature", "warm"), ("--temperature",)),
         (("frobnicate",), ("frobnicate",)),
         (("--host", "gpu"), ("--host", "thread", "process")),
+        (("run", "hi", "--stop", ""), ("--stop", "not empty")),
+        (("run", "hi", *("--stop", "a") * 2, *("--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e")), ("--stop", "up to 4")),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needles) -> None:

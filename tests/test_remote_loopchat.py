@@ -128,3 +128,22 @@ def test_loopchat_run_raw_through_loopchat_serve(server, tmp_path, capsys) -> No
     start = events[0].event
     assert start.messages[0].role == "document" and start.prompt_text == "Once upon a time"
     assert out.strip() == events[-1].event.text.strip()
+
+
+def test_loopchat_run_url_sends_the_stop_strings(server, tmp_path, capsys) -> None:
+    """`--stop` goes with the request: the server's engine ends the reply before it.
+    (Not compared with a free run: the server's KV cache makes a second run's logits
+    differ in their last bits, enough to flip a near tie even at temperature 0.)"""
+    from loopchat import cli
+
+    trace = tmp_path / "stop.jsonl"
+    args = ["run", "--url", server.url, "--seed", "1", "--temperature", "0", "--max-tokens", "60", "--stop", "7"]
+    assert cli.main([*args, "--trace", str(trace), "Count from 1 to 20, separated by commas."]) == 0
+    out = capsys.readouterr().out
+    _, traced = read_trace(trace)
+    start = traced[0].event
+    steps = [t.event for t in traced if isinstance(t.event, Step)]
+    finish = next(t.event for t in traced if isinstance(t.event, Finish))
+    # the server's own records: the stop strings it was given, the token that completed one last
+    assert start.stop == ("7",) and finish.reason == FinishReason.STOP and "7" in steps[-1].piece
+    assert "7" not in out and out.strip() and out.rstrip("\n") == finish.text.rstrip("\n")

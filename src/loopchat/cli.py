@@ -121,7 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         )
     run.add_argument("--top-report", type=int, default=10, metavar="K", help="candidates recorded per step (default 10)")
     run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
-    run.add_argument("--show-steps", action="store_true", help="print one line per step instead of the streamed text")
+    run.add_argument("--show-steps", action="store_true", help="print one line per step as it runs, then the text")
+    run.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT",
+        help="end the reply before this text, which is not printed (up to 4; also with --url)",
+    )
     run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as JSON lines (docs/trace-format.md)")
 
     models = sub.add_parser("models", help="list the configured models and the config file in use")

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from .errors import UsageError
 from .events import DOCUMENT, ContextTrimmed, Finish, Message, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from .settings import SETTINGS, LiveSettings, SamplingSettings
+from .stop_strings import MAX_STOP_STRINGS
 
 _ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
 
@@ -242,11 +243,11 @@ def _errors_setting(out: TextIO) -> None:
 class _LocalRun:
     """The engine on a worker thread, for one reply."""
 
-    def __init__(self, worker: Any, messages: list[Message], live: LiveSettings, report_k: int) -> None:
-        self.worker, self.messages, self.live, self.report_k = worker, messages, live, report_k
+    def __init__(self, worker: Any, messages: list[Message], live: LiveSettings, report_k: int, stop: tuple[str, ...]) -> None:
+        self.worker, self.messages, self.live, self.report_k, self.stop = worker, messages, live, report_k, stop
 
     def generate(self) -> None:
-        self.worker.generate(self.messages, self.live, report_k=self.report_k)
+        self.worker.generate(self.messages, self.live, report_k=self.report_k, stop=self.stop)
 
     def cancel(self) -> None:
         self.worker.cancel()
@@ -258,13 +259,15 @@ class _LocalRun:
 class _RemoteRun:
     """A server, for one reply: its model list is read first (ModelReady), then the reply."""
 
-    def __init__(self, backend: Any, sink: Any, messages: list[Message], settings: SamplingSettings, stream: bool) -> None:
-        self.backend, self.messages, self.settings, self.stream = backend, messages, settings, stream
+    def __init__(
+        self, backend: Any, sink: Any, messages: list[Message], settings: SamplingSettings, stream: bool, stop: tuple[str, ...],
+    ) -> None:
+        self.backend, self.messages, self.settings, self.stream, self.stop = backend, messages, settings, stream, stop
         backend.attach(sink)
         backend.start()
 
     def generate(self) -> None:
-        self.backend.generate(self.messages, self.settings, stream=self.stream)
+        self.backend.generate(self.messages, self.settings, stream=self.stream, stop=self.stop)
 
     def cancel(self) -> None:
         self.backend.cancel()
@@ -334,6 +337,9 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     config = load_config(getattr(args, "config", None))
     if args.top_report < 1 or args.top_report > 100:
         raise UsageError("--top-report must be between 1 and 100")
+    stop = tuple(dict.fromkeys(getattr(args, "stop", None) or ()))
+    if len(stop) > MAX_STOP_STRINGS or "" in stop:
+        raise UsageError(f"--stop takes a text that is not empty, up to {MAX_STOP_STRINGS} times")
     remote = remote_for(args, config)
     spec = None if getattr(args, "url", None) else config.get(getattr(args, "model", None))
     settings = settings_from_args(remote.default_settings if remote is not None else spec.sampling, args)
@@ -355,9 +361,9 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     events: queue.Queue[Any] = queue.Queue()
     live = LiveSettings(settings)
     if remote is not None:  # a server: the same events, from the wire
-        worker: Any = _RemoteRun(remote, events.put, messages, settings, stream=not args.blocking)
+        worker: Any = _RemoteRun(remote, events.put, messages, settings, stream=not args.blocking, stop=stop)
     else:
-        worker = _LocalRun(EngineWorker(events.put), messages, live, report_k=args.top_report)
+        worker = _LocalRun(EngineWorker(events.put), messages, live, report_k=args.top_report, stop=stop)
         options = EngineOptions.from_spec(
             spec, model_path, verbose=bool(getattr(args, "verbose", False)), threads=getattr(args, "threads", None)
         )

@@ -270,14 +270,16 @@ class RemoteBackend:
         stream: bool = True,
         reply_prefix: Sequence[int] = (),
         first_token: int | None = None,
+        stop: Sequence[str] = (),
     ) -> int:
-        """`reuse_at_most` has no meaning here: the server keeps its own cache."""
+        """`reuse_at_most` has no meaning here: the server keeps its own cache. `stop`:
+        OpenAI's stop strings, sent with the request (`loopchat run --stop`)."""
         self._run_id += 1
         cancel = threading.Event()
         with self._lock:
             self._cancel = cancel
         self._busy.set()
-        self._commands.put(("generate", (self._run_id, tuple(messages), settings, stream, cancel)))
+        self._commands.put(("generate", (self._run_id, tuple(messages), settings, stream, cancel, tuple(stop))))
         return self._run_id
 
     def set_settings(self, settings: SamplingSettings) -> None:
@@ -330,7 +332,9 @@ class RemoteBackend:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def request(self, messages: Sequence[Message], settings: SamplingSettings, stream: bool) -> tuple[str, dict[str, Any], int]:
+    def request(
+        self, messages: Sequence[Message], settings: SamplingSettings, stream: bool, stop: Sequence[str] = (),
+    ) -> tuple[str, dict[str, Any], int]:
         """(URL, JSON body, top log-probabilities asked for) of a reply's request."""
         s = settings
         body: dict[str, Any] = {"model": self.model_id}
@@ -348,6 +352,8 @@ class RemoteBackend:
         body.update(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
         if s.seed is not None:
             body["seed"] = s.seed
+        if stop:
+            body["stop"] = list(stop)
         if self.extensions:
             body.update(top_k=s.top_k, min_p=s.min_p, repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n)
         return url, body, k
@@ -362,14 +368,15 @@ class RemoteBackend:
                 _shut(self._stream)
 
     def _generate(
-        self, run_id: int, messages: tuple[Message, ...], settings: SamplingSettings, stream: bool, cancel: threading.Event
+        self, run_id: int, messages: tuple[Message, ...], settings: SamplingSettings, stream: bool, cancel: threading.Event,
+        stop: tuple[str, ...] = (),
     ) -> None:
         import httpx
 
         t0 = time.perf_counter()
-        url, body, k = self.request(messages, settings, stream)
+        url, body, k = self.request(messages, settings, stream, stop)
         reader = WireReader(
-            source=self.base, model=self.model_id or "", messages=messages, settings=settings, top_logprobs=k
+            source=self.base, model=self.model_id or "", messages=messages, settings=settings, top_logprobs=k, stop=stop
         )
 
         def now() -> float:

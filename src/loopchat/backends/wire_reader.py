@@ -135,8 +135,10 @@ class WireReader:
         messages: Sequence[Message],
         settings: SamplingSettings,
         top_logprobs: int,
+        stop: tuple[str, ...] = (),
     ) -> None:
         self.source = source
+        self.stop = stop  # the stop strings the request sent
         self.model = model
         self.messages = tuple(messages)
         self.settings = settings
@@ -257,6 +259,7 @@ class WireReader:
             settings=self.settings,
             top_k_report=self.top_logprobs,
             source=self.source,
+            stop=self.stop,
         )
         return self.start
 
