@@ -25,7 +25,7 @@ from textual.widgets.option_list import Option
 from ..events import Step
 from ..settings import SamplingSettings
 from .plots import fmt_prob, show_token
-from .step_mode import TokenSearch
+from .step_mode import TokenSearch, listed_faces
 
 
 @dataclass(frozen=True)
@@ -135,16 +135,13 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
             self.notify("This model's vocabulary is not available here", severity="warning")
             return
         s = self.step
-        sampled = {c.token_id: c.prob for c in s.sampled_top or ()}
-        listed = {c.token_id: (c.prob, sampled.get(c.token_id)) for c in s.raw_top}
-        complete = sampled_complete(s)
 
         def done(token: int | None) -> None:
             if token is not None:
                 self.dismiss(BranchChoice(token, show_token(vocabulary[token])))
 
         self.app.push_screen(TokenSearch(
-            vocabulary, None, listed, not_sampled="cut" if complete else "–",
+            vocabulary, None, listed_faces(s.raw_top, s.sampled_top), not_sampled="cut" if sampled_complete(s) else "–",
             note=f"Figures: the {len(s.raw_top)} candidates stored for this pass; – not stored.",
         ), done)
 

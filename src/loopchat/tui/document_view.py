@@ -377,13 +377,9 @@ class DocumentBody(ScrollView, can_focus=True):
             self.set_cursor(len(self.doc.tokens) - 1 if end else 0)
 
     def on_key(self, event: Any) -> None:
-        if self.app.session.stopped:  # type: ignore[attr-defined]
-            return  # the die's keys (the bindings above)
-        typed = TypedForTheBox.of(event)
-        if typed is not None:  # a message being typed: into the box (it was lost)
-            event.stop()
-            event.prevent_default()
-            self.post_message(typed)
+        # a message being typed: into the box; while the loop is stopped, the die's keys (bound above)
+        if not self.app.session.stopped:  # type: ignore[attr-defined]
+            TypedForTheBox.hand_over(event, self)
 
     # ---- step mode: the die's keys, while the loop is stopped (else they do nothing) ----
     def action_step_draw(self, n: int) -> None:

@@ -22,7 +22,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widget import Widget
 
-from ..events import Candidate, Pending, Step
+from ..events import Candidate, Pending, Prefill, Step
 from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
 from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
@@ -423,8 +423,7 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     p = r.prefill
     arrivals = s.forward_ms is None  # a server's chunks: their arrival times are all there is
     if p is not None:
-        reused = f", {p.reused_tokens:,} reused" if p.reused_tokens else ""
-        row("prefill", (f"{p.prompt_tokens:,} tokens{reused} in {fmt_ms(p.ms)}", _NONE))
+        row("prefill", (_prefill_text(p), _NONE))
     elif arrivals and r.finish is not None and r.finish.prefill_ms is not None:  # llama.cpp's timings
         row("prefill", (fmt_ms(r.finish.prefill_ms), _NONE), *([(" (the server's timing)", LABEL)] if not compact else []))
     elif arrivals:
@@ -616,6 +615,11 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
     out.extend(fitted)
 
 
+def _prefill_text(p: Prefill) -> str:
+    reused = f", {p.reused_tokens:,} reused" if p.reused_tokens else ""
+    return f"{p.prompt_tokens:,} tokens{reused} in {fmt_ms(p.ms)}"
+
+
 def _starting(v: PanelView) -> list[Pieces]:
     """A reply sent, its first pass not yet over: the prompt being read (a long one, or a
     conversation reopened, takes seconds on a CPU: the panel says what runs)."""
@@ -626,8 +630,7 @@ def _starting(v: PanelView) -> list[Pieces]:
         out.append([("blocking mode: what the model does while the caller waits", _BLOCKING)])
     st, p = r.start, r.prefill
     if p is not None:
-        reused = f", {p.reused_tokens:,} reused" if p.reused_tokens else ""
-        out.append([("prefill ", LABEL), (f"{p.prompt_tokens:,} tokens{reused} in {fmt_ms(p.ms)}", _NONE)])
+        out.append([("prefill ", LABEL), (_prefill_text(p), _NONE)])
     elif st is not None and st.prompt_token_ids is not None:
         ctx = f" (context {st.n_ctx:,})" if st.n_ctx else ""
         out.append([("prompt ", LABEL), (f"{len(st.prompt_token_ids):,} tokens{ctx}", _NONE)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from textual import events
 from textual.actions import parse
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import TextArea
 
 #: Keys that insert a line break. Every terminal sends Ctrl+J as a plain line feed.
@@ -39,13 +40,18 @@ class TypedForTheBox(Message):
         self.text = text
 
     @classmethod
-    def of(cls, event: events.Key) -> TypedForTheBox | None:
-        """The message for a key the focused widget does not use (None: not typed text)."""
+    def hand_over(cls, event: events.Key, widget: Widget) -> None:
+        """From `widget`'s on_key: a typed character or Enter goes on as this message
+        (and no further as a key); other keys are left to the widget's bindings."""
         if event.key == "enter":
-            return cls("enter", "")
-        if event.is_printable and event.character:
-            return cls(event.key, event.character)
-        return None
+            typed = cls("enter", "")
+        elif event.is_printable and event.character:
+            typed = cls(event.key, event.character)
+        else:
+            return
+        event.stop()
+        event.prevent_default()
+        widget.post_message(typed)
 
 
 class PromptArea(TextArea):

@@ -13,6 +13,7 @@ The session (session.py) talks to the backend's StepControl; nothing here waits.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
@@ -25,6 +26,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from ..events import Candidate
 from .plots import fmt_prob, show_token
 from .session import Refused
 
@@ -122,6 +124,13 @@ def search_row(token: str, tid: str, raw: str, sampled: str) -> Text:
     line.append(f"  {raw:>{w_raw}}")
     line.append(f"  {sampled:>{w_after}}")
     return line
+
+
+def listed_faces(raw_top: Sequence[Candidate], sampled_top: Sequence[Candidate] | None) -> dict[int, tuple[float, float | None]]:
+    """The die's listed candidates for the search: token id -> (raw, after sampling; None
+    for a candidate the sampled list does not hold)."""
+    sampled = {c.token_id: c.prob for c in sampled_top or ()}
+    return {c.token_id: (c.prob, sampled.get(c.token_id)) for c in raw_top}
 
 
 class TokenSearch(ModalScreen[int | None]):
@@ -261,8 +270,7 @@ class StepActions(_Base):
         if not vocabulary:
             self.notify("This model's vocabulary is not available here", severity="warning")
             return
-        sampled = {c.token_id: c.prob for c in p.sampled_top}
-        listed = {c.token_id: (c.prob, sampled.get(c.token_id)) for c in p.raw_top}
+        listed = listed_faces(p.raw_top, p.sampled_top)
 
         def done(token: int | None) -> None:
             if token is not None:

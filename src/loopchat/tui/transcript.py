@@ -303,11 +303,7 @@ class Transcript(ScrollView, can_focus=True):
         return out
 
     def on_key(self, event: Any) -> None:
-        typed = TypedForTheBox.of(event)
-        if typed is not None:
-            event.stop()
-            event.prevent_default()
-            self.post_message(typed)
+        TypedForTheBox.hand_over(event, self)
 
     def on_click(self, event: Any) -> None:
         token = event.style.meta.get("token") if event.style else None
