@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tui_fixtures import palette_pick, COMPARE_QUESTIONS, COMPARE_TRACE, FakeBackend, reply_to, wait_for
+from tui_fixtures import fake_app, palette_pick, COMPARE_QUESTIONS, COMPARE_TRACE, reply_to, wait_for
 
 from loopchat.events import Finish, Message, Prefill, Start, Step
 from loopchat.reply_stats import comparable, reply_stats
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
-from loopchat.tui.app import LoopChatApp
 from loopchat.tui.conversation import STREAM, ReplyRecord
 from loopchat.tui.compare_view import NOT_GIVEN, CompareScreen, compare_rows, spark_rows
 from loopchat.tui.launch import create_app
@@ -193,7 +192,7 @@ async def test_ctrl_g_compares_the_last_two_replies_and_moves_a_side(tmp_path) -
 
 
 async def test_the_selected_tokens_reply_is_compared_with_the_one_before(tmp_path) -> None:
-    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         for text in ("one", "two", "three"):
             await reply_to(pilot, text)
@@ -213,7 +212,7 @@ async def test_the_selected_tokens_reply_is_compared_with_the_one_before(tmp_pat
 
 
 async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:
-    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "hello")
         await pilot.press("ctrl+g")

@@ -15,7 +15,7 @@ from textual._segment_tools import line_pad
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
-from tui_fixtures import FakeBackend, reply_to
+from tui_fixtures import fake_app, FakeBackend, reply_to
 
 from loopchat.tui.app import LoopChatApp
 from loopchat.tui.fast_static import FastStatic
@@ -87,7 +87,7 @@ async def test_fast_path_paints_what_the_styles_cache_paints(prefs, tmp_path) ->
 
 async def test_the_comparison_sees_a_wrong_pad(tmp_path, monkeypatch) -> None:
     """The check above fails when the fast path pads with the wrong style."""
-    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = fake_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
         await reply_to(pilot, "go")
         await pilot.pause()

@@ -17,10 +17,9 @@ import test_tui_keys
 import test_tui_units
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar
-from tui_fixtures import REPLY_TRACE, FakeBackend, reply_to, wait_run
+from tui_fixtures import fake_app, REPLY_TRACE, reply_to, wait_run
 
 from loopchat.tui import render
-from loopchat.tui.app import LoopChatApp
 from loopchat.tui.launch import create_app
 from loopchat.tui.fast_static import FastStatic
 from loopchat.tui.prefs import Prefs
@@ -40,7 +39,7 @@ def stock_render(monkeypatch) -> None:
 
 
 async def test_the_app_here_draws_with_textuals_stock_paths(tmp_path) -> None:
-    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = fake_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
         await reply_to(pilot, "hello")
         assert type(app.screen) is Screen

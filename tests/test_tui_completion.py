@@ -7,7 +7,7 @@ The real default model (and Gemma 3 270M base, which has no chat template) with 
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import palette_pick, loaded_live_backend, drawn, panel_text, wait_for, wait_run
+from tui_fixtures import fake_app, palette_pick, loaded_live_backend, drawn, panel_text, wait_for, wait_run
 
 from loopchat.chat_prompt import NO_TEMPLATE_NOTE
 from loopchat.events import DOCUMENT, Message
@@ -241,11 +241,7 @@ async def test_a_model_without_a_chat_template_opens_in_completion_mode(gemma_pa
 
 
 async def test_the_command_palette_switches_the_mode(tmp_path) -> None:
-    from tui_fixtures import FakeBackend
-
-    from loopchat.tui.app import LoopChatApp
-
-    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = fake_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await palette_pick(pilot, "Completion mode")
         await wait_for(pilot, lambda: app.session.completion, 5, "completion mode")

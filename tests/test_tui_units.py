@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gc_check import cyclic_garbage
-from tui_fixtures import FakeBackend, panel_text, reply_to, wait_for, wait_run
+from tui_fixtures import fake_app, FakeBackend, panel_text, reply_to, wait_for, wait_run
 
 from loopchat.tui.app import LoopChatApp
 from loopchat.tui.plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
@@ -137,7 +137,7 @@ async def test_transcript_follows_the_reply_until_the_user_scrolls_up(tmp_path) 
 
 
 async def test_clicking_a_token_shows_its_step(tmp_path) -> None:
-    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "hello")
         await pilot.pause()
@@ -162,7 +162,7 @@ async def test_clicking_a_token_shows_its_step(tmp_path) -> None:
 
 
 async def test_typing_in_the_document_view_goes_to_the_message_box(tmp_path) -> None:
-    app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "hello")
         await pilot.press("ctrl+t")

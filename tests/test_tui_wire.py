@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from rich.cells import cell_len
-from tui_fixtures import palette_pick, loaded_live_backend, REPLY_TRACE, FakeBackend, StepGate, wait_for, wait_run
+from tui_fixtures import fake_app, palette_pick, loaded_live_backend, REPLY_TRACE, FakeBackend, StepGate, wait_for, wait_run
 
 from loopchat.events import Finish, FinishReason, Message, Prefill, RunDone, Step, WireReceived
 from loopchat.settings import SamplingSettings
@@ -201,11 +201,6 @@ async def test_the_key_during_a_reply_and_nothing_serialized_while_hidden(backen
 
 
 # ------------------------------------------------------------------ no model ----
-def fake_app(tmp_path, backend=None, **prefs) -> LoopChatApp:
-    prefs.setdefault("markdown", False)
-    return LoopChatApp(backend or FakeBackend(), prefs=Prefs(**prefs), prefs_path=tmp_path / "p.json")
-
-
 async def test_f10_switches_to_the_wire_and_back_remembered(tmp_path) -> None:
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -30,6 +30,16 @@ async def wait_run(pilot: Any, timeout: float = 60.0) -> None:
     await pilot.pause()
 
 
+def fake_app(tmp_path: Path, backend: Any = None, **prefs: Any) -> Any:
+    """The chat app on a FakeBackend (or `backend`), its prefs in tmp_path; Markdown off
+    unless said."""
+    from loopchat.tui.app import LoopChatApp
+    from loopchat.tui.prefs import Prefs
+
+    prefs.setdefault("markdown", False)
+    return LoopChatApp(backend or FakeBackend(), prefs=Prefs(**prefs), prefs_path=tmp_path / "p.json")
+
+
 async def palette_pick(pilot: Any, text: str) -> None:
     """Open the command palette (Ctrl+P), type `text`, wait until its first entry is
     the one asked for (the palette searches in the background), and press Enter."""
