@@ -327,7 +327,12 @@ class KeyActions(_Base):
         except Refused as exc:
             self.notify(str(exc), timeout=2)
             return
-        self.action_select_token(*target) if target else self.action_stop()
+        if target is not None:
+            self.action_select_token(*target)
+        elif self.selection is not None:  # off the end: no token selected (never a stop)
+            self.selection = None
+            self._clear_selection_views()
+            self._refresh_panel()
 
     def action_select_token(self, reply: int, step: int) -> None:
         self.selection = (reply, step)
