@@ -30,3 +30,26 @@ async def test_alt_right_past_the_end_never_stops_the_reply(tmp_path) -> None:
         second = app.conversation.replies[1]
         assert second.finish.reason == FinishReason.STOP
         assert second.text == "".join(backend.tokens)
+
+
+async def test_ctrl_q_with_a_draft_asks_once_then_quits(tmp_path) -> None:
+    from textual import events
+    from test_tui_branch import notices
+
+    draft = "".join(f"line {i} of a long pasted text\n" for i in range(700))  # ~20 KB
+    app = fake_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(events.Paste(draft))
+        await wait_for(pilot, lambda: app.prompt.value == draft, 5, "the pasted draft")
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+        assert app.is_running and app.prompt.value == draft  # not quit: asked
+        assert f"The box holds {len(draft):,} characters: Ctrl+Q again quits" in notices(app)
+        await pilot.press("x", "ctrl+q")  # the draft changed since: asked again
+        await pilot.pause()
+        assert app.is_running
+        assert notices(app).count(f"The box holds {len(draft) + 1:,} characters: Ctrl+Q again quits") == 1
+        await pilot.press("ctrl+q")  # twice: quits anyway
+        await pilot.pause()
+    assert app.return_value == 0
+    assert not app.is_running

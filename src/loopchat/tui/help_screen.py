@@ -40,7 +40,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F7", "Colour each token by the probability it was drawn with (legend on top)"),
     ("Ctrl+P", "Command palette: switch model, every toggle above"),
     ("F1", "Show / hide this list of keys"),
-    ("Ctrl+Q", "Quit"),
+    ("Ctrl+Q", "Quit (with a draft in the message box it says so first: Ctrl+Q again quits)"),
 )
 
 

@@ -350,5 +350,13 @@ class KeyActions(_Base):
                 view.select(None)
 
     async def action_quit(self) -> None:
+        """Ctrl+Q: quit; with a draft in the message box, first say so once (Ctrl+Q
+        again quits: the draft is not kept). A draft changed since asks again."""
+        prompt = self.prompt
+        draft = "" if prompt.disabled else prompt.value
+        if draft and getattr(self, "_quit_asked_for", None) != draft:
+            self._quit_asked_for = draft
+            self.notify(f"The box holds {len(draft):,} characters: Ctrl+Q again quits", severity="warning", timeout=6)
+            return
         self._stop_backend()
         self.exit(0)
