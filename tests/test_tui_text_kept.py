@@ -53,3 +53,29 @@ async def test_ctrl_q_with_a_draft_asks_once_then_quits(tmp_path) -> None:
         await pilot.pause()
     assert app.return_value == 0
     assert not app.is_running
+
+
+async def test_page_keys_in_the_box_scroll_the_transcript(tmp_path) -> None:
+    backend = FakeBackend(tokens=[f"line {i}\n" for i in range(120)], delay=0.0)
+    app = fake_app(tmp_path, backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await reply_to(pilot, "Count.")
+        t = app.transcript
+        await wait_for(pilot, lambda: t.max_scroll_y > 2 * t.size.height and t.scroll_y == t.max_scroll_y, 10, "the end")
+        await pilot.press(*"one", "ctrl+j", *"two", "up", "end")  # a draft of two lines, the cursor on the first
+        assert app.prompt.has_focus and app.prompt.cursor_location == (0, 3)
+        bottom = t.scroll_y
+        await pilot.press("pageup")
+        await wait_for(pilot, lambda: t.scroll_y < bottom, 5, "PgUp's scroll")
+        assert t.scroll_y == bottom - t.scrollable_content_region.height
+        up = t.scroll_y
+        await pilot.press("pageup", "pagedown")
+        await wait_for(pilot, lambda: t.scroll_y == up, 5, "PgDn's scroll")
+        await pilot.press("ctrl+home")
+        await wait_for(pilot, lambda: t.scroll_y == 0, 5, "Ctrl+Home's scroll")
+        await pilot.press("ctrl+end")
+        await wait_for(pilot, lambda: t.scroll_y == t.max_scroll_y, 5, "Ctrl+End's scroll")
+        # the box kept its text and its cursor; its own keys still move it
+        assert app.prompt.value == "one\ntwo" and app.prompt.cursor_location == (0, 3)
+        await pilot.press("down", "end", "!")
+        assert app.prompt.value == "one\ntwo!"

@@ -392,5 +392,13 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
             self.prompt.focus()
             self.prompt.insert(message.text)
 
+    def on_prompt_area_scroll_requested(self, message: PromptArea.ScrollRequested) -> None:
+        """PgUp/PgDn, Ctrl+Home/End in the message box: scroll the transcript (or the
+        document view in its place); scrolling up leaves the reply's end (anchor)."""
+        view = self.document.body if self.document.display else self.transcript
+        scroll = {"page_up": view.scroll_page_up, "page_down": view.scroll_page_down,
+                  "home": view.scroll_home, "end": view.scroll_end}[message.how]
+        scroll(animate=False)
+
     def on_document_view_step_under_cursor(self, message: DocumentView.StepUnderCursor) -> None:
         self.action_select_token(message.reply, message.step)  # the panel shows that step

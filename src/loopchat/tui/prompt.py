@@ -28,6 +28,11 @@ IMMEDIATE_KEYS: dict[str, tuple[str, tuple]] = {
     for key in binding.key.split(",")
 }
 
+#: Keys that scroll the transcript (or the document view, when it shows) from the message
+#: box: key -> how (PromptArea.ScrollRequested). TextArea's own PgUp/PgDn move its cursor
+#: by a page of a box a few lines high; its arrows, Shift+arrows, Home/End stay its own.
+SCROLL_KEYS = {"pageup": "page_up", "pagedown": "page_down", "ctrl+home": "home", "ctrl+end": "end"}
+
 
 class TypedForTheBox(Message):
     """A character (or Enter) typed while a widget that takes no text had the focus (a
@@ -62,6 +67,14 @@ class PromptArea(TextArea):
             super().__init__()
             self.prompt = prompt
             self.text = text
+
+    class ScrollRequested(Message):
+        """A scroll key (SCROLL_KEYS) pressed in the box: `how` is page_up, page_down,
+        home or end."""
+
+        def __init__(self, how: str) -> None:
+            super().__init__()
+            self.how = how
 
     def __init__(self, *, placeholder: str = "", id: str | None = None) -> None:
         super().__init__(
@@ -99,6 +112,11 @@ class PromptArea(TextArea):
             event.stop()
             event.prevent_default()
             self.action_newline()
+            return
+        if event.key in SCROLL_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.ScrollRequested(SCROLL_KEYS[event.key]))
             return
         immediate = IMMEDIATE_KEYS.get(event.key)
         if immediate is not None:  # the same for TextArea's editing keys (Backspace...)
