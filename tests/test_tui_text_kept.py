@@ -5,9 +5,42 @@ message back without keeping it in the conversation, completion mode's space."""
 
 from __future__ import annotations
 
-from tui_fixtures import FakeBackend, StepGate, fake_app, reply_to, wait_for, wait_run
+import threading
 
-from loopchat.events import FinishReason
+import pytest
+from tui_fixtures import FakeBackend, StepGate, fake_app, loaded_live_backend, reply_to, wait_for, wait_run
+
+from loopchat.events import FinishReason, Start
+from loopchat.history.store import ConversationStore
+from loopchat.settings import SamplingSettings
+from loopchat.tui.launch import create_app
+from loopchat.tui.prefs import Prefs
+
+
+@pytest.fixture(scope="module")
+def live():
+    yield from loaded_live_backend()
+
+
+class StartGate:
+    """Holds the engine at the next reply's Start (inside the backend's emit), before it
+    reads the prompt: a key pressed meanwhile lands during the prompt read, on any machine."""
+
+    def __init__(self, app) -> None:
+        self._open = threading.Event()
+        self.held = threading.Event()
+        sink = app.pump.emit
+
+        def emit(event) -> None:
+            sink(event)
+            if isinstance(event, Start) and not self.held.is_set():
+                self.held.set()
+                self._open.wait(60)
+
+        app.backend.attach(emit)
+
+    def release(self) -> None:
+        self._open.set()
 
 
 async def test_alt_right_past_the_end_never_stops_the_reply(tmp_path) -> None:
@@ -79,3 +112,60 @@ async def test_page_keys_in_the_box_scroll_the_transcript(tmp_path) -> None:
         assert app.prompt.value == "one\ntwo" and app.prompt.cursor_location == (0, 3)
         await pilot.press("down", "end", "!")
         assert app.prompt.value == "one\ntwo!"
+
+
+def stored_messages(path) -> list[tuple[str, str]]:
+    """(role, content) of every node of every stored conversation, in order."""
+    with ConversationStore.open_reader(path) as store:
+        return [(n.role, n.content) for c in store.list_conversations()[::-1] for n in store.load(c.id).nodes]
+
+
+async def stop_during_the_prompt_read(pilot, text: str, typed_since: str) -> None:
+    """Send `text`, type `typed_since` while the engine is held before the prompt read,
+    press Esc, let the engine go on: it reads the cancel before its first batch."""
+    app = pilot.app
+    gate = StartGate(app)
+    await pilot.press(*text, "enter")
+    await wait_for(pilot, gate.held.is_set, 30, "the reply's Start")
+    await pilot.press(*typed_since, "escape")
+    gate.release()
+    await wait_run(pilot)
+
+
+async def test_esc_during_the_prompt_read_gives_the_message_back_and_keeps_nothing(live, tmp_path) -> None:
+    store = tmp_path / "h.sqlite3"
+    app = create_app(
+        backend=live, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=3, max_tokens=6), history=store,
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        # the first message: back in the box (before what was typed since), no turn, no
+        # conversation in the store
+        await stop_during_the_prompt_read(pilot, "Hello there.", "more")
+        assert app.prompt.value == "Hello there.\nmore"
+        assert app.transcript.blocks == [] and app.conversation.replies == [] and app.conversation.turns == []
+        assert app.history.writer.flush(10)
+        assert stored_messages(store) == []
+        app.prompt.value = "Hello there."
+        await pilot.press("enter")
+        await wait_run(pilot)
+        first = app.conversation.replies[0]
+        assert first.number == 1 and first.text and len(app.transcript.blocks) == 2
+        # a later message: the turn goes, the conversation before it stays
+        await stop_during_the_prompt_read(pilot, "Second.", "")
+        assert app.prompt.value == "Second."
+        assert len(app.transcript.blocks) == 2 and app.conversation.replies == [first]
+        assert app.history.writer.flush(10)
+        assert stored_messages(store) == [("user", "Hello there."), ("assistant", first.text)]
+        # sent again: stored once, the KV cache's prefix (the first exchange) reused
+        await pilot.press("enter")
+        await wait_run(pilot)
+        second = app.conversation.replies[1]
+        assert second.number == 2 and second.finish.reason != FinishReason.CANCELLED and second.text
+        assert second.prefill.reused_tokens > 0
+        assert [m.content for m in app.conversation.turns] == ["Hello there.", first.text, "Second.", second.text]
+        assert app.history.writer.flush(10)
+        assert stored_messages(store) == [
+            ("user", "Hello there."), ("assistant", first.text), ("user", "Second."), ("assistant", second.text),
+        ]

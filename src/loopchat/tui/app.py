@@ -249,10 +249,11 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
             self._update_subtitle()
         if u.ready is not None:
             self._model_ready()
-        if u.dropped is not None:  # the prompt was never accepted: the turn goes
+        if u.dropped is not None:  # the prompt refused, or stopped before its first token: the turn goes
             self.transcript.drop_turn(self.views.pop(u.dropped, None), self.prefs, self.conversation)
-        if u.restore_prompt and not self.prompt.value:
-            self.prompt.value = u.restore_prompt
+        if u.restore_prompt:  # before anything typed since: nothing lost, nothing reordered
+            draft = self.prompt.value
+            self.prompt.value = u.restore_prompt + ("\n" + draft if draft else "")
         for rec in u.finished:
             view = self.views.get(rec)
             if view is not None:
