@@ -169,3 +169,21 @@ async def test_esc_during_the_prompt_read_gives_the_message_back_and_keeps_nothi
         assert stored_messages(store) == [
             ("user", "Hello there."), ("assistant", first.text), ("user", "Second."), ("assistant", second.text),
         ]
+
+
+async def test_control_characters_are_drawn_as_symbols_and_sent_as_they_are(tmp_path) -> None:
+    from textual import events
+
+    pasted = "A1 [\x1b[31mred] B2\x07\x7f"
+    app = fake_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(events.Paste(pasted))
+        await wait_for(pilot, lambda: app.prompt.value == pasted, 5, "the paste")
+        await pilot.pause()
+        box = app.prompt.render_line(0).text
+        assert box.startswith("A1 [␛[31mred] B2") and "\x1b" not in box  # (rich drops the BEL itself)
+        await pilot.press("enter")
+        await wait_run(pilot)
+        assert app.conversation.replies[0].messages[-1].content == pasted  # the model reads the real characters
+        you = app.transcript.blocks[0]
+        assert "│ A1 [␛[31mred] B2␇␡" in [you.line(i).text.rstrip() for i in range(you.height)]

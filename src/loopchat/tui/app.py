@@ -24,7 +24,7 @@ from ..backends import Backend
 from ..events import Step
 from ..settings import SamplingSettings, SettingsError
 from ..trace import CUT_SHORT
-from .render import default_screen, fallback_reason
+from .render import default_screen, driver_class, fallback_reason
 from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from .branch_actions import BranchActions
 from .document_view import DocumentView
@@ -94,6 +94,9 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
     # ------------------------------------------------------------- layout ----
     def get_default_screen(self) -> Screen:
         return default_screen(id="_default")  # LoopScreen, or Textual's own (render/)
+
+    def get_driver_class(self) -> Any:
+        return driver_class() or super().get_driver_class()  # a bracketed paste read whole (render/)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="⟳")

@@ -7,11 +7,15 @@ event, which TextArea inserts whole). The box grows with its text up to a few li
 
 from __future__ import annotations
 
+from rich.segment import Segment
 from textual import events
 from textual.actions import parse
 from textual.message import Message
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import TextArea
+
+from .plots import visible_controls
 
 #: Keys that insert a line break. Every terminal sends Ctrl+J as a plain line feed.
 #: Alt+Enter and Shift+Enter reach the app only from terminals that report modified keys
@@ -97,6 +101,15 @@ class PromptArea(TextArea):
     def value(self, text: str) -> None:
         self.load_text(text)
         self.move_cursor(self.document.end)
+
+    def render_line(self, y: int) -> Strip:
+        """TextArea's line, a control character in it drawn as a visible symbol (a pasted
+        ESC would start a colour or move the cursor in the terminal); the text keeps it."""
+        strip = super().render_line(y)
+        shown = [Segment(visible_controls(s.text), s.style, s.control) for s in strip]
+        if all(a.text == b.text for a, b in zip(shown, strip)):
+            return strip
+        return Strip(shown).crop(0, self.size.width)  # a symbol takes a cell an ESC did not
 
     def on_key(self, event: events.Key) -> None:
         # Handled here rather than as bindings: a binding's action runs after the keys
