@@ -187,3 +187,43 @@ async def test_control_characters_are_drawn_as_symbols_and_sent_as_they_are(tmp_
         assert app.conversation.replies[0].messages[-1].content == pasted  # the model reads the real characters
         you = app.transcript.blocks[0]
         assert "│ A1 [␛[31mred] B2␇␡" in [you.line(i).text.rstrip() for i in range(you.height)]
+
+
+async def test_completion_mode_adds_the_space_a_typed_word_needs_and_a_pref_turns_it_off(live, tmp_path) -> None:
+    from test_tui_branch import notices
+    from tui_fixtures import palette_pick
+
+    from loopchat.tui.prefs import load_prefs
+
+    app = create_app(
+        backend=live, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=1, max_tokens=6, temperature=0.0), history=False,
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+l")
+        assert "appended as typed (a space first if it would glue to a word)" in app.prompt.placeholder
+        await pilot.press(*"Once upon a time", "enter")  # an empty document: nothing before it
+        await wait_run(pilot)
+        doc = app.conversation.document()
+        assert doc.startswith("Once upon a time") and not doc[-1].isspace(), doc  # (greedy: the same every run)
+        await pilot.press(*"she", "enter")
+        await wait_run(pilot)
+        second = app.conversation.replies[1]
+        assert second.messages[0].content == doc + " she"  # what the model read
+        assert app.transcript.blocks[0].body_text().startswith(doc + " she")
+        await pilot.press("ctrl+t")  # the document view: the exact text the model read, the space in it
+        await wait_for(pilot, lambda: app.document.display and app.document.doc.tokens, 10, "the document view")
+        read = "".join(t.text for t in app.document.doc.tokens)
+        assert read.startswith(doc + " she"), read
+        await pilot.press("ctrl+t")
+        # the pref off (palette): appended exactly as typed, and remembered
+        await palette_pick(pilot, "space before typed text")
+        assert load_prefs(tmp_path / "prefs.json").completion_space is False
+        assert "Completion mode: your text is appended exactly as typed" in notices(app)
+        assert "appended exactly as typed" in app.prompt.placeholder
+        doc = app.conversation.document()
+        assert not doc[-1].isspace(), doc
+        await pilot.press(*"and", "enter")
+        await wait_run(pilot)
+        assert app.conversation.replies[2].messages[0].content == doc + "and"

@@ -25,7 +25,7 @@ from ..events import Step
 from ..settings import SamplingSettings, SettingsError
 from ..trace import CUT_SHORT
 from .render import default_screen, driver_class, fallback_reason
-from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
+from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord, with_space
 from .branch_actions import BranchActions
 from .document_view import DocumentView
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
@@ -194,7 +194,9 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
 
     def _placeholder(self) -> str:
         if self.session.completion:
-            return f"Write the document for {self.backend.name} to continue — Enter: it continues (empty: more), Ctrl+J new line"
+            if self.prefs.completion_space:
+                return f"Text for {self.backend.name} to continue, appended as typed (a space first if it would glue to a word)"
+            return f"Text for {self.backend.name} to continue, appended exactly as typed; Enter: it continues (empty: more)"
         return f"Message {self.backend.name} — Enter sends, Ctrl+J new line"
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -295,8 +297,11 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         if not self.session.takes(event.text):  # (completion mode: an empty Enter continues)
             return
         mode = STREAM if self.prefs.streaming else BLOCKING
+        text = event.text
+        if self.session.completion and self.prefs.completion_space:
+            text = with_space(self.conversation.document(), text)
         try:
-            rec = self.session.send(event.text, mode)
+            rec = self.session.send(text, mode)
         except Refused as exc:
             self.notify(str(exc), severity="warning")
             return
@@ -304,8 +309,8 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         self._clear_selection_views()
         self.prompt.value = ""
         if self.history is not None:
-            self.history.sent(rec, event.text)
-        self._show_new_reply(rec, event.text.strip())
+            self.history.sent(rec, text)
+        self._show_new_reply(rec, text.strip())
 
     def _show_new_reply(self, rec: ReplyRecord, user_text: str | None = None) -> None:
         """A new reply in the transcript (after the message `user_text`, or the document)."""

@@ -97,6 +97,11 @@ class KeyActions(_Base):
             "Completion mode" + (" → chat mode" if self.session.completion else ""),
             "Chat ⇄ a document the model continues, no chat template (Ctrl+L)", self.action_toggle_completion,
         )
+        yield SystemCommand(
+            "Completion mode: space before typed text: " + ("on → off" if self.prefs.completion_space else "off → on"),
+            "A space before text that starts with a letter when the document ends in a non-space",
+            self.action_toggle_completion_space,
+        )
         yield SystemCommand("Conversations…", "The stored conversations: search, open, rename, delete (Ctrl+O)", self.action_history)
         yield SystemCommand(
             "History: " + ("on → off" if self.prefs.history else "off → on"),
@@ -276,6 +281,14 @@ class KeyActions(_Base):
         self._save_prefs()
         self.query_one("#legend").display = self.prefs.prob_colours
         self._rebuild_all()
+
+    def action_toggle_completion_space(self) -> None:
+        self.prefs.completion_space = not self.prefs.completion_space
+        self._save_prefs()
+        if self.session.model_ready:
+            self.prompt.placeholder = self._placeholder()
+        on = "a space before it when it would glue to a word" if self.prefs.completion_space else "exactly as typed"
+        self.notify(f"Completion mode: your text is appended {on}", timeout=3)
 
     def action_toggle_wire(self) -> None:
         self.prefs.wire_view = not self.prefs.wire_view
