@@ -227,3 +227,23 @@ async def test_completion_mode_adds_the_space_a_typed_word_needs_and_a_pref_turn
         await pilot.press(*"and", "enter")
         await wait_run(pilot)
         assert app.conversation.replies[2].messages[0].content == doc + "and"
+
+
+async def test_the_document_view_draws_a_pasted_escape_as_a_symbol(live, tmp_path) -> None:
+    from textual import events
+
+    app = create_app(
+        backend=live, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=1, max_tokens=4), history=False,
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        app.post_message(events.Paste("Say \x1b[31mred\r"))
+        await wait_for(pilot, lambda: app.prompt.value, 5, "the paste")
+        await pilot.press("enter")
+        await wait_run(pilot)
+        assert "\x1b[31mred" in app.conversation.replies[0].start.prompt_text  # the model read the ESC
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: app.document.display and app.document.doc.rows, 10, "the document view")
+        shown = "".join(text for row in app.document.doc.rows for text, _, _ in row)
+        assert "Say ␛[31mred" in shown and "\x1b" not in shown
