@@ -247,3 +247,31 @@ async def test_the_document_view_draws_a_pasted_escape_as_a_symbol(live, tmp_pat
         await wait_for(pilot, lambda: app.document.display and app.document.doc.rows, 10, "the document view")
         shown = "".join(text for row in app.document.doc.rows for text, _, _ in row)
         assert "Say ␛[31mred" in shown and "\x1b" not in shown
+
+
+def test_the_paste_parser_keeps_keys_as_textuals_and_a_paste_whole_however_it_is_cut() -> None:
+    """Keys around the paste parse as Textual's own parser parses them; the paste, its
+    markers cut anywhere between reads, is one Paste event with every character in order."""
+    import time
+
+    from textual import events
+    from textual._xterm_parser import XTermParser
+
+    from loopchat.tui.render.paste import PasteParser
+
+    def parse(parser, pieces, keys: bool = False) -> list:
+        out = []
+        for piece in pieces:
+            out += list(parser.feed(piece))
+            if keys:  # each piece a read of its own, past Textual's escape delay (a lone ESC: Esc)
+                time.sleep(0.15)
+                out += list(parser.tick())
+        return [e.text if isinstance(e, events.Paste) else getattr(e, "key", None) for e in out]
+
+    keys = ["a\x1b[A", "\x1b[20~", "\x1bx", "\x1b[1;5F", "\x1b", "\x1b[I"]  # a, Up, F9, Alt+x, Ctrl+End, Esc, focus
+    assert parse(PasteParser(), keys, True) == parse(XTermParser(), keys, True) == [
+        "a", "up", "f9", "alt+x", "ctrl+end", "escape", None]
+    pasted = "A1 [\x1b[31mred] B2\x1b[0m\nnext\x1b"
+    data = "x\x1b[200~" + pasted + "\x1b[201~y"
+    for cut in range(1, len(data)):  # (an empty read is the end of the input)
+        assert parse(PasteParser(), [data[:cut], data[cut:]]) == ["x", pasted, "y"], cut
