@@ -112,6 +112,14 @@ async def test_page_keys_in_the_box_scroll_the_transcript(tmp_path) -> None:
         assert app.prompt.value == "one\ntwo" and app.prompt.cursor_location == (0, 3)
         await pilot.press("down", "end", "!")
         assert app.prompt.value == "one\ntwo!"
+        # the document view in the transcript's place: the same keys scroll it
+        await pilot.press("ctrl+t", "?")  # (a character typed in the view goes to the box)
+        body = app.document.body
+        assert app.document.display and app.prompt.has_focus and app.prompt.value == "one\ntwo!?"
+        await pilot.press("ctrl+end")
+        await wait_for(pilot, lambda: body.max_scroll_y > 0 and body.scroll_y == body.max_scroll_y, 5, "the view's end")
+        await pilot.press("pageup")
+        await wait_for(pilot, lambda: body.scroll_y < body.max_scroll_y, 5, "the view's PgUp")
 
 
 def stored_messages(path) -> list[tuple[str, str]]:

@@ -76,6 +76,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         self.narrow = False  # below NARROW_WIDTH columns: the panel goes under the transcript
         self.handle_signals = False  # run_tui: SIGTERM / SIGHUP quit like Ctrl+Q
         self._panel_dirty = True
+        self._quit_asked_for: str | None = None  # the draft Ctrl+Q last said would be lost
         #: the wire view (F10), held here: the frame asks it every time whether it needs drawing
         self.wire = WireView(id="wire")
         #: the conversation store (None: history off for this run); the recorder writes

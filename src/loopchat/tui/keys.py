@@ -367,7 +367,7 @@ class KeyActions(_Base):
         again quits: the draft is not kept). A draft changed since asks again."""
         prompt = self.prompt
         draft = "" if prompt.disabled else prompt.value
-        if draft and getattr(self, "_quit_asked_for", None) != draft:
+        if draft and self._quit_asked_for != draft:
             self._quit_asked_for = draft
             self.notify(f"The box holds {len(draft):,} characters: Ctrl+Q again quits", severity="warning", timeout=6)
             return
