@@ -99,7 +99,7 @@ class KeyActions(_Base):
         )
         yield SystemCommand(
             "Completion mode: space before typed text: " + ("on → off" if self.prefs.completion_space else "off → on"),
-            "A space before text that starts with a letter when the document ends in a non-space",
+            "A space before typed text that starts with a letter or digit when the document ends in a non-space",
             self.action_toggle_completion_space,
         )
         yield SystemCommand("Conversations…", "The stored conversations: search, open, rename, delete (Ctrl+O)", self.action_history)
