@@ -283,3 +283,26 @@ def test_the_paste_parser_keeps_keys_as_textuals_and_a_paste_whole_however_it_is
     data = "x\x1b[200~" + pasted + "\x1b[201~y"
     for cut in range(1, len(data)):  # (an empty read is the end of the input)
         assert parse(PasteParser(), [data[:cut], data[cut:]]) == ["x", pasted, "y"], cut
+
+
+async def test_scrolled_up_the_transcript_stops_following_the_reply_until_back_at_the_end(tmp_path) -> None:
+    backend = FakeBackend(tokens=[f"line {i}\n" for i in range(150)], delay=0.0)
+    app = fake_app(tmp_path, backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        t = app.transcript
+        gate = StepGate(app, 60)  # the reply held with a screenful of lines written
+        await pilot.press(*"Count.", "enter")
+        await wait_for(pilot, lambda: gate.holding and t.max_scroll_y > 0, 10, "the reply's first lines")
+        await wait_for(pilot, lambda: t.scroll_y == t.max_scroll_y, 5, "the view following the reply")
+        await pilot.press("pageup")
+        await wait_for(pilot, lambda: t.scroll_y < t.max_scroll_y, 5, "PgUp's scroll")
+        up, grown_from = t.scroll_y, t.max_scroll_y
+        gate.release()
+        await wait_run(pilot, 20)
+        await pilot.pause()
+        assert t.max_scroll_y > grown_from and t.scroll_y == up  # it grew; the view stayed where it was put
+        await pilot.press("ctrl+end")
+        await wait_for(pilot, lambda: t.scroll_y == t.max_scroll_y, 5, "Ctrl+End")
+        await pilot.press(*"Again.", "enter")  # back at the end: it follows the next reply
+        await wait_run(pilot, 20)
+        await wait_for(pilot, lambda: t.scroll_y == t.max_scroll_y, 5, "the view following the reply")
