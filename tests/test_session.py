@@ -128,6 +128,8 @@ def test_stopped_before_the_first_token_gives_the_message_back(session: ChatSess
     cancelled = Finish(FinishReason.CANCELLED, 2, 0, 0, 1.0, 0.0, 0.0, 1.0, 0.0, "", 2, 2048)
     u = session.consume([start, prefill, cancelled, RunDone(1)])
     assert u.restore_prompt == "hello" and session.conversation.turns == []
+    # and the turn goes: not in the conversation (nor, through the app, the transcript and history)
+    assert u.dropped is not None and session.conversation.replies == [] and session.current is None
 
 
 def test_gc_is_frozen_for_a_run_and_thawed_by_its_run_done_on_every_path(session: ChatSession) -> None:

@@ -296,12 +296,15 @@ async def test_a_search_left_with_esc_keeps_the_die_and_ctrl_c_in_it_stops(backe
         await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
         assert app.session.stopped and app.current.steps == []
         await wait_for(pilot, lambda: isinstance(app.focused, StepBar), 5, "the focus back on the die bar")
+        rec = app.current
         await pilot.press("slash", *"the", "ctrl+c")  # Ctrl+C in the search stops the reply
         await wait_run(pilot)
         await pilot.press("enter")  # the search's Enter after the reply ended: a notice, no pick
         await wait_for(pilot, lambda: not isinstance(app.screen, TokenSearch), 5, "the search to close")
         await wait_for(pilot, lambda: isinstance(app.focused, PromptArea), 5, "the focus back on the box")
-        assert app.current.steps == [] and app.current.finish.reason == FinishReason.CANCELLED
+        assert rec.steps == [] and rec.finish.reason == FinishReason.CANCELLED
+        # stopped before its first token: the message is back in the box, its turn gone
+        assert app.current is None and app.conversation.replies == [] and app.prompt.value == PROMPT
 
 
 async def test_f2_while_stopped_reshapes_the_die_then_enter_draws_from_it(backend, tmp_path) -> None:

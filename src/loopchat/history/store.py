@@ -30,6 +30,7 @@ from ..events import ContextTrimmed, Event, Finish, Prefill, Start, Step, event_
 from ..trace import TracedEvent, cut_short_finish
 from . import schema
 from .schema import SCHEMA_VERSION
+from .liveness import process_started, writer_alive
 from .step_codec import StepCodecError, decode_steps, encode_steps
 
 __all__ = [
@@ -128,30 +129,6 @@ class StoredConversation:
             out.append(node)
             at = node.parent_id
         return out[::-1]
-
-
-def _process_started(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        return None
-    except psutil.Error:  # AccessDenied...: it exists
-        return -1.0
-
-
-def _writer_alive(pid: int | None, started: float | None) -> bool:
-    """Whether the process that began a reply is still running (the same process: its pid
-    and its start time, so a reused pid does not count)."""
-    if pid is None:
-        return False
-    now_started = _process_started(pid)
-    if now_started is None:
-        return False
-    if now_started < 0 or started is None:
-        return True
-    return abs(now_started - started) < 1.0
 
 
 def _damaged(path: Path, why: str) -> StoreError:
@@ -338,7 +315,7 @@ class ConversationStore:
             "SELECT id, writer_pid, writer_started FROM nodes WHERE status = 'generating'"
         ).fetchall()
         for node_id, pid, started in rows:
-            if not _writer_alive(pid, started):
+            if not writer_alive(pid, started):
                 self.mark_cut(node_id)
 
     def mark_cut(self, node_id: int) -> None:
@@ -393,7 +370,7 @@ class ConversationStore:
         with self._tx() as c:
             return self._insert_node(
                 c, conversation_id, parent_id, "assistant", "", mode=mode, status="generating", start=blob,
-                writer_pid=pid, writer_started=_process_started(pid),
+                writer_pid=pid, writer_started=process_started(pid),
             )
 
     def add_events(self, node_id: int, events: Sequence[Event]) -> None:
@@ -452,10 +429,13 @@ class ConversationStore:
             if cur.rowcount != 1:
                 raise KeyError(f"no conversation {conversation_id}")
 
-    def delete(self, conversation_id: int) -> None:
+    def delete(self, conversation_id: int, node_id: int | None = None) -> None:
+        """The conversation; given `node_id`, only that node and the nodes below it."""
+        sql, args = ("DELETE FROM conversations WHERE id = ?", (conversation_id,)) if node_id is None else (
+            "DELETE FROM nodes WHERE id = ? AND conversation_id = ?", (node_id, conversation_id))
         with self._tx() as c:
-            if c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount != 1:
-                raise KeyError(f"no conversation {conversation_id}")
+            if c.execute(sql, args).rowcount != 1:
+                raise KeyError(f"no conversation {conversation_id}" + (f" node {node_id}" if node_id else ""))
 
     # ---- reading -------------------------------------------------------------------------------------
     _SUMMARY = (

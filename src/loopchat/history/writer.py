@@ -113,6 +113,9 @@ class StoreWriter:
     def delete(self, conversation: Ref | int) -> None:
         self._put("delete", conversation)
 
+    def delete_node(self, conversation: Ref | int, node: Ref | int) -> None:
+        self._put("delete", conversation, node)
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every write queued so far is done (or dropped); False on timeout."""
         if not self._thread.is_alive():

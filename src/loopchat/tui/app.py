@@ -24,8 +24,8 @@ from ..backends import Backend
 from ..events import Step
 from ..settings import SamplingSettings, SettingsError
 from ..trace import CUT_SHORT
-from .render import default_screen, fallback_reason
-from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
+from .render import default_screen, driver_class, fallback_reason
+from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord, with_space
 from .branch_actions import BranchActions
 from .document_view import DocumentView
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
@@ -76,6 +76,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         self.narrow = False  # below NARROW_WIDTH columns: the panel goes under the transcript
         self.handle_signals = False  # run_tui: SIGTERM / SIGHUP quit like Ctrl+Q
         self._panel_dirty = True
+        self._quit_asked_for: str | None = None  # the draft Ctrl+Q last said would be lost
         #: the wire view (F10), held here: the frame asks it every time whether it needs drawing
         self.wire = WireView(id="wire")
         #: the conversation store (None: history off for this run); the recorder writes
@@ -94,6 +95,9 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
     # ------------------------------------------------------------- layout ----
     def get_default_screen(self) -> Screen:
         return default_screen(id="_default")  # LoopScreen, or Textual's own (render/)
+
+    def get_driver_class(self) -> Any:
+        return driver_class() or super().get_driver_class()  # a bracketed paste read whole (render/)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="⟳")
@@ -191,7 +195,9 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
 
     def _placeholder(self) -> str:
         if self.session.completion:
-            return f"Write the document for {self.backend.name} to continue — Enter: it continues (empty: more), Ctrl+J new line"
+            if self.prefs.completion_space:
+                return f"Text for {self.backend.name} to continue, appended as typed (a space first if it would glue to a word)"
+            return f"Text for {self.backend.name} to continue, appended exactly as typed; Enter: it continues (empty: more)"
         return f"Message {self.backend.name} — Enter sends, Ctrl+J new line"
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -249,10 +255,11 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
             self._update_subtitle()
         if u.ready is not None:
             self._model_ready()
-        if u.dropped is not None:  # the prompt was never accepted: the turn goes
+        if u.dropped is not None:  # the prompt refused, or stopped before its first token: the turn goes
             self.transcript.drop_turn(self.views.pop(u.dropped, None), self.prefs, self.conversation)
-        if u.restore_prompt and not self.prompt.value:
-            self.prompt.value = u.restore_prompt
+        if u.restore_prompt:  # before anything typed since: nothing lost, nothing reordered
+            draft = self.prompt.value
+            self.prompt.value = u.restore_prompt + ("\n" + draft if draft else "")
         for rec in u.finished:
             view = self.views.get(rec)
             if view is not None:
@@ -291,8 +298,11 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         if not self.session.takes(event.text):  # (completion mode: an empty Enter continues)
             return
         mode = STREAM if self.prefs.streaming else BLOCKING
+        text = event.text
+        if self.session.completion and self.prefs.completion_space:
+            text = with_space(self.conversation.document(), text)
         try:
-            rec = self.session.send(event.text, mode)
+            rec = self.session.send(text, mode)
         except Refused as exc:
             self.notify(str(exc), severity="warning")
             return
@@ -300,8 +310,8 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         self._clear_selection_views()
         self.prompt.value = ""
         if self.history is not None:
-            self.history.sent(rec, event.text)
-        self._show_new_reply(rec, event.text.strip())
+            self.history.sent(rec, text)
+        self._show_new_reply(rec, text.strip())
 
     def _show_new_reply(self, rec: ReplyRecord, user_text: str | None = None) -> None:
         """A new reply in the transcript (after the message `user_text`, or the document)."""
@@ -391,6 +401,14 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         elif message.text and not self.prompt.disabled:  # (a replay has no box)
             self.prompt.focus()
             self.prompt.insert(message.text)
+
+    def on_prompt_area_scroll_requested(self, message: PromptArea.ScrollRequested) -> None:
+        """PgUp/PgDn, Ctrl+Home/End in the message box: scroll the transcript (or the
+        document view in its place); scrolling up leaves the reply's end (anchor)."""
+        view = self.document.body if self.document.display else self.transcript
+        scroll = {"page_up": view.scroll_page_up, "page_down": view.scroll_page_down,
+                  "home": view.scroll_home, "end": view.scroll_end}[message.how]
+        scroll(animate=False)
 
     def on_document_view_step_under_cursor(self, message: DocumentView.StepUnderCursor) -> None:
         self.action_select_token(message.reply, message.step)  # the panel shows that step

@@ -24,7 +24,7 @@ from textual.strip import Strip
 
 from ..events import FinishReason, Step
 from .conversation import BLOCKING, ReplyRecord, finish_label
-from .plots import fmt_ms, fmt_rate
+from .plots import fmt_ms, fmt_rate, visible_controls
 from .prefs import Prefs
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class UserBlock(Block):
     def _render(self, console: Console, width: int) -> Iterable[Strip]:
         yield self._blank()
         yield self._title(console, "You", _USER, width)
-        yield from self._body(console, Text(self.text), width, _USER)
+        yield from self._body(console, Text(visible_controls(self.text)), width, _USER)
 
 
 class ReplyView(Block):

@@ -236,6 +236,15 @@ class Conversation:
         return None
 
 
+def with_space(document: str, text: str) -> str:
+    """Completion mode's space (the pref, on by default): `text` with a space before it
+    when the document ends in a non-space and `text` starts with a letter or a digit, so
+    that a word typed after the model's is not glued to it ("people?In short")."""
+    if document and not document[-1].isspace() and text[:1].isalnum():
+        return " " + text
+    return text
+
+
 def finish_label(finish: Finish) -> str:
     return {
         FinishReason.STOP: "end of reply",

@@ -39,7 +39,7 @@ from textual.widget import Widget
 from ..events import Start, Step
 from .conversation import ReplyRecord
 from .fast_static import FastStatic, Line
-from .prompt import TypedForTheBox
+from .prompt import TypedForTheBox, visible_controls
 from .step_mode import step_keys
 
 # token kinds
@@ -79,8 +79,8 @@ SHORT_VIEW = 16
 
 def shown_form(text: str) -> str:
     """`text` as the view's rows show it once joined (DocumentLines.shown_text): each
-    newline drawn as ↵ and a break, tabs and carriage returns as arrows."""
-    return text.replace("\n", "↵\n").replace("\t", "→").replace("\r", "␍")
+    newline drawn as ↵ and a break, tabs as arrows, other controls as symbols (␍, ␛...)."""
+    return visible_controls(text.replace("\n", "↵\n").replace("\t", "→"))
 
 
 @dataclass(slots=True)
@@ -119,7 +119,7 @@ class DocumentLines:
     def add(self, token: DocToken) -> None:
         index = len(self.tokens)
         self.tokens.append(token)
-        parts = [p.replace("\t", "→").replace("\r", "␍") for p in token.text.split("\n")]
+        parts = [visible_controls(p.replace("\t", "→")) for p in token.text.split("\n")]
         if self._col >= self.width:
             self._new_row()
         elif self._col and parts[0]:  # a token that fits a row but not the rest of this one: on the next

@@ -14,7 +14,8 @@ from textual.widgets import Static
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
     ("Ctrl+J", "New line in the message (also Alt+Enter / Shift+Enter, in terminals that tell them from Enter); a pasted block keeps its lines"),
-    ("Esc or Ctrl+C", "Stop the reply (also during a long prompt prefill); Esc also clears a token selection, then leaves the document view"),
+    ("PgUp / PgDn, Ctrl+Home / Ctrl+End", "Scroll the transcript (or the document view in its place) a page up / down, to its top / end, from the message box; scrolled up, it stops following the reply being written until it is back at the end"),
+    ("Esc or Ctrl+C", "Stop the reply (also during a long prompt prefill: stopped before its first token, the message goes back to the box, out of the conversation and the history); Esc also clears a token selection, then leaves the document view"),
     ("Ctrl+↑ / Ctrl+↓ (or Alt+↑ / Alt+↓)", "Raise / lower the selected setting (marked ▸ in the panel): temperature ±0.1, top-p ±0.05, top-k ±5, min-p ±0.01"),
     ("F8", "Select the next setting for Ctrl+↑/↓ (temperature → top-p → top-k → min-p)"),
     ("F2", "Sampling settings dialog: type any value, checked as you type; Enter applies"),
@@ -40,7 +41,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F7", "Colour each token by the probability it was drawn with (legend on top)"),
     ("Ctrl+P", "Command palette: switch model, every toggle above"),
     ("F1", "Show / hide this list of keys"),
-    ("Ctrl+Q", "Quit"),
+    ("Ctrl+Q", "Quit (with a draft in the message box it says so first: Ctrl+Q again quits)"),
 )
 
 

@@ -56,13 +56,13 @@ class HistoryActions(_Base):
         h = self.history
         if h is None:
             return
+        if u.dropped is not None:  # its message went back to the box: nothing of it is kept
+            h.withdrawn(u.dropped)
         current = self.session.current
         h.sync(current)
         for rec in u.finished:
             if rec is not current:
                 h.sync(rec)
-        if u.dropped is not None:
-            h.sync(u.dropped)
 
     # ---- the list ------------------------------------------------------------------
     def action_history(self) -> None:

@@ -63,6 +63,7 @@ class _Stored:
     role: str = "user"  # the user node's role: "user", or DOCUMENT (completion mode)
     user: Any = None  # the user message's node
     node: Any = None  # the reply's node (None until its Start)
+    made_conversation: bool = False  # this reply's message started the stored conversation
     steps_sent: int = 0
     trimmed_sent: bool = False
     prefill_sent: bool = False
@@ -125,6 +126,19 @@ class HistoryRecorder:
             return
         self.tip = s.node if rec.in_turns and s.node is not None else s.before
 
+    def withdrawn(self, rec: ReplyRecord) -> None:
+        """The session took `rec`'s turn back (its prompt refused, or the reply stopped
+        before its first token: the message is back in the box): what was written of it
+        goes, the conversation with it if that message started it."""
+        s = self._replies.pop(rec, None)
+        if s is None or s.node is None:  # nothing written yet: nothing will be
+            return
+        if s.made_conversation:
+            self.writer.delete(self.conversation)
+            self.conversation = self.tip = None
+        elif s.user_text is not None and s.user is not None:  # its message node, its reply below it
+            self.writer.delete_node(self.conversation, s.user)
+
     def forget(self, conversation_id: int) -> bool:
         """The conversation `conversation_id` was deleted: if it is the one recorded,
         the next message starts a new one. True if it was."""
@@ -169,6 +183,7 @@ class HistoryRecorder:
                     model_path=start.model_path or "", model_size=start.model_size_bytes or 0,
                     system_prompt=self._system_prompt(),
                 )
+                s.made_conversation = True
             if s.user is None:
                 s.user = w.add_message(self.conversation, s.before, s.role, s.user_text or "")
             s.node = w.begin_reply(self.conversation, s.user, rec.mode, rec.start)

@@ -97,6 +97,11 @@ class KeyActions(_Base):
             "Completion mode" + (" → chat mode" if self.session.completion else ""),
             "Chat ⇄ a document the model continues, no chat template (Ctrl+L)", self.action_toggle_completion,
         )
+        yield SystemCommand(
+            "Completion mode: space before typed text: " + ("on → off" if self.prefs.completion_space else "off → on"),
+            "A space before typed text that starts with a letter or digit when the document ends in a non-space",
+            self.action_toggle_completion_space,
+        )
         yield SystemCommand("Conversations…", "The stored conversations: search, open, rename, delete (Ctrl+O)", self.action_history)
         yield SystemCommand(
             "History: " + ("on → off" if self.prefs.history else "off → on"),
@@ -277,6 +282,14 @@ class KeyActions(_Base):
         self.query_one("#legend").display = self.prefs.prob_colours
         self._rebuild_all()
 
+    def action_toggle_completion_space(self) -> None:
+        self.prefs.completion_space = not self.prefs.completion_space
+        self._save_prefs()
+        if self.session.model_ready:
+            self.prompt.placeholder = self._placeholder()
+        on = "a space before it when it would glue to a word" if self.prefs.completion_space else "exactly as typed"
+        self.notify(f"Completion mode: your text is appended {on}", timeout=3)
+
     def action_toggle_wire(self) -> None:
         self.prefs.wire_view = not self.prefs.wire_view
         self._save_prefs()
@@ -327,7 +340,12 @@ class KeyActions(_Base):
         except Refused as exc:
             self.notify(str(exc), timeout=2)
             return
-        self.action_select_token(*target) if target else self.action_stop()
+        if target is not None:
+            self.action_select_token(*target)
+        elif self.selection is not None:  # off the end: no token selected (never a stop)
+            self.selection = None
+            self._clear_selection_views()
+            self._refresh_panel()
 
     def action_select_token(self, reply: int, step: int) -> None:
         self.selection = (reply, step)
@@ -345,5 +363,13 @@ class KeyActions(_Base):
                 view.select(None)
 
     async def action_quit(self) -> None:
+        """Ctrl+Q: quit; with a draft in the message box, first say so once (Ctrl+Q
+        again quits: the draft is not kept). A draft changed since asks again."""
+        prompt = self.prompt
+        draft = "" if prompt.disabled else prompt.value
+        if draft and self._quit_asked_for != draft:
+            self._quit_asked_for = draft
+            self.notify(f"The box holds {len(draft):,} characters: Ctrl+Q again quits", severity="warning", timeout=6)
+            return
         self._stop_backend()
         self.exit(0)

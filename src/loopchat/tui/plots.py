@@ -1,8 +1,26 @@
-"""Tiny text plots: probability bars and per-step sparklines (pure functions)."""
+"""Tiny text plots: probability bars and per-step sparklines; text made safe to draw
+(pure functions)."""
 
 from __future__ import annotations
 
 import math
+import re
+
+#: control characters a terminal would obey (ESC starts a colour, a cursor move...):
+#: C0 but tab and line feed, DEL, C1
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _picture(m: re.Match) -> str:
+    c = ord(m.group())
+    return chr(0x2400 + c) if c < 0x20 else "\u2421" if c == 0x7F else "\ufffd"
+
+
+def visible_controls(text: str) -> str:
+    """`text` with each control character drawn as a visible symbol (ESC as ␛, U+241B:
+    Unicode's control pictures; DEL ␡; C1 �), never sent to the terminal raw. What is
+    stored and sent to the model keeps the real characters."""
+    return _CONTROLS.sub(_picture, text) if _CONTROLS.search(text) else text
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _SPARK = "▁▂▃▄▅▆▇█"

@@ -25,6 +25,7 @@ class Prefs:
     wire_view: bool = False  # the side panel shows the wire (SSE lines) instead of the loop
     wire_folded: bool = True  # the wire view folds the long values (extension, top_logprobs)
     history: bool = True  # keep the conversations in the store (history/); off: nothing is written
+    completion_space: bool = True  # completion mode: a space before typed text that would glue to a word
 
     @classmethod
     def from_dict(cls, data: dict) -> "Prefs":

@@ -7,11 +7,15 @@ event, which TextArea inserts whole). The box grows with its text up to a few li
 
 from __future__ import annotations
 
+from rich.segment import Segment
 from textual import events
 from textual.actions import parse
 from textual.message import Message
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import TextArea
+
+from .plots import visible_controls
 
 #: Keys that insert a line break. Every terminal sends Ctrl+J as a plain line feed.
 #: Alt+Enter and Shift+Enter reach the app only from terminals that report modified keys
@@ -27,6 +31,11 @@ IMMEDIATE_KEYS: dict[str, tuple[str, tuple]] = {
     if name.startswith(("delete_", "cursor_"))
     for key in binding.key.split(",")
 }
+
+#: Keys that scroll the transcript (or the document view, when it shows) from the message
+#: box: key -> how (PromptArea.ScrollRequested). TextArea's own PgUp/PgDn move its cursor
+#: by a page of a box a few lines high; its arrows, Shift+arrows, Home/End stay its own.
+SCROLL_KEYS = {"pageup": "page_up", "pagedown": "page_down", "ctrl+home": "home", "ctrl+end": "end"}
 
 
 class TypedForTheBox(Message):
@@ -63,6 +72,14 @@ class PromptArea(TextArea):
             self.prompt = prompt
             self.text = text
 
+    class ScrollRequested(Message):
+        """A scroll key (SCROLL_KEYS) pressed in the box: `how` is page_up, page_down,
+        home or end."""
+
+        def __init__(self, how: str) -> None:
+            super().__init__()
+            self.how = how
+
     def __init__(self, *, placeholder: str = "", id: str | None = None) -> None:
         super().__init__(
             "",
@@ -85,6 +102,15 @@ class PromptArea(TextArea):
         self.load_text(text)
         self.move_cursor(self.document.end)
 
+    def render_line(self, y: int) -> Strip:
+        """TextArea's line, a control character in it drawn as a visible symbol (a pasted
+        ESC would start a colour or move the cursor in the terminal); the text keeps it."""
+        strip = super().render_line(y)
+        shown = [Segment(visible_controls(s.text), s.style, s.control) for s in strip]
+        if all(a.text == b.text for a, b in zip(shown, strip)):
+            return strip
+        return Strip(shown).crop(0, self.size.width)  # a symbol takes a cell an ESC did not
+
     def on_key(self, event: events.Key) -> None:
         # Handled here rather than as bindings: a binding's action runs after the keys
         # that arrived in the same read from the terminal ("abc", Ctrl+J, "def" typed
@@ -99,6 +125,11 @@ class PromptArea(TextArea):
             event.stop()
             event.prevent_default()
             self.action_newline()
+            return
+        if event.key in SCROLL_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.ScrollRequested(SCROLL_KEYS[event.key]))
             return
         immediate = IMMEDIATE_KEYS.get(event.key)
         if immediate is not None:  # the same for TextArea's editing keys (Backspace...)

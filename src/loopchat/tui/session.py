@@ -59,7 +59,7 @@ class Update:
 
     started: list[tuple[str, ReplyRecord]] = field(default_factory=list)  # a trace's turns: (user text, reply)
     finished: list[ReplyRecord] = field(default_factory=list)  # replies that ended, in order
-    dropped: ReplyRecord | None = None  # a reply whose prompt the engine refused: remove its turn
+    dropped: ReplyRecord | None = None  # a turn withdrawn (prompt refused, or stopped before its first token)
     errors: list[WorkerError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     loading: ModelLoading | None = None
@@ -497,9 +497,9 @@ class ChatSession:
         if rec.in_history and self.conversation.take_turn(rec):
             self.pending_prompt = None
         elif rec.in_history and f is not None and not rec.text and f.reason == FinishReason.CANCELLED:
-            # stopped before any text: the message is not part of the conversation
-            if self.pending_prompt:
-                u.restore_prompt = self.pending_prompt
+            if self.pending_prompt:  # stopped before any text: the message goes back to the box, its turn goes
+                u.restore_prompt, u.dropped, self.current = self.pending_prompt, rec, None
+                self.conversation.replies.remove(rec)
                 u.warnings.append("Stopped before the first token: your message is back in the box")
             self.pending_prompt = None
         if f is not None and f.reason == FinishReason.ERROR:

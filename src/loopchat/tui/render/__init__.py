@@ -13,6 +13,12 @@ Performance) by reaching into them. Every such use is in this package:
 - `scrollbar.py`: the transcript's scrollbar, repainted from rows it has painted before
   (made in place of Textual's through `_vertical_scrollbar` and `App._start_widget`).
 
+- `paste.py`: `PasteDriver`, Textual's Linux driver with an input parser that reads a
+  bracketed paste whole, in order, whatever it holds (an ESC inside a paste broke
+  Textual's: `textual._xterm_parser`, `textual._parser`). On the tested Textual only,
+  whatever LOOPCHAT_STOCK_RENDER says (it is not a drawing path); elsewhere Textual's
+  own driver (`driver_class()` None).
+
 Nothing else in loopchat uses a private Textual or rich name (tests/test_render_guard.py
 checks the source).
 
@@ -47,6 +53,11 @@ except Exception as exc:  # a Textual or rich without these privates (ImportErro
     _IMPORT_ERROR: str | None = f"{type(exc).__name__}: {str(exc).split(' (')[0]}"  # (no path)
 else:
     _IMPORT_ERROR = None
+
+try:  # apart: a Textual without these privates keeps the fast drawing paths
+    from . import paste
+except Exception:  # (and on Windows: no Linux driver)
+    paste = None  # type: ignore[assignment]
 
 
 def textual_version() -> str:
@@ -83,3 +94,11 @@ def default_screen(**kwargs: Any) -> Screen:
     if fast():
         return compositor.LoopScreen(**kwargs)
     return Screen(**kwargs)
+
+
+def driver_class() -> type | None:
+    """The app's terminal driver: `paste.PasteDriver` on the tested Textual (None:
+    Textual's own, also when TEXTUAL_DRIVER names one)."""
+    if paste is None or textual_version() != TESTED_TEXTUAL or os.environ.get("TEXTUAL_DRIVER"):
+        return None
+    return paste.PasteDriver
