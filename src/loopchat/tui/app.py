@@ -32,6 +32,7 @@ from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
 from .history_actions import HistoryActions
 from .keys import BINDINGS, KeyActions
 from .loop_panel import LoopPanel, PanelView
+from .palette import own_system_commands
 from .prefs import Prefs, load_prefs, save_prefs
 from .prompt import PromptArea, TypedForTheBox
 from .history_recorder import HistoryRecorder
@@ -195,7 +196,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         return f"Message {self.backend.name} — Enter sends, Ctrl+J new line"
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        yield from own_system_commands(self, super().get_system_commands(screen))
         for name in self.backend.model_names:
             current = " (current)" if name == self.backend.name else ""
             yield SystemCommand(
