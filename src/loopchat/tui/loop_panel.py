@@ -24,7 +24,6 @@ from textual.widget import Widget
 
 from ..events import Candidate, Pending, Prefill, Step
 from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
-from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from .panel_caches import PanelCaches, ReplyIndex, Series
@@ -434,11 +433,11 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
         ttft = fmt_ms(f.ttft_ms)
         if f.paused_ms:  # the engine left its waits for the user out
             stop_note = " (step-mode stops left out)"
-        elif r.steps and r.steps[0].chosen_by != SAMPLED:
+        elif r.first_token_stopped:
             stop_note = " (incl. step-mode stop)"  # a trace from before Finish.paused_ms
-    elif r.steps and r.steps[0].elapsed_ms:
-        ttft = fmt_ms(r.steps[0].elapsed_ms)  # measured by the engine at step 0 (a server's: on arrival)
-        if r.steps[0].chosen_by != SAMPLED:
+    elif r.own_steps and r.own_steps[0].elapsed_ms:  # a branch's: its own first, not its prefix's
+        ttft = fmt_ms(r.own_steps[0].elapsed_ms)  # measured by the engine at step 0 (a server's: on arrival)
+        if r.first_token_stopped:
             stop_note = " (incl. step-mode stop)"
     else:
         ttft = "—"
