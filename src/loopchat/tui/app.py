@@ -22,6 +22,7 @@ from collections import deque
 
 from ..backends import Backend
 from ..events import Step
+from ..model_files import shown_model_name
 from ..settings import SamplingSettings, SettingsError
 from ..trace import CUT_SHORT
 from .render import default_screen, fallback_reason
@@ -177,11 +178,11 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         if self.session.completion:
             mode = "completion · " + mode
         if not b.can_generate:
-            self.sub_title = f"replay · {b.name}"
+            self.sub_title = f"replay · {shown_model_name(b.name)}"
         elif b.loading:
-            self.sub_title = f"loading {b.loading}… · {mode}"
+            self.sub_title = f"loading {shown_model_name(b.loading)}… · {mode}"
         else:
-            self.sub_title = f"{b.name or 'no model loaded'} · {mode}"
+            self.sub_title = f"{shown_model_name(b.name) or 'no model loaded'} · {mode}"
 
     def _model_ready(self) -> None:
         self.session.model_ready = True
@@ -191,9 +192,10 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         self._panel_dirty = True
 
     def _placeholder(self) -> str:
+        name = shown_model_name(self.backend.name)
         if self.session.completion:
-            return f"Write the document for {self.backend.name} to continue — Enter: it continues (empty: more), Ctrl+J new line"
-        return f"Message {self.backend.name} — Enter sends, Ctrl+J new line"
+            return f"Write the document for {name} to continue — Enter: it continues (empty: more), Ctrl+J new line"
+        return f"Message {name} — Enter sends, Ctrl+J new line"
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from own_system_commands(self, super().get_system_commands(screen))
