@@ -16,7 +16,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from collections import deque
 
@@ -30,6 +30,7 @@ from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from .branch_actions import BranchActions
 from .document_view import DocumentView
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
+from .footer import WholeKeysFooter
 from .history_actions import HistoryActions
 from .keys import BINDINGS, KeyActions
 from .loop_panel import LoopPanel, PanelView
@@ -108,7 +109,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
             yield self.wire  # F10 shows it in the panel's place
         yield StepBar(id="stepbar")  # step mode (F12): holds the focus while the loop is stopped
         yield PromptArea(placeholder="Loading the model… (you can type already)", id="prompt")
-        yield Footer(compact=True)
+        yield WholeKeysFooter(compact=True)
 
     @property
     def transcript(self) -> Transcript:
