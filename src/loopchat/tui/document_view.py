@@ -37,6 +37,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..events import Start, Step
+from ..token_faces import byte_face, partial_character
 from .conversation import ReplyRecord
 from .fast_static import FastStatic, Line
 from .prompt import TypedForTheBox
@@ -690,11 +691,10 @@ def status_line(t: DocToken | None) -> Line:
     if t.kind == TEXT:
         return (("the prompt as its text", _STATUS_KEY), (" · no token boundaries or ids in this trace", LABEL))
     tid = "not given" if t.token_id is None else str(t.token_id)
-    piece = t.step.piece if t.step is not None else t.text
-    out: list[tuple[str, Style]] = [
-        (f"id {tid}", _STATUS_KEY), (f" · {piece!r} · ", _STATUS),
-        (f"position {t.position}" if t.position is not None else "position ?", _STATUS),
-        (f" · {what}", LABEL),
+    raw = t.step.piece_bytes if t.step is not None else None
+    piece = byte_face(raw) if raw is not None and partial_character(raw) else repr(t.step.piece if t.step is not None else t.text)
+    out: list[tuple[str, Style]] = [(f"id {tid}", _STATUS_KEY), (f" · {piece} · ", _STATUS),
+        (f"position {t.position}" if t.position is not None else "position ?", _STATUS), (f" · {what}", LABEL),
     ]
     if t.step is not None:
         out.append((f" step {t.step.index}", LABEL))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
+
+from ..token_faces import byte_face, partial_character
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _SPARK = "▁▂▃▄▅▆▇█"
@@ -117,6 +120,21 @@ def fmt_prob(p: float) -> str:
     if p <= 0:
         return "0%"
     return "<0.1%"
+
+
+def token_face(text: str, raw: bytes | None = None) -> str:
+    """show_token, but a token whose bytes are a piece of a character by those bytes,
+    `<e2 82>` (its text is U+FFFD, the same for every piece)."""
+    return byte_face(raw) if raw is not None and partial_character(raw) else show_token(text)
+
+
+def listed_face(text: str) -> str:
+    """A vocabulary entry made visible (the engine lists a piece of a character as its
+    bytes already, `<e2 82>`: kept as it is)."""
+    return text if _BYTE_FACE.fullmatch(text) else show_token(text)
+
+
+_BYTE_FACE = re.compile(r"<[0-9a-f]{2}(?: [0-9a-f]{2})*>")
 
 
 def show_token(text: str) -> str:
