@@ -9,7 +9,7 @@ next message is sent with, and the node that message hangs from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..events import DOCUMENT, ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from ..chat_prompt import COMPLETION
@@ -36,8 +36,21 @@ def restore(stored: "StoredConversation") -> Restored:
     conv = Conversation(system_prompt=stored.system_prompt)
     out = Restored(conv)
     sys = (Message("system", stored.system_prompt),) if stored.system_prompt else ()
-    _walk(stored, stored.path(), conv, out, sys, conv.turns, main=True)
+    _walk(stored, shown_path(stored), conv, out, sys, conv.turns, main=True)
     return out
+
+
+def shown_path(stored: "StoredConversation") -> list:
+    """The store's most recent path, but a replay (F9) that ends it gives way to the
+    reply it replays: a replay is stored beside its reply, never the conversation's line."""
+    path = stored.path()
+    while path and path[-1].role == "assistant":
+        earlier = [n for n in stored.nodes if n.role == "assistant" and n.parent_id == path[-1].parent_id and n.id < path[-1].id]
+        of = _replayed(path[-1], earlier)
+        if of is None:
+            break
+        path[-1] = of
+    return path
 
 
 def _walk(
@@ -67,12 +80,17 @@ def _walk(
             versions: list[ReplyRecord] = []
             aside: list[tuple[ReplyRecord, object]] = []
             shown = None
+            replays: list[ReplyRecord] = []
             for other in sorted([*others, node], key=lambda n: n.id):
-                rec = conv.new_reply(other.mode or STREAM, messages, siblings=versions, turn_base=len(before))
+                of = _replayed(other, [*versions, *replays])
+                rec = conv.new_reply(other.mode or STREAM, messages, turn_base=len(before), **(
+                    {"replay_of": of.replay_of or of.number, "in_history": False} if of else {"siblings": versions}))
                 _fill(rec, other.events, other.content)
                 if user is not None:
                     out.replies[rec] = (user[0], user[1], other.id)
-                if other is not node:
+                if of is not None:  # F9's, shown after the turn's reply (if that is the one shown)
+                    replays.append(rec)
+                elif other is not node:
                     rec.in_history, rec.hidden = False, True
                     aside.append((rec, other))
                 else:
@@ -95,6 +113,12 @@ def _walk(
             else:
                 rec.in_history, rec.hidden = False, True
                 entries.append((rec, True, in_turns))
+            for r in replays:
+                r.hidden = not main or r.replay_of != (rec.replay_of or rec.number)
+                if not r.hidden:
+                    out.shown.append(("", r))
+                elif not main:
+                    entries.append((r, False, False))
             for version, version_node in aside:  # the later turns built on each version set aside
                 _tail_of(stored, version, version_node, conv, out, sys, before, asked)
             user = None
@@ -120,6 +144,24 @@ def _tail_of(
     turns = [*before, asked, Message("assistant", version.text)]
     version.tail = _walk(stored, path[ids.index(node.id) + 1 :], conv, out, sys, turns, main=False)  # type: ignore[attr-defined]
     version.tail_turns = turns[len(before) + 2 :]
+
+
+def _run_of(reply: object) -> tuple | None:
+    """What a replay repeats of a reply (a record or a stored node): its messages,
+    settings (the seed too) and branch prefix; None without a Start."""
+    start = reply.start if isinstance(reply, ReplyRecord) else next(
+        (e for e in reply.events if isinstance(e, Start)), None)  # type: ignore[attr-defined]
+    return None if start is None else (start.messages, start.settings, start.reply_prefix)
+
+
+def _replayed(reply: object, earlier: list) -> Any:
+    """The earlier reply (of `earlier`: records or stored nodes) that `reply` replays in
+    the other mode (F9: the same messages, settings, seed and prefix), or None. F5 and
+    a branch draw a new seed or another token, so none of theirs is taken for a replay."""
+    run = _run_of(reply)
+    if run is None:
+        return None
+    return next((e for e in earlier if e.mode != reply.mode and _run_of(e) == run), None)  # type: ignore[attr-defined]
 
 
 def _where_branched(versions: list[ReplyRecord]) -> None:
