@@ -627,12 +627,12 @@ def header_lines(
     """The view's header; `stopped`: the step the live reply's loop is stopped before;
     `short`: a view of few rows (80x24), which keeps them for the text: the title and the
     figures on one row, no "nothing dropped" and no legend."""
-    from .wire_view import _pieces_rows
+    from .figure_rows import figure_rows
 
     rows: list[list[tuple[str, Style]]] = []
     if rec is None:
         rows.append([("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)])
-        return [r for p in rows for r in _pieces_rows(p, width)]
+        return [r for p in rows for r in figure_rows(p, width)]
     start = rec.start
     if short:
         rows.append([(f"Reply {rec.number} as the model reads it", HEAD), (" (Ctrl+T: back) · ", LABEL)])
@@ -640,7 +640,7 @@ def header_lines(
         rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
     if start is None:
         rows.append([("waiting for the prompt…", _NOTE)])
-        return [r for p in rows for r in _pieces_rows(p, width)]
+        return [r for p in rows for r in figure_rows(p, width)]
     n_prompt = len(start.prompt_token_ids) if start.prompt_token_ids is not None else None
     parts: list[tuple[str, Style]] = rows.pop() if short else []
     if n_prompt is None:
@@ -678,7 +678,7 @@ def header_lines(
             ("control", _style(CONTROL, 0)), (" ", LABEL), ("prompt", _style(PROMPT, 1)), (" ", LABEL),
             ("reply", _style(REPLY, 0)), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
         ])
-    return [r for p in rows for r in _pieces_rows(p, width)]
+    return [r for p in rows for r in figure_rows(p, width)]
 
 
 def status_line(t: DocToken | None) -> Line:
