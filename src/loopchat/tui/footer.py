@@ -16,6 +16,7 @@ class WholeKeysFooter(Footer):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._widths: WeakKeyDictionary[Widget, int] = WeakKeyDictionary()  # measured while shown
+        self._retries = 0  # fits put off until the keys are laid out, in a row
 
     def on_mount(self) -> None:
         self.call_after_refresh(self.fit_keys)
@@ -40,12 +41,17 @@ class WholeKeysFooter(Footer):
                 items.append(child)
         limit = (palette.region.x - self.region.x) if palette is not None and palette.display else self.size.width
         x, fits = 0, True
+        if all(item in self._widths or (item.display and item.outer_size.width) for item in items):
+            self._retries = 0
         for item in items:
             if item.display and item.outer_size.width:
                 self._widths[item] = item.outer_size.width
             width = self._widths.get(item)
-            if width is None:
-                continue  # not laid out yet: the next refresh measures it
+            if width is None:  # not laid out yet: measured after the next refresh
+                if self._retries < 10:
+                    self._retries += 1
+                    self.call_after_refresh(self.fit_keys)
+                return
             fits = fits and x + width <= limit
             if item.display != fits:
                 item.display = fits
