@@ -18,7 +18,7 @@ from loopchat.tui.history_screen import ConfirmDelete, HistoryScreen, RenameScre
 from loopchat.tui.launch import create_app
 from loopchat.tui.prefs import Prefs
 from loopchat.tui.session import REBUILT_NOTE
-from loopchat.tui.stored_replies import shown_path
+from loopchat.history.replays import shown_path
 
 SIZE = (120, 40)
 
@@ -80,6 +80,10 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         assert node.events[0] == rec.start and node.events[-1] == rec.finish and node.content == rec.finish.text
     assert conv.path()[-1].id == r3.id  # the store's most recent leaf: the replay, which the chat
     assert [n.id for n in shown_path(conv)] == [user.id, r2.id]  # shows beside r2, its line's reply
+    from loopchat.history.export import to_markdown
+
+    md = to_markdown(conv)  # `loopchat history show`: the line, so r2 (streamed), not the replay
+    assert "*streamed" in md and "*blocking" not in md and md.count("## Assistant") == 1
 
     # a new app (a new start): Ctrl+O lists it; Enter opens it
     app = live_app(backend, tmp_path, store)

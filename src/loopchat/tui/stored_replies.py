@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..events import DOCUMENT, ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from ..chat_prompt import COMPLETION
 from .conversation import STREAM, Conversation, ReplyRecord
+from ..history.replays import node_start, replayed, run_of, shown_path
 from .history_recorder import made_up_finish
 
 if TYPE_CHECKING:
@@ -38,19 +39,6 @@ def restore(stored: "StoredConversation") -> Restored:
     sys = (Message("system", stored.system_prompt),) if stored.system_prompt else ()
     _walk(stored, shown_path(stored), conv, out, sys, conv.turns, main=True)
     return out
-
-
-def shown_path(stored: "StoredConversation") -> list:
-    """The store's most recent path, but a replay (F9) that ends it gives way to the
-    reply it replays: a replay is stored beside its reply, never the conversation's line."""
-    path = stored.path()
-    while path and path[-1].role == "assistant":
-        earlier = [n for n in stored.nodes if n.role == "assistant" and n.parent_id == path[-1].parent_id and n.id < path[-1].id]
-        of = _replayed(path[-1], earlier)
-        if of is None:
-            break
-        path[-1] = of
-    return path
 
 
 def _walk(
@@ -146,22 +134,9 @@ def _tail_of(
     version.tail_turns = turns[len(before) + 2 :]
 
 
-def _run_of(reply: object) -> tuple | None:
-    """What a replay repeats of a reply (a record or a stored node): its messages,
-    settings (the seed too) and branch prefix; None without a Start."""
-    start = reply.start if isinstance(reply, ReplyRecord) else next(
-        (e for e in reply.events if isinstance(e, Start)), None)  # type: ignore[attr-defined]
-    return None if start is None else (start.messages, start.settings, start.reply_prefix)
-
-
 def _replayed(reply: object, earlier: list) -> Any:
-    """The earlier reply (of `earlier`: records or stored nodes) that `reply` replays in
-    the other mode (F9: the same messages, settings, seed and prefix), or None. F5 and
-    a branch draw a new seed or another token, so none of theirs is taken for a replay."""
-    run = _run_of(reply)
-    if run is None:
-        return None
-    return next((e for e in earlier if e.mode != reply.mode and _run_of(e) == run), None)  # type: ignore[attr-defined]
+    """The earlier reply (a record of `earlier`) that the stored node `reply` replays (F9), or None."""
+    return replayed(reply.mode, run_of(node_start(reply)), earlier, start_of=lambda r: r.start)  # type: ignore[attr-defined]
 
 
 def _where_branched(versions: list[ReplyRecord]) -> None:
