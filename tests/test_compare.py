@@ -172,14 +172,15 @@ async def test_ctrl_g_compares_the_last_two_replies_and_moves_a_side(tmp_path) -
         assert f"{a.mean_entropy:.2f} bits" in text and f"{b.mean_entropy:.2f} bits" in text
         assert "latency of each decode pass" in text and "raw entropy of each step" in text
         assert "6564" in text  # the replies' texts
-        # ←: the marked side (B) to the reply before; Tab marks A, →: A to reply 2
+        # ←: the reply before B's is A's, and a reply is not compared with itself: stays;
+        # Tab marks A, →: A's next is B's, past it there is none: stays
         await pilot.press("left")
-        assert screen.sides == [0, 0]
+        assert screen.sides == [0, 1]
         await pilot.press("tab", "right")
-        assert screen.sides == [1, 0] and screen.side == 0
-        assert "▸ A · reply 2" in screen.text
-        await pilot.press("right")  # past the last reply: stays
-        assert screen.sides == [1, 0]
+        assert screen.sides == [0, 1] and screen.side == 0
+        assert "▸ A · reply 1" in screen.text
+        await pilot.press("left")  # before the first reply: stays
+        assert screen.sides == [0, 1]
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, CompareScreen)
@@ -209,6 +210,27 @@ async def test_the_selected_tokens_reply_is_compared_with_the_one_before(tmp_pat
         await pilot.press("ctrl+g")
         await pilot.pause()
         assert app.screen.sides == [0, 1]
+
+
+async def test_a_side_moves_past_the_other_sides_reply_never_onto_it(tmp_path) -> None:
+    """←/→ skipped nothing: B moved onto A's reply and the screen compared a reply with
+    itself (every ratio ×1.00)."""
+    app = fake_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for text in ("one", "two", "three"):
+            await reply_to(pilot, text)
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "the compare screen")
+        screen = app.screen
+        assert screen.sides == [1, 2]
+        await pilot.press("left")  # B: reply 2 is A's, so reply 1
+        assert screen.sides == [1, 0] and "▸ B · reply 1" in screen.text
+        await pilot.press("right")  # back past A's reply 2 to reply 3
+        assert screen.sides == [1, 2]
+        await pilot.press("tab", "right")  # A: reply 3 is B's, and there is none after it
+        assert screen.sides == [1, 2]
+        await pilot.press("left", "left")
+        assert screen.sides == [0, 2]
 
 
 async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:

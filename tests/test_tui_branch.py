@@ -370,3 +370,24 @@ async def test_compare_counts_a_branchs_own_run(backend, tmp_path) -> None:
         from loopchat.tui.compare_view import CompareScreen
 
         assert isinstance(app.screen, CompareScreen)
+
+
+async def test_a_branch_made_without_step_mode_has_no_step_mode_stop_in_its_first_token(backend, tmp_path) -> None:
+    """The panel said "first token 157 ms (incl. step-mode stop)" for a Ctrl+R branch at
+    the first token: the token given with the request was taken for one picked in step
+    mode. The reply's own info line says nothing of a stop either."""
+    from tui_fixtures import panel_text
+
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a colour.")
+        (first,) = app.conversation.replies
+        branch = await make_branch(pilot, first.number, 0, "2")
+        assert branch.steps[0].chosen_by == "hand" and not branch.stepped
+        await wait_for(pilot, lambda: app.session.shown_step(None)[0] is branch, 5, "the panel on the branch")
+        await pilot.pause()
+        text = panel_text(app)
+        first_token = next(line for line in text.splitlines() if "first token" in line)
+        assert "ms" in first_token and "step-mode" not in first_token, first_token
+        assert "step mode" not in str(app.transcript.reply_views()[0].info_text())

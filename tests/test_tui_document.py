@@ -303,6 +303,24 @@ def test_a_server_that_sends_no_prompt() -> None:
     assert "prompt: not given by the server" in text and "only the reply's tokens are shown" in text
 
 
+def test_the_header_breaks_between_its_figures_never_inside_one() -> None:
+    """At 120 columns with the wire view beside it (58 columns), the header read
+    "… Ctrl+T: back to the" / "chat" and "KV cache: 372 reused, 15" / "evaluated"."""
+    import dataclasses
+
+    rec = trace_record()
+    rec.prefill = dataclasses.replace(rec.prefill, prompt_tokens=387, reused_tokens=372, evaluated_tokens=15)
+    rows = [r.rstrip() for r in plain(header_lines(rec, False, 58)).splitlines()]
+    assert all(len(r) <= 58 for r in rows), rows
+    assert f"Reply {rec.number} · the text the model reads" in rows and "Ctrl+T: back to the chat" in rows, rows
+    figures = [f"KV cache: {rec.prefill.reused_tokens:,} reused, {rec.prefill.evaluated_tokens:,} evaluated",
+               f"reply {sum(1 for s in rec.steps if not s.is_stop):,} tokens", "cursor: ←/→ ↑/↓ PgUp/PgDn Home/End"]
+    for figure in figures:
+        assert any(figure in r for r in rows), (figure, rows)
+    assert not any(r.startswith("·") or r.endswith("·") for r in rows), rows
+    assert plain(header_lines(rec, False, 200)).splitlines()[0].endswith("Ctrl+T: back to the chat")  # wide: one row
+
+
 def test_the_header_says_what_the_context_policy_dropped() -> None:
     rec = trace_record()
     rec.trimmed = ContextTrimmed("drop oldest turns", 4, 5012, 3890, 4096)

@@ -18,6 +18,7 @@ from loopchat.tui.history_screen import ConfirmDelete, HistoryScreen, RenameScre
 from loopchat.tui.launch import create_app
 from loopchat.tui.prefs import Prefs
 from loopchat.tui.session import REBUILT_NOTE
+from loopchat.history.replays import shown_path
 
 SIZE = (120, 40)
 
@@ -61,7 +62,7 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         await wait_run(pilot)
         await pilot.press("f9")  # the same tokens in the other mode: not part of the conversation
         await wait_run(pilot)
-        second = app.conversation.replies[1]
+        second, replay = app.conversation.replies[1:]
         live_info = str(app.views[second].info_text())
         assert len(app.conversation.replies) == 3
         assert app.history.writer.flush(10)
@@ -69,15 +70,20 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
     conv = load_only(store)
     assert conv.summary.title == "Name a colour."
     assert conv.summary.model_name == backend.name and conv.model_path and conv.model_size > 0
-    assert conv.summary.replies == 2 and conv.summary.cut == 0  # F9's replay is not stored
-    user, r1, r2 = conv.nodes
+    assert conv.summary.replies == 3 and conv.summary.cut == 0  # F9's replay is stored beside its reply
+    user, r1, r2, r3 = conv.nodes
     assert (user.role, user.content, user.parent_id) == ("user", "Name a colour.", None)
-    assert r1.parent_id == r2.parent_id == user.id  # F5: siblings
-    for node, rec in ((r1, first), (r2, second)):
+    assert r1.parent_id == r2.parent_id == r3.parent_id == user.id  # F5 and F9: siblings
+    for node, rec in ((r1, first), (r2, second), (r3, replay)):
         steps = [e for e in node.events if isinstance(e, Step)]
         assert steps == rec.steps  # every step, as the chat received it
         assert node.events[0] == rec.start and node.events[-1] == rec.finish and node.content == rec.finish.text
-    assert [n.id for n in conv.path()] == [user.id, r2.id]
+    assert conv.path()[-1].id == r3.id  # the store's most recent leaf: the replay, which the chat
+    assert [n.id for n in shown_path(conv)] == [user.id, r2.id]  # shows beside r2, its line's reply
+    from loopchat.history.export import to_markdown
+
+    md = to_markdown(conv)  # `loopchat history show`: the line, so r2 (streamed), not the replay
+    assert "*streamed" in md and "*blocking" not in md and md.count("## Assistant") == 1
 
     # a new app (a new start): Ctrl+O lists it; Enter opens it
     app = live_app(backend, tmp_path, store)
@@ -88,15 +94,17 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         screen = app.screen
         assert [s.id for s in screen.summaries] == [conv.summary.id]
         label = str(screen.options.get_option_at_index(0).prompt)
-        assert "Name a colour." in label and backend.name in label and "2 replies" in label
+        assert "Name a colour." in label and backend.name in label and "3 replies" in label
         await pilot.press("enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
         # the stored path: the message and the F5 reply, with its info line; the first
         # reply is its other version, hidden
-        older, rec = app.conversation.replies
+        older, rec, again = app.conversation.replies
         assert older.hidden and not rec.hidden and older.siblings is rec.siblings
         assert older.steps == first.steps and rec.steps == second.steps and rec.finish == second.finish
-        (view,) = app.transcript.reply_views()
+        assert (again.number, again.replay_of, again.steps, again.hidden) == (3, 2, replay.steps, False)
+        view, replay_view = app.transcript.reply_views()  # the replay after the reply, as live
+        assert replay_view.record is again
         assert str(view.info_text()) == live_info  # as it was shown live
         assert view.record is rec and "version 2/2" in view.line(1).text
         assert [m.content for m in app.conversation.turns] == ["Name a colour.", second.finish.text]
@@ -106,12 +114,12 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         assert view.record is older and "version 1/2" in view.line(1).text
         assert [m.content for m in app.conversation.turns] == ["Name a colour.", first.finish.text]
         await pilot.press("alt+pagedown")
-        (view,) = app.transcript.reply_views()
+        view, _ = app.transcript.reply_views()
         assert view.record is rec and [m.content for m in app.conversation.turns][-1] == second.finish.text
         # the token cursor steps through the stored reply: the panel shows that step
-        await pilot.press("alt+left")
-        last = [s for s in rec.steps if s.text and not s.is_stop][-1]
-        assert app.selection == (rec.number, last.index)
+        await pilot.press("alt+left")  # (the last reply shown: the replay, stored too)
+        last = [s for s in again.steps if s.text and not s.is_stop][-1]
+        assert app.selection == (again.number, last.index)
         assert f"Forward pass {last.index + 1}" in panel_text(app)
         await pilot.press("escape")
         # a click on a stored token (the body's first character): the panel shows its step
@@ -137,7 +145,7 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         assert app.conversation.replies[-1].note is None
         assert app.history.writer.flush(10)
     conv = load_only(store)
-    assert conv.summary.replies == 4
+    assert conv.summary.replies == 5
     path = conv.path()
     assert [n.content for n in path if n.role == "user"] == ["Name a colour.", "Another one?", "Thanks."]
     assert path[1].id == r2.id  # appended after the reply that was shown
@@ -328,3 +336,30 @@ async def test_a_reply_left_by_ctrl_n_is_stored_as_stopped_and_says_why_once(bac
     assert finish.reason == FinishReason.CANCELLED and finish.error == LEFT_UNFINISHED
     line = info_line(reply)
     assert f"stopped (cancelled): {LEFT_UNFINISHED}" in line and line.count("stopped") == 1, line
+
+
+async def test_reply_numbers_are_the_same_when_the_conversation_is_reopened(backend, tmp_path) -> None:
+    """F9's replay was numbered live but not stored: the reply after it was reply 3 live
+    and reply 2 reopened. The replay is stored beside the reply it replays, and shown
+    after it again, under its number."""
+    store = tmp_path / "history.sqlite3"
+    app = live_app(backend, tmp_path, store)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Name a colour.")
+        await pilot.press("f9")
+        await wait_run(pilot)
+        await send(pilot, "Another one?")
+        live = [(r.number, r.replay_of, r.mode, r.text) for r in app.conversation.replies]
+        titles = [v.line(1).text for v in app.transcript.reply_views()]
+        assert [n for n, *_ in live] == [1, 2, 3] and live[1][1] == 1
+        assert app.history.writer.flush(10)
+    app = live_app(backend, tmp_path, store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5, "the list")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HistoryScreen), 5, "the list to close")
+        assert [(r.number, r.replay_of, r.mode, r.text) for r in app.conversation.replies] == live
+        assert [v.line(1).text for v in app.transcript.reply_views()] == titles
+        assert [m.content for m in app.conversation.turns] == ["Name a colour.", live[0][3], "Another one?", live[2][3]]

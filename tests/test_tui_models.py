@@ -52,3 +52,29 @@ async def test_a_failed_switch_names_the_model_that_is_loaded(tmp_path) -> None:
             assert "No model loaded" in str(app.prompt.placeholder)
     finally:
         backend.close()
+
+
+async def test_a_full_path_model_is_named_by_its_file_in_the_title_and_the_box(tmp_path) -> None:
+    """`--model /a/long/path/x.gguf` put the whole path in the header and the message box's
+    placeholder, both cut at 80 columns before the model's file name was read."""
+    from textual.widgets import TextArea
+
+    folder = tmp_path / "a-folder-with-a-rather-long-name" / "and-another-one-below-it" / "models"
+    folder.mkdir(parents=True)
+    model = folder / "smollm2.gguf"
+    model.symlink_to(builtin_model_path())
+    backend = LiveBackend(None, str(model), threads=1)
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json", history=False)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 60, "the model")
+            await pilot.pause()
+            assert app.sub_title.startswith("smollm2.gguf ·"), app.sub_title
+            header = app.query_one("HeaderTitle")
+            (row,) = [strip.text for strip in header.render_lines(header.size.region)][:1]
+            assert "smollm2.gguf · streaming" in row and "a-folder" not in row, row
+            box = app.query_one(TextArea)
+            shown = "\n".join(strip.text for strip in box.render_lines(box.outer_size.region))
+            assert "Message smollm2.gguf — Enter sends, Ctrl+J new line" in shown, shown
+    finally:
+        backend.close()

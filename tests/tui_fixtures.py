@@ -61,6 +61,20 @@ async def palette_pick(pilot: Any, text: str) -> None:
     await pilot.press("enter")
 
 
+def record_notices(app: Any) -> list[str]:
+    """The messages the app notifies from now on, in order (through its public notify,
+    not Textual's private list)."""
+    seen: list[str] = []
+    notify = app.notify
+
+    def recording(message: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(str(message))
+        return notify(message, *args, **kwargs)
+
+    app.notify = recording
+    return seen
+
+
 async def reply_to(pilot: Any, text: str) -> None:
     """Type `text` into the prompt, send it, and wait until the reply has finished."""
     await pilot.press(*text, "enter")

@@ -32,6 +32,7 @@ from .settings import SamplingSettings, new_seed
 from .step_control import HAND, SAMPLED, StepControl
 from .stop_strings import StopStrings
 from .thread_tuner import AUTO, OtherCpuMeter, Threads, ThreadTuner
+from .token_faces import partial_bytes, vocabulary_text
 
 
 class Engine:
@@ -161,7 +162,6 @@ class Engine:
             if not tuner.probing:
                 break
 
-    # ---------------------------------------------------------------- prompt ----
     def _metadata_flag(self, key: str, *, default: bool) -> bool:
         value = self.llm.metadata.get(key)
         if value is None:
@@ -629,8 +629,8 @@ class Engine:
         return out
 
     def vocabulary(self) -> list[str]:
-        """Every token's text, by id (special tokens spelled out)."""
-        return [self.piece_text(i) for i in range(self.n_vocab)]
+        """Every token's text, by id (special tokens spelled out; a piece of a character: `<e2 82>`)."""
+        return [vocabulary_text(self.piece(i)) for i in range(self.n_vocab)]
 
     def _pending(
         self, index: int, res: sampler.SampleResult, settings: SamplingSettings,
@@ -652,7 +652,7 @@ class Engine:
 
     def _candidates(self, ids: np.ndarray, probs: np.ndarray) -> tuple[Candidate, ...]:
         return tuple(
-            Candidate(int(i), self.piece_text(int(i)), float(p))
+            Candidate(int(i), self.piece_text(int(i)), float(p), partial_bytes(self.piece(int(i))))
             for i, p in zip(ids.tolist(), probs.tolist())
         )
 

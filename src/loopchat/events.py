@@ -72,6 +72,9 @@ class Candidate:
     token_id: int | None  # None: not given (an OpenAI-compatible server sends no token ids)
     text: str  # the token's own bytes decoded for display (invalid UTF-8 shown as U+FFFD)
     prob: float
+    #: the token's exact bytes when they are not whole characters (a piece of one, which
+    #: `text` can only show as U+FFFD); None for every other token, or not known
+    piece_bytes: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +320,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (Message,)):
         return value.to_dict()
     if isinstance(value, Candidate):
-        return [value.token_id, value.text, value.prob]
+        out = [value.token_id, value.text, value.prob]
+        return out if value.piece_bytes is None else [*out, value.piece_bytes.hex()]
     if isinstance(value, FinishReason):
         return value.value
     if isinstance(value, bytes):
@@ -328,7 +332,8 @@ def _plain(value: Any) -> Any:
 
 
 def to_json_dict(event: Event) -> dict[str, Any]:
-    """A JSON-ready dict for one event (`kind` first). Candidates are [id, text, prob]."""
+    """A JSON-ready dict for one event (`kind` first). Candidates are [id, text, prob],
+    and their bytes in hex after them when they are a piece of a character."""
     out: dict[str, Any] = {"kind": event.kind}
     for f in fields(event):
         if f.name != "kind":
@@ -352,7 +357,10 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
         elif f.name == "messages":
             value = tuple(Message(**m) for m in value)
         elif f.name in ("raw_top", "sampled_top") and value is not None:
-            value = tuple(Candidate(None if c[0] is None else int(c[0]), str(c[1]), float(c[2])) for c in value)
+            value = tuple(
+                Candidate(None if c[0] is None else int(c[0]), str(c[1]), float(c[2]), bytes.fromhex(c[3]) if len(c) > 3 else None)
+                for c in value
+            )
         elif f.name == "piece_bytes" and value is not None:
             value = bytes.fromhex(value)
         elif f.name == "reason":

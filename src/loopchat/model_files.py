@@ -226,3 +226,12 @@ def hf_download(spec: str, *, progress: bool = True) -> Path:
         hub_log.setLevel(log_level)
         if not progress and not was_disabled:
             hub_utils.enable_progress_bars()
+
+
+def shown_model_name(name: str | None) -> str | None:
+    """A model's name as the chat's title and message box show it: a GGUF file given by
+    its path (`--model ~/models/x.gguf`, or a server's model id that is one) by its file
+    name, so the title and the placeholder are not cut; any other name as it is."""
+    if name and (name.lower().endswith(".gguf") or name.startswith(("/", "~"))):
+        return Path(name).name or name
+    return name

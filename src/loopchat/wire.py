@@ -297,7 +297,8 @@ class WireSerializer:
 
 
 def _top(c: Candidate) -> dict[str, Any]:
-    return {"token": c.text, "logprob": logprob(c.prob), "bytes": token_bytes(c.text)}
+    raw = list(c.piece_bytes) if c.piece_bytes is not None else token_bytes(c.text)
+    return {"token": c.text, "logprob": logprob(c.prob), "bytes": raw}
 
 
 def error_body(message: str, type: str = "invalid_request_error", *, param: str | None = None, code: str | None = None) -> dict[str, Any]:

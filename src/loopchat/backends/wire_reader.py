@@ -29,18 +29,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..events import (
-    Candidate,
-    Event,
-    Finish,
-    FinishReason,
-    Message,
-    Prefill,
-    Start,
-    Step,
-    decode_rate,
-)
+from ..events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
 from ..settings import SamplingSettings
+from ..token_faces import partial_bytes
 from ..wire import EXTENSION_KEY, extension_events
 
 _REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
@@ -300,11 +291,11 @@ class WireReader:
             for c in top:
                 if not isinstance(c, dict):
                     raise WireError(f"a top_logprobs entry is {_kind(c)}, not an object")
-                ranked.append((_prob(c.get("logprob")), _piece(c)[0], _id(c)))
+                ranked.append((_prob(c.get("logprob")), *_piece(c), _id(c)))
             ranked.sort(key=lambda pc: -pc[0])  # stable: the server's order among equals
             listed = ranked[: self.top_logprobs]
-            raw_top = tuple(Candidate(i, t, p) for p, t, i in listed)
-            for i, (p, t, tid) in enumerate(listed):
+            raw_top = tuple(Candidate(i, t, p, partial_bytes(b)) for p, t, b, i in listed)
+            for i, (p, t, _, tid) in enumerate(listed):
                 if (tid == token_id if token_id is not None else t == piece) and p == raw_prob:
                     raw_rank = i + 1
                     break

@@ -25,6 +25,7 @@ from .. import __version__
 from ..events import SCHEMA_VERSION as TRACE_SCHEMA_VERSION
 from ..events import Event, Finish, FinishReason, Prefill, Start, Step, to_json_dict
 from ..trace import TraceError, read_trace
+from .replays import shown_path
 from .store import ConversationStore, StoredConversation, StoredNode, StoreError
 
 #: The JSON export's own format version (bumped when a field is removed or changes meaning).
@@ -110,7 +111,7 @@ def to_markdown(conv: StoredConversation, leaf_id: int | None = None) -> str:
     lines = [f"# {s.title}", ""]
     model = s.model_name + (f" ({conv.model_path})" if conv.model_path and conv.model_path != s.model_name else "")
     lines += [f"*{model} · {time.strftime('%Y-%m-%d %H:%M', time.localtime(s.created))}*", ""]
-    path = conv.path(leaf_id)
+    path = shown_path(conv, leaf_id)
     if conv.system_prompt and not any(n.role == "system" for n in path):
         lines += ["## System", "", conv.system_prompt, ""]
     reply = 0
@@ -164,7 +165,7 @@ def to_trace(conv: StoredConversation, leaf_id: int | None = None) -> str:
     }
     lines = [json.dumps(header, ensure_ascii=False)]
     t = 0.0
-    for node in conv.path(leaf_id):
+    for node in shown_path(conv, leaf_id):
         if node.role != "assistant" or not node.events:
             continue
         objs, end = _trace_lines(node.events, t, cut=node.status != "complete")

@@ -4,7 +4,9 @@ A blob is one marker byte then msgpack (b"m") or zlib of msgpack (b"z", used whe
 is smaller) of `[format, settings, rows]` (format 0: `[0, field names, settings, rows]`):
 
 - `rows`: one list per step with the step's fields in the order of FIELDS[format]
-  (no names, no `kind`); a top-K list is flattened to [id, text, prob, id, text, prob, ...];
+  (no names, no `kind`); a top-K list is flattened to [id, text, prob, id, text, prob, ...]
+  (a candidate whose bytes are a piece of a character: its bytes in text's place, the
+  text being their decoding);
   `piece_bytes` stays bytes;
 - `settings`: the distinct SamplingSettings of the batch (as dicts); a row holds the
   index of its step's. They change rarely, so a batch usually holds one.
@@ -64,14 +66,21 @@ def _flat(cands: tuple[Candidate, ...] | None) -> list[Any] | None:
         return None
     out: list[Any] = []
     for c in cands:
-        out += (c.token_id, c.text, c.prob)
+        out += (c.token_id, c.text if c.piece_bytes is None else c.piece_bytes, c.prob)
     return out
 
 
 def _cands(flat: list[Any] | None) -> tuple[Candidate, ...] | None:
     if flat is None:
         return None
-    return tuple(Candidate(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3))
+    out = []
+    for i in range(0, len(flat), 3):
+        text = flat[i + 1]
+        if isinstance(text, bytes):  # a piece of a character: its bytes
+            out.append(Candidate(flat[i], text.decode("utf-8", errors="replace"), flat[i + 2], text))
+        else:
+            out.append(Candidate(flat[i], text, flat[i + 2]))
+    return tuple(out)
 
 
 def encode_steps(steps: Sequence[Step], fmt: int | None = None) -> bytes:

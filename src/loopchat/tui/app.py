@@ -16,12 +16,13 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from collections import deque
 
 from ..backends import Backend
 from ..events import Step
+from ..model_files import shown_model_name
 from ..settings import SamplingSettings, SettingsError
 from ..trace import CUT_SHORT
 from .render import default_screen, driver_class, fallback_reason
@@ -29,9 +30,11 @@ from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord, with_spac
 from .branch_actions import BranchActions
 from .document_view import DocumentView
 from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
+from .footer import WholeKeysFooter
 from .history_actions import HistoryActions
 from .keys import BINDINGS, KeyActions
 from .loop_panel import LoopPanel, PanelView
+from .palette import own_system_commands
 from .prefs import Prefs, load_prefs, save_prefs
 from .prompt import PromptArea, TypedForTheBox
 from .history_recorder import HistoryRecorder
@@ -110,7 +113,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
             yield self.wire  # F10 shows it in the panel's place
         yield StepBar(id="stepbar")  # step mode (F12): holds the focus while the loop is stopped
         yield PromptArea(placeholder="Loading the model… (you can type already)", id="prompt")
-        yield Footer(compact=True)
+        yield WholeKeysFooter(compact=True)
 
     @property
     def transcript(self) -> Transcript:
@@ -180,11 +183,11 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         if self.session.completion:
             mode = "completion · " + mode
         if not b.can_generate:
-            self.sub_title = f"replay · {b.name}"
+            self.sub_title = f"replay · {shown_model_name(b.name)}"
         elif b.loading:
-            self.sub_title = f"loading {b.loading}… · {mode}"
+            self.sub_title = f"loading {shown_model_name(b.loading)}… · {mode}"
         else:
-            self.sub_title = f"{b.name or 'no model loaded'} · {mode}"
+            self.sub_title = f"{shown_model_name(b.name) or 'no model loaded'} · {mode}"
 
     def _model_ready(self) -> None:
         self.session.model_ready = True
@@ -194,14 +197,15 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         self._panel_dirty = True
 
     def _placeholder(self) -> str:
+        name = shown_model_name(self.backend.name)
         if self.session.completion:
             if self.prefs.completion_space:
-                return f"Text for {self.backend.name} to continue, appended as typed (a space first if it would glue to a word)"
-            return f"Text for {self.backend.name} to continue, appended exactly as typed; Enter: it continues (empty: more)"
-        return f"Message {self.backend.name} — Enter sends, Ctrl+J new line"
+                return f"Text for {name} to continue, appended as typed (a space first if it would glue to a word)"
+            return f"Text for {name} to continue, appended exactly as typed; Enter: it continues (empty: more)"
+        return f"Message {name} — Enter sends, Ctrl+J new line"
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        yield from own_system_commands(self, super().get_system_commands(screen))
         for name in self.backend.model_names:
             current = " (current)" if name == self.backend.name else ""
             yield SystemCommand(

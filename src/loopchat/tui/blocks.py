@@ -10,13 +10,11 @@ blocks out one under the other and draws the lines on screen.
 
 from __future__ import annotations
 
-import re
 import time
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable
 
 from rich.console import Console, RenderableType
-from rich.markdown import Markdown
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -26,6 +24,7 @@ from ..events import FinishReason, Step
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .plots import fmt_ms, fmt_rate, visible_controls
 from .prefs import Prefs
+from .reply_markdown import reply_markdown
 
 if TYPE_CHECKING:
     from .transcript import Transcript
@@ -82,31 +81,6 @@ def _token_style(colour: str | None, parity: int | None, selected: bool, hand: b
     if selected:
         return Style(color="black", bgcolor="#ffaf00", bold=True, underline=hand or None)
     return Style(color=colour, bgcolor=_BOUNDARY_BG[parity] if parity is not None else None, underline=hand or None)
-
-
-_BLOCK_START = re.compile(r"^\s*([-*+]\s|\d+[.)]\s|#|>|\||```|~~~)")
-
-
-def hard_line_breaks(text: str) -> str:
-    """Markdown joins single newlines into one paragraph; a chat reply (a poem, an
-    address) means them as line breaks. Mark them as hard breaks, except inside code
-    fences and where the next line starts a block of its own (list, heading, quote)."""
-    lines = text.split("\n")
-    out, fenced = [], False
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-        nxt = lines[i + 1] if i + 1 < len(lines) else ""
-        if (
-            not fenced
-            and line.strip()
-            and nxt.strip()
-            and not _BLOCK_START.match(nxt)
-            and not line.lstrip().startswith(("#", "|", "```", "~~~"))
-        ):
-            line = line.rstrip() + "\\"
-        out.append(line)
-    return "\n".join(out)
 
 
 def _clickable(style: Style | None, reply: int, step: int) -> Style:
@@ -340,7 +314,7 @@ class ReplyView(Block):
         yield self._blank()
         yield self._title(console, self._title_label(), _REPLY, width)
         if self._markdown_ok():
-            body: RenderableType = Markdown(hard_line_breaks(r.text))
+            body: RenderableType = reply_markdown(r.text)
         else:
             body = self._styled_text()
             body.rstrip()

@@ -24,7 +24,7 @@ from textual.widgets.option_list import Option
 
 from ..events import Step
 from ..settings import SamplingSettings
-from .plots import fmt_prob, show_token
+from .plots import fmt_prob, listed_face, token_face
 from .step_mode import TokenSearch, listed_faces
 
 
@@ -63,8 +63,8 @@ def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchCh
         drawn = c.token_id == step.token_id
         key = f"{i + 1:<2}" if i < 9 else "- "  # (no digit: Enter picks it; the list drops leading spaces)
         rows.append((
-            BranchChoice(c.token_id, show_token(c.text)),
-            f"{key}  {'▶' if drawn else ' '} {show_token(c.text)[:14]:<14} raw {fmt_prob(c.prob):>6} · "
+            BranchChoice(c.token_id, token_face(c.text, c.piece_bytes)),
+            f"{key}  {'▶' if drawn else ' '} {token_face(c.text, c.piece_bytes)[:14]:<14} raw {fmt_prob(c.prob):>6} · "
             f"after sampling {after:>6}" + ("  (drawn)" if drawn else ""),
         ))
     return rows
@@ -101,7 +101,7 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
         s = self.step
         with Vertical():
             yield Static(
-                f"Branch reply {self.reply} at token {s.index + 1} (drawn: {show_token(s.piece)!s})", id="branch-title"
+                f"Branch reply {self.reply} at token {s.index + 1} (drawn: {token_face(s.piece, s.piece_bytes)!s})", id="branch-title"
             )
             yield Static(
                 Text(
@@ -138,7 +138,7 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
 
         def done(token: int | None) -> None:
             if token is not None:
-                self.dismiss(BranchChoice(token, show_token(vocabulary[token])))
+                self.dismiss(BranchChoice(token, listed_face(vocabulary[token])))
 
         self.app.push_screen(TokenSearch(
             vocabulary, None, listed_faces(s.raw_top, s.sampled_top), not_sampled="cut" if sampled_complete(s) else "–",

@@ -205,7 +205,11 @@ class CompareScreen(ModalScreen[None]):
         return "\n".join(out)
 
     def action_move(self, direction: int) -> None:
+        """The marked side to the previous / next reply, past the other side's: a reply
+        is never compared with itself."""
         i = self.sides[self.side] + direction
+        if i == self.sides[1 - self.side]:
+            i += direction
         if 0 <= i < len(self.replies):
             self.sides[self.side] = i
             self.redraw()

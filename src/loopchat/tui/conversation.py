@@ -102,6 +102,13 @@ class ReplyRecord:
         return any(s.chosen_by != SAMPLED for s in own)
 
     @property
+    def first_token_stopped(self) -> bool:
+        """This run's first token waited in step mode (its TTFT holds the stop). A
+        branch's first token is given with the request: it never waits."""
+        own = self.own_steps
+        return bool(own) and not self.is_branch and own[0].chosen_by != SAMPLED
+
+    @property
     def version(self) -> tuple[int, int]:
         """(k, n): this is version k of the turn's n replies."""
         return self.siblings.index(self) + 1, len(self.siblings)

@@ -37,6 +37,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..events import Start, Step
+from ..token_faces import byte_face, partial_character
 from .conversation import ReplyRecord
 from .fast_static import FastStatic, Line
 from .prompt import TypedForTheBox, visible_controls
@@ -626,12 +627,12 @@ def header_lines(
     """The view's header; `stopped`: the step the live reply's loop is stopped before;
     `short`: a view of few rows (80x24), which keeps them for the text: the title and the
     figures on one row, no "nothing dropped" and no legend."""
-    from .wire_view import _pieces_rows
+    from .figure_rows import figure_rows
 
     rows: list[list[tuple[str, Style]]] = []
     if rec is None:
         rows.append([("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)])
-        return [r for p in rows for r in _pieces_rows(p, width)]
+        return [r for p in rows for r in figure_rows(p, width)]
     start = rec.start
     if short:
         rows.append([(f"Reply {rec.number} as the model reads it", HEAD), (" (Ctrl+T: back) · ", LABEL)])
@@ -639,7 +640,7 @@ def header_lines(
         rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
     if start is None:
         rows.append([("waiting for the prompt…", _NOTE)])
-        return [r for p in rows for r in _pieces_rows(p, width)]
+        return [r for p in rows for r in figure_rows(p, width)]
     n_prompt = len(start.prompt_token_ids) if start.prompt_token_ids is not None else None
     parts: list[tuple[str, Style]] = rows.pop() if short else []
     if n_prompt is None:
@@ -677,7 +678,7 @@ def header_lines(
             ("control", _style(CONTROL, 0)), (" ", LABEL), ("prompt", _style(PROMPT, 1)), (" ", LABEL),
             ("reply", _style(REPLY, 0)), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
         ])
-    return [r for p in rows for r in _pieces_rows(p, width)]
+    return [r for p in rows for r in figure_rows(p, width)]
 
 
 def status_line(t: DocToken | None) -> Line:
@@ -690,11 +691,10 @@ def status_line(t: DocToken | None) -> Line:
     if t.kind == TEXT:
         return (("the prompt as its text", _STATUS_KEY), (" · no token boundaries or ids in this trace", LABEL))
     tid = "not given" if t.token_id is None else str(t.token_id)
-    piece = t.step.piece if t.step is not None else t.text
-    out: list[tuple[str, Style]] = [
-        (f"id {tid}", _STATUS_KEY), (f" · {piece!r} · ", _STATUS),
-        (f"position {t.position}" if t.position is not None else "position ?", _STATUS),
-        (f" · {what}", LABEL),
+    raw = t.step.piece_bytes if t.step is not None else None
+    piece = byte_face(raw) if raw is not None and partial_character(raw) else repr(t.step.piece if t.step is not None else t.text)
+    out: list[tuple[str, Style]] = [(f"id {tid}", _STATUS_KEY), (f" · {piece} · ", _STATUS),
+        (f"position {t.position}" if t.position is not None else "position ?", _STATUS), (f" · {what}", LABEL),
     ]
     if t.step is not None:
         out.append((f" step {t.step.index}", LABEL))

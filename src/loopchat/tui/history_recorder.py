@@ -14,8 +14,9 @@ size come from it), with its user message and the reply's node; a prompt the eng
 refused (no Start) leaves nothing. A reply enters the conversation's line (the parent of
 the next message) as it enters the session's turns: finished with text and not failed.
 Any other reply (stopped before its first token, failed, cut) stays in the tree as a
-side branch. Replies the recorder was not told about are not stored: a side-by-side
-replay in the other mode (F9, the same tokens again) and a played trace.
+side branch, and so does a side-by-side replay in the other mode (F9, `replayed`): a
+reopened conversation has every reply the chat numbered, under the same numbers. A
+played trace is not stored.
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ class HistoryRecorder:
         self._replies[new] = _Stored(
             before=o.before, user_text=o.user_text if o.user is None else None, user=o.user, role=o.role
         )
+
+    def replayed(self, orig: ReplyRecord, new: ReplyRecord) -> None:
+        """F9: the replay is stored beside the reply it replays (a sibling that never
+        becomes the line's tip: the conversation goes on from the reply)."""
+        o = self._replies.get(orig)
+        if o is not None:
+            self._replies[new] = _Stored(before=o.before, user_text=o.user_text if o.user is None else None, user=o.user, role=o.role)
 
     def reset(self) -> None:
         """A new conversation: the next message starts one in the store."""

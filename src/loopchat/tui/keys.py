@@ -156,6 +156,8 @@ class KeyActions(_Base):
         except Refused as exc:
             self.notify(str(exc), severity="warning")
             return
+        if self.history is not None:  # stored, so that a reopened conversation keeps the numbers
+            self.history.replayed(self.conversation.reply(rec.replay_of), rec)
         self._show_new_reply(rec)
 
     def action_compare(self) -> None:

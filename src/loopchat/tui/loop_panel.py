@@ -24,11 +24,10 @@ from textual.widget import Widget
 
 from ..events import Candidate, Pending, Prefill, Step
 from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
-from ..step_control import SAMPLED
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from .panel_caches import PanelCaches, ReplyIndex, Series
-from .plots import bar, fmt_bits_range, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
+from .plots import bar, fmt_bits_range, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, sparkline, token_face
 
 HEAD = Style.parse("bold #87d7ff")
 LABEL = Style.parse("#8a8a8a")
@@ -194,7 +193,7 @@ def _candidates(v: PanelView, width: int, k: int | None = None, bars: bool = Tru
         t: Pieces = [
             ("▶" if drawn else " ", DRAWN),
             (" ", _NONE),
-            (_cell(show_token(c.text), token_w), style or _TOKEN),
+            (_cell(token_face(c.text, c.piece_bytes), token_w), style or _TOKEN),
             (" ", _NONE),
         ]
         if bars:
@@ -211,7 +210,7 @@ def _candidates(v: PanelView, width: int, k: int | None = None, bars: bool = Tru
             t.append((_cell(fmt_prob(sp), 6, right=True), style or _NONE))
         out.append(tuple(t))
     if not drawn_listed:
-        t = [("▶", DRAWN), (" ", _NONE), (_cell(show_token(s.piece), token_w), DRAWN), (" ", _NONE)]
+        t = [("▶", DRAWN), (" ", _NONE), (_cell(token_face(s.piece, s.piece_bytes), token_w), DRAWN), (" ", _NONE)]
         if bars:
             t.append((_cell(f"rank {s.raw_rank}", bar_w), LABEL))
             t.append((" ", _NONE))
@@ -242,14 +241,14 @@ def _server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width
         drawn = _is_drawn(c, s)
         drawn_listed |= drawn
         style = DRAWN if drawn else None
-        t: Pieces = [("▶" if drawn else " ", DRAWN), (" ", _NONE), (_cell(show_token(c.text), token_w), style or _TOKEN), (" ", _NONE)]
+        t: Pieces = [("▶" if drawn else " ", DRAWN), (" ", _NONE), (_cell(token_face(c.text, c.piece_bytes), token_w), style or _TOKEN), (" ", _NONE)]
         if bars:
             t += [(bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE)]
         t.append((_cell(fmt_prob(c.prob), 6, right=True), style or _NONE))
         out.append(tuple(t))
     if not drawn_listed:
         rank = f"rank {s.raw_rank}" if s.raw_rank is not None else f"not in top {len(s.raw_top)}"
-        t = [("▶", DRAWN), (" ", _NONE), (_cell(show_token(s.piece), token_w), DRAWN), (" ", _NONE)]
+        t = [("▶", DRAWN), (" ", _NONE), (_cell(token_face(s.piece, s.piece_bytes), token_w), DRAWN), (" ", _NONE)]
         if bars:
             t += [(_cell(rank, bar_w), LABEL), (" ", _NONE)]
         t.append((_cell(fmt_prob(s.raw_prob) if s.raw_prob is not None else "–", 6, right=True), DRAWN))
@@ -270,7 +269,7 @@ def _last_draw(v: PanelView) -> Pieces | None:
     how = {"hand": "picked by hand", "step": "drawn"}.get(s.chosen_by, "drawn (running freely)")
     sp = fmt_prob(s.sampled_prob) if s.sampled_prob else "cut"
     return [
-        (f"token {s.index + 1} ", LABEL), (show_token(s.piece), DRAWN), (f" {how} · ", LABEL),
+        (f"token {s.index + 1} ", LABEL), (token_face(s.piece, s.piece_bytes), DRAWN), (f" {how} · ", LABEL),
         (f"{fmt_prob(s.raw_prob or 0.0)} raw, {sp} after sampling", _NONE),
     ]
 
@@ -303,7 +302,7 @@ def _pending_lines(v: PanelView, width: int) -> list[Line]:
             sp = sampled.get(c.token_id)
             t: Pieces = [
                 (f"{i + 1:>2}  " if i < 9 else "    ", DRAWN),
-                (_cell(show_token(c.text), token_w), _TOKEN), (" ", _NONE),
+                (_cell(token_face(c.text, c.piece_bytes), token_w), _TOKEN), (" ", _NONE),
                 (bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE),
                 (_cell(fmt_prob(c.prob), 6, right=True), _NONE), (" ", _NONE),
                 (bar(sp or 0.0, bar_w), _SAMPLED_BAR), (" ", _NONE),
@@ -368,10 +367,10 @@ def _drawn(v: PanelView) -> list[Pieces]:
     if s.chosen_by == "hand":
         sp = fmt_prob(s.sampled_prob) if s.sampled_prob else "cut by sampling"
         return [
-            [("picked by hand ", DRAWN), (show_token(s.piece), DRAWN), (" · rank " + str(s.raw_rank) + " raw", LABEL)],
+            [("picked by hand ", DRAWN), (token_face(s.piece, s.piece_bytes), DRAWN), (" · rank " + str(s.raw_rank) + " raw", LABEL)],
             [("probability ", LABEL), (f"{fmt_prob(s.raw_prob or 0.0)} raw, {sp} after sampling", _NONE)],
         ]
-    first: Pieces = [("drew ", LABEL), (show_token(s.piece), DRAWN)]
+    first: Pieces = [("drew ", LABEL), (token_face(s.piece, s.piece_bytes), DRAWN)]
     if s.chosen_by == "step":
         first.append((" (a step you asked for)", LABEL))
     if s.is_stop:
@@ -434,11 +433,11 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
         ttft = fmt_ms(f.ttft_ms)
         if f.paused_ms:  # the engine left its waits for the user out
             stop_note = " (step-mode stops left out)"
-        elif r.steps and r.steps[0].chosen_by != SAMPLED:
+        elif r.first_token_stopped:
             stop_note = " (incl. step-mode stop)"  # a trace from before Finish.paused_ms
-    elif r.steps and r.steps[0].elapsed_ms:
-        ttft = fmt_ms(r.steps[0].elapsed_ms)  # measured by the engine at step 0 (a server's: on arrival)
-        if r.steps[0].chosen_by != SAMPLED:
+    elif r.own_steps and r.own_steps[0].elapsed_ms:  # a branch's: its own first, not its prefix's
+        ttft = fmt_ms(r.own_steps[0].elapsed_ms)  # measured by the engine at step 0 (a server's: on arrival)
+        if r.first_token_stopped:
             stop_note = " (incl. step-mode stop)"
     else:
         ttft = "—"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import re
 
+from ..token_faces import byte_face, partial_character
+
 #: control characters a terminal would obey (ESC starts a colour, a cursor move...):
 #: C0 but tab and line feed, DEL, C1
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -21,6 +23,7 @@ def visible_controls(text: str) -> str:
     Unicode's control pictures; DEL ␡; C1 �), never sent to the terminal raw. What is
     stored and sent to the model keeps the real characters."""
     return _CONTROLS.sub(_picture, text) if _CONTROLS.search(text) else text
+
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _SPARK = "▁▂▃▄▅▆▇█"
@@ -137,8 +140,24 @@ def fmt_prob(p: float) -> str:
     return "<0.1%"
 
 
+def token_face(text: str, raw: bytes | None = None) -> str:
+    """show_token, but a token whose bytes are a piece of a character by those bytes,
+    `<e2 82>` (its text is U+FFFD, the same for every piece)."""
+    return byte_face(raw) if raw is not None and partial_character(raw) else show_token(text)
+
+
+def listed_face(text: str) -> str:
+    """A vocabulary entry made visible (the engine lists a piece of a character as its
+    bytes already, `<e2 82>`: kept as it is)."""
+    return text if _BYTE_FACE.fullmatch(text) else show_token(text)
+
+
+_BYTE_FACE = re.compile(r"<[0-9a-f]{2}(?: [0-9a-f]{2})*>")
+
+
 def show_token(text: str) -> str:
-    """A token made visible: leading/trailing spaces as ␣, newlines as ⏎, tabs as ⇥."""
+    """A token made visible: leading/trailing spaces as ␣, newlines as ⏎, tabs as ⇥, other
+    control characters as their pictures (visible_controls)."""
     if text == "":
         return "∅"
-    return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥").replace("\r", "␍")
+    return visible_controls(text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥").replace("\r", "␍"))

@@ -27,7 +27,7 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..events import Candidate
-from .plots import fmt_prob, show_token
+from .plots import fmt_prob, listed_face
 from .session import Refused
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class TokenSearch(ModalScreen[int | None]):
         for n, tid in enumerate(self.results):
             raw, sampled = probs[n] if probs else self.listed.get(tid, (None, None))
             row = search_row(
-                show_token(self.vocabulary[tid]), str(tid),
+                listed_face(self.vocabulary[tid]), str(tid),
                 search_prob(raw) if raw is not None else "–",
                 search_prob(sampled) if sampled else ("cut" if probs else self.not_sampled),
             )

@@ -9,11 +9,12 @@ next message is sent with, and the node that message hangs from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..events import DOCUMENT, ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from ..chat_prompt import COMPLETION
 from .conversation import STREAM, Conversation, ReplyRecord
+from ..history.replays import node_start, replayed, run_of, shown_path
 from .history_recorder import made_up_finish
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def restore(stored: "StoredConversation") -> Restored:
     conv = Conversation(system_prompt=stored.system_prompt)
     out = Restored(conv)
     sys = (Message("system", stored.system_prompt),) if stored.system_prompt else ()
-    _walk(stored, stored.path(), conv, out, sys, conv.turns, main=True)
+    _walk(stored, shown_path(stored), conv, out, sys, conv.turns, main=True)
     return out
 
 
@@ -67,12 +68,17 @@ def _walk(
             versions: list[ReplyRecord] = []
             aside: list[tuple[ReplyRecord, object]] = []
             shown = None
+            replays: list[ReplyRecord] = []
             for other in sorted([*others, node], key=lambda n: n.id):
-                rec = conv.new_reply(other.mode or STREAM, messages, siblings=versions, turn_base=len(before))
+                of = _replayed(other, [*versions, *replays])
+                rec = conv.new_reply(other.mode or STREAM, messages, turn_base=len(before), **(
+                    {"replay_of": of.replay_of or of.number, "in_history": False} if of else {"siblings": versions}))
                 _fill(rec, other.events, other.content)
                 if user is not None:
                     out.replies[rec] = (user[0], user[1], other.id)
-                if other is not node:
+                if of is not None:  # F9's, shown after the turn's reply (if that is the one shown)
+                    replays.append(rec)
+                elif other is not node:
                     rec.in_history, rec.hidden = False, True
                     aside.append((rec, other))
                 else:
@@ -95,6 +101,12 @@ def _walk(
             else:
                 rec.in_history, rec.hidden = False, True
                 entries.append((rec, True, in_turns))
+            for r in replays:
+                r.hidden = not main or r.replay_of != (rec.replay_of or rec.number)
+                if not r.hidden:
+                    out.shown.append(("", r))
+                elif not main:
+                    entries.append((r, False, False))
             for version, version_node in aside:  # the later turns built on each version set aside
                 _tail_of(stored, version, version_node, conv, out, sys, before, asked)
             user = None
@@ -120,6 +132,11 @@ def _tail_of(
     turns = [*before, asked, Message("assistant", version.text)]
     version.tail = _walk(stored, path[ids.index(node.id) + 1 :], conv, out, sys, turns, main=False)  # type: ignore[attr-defined]
     version.tail_turns = turns[len(before) + 2 :]
+
+
+def _replayed(reply: object, earlier: list) -> Any:
+    """The earlier reply (a record of `earlier`) that the stored node `reply` replays (F9), or None."""
+    return replayed(reply.mode, run_of(node_start(reply)), earlier, start_of=lambda r: r.start)  # type: ignore[attr-defined]
 
 
 def _where_branched(versions: list[ReplyRecord]) -> None:
