@@ -12,12 +12,13 @@ overlap). Then
   equals the one d before it (t[k] == t[k-d] for s <= k <= i): the tokens s..i repeat
   the tokens s-d..i-d.
 
-A loop of a 40-token phrase that started at token 261 reads, at token 340, as start 301,
-period 40: tokens 301-340 repeat 261-300; at token 512, tokens 301-512 repeat 261-472.
+A 40-token phrase said at tokens 261-300 (1-based, as shown) and again from token 301
+reads, at token 340, as start 300, period 40 (0-based): "repeating: tokens 301–340 repeat
+261–300"; if it goes on saying it, at token 512: "tokens 301–512 repeat 261–472".
 
-Cost per token: one dict lookup of a MIN_TOKENS-tuple, and, only when the period changes,
-a walk back over the run it starts (each token is walked over at most once per period
-found at it); never a pass over the whole reply.
+Cost per token: one dict lookup of a MIN_TOKENS-tuple; where a run begins or its period
+changes, a walk back over the tokens that run holds. Never a pass over the whole reply
+at every token.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from rich.cells import cell_len, set_cell_size
+
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _SPARK = "▁▂▃▄▅▆▇█"
 
@@ -124,3 +126,12 @@ def show_token(text: str) -> str:
     if text == "":
         return "∅"
     return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥").replace("\r", "␍")
+
+
+def cell(s: str, width: int, right: bool = False) -> str:
+    """`s` in exactly `width` cells: padded, or cut with an ellipsis (like a table cell)."""
+    n = len(s) if s.isascii() else cell_len(s)
+    if n > width:
+        return set_cell_size(s, width - 1) + "…" if width > 0 else ""
+    pad = " " * (width - n)
+    return pad + s if right else s + pad
