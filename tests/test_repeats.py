@@ -110,6 +110,16 @@ def test_the_cat_story_at_the_card_s_settings_loops_and_each_step_says_so(cat_st
     assert cat_story[-1].reason.value == "length"
 
 
+def test_the_bundled_model_s_defaults_do_not_loop_on_the_cat_story(engine: Engine) -> None:
+    # what the penalty does to the loop (docs/default-settings.md: no loop in 36 replies)
+    from loopchat.config import BUILTIN_CONFIG
+
+    msgs = [Message("system", SMOLLM2_SYSTEM_PROMPT), Message("user", CAT)]
+    steps = [e for e in engine.generate(msgs, BUILTIN_CONFIG.get().sampling.replace(seed=1)) if isinstance(e, Step)]
+    longest = longest_of((s.index, s.repeat) for s in steps)
+    assert longest is None or longest.length < 32, longest.describe()
+
+
 def test_the_repeat_survives_history_traces_and_the_wire(cat_story: list) -> None:
     steps = [e for e in cat_story if isinstance(e, Step)]
     marked = [s for s in steps if s.repeat is not None]
