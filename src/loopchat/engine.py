@@ -28,6 +28,7 @@ from .engine_options import EngineOptions, physical_cores  # noqa: F401 - import
 from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
 from .events import DOCUMENT, Candidate, Event, Finish, FinishReason, Message, Pending, Prefill, Start, Step, decode_rate
 from .model_files import gguf_problem
+from .repeats import RepeatFinder
 from .settings import SamplingSettings, new_seed
 from .step_control import HAND, SAMPLED, StepControl
 from .stop_strings import StopStrings
@@ -407,6 +408,7 @@ class Engine:
         stops = StopStrings(stop) if stop else None
         stopped = False  # a stop string ended the reply
         history = list(tokens)
+        repeats = RepeatFinder(prefix)  # the reply repeating itself (repeats.py): on each Step
         text_parts: list[str] = []
         completion = 0
         steps = 0
@@ -518,12 +520,9 @@ class Engine:
                 is_stop=is_stop,
                 raw_top=self._candidates(res.raw_top_ids, res.raw_top_probs),
                 sampled_top=self._candidates(res.sampled_top_ids, res.sampled_top_probs),
-                raw_prob=res.raw_prob,
-                raw_rank=res.raw_rank,
-                sampled_prob=res.sampled_prob,
-                sampled_rank=res.sampled_rank,
-                raw_entropy=res.raw_entropy,
-                sampled_entropy=res.sampled_entropy,
+                raw_prob=res.raw_prob, raw_rank=res.raw_rank,
+                sampled_prob=res.sampled_prob, sampled_rank=res.sampled_rank,
+                raw_entropy=res.raw_entropy, sampled_entropy=res.sampled_entropy,
                 candidates_kept=res.kept,
                 forward_ms=forward_ms,
                 forward_tokens=forward_tokens,
@@ -535,6 +534,7 @@ class Engine:
                 threads=pass_threads,
                 threads_reason=threads_reason,
                 chosen_by=chosen_by,
+                repeat=None if (rep := repeats.feed(token)) is None else rep.as_tuple(),
             )
             steps += 1
             previous = settings_now

@@ -181,6 +181,10 @@ class Step:
     #: how the token was chosen: "sampled" (the loop running freely), "step" (a draw the
     #: user asked for in step mode), "hand" (picked by the user in step mode)
     chosen_by: str = "sampled"
+    #: the reply repeating itself at this token (repeats.py, docs/trace-format.md): (start,
+    #: period): its tokens start..index equal the tokens period earlier; None: not repeating
+    #: (or not known: a remote server that sends no token ids)
+    repeat: tuple[int, int] | None = None
     kind: str = field(default="step", init=False)
 
 

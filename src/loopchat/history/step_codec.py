@@ -40,6 +40,7 @@ FIELDS: dict[int, tuple[str, ...]] = {
     ),
 }
 FIELDS[2] = FIELDS[1] + ("chosen_by",)  # step mode (issue 13): sampled / step / hand
+FIELDS[3] = FIELDS[2] + ("repeat",)  # the reply repeating itself (issue 22): (start, period) or None
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
@@ -139,7 +140,7 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = _cands(value)
             elif name == "settings":
                 value = settings[value]
-            elif name == "settings_changed":
+            elif name == "settings_changed" or (name == "repeat" and value is not None):
                 value = tuple(value)
             kwargs[name] = value
         steps.append(Step(**kwargs))

@@ -11,7 +11,6 @@ blocks out one under the other and draws the lines on screen.
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable
 
 from rich.console import Console, RenderableType
@@ -21,24 +20,16 @@ from rich.text import Text
 from textual.strip import Strip
 
 from ..events import FinishReason, Step
+from ..repeats import longest_of
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .plots import fmt_ms, fmt_rate, visible_controls
 from .prefs import Prefs
 from .reply_markdown import reply_markdown
+from .token_styles import legend_text, token_style  # noqa: F401  (legend_text: imported from here by the transcript)
 
 if TYPE_CHECKING:
     from .transcript import Transcript
 
-#: (lowest probability, colour) from most to least likely: the probability a token was
-#: drawn with, in the distribution after the sampling settings.
-PROB_BANDS: tuple[tuple[float, str], ...] = (
-    (0.9, "#5fd75f"),
-    (0.6, "#afd75f"),
-    (0.3, "#ffd75f"),
-    (0.1, "#ff8700"),
-    (0.0, "#ff5f5f"),
-)
-_BOUNDARY_BG = ("#2b3340", "#3a4456")
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _REPLY = Style(color="#d7875f")
 _USER = Style(color="#5f87d7")
@@ -49,38 +40,6 @@ _ERROR = Style(color="#ff5f5f")
 GUTTER = 2  # "│ " before every body line
 
 
-def prob_colour(p: float) -> str:
-    for lo, colour in PROB_BANDS:
-        if p >= lo:
-            return colour
-    return PROB_BANDS[-1][1]
-
-
-def legend_text() -> Text:
-    t = Text("p when drawn: ", style="dim", no_wrap=True, overflow="ellipsis")
-    labels = ("≥90%", "60–90", "30–60", "10–30", "<10%")
-    for (_, colour), label in zip(PROB_BANDS, labels):
-        t.append("■" + label + " ", style=colour)
-    return t
-
-
-def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | None:
-    # a remote server that does not say what it sampled from: no colour (not given)
-    p = step.sampled_prob
-    return _token_style(
-        prob_colour(p) if prefs.prob_colours and p is not None else None,
-        n % 2 if prefs.token_boundaries else None,
-        selected,
-        step.chosen_by == "hand",
-    )
-
-
-@lru_cache(maxsize=64)  # a few dozen combinations, each an immutable Style
-def _token_style(colour: str | None, parity: int | None, selected: bool, hand: bool = False) -> Style:
-    """A token's style; a token picked by hand in step mode is underlined."""
-    if selected:
-        return Style(color="black", bgcolor="#ffaf00", bold=True, underline=hand or None)
-    return Style(color=colour, bgcolor=_BOUNDARY_BG[parity] if parity is not None else None, underline=hand or None)
 
 
 def _clickable(style: Style | None, reply: int, step: int) -> Style:
@@ -220,6 +179,8 @@ class ReplyView(Block):
             style = _WARN
             label = f"{label} ({f.reason.value})" + (f": {f.error}" if f.error else "")
         parts.append(label)
+        if (rep := longest_of((s.index, s.repeat) for s in r.steps)) is not None:
+            parts.append(rep.describe())  # the reply repeated itself (repeats.py)
         if r.is_branch and r.prefill is not None:
             p = r.prefill  # a branch: how much of the context the KV cache still held
             parts.append(f"branch: {p.reused_tokens:,} tokens reused from the KV cache, {p.evaluated_tokens:,} evaluated")

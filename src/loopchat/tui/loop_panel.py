@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -27,7 +27,8 @@ from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from .panel_caches import PanelCaches, ReplyIndex, Series
-from .plots import bar, fmt_bits_range, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, sparkline, token_face
+from .plots import bar, cell, fmt_bits_range, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, sparkline, token_face
+from .repeat_view import repeat_lines
 
 HEAD = Style.parse("bold #87d7ff")
 LABEL = Style.parse("#8a8a8a")
@@ -110,15 +111,6 @@ def _rstrip(pieces: list[tuple[str, Style]]) -> None:
         pieces.pop()
 
 
-def _cell(s: str, width: int, right: bool = False) -> str:
-    """`s` in exactly `width` cells: padded, or cut with an ellipsis (like a table cell)."""
-    n = len(s) if s.isascii() else cell_len(s)
-    if n > width:
-        return set_cell_size(s, width - 1) + "…" if width > 0 else ""
-    pad = " " * (width - n)
-    return pad + s if right else s + pad
-
-
 def _is_drawn(c: Candidate, s: Step) -> bool:
     """Whether candidate `c` is the token step `s` drew (a server that sends no token ids:
     the same text with the same probability)."""
@@ -151,7 +143,7 @@ def _title(v: PanelView) -> list[Pieces]:
     elif r is not None and r.finish is not None:
         label = finish_label(r.finish)
         t.append((f" · {label}" if v.compact else f" · done: {label}", LABEL))
-    out = [t]
+    out = [t, *repeat_lines(s)]
     source = _remote(v)
     if source and not v.compact:
         what = [(" · full record", LABEL)] if s.sampled_top is not None else []
@@ -193,33 +185,33 @@ def _candidates(v: PanelView, width: int, k: int | None = None, bars: bool = Tru
         t: Pieces = [
             ("▶" if drawn else " ", DRAWN),
             (" ", _NONE),
-            (_cell(token_face(c.text, c.piece_bytes), token_w), style or _TOKEN),
+            (cell(token_face(c.text, c.piece_bytes), token_w), style or _TOKEN),
             (" ", _NONE),
         ]
         if bars:
             t.append((bar(c.prob, bar_w), _RAW_BAR))
             t.append((" ", _NONE))
-        t.append((_cell(fmt_prob(c.prob), 6, right=True), style or _NONE))
+        t.append((cell(fmt_prob(c.prob), 6, right=True), style or _NONE))
         t.append((" ", _NONE))
         if bars:
             t.append((bar(sp or 0.0, bar_w), _SAMPLED_BAR))
             t.append((" ", _NONE))
         if sp is None:
-            t.append((_cell("cut" if complete else "–", 6, right=True), style or _DIM))
+            t.append((cell("cut" if complete else "–", 6, right=True), style or _DIM))
         else:
-            t.append((_cell(fmt_prob(sp), 6, right=True), style or _NONE))
+            t.append((cell(fmt_prob(sp), 6, right=True), style or _NONE))
         out.append(tuple(t))
     if not drawn_listed:
-        t = [("▶", DRAWN), (" ", _NONE), (_cell(token_face(s.piece, s.piece_bytes), token_w), DRAWN), (" ", _NONE)]
+        t = [("▶", DRAWN), (" ", _NONE), (cell(token_face(s.piece, s.piece_bytes), token_w), DRAWN), (" ", _NONE)]
         if bars:
-            t.append((_cell(f"rank {s.raw_rank}", bar_w), LABEL))
+            t.append((cell(f"rank {s.raw_rank}", bar_w), LABEL))
             t.append((" ", _NONE))
-        t.append((_cell(fmt_prob(s.raw_prob), 6, right=True), DRAWN))
+        t.append((cell(fmt_prob(s.raw_prob), 6, right=True), DRAWN))
         t.append((" ", _NONE))
         if bars:
-            t.append((_cell(f"rank {s.sampled_rank}", bar_w), LABEL))
+            t.append((cell(f"rank {s.sampled_rank}", bar_w), LABEL))
             t.append((" ", _NONE))
-        t.append((_cell(fmt_prob(s.sampled_prob), 6, right=True), DRAWN))
+        t.append((cell(fmt_prob(s.sampled_prob), 6, right=True), DRAWN))
         out.append(tuple(t))
     return out
 
@@ -241,17 +233,17 @@ def _server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width
         drawn = _is_drawn(c, s)
         drawn_listed |= drawn
         style = DRAWN if drawn else None
-        t: Pieces = [("▶" if drawn else " ", DRAWN), (" ", _NONE), (_cell(token_face(c.text, c.piece_bytes), token_w), style or _TOKEN), (" ", _NONE)]
+        t: Pieces = [("▶" if drawn else " ", DRAWN), (" ", _NONE), (cell(token_face(c.text, c.piece_bytes), token_w), style or _TOKEN), (" ", _NONE)]
         if bars:
             t += [(bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE)]
-        t.append((_cell(fmt_prob(c.prob), 6, right=True), style or _NONE))
+        t.append((cell(fmt_prob(c.prob), 6, right=True), style or _NONE))
         out.append(tuple(t))
     if not drawn_listed:
         rank = f"rank {s.raw_rank}" if s.raw_rank is not None else f"not in top {len(s.raw_top)}"
-        t = [("▶", DRAWN), (" ", _NONE), (_cell(token_face(s.piece, s.piece_bytes), token_w), DRAWN), (" ", _NONE)]
+        t = [("▶", DRAWN), (" ", _NONE), (cell(token_face(s.piece, s.piece_bytes), token_w), DRAWN), (" ", _NONE)]
         if bars:
-            t += [(_cell(rank, bar_w), LABEL), (" ", _NONE)]
-        t.append((_cell(fmt_prob(s.raw_prob) if s.raw_prob is not None else "–", 6, right=True), DRAWN))
+            t += [(cell(rank, bar_w), LABEL), (" ", _NONE)]
+        t.append((cell(fmt_prob(s.raw_prob) if s.raw_prob is not None else "–", 6, right=True), DRAWN))
         out.append(tuple(t))
     return out
 
@@ -302,11 +294,11 @@ def _pending_lines(v: PanelView, width: int) -> list[Line]:
             sp = sampled.get(c.token_id)
             t: Pieces = [
                 (f"{i + 1:>2}  " if i < 9 else "    ", DRAWN),
-                (_cell(token_face(c.text, c.piece_bytes), token_w), _TOKEN), (" ", _NONE),
+                (cell(token_face(c.text, c.piece_bytes), token_w), _TOKEN), (" ", _NONE),
                 (bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE),
-                (_cell(fmt_prob(c.prob), 6, right=True), _NONE), (" ", _NONE),
+                (cell(fmt_prob(c.prob), 6, right=True), _NONE), (" ", _NONE),
                 (bar(sp or 0.0, bar_w), _SAMPLED_BAR), (" ", _NONE),
-                (_cell(fmt_prob(sp) if sp is not None else ("cut" if complete else "–"), 6, right=True),
+                (cell(fmt_prob(sp) if sp is not None else ("cut" if complete else "–"), 6, right=True),
                  _NONE if sp is not None else _DIM),
             ]
             _fit(t, width, out, no_wrap=True)

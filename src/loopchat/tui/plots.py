@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import re
 
+from rich.cells import cell_len, set_cell_size
+
 from ..token_faces import byte_face, partial_character
 
 #: control characters a terminal would obey (ESC starts a colour, a cursor move...):
@@ -161,3 +163,12 @@ def show_token(text: str) -> str:
     if text == "":
         return "∅"
     return visible_controls(text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥").replace("\r", "␍"))
+
+
+def cell(s: str, width: int, right: bool = False) -> str:
+    """`s` in exactly `width` cells: padded, or cut with an ellipsis (like a table cell)."""
+    n = len(s) if s.isascii() else cell_len(s)
+    if n > width:
+        return set_cell_size(s, width - 1) + "…" if width > 0 else ""
+    pad = " " * (width - n)
+    return pad + s if right else s + pad

@@ -1,0 +1,64 @@
+"""How a reply's token looks in the transcript: its probability colour (F7), the token
+boundaries (F6), the selection, a token picked by hand (underlined), and a token at which
+the reply repeats itself (Step.repeat, repeats.py: a dark plum background)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from rich.style import Style
+from rich.text import Text
+
+from ..events import Step
+from .prefs import Prefs
+
+#: (lowest probability, colour) from most to least likely: the probability a token was
+#: drawn with, in the distribution after the sampling settings.
+PROB_BANDS: tuple[tuple[float, str], ...] = (
+    (0.9, "#5fd75f"),
+    (0.6, "#afd75f"),
+    (0.3, "#ffd75f"),
+    (0.1, "#ff8700"),
+    (0.0, "#ff5f5f"),
+)
+_BOUNDARY_BG = ("#2b3340", "#3a4456")
+#: the background of a token at which the reply is repeating itself (over the boundaries')
+REPEAT_BG = "#5f2f5f"
+
+
+def prob_colour(p: float) -> str:
+    for lo, colour in PROB_BANDS:
+        if p >= lo:
+            return colour
+    return PROB_BANDS[-1][1]
+
+
+def legend_text() -> Text:
+    t = Text("p when drawn: ", style="dim", no_wrap=True, overflow="ellipsis")
+    labels = ("≥90%", "60–90", "30–60", "10–30", "<10%")
+    for (_, colour), label in zip(PROB_BANDS, labels):
+        t.append("■" + label + " ", style=colour)
+    return t
+
+
+def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | None:
+    # a remote server that does not say what it sampled from: no colour (not given)
+    p = step.sampled_prob
+    return _token_style(
+        prob_colour(p) if prefs.prob_colours and p is not None else None,
+        n % 2 if prefs.token_boundaries else None,
+        selected,
+        step.chosen_by == "hand",
+        step.repeat is not None,
+    )
+
+
+@lru_cache(maxsize=64)  # a few dozen combinations, each an immutable Style
+def _token_style(colour: str | None, parity: int | None, selected: bool, hand: bool = False,
+                 repeat: bool = False) -> Style:
+    """A token's style; a token picked by hand in step mode is underlined, a token at
+    which the reply repeats itself has REPEAT_BG behind it."""
+    if selected:
+        return Style(color="black", bgcolor="#ffaf00", bold=True, underline=hand or None)
+    bg = REPEAT_BG if repeat else _BOUNDARY_BG[parity] if parity is not None else None
+    return Style(color=colour, bgcolor=bg, underline=hand or None)
