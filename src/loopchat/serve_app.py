@@ -68,8 +68,8 @@ class ServedModel:
         With --strict-model a name it does not go by is a 404."""
         if self.strict and name is not None and name not in self.names:
             raise RequestError(
-                f"model {name!r} is not served here: this server runs {self.id!r} (GET /v1/models lists it; "
-                "loopchat serve answers any name with it unless started with --strict-model)",
+                f"model {name!r} is not served here: this server runs {self.id!r} and, started with "
+                "--strict-model, answers only its names (GET /v1/models lists it)",
                 status=404, param="model", code="model_not_found",
             )
 
