@@ -106,14 +106,24 @@ def test_openai_s_python_tutorial_runs_unchanged(server: Serve) -> None:
     assert printed and printed == reference_text(server, TUTORIAL_MESSAGES)
 
 
+def _node_missing() -> str | None:
+    """Why the Node tutorial cannot run here (None: it can)."""
+    if shutil.which("node") is None:
+        return ("node is not installed: OpenAI's Node SDK tutorial against loopchat serve was not run "
+                "(install Node.js 20+, then `make test` installs the SDK)")
+    if not (CLIENTS / "node_modules" / "openai" / "package.json").is_file():
+        return ("OpenAI's Node SDK is not installed in tests/clients/node_modules: `make test` installs it "
+                "(npm ci in tests/clients)")
+    return None
+
+
+NODE_MISSING = _node_missing()
+
+
+@pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")
 def test_openai_s_node_tutorial_runs_unchanged(server: Serve) -> None:
     node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed: OpenAI's Node SDK tutorial against loopchat serve was not run "
-                    "(install Node.js 20+, then `make test` installs the SDK)")
-    if not (CLIENTS / "node_modules" / "openai" / "package.json").is_file():
-        pytest.skip("OpenAI's Node SDK is not installed in tests/clients/node_modules: `make test` installs it "
-                    "(npm ci in tests/clients)")
+    assert node is not None
     printed = run_tutorial(server, [node, str(CLIENTS / "tutorial_stream.mjs")])
     assert printed and printed == reference_text(server, TUTORIAL_MESSAGES)
 
