@@ -25,13 +25,13 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
+from serve_process import Serve
 
 from loopchat.config import SMOLLM2_SAMPLING
 from loopchat.engine import Engine
 from loopchat.events import Finish, Message, Start, Step
 from loopchat.stop_strings import StopStrings
 from loopchat.wire import DONE_LINE, WireOptions, WireSerializer, extension_events
-from serve_process import Serve
 
 PY = sys.executable
 KEY = "test-" + secrets.token_hex(8)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import secrets
 import shutil
 import subprocess
@@ -21,9 +22,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai import OpenAI
-
 from serve_process import PY, Serve
+
+from loopchat.backends.remote import RemoteBackend
+from loopchat.events import Message, ModelReady, RunDone, Start
+from loopchat.settings import SamplingSettings
 
 KEY = "test-" + secrets.token_hex(8)
 SERVED = "tiny"  # the models.toml entry served: what every response's `model` must say
@@ -269,3 +272,25 @@ def test_a_bad_cors_origin_is_one_line_and_exit_2() -> None:
                           capture_output=True, text=True, timeout=60, env={**os.environ})
     assert done.returncode == 2 and "scheme://host[:port]" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_loopchat_client_without_extensions_still_records_its_messages(server: Serve) -> None:
+    """`extensions = false` sends no `loopchat` key: the server's start record comes
+    without the prompt, and the client's Start keeps the messages it sent."""
+    backend = RemoteBackend(server.url, api_key=KEY, extensions=False)
+    events: queue.Queue = queue.Queue()
+    backend.attach(events.put)
+    sent = (Message("user", "Name a colour."),)
+    try:
+        backend.start()
+        while not isinstance(events.get(timeout=60), ModelReady):
+            pass
+        backend.generate(sent, SamplingSettings(seed=3, max_tokens=4))
+        got = []
+        while not isinstance(ev := events.get(timeout=120), RunDone):
+            got.append(ev)
+    finally:
+        backend.close()
+    start = next(e for e in got if isinstance(e, Start))
+    assert start.source == server.url + "/v1" and start.n_ctx  # the server's own record
+    assert start.messages == sent and start.prompt_token_ids is None and start.prompt_text is None
