@@ -28,6 +28,11 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 endif
 WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOR)
 
+# OpenAI's Node SDK for tests/test_serve_clients.py (its tutorial snippet against `loopchat
+# serve`): the version pinned in tests/clients/package-lock.json, installed there by npm.
+# Without node/npm the test is skipped and says so (pytest -rs prints the reason).
+NODE_CLIENTS := tests/clients/node_modules/.loopchat-installed
+
 .PHONY: run test bench clean
 
 $(BIN)/python:
@@ -52,11 +57,18 @@ $(TEST_MODELS): Makefile tests/gemma_model.py | $(STAMP)
 	$(BIN)/python tests/gemma_model.py
 	touch $@
 
+$(NODE_CLIENTS): tests/clients/package.json tests/clients/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error && touch $@; \
+	else \
+		echo "npm not found: OpenAI's Node SDK test (tests/test_serve_clients.py) will be skipped; install Node.js 20+ to run it"; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/loopchat
 
-test: $(STAMP) $(TEST_MODELS)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS)
+	$(BIN)/python -m pytest -q -rs
 
 bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/loop_overhead.py
@@ -66,4 +78,4 @@ bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/serve_overhead.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) build src/*.egg-info tests/clients/node_modules

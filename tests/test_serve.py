@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import secrets
 import signal
@@ -26,6 +25,7 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
+from serve_process import Serve
 
 from loopchat.config import SMOLLM2_SAMPLING
 from loopchat.engine import Engine
@@ -41,65 +41,6 @@ MESSAGES = [
     {"role": "user", "content": "Tell me about the sea in three sentences."},
 ]
 DOCUMENT = "Once upon a time, in a small village by the sea, there lived"
-LOG_WAIT = 60.0  # seconds a log line may take to appear (a busy 2-core machine)
-
-
-class Serve:
-    """`loopchat serve --port 0` in a child process: its URL (from the line it prints when
-    it listens) and its stderr lines as they come."""
-
-    def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120.0) -> None:
-        self.proc = subprocess.Popen(
-            [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", "1", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        )
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self._changed = threading.Condition()
-        threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True).start()
-        threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True).start()
-        line = self.wait_for(r"listening on (http://\S+)", self.out, timeout=timeout)
-        self.url = line.group(1)
-
-    def _read(self, stream: Any, into: list[str]) -> None:
-        for line in stream:
-            with self._changed:
-                into.append(line.rstrip("\n"))
-                self._changed.notify_all()
-        with self._changed:
-            into.append("")  # (its end: wakes whoever waits)
-            self._changed.notify_all()
-
-    def wait_for(self, pattern: str, lines: list[str] | None = None, *, start: int = 0, timeout: float = LOG_WAIT) -> re.Match:
-        lines = self.err if lines is None else lines
-        deadline = time.monotonic() + timeout
-        seen = start
-        with self._changed:
-            while True:
-                for i in range(seen, len(lines)):
-                    m = re.search(pattern, lines[i])
-                    if m:
-                        return m
-                seen = len(lines)
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and lines and lines[-1] == ""):
-                    raise AssertionError(
-                        f"no line matching {pattern!r}; stdout: {self.out[-5:]}; stderr: {self.err[-10:]}"
-                    )
-                self._changed.wait(left)
-
-    def client(self, key: str | None = KEY) -> OpenAI:
-        return OpenAI(base_url=self.url + "/v1", api_key=key or "none", max_retries=0, timeout=120)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +54,7 @@ def server() -> Iterator[Serve]:
 
 @pytest.fixture(scope="module")
 def client(server: Serve) -> OpenAI:
-    return server.client()
+    return server.client(KEY)
 
 
 def auth() -> dict[str, str]:
@@ -155,7 +96,7 @@ def test_streaming_and_blocking_give_the_same_chat_text(server: Serve, client: O
 
 def test_streaming_and_blocking_give_the_same_completion_text(server: Serve, client: OpenAI) -> None:
     kw: dict[str, Any] = dict(model=MODEL, prompt=DOCUMENT, seed=5, temperature=0.8, max_tokens=30,
-                              extra_body={"cache_prompt": False})
+                              extra_body={"cache_prompt": False, "loopchat": {"prompt": True}})
     streamed = "".join(c.choices[0].text for c in client.completions.create(**kw, stream=True) if c.choices)
     blocking = client.completions.create(**kw)
     assert streamed and streamed == blocking.choices[0].text
@@ -272,14 +213,6 @@ def test_harmless_unknown_keys_are_ignored(client: OpenAI) -> None:
         extra_body={"some_future_field": {"x": 1}},
     )
     assert reply.choices[0].finish_reason == "length"
-
-
-def test_an_unknown_model_is_404_naming_the_served_one(client: OpenAI) -> None:
-    with pytest.raises(openai.NotFoundError) as info:
-        client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=4)
-    assert info.value.code == "model_not_found" and MODEL in info.value.message
-    # the model file's name is accepted too
-    assert client.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Hi", max_tokens=2).choices
 
 
 def test_the_api_key_is_required(server: Serve) -> None:

@@ -106,6 +106,9 @@ class Start:
     prompt_token_texts: tuple[str, ...] = ()
     prompt_special: tuple[int, ...] = ()
     source: str = ""  # "": this machine's engine; else the URL of the server that generated the reply
+    #: loopchat serve: the request's `seed` when it was not used as given (-1: random, the
+    #: seed drawn is settings.seed; a 64-bit seed: settings.seed is its low 32 bits)
+    seed_requested: int | None = None
     kind: str = field(default="start", init=False)
 
 
@@ -285,6 +288,7 @@ class WorkerError:
     message: str
     during: str  # "load" | "generate"
     internal: bool = False  # an unexpected exception (a bug), not a problem the user caused
+    context_overflow: bool = False  # the prompt does not fit the context window (ContextOverflowError)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,12 +53,25 @@ class ServedModel:
     n_vocab: int
     sampling: SamplingSettings  # a request's settings start from these (models.toml's)
     created: int = field(default_factory=lambda: int(time.time()))
+    strict: bool = False  # --strict-model: a request must name this model (else any name is answered by it)
 
     @property
     def names(self) -> frozenset[str]:
         """What a request's `model` may say: the id, the file name, the file's stem."""
         stem = self.file_name[:-5] if self.file_name.lower().endswith(".gguf") else self.file_name
         return frozenset({self.id, self.file_name, stem})
+
+    def check(self, name: str | None) -> None:
+        """A request's `model`. The server holds one model: it answers any name (and none,
+        and "") with it, as llama.cpp's servers do, so that code written for OpenAI
+        (`model="gpt-4"`) runs unchanged; each response's `model` says which answered.
+        With --strict-model a name it does not go by is a 404."""
+        if self.strict and name is not None and name not in self.names:
+            raise RequestError(
+                f"model {name!r} is not served here: this server runs {self.id!r} and, started with "
+                "--strict-model, answers only its names (GET /v1/models lists it)",
+                status=404, param="model", code="model_not_found",
+            )
 
     def card(self) -> dict[str, Any]:
         return {
@@ -104,13 +117,6 @@ def create_app(
         line(request, 401, message)
         return _error(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    def check_model(name: str | None) -> None:
-        if name is not None and name not in model.names:
-            raise RequestError(
-                f"model {name!r} is not served here: this server runs {model.id!r} (GET /v1/models lists it)",
-                status=404, param="model", code="model_not_found",
-            )
-
     async def generate(request: Request, chat: bool) -> Response:
         refusal = denied(request)
         if refusal is not None:
@@ -118,7 +124,7 @@ def create_app(
         try:
             body = parse_json(await request.body())
             req = (parse_chat if chat else parse_completion)(body, model.sampling)
-            check_model(req.model)
+            model.check(req.model)
         except RequestError as exc:
             line(request, exc.status, f"{exc.type}: {exc.message}")
             return JSONResponse(exc.body(), status_code=exc.status)
@@ -165,7 +171,7 @@ def create_app(
         serializer = WireSerializer(model.id, req.wire)
         if not req.wire.stream:
             try:
-                return await _blocking(run, serializer)
+                return await _blocking(run, serializer, chat)
             finally:
                 gone.remove_done_callback(client_left)
                 gone.cancel()
@@ -177,7 +183,7 @@ def create_app(
         gone.cancel()
         if isinstance(first, WorkerError):
             await _until_done(run)
-            return _worker_error(first)
+            return _worker_error(first, chat)
         return StreamingResponse(_stream(loop, run, serializer, first), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -266,7 +272,7 @@ async def _stream(loop: OneLoop, run: Run, serializer: WireSerializer, first: An
             loop.cancel(run)
 
 
-async def _blocking(run: Run, serializer: WireSerializer) -> Response:
+async def _blocking(run: Run, serializer: WireSerializer, chat: bool) -> Response:
     error: WorkerError | None = None
     while True:
         event = await run.events.get()
@@ -277,7 +283,7 @@ async def _blocking(run: Run, serializer: WireSerializer) -> Response:
         else:
             serializer.feed(event)
     if error is not None:
-        return _worker_error(error)
+        return _worker_error(error, chat)
     if not serializer.done:  # pragma: no cover - a run ends with a Finish or an error
         return _error(500, "the engine ended the run without a reply; this is a bug: please report it", "server_error")
     return JSONResponse(serializer.body(), status_code=500 if serializer.error else 200)
@@ -288,9 +294,11 @@ async def _until_done(run: Run) -> None:
         pass
 
 
-def _worker_error(error: WorkerError) -> JSONResponse:
+def _worker_error(error: WorkerError, chat: bool) -> JSONResponse:
     if error.internal:
         return _error(500, error.message, "server_error", code="internal_error")
+    if error.context_overflow:  # OpenAI's code for it, naming what was too long
+        return _error(400, error.message, param="messages" if chat else "prompt", code="context_length_exceeded")
     return _error(400, error.message, code="invalid_prompt")
 
 

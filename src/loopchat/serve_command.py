@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import UsageError
+from .serve_cors import cors_origin, with_cors
 
 API_KEY_ENV = "LOOPCHAT_API_KEY"
 DEFAULT_PORT = 8000
@@ -67,6 +68,12 @@ def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callabl
                        help=f"require Authorization: Bearer KEY (better: set {API_KEY_ENV}, which ps does not show)")
     serve.add_argument("--queue", type=queue_size, default=DEFAULT_QUEUE, metavar="N",
                        help=f"how many requests may wait while one generates (default {DEFAULT_QUEUE}); more get 429")
+    serve.add_argument("--strict-model", action="store_true",
+                       help="a request must name the model served (else 404); by default any name, or none, is "
+                       "answered by it (as llama.cpp's servers do: OpenAI code asking for gpt-4 runs unchanged)")
+    serve.add_argument("--cors-origin", action="append", type=cors_origin, metavar="ORIGIN",
+                       help="a web page origin that may call the server from a browser (repeatable; * any, none: "
+                       "no page); default: pages on this machine only (localhost, 127.0.0.1, [::1], any port)")
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -150,8 +157,9 @@ def serve_command(args: argparse.Namespace) -> int:
         n_ctx=ready.n_ctx,
         n_vocab=ready.n_vocab,
         sampling=spec.sampling,
+        strict=args.strict_model,
     )
-    app = create_app(one, model, api_key=api_key, log=_log)
+    app = with_cors(create_app(one, model, api_key=api_key, log=_log), args.cors_origin, _log)
     url = _url(sock)
     threads = "auto" if options.threads in (None, "auto") else str(options.threads)
 

@@ -13,9 +13,17 @@ repeat_last_n (loopchat's sampling settings), `cache_prompt: false` (llama.cpp's
 evaluate the whole prompt instead of reusing the KV cache of the previous request, so
 that the same seed gives the same reply whatever ran before), `ignore_eos: true` (also
 llama.cpp's: an end-of-generation token does not end the reply, which then runs to
-max_tokens: for benchmarks) and `loopchat: false` (no `loopchat` extension objects in
-the response). Unknown keys are ignored, as OpenAI's
+max_tokens: for benchmarks), `loopchat: false` (no `loopchat` extension objects in
+the response) and `loopchat: {"prompt": true}` (the extension's start record with the
+prompt: the messages, the rendered text and its tokens; left out unless asked, they are
+the bulk of a first chunk). Unknown keys are ignored, as OpenAI's
 own unknown fields (`user`, `metadata`, ...) must be.
+
+`seed` takes what OpenAI and llama.cpp clients send, not only loopchat's 0..2^32-1:
+-1 is llama.cpp's "random" (a fresh seed is drawn, as with no seed), and any other
+64-bit value (-2^63 to 2^64-1) is reduced to its low 32 bits (seed mod 2^32, what C's
+cast to uint32 gives, as llama.cpp's server does). The response's start record says
+both: `settings.seed` the seed drawn with, `seed_requested` the request's value.
 """
 
 from __future__ import annotations
@@ -39,10 +47,11 @@ SETTING_KEYS = {
     "min_p": "min_p",
     "repeat_penalty": "repeat_penalty",
     "repeat_last_n": "repeat_last_n",
-    "seed": "seed",
     "max_tokens": "max_tokens",
     "max_completion_tokens": "max_tokens",  # OpenAI's newer name wins when both are given
 }
+#: The seeds a request may give (64-bit, signed or not), and the one that means "random".
+SEED_MIN, SEED_MAX, SEED_RANDOM = -(2**63), 2**64 - 1, -1
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -144,15 +153,21 @@ def _request(
         if not isinstance(options, dict):
             raise RequestError("stream_options must be an object, e.g. {\"include_usage\": true}", param="stream_options")
         include_usage = bool(_optional(options, "include_usage", bool, "true or false", param="stream_options.include_usage"))
-    extension = _optional(body, "loopchat", bool, "true or false (false: no loopchat extension objects)")
+    extension, prompt = _extension(body.get("loopchat"))
     cache_prompt = _optional(body, "cache_prompt", bool, "true or false")
     ignore_eos = _optional(body, "ignore_eos", bool, "true or false")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("model must be a string (GET /v1/models lists the one served)", param="model")
+    seed, requested = _seed(body.get("seed"))
+    settings = _settings(body, base)
+    if requested is not None:
+        settings = settings.replace(seed=seed)
+    if seed == requested:  # (used as given: nothing to record)
+        requested = None
     return GenerationRequest(
         messages=messages,
-        settings=_settings(body, base),
+        settings=settings,
         stop=_stop(body.get("stop")),
         report_k=max(MIN_REPORT, top),
         wire=WireOptions(
@@ -161,12 +176,41 @@ def _request(
             logprobs=logprobs,
             top_logprobs=top,
             include_usage=include_usage,
-            extension=extension is not False,
+            extension=extension,
+            prompt=prompt,
+            seed_requested=requested,
         ),
         model=model,
         cache_prompt=cache_prompt is not False,
         ignore_eos=bool(ignore_eos),
     )
+
+
+def _extension(value: Any) -> tuple[bool, bool]:
+    """The request's `loopchat` key: (extension objects on, the prompt in the start record)."""
+    what = 'true, false or {"prompt": true} (the prompt\'s messages, text and tokens in the start record)'
+    if value is None or isinstance(value, bool):
+        return value is not False, False
+    if not isinstance(value, dict) or set(value) - {"prompt"}:
+        raise RequestError(f"loopchat must be {what}, got {json.dumps(value)}", param="loopchat")
+    prompt = _optional(value, "prompt", bool, "true or false", param="loopchat.prompt")
+    return True, bool(prompt)
+
+
+def _seed(value: Any) -> tuple[int | None, int | None]:
+    """(the seed to draw with, the request's seed): None, None when not given; -1 is
+    random (None); other 64-bit seeds are reduced to their low 32 bits."""
+    if value is None:
+        return None, None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not SEED_MIN <= value <= SEED_MAX:
+        raise RequestError(
+            f"seed must be a whole number from 0 to {2**32 - 1} (-1: a random seed; other 64-bit values, "
+            f"-2^63 to 2^64-1, are reduced to their low 32 bits), got {value!r}",
+            param="seed",
+        )
+    return (None if value == SEED_RANDOM else value % 2**32), value
 
 
 def _settings(body: dict[str, Any], base: SamplingSettings) -> SamplingSettings:

@@ -19,7 +19,8 @@ Shapes (OpenAI's `ChatCompletionChunk`, `ChatCompletion`, `Completion`):
 before any sampling setting), the drawn token's and the top `top_logprobs` (at most 20).
 The distribution actually sampled from, the timings and the settings in force travel
 under one extension key, `loopchat` (OpenAI's clients keep unknown fields and ignore
-them): the role chunk carries {"start": Start}, each token's chunk {"step": Step} (and
+them): the role chunk carries {"start": Start} (its prompt only when asked for:
+`WireOptions.prompt`), each token's chunk {"step": Step} (and
 {"prefill": ..., "context_trimmed": ...} before the first), the finish chunk the stop
 token's step if one was drawn and {"finish": Finish}. Each is the event's trace form
 (`events.to_json_dict`, docs/trace-format.md), so a loopchat client rebuilds the very
@@ -33,7 +34,7 @@ import os
 import math
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .events import (
@@ -97,6 +98,8 @@ class WireOptions:
     top_logprobs: int = 0  # chat: 0..20; completions: the N of logprobs=N (0..5)
     include_usage: bool = False  # stream_options.include_usage
     extension: bool = True  # add the `loopchat` extension objects
+    prompt: bool = True  # the start record with the prompt (loopchat serve: only when asked)
+    seed_requested: int | None = None  # the request's seed, when not used as given (-1, beyond 32 bits)
 
 
 class WireSerializer:
@@ -134,6 +137,8 @@ class WireSerializer:
     def feed(self, event: Event) -> list[dict[str, Any]]:
         # the event's trace form, made once (it is the costliest part of a chunk); the
         # body's list of every event is kept only when there will be a body
+        if isinstance(event, Start):
+            event = self._start_record(event)
         data: Any = to_json_dict(event) if self.options.extension else None
         if data is not None and not self.options.stream:
             self._events.append(data)
@@ -176,6 +181,18 @@ class WireSerializer:
                 out.append(self._usage_chunk(event))
             return out
         return []
+
+    def _start_record(self, start: Start) -> Start:
+        """The Start as the response carries it: the request's seed beside the one drawn
+        with, and without the prompt unless asked for (`loopchat: {"prompt": true}`): the
+        messages (the client has them), the rendered text (with the chat template's own
+        system prompt, if it adds one) and its tokens, the bulk of a first chunk."""
+        if self.options.seed_requested is not None:
+            start = replace(start, seed_requested=self.options.seed_requested)
+        if self.options.prompt:
+            return start
+        return replace(start, messages=(), prompt_text=None, prompt_token_ids=None, prompt_token_texts=(),
+                       prompt_special=())
 
     def _base(self) -> dict[str, Any]:
         return {

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .engine import Engine, EngineError
+from .engine import ContextOverflowError, Engine, EngineError
 from .events import Message, ModelLoading, ModelReady, RunDone, WorkerError
 from .settings import LiveSettings, SamplingSettings
 from .step_control import StepControl
@@ -163,7 +163,7 @@ class EngineWorker:
                 ):
                     self._emit(event)
             except EngineError as exc:
-                self._emit(WorkerError(str(exc), during="generate"))
+                self._emit(WorkerError(str(exc), "generate", context_overflow=isinstance(exc, ContextOverflowError)))
             except Exception as exc:  # a bug: report it as this run's error, then RunDone
                 self._emit(_internal_error(exc, "generate"))
         finally:

@@ -7,12 +7,12 @@ the loop's events made from it (wire_reader.py): a loopchat server's own, or wha
 other server's chunks give, with every figure it does not send left as None.
 
 What is asked for: `logprobs` with `top_logprobs` (the report size, at most 20),
-`stream_options.include_usage`, and the sampling settings: `temperature`, `top_p`,
-`max_tokens`, `seed` (when pinned), plus `top_k`, `min_p`, `repeat_penalty` and
-`repeat_last_n`, which OpenAI's API does not have (llama.cpp's server and `loopchat serve`
-take them; `extensions = false` in models.toml leaves them out for a server that refuses
-unknown fields). A server fixes the settings of a request when it starts, so a change
-made mid-reply applies to the next reply (`live_settings` is False).
+`stream_options.include_usage`, the settings `temperature`, `top_p`, `max_tokens`, `seed`
+(when pinned), plus `top_k`, `min_p`, `repeat_penalty`, `repeat_last_n` and `loopchat:
+{"prompt": true}` (loopchat serve's start record with the prompt's tokens, for Ctrl+T),
+which OpenAI's API does not have (`extensions = false` in models.toml leaves them out for
+a server that refuses unknown fields). A server fixes a request's settings when it
+starts: a change made mid-reply applies to the next reply (`live_settings` is False).
 
 Errors (unreachable, refused, 401, 404, 500, an error or a malformed chunk mid-stream, a
 stream cut before `data: [DONE]`, a timeout) end the run with one WorkerError line.
@@ -346,16 +346,16 @@ class RemoteBackend:
             url = self.base + "/chat/completions"
             k = self.top_logprobs
             body.update(messages=[m.to_dict() for m in messages], logprobs=True, top_logprobs=k)
-        body["stream"] = stream
+        body.update(stream=stream, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
         if stream:
             body["stream_options"] = {"include_usage": True}
-        body.update(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
         if s.seed is not None:
             body["seed"] = s.seed
         if stop:
             body["stop"] = list(stop)
         if self.extensions:
-            body.update(top_k=s.top_k, min_p=s.min_p, repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n)
+            body.update(top_k=s.top_k, min_p=s.min_p, repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n,
+                        loopchat={"prompt": True})
         return url, body, k
 
     def _trace(self, name: str, info: dict[str, Any]) -> None:

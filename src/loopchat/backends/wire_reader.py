@@ -205,7 +205,7 @@ class WireReader:
         gap_taken = False
         for ev in events:
             if isinstance(ev, Start):
-                ev = replace(ev, source=self.source)
+                ev = replace(ev, source=self.source, messages=ev.messages or self.messages)  # (sent back if asked)
                 self.start = ev
             elif isinstance(ev, Prefill):
                 self.prefill = ev
