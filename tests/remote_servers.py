@@ -107,6 +107,7 @@ MODES = {
     "stall": "one token chunk, then nothing until the client goes away",
     "nolist": "no GET /v1/models (404); chat as ok",
     "switch": "whatever state['mode'] says (a test changes it between requests)",
+    "noseed": "as ok, but its first token is another each request (the seed sent is ignored, as some servers do)",
 }
 
 
@@ -194,7 +195,8 @@ def make_app(state: dict[str, Any]):
         async def events():
             try:
                 yield sse(OK_CHUNKS[0])
-                yield sse(OK_CHUNKS[1])
+                n = len(state["requests"])  # noseed: another first token each request
+                yield sse(chunk(f"R{n}", [(f"R{n}", -0.1, None)]) if mode == "noseed" else OK_CHUNKS[1])
                 if mode == "stall":
                     await asyncio.Event().wait()  # until the client goes away (cancelled then)
                 yield sse(OK_CHUNKS[2])
