@@ -42,8 +42,8 @@ def check_replay(rec: ReplyRecord, conversation: Conversation) -> str | None:
     added to its info line (its note) and returned, to be said once; else None."""
     original = conversation.reply(rec.replay_of) if rec.replay_of is not None else None
     verdict = replay_verdict(rec, original) if original is not None else None
-    if verdict is None or not verdict.startswith("differs"):
-        return None
+    if verdict is None or not verdict.startswith("differs") or verdict in (rec.note or ""):
+        return None  # (the same, or said already)
     rec.note = f"{rec.note} · {verdict}" if rec.note else verdict
     return f"Reply {rec.number}, the replay of reply {original.number}: {verdict}"  # type: ignore[union-attr]
 
