@@ -166,8 +166,9 @@ def make_app(state: dict[str, Any]):
             return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
         if mode_of(request) == "nolist":
             return JSONResponse({"detail": "Not Found"}, status_code=404)
+        meta = {"meta": state["meta"]} if state.get("meta") else {}  # llama-server's (a test sets it)
         return JSONResponse({"object": "list", "data": [
-            {"id": MODEL, "object": "model", "owned_by": "test"}, {"id": MODEL_2, "object": "model", "owned_by": "test"},
+            {"id": MODEL, "object": "model", "owned_by": "test", **meta}, {"id": MODEL_2, "object": "model", "owned_by": "test"},
         ]})
 
     async def chat(request: Request):
@@ -228,7 +229,8 @@ def make_app(state: dict[str, Any]):
 def misbehaving_server() -> Iterator[tuple[str, dict[str, Any]]]:
     """(http://127.0.0.1:PORT, state): the server runs in a thread until the block ends.
     state["requests"] holds the request bodies; state["ended"] is set when a stream's
-    generator ends (finished, or cancelled by a disconnect)."""
+    generator ends (finished, or cancelled by a disconnect); state["meta"], when a test
+    sets it, is the first model's `meta` in GET /models (as llama-server gives)."""
     import uvicorn
 
     state: dict[str, Any] = {"mode": "ok", "requests": [], "ended": threading.Event()}

@@ -118,3 +118,36 @@ def test_a_model_id_the_server_does_not_list_is_sent_and_its_refusal_is_one_line
     (error,) = [e for e in events if isinstance(e, WorkerError)]  # this strict server's answer, in one line
     assert "answered 404 Not Found (The model `gpt-4` does not exist)" in error.message and "\n" not in error.message
     assert state["requests"][-1]["model"] == "gpt-4"
+
+
+async def test_the_context_gauge_of_a_server_that_gives_n_ctx(fake, tmp_path) -> None:
+    """GET /models' meta.n_ctx (llama-server's) is the gauge's n_ctx: "? / n_ctx" while
+    the prompt's size is not known, prompt_tokens + index + 1 once the usage came."""
+    import re
+
+    from tui_fixtures import panel_text
+
+    url, state = fake
+    state["meta"] = {"n_ctx": 4096, "n_vocab": 49152, "size": 1000}
+    state["mode"] = "stall"
+    backend = RemoteBackend(url + "/switch")
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+                     settings=RANDOM_SEED, history=False)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
+            assert backend.ready.n_ctx == 4096 and backend.ready.n_vocab == 49152
+            await pilot.press(*"Hi", "enter")  # one token, then nothing: no usage yet
+            await wait_for(pilot, lambda: app.conversation.replies and app.conversation.replies[0].steps, 10, "a token")
+            await wait_for(pilot, lambda: "? / 4,096 tokens (known at the end)" in panel_text(app), 5, "the gauge")
+            await pilot.press("escape")
+            await wait_run(pilot)
+            state["mode"] = "ok"
+            await pilot.press(*"Hi", "enter")
+            await wait_run(pilot)
+            rec = app.conversation.replies[-1]
+            assert rec.start.n_ctx == 4096 and rec.finish.prompt_tokens == 11 and len(rec.steps) == 4
+            assert re.search(r"context +15 / 4,096 tokens \(0%\)", panel_text(app))  # 11 + 3 + 1
+    finally:
+        backend.close()
+        state.pop("meta")
