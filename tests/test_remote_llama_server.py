@@ -110,7 +110,7 @@ async def test_context_gauge_from_its_model_list_and_ctrl_t_shows_its_prefill(ll
             assert re.search(rf"context +{used:,} / 2,048 tokens \({100 * used / 2048:.0f}%\)", panel_text(app))
             await pilot.press("ctrl+t")
             await wait_for(pilot, lambda: app.document.display and app.document.head.lines, 5, "the document view")
-            head = "\n".join("".join(s for s, _ in line) for line in app.document.head.lines)
+            head = " ".join(" ".join("".join(s for s, _ in line) for line in app.document.head.lines).split())
             assert f"prefill {fmt_ms(rec.finish.prefill_ms)} (the server's timing)" in head
             assert "prefill: not recorded" not in head
     finally:
