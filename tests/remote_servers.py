@@ -107,6 +107,7 @@ MODES = {
     "stall": "one token chunk, then nothing until the client goes away",
     "nolist": "no GET /v1/models (404); chat as ok",
     "switch": "whatever state['mode'] says (a test changes it between requests)",
+    "noseed": "as ok, but its first token is another each request (the seed sent is ignored, as some servers do)",
 }
 
 
@@ -165,8 +166,9 @@ def make_app(state: dict[str, Any]):
             return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
         if mode_of(request) == "nolist":
             return JSONResponse({"detail": "Not Found"}, status_code=404)
+        meta = {"meta": state["meta"]} if state.get("meta") else {}  # llama-server's (a test sets it)
         return JSONResponse({"object": "list", "data": [
-            {"id": MODEL, "object": "model", "owned_by": "test"}, {"id": MODEL_2, "object": "model", "owned_by": "test"},
+            {"id": MODEL, "object": "model", "owned_by": "test", **meta}, {"id": MODEL_2, "object": "model", "owned_by": "test"},
         ]})
 
     async def chat(request: Request):
@@ -194,7 +196,8 @@ def make_app(state: dict[str, Any]):
         async def events():
             try:
                 yield sse(OK_CHUNKS[0])
-                yield sse(OK_CHUNKS[1])
+                n = len(state["requests"])  # noseed: another first token each request
+                yield sse(chunk(f"R{n}", [(f"R{n}", -0.1, None)]) if mode == "noseed" else OK_CHUNKS[1])
                 if mode == "stall":
                     await asyncio.Event().wait()  # until the client goes away (cancelled then)
                 yield sse(OK_CHUNKS[2])
@@ -226,7 +229,8 @@ def make_app(state: dict[str, Any]):
 def misbehaving_server() -> Iterator[tuple[str, dict[str, Any]]]:
     """(http://127.0.0.1:PORT, state): the server runs in a thread until the block ends.
     state["requests"] holds the request bodies; state["ended"] is set when a stream's
-    generator ends (finished, or cancelled by a disconnect)."""
+    generator ends (finished, or cancelled by a disconnect); state["meta"], when a test
+    sets it, is the first model's `meta` in GET /models (as llama-server gives)."""
     import uvicorn
 
     state: dict[str, Any] = {"mode": "ok", "requests": [], "ended": threading.Event()}

@@ -6,6 +6,7 @@ last chunk the prefill's time, which the panel then shows; the rest is not given
 from __future__ import annotations
 
 import queue
+import re
 import subprocess
 from pathlib import Path
 
@@ -14,9 +15,11 @@ from remote_servers import _Child, free_port
 from tui_fixtures import panel_text, wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
-from loopchat.events import Finish, Message, ModelReady, RunDone, Step
+from loopchat.events import Finish, Message, ModelReady, RunDone, Step, WorkerError
 from loopchat.settings import SamplingSettings
+from loopchat.tui.compare_view import CompareScreen
 from loopchat.tui.launch import create_app
+from loopchat.tui.plots import fmt_ms
 from loopchat.tui.prefs import Prefs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,3 +88,75 @@ async def test_the_panel_shows_the_servers_prefill_time(llama_server, tmp_path) 
             assert "(server's) · forward and sampling times not given" in info
     finally:
         backend.close()
+
+
+RANDOM_SEED = SamplingSettings(temperature=1.0, max_tokens=12)  # seed None: random
+
+
+async def test_context_gauge_from_its_model_list_and_ctrl_t_shows_its_prefill(llama_server, tmp_path) -> None:
+    """/v1/models' meta.n_ctx (the -c 2048 it was started with) is the gauge's n_ctx; the
+    context used comes with the usage at the end; Ctrl+T shows the server's prefill time."""
+    backend = RemoteBackend(llama_server.url)
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json", settings=SETTINGS)
+    try:
+        async with app.run_test(size=(120, 50)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
+            assert backend.ready.n_ctx == 2048 and backend.ready.n_vocab == 49152
+            await pilot.press(*"Hi!", "enter")
+            await wait_run(pilot)
+            rec = app.conversation.replies[0]
+            assert rec.start.n_ctx == 2048 and rec.start.n_vocab == 49152 and rec.start.model_size_bytes > 0
+            used = rec.finish.prompt_tokens + len(rec.steps)  # the last step's: prompt + reply so far
+            assert re.search(rf"context +{used:,} / 2,048 tokens \({100 * used / 2048:.0f}%\)", panel_text(app))
+            await pilot.press("ctrl+t")
+            await wait_for(pilot, lambda: app.document.display and app.document.head.lines, 5, "the document view")
+            head = " ".join(" ".join("".join(s for s, _ in line) for line in app.document.head.lines).split())
+            assert f"prefill {fmt_ms(rec.finish.prefill_ms)} (the server's timing)" in head
+            assert "prefill: not recorded" not in head
+    finally:
+        backend.close()
+
+
+async def test_f9_replays_a_random_seed_reply_and_the_server_reproduces_it(llama_server, tmp_path) -> None:
+    backend = RemoteBackend(llama_server.url)
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+                     settings=RANDOM_SEED, history=False)
+    try:
+        async with app.run_test(size=(120, 50)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
+            await pilot.press(*"Name three colours.", "enter")
+            await wait_run(pilot)
+            await pilot.press("f9")
+            await wait_for(pilot, lambda: len(app.conversation.replies) == 2, 10, "the replay")
+            await wait_run(pilot)
+            original, replay = app.conversation.replies
+            assert isinstance(original.start.settings.seed, int) and replay.start.settings.seed == original.start.settings.seed
+            ids = [s.token_id for s in original.steps]
+            assert len(ids) > 3 and [s.token_id for s in replay.steps] == ids
+            info = str(app.transcript.reply_views()[1].info_text())
+            assert "differs" not in info
+            await pilot.press("ctrl+g")
+            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "compare")
+            await pilot.pause()
+            assert f"B: same tokens as reply 1 ({len(ids)})" in " ".join(app.screen.text.split())
+    finally:
+        backend.close()
+
+
+def test_a_model_id_it_does_not_list_is_answered(llama_server) -> None:
+    backend = RemoteBackend(llama_server.url, model_id="gpt-4")
+    q: queue.Queue = queue.Queue()
+    backend.attach(q.put)
+    try:
+        backend.start()
+        while not isinstance(ev := q.get(timeout=30), (ModelReady, WorkerError)):
+            pass
+        assert isinstance(ev, ModelReady) and ev.name == "gpt-4" and ev.n_ctx == 2048  # its one model's meta
+        backend.generate((Message("user", "Name three colours."),), SETTINGS)
+        events = []
+        while not isinstance(ev := q.get(timeout=60), RunDone):
+            events.append(ev)
+    finally:
+        backend.close()
+    assert not [e for e in events if isinstance(e, WorkerError)]
+    assert [e for e in events if isinstance(e, Step)] and any(isinstance(e, Finish) for e in events)

@@ -3,6 +3,7 @@ delete, rename). Bad input or a store that cannot be used: one line on stderr, e
 
     loopchat history list [--search TEXT] [--json]   one line per conversation:
                                                      id, date, model, replies, title (tab-separated)
+    loopchat history                                 the same as `loopchat history list`
     loopchat history show ID                         the conversation as Markdown
     loopchat history export ID -o FILE [--format md|trace|json]
     loopchat history import FILE.jsonl [--title T]   prints the new conversation's id
@@ -37,11 +38,11 @@ def _id(text: str) -> int:
 
 
 def add_history_parser(sub: Any) -> None:
-    history = sub.add_parser("history", help="the stored conversations: list, show, export, import, delete, rename")
+    history = sub.add_parser("history", help="the stored conversations: list (the default), show, export, import, delete, rename")
     store_help = "the history file to use (default: history.sqlite3 in the platform's data folder)"
     history.add_argument("--store", metavar="PATH", help=store_help)
     actions = history.add_subparsers(dest="history_command", metavar="ACTION", parser_class=type(history))
-    actions.required = True
+    history.set_defaults(search="", limit=1000, json=False)  # no action: list, as `llm logs` does
 
     def action(name: str, help: str) -> argparse.ArgumentParser:
         p = actions.add_parser(name, help=help)
@@ -99,7 +100,7 @@ def history_command(args: argparse.Namespace) -> int:
     from .history.store import ConversationStore, StoreError, default_store_path
 
     path = Path(args.store).expanduser() if args.store else default_store_path()
-    action = args.history_command
+    action = args.history_command = args.history_command or "list"
     if action == "export":
         fmt = _format(args)
     if action in ("list", "show", "export", "delete", "rename") and not path.exists():
@@ -112,6 +113,8 @@ def history_command(args: argparse.Namespace) -> int:
         store = ConversationStore.open(path)
     except StoreError as exc:
         raise UsageError(str(exc)) from None
+    if store.notice:  # a history file others could read is now 0600: said once
+        print(f"loopchat: {store.notice}", file=sys.stderr)
     try:
         return _run(store, args, fmt if action == "export" else "")
     except KeyError:

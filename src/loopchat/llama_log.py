@@ -17,6 +17,8 @@ from typing import IO, Iterator
 
 import llama_cpp
 
+from .private_files import open_private_append, private_dir
+
 _lock = threading.Lock()
 _state: dict[str, object] = {"file": None, "echo": False, "callback": None}
 
@@ -68,9 +70,9 @@ def route_llama_log(path: Path | None, *, echo: bool = False) -> Path | None:
         _state["file"] = None
         if path is not None:
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                private_dir(path.parent)  # 0700, the log 0600: it can hold prompts (private_files.py)
                 rotate_log(path)
-                _state["file"] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+                _state["file"] = open_private_append(path)
             except OSError:
                 path = None  # an unwritable log folder must not stop the model from loading
         _state["echo"] = echo

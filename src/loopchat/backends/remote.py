@@ -8,11 +8,12 @@ other server's chunks give, with every figure it does not send left as None.
 
 What is asked for: `logprobs` with `top_logprobs` (the report size, at most 20),
 `stream_options.include_usage`, the settings `temperature`, `top_p`, `max_tokens`, `seed`
-(when pinned), plus `top_k`, `min_p`, `repeat_penalty`, `repeat_last_n` and `loopchat:
-{"prompt": true}` (loopchat serve's start record with the prompt's tokens, for Ctrl+T),
-which OpenAI's API does not have (`extensions = false` in models.toml leaves them out for
-a server that refuses unknown fields). A server fixes a request's settings when it
-starts: a change made mid-reply applies to the next reply (`live_settings` is False).
+(the pinned one, else one the client draws for the reply), plus `top_k`, `min_p`,
+`repeat_penalty`, `repeat_last_n` and `loopchat: {"prompt": true}` (loopchat serve's start
+record with the prompt's tokens, for Ctrl+T), which OpenAI's API does not have
+(`extensions = false` in models.toml leaves them out for a server that refuses unknown
+fields). A server fixes a request's settings when it starts: a change made mid-reply
+applies to the next reply (`live_settings` is False).
 
 Errors (unreachable, refused, 401, 404, 500, an error or a malformed chunk mid-stream, a
 stream cut before `data: [DONE]`, a timeout) end the run with one WorkerError line.
@@ -34,17 +35,18 @@ from urllib.parse import urlsplit
 from .. import __version__
 from ..errors import one_line
 from ..events import DOCUMENT, FinishReason, Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
-from ..settings import SamplingSettings
+from ..settings import SamplingSettings, new_seed
 from ..wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 from . import Sink
 from .live import _Relay
+from .model_meta import ModelMeta, model_meta
+from .remote_problems import CONNECT_TIMEOUT, status_problem, transport_problem
 from .sse import SSESplitter
-from .wire_reader import ServerError, WireError, WireReader, error_message
+from .wire_reader import ServerError, WireError, WireReader
 
 #: Seconds to wait for the server: for the next bytes of a stream, or for a blocking
 #: reply's whole body (and for a connection, at most CONNECT_TIMEOUT).
 DEFAULT_TIMEOUT = 120.0
-CONNECT_TIMEOUT = 10.0
 #: The top log-probabilities asked for per token by default (the panel's table).
 DEFAULT_TOP_LOGPROBS = 10
 #: What is kept of an error response's body for its message.
@@ -133,6 +135,8 @@ class RemoteBackend:
         self.ready: ModelReady | None = None
         self.loading: str | None = None
         self.served: list[str] = []  # the model ids of the server's GET /models
+        self._meta: dict[str, ModelMeta] = {}  # and what each entry's `meta` says (llama-server's)
+        self.meta = ModelMeta()  # the model in use's
         self._relay = _Relay()
         self._commands: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._busy = threading.Event()
@@ -206,23 +210,20 @@ class RemoteBackend:
         except _Failed as exc:
             self._load_failed(str(exc))
             return
-        if ids is not None:  # (None: the server has no model list; the id given is tried as it is)
+        # (None: the server has no model list.) An id it does not list is sent as it is:
+        # llama-server and `loopchat serve` answer any id with the one model they serve
+        if ids is not None:
             self.served = ids
             if model_id is None:
                 if not ids:
                     self._load_failed(f"{self.base}/models lists no model; name one with --model-id (or model in models.toml)")
                     return
                 model_id = ids[0]
-            elif model_id not in ids:
-                shown = ", ".join(ids) or "none"
-                self._load_failed(
-                    f"{self.base} serves no model {model_id!r} (it serves: {shown}); pick one of those "
-                    "with --model-id (or model in models.toml)"
-                )
-                return
         self.model_id = model_id
+        only = next(iter(self._meta.values())) if len(self._meta) == 1 else None  # (what answers any id)
+        self.meta = self._meta.get(model_id or "") or only or ModelMeta()
         self._emit(ModelReady(
-            name=self.name, path=self.base, n_ctx=None, n_vocab=None, threads=None,
+            name=self.name, path=self.base, n_ctx=self.meta.n_ctx, n_vocab=self.meta.n_vocab, threads=None,
             load_ms=(time.perf_counter() - t0) * 1000.0, mode=self.mode,
         ))
 
@@ -253,6 +254,7 @@ class RemoteBackend:
             raise _Failed(self._status_problem(response.status_code, response.reason_phrase, response.text))
         try:
             data = response.json()["data"]
+            self._meta = {str(m["id"]): model_meta(m) for m in data}
             return [str(m["id"]) for m in data]
         except (ValueError, KeyError, TypeError):
             raise _Failed(
@@ -374,9 +376,12 @@ class RemoteBackend:
         import httpx
 
         t0 = time.perf_counter()
+        # an unpinned seed: the client draws one, sends it and records it (F9 replays it)
+        settings = settings.with_seed(new_seed())
         url, body, k = self.request(messages, settings, stream, stop)
         reader = WireReader(
-            source=self.base, model=self.model_id or "", messages=messages, settings=settings, top_logprobs=k, stop=stop
+            source=self.base, model=self.model_id or "", messages=messages, settings=settings, top_logprobs=k, stop=stop,
+            meta=self.meta,
         )
 
         def now() -> float:
@@ -462,54 +467,11 @@ class RemoteBackend:
         for event in reader.body(obj, t):
             self._emit(event)
 
-    # ---- one-line problems ------------------------------------------------------------------
     def _status_problem(self, code: int, reason: str, text: str) -> str:
-        detail = None
-        try:
-            detail = error_message(json.loads(text))
-        except ValueError:
-            pass
-        if detail is None:
-            detail = text.strip().splitlines()[0] if text.strip() else ""
-        what = f"{code} {reason}".strip() + (f" ({_shorten(one_line(detail), 200)})" if detail else "")
-        if code in (401, 403):
-            fix = "pass the server's API key with --api-key (or api_key_env in models.toml)"
-        elif code == 404:
-            fix = f"check the URL (an OpenAI-compatible API's usually ends in /v1) and the model id ({self.base}/models lists them)"
-        elif code == 429:
-            fix = "the server is busy: try again in a moment"
-        elif code >= 500:
-            fix = "the server failed: its log may say why; try again"
-        else:
-            fix = "the server refused the request"
-        return f"{self.base} answered {what}: {fix}"
+        return status_problem(self.base, code, reason, text)
 
     def _transport_problem(self, exc: Exception, chunks: int | None, blocking: bool) -> str:
-        import httpx
-
-        t = f"{self.timeout:g}"
-        if isinstance(exc, httpx.ConnectTimeout):
-            return f"{self.base} did not accept a connection within {min(CONNECT_TIMEOUT, self.timeout):g} s: check the URL and that the server is running"
-        if isinstance(exc, httpx.ConnectError):
-            return f"cannot connect to {self.base} ({one_line(str(exc)) or type(exc).__name__}): check the URL and that the server is running"
-        if isinstance(exc, httpx.TimeoutException):
-            if chunks:
-                return (
-                    f"{self.base} sent nothing for {t} s mid-reply (after {chunks} chunks): the server may be stuck or "
-                    "overloaded; raise the timeout (--timeout, or timeout in models.toml) to wait longer"
-                )
-            whole = " (in blocking mode the whole reply must arrive within it)" if blocking else ""
-            return (
-                f"{self.base} sent no answer within {t} s{whole}: raise the timeout (--timeout, or timeout in "
-                "models.toml) to wait longer"
-            )
-        detail = one_line(str(exc)) or type(exc).__name__
-        if chunks:
-            return (
-                f"the connection to {self.base} broke mid-reply (after {chunks} chunks, before data: [DONE]): {detail}; "
-                "the server may have stopped or restarted"
-            )
-        return f"the connection to {self.base} failed ({detail}): the server may have stopped or restarted; try again"
+        return transport_problem(self.base, self.timeout, exc, chunks, blocking)
 
 
 class _Cancelled(Exception):

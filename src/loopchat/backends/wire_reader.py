@@ -15,7 +15,8 @@ From any other server the events are built from what the wire gives, and only th
   and the one before (not a forward pass), and `elapsed_ms` since the request;
 - Finish from `finish_reason`, the token counts from `usage` (when sent), and the
   prefill's time from llama.cpp's `timings.prompt_ms` (when sent);
-- token ids where the server sends them (llama.cpp's `id`);
+- token ids where the server sends them (llama.cpp's `id`); the Start's n_ctx, n_vocab
+  and model size where GET /models gave them (llama.cpp's `meta`: model_meta.py);
 - everything else (the sampled-from distribution, entropies, forward and sampling
   times, threads, n_past, the prompt's text and tokens) is None.
 
@@ -33,6 +34,7 @@ from ..events import Candidate, Event, Finish, FinishReason, Message, Prefill, S
 from ..settings import SamplingSettings
 from ..token_faces import partial_bytes
 from ..wire import EXTENSION_KEY, extension_events
+from .model_meta import ModelMeta
 
 _REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
 
@@ -127,7 +129,9 @@ class WireReader:
         settings: SamplingSettings,
         top_logprobs: int,
         stop: tuple[str, ...] = (),
+        meta: ModelMeta | None = None,
     ) -> None:
+        self.meta = meta or ModelMeta()  # what GET /models said of the model (llama-server's n_ctx...)
         self.source = source
         self.stop = stop  # the stop strings the request sent
         self.model = model
@@ -240,9 +244,9 @@ class WireReader:
         self.start = Start(
             model_name=model if isinstance(model, str) and model else self.model,
             model_path=None,
-            model_size_bytes=None,
-            n_ctx=None,
-            n_vocab=None,
+            model_size_bytes=self.meta.size_bytes,
+            n_ctx=self.meta.n_ctx,
+            n_vocab=self.meta.n_vocab,
             threads=None,
             messages=self.messages,
             prompt_text=None,

@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..errors import one_line
+from ..private_files import private_dir, private_file, tighten
 from ..events import ContextTrimmed, Event, Finish, Prefill, Start, Step, event_from_json_dict, prefix_text, to_json_dict
 from ..trace import TracedEvent, cut_short_finish
 from . import schema
@@ -34,9 +35,8 @@ from .liveness import process_started, writer_alive
 from .step_codec import StepCodecError, decode_steps, encode_steps
 
 __all__ = [
-    "SCHEMA_VERSION", "CUT", "ConversationStore", "ConversationSummary", "StoreError", "StoredConversation",
-    "StoredNode", "default_store_path",
-]
+    "SCHEMA_VERSION", "CUT", "ConversationStore", "ConversationSummary", "StoreError", "StoredConversation", "StoredNode",
+    "default_store_path"]
 
 #: Finish.error of the Finish `load` makes up for a reply marked cut.
 CUT = "cut short: loopchat stopped before this reply finished (the steps written until then are kept)"
@@ -216,6 +216,7 @@ class ConversationStore:
         self.path = path
         self._conn = conn
         self._fts = search_index
+        self.notice: str | None = None  # `open` made the file private: the line to show (once)
 
     # ---- opening ---------------------------------------------------------------------------------
     @classmethod
@@ -225,7 +226,7 @@ class ConversationStore:
         "generating" by a process that died as "cut"."""
         path = Path(path).expanduser() if path is not None else default_store_path()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(path.parent)  # 0700, the history file 0600 (private_files.py)
         except OSError as exc:
             raise _cannot_write(path, f"cannot create {path.parent}: {exc.strerror}") from None
         for target in (path.parent, path):  # WAL mode writes files beside it: the folder too
@@ -233,7 +234,7 @@ class ConversationStore:
                 raise _cannot_write(path, f"{target} is read-only")
         _check_existing(path)
         try:
-            conn = sqlite3.connect(str(path), timeout=10, isolation_level=None)
+            conn = sqlite3.connect(str(private_file(path)), timeout=10, isolation_level=None)
         except sqlite3.Error as exc:
             raise _cannot_write(path, str(exc)) from None
         try:
@@ -253,6 +254,7 @@ class ConversationStore:
                 conn.execute("ROLLBACK")  # nothing to keep: it was only a probe
             schema.migrate(conn, current)
             store = cls(path, conn, schema.ensure_search_index(conn))
+            store.notice = tighten(path)  # a file others could read (an older loopchat's): 0600, said once
             store._mark_cut()
             return store
         except StoreError:
@@ -282,9 +284,7 @@ class ConversationStore:
                 f"the history file {path} is from an older loopchat: open the chat with history on once to update it"
             )
         try:
-            conn = sqlite3.connect(
-                f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=10, isolation_level=None
-            )
+            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=10, isolation_level=None)
             conn.execute("PRAGMA query_only = ON")
             return cls(path, conn, schema.has_search_index(conn))
         except sqlite3.DatabaseError as exc:
@@ -311,9 +311,7 @@ class ConversationStore:
         conn.execute("COMMIT")
 
     def _mark_cut(self) -> None:
-        rows = self._conn.execute(
-            "SELECT id, writer_pid, writer_started FROM nodes WHERE status = 'generating'"
-        ).fetchall()
+        rows = self._conn.execute("SELECT id, writer_pid, writer_started FROM nodes WHERE status = 'generating'").fetchall()
         for node_id, pid, started in rows:
             if not writer_alive(pid, started):
                 self.mark_cut(node_id)

@@ -70,11 +70,17 @@ class StoreWriter:
     """A thread that owns its own connection (ConversationStore.open(path)) and runs every write.
     The UI calls only these; each returns at once (a queue put)."""
 
-    def __init__(self, path: Path | str | None = None, on_error: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, path: Path | str | None = None, on_error: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
+    ) -> None:
+        """`on_error`: a failure's line (history goes off); `on_notice`: the store's one
+        notice once open (ConversationStore.notice), both called on the writer's thread."""
         from .store import default_store_path
 
         self.path = Path(path) if path is not None else default_store_path()
         self.on_error = on_error
+        self.on_notice = on_notice
         self.failed: str | None = None  # the failure's line, once writes are dropped
         self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple, Ref | None] | None] = queue.SimpleQueue()
         self._closed = False
@@ -145,6 +151,11 @@ class StoreWriter:
         store: ConversationStore | None = None
         try:
             store = ConversationStore.open(self.path)
+            if store.notice and self.on_notice is not None:
+                try:
+                    self.on_notice(store.notice)
+                except Exception:  # noqa: BLE001 - the notice's own failure must not turn history off
+                    pass
         except StoreError as exc:
             self._fail(str(exc))
         except Exception as exc:  # noqa: BLE001 - anything else: one line, history off

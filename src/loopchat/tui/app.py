@@ -37,6 +37,7 @@ from .loop_panel import LoopPanel, PanelView
 from .palette import own_system_commands
 from .prefs import Prefs, load_prefs, save_prefs
 from .prompt import PromptArea, TypedForTheBox
+from .replay_check import check_replay
 from .history_recorder import HistoryRecorder
 from .session import ChatSession, Refused, Update
 from .step_mode import StepActions, StepBar
@@ -265,6 +266,9 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
             draft = self.prompt.value
             self.prompt.value = u.restore_prompt + ("\n" + draft if draft else "")
         for rec in u.finished:
+            differs = check_replay(rec, self.conversation)  # F9's replay: its tokens against the original's
+            if differs:
+                self.notify(differs, severity="warning", timeout=10, markup=False)
             view = self.views.get(rec)
             if view is not None:
                 view.finish()

@@ -22,6 +22,7 @@ from textual.widgets import Static
 
 from ..reply_stats import ReplyStats, ratio, reply_stats
 from .conversation import ReplyRecord
+from .replay_check import replay_rows
 from .plots import fmt_ms, fmt_ms_range, fmt_rate, sparklines_same_scale
 
 NOT_GIVEN = "not given"
@@ -182,7 +183,7 @@ class CompareScreen(ModalScreen[None]):
         table.add_column(self._heading(0), ratio=1, overflow="fold")
         table.add_column(self._heading(1), ratio=1, overflow="fold")
         table.add_column("B/A", no_wrap=True, justify="right")
-        for row in compare_rows(a, b):
+        for row in compare_rows(a, b) + replay_rows(*(self.replies[i] for i in self.sides)):
             table.add_row(*row)
         width = max(10, self.app.size.width - 10)
         sparks: list[Text] = []

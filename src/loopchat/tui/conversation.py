@@ -88,6 +88,15 @@ class ReplyRecord:
         reply it continues)."""
         return self.steps[self.prefix_len :]
 
+    def context_used(self, step: Step) -> int | None:
+        """Tokens in the context once `step`'s token is appended: its n_past, else (a server
+        that does not send it) the usage's prompt_tokens + the step's index + 1, once the
+        reply's finish brings them (None before)."""
+        if step.n_past is not None:
+            return step.n_past
+        f = self.finish
+        return None if f is None or f.prompt_tokens is None else f.prompt_tokens + step.index + 1
+
     @property
     def text(self) -> str:
         if self.finish is not None:  # a run's Finish holds its own text, not a branch's prefix

@@ -40,6 +40,7 @@ from ..events import Start, Step
 from ..token_faces import byte_face, partial_character
 from .conversation import ReplyRecord
 from .fast_static import FastStatic, Line
+from .plots import fmt_ms
 from .prompt import TypedForTheBox, visible_controls
 from .step_mode import step_keys
 
@@ -648,11 +649,13 @@ def header_lines(
     else:
         control = len(start.prompt_special)
         parts.append((f"prompt {n_prompt:,} tokens" + (f" ({control} control)" if control else ""), _STATUS))
-    p = rec.prefill
+    p, f = rec.prefill, rec.finish
     if p is not None:
         parts.append((f" · KV cache: {p.reused_tokens:,} reused, {p.evaluated_tokens:,} evaluated", _STATUS))
     elif not rec.done:
         parts.append((" · prefill running…", _NOTE))
+    elif f is not None and f.prefill_ms is not None:  # a server's own (llama.cpp's timings), as the panel shows it
+        parts.append((f" · prefill {fmt_ms(f.prefill_ms)} (the server's timing)", _STATUS))
     else:
         parts.append((" · prefill: not recorded", LABEL))
     n_reply = sum(1 for s in rec.steps if not s.is_stop)
@@ -684,10 +687,8 @@ def header_lines(
 def status_line(t: DocToken | None) -> Line:
     if t is None:
         return (("no token", LABEL),)
-    what = {
-        PROMPT: "prompt", CONTROL: "control token", PREFIX: "reply, chosen earlier",
-        REPLY: "reply", STOP: "end of generation", TEXT: "the prompt's text",
-    }[t.kind]
+    what = {PROMPT: "prompt", CONTROL: "control token", PREFIX: "reply, chosen earlier", REPLY: "reply",
+            STOP: "end of generation", TEXT: "the prompt's text"}[t.kind]
     if t.kind == TEXT:
         return (("the prompt as its text", _STATUS_KEY), (" · no token boundaries or ids in this trace", LABEL))
     tid = "not given" if t.token_id is None else str(t.token_id)

@@ -20,7 +20,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F8", "Select the next setting for Ctrl+↑/↓ (temperature → top-p → top-k → min-p)"),
     ("F2", "Sampling settings dialog: type any value, checked as you type; Enter applies"),
     ("F3", "Streaming ⇄ blocking mode for the next replies"),
-    ("F9", "Replay the last reply in the other mode (same messages, seed and settings: same tokens)"),
+    ("F9", "Replay the last reply in the other mode (same messages, seed and settings: same tokens; a replay whose tokens differ, from a server that ignores the seed, says so)"),
     ("F10", "Wire view ⇄ loop panel: the reply's SSE lines (as loopchat serve would send them, or as the server sent them), chunks/s, bytes/s; a click folds long values"),
     ("F12", "Step mode: stop the reply before its next draw (between replies: the next reply stops before its first draw); again: run freely"),
     ("Enter / n (stopped)", "Draw one token / 10 tokens with the current settings (Ctrl+↑/↓ and F2 reshape the die first); these keys and 1–9, / also work in the document view (Ctrl+T)"),

@@ -32,8 +32,11 @@ class HistoryActions(_Base):
         from ..history.store import StoreError
         from ..history.writer import StoreWriter
 
+        def tightened(line: str) -> None:  # a history file others could read is now 0600 (notify: thread-safe)
+            self.notify(line, title="History", timeout=10, markup=False)
+
         try:
-            writer = StoreWriter(self.history_path, on_error=self._history_notices.append)
+            writer = StoreWriter(self.history_path, on_error=self._history_notices.append, on_notice=tightened)
         except StoreError as exc:
             self._history_failed(str(exc))
             return

@@ -159,6 +159,13 @@ class KeyActions(_Base):
         if self.history is not None:  # stored, so that a reopened conversation keeps the numbers
             self.history.replayed(self.conversation.reply(rec.replay_of), rec)
         self._show_new_reply(rec)
+        original = self.conversation.reply(rec.replay_of or 0)
+        start = original.start if original is not None else None
+        if start is not None and start.source:  # a server may ignore the seed: say so, compare after
+            self.notify(
+                f"Replaying reply {original.number} with its seed {start.settings.seed} on {start.source}: a server "  # type: ignore[union-attr]
+                "may not reproduce it; its tokens are compared with the original's when it ends", timeout=6,
+            )
 
     def action_compare(self) -> None:
         """Two finished replies side by side: the selected token's reply (or the last)

@@ -471,12 +471,12 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
         speed = speed.replace(" tok/s", " tok/s arriving", 1)
     row("speed", (speed or "—", _NONE))
     if r.start is not None:
-        n_ctx = r.start.n_ctx
-        if n_ctx is None or s.n_past is None:
-            row("context", (NOT_GIVEN, _DIM))
+        n_ctx, n_past = r.start.n_ctx, r.context_used(s)  # (a server's: n_ctx from GET /models, used at the end)
+        if n_ctx is None or n_past is None:
+            row("context", (NOT_GIVEN if n_ctx is None else f"? / {n_ctx:,} tokens (known at the end)", _DIM))
         else:
-            pct = "" if compact else f" ({100 * s.n_past / n_ctx:.0f}%)"
-            row("context", (f"{s.n_past:,} / {n_ctx:,} tokens{pct}", _NONE))
+            pct = "" if compact else f" ({100 * n_past / n_ctx:.0f}%)"
+            row("context", (f"{n_past:,} / {n_ctx:,} tokens{pct}", _NONE))
     _rstrip(out[-1])
     return out
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..paths import data_dir
+from ..private_files import private_dir
 
 PREFS_FILE = "tui-prefs.json"
 
@@ -51,7 +52,7 @@ def save_prefs(prefs: Prefs, path: Path | None = None) -> str | None:
     """Write the prefs; returns an error message instead of raising."""
     path = path or prefs_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)  # the data folder: 0700 (private_files.py)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(prefs), indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)
