@@ -41,7 +41,8 @@ from .replay_check import check_replay
 from .history_recorder import HistoryRecorder
 from .session import ChatSession, Refused, Update
 from .step_mode import StepActions, StepBar
-from .transcript import ReplyView, Transcript, legend_text
+from .token_styles import legend_text
+from .transcript import ReplyView, Transcript
 from .wire_view import WireView
 
 #: Below this terminal width the loop panel moves under the transcript (compact form).

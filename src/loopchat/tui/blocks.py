@@ -25,7 +25,7 @@ from .conversation import BLOCKING, ReplyRecord, finish_label
 from .plots import fmt_ms, fmt_rate, visible_controls
 from .prefs import Prefs
 from .reply_markdown import reply_markdown
-from .token_styles import legend_text, token_style  # noqa: F401  (legend_text: imported from here by the transcript)
+from .token_styles import token_style
 
 if TYPE_CHECKING:
     from .transcript import Transcript

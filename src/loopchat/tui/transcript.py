@@ -24,12 +24,7 @@ from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from . import render
-from .blocks import (  # noqa: F401  (ReplyView, legend_text: imported from here by the app)
-    Block,
-    ReplyView,
-    UserBlock,
-    legend_text,
-)
+from .blocks import Block, ReplyView, UserBlock  # noqa: F401  (ReplyView: imported from here by the app)
 from .conversation import Conversation, ReplyRecord
 from .document_block import DocumentBlock
 from .prefs import Prefs
