@@ -193,3 +193,29 @@ def test_spells_of_slow_passes_do_not_send_it_back_to_a_count_that_stalls() -> N
         total += ms
         t.observe(ms)
     assert total <= 1.03 * 3000 * 32.0, (total / (3000 * 32.0), at_two)
+
+
+def test_a_probe_pass_is_guarded_and_a_cut_keeps_the_safe_count() -> None:
+    t = ThreadTuner(2)
+    assert t.guard_ms() is None  # 1 thread first: nothing measured to guard against yet
+    run(t, {1: 20.0}, 4)
+    assert t.threads == 2 and t.probing
+    # bound max(4 x 20, 50) = 80 ms for the pass and its redo at 1 thread: cut at 60
+    assert t.guard_ms() == 60.0 and t.safe() == 1
+    assert t.cut(63.0) == 1  # redo at 1 thread
+    assert not t.probing and t.threads == 1
+    assert t.reason == "chose 1 thread: 20.0 ms/pass vs 2: cut at 63.0 ms (first measurement)"
+    # the count in force is not guarded; the next probe of 2 threads is, against the
+    # 1-thread passes just watched (here 5 ms: the 50 ms floor applies)
+    assert t.guard_ms() is None
+    run(t, {1: 5.0}, 8)
+    assert t.probing and "faster than when chosen" in t.reason
+    assert t.threads == 2 and t.guard_ms() == 45.0
+
+
+def test_a_cut_time_never_wins_even_when_short() -> None:
+    # a cut pass's time is a lower bound: even one shorter than the safe count's mean
+    # (a guard set very short) does not make the cut count the choice
+    t = ThreadTuner(2)
+    run(t, {1: 20.0}, 4)
+    assert t.cut(5.0) == 1 and t.threads == 1 and "2: cut at 5.0 ms" in t.reason

@@ -178,6 +178,9 @@ class Step:
     #: how the token was chosen: "sampled" (the loop running freely), "step" (a draw the
     #: user asked for in step mode), "hand" (picked by the user in step mode)
     chosen_by: str = "sampled"
+    #: auto threads: ms a probe's pass at an unmeasured count ran before it was cut (it
+    #: ran past its bound) and redone at `threads`; part of `forward_ms`. 0.0: none was
+    probe_cut_ms: float = 0.0
     kind: str = field(default="step", init=False)
 
 

@@ -37,6 +37,13 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   can take 1-3 s against 20 ms at 1: re-checking every 10 s would cost a third of the
   time, so it backs off to every 2 minutes there.
 
+- **Guard.** A probe's pass at a count not yet measured may not stall the reply: the
+  engine ends it (llama.cpp's abort callback, probe_guard.py) once it runs past
+  `guard_ms()`, so that it and the pass redone at the safe count (the best measured so
+  far) together take at most max(4x the safe count's mean, 50 ms); `cut()` records the
+  candidate as at least that slow. Beside CPU-bound programs a 2-thread pass on 2 cores
+  took 1-3.5 s: a re-check now costs ~50 ms, not seconds.
+
 - **Others' CPU.** The engine also tells it, about once a second, how many cores'
   worth of CPU time the other programs on the machine use (`OtherCpuMeter`: the
   system's CPU time minus this process's). A change of half a core or more, seen twice
@@ -118,6 +125,7 @@ class ThreadTuner:
         self._since_ms = 0.0  # forward-pass time since the last choice
         # probe state (None: not probing)
         self._results: dict[int, float] | None = None
+        self._cut: set[int] = set()  # counts of this probe whose pass was cut (their result: a lower bound)
         self._home = self.threads
         self._why = ""
         self._samples: list[float] = []
@@ -160,6 +168,36 @@ class ThreadTuner:
             self._start_probe("regular re-check")
         return self.threads
 
+    def safe(self) -> int | None:
+        """While a probe runs a count not yet measured: the best count measured so far
+        (where a cut pass is redone); else None (the pass is not guarded)."""
+        r = self._results
+        if not r or self.threads in r:
+            return None
+        return self._best()
+
+    def guard_ms(self, floor_ms: float = 50.0) -> float | None:
+        """How long the next pass may run before the engine ends it (None: not
+        guarded): the bound max(4x the safe count's mean, `floor_ms`) less one pass at
+        the safe count, which redoes it."""
+        safe = self.safe()
+        if safe is None:
+            return None
+        ref = self._results[safe]  # type: ignore[index]
+        return max(4.0 * ref, floor_ms) - ref
+
+    def cut(self, ms: float) -> int:
+        """The pass at `self.threads` was ended after `ms` (past `guard_ms()`): record
+        that count as at least that slow, go on with the probe, and return the count to
+        redo the pass at (`safe()`). The next pass uses `self.threads`."""
+        safe = self.safe()
+        assert safe is not None and self._results is not None, "only a guarded pass is cut"
+        self._cost += ms  # all of it: the pass is run again
+        self._cut.add(self.threads)
+        self._results[self.threads] = ms
+        self._next_candidate()
+        return safe
+
     def note_others(self, cores: float) -> None:
         """The cores' worth of CPU time other programs used since the last call (about a
         second ago): a lasting change of half a core or more starts a probe."""
@@ -180,6 +218,7 @@ class ThreadTuner:
     # ------------------------------------------------------------------------------
     def _start_probe(self, why: str, *, reuse_window: bool = True) -> None:
         self._results = {}
+        self._cut = set()
         self._home = self.threads
         self._why = why
         self._samples = []
@@ -218,9 +257,9 @@ class ThreadTuner:
     def _best(self) -> int:
         r = self._results
         assert r
-        best = min(r, key=r.__getitem__)
+        best = min((n for n in r if n not in self._cut), key=r.__getitem__)  # a cut's time is a lower bound
         home = self._home
-        if best != home and home in r and r[best] > (1 - self.margin) * r[home]:
+        if best != home and home in r and home not in self._cut and r[best] > (1 - self.margin) * r[home]:
             return home  # not faster by more than the margin: no change for noise
         return best
 
@@ -252,7 +291,9 @@ class ThreadTuner:
     def _conclude(self, best: int) -> None:
         r = self._results
         assert r is not None
-        others = ", ".join(f"{n}: {_ms(v)}" for n, v in sorted(r.items()) if n != best)
+        others = ", ".join(
+            f"{n}: {'cut at ' if n in self._cut else ''}{_ms(v)}" for n, v in sorted(r.items()) if n != best
+        )
         measured = f"{_ms(r[best])}/pass vs {others}" if others else f"{_ms(r[best])}/pass"
         first = not self._baseline  # the first measurement chooses; nothing was kept
         verb = "kept" if best == self._home and not first else "chose"

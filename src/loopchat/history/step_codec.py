@@ -38,6 +38,7 @@ FIELDS: dict[int, tuple[str, ...]] = {
     ),
 }
 FIELDS[2] = FIELDS[1] + ("chosen_by",)  # step mode (issue 13): sampled / step / hand
+FIELDS[3] = FIELDS[2] + ("probe_cut_ms",)  # auto threads: a probe's pass cut (issue 22)
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
