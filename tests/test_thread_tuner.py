@@ -219,3 +219,24 @@ def test_a_cut_time_never_wins_even_when_short() -> None:
     t = ThreadTuner(2)
     run(t, {1: 20.0}, 4)
     assert t.cut(5.0) == 1 and t.threads == 1 and "2: cut at 5.0 ms" in t.reason
+
+
+def test_the_count_in_force_is_guarded_against_the_fewer_threads_measured() -> None:
+    t = ThreadTuner(2)
+    run(t, QUIET, 20)
+    assert t.threads == 2 and not t.probing
+    # 2 threads in force, 1 thread measured at 17 ms: a pass may take max(68, 50) - 17
+    assert t.safe() == 1 and t.guard_ms() == 51.0
+    # a hiccup: one pass cut; redone at 1 thread, then 2 threads measured again (guarded)
+    assert t.cut(52.0) == 1
+    assert t.probing and t.threads == 2 and t.guard_ms() == 51.0  # the warm-up pass
+    run(t, QUIET, 6)
+    assert not t.probing and t.threads == 2
+    assert t.reason == "kept 2 threads: 10.0 ms/pass vs 1: 17.0 ms (a pass at 2 threads ran past 52.0 ms)"
+    # a lasting stall: cut again when measured (a measured pass past 2x the best: 34 ms)
+    assert t.cut(52.0) == 1
+    run(t, {2: 10.0}, 1)  # the warm-up
+    assert t.guard_ms() == 34.0
+    assert t.cut(35.0) == 1 and not t.probing and t.threads == 1
+    assert t.reason.startswith("chose 1 thread: 17.0 ms/pass vs 2: cut at 35.0 ms")
+    assert t.guard_ms() is None  # 1 thread: nothing fewer to fall back on

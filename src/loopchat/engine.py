@@ -143,6 +143,11 @@ class Engine:
             self.reset()
 
     @property
+    def threads_reason(self) -> str:
+        """Why the count in force (auto: the tuner's latest reason; pinned: "")."""
+        return self._tuner.reason if self._tuner is not None else ""
+
+    @property
     def threads(self) -> int:
         """The llama.cpp thread count in force (auto: the tuner's latest)."""
         return self._auto.threads if self._auto is not None else self._pinned

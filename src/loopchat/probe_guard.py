@@ -38,16 +38,19 @@ class PassGuard:
         self._fired = False
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._waking: float | None = None  # the deadline the watchdog sleeps until (None: idle)
 
     def arm(self, limit_ms: float) -> None:
         """The next pass may run `limit_ms` from now; past that, the flag is set."""
+        deadline = time.perf_counter() + limit_ms / 1000.0
         with self._cond:
-            self._deadline = time.perf_counter() + limit_ms / 1000.0
+            self._deadline = deadline
             self._fired = False
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="loopchat-probe-guard", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif self._waking is None or deadline < self._waking:
+                self._cond.notify()  # (else it wakes at an earlier deadline and sees this one)
 
     def disarm(self) -> bool:
         """The pass has returned: whether the guard set the flag during it (the flag is
@@ -63,10 +66,12 @@ class PassGuard:
         with self._cond:
             while not self._closed:
                 if self._deadline is None:
+                    self._waking = None
                     self._cond.wait()
                     continue
                 left = self._deadline - time.perf_counter()
                 if left > 0:
+                    self._waking = self._deadline
                     self._cond.wait(left)
                     continue
                 self._deadline = None

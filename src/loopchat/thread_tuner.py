@@ -126,6 +126,7 @@ class ThreadTuner:
         # probe state (None: not probing)
         self._results: dict[int, float] | None = None
         self._cut: set[int] = set()  # counts of this probe whose pass was cut (their result: a lower bound)
+        self._fallback: tuple[int, float] | None = None  # a count below the choice, measured: (count, ms)
         self._home = self.threads
         self._why = ""
         self._samples: list[float] = []
@@ -169,9 +170,12 @@ class ThreadTuner:
         return self.threads
 
     def safe(self) -> int | None:
-        """While a probe runs a count not yet measured: the best count measured so far
-        (where a cut pass is redone); else None (the pass is not guarded)."""
+        """Where a guarded pass is redone: while a probe runs a count not yet measured,
+        the best count measured so far; while a count is in force with a measured
+        fewer-thread count below it, that count; else None (the pass is not guarded)."""
         r = self._results
+        if r is None:
+            return self._fallback[0] if self._fallback is not None else None
         if not r or self.threads in r:
             return None
         return self._best()
@@ -183,15 +187,24 @@ class ThreadTuner:
         safe = self.safe()
         if safe is None:
             return None
-        ref = self._results[safe]  # type: ignore[index]
-        return max(4.0 * ref, floor_ms) - ref
+        ref = self._results[safe] if self._results is not None else self._fallback[1]  # type: ignore[index]
+        limit = max(4.0 * ref, floor_ms) - ref
+        if self._results is not None and not self._skip:  # past 2x the best, a probe's pass is judged slower anyway
+            limit = min(limit, 2.0 * ref)
+        return limit
 
     def cut(self, ms: float) -> int:
         """The pass at `self.threads` was ended after `ms` (past `guard_ms()`): record
         that count as at least that slow, go on with the probe, and return the count to
         redo the pass at (`safe()`). The next pass uses `self.threads`."""
         safe = self.safe()
-        assert safe is not None and self._results is not None, "only a guarded pass is cut"
+        assert safe is not None, "only a guarded pass is cut"
+        if self._results is None:  # the count in force stalled: measure it again, guarded
+            self._start_probe(f"a pass at {_n(self.threads)} ran past {_ms(ms)}", reuse_window=False)
+            self._results[safe] = self._fallback[1]  # type: ignore[index]
+            self._cost += ms
+            self._next_candidate()  # the count in force again, after one warm-up pass
+            return safe
         self._cost += ms  # all of it: the pass is run again
         self._cut.add(self.threads)
         self._results[self.threads] = ms
@@ -309,6 +322,8 @@ class ThreadTuner:
             reason += f"; re-check after {self._recheck_after / 1000:.0f} s"
         else:
             self._recheck_after = self.recheck_ms
+        below = [n for n in r if n < best and n not in self._cut]
+        self._fallback = (max(below), r[max(below)]) if below else None
         self._results = None
         self._others_at_choice = None  # the second sample from now, all of it under this choice
         self._others_skip = 1
