@@ -240,3 +240,21 @@ def test_the_count_in_force_is_guarded_against_the_fewer_threads_measured() -> N
     assert t.cut(35.0) == 1 and not t.probing and t.threads == 1
     assert t.reason.startswith("chose 1 thread: 17.0 ms/pass vs 2: cut at 35.0 ms")
     assert t.guard_ms() is None  # 1 thread: nothing fewer to fall back on
+
+
+def test_busier_at_one_thread_starts_no_probe() -> None:
+    """At 1 thread, passes getting slower or others' CPU use rising say the machine got
+    busier: only fewer threads could help, and there are none, so no probe of more
+    threads (beside other work one such pass took seconds). Faster again: a probe."""
+    t = ThreadTuner(2)
+    run(t, BUSY, 20)
+    assert t.threads == 1 and not t.probing
+    run(t, {1: 45.0}, 30)  # 2.2x slower than when chosen
+    assert not t.probing and t.threads == 1
+    t.note_others(0.5)  # (skipped: may span the probe)
+    t.note_others(1.0)  # the reference
+    t.note_others(1.8)
+    t.note_others(1.9)
+    assert not t.probing
+    run(t, {1: 20.0}, 8)  # faster than the 45 ms it got used to: the load went
+    assert t.probing and "faster than when chosen" in t.reason

@@ -37,12 +37,17 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   can take 1-3 s against 20 ms at 1: re-checking every 10 s would cost a third of the
   time, so it backs off to every 2 minutes there.
 
-- **Guard.** A probe's pass at a count not yet measured may not stall the reply: the
-  engine ends it (llama.cpp's abort callback, probe_guard.py) once it runs past
-  `guard_ms()`, so that it and the pass redone at the safe count (the best measured so
-  far) together take at most max(4x the safe count's mean, 50 ms); `cut()` records the
-  candidate as at least that slow. Beside CPU-bound programs a 2-thread pass on 2 cores
-  took 1-3.5 s: a re-check now costs ~50 ms, not seconds.
+- **Guard.** No pass may stall the reply for more threads than a measured count below
+  them: the engine ends it (llama.cpp's abort callback, probe_guard.py) once it runs
+  past `guard_ms()` and redoes it at `safe()`, so that the two together take at most
+  max(4x the safe count's mean, 50 ms). Guarded: a probe's passes at a count not yet
+  measured (safe: the best measured so far; a measured pass, not the warm-up, is cut at
+  2x it, where it would be judged slower anyway), and the count in force when a
+  fewer-thread count was measured below it (safe: that count). `cut()` records a
+  probe's candidate as at least that slow; a cut of the count in force measures it
+  again, guarded (a hiccup costs one cut; a lasting stall falls back). Beside CPU-bound
+  programs a 2-thread pass on 2 cores took 1-8.6 s: now it is cut within a few passes'
+  time.
 
 - **Others' CPU.** The engine also tells it, about once a second, how many cores'
   worth of CPU time the other programs on the machine use (`OtherCpuMeter`: the
@@ -159,6 +164,9 @@ class ThreadTuner:
         if len(self._window) == self._window.maxlen and self._baseline > 0:
             now = statistics.fmean(self._window)
             if now > self.drift * self._baseline:
+                if self.threads == 1:  # busier: only fewer threads could help, and there are none
+                    self._baseline = now  # the new normal, for noticing when it gets faster
+                    return self.threads
                 self._start_probe(f"passes {now / self._baseline:.1f}x slower than when chosen")
                 return self.threads
             if now * self.drift < self._baseline:
@@ -223,6 +231,8 @@ class ThreadTuner:
         base = self._others_at_choice
         if base is None:  # the first sample since the count was chosen
             self._others_at_choice = cores
+        elif previous is not None and self.threads == 1 and cores > base and previous > base:
+            return  # busier at 1 thread: only fewer threads could help, and there are none
         elif previous is not None and abs(cores - base) >= 0.5 and abs(previous - base) >= 0.5:
             self._recheck_after = self.recheck_ms  # a new situation: no back-off
             self._lived.clear()
