@@ -29,7 +29,9 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   merely get faster: on a busy machine 1 thread's passes come in slow and fast spells.)
 - **Watch.** Once chosen, the mean of the last `window` passes is compared with the
   mean the choice was made on: `drift` times slower or faster (another program
-  started or stopped) starts a probe.
+  started or stopped) starts a probe. Not when slower at 1 thread (nor when others'
+  CPU use rises there): the machine got busier, only fewer threads could help, and
+  there are none; the slower mean becomes the baseline instead.
 - **Re-check.** Every `recheck_ms` of forward passes, a probe runs anyway: a program
   that stops while 1 thread is in force does not make 1 thread faster, only 2. A probe
   costs the time its slower passes took beyond the best mean; the next re-check waits until that cost is at most `budget` of the passes run
