@@ -128,3 +128,10 @@ def test_the_repeat_seed_and_max_line_breaks_between_items_not_inside_one() -> N
     narrow = at(48)  # the chat at 120 columns ("max" ended a line, "512" began the next)
     i = narrow.index("repeat ×1.10 over 64 · max 512")
     assert narrow[i + 1] == "seed 1172701763"
+
+
+def test_a_cut_probe_pass_is_shown_on_its_step() -> None:
+    r = record()
+    r.steps[6] = dataclasses.replace(r.steps[6], probe_cut_ms=61.4)
+    assert "threads     1 auto (a probe's pass cut at 61 ms, redone) · " in text(r, r.steps[6], pinned=True)
+    assert "cut at" not in text(r, r.steps[7], pinned=True)

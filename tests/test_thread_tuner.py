@@ -193,3 +193,68 @@ def test_spells_of_slow_passes_do_not_send_it_back_to_a_count_that_stalls() -> N
         total += ms
         t.observe(ms)
     assert total <= 1.03 * 3000 * 32.0, (total / (3000 * 32.0), at_two)
+
+
+def test_a_probe_pass_is_guarded_and_a_cut_keeps_the_safe_count() -> None:
+    t = ThreadTuner(2)
+    assert t.guard_ms() is None  # 1 thread first: nothing measured to guard against yet
+    run(t, {1: 20.0}, 4)
+    assert t.threads == 2 and t.probing
+    # bound max(4 x 20, 50) = 80 ms for the pass and its redo at 1 thread: cut at 60
+    assert t.guard_ms() == 60.0 and t.safe() == 1
+    assert t.cut(63.0) == 1  # redo at 1 thread
+    assert not t.probing and t.threads == 1
+    assert t.reason == "chose 1 thread: 20.0 ms/pass vs 2: cut at 63.0 ms (first measurement)"
+    # the count in force is not guarded; the next probe of 2 threads is, against the
+    # 1-thread passes just watched (here 5 ms: the 50 ms floor applies)
+    assert t.guard_ms() is None
+    run(t, {1: 5.0}, 8)
+    assert t.probing and "faster than when chosen" in t.reason
+    assert t.threads == 2 and t.guard_ms() == 45.0
+
+
+def test_a_cut_time_never_wins_even_when_short() -> None:
+    # a cut pass's time is a lower bound: even one shorter than the safe count's mean
+    # (a guard set very short) does not make the cut count the choice
+    t = ThreadTuner(2)
+    run(t, {1: 20.0}, 4)
+    assert t.cut(5.0) == 1 and t.threads == 1 and "2: cut at 5.0 ms" in t.reason
+
+
+def test_the_count_in_force_is_guarded_against_the_fewer_threads_measured() -> None:
+    t = ThreadTuner(2)
+    run(t, QUIET, 20)
+    assert t.threads == 2 and not t.probing
+    # 2 threads in force, 1 thread measured at 17 ms: a pass may take max(68, 50) - 17
+    assert t.safe() == 1 and t.guard_ms() == 51.0
+    # a hiccup: one pass cut; redone at 1 thread, then 2 threads measured again (guarded)
+    assert t.cut(52.0) == 1
+    assert t.probing and t.threads == 2 and t.guard_ms() == 51.0  # the warm-up pass
+    run(t, QUIET, 6)
+    assert not t.probing and t.threads == 2
+    assert t.reason == "kept 2 threads: 10.0 ms/pass vs 1: 17.0 ms (a pass at 2 threads ran past 52.0 ms)"
+    # a lasting stall: cut again when measured (a measured pass past 2x the best: 34 ms)
+    assert t.cut(52.0) == 1
+    run(t, {2: 10.0}, 1)  # the warm-up
+    assert t.guard_ms() == 34.0
+    assert t.cut(35.0) == 1 and not t.probing and t.threads == 1
+    assert t.reason.startswith("chose 1 thread: 17.0 ms/pass vs 2: cut at 35.0 ms")
+    assert t.guard_ms() is None  # 1 thread: nothing fewer to fall back on
+
+
+def test_busier_at_one_thread_starts_no_probe() -> None:
+    """At 1 thread, passes getting slower or others' CPU use rising say the machine got
+    busier: only fewer threads could help, and there are none, so no probe of more
+    threads (beside other work one such pass took seconds). Faster again: a probe."""
+    t = ThreadTuner(2)
+    run(t, BUSY, 20)
+    assert t.threads == 1 and not t.probing
+    run(t, {1: 45.0}, 30)  # 2.2x slower than when chosen
+    assert not t.probing and t.threads == 1
+    t.note_others(0.5)  # (skipped: may span the probe)
+    t.note_others(1.0)  # the reference
+    t.note_others(1.8)
+    t.note_others(1.9)
+    assert not t.probing
+    run(t, {1: 20.0}, 8)  # faster than the 45 ms it got used to: the load went
+    assert t.probing and "faster than when chosen" in t.reason

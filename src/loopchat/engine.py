@@ -32,7 +32,7 @@ from .repeats import RepeatFinder
 from .settings import SamplingSettings, new_seed
 from .step_control import HAND, SAMPLED, StepControl
 from .stop_strings import StopStrings
-from .thread_tuner import AUTO, OtherCpuMeter, Threads, ThreadTuner
+from .thread_tuner import AUTO, Threads, ThreadTuner
 from .token_faces import partial_bytes, vocabulary_text
 
 
@@ -58,22 +58,18 @@ class Engine:
         from llama_cpp import Llama
 
         from ._llama_ffi import AbortFlag, LlamaCalls
+        from .auto_threads import AutoThreads
         from .llama_log import python_prints_to_log, route_llama_log
 
         self.model_path = Path(model_path)
         self.name = name or self.model_path.stem
         # threads: a pinned count, or AUTO (None too): the engine measures its own passes
-        # and changes the count between them (thread_tuner.py). `threads` is the count in
-        # force; `thread_tuner` lets a test or benchmark tune how the choice is made.
+        # and changes the count between them (auto_threads.py, thread_tuner.py). `threads`
+        # is the count in force; `thread_tuner` lets a test or benchmark tune the choice.
         self.threads_auto = threads is None or threads == AUTO
-        if self.threads_auto:
-            self._tuner: ThreadTuner | None = thread_tuner or ThreadTuner(physical_cores())
-            self.threads = self._tuner.threads
-            self._others = OtherCpuMeter()  # sampled about once a second while generating
-            self._others_at = time.perf_counter()
-        else:
-            self._tuner = None
-            self.threads = int(threads)  # type: ignore[arg-type]
+        self._tuner = (thread_tuner or ThreadTuner(physical_cores())) if self.threads_auto else None
+        self._pinned = self._tuner.threads if self._tuner else int(threads)  # type: ignore[arg-type]
+        self._auto: AutoThreads | None = None
         problem = gguf_problem(self.model_path)
         if problem is not None:
             raise ModelLoadError(f"{self.model_path} {problem}; point the model's `path` at a .gguf model file")
@@ -85,8 +81,8 @@ class Engine:
                     model_path=str(self.model_path),
                     n_ctx=n_ctx,
                     n_batch=n_batch,
-                    n_threads=self.threads,
-                    n_threads_batch=self.threads,
+                    n_threads=self._pinned,
+                    n_threads_batch=self._pinned,
                     n_gpu_layers=gpu_layers,  # ignored by a CPU-only build of llama.cpp
                     logits_all=False,
                     verbose=True,  # verbose=False dup2()s fds 1 and 2; our callback logs instead
@@ -117,6 +113,8 @@ class Engine:
         self._abort = AbortFlag()
         self._c.set_abort_callback(self._abort)
         self._cancel = threading.Event()
+        if self._tuner is not None:  # its probe guard shares the abort flag with cancel()
+            self._auto = AutoThreads(self._c, self._abort, self._cancel.is_set, self._tuner)
         self._control: StepControl | None = None  # the reply in flight's step mode, if any
         #: while stopped in step mode: (logits, context tokens, settings) of the pending draw
         self._probe: tuple[np.ndarray, list[int], SamplingSettings] | None = None
@@ -142,26 +140,19 @@ class Engine:
             # llama.cpp's own tools warm up too: the first forward pass pays for
             # allocations and page faults that would otherwise land in the first TTFT.
             self._eval([max(self.llm.token_bos(), 0)])
-            self._calibrate_threads()
+            if self._auto is not None:  # the tuner's first measurement (auto_threads.py)
+                self._auto.calibrate(max(self.llm.token_bos(), 0), self.n_ctx)
             self.reset()
 
-    def _calibrate_threads(self, max_passes: int = 40) -> None:
-        """With auto threads, run the tuner's first measurement at load, on passes of
-        the BOS token at positions 1, 2, ...: the first reply's prefill then already runs
-        with a measured count (on a busy machine, a prefill at the wrong count took 3 s
-        for 29 tokens). The load takes ~10 passes longer (~0.1-0.2 s on a quiet machine)."""
-        tuner = self._tuner
-        if tuner is None or not tuner.probing:
-            return
-        token = max(self.llm.token_bos(), 0)
-        for pos in range(1, min(max_passes, self.n_ctx - 1)):
-            t0 = time.perf_counter()
-            if self._c.decode_one(token, pos) != 0:
-                break
-            self._sync()
-            self._set_threads(tuner.observe((time.perf_counter() - t0) * 1000.0))
-            if not tuner.probing:
-                break
+    @property
+    def threads_reason(self) -> str:
+        """Why the count in force (auto: the tuner's latest reason; pinned: "")."""
+        return self._tuner.reason if self._tuner is not None else ""
+
+    @property
+    def threads(self) -> int:
+        """The llama.cpp thread count in force (auto: the tuner's latest)."""
+        return self._auto.threads if self._auto is not None else self._pinned
 
     def _metadata_flag(self, key: str, *, default: bool) -> bool:
         value = self.llm.metadata.get(key)
@@ -252,7 +243,8 @@ class Engine:
         trims the cache on every call). Keeps Llama's own token bookkeeping."""
         llm = self.llm
         self.passes += 1
-        rc = self._c.decode_one(token, llm.n_tokens)
+        auto = self._auto  # auto threads: timed, fed to the tuner, a probe's pass guarded
+        rc = auto.decode(token, llm.n_tokens) if auto else self._c.decode_one(token, llm.n_tokens)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
         llm.input_ids[llm.n_tokens] = token
@@ -340,7 +332,8 @@ class Engine:
                 f"the reply to continue does not fit the context: the prompt and the reply so far are "
                 f"{len(tokens)} tokens and the model's context holds {self.n_ctx}"
             )
-
+        if self._auto is not None:  # the prefill runs at a measured count, never a probe's
+            self._auto.prefill_threads()
         yield Start(
             model_name=self.name,
             model_path=str(self.model_path),
@@ -419,7 +412,7 @@ class Engine:
         # the thread count of the pass behind each step's logits, and why (recorded on
         # step 0 and wherever the tuner gave a new reason)
         tuner = self._tuner
-        pass_threads = self.threads
+        pass_threads, cut_ms = self.threads, 0.0
         pass_reason, pass_change = (tuner.reason, tuner.changes) if tuner else ("", 0)
         noted_change = -1
         while reason is None:
@@ -533,6 +526,7 @@ class Engine:
                 elapsed_ms=(t_last - t_request) * 1000.0,
                 threads=pass_threads,
                 threads_reason=threads_reason,
+                probe_cut_ms=cut_ms,
                 chosen_by=chosen_by,
                 repeat=None if (rep := repeats.feed(token)) is None else rep.as_tuple(),
             )
@@ -542,22 +536,17 @@ class Engine:
             reason = FinishReason.STOP if stopped else self._end_reason(is_stop, base + completion, source().max_tokens)
             if reason is not None:
                 break
-            pass_threads = self.threads
             if tuner is not None:
                 pass_reason, pass_change = tuner.reason, tuner.changes
             tf = time.perf_counter()
             try:
-                self._decode_one(token)
+                self._decode_one(token)  # auto threads: timed and fed to the tuner there
                 self._sync()
             except RuntimeError as exc:
                 reason, error = self._decode_failure(exc)
                 break
             forward_ms, forward_tokens = (time.perf_counter() - tf) * 1000.0, 1
-            if tuner is not None:
-                if tf - self._others_at >= 1.0:
-                    self._others_at = tf
-                    tuner.note_others(self._others.sample())
-                self._set_threads(tuner.observe(forward_ms))
+            pass_threads, cut_ms = (self._auto.pass_threads, self._auto.cut_ms) if self._auto else (self.threads, 0.0)
 
         # A reply that ended after its last step was sent (a cancel or a max_tokens change
         # that came while the step was being handed over, a failed forward pass) leaves
@@ -583,12 +572,6 @@ class Engine:
             error=error,
             paused_ms=paused_s * 1000.0,
         )
-
-    def _set_threads(self, n: int) -> None:
-        """The thread count of the next forward passes (and prefills)."""
-        if n != self.threads:
-            self._c.set_threads(n)
-            self.threads = n
 
     def _end_reason(self, is_stop: bool, completion: int, max_tokens: int) -> FinishReason | None:
         """Why the reply ends at the step just sampled (None: it goes on)."""
@@ -659,6 +642,8 @@ class Engine:
     def close(self) -> None:
         llm = getattr(self, "llm", None)
         if llm is not None:
+            if self._auto is not None:
+                self._auto.close()
             llm.close()
             self._c.close()
             self.llm = None  # type: ignore[assignment]

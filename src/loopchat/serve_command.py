@@ -161,12 +161,14 @@ def serve_command(args: argparse.Namespace) -> int:
     )
     app = with_cors(create_app(one, model, api_key=api_key, log=_log), args.cors_origin, _log)
     url = _url(sock)
-    threads = "auto" if options.threads in (None, "auto") else str(options.threads)
+    threads = f"threads {options.threads}"
+    if options.threads in (None, "auto"):  # one engine, one tuner for every request: what it chose at load
+        threads = f"threads auto: {ready.threads_reason}"
 
     def listening() -> None:
         print(
             f"loopchat serve: listening on {url} · OpenAI base_url {url}/v1 · model {model.id} · "
-            f"threads {threads} · queue {args.queue} · "
+            f"{threads} · queue {args.queue} · "
             f"{'API key required' if api_key else 'no API key'} · Ctrl+C stops",
             flush=True,
         )

@@ -29,13 +29,27 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   merely get faster: on a busy machine 1 thread's passes come in slow and fast spells.)
 - **Watch.** Once chosen, the mean of the last `window` passes is compared with the
   mean the choice was made on: `drift` times slower or faster (another program
-  started or stopped) starts a probe.
+  started or stopped) starts a probe. Not when slower at 1 thread (nor when others'
+  CPU use rises there): the machine got busier, only fewer threads could help, and
+  there are none; the slower mean becomes the baseline instead.
 - **Re-check.** Every `recheck_ms` of forward passes, a probe runs anyway: a program
   that stops while 1 thread is in force does not make 1 thread faster, only 2. A probe
   costs the time its slower passes took beyond the best mean; the next re-check waits until that cost is at most `budget` of the passes run
   meanwhile (up to `max_recheck_ms`). On a busy 2-core machine one pass at 2 threads
   can take 1-3 s against 20 ms at 1: re-checking every 10 s would cost a third of the
   time, so it backs off to every 2 minutes there.
+
+- **Guard.** No pass may stall the reply for more threads than a measured count below
+  them: the engine ends it (llama.cpp's abort callback, probe_guard.py) once it runs
+  past `guard_ms()` and redoes it at `safe()`, so that the two together take at most
+  max(4x the safe count's mean, 50 ms). Guarded: a probe's passes at a count not yet
+  measured (safe: the best measured so far; a measured pass, not the warm-up, is cut at
+  2x it, where it would be judged slower anyway), and the count in force when a
+  fewer-thread count was measured below it (safe: that count). `cut()` records a
+  probe's candidate as at least that slow; a cut of the count in force measures it
+  again, guarded (a hiccup costs one cut; a lasting stall falls back). Beside CPU-bound
+  programs a 2-thread pass on 2 cores took 1-8.6 s: now it is cut within a few passes'
+  time.
 
 - **Others' CPU.** The engine also tells it, about once a second, how many cores'
   worth of CPU time the other programs on the machine use (`OtherCpuMeter`: the
@@ -118,6 +132,8 @@ class ThreadTuner:
         self._since_ms = 0.0  # forward-pass time since the last choice
         # probe state (None: not probing)
         self._results: dict[int, float] | None = None
+        self._cut: set[int] = set()  # counts of this probe whose pass was cut (their result: a lower bound)
+        self._fallback: tuple[int, float] | None = None  # a count below the choice, measured: (count, ms)
         self._home = self.threads
         self._why = ""
         self._samples: list[float] = []
@@ -150,6 +166,9 @@ class ThreadTuner:
         if len(self._window) == self._window.maxlen and self._baseline > 0:
             now = statistics.fmean(self._window)
             if now > self.drift * self._baseline:
+                if self.threads == 1:  # busier: only fewer threads could help, and there are none
+                    self._baseline = now  # the new normal, for noticing when it gets faster
+                    return self.threads
                 self._start_probe(f"passes {now / self._baseline:.1f}x slower than when chosen")
                 return self.threads
             if now * self.drift < self._baseline:
@@ -159,6 +178,48 @@ class ThreadTuner:
             self._lived.clear()  # a fresh look: the machine may have changed unseen
             self._start_probe("regular re-check")
         return self.threads
+
+    def safe(self) -> int | None:
+        """Where a guarded pass is redone: while a probe runs a count not yet measured,
+        the best count measured so far; while a count is in force with a measured
+        fewer-thread count below it, that count; else None (the pass is not guarded)."""
+        r = self._results
+        if r is None:
+            return self._fallback[0] if self._fallback is not None else None
+        if not r or self.threads in r:
+            return None
+        return self._best()
+
+    def guard_ms(self, floor_ms: float = 50.0) -> float | None:
+        """How long the next pass may run before the engine ends it (None: not
+        guarded): the bound max(4x the safe count's mean, `floor_ms`) less one pass at
+        the safe count, which redoes it."""
+        safe = self.safe()
+        if safe is None:
+            return None
+        ref = self._results[safe] if self._results is not None else self._fallback[1]  # type: ignore[index]
+        limit = max(4.0 * ref, floor_ms) - ref
+        if self._results is not None and not self._skip:  # past 2x the best, a probe's pass is judged slower anyway
+            limit = min(limit, 2.0 * ref)
+        return limit
+
+    def cut(self, ms: float) -> int:
+        """The pass at `self.threads` was ended after `ms` (past `guard_ms()`): record
+        that count as at least that slow, go on with the probe, and return the count to
+        redo the pass at (`safe()`). The next pass uses `self.threads`."""
+        safe = self.safe()
+        assert safe is not None, "only a guarded pass is cut"
+        if self._results is None:  # the count in force stalled: measure it again, guarded
+            self._start_probe(f"a pass at {_n(self.threads)} ran past {_ms(ms)}", reuse_window=False)
+            self._results[safe] = self._fallback[1]  # type: ignore[index]
+            self._cost += ms
+            self._next_candidate()  # the count in force again, after one warm-up pass
+            return safe
+        self._cost += ms  # all of it: the pass is run again
+        self._cut.add(self.threads)
+        self._results[self.threads] = ms
+        self._next_candidate()
+        return safe
 
     def note_others(self, cores: float) -> None:
         """The cores' worth of CPU time other programs used since the last call (about a
@@ -172,6 +233,8 @@ class ThreadTuner:
         base = self._others_at_choice
         if base is None:  # the first sample since the count was chosen
             self._others_at_choice = cores
+        elif previous is not None and self.threads == 1 and cores > base and previous > base:
+            return  # busier at 1 thread: only fewer threads could help, and there are none
         elif previous is not None and abs(cores - base) >= 0.5 and abs(previous - base) >= 0.5:
             self._recheck_after = self.recheck_ms  # a new situation: no back-off
             self._lived.clear()
@@ -180,6 +243,7 @@ class ThreadTuner:
     # ------------------------------------------------------------------------------
     def _start_probe(self, why: str, *, reuse_window: bool = True) -> None:
         self._results = {}
+        self._cut = set()
         self._home = self.threads
         self._why = why
         self._samples = []
@@ -218,9 +282,9 @@ class ThreadTuner:
     def _best(self) -> int:
         r = self._results
         assert r
-        best = min(r, key=r.__getitem__)
+        best = min((n for n in r if n not in self._cut), key=r.__getitem__)  # a cut's time is a lower bound
         home = self._home
-        if best != home and home in r and r[best] > (1 - self.margin) * r[home]:
+        if best != home and home in r and home not in self._cut and r[best] > (1 - self.margin) * r[home]:
             return home  # not faster by more than the margin: no change for noise
         return best
 
@@ -252,7 +316,9 @@ class ThreadTuner:
     def _conclude(self, best: int) -> None:
         r = self._results
         assert r is not None
-        others = ", ".join(f"{n}: {_ms(v)}" for n, v in sorted(r.items()) if n != best)
+        others = ", ".join(
+            f"{n}: {'cut at ' if n in self._cut else ''}{_ms(v)}" for n, v in sorted(r.items()) if n != best
+        )
         measured = f"{_ms(r[best])}/pass vs {others}" if others else f"{_ms(r[best])}/pass"
         first = not self._baseline  # the first measurement chooses; nothing was kept
         verb = "kept" if best == self._home and not first else "chose"
@@ -268,6 +334,8 @@ class ThreadTuner:
             reason += f"; re-check after {self._recheck_after / 1000:.0f} s"
         else:
             self._recheck_after = self.recheck_ms
+        below = [n for n in r if n < best and n not in self._cut]
+        self._fallback = (max(below), r[max(below)]) if below else None
         self._results = None
         self._others_at_choice = None  # the second sample from now, all of it under this choice
         self._others_skip = 1

@@ -134,6 +134,7 @@ class EngineWorker:
                 load_ms=(time.perf_counter() - t0) * 1000.0,
                 template_note=engine.template_note,
                 mode=engine.opening_mode,
+                threads_reason=engine.threads_reason,
             )
         )
 

@@ -40,7 +40,9 @@ FIELDS: dict[int, tuple[str, ...]] = {
     ),
 }
 FIELDS[2] = FIELDS[1] + ("chosen_by",)  # step mode (issue 13): sampled / step / hand
-FIELDS[3] = FIELDS[2] + ("repeat",)  # the reply repeating itself (issue 22): (start, period) or None
+# issue 22: the reply repeating itself ((start, period) or None); auto threads: a probe's
+# pass cut; a candidate that is a piece of a character stores its bytes in its text's slot
+FIELDS[3] = FIELDS[2] + ("repeat", "probe_cut_ms")
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")

@@ -541,7 +541,7 @@ def _threads(s: Step, r: ReplyRecord, index: ReplyIndex, compact: bool) -> Piece
     if r.start is None or not r.start.threads_auto:
         return [(f"{s.threads}", _NONE), (" pinned", LABEL)]
     note = index.threads_reason(s.index)
-    out: Pieces = [(f"{s.threads}", _NONE), (" auto", LABEL)]
+    out: Pieces = [(f"{s.threads}", _NONE), (" auto" + (f" (a probe's pass cut at {s.probe_cut_ms:.0f} ms, redone)" if s.probe_cut_ms else ""), LABEL)]
     if note is not None and not compact:
         at, reason = note
         where = "at this pass" if at == s.index else f"pass {at + 1}"
