@@ -73,7 +73,7 @@ def smol_rows(engine: Engine) -> list[tuple[np.ndarray, list[int]]]:
 def gemma_rows(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[np.ndarray, list[int]]]:
     eng = Engine(gemma_path, n_ctx=512, log_path=tmp_path_factory.mktemp("log") / "llama.log")
     try:
-        return record(eng)
+        return record(eng, 12)
     finally:
         eng.close()
 
@@ -116,8 +116,9 @@ def same(old: object, new: object) -> None:
             assert a == b and type(a) is type(b), (name, a, b)
 
 
-def compare(rows: list[tuple[np.ndarray, list[int]]], settings: SamplingSettings, report_k: int) -> None:
-    for seed in SEEDS:
+def compare(rows: list[tuple[np.ndarray, list[int]]], settings: SamplingSettings, report_k: int,
+            seeds: tuple[int, ...] = SEEDS) -> None:
+    for seed in seeds:
         old_rng, new_rng = reference.make_rng(seed), sampler.make_rng(seed)
         for logits, history in rows:
             old = reference.sample(logits, history, settings, old_rng, report_k)
@@ -146,10 +147,9 @@ def test_the_chain_gives_what_the_old_sampler_gave_on_the_default_model(smol_row
         compare(smol_rows, settings, report_k)
 
 
-@pytest.mark.parametrize("report_k", [10, 40])
-def test_the_chain_gives_what_the_old_sampler_gave_on_gemma(gemma_rows, report_k: int) -> None:
+def test_the_chain_gives_what_the_old_sampler_gave_on_gemma(gemma_rows) -> None:
     for settings in GRID:
-        compare(gemma_rows, settings, report_k)
+        compare(gemma_rows, settings, 40, seeds=SEEDS[:2])
 
 
 def test_the_forced_token_is_reported_as_before_on_both_models(smol_rows, gemma_rows) -> None:
