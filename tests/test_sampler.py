@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from loopchat import sampler
+from loopchat import sampler, sampler_math
 from loopchat.settings import SamplingSettings
 
 
@@ -136,8 +136,8 @@ def test_top_p_over_a_large_vocabulary_is_exact_on_each_path(shape: str, monkeyp
         logits *= 0.5
     logits[[7, 70_000]] = logits.max()  # a tie at the top: equal logits go in id order
     binned: list[int] = []
-    real_bins = sampler._top_p_bins
-    monkeypatch.setattr(sampler, "_top_p_bins", lambda x, q, t: binned.append(x.shape[0]) or real_bins(x, q, t))
+    real_bins = sampler_math.top_p_bins
+    monkeypatch.setattr(sampler_math, "top_p_bins", lambda x, q, t: binned.append(x.shape[0]) or real_bins(x, q, t))
     s = SamplingSettings(temperature=1.3, top_k=0, top_p=0.9, min_p=0.0, repeat_penalty=1.0)
     ref = reference_chain(logits, [], s)
     res = sampler.sample(logits, [], s, sampler.make_rng(3), report_k=40)
@@ -156,4 +156,4 @@ def test_the_unsorted_draw_finds_what_a_whole_cumulative_sum_finds() -> None:
     probs /= probs.sum()
     cum = np.cumsum(probs)
     for u in list(rng.random(300)) + [0.0, 1.0 - 1e-12]:
-        assert sampler._draw_unsorted(probs, u) == min(int(np.searchsorted(cum, u, side="right")), probs.shape[0] - 1)
+        assert sampler_math.draw_unsorted(probs, u) == min(int(np.searchsorted(cum, u, side="right")), probs.shape[0] - 1)

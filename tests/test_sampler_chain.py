@@ -1,0 +1,175 @@
+"""The sampler as a chain of stages gives exactly what the sampler gave before it was one.
+
+tests/reference_sampler.py is the sampler as it was (src/loopchat/sampler.py at 84b3239,
+byte for byte). Both run on real logits of both test models (the default model and
+Gemma 3 270M, a 262,144-token vocabulary: the paths that never sort the whole
+vocabulary), over a grid of settings (each stage on and off, temperature 0, extreme
+values, the forced token) and several seeds, each seed's generator carried from step to
+step: every field of SampleResult must be the same, the token ids exactly, the floats
+within 1e-9.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from loopchat import sampler
+from loopchat.engine import Engine
+from loopchat.events import Message
+from loopchat.settings import SamplingSettings
+
+PROMPT = [Message("user", "Write a story about a lighthouse keeper and a storm at sea.")]
+STEPS = 24
+SEEDS = (0, 1, 2)
+
+
+def load_reference() -> ModuleType:
+    """tests/reference_sampler.py, loaded as a module of the loopchat package (its imports
+    are relative, as they were in src/)."""
+    name = "loopchat.reference_sampler"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("reference_sampler.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+reference = load_reference()
+
+
+def record(engine: Engine, steps: int = STEPS) -> list[tuple[np.ndarray, list[int]]]:
+    """Real rows of logits and the context before each: a reply drawn at the defaults."""
+    engine.reset()
+    history = list(engine.fit_prompt(PROMPT, steps).tokens)
+    engine._eval(history)
+    rng = sampler.make_rng(5)
+    rows = []
+    for _ in range(steps):
+        row = engine._logits().copy()
+        rows.append((row, list(history)))
+        token = reference.sample(row, history, SamplingSettings(), rng).token_id
+        history.append(token)
+        engine._decode_one(token)
+        engine._sync()
+    engine.reset()
+    return rows
+
+
+@pytest.fixture(scope="module")
+def smol_rows(engine: Engine) -> list[tuple[np.ndarray, list[int]]]:
+    return record(engine)
+
+
+@pytest.fixture(scope="module")
+def gemma_rows(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[np.ndarray, list[int]]]:
+    eng = Engine(gemma_path, n_ctx=512, log_path=tmp_path_factory.mktemp("log") / "llama.log")
+    try:
+        return record(eng, 12)
+    finally:
+        eng.close()
+
+
+def S(**kw: float) -> SamplingSettings:
+    return SamplingSettings(**{"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, **kw})
+
+
+#: each of the five stages on or off (on: the defaults' values), at two temperatures
+ON_OFF = [
+    S(temperature=t, repeat_penalty=rp, top_k=k, top_p=p, min_p=m)
+    for rp, k, p, m, t in itertools.product((1.0, 1.1), (0, 40), (1.0, 0.95), (0.0, 0.05), (0.7, 1.0))
+]
+#: temperature 0, extreme values, the sizes around the sorted path's limit
+EXTREMES = [
+    S(temperature=0.0), S(temperature=0.0, repeat_penalty=1.5, top_k=40, top_p=0.5, min_p=0.3),
+    S(temperature=5.0), S(temperature=0.05, top_k=40), S(temperature=2.0, top_p=0.999),
+    S(top_k=1), S(top_k=1, temperature=3.0), S(top_k=2, top_p=0.01), S(top_p=0.01), S(min_p=1.0),
+    S(min_p=1e-4, temperature=1.7), S(top_p=0.9999, min_p=1e-3), S(top_k=1024), S(top_k=1025),
+    S(top_k=3000, top_p=0.99), S(top_k=3000, min_p=0.01), S(top_k=1_000_000, top_p=0.97),
+    S(repeat_penalty=0.5, repeat_last_n=8), S(repeat_penalty=5.0, repeat_last_n=100_000, top_p=0.9),
+    S(repeat_penalty=1.3, repeat_last_n=0, top_k=10),
+]
+GRID = ON_OFF + EXTREMES
+
+
+def same(old: object, new: object) -> None:
+    """Every field of the old SampleResult equal in the new: ids exactly, floats to 1e-9."""
+    for name in old.__slots__:  # type: ignore[attr-defined]
+        a, b = getattr(old, name), getattr(new, name)
+        if isinstance(a, np.ndarray):
+            assert a.shape == b.shape, name
+            if np.issubdtype(a.dtype, np.integer):
+                assert np.array_equal(a, b), name
+            else:
+                assert np.allclose(a, b, rtol=0.0, atol=1e-9), name
+        elif isinstance(a, float):
+            assert abs(a - b) <= 1e-9, (name, a, b)
+        else:
+            assert a == b and type(a) is type(b), (name, a, b)
+
+
+def compare(rows: list[tuple[np.ndarray, list[int]]], settings: SamplingSettings, report_k: int,
+            seeds: tuple[int, ...] = SEEDS) -> None:
+    for seed in seeds:
+        old_rng, new_rng = reference.make_rng(seed), sampler.make_rng(seed)
+        for logits, history in rows:
+            old = reference.sample(logits, history, settings, old_rng, report_k)
+            new = sampler.sample(logits, history, settings, new_rng, report_k)
+            same(old, new)
+        # the generators were used alike: the next draws are the same
+        assert old_rng.random() == new_rng.random()
+
+
+def compare_forced(rows: list[tuple[np.ndarray, list[int]]], settings: SamplingSettings) -> None:
+    """The hand-picked token: the most likely, one the filters may keep, the least likely
+    (which they cut unless none is on)."""
+    for logits, history in rows[::3]:
+        order = np.argsort(-logits, kind="stable")
+        for token in (int(order[0]), int(order[3]), int(order[-1])):
+            rng = sampler.make_rng(9)
+            old = reference.sample(logits, history, settings, reference.make_rng(9), 10, force=token)
+            new = sampler.sample(logits, history, settings, rng, 10, force=token)
+            same(old, new)
+            assert new.token_id == token
+
+
+@pytest.mark.parametrize("report_k", [10, 40])
+def test_the_chain_gives_what_the_old_sampler_gave_on_the_default_model(smol_rows, report_k: int) -> None:
+    for settings in GRID:
+        compare(smol_rows, settings, report_k)
+
+
+def test_the_chain_gives_what_the_old_sampler_gave_on_gemma(gemma_rows) -> None:
+    for settings in GRID:
+        compare(gemma_rows, settings, 40, seeds=SEEDS[:2])
+
+
+def test_the_forced_token_is_reported_as_before_on_both_models(smol_rows, gemma_rows) -> None:
+    for rows in (smol_rows, gemma_rows):
+        for settings in GRID[::3]:
+            compare_forced(rows, settings)
+
+
+def test_a_report_of_one_candidate(smol_rows) -> None:
+    """report_k 1 (the engine's pending_probs asks for one)."""
+    for settings in GRID[::2]:
+        compare(smol_rows[:6], settings, 1)
+
+
+def test_the_reference_is_the_old_sampler_unchanged() -> None:
+    """The reference is today's sampler byte for byte: its hash at commit 84b3239."""
+    import hashlib
+
+    text = Path(__file__).with_name("reference_sampler.py").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == REFERENCE_SHA256
+
+
+REFERENCE_SHA256 = "259d377654459ca5bffff49a8851813aeabfaa3f7eb601d9b5a11254838a77e0"
