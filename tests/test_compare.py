@@ -1,7 +1,7 @@
 """Compare two replies (Ctrl+G): the figures (reply_stats.py) against the records of the
 real default model, and the screen (compare_view.py) pressed through in the app.
 
-The recorded conversation (tests/data/compare.jsonl, the README's walk-through) is the
+The recorded conversation (tests/data/compare.jsonl, docs/compare-walkthrough.md) is the
 default model's two replies to "What is 482 * 194?" asked directly and "step by step".
 Re-record it: python tests/tui_fixtures.py record-compare (then update the snapshot).
 """

@@ -1,5 +1,6 @@
-"""Every key the README lists, pressed in the app, with its effect checked (no model:
-FakeBackend emits a fixed reply). The README's key table and F1's list must agree."""
+"""Every key the README and docs/keys.md list, pressed in the app, with its effect checked
+(no model: FakeBackend emits a fixed reply). docs/keys.md's key table and F1's list must
+agree, and the README's short table names only keys of that list."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from loopchat.tui.help_screen import KEYS, HelpScreen
 from loopchat.tui.prefs import Prefs, load_prefs
 from loopchat.tui.settings_dialog import SettingsDialog
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+KEYS_DOC = ROOT / "docs" / "keys.md"
 REPLY = "Hello, world! How are you?"
 
 
@@ -26,11 +29,31 @@ def make_app(tmp_path, backend=None, **prefs) -> LoopChatApp:
     return LoopChatApp(backend or FakeBackend(), prefs=Prefs(**prefs), prefs_path=tmp_path / "p.json")
 
 
-def test_readme_key_table_is_f1s_list() -> None:
-    text = README.read_text(encoding="utf-8")
-    table = text.split("### Keys", 1)[1].split("\n\n", 2)[1]
-    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
-    assert [(k.strip(), w.strip()) for k, w in rows] == list(KEYS)
+def _table_after(text: str, heading: str) -> list[tuple[str, str]]:
+    """The rows (key, what it does) of the first Markdown table after `heading`."""
+    lines = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| Key |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        key, what = line.split("|")[1:3]
+        rows.append((key.strip(), what.strip()))
+    return rows
+
+
+def test_the_key_doc_table_is_f1s_list() -> None:
+    assert _table_after(KEYS_DOC.read_text(encoding="utf-8"), "## Keys") == list(KEYS)
+
+
+def test_the_readme_names_only_keys_of_f1s_list() -> None:
+    """The README's short table (a newcomer's first keys) is worded for a newcomer, but each
+    of its keys is one of F1's: a key dropped from the app cannot linger there."""
+    rows = _table_after(README.read_text(encoding="utf-8"), "## The chat")
+    assert len(rows) >= 10
+    f1_keys = [key for key, _ in KEYS]
+    for key, _ in rows:
+        assert any(k == key or k.startswith(key + " ") for k in f1_keys), key
 
 
 async def test_enter_sends_and_ctrl_j_alt_enter_break_the_line(tmp_path) -> None:

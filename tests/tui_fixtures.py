@@ -241,7 +241,7 @@ COMPARE_QUESTIONS = ("What is 482 * 194?", "What is 482 * 194? Let's calculate s
 
 
 def record_compare_trace(path: Path = COMPARE_TRACE) -> Path:
-    """Record the README's compare walk-through: the default model's two replies in one
+    """Record docs/compare-walkthrough.md's conversation: the default model's two replies in one
     conversation (the second question sees the first exchange, as in the chat), with its
     own sampling settings at temperature 0 (greedy: the same tokens on every machine
     that computes the same logits). The compare tests replay it.

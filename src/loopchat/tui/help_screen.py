@@ -1,4 +1,4 @@
-"""F1: the app's own keys, in one table (the README's key table lists the same rows; a
+"""F1: the app's own keys, in one table (docs/keys.md's key table lists the same rows; a
 test checks that they agree)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-#: (keys, what they do), in the order the README shows them
+#: (keys, what they do), in the order docs/keys.md shows them
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
     ("Ctrl+J", "New line in the message (also Alt+Enter / Shift+Enter, in terminals that tell them from Enter); a pasted block keeps its lines"),

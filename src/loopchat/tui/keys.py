@@ -1,6 +1,6 @@
 """The app's keys: the bindings and what each one does (a mixin of LoopChatApp).
 
-Every key here is listed in help_screen.KEYS and the README, and pressed by a test.
+Every key here is listed in help_screen.KEYS and docs/keys.md, and pressed by a test.
 """
 
 from __future__ import annotations
