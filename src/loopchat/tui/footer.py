@@ -47,10 +47,11 @@ class WholeKeysFooter(Footer):
             if item.display and item.outer_size.width:
                 self._widths[item] = item.outer_size.width
             width = self._widths.get(item)
-            if width is None:  # not laid out yet: measured after the next refresh
-                if self._retries < 10:
+            if width is None:  # not laid out yet: measured again a frame later (a busy
+                # machine can take many refreshes to lay out the keys a recompose made)
+                if self._retries < 200:  # 10 s
                     self._retries += 1
-                    self.call_after_refresh(self.fit_keys)
+                    self.set_timer(0.05, self.fit_keys)
                 return
             fits = fits and x + width <= limit
             if item.display != fits:
