@@ -410,11 +410,11 @@ class Engine:
         paused_s = paused_first_s = paused_last_s = 0.0  # step mode: the waits for the user (all; before the first, the last token)
         forward_ms, forward_tokens = prefill_ms, len(todo)
         # the thread count of the pass behind each step's logits, and why (recorded on
-        # step 0 and wherever the tuner gave a new reason)
+        # step 0, wherever the tuner gave a new reason, and wherever the count changed)
         tuner = self._tuner
         pass_threads, cut_ms = self.threads, 0.0
         pass_reason, pass_change = (tuner.reason, tuner.changes) if tuner else ("", 0)
-        noted_change = -1
+        noted_change, noted_threads = -1, pass_threads
         while reason is None:
             latest = source()
             if latest is not raw_settings:  # swapped: resolve its seed once, not per step
@@ -502,8 +502,9 @@ class Engine:
             paused_last_s = paused_s  # the waits up to this token (a later one is not in decode_ms)
             history.append(token)
             threads_reason = ""
-            if pass_change != noted_change:
+            if pass_change != noted_change or pass_threads != noted_threads:
                 threads_reason, noted_change = pass_reason, pass_change
+            noted_threads = pass_threads
             yield Step(
                 index=base + steps,
                 token_id=token,
