@@ -249,3 +249,30 @@ def misbehaving_server() -> Iterator[tuple[str, dict[str, Any]]]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+async def reply_and_replay(backend: Any, tmp_path: Path, settings: Any, size: tuple[int, int] = (120, 40)) -> tuple:
+    """The chat on `backend` (a remote server): one reply, F9, then Compare (Ctrl+G):
+    (app, original, replay, compare text, each reply's info line)."""
+    from tui_fixtures import wait_for, wait_run
+
+    from loopchat.tui.compare_view import CompareScreen
+    from loopchat.tui.launch import create_app
+    from loopchat.tui.prefs import Prefs
+
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
+                     settings=settings, history=False)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
+        await pilot.press(*"Name three colours.", "enter")
+        await wait_run(pilot)
+        await pilot.press("f9")
+        await wait_for(pilot, lambda: len(app.conversation.replies) == 2, 10, "the replay")
+        await wait_run(pilot)
+        original, replay = app.conversation.replies
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "compare")
+        await pilot.pause()
+        compare = app.screen.text
+        info = [str(v.info_text()) for v in app.transcript.reply_views()]
+        return app, original, replay, compare, info

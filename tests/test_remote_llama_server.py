@@ -11,13 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from remote_servers import _Child, free_port
+from remote_servers import _Child, free_port, reply_and_replay
 from tui_fixtures import panel_text, wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
 from loopchat.events import Finish, Message, ModelReady, RunDone, Step, WorkerError
 from loopchat.settings import SamplingSettings
-from loopchat.tui.compare_view import CompareScreen
 from loopchat.tui.launch import create_app
 from loopchat.tui.plots import fmt_ms
 from loopchat.tui.prefs import Prefs
@@ -119,28 +118,15 @@ async def test_context_gauge_from_its_model_list_and_ctrl_t_shows_its_prefill(ll
 
 async def test_f9_replays_a_random_seed_reply_and_the_server_reproduces_it(llama_server, tmp_path) -> None:
     backend = RemoteBackend(llama_server.url)
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-                     settings=RANDOM_SEED, history=False)
     try:
-        async with app.run_test(size=(120, 50)) as pilot:
-            await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
-            await pilot.press(*"Name three colours.", "enter")
-            await wait_run(pilot)
-            await pilot.press("f9")
-            await wait_for(pilot, lambda: len(app.conversation.replies) == 2, 10, "the replay")
-            await wait_run(pilot)
-            original, replay = app.conversation.replies
-            assert isinstance(original.start.settings.seed, int) and replay.start.settings.seed == original.start.settings.seed
-            ids = [s.token_id for s in original.steps]
-            assert len(ids) > 3 and [s.token_id for s in replay.steps] == ids
-            info = str(app.transcript.reply_views()[1].info_text())
-            assert "differs" not in info
-            await pilot.press("ctrl+g")
-            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "compare")
-            await pilot.pause()
-            assert f"B: same tokens as reply 1 ({len(ids)})" in " ".join(app.screen.text.split())
+        app, original, replay, compare, info = await reply_and_replay(backend, tmp_path, RANDOM_SEED, (120, 50))
     finally:
         backend.close()
+    assert isinstance(original.start.settings.seed, int) and replay.start.settings.seed == original.start.settings.seed
+    ids = [s.token_id for s in original.steps]
+    assert len(ids) > 3 and [s.token_id for s in replay.steps] == ids
+    assert "differs" not in info[1]
+    assert f"B: same tokens as reply 1 ({len(ids)})" in " ".join(compare.split())
 
 
 def test_a_model_id_it_does_not_list_is_answered(llama_server) -> None:

@@ -8,12 +8,11 @@ model id the server does not list is sent as it is (a server refuses it in one l
 from __future__ import annotations
 
 import pytest
-from remote_servers import LoopchatServer, misbehaving_server
+from remote_servers import LoopchatServer, misbehaving_server, reply_and_replay
 from tui_fixtures import wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
 from loopchat.settings import SamplingSettings
-from loopchat.tui.compare_view import CompareScreen
 from loopchat.tui.launch import create_app
 from loopchat.tui.prefs import Prefs
 
@@ -38,30 +37,10 @@ def fake():
         yield url, state
 
 
-async def reply_and_replay(backend, tmp_path):
-    """The chat on `backend`: one reply, F9, then Compare (Ctrl+G): (app, original, replay, compare text)."""
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-                     settings=RANDOM_SEED, history=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
-        await pilot.press(*"Name three colours.", "enter")
-        await wait_run(pilot)
-        await pilot.press("f9")
-        await wait_for(pilot, lambda: len(app.conversation.replies) == 2, 10, "the replay")
-        await wait_run(pilot)
-        original, replay = app.conversation.replies
-        await pilot.press("ctrl+g")
-        await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "compare")
-        await pilot.pause()
-        compare = app.screen.text
-        info = [str(v.info_text()) for v in app.transcript.reply_views()]
-        return app, original, replay, compare, info
-
-
 async def test_f9_sends_the_drawn_seed_again_and_says_whether_the_server_reproduced_it(loopchat_server, tmp_path) -> None:
     backend = RemoteBackend(loopchat_server.url)
     try:
-        app, original, replay, compare, info = await reply_and_replay(backend, tmp_path)
+        app, original, replay, compare, info = await reply_and_replay(backend, tmp_path, RANDOM_SEED, SIZE)
     finally:
         backend.close()
     seed = original.start.settings.seed
@@ -82,7 +61,7 @@ async def test_a_server_that_ignores_the_seed_is_marked_differs(fake, tmp_path) 
     url, state = fake
     backend = RemoteBackend(url + "/noseed")
     try:
-        app, original, replay, compare, info = await reply_and_replay(backend, tmp_path)
+        app, original, replay, compare, info = await reply_and_replay(backend, tmp_path, RANDOM_SEED, SIZE)
     finally:
         backend.close()
     first, second = state["requests"][-2:]
