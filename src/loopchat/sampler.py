@@ -1,6 +1,6 @@
 """The sampling chain, in numpy, instrumented.
 
-Order (the same as llama.cpp's common sampler chain): repeat penalty -> top-k -> top-p
+Order (the same as llama.cpp's common sampler chain): repeat penalty -> DRY -> top-k -> top-p
 -> min-p -> temperature -> draw. Top-p sees the softmax of the candidates left by
 top-k, min-p keeps tokens whose logit is at least max + ln(min_p) (p >= min_p * p_max),
 temperature divides the surviving logits, and the draw uses numpy's PCG64 seeded from
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import dry
 from .settings import SamplingSettings
 
 _LOG2E = 1.0 / math.log(2.0)
@@ -284,8 +285,7 @@ def sample(
     raw_entropy = (math.log(total) - float(np.einsum("i,i->", e, shifted)) / total) * _LOG2E
 
     raw_top_ids = top_indices(logits, report_k)
-
-    # --- repeat penalty (on a copy: the raw distribution stays raw) -------------
+    # --- repeat penalty, then DRY (dry.py), on a copy: the raw one stays raw -----
     work = logits
     if settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0 and recent_tokens:
         recent = {t for t in recent_tokens[-settings.repeat_last_n :] if 0 <= t < n_vocab}
@@ -295,6 +295,7 @@ def sample(
             np.copyto(work, logits)
             v = work[ids]
             work[ids] = np.where(v > 0, v / settings.repeat_penalty, v * settings.repeat_penalty)
+    work = dry.apply(work, logits, recent_tokens, settings, _scratch)
 
     # --- top-k: candidates sorted by (penalized) logit, largest first -----------
     # (a large candidate set is never sorted whole: see _top_p_set, _unsorted_distribution)

@@ -136,6 +136,15 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("repeat_penalty", float, 1.1, 0.1, 5.0, "1.0 disables the penalty", "0.1–5 · 1 = off", short="repeat"),
     SettingSpec("repeat_last_n", int, 64, 0, 100_000, "how many recent tokens the repeat penalty looks at",
                 "tokens the penalty looks back over", short="last_n"),
+    SettingSpec("dry_multiplier", float, 0.0, 0.0, 5.0, "DRY's strength: a token that would extend a repeated "
+                "sequence loses multiplier * base^(length - allowed_length) from its logit; 0 disables DRY",
+                "0–5 · 0 = off (DRY)", short="dry"),
+    SettingSpec("dry_base", float, 1.75, 0.0, 10.0, "how fast DRY's penalty grows with the sequence's length; "
+                "below 1 disables DRY", "0–10 · below 1 = off", short="dry_base"),
+    SettingSpec("dry_allowed_length", int, 2, 0, 1000, "the longest repeated sequence DRY leaves alone",
+                "tokens repeated without penalty", short="dry_len"),
+    SettingSpec("dry_penalty_last_n", int, 64, -1, 100_000, "how many recent tokens DRY looks at; -1 the whole "
+                "context, 0 disables DRY", "tokens DRY looks back over · -1 = all", short="dry_n"),
     SettingSpec("seed", int, None, 0, 2**32 - 1, "a number pins the draws: same seed, same reply; none "
                 "(the default) draws a fresh random seed for each reply", "empty = random each reply · a number pins it",
                 short="seed", optional=True),
@@ -159,6 +168,21 @@ def fmt_value(name: str, value: int | float | None) -> str:
     if spec.type is int:
         return str(int(value))
     return f"{value:.{spec.decimals}f}"
+
+
+#: The settings sent to a remote server beyond OpenAI's own (llama-server's names)
+EXTENSION_KEYS = ("top_k", "min_p", "repeat_penalty", "repeat_last_n", "dry_multiplier", "dry_base",
+                  "dry_allowed_length", "dry_penalty_last_n")
+
+
+def fmt_penalties(s: "SamplingSettings") -> str:
+    """The panel's penalties: 'repeat ×1.10 over 256', and DRY's when it is on:
+    ' · DRY 0.80×1.75^(len−2) over 64' ('over all': the whole context)."""
+    text = f"repeat ×{s.repeat_penalty:.2f} over {s.repeat_last_n}"
+    if s.dry_multiplier != 0.0 and s.dry_base >= 1.0 and s.dry_penalty_last_n != 0:
+        over = "all" if s.dry_penalty_last_n < 0 else s.dry_penalty_last_n
+        text += f" · DRY {s.dry_multiplier:.2f}×{s.dry_base:.2f}^(len−{s.dry_allowed_length}) over {over}"
+    return text
 
 
 def new_seed() -> int:
@@ -188,7 +212,7 @@ class SamplingSettings:
     """What the sampler does at one step. Immutable: change it with `replace`.
 
     Its fields are the rows of SETTINGS: temperature, top_p, top_k, min_p,
-    repeat_penalty, repeat_last_n, seed, max_tokens. A seed of None means a fresh random
+    repeat_penalty, repeat_last_n, the dry_* ones (dry.py), seed, max_tokens. A seed of None means a fresh random
     seed for each reply (the engine draws it and records it in the reply's Start and Step
     events, so a replay is exact); a number pins the draws."""
 
