@@ -78,7 +78,7 @@ class ModelSpec:
     api_key: str | None = None
     api_key_env: str | None = None  # the environment variable that holds the key
     timeout: float | None = None  # seconds (None: backends.remote.DEFAULT_TIMEOUT)
-    extensions: bool = True  # send top_k, min_p, repeat_penalty, repeat_last_n too
+    extensions: bool = True  # send top_k, min_p, repeat_penalty, repeat_last_n, dry_* too
 
     @property
     def remote(self) -> bool:

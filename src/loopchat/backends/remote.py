@@ -8,8 +8,8 @@ other server's chunks give, with every figure it does not send left as None.
 
 What is asked for: `logprobs` with `top_logprobs` (the report size, at most 20),
 `stream_options.include_usage`, and the sampling settings: `temperature`, `top_p`,
-`max_tokens`, `seed` (when pinned), plus `top_k`, `min_p`, `repeat_penalty` and
-`repeat_last_n`, which OpenAI's API does not have (llama.cpp's server and `loopchat serve`
+`max_tokens`, `seed` (when pinned), plus `top_k`, `min_p`, `repeat_penalty`, `repeat_last_n`
+and DRY's four (settings.EXTENSION_KEYS), which OpenAI's API has not (llama.cpp's server and `loopchat serve`
 take them; `extensions = false` in models.toml leaves them out for a server that refuses
 unknown fields). A server fixes the settings of a request when it starts, so a change
 made mid-reply applies to the next reply (`live_settings` is False).
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from .. import __version__
 from ..errors import one_line
 from ..events import DOCUMENT, FinishReason, Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
-from ..settings import SamplingSettings
+from ..settings import EXTENSION_KEYS, SamplingSettings
 from ..wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 from . import Sink
 from .live import _Relay
@@ -355,7 +355,7 @@ class RemoteBackend:
         if stop:
             body["stop"] = list(stop)
         if self.extensions:
-            body.update(top_k=s.top_k, min_p=s.min_p, repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n)
+            body.update({name: getattr(s, name) for name in EXTENSION_KEYS})  # top_k ... dry_penalty_last_n
         return url, body, k
 
     def _trace(self, name: str, info: dict[str, Any]) -> None:

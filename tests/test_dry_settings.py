@@ -1,0 +1,87 @@
+"""DRY's four settings wherever a setting goes: `loopchat run`'s flags, a real `loopchat
+serve` (llama-server's request names, the Start event the client gets back), the loop
+panel's settings block, and a trace. (The body sent to a remote model:
+test_remote_errors.py::test_loopchat_run_blocking_and_sampling_flags_reach_the_server.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import openai
+import pytest
+from rich.console import Console
+from test_panel_threads import record
+from test_serve import KEY, MESSAGES, MODEL, Serve
+
+from loopchat.cli import build_parser
+from loopchat.events import Start
+from loopchat.run_command import settings_from_args
+from loopchat.settings import SamplingSettings, fmt_penalties
+from loopchat.trace import read_trace
+from loopchat.tui.loop_panel import PanelView, panel_renderable
+from loopchat.wire import extension_events
+
+DRY = dict(dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3, dry_penalty_last_n=-1)
+
+
+def test_run_flags_set_dry() -> None:
+    args = build_parser().parse_args(["run", "hi", "--dry-multiplier", "0.8", "--dry-base", "2",
+                                      "--dry-allowed-length", "3", "--dry-penalty-last-n", "-1"])
+    assert settings_from_args(SamplingSettings(seed=1), args) == SamplingSettings(seed=1, **DRY)
+
+
+def test_the_panel_shows_dry_when_it_is_on() -> None:
+    r = record(threads=False)
+    s = r.steps[-1]
+    live = dataclasses.replace(s.settings, seed=7, max_tokens=512, repeat_penalty=1.1, repeat_last_n=256)
+
+    def panel(settings: SamplingSettings) -> str:
+        view = PanelView(record=r, step=s, live=settings, width=100)
+        console = Console(width=100, record=True, color_system=None, file=open("/dev/null", "w"))
+        console.print(panel_renderable(view))
+        return console.export_text()
+
+    assert "repeat ×1.10 over 256 · seed 7" in panel(live) and "DRY" not in panel(live)
+    on = dataclasses.replace(live, dry_multiplier=0.8, dry_penalty_last_n=-1)
+    assert "repeat ×1.10 over 256 · DRY 0.80×1.75^(len−2) over all · seed 7 · max 512" in panel(on)
+    assert fmt_penalties(dataclasses.replace(on, dry_penalty_last_n=64)).endswith("DRY 0.80×1.75^(len−2) over 64")
+    assert "DRY" not in fmt_penalties(dataclasses.replace(on, dry_base=0.5))  # below 1: off, as llama.cpp's
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_serve_takes_llama_servers_dry_fields(server: Serve) -> None:
+    client = server.client()
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, seed=3, max_tokens=4, stream=True, extra_body={**DRY, "cache_prompt": False}
+    ))
+    start = extension_events(chunks[0].to_dict())[0]
+    assert isinstance(start, Start)
+    assert {k: getattr(start.settings, k) for k in DRY} == DRY
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4,
+                                       extra_body={"dry_penalty_last_n": -2})
+    assert "dry_penalty_last_n" in str(err.value) and "between -1 and 100000" in str(err.value)
+
+
+def test_a_trace_records_dry(tmp_path: Path) -> None:
+    from loopchat import cli
+
+    trace = tmp_path / "t.jsonl"
+    argv = ["run", "--threads", "1", "--max-tokens", "3", "--dry-multiplier", "0.8", "--dry-base", "2",
+            "--dry-allowed-length", "3", "--dry-penalty-last-n", "-1", "--trace", str(trace), "Hello?"]
+    assert cli.main(argv) == 0
+    _, traced = read_trace(trace)
+    start = next(t.event for t in traced if isinstance(t.event, Start))
+    assert {k: getattr(start.settings, k) for k in DRY} == DRY
+    line = next(json.loads(x) for x in trace.read_text().splitlines() if '"kind": "start"' in x)
+    assert {k: line["settings"][k] for k in DRY} == DRY  # spelled out in the file, as docs/trace-format.md says
