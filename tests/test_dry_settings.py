@@ -18,7 +18,7 @@ from test_serve import KEY, MESSAGES, MODEL, Serve
 from loopchat.cli import build_parser
 from loopchat.events import Start
 from loopchat.run_command import settings_from_args
-from loopchat.settings import SamplingSettings, fmt_penalties
+from loopchat.settings import SamplingSettings, fmt_dry
 from loopchat.trace import read_trace
 from loopchat.tui.loop_panel import PanelView, panel_renderable
 from loopchat.wire import extension_events
@@ -46,8 +46,18 @@ def test_the_panel_shows_dry_when_it_is_on() -> None:
     assert "repeat ×1.10 over 256 · seed 7" in panel(live) and "DRY" not in panel(live)
     on = dataclasses.replace(live, dry_multiplier=0.8, dry_penalty_last_n=-1)
     assert "repeat ×1.10 over 256 · DRY 0.80×1.75^(len−2) over all · seed 7 · max 512" in panel(on)
-    assert fmt_penalties(dataclasses.replace(on, dry_penalty_last_n=64)).endswith("DRY 0.80×1.75^(len−2) over 64")
-    assert "DRY" not in fmt_penalties(dataclasses.replace(on, dry_base=0.5))  # below 1: off, as llama.cpp's
+    assert fmt_dry(dataclasses.replace(on, dry_penalty_last_n=64)) == "DRY 0.80×1.75^(len−2) over 64 · "
+    assert fmt_dry(dataclasses.replace(on, dry_base=0.5)) == ""  # below 1: off, as llama.cpp's
+
+    def lines(settings: SamplingSettings, width: int) -> list[str]:
+        view = PanelView(record=r, step=s, live=settings, width=width)
+        console = Console(width=width, record=True, color_system=None, file=open("/dev/null", "w"))
+        console.print(panel_renderable(view))
+        return [ln.strip() for ln in console.export_text().splitlines()]
+
+    narrow = lines(on, 48)  # the chat at 120 columns: DRY goes with the seed, no item is cut
+    i = narrow.index("repeat ×1.10 over 256 · max 512")
+    assert narrow[i + 1] == "DRY 0.80×1.75^(len−2) over all · seed 7"
 
 
 @pytest.fixture(scope="module")

@@ -142,9 +142,10 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("dry_base", float, 1.75, 0.0, 10.0, "how fast DRY's penalty grows with the sequence's length; "
                 "below 1 disables DRY", "0–10 · below 1 = off", short="dry_base"),
     SettingSpec("dry_allowed_length", int, 2, 0, 1000, "the longest repeated sequence DRY leaves alone",
-                "tokens repeated without penalty", short="dry_len"),
+                "tokens repeated without penalty", short="dry_len", label="dry_allowed_len"),
     SettingSpec("dry_penalty_last_n", int, 64, -1, 100_000, "how many recent tokens DRY looks at; -1 the whole "
-                "context, 0 disables DRY", "tokens DRY looks back over · -1 = all", short="dry_n"),
+                "context, 0 disables DRY", "tokens DRY looks back over · -1 = all", short="dry_n",
+                label="dry_last_n"),
     SettingSpec("seed", int, None, 0, 2**32 - 1, "a number pins the draws: same seed, same reply; none "
                 "(the default) draws a fresh random seed for each reply", "empty = random each reply · a number pins it",
                 short="seed", optional=True),
@@ -175,14 +176,13 @@ EXTENSION_KEYS = ("top_k", "min_p", "repeat_penalty", "repeat_last_n", "dry_mult
                   "dry_allowed_length", "dry_penalty_last_n")
 
 
-def fmt_penalties(s: "SamplingSettings") -> str:
-    """The panel's penalties: 'repeat ×1.10 over 256', and DRY's when it is on:
-    ' · DRY 0.80×1.75^(len−2) over 64' ('over all': the whole context)."""
-    text = f"repeat ×{s.repeat_penalty:.2f} over {s.repeat_last_n}"
-    if s.dry_multiplier != 0.0 and s.dry_base >= 1.0 and s.dry_penalty_last_n != 0:
-        over = "all" if s.dry_penalty_last_n < 0 else s.dry_penalty_last_n
-        text += f" · DRY {s.dry_multiplier:.2f}×{s.dry_base:.2f}^(len−{s.dry_allowed_length}) over {over}"
-    return text
+def fmt_dry(s: "SamplingSettings") -> str:
+    """The panel's DRY item, before the seed: 'DRY 0.80×1.75^(len−2) over 64 · ' ('over
+    all': the whole context), or '' when DRY is off."""
+    if s.dry_multiplier == 0.0 or s.dry_base < 1.0 or s.dry_penalty_last_n == 0:
+        return ""
+    over = "all" if s.dry_penalty_last_n < 0 else s.dry_penalty_last_n
+    return f"DRY {s.dry_multiplier:.2f}×{s.dry_base:.2f}^(len−{s.dry_allowed_length}) over {over} · "
 
 
 def new_seed() -> int:
