@@ -95,3 +95,36 @@ def test_a_trace_records_dry(tmp_path: Path) -> None:
     assert {k: getattr(start.settings, k) for k in DRY} == DRY
     line = next(json.loads(x) for x in trace.read_text().splitlines() if '"kind": "start"' in x)
     assert {k: line["settings"][k] for k in DRY} == DRY  # spelled out in the file, as docs/trace-format.md says
+
+
+def test_the_bundled_model_greedy_answers_2_plus_2_and_ends(engine) -> None:
+    """docs/default-settings.md: with 1.1 over 256 (DRY or not) the greedy reply to "What
+    is 2+2?" talked about probability theory and never said 4; at the new defaults it does."""
+    from loopchat.config import BUILTIN_CONFIG
+    from loopchat.events import Finish, FinishReason, Message
+
+    spec = BUILTIN_CONFIG.get()
+    messages = [Message("system", spec.system_prompt), Message("user", "What is 2+2?")]
+    engine.reset()
+    finish = list(engine.generate(messages, spec.sampling.replace(temperature=0.0)))[-1]
+    assert isinstance(finish, Finish) and finish.reason == FinishReason.STOP, finish.reason
+    assert "is 4." in finish.text[:60], finish.text
+
+
+def test_the_sea_poem_at_the_bundled_defaults_says_no_8_word_phrase_three_times(engine) -> None:
+    """The one reply of 36 that 1.1 over 256 left over the target (docs/default-settings.md:
+    the sea poem, seed 2, a line said 4 times), at the new defaults."""
+    import re
+    from collections import Counter
+
+    from loopchat.config import BUILTIN_CONFIG
+    from loopchat.events import Finish, Message
+
+    spec = BUILTIN_CONFIG.get()
+    messages = [Message("system", spec.system_prompt), Message("user", "Write a short poem about the sea.")]
+    engine.reset()
+    finish = list(engine.generate(messages, spec.sampling.replace(seed=2)))[-1]
+    assert isinstance(finish, Finish)
+    words = re.findall(r"[\w']+", finish.text.lower())
+    grams = Counter(tuple(words[i : i + 8]) for i in range(len(words) - 7))
+    assert max(grams.values()) <= 2, grams.most_common(1)
