@@ -50,15 +50,16 @@ CANDIDATES: dict[str, dict] = {
     "rp1.1n256": {**CARD, "repeat_penalty": 1.1, "repeat_last_n": 256},
     "rp1.1n512": {**CARD, "repeat_penalty": 1.1, "repeat_last_n": 512},
     "rp1.05n256": {**CARD, "repeat_penalty": 1.05, "repeat_last_n": 256},
-    # llama.cpp's DRY (dry.py) at its usual strength, over the whole context
-    "dry0.8": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1},
+    # llama.cpp's DRY (dry.py) at its usual strength, over the whole context (4096: the
+    # replies measured were run with -1, the whole context, which the setting no longer takes)
+    "dry0.8": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
     "dry0.8rp1.1n256": {**CARD, "repeat_penalty": 1.1, "repeat_last_n": 256, "dry_multiplier": 0.8,
-                        "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1},
-    "dry0.8a3": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 3, "dry_penalty_last_n": -1},
+                        "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry0.8a3": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 3, "dry_penalty_last_n": 4096},
     "dry0.8rp1.05n256": {**CARD, "repeat_penalty": 1.05, "repeat_last_n": 256, "dry_multiplier": 0.8,
-                         "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1},
-    "dry1.5": {**CARD, "dry_multiplier": 1.5, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1},
-    "dry0.8a1": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 1, "dry_penalty_last_n": -1},
+                         "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry1.5": {**CARD, "dry_multiplier": 1.5, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry0.8a1": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 1, "dry_penalty_last_n": 4096},
 }
 #: a loop, for the table: a repeated run of at least this many tokens
 LOOP_TOKENS = 32

@@ -143,7 +143,7 @@ def test_builtin_model_has_its_model_card_settings_and_a_repeat_penalty():
     s = spec.sampling
     assert (s.temperature, s.top_p, s.top_k, s.min_p) == (0.2, 0.9, 50, 0.0)
     assert (s.repeat_penalty, s.repeat_last_n) == (1.05, 256)
-    assert (s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_penalty_last_n) == (0.8, 1.75, 2, -1)
+    assert (s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_penalty_last_n) == (0.8, 1.75, 2, 4096)
     assert (s.seed, s.max_tokens) == (SamplingSettings().seed, SamplingSettings().max_tokens)
 
 

@@ -113,7 +113,7 @@ def test_the_sampler_subtracts_the_penalties_after_the_repeat_penalty() -> None:
     logits = np.array([1.0, 2.0, 0.5, 1.5, 0.0], dtype=np.float32)
     history = dry.History([0, 1, 3, 2, 0, 1, 3, 0, 1], vocab)  # " the cat" again: " sat" would extend it
     s = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
-                         dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=-1)
+                         dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=64)
     res = sampler.sample(logits, history, s, sampler.make_rng(0), report_k=5)
     # " the cat" ends the context and came before " sat" at 1-2 and 5-6; after the breaker
     # ".\n" (position 3) only 5 tokens count: the longest match is 2 tokens, penalty 0.8
@@ -158,7 +158,7 @@ def test_the_real_models_sampled_distribution_is_the_raw_one_minus_the_penalties
     same number for every token both top lists show; the penalties recomputed from the Start event's
     prompt ids and the steps' tokens, with the model's own breakers."""
     s = SamplingSettings(temperature=0.5, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=11, max_tokens=160,
-                         dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=-1)
+                         dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=4096)
     msgs = [Message("user", "Tell me a short story about a cat.")]
     engine.reset()
     events = list(engine.generate(msgs, s))
@@ -169,7 +169,7 @@ def test_the_real_models_sampled_distribution_is_the_raw_one_minus_the_penalties
     ctx = list(start.prompt_token_ids)
     checked = 0
     for st in steps:
-        ids, pen = dry.penalties(ctx, breakers, 0.8, 1.75, 2, -1)
+        ids, pen = dry.penalties(ctx, breakers, 0.8, 1.75, 2, 4096)
         penalty = dict(zip(ids.tolist(), pen.tolist()))
         raw = {c.token_id: c.prob for c in st.raw_top}
         both = [(c.token_id, c.prob) for c in st.sampled_top if c.token_id in raw and raw[c.token_id] > 1e-6]

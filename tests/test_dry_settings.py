@@ -23,12 +23,12 @@ from loopchat.trace import read_trace
 from loopchat.tui.loop_panel import PanelView, panel_renderable
 from loopchat.wire import extension_events
 
-DRY = dict(dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3, dry_penalty_last_n=-1)
+DRY = dict(dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3, dry_penalty_last_n=4096)
 
 
 def test_run_flags_set_dry() -> None:
     args = build_parser().parse_args(["run", "hi", "--dry-multiplier", "0.8", "--dry-base", "2",
-                                      "--dry-allowed-length", "3", "--dry-penalty-last-n", "-1"])
+                                      "--dry-allowed-length", "3", "--dry-penalty-last-n", "4096"])
     assert settings_from_args(SamplingSettings(seed=1), args) == SamplingSettings(seed=1, **DRY)
 
 
@@ -44,8 +44,8 @@ def test_the_panel_shows_dry_when_it_is_on() -> None:
         return console.export_text()
 
     assert "repeat ×1.10 over 256 · seed 7" in panel(live) and "DRY" not in panel(live)
-    on = dataclasses.replace(live, dry_multiplier=0.8, dry_penalty_last_n=-1)
-    assert "repeat ×1.10 over 256 · DRY 0.80×1.75^(len−2) over all · seed 7 · max 512" in panel(on)
+    on = dataclasses.replace(live, dry_multiplier=0.8, dry_penalty_last_n=4096)
+    assert "repeat ×1.10 over 256 · DRY 0.80×1.75^(len−2) over 4096 · seed 7 · max 512" in panel(on)
     assert fmt_dry(dataclasses.replace(on, dry_penalty_last_n=64)) == "DRY 0.80×1.75^(len−2) over 64 · "
     assert fmt_dry(dataclasses.replace(on, dry_base=0.5)) == ""  # below 1: off, as llama.cpp's
 
@@ -57,7 +57,7 @@ def test_the_panel_shows_dry_when_it_is_on() -> None:
 
     narrow = lines(on, 48)  # the chat at 120 columns: DRY goes with the seed, no item is cut
     i = narrow.index("repeat ×1.10 over 256 · max 512")
-    assert narrow[i + 1] == "DRY 0.80×1.75^(len−2) over all · seed 7"
+    assert narrow[i + 1] == "DRY 0.80×1.75^(len−2) over 4096 · seed 7"
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +79,8 @@ def test_serve_takes_llama_servers_dry_fields(server: Serve) -> None:
     assert {k: getattr(start.settings, k) for k in DRY} == DRY
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4,
-                                       extra_body={"dry_penalty_last_n": -2})
-    assert "dry_penalty_last_n" in str(err.value) and "between -1 and 100000" in str(err.value)
+                                       extra_body={"dry_penalty_last_n": -1})
+    assert "dry_penalty_last_n" in str(err.value) and "between 0 and 100000" in str(err.value)
 
 
 def test_a_trace_records_dry(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_a_trace_records_dry(tmp_path: Path) -> None:
 
     trace = tmp_path / "t.jsonl"
     argv = ["run", "--threads", "1", "--max-tokens", "3", "--dry-multiplier", "0.8", "--dry-base", "2",
-            "--dry-allowed-length", "3", "--dry-penalty-last-n", "-1", "--trace", str(trace), "Hello?"]
+            "--dry-allowed-length", "3", "--dry-penalty-last-n", "4096", "--trace", str(trace), "Hello?"]
     assert cli.main(argv) == 0
     _, traced = read_trace(trace)
     start = next(t.event for t in traced if isinstance(t.event, Start))

@@ -394,7 +394,7 @@ def test_loopchat_run_blocking_and_sampling_flags_reach_the_server(server, capsy
     url, state = server
     args = ["run", "--url", f"{url}/ok", "--blocking", "--temperature", "0.25", "--top-k", "7", "--min-p", "0.1",
             "--repeat-penalty", "1.3", "--top-p", "0.8", "--seed", "42", "--max-tokens", "33", "--top-report", "4",
-            "--dry-multiplier", "0.8", "--dry-penalty-last-n", "-1", "Hello?"]
+            "--dry-multiplier", "0.8", "--dry-penalty-last-n", "1024", "Hello?"]
     assert cli.main(args) == 0
     out, err = capsys.readouterr()
     assert out == "Hié there\n" and "tok/s not given" in err  # one body: no decode rate at the client
@@ -405,5 +405,5 @@ def test_loopchat_run_blocking_and_sampling_flags_reach_the_server(server, capsy
     }
     # DRY under llama-server's names
     assert {k: body[k] for k in ("dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n")} == {
-        "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1,
+        "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 1024,
     }

@@ -121,7 +121,8 @@ def penalties(
     """(token ids, the amount to subtract from each one's logit: float32), in id order.
 
     `context`: every token id so far (prompt and reply); `last_n` of them are looked at
-    (-1: all of them); `breakers`: the ids of the sequence-breaker tokens."""
+    (-1: all of them, as llama.cpp's command line; the setting takes 0 and up); `breakers`:
+    the ids of the sequence-breaker tokens."""
     if not enabled(multiplier, base, last_n):
         return _EMPTY
     n = len(context) if last_n < 0 else min(len(context), last_n)

@@ -143,8 +143,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
                 "below 1 disables DRY", "0–10 · below 1 = off", short="dry_base"),
     SettingSpec("dry_allowed_length", int, 2, 0, 1000, "the longest repeated sequence DRY leaves alone",
                 "tokens repeated without penalty", short="dry_len", label="dry_allowed_len"),
-    SettingSpec("dry_penalty_last_n", int, 64, -1, 100_000, "how many recent tokens DRY looks at; -1 the whole "
-                "context, 0 disables DRY", "tokens DRY looks back over · -1 = all", short="dry_n",
+    SettingSpec("dry_penalty_last_n", int, 64, 0, 100_000, "how many recent tokens DRY looks at (llama-server "
+                "takes no -1); 0 disables DRY", "tokens DRY looks back over · 0 = off", short="dry_n",
                 label="dry_last_n"),
     SettingSpec("seed", int, None, 0, 2**32 - 1, "a number pins the draws: same seed, same reply; none "
                 "(the default) draws a fresh random seed for each reply", "empty = random each reply · a number pins it",
@@ -177,12 +177,11 @@ EXTENSION_KEYS = ("top_k", "min_p", "repeat_penalty", "repeat_last_n", "dry_mult
 
 
 def fmt_dry(s: "SamplingSettings") -> str:
-    """The panel's DRY item, before the seed: 'DRY 0.80×1.75^(len−2) over 64 · ' ('over
-    all': the whole context), or '' when DRY is off."""
+    """The panel's DRY item, before the seed: 'DRY 0.80×1.75^(len−2) over 64 · ', or ''
+    when DRY is off."""
     if s.dry_multiplier == 0.0 or s.dry_base < 1.0 or s.dry_penalty_last_n == 0:
         return ""
-    over = "all" if s.dry_penalty_last_n < 0 else s.dry_penalty_last_n
-    return f"DRY {s.dry_multiplier:.2f}×{s.dry_base:.2f}^(len−{s.dry_allowed_length}) over {over} · "
+    return f"DRY {s.dry_multiplier:.2f}×{s.dry_base:.2f}^(len−{s.dry_allowed_length}) over {s.dry_penalty_last_n} · "
 
 
 def new_seed() -> int:
