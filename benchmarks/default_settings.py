@@ -50,6 +50,16 @@ CANDIDATES: dict[str, dict] = {
     "rp1.1n256": {**CARD, "repeat_penalty": 1.1, "repeat_last_n": 256},
     "rp1.1n512": {**CARD, "repeat_penalty": 1.1, "repeat_last_n": 512},
     "rp1.05n256": {**CARD, "repeat_penalty": 1.05, "repeat_last_n": 256},
+    # llama.cpp's DRY (dry.py) at its usual strength, over the whole context (4096: the
+    # replies measured were run with -1, the whole context, which the setting no longer takes)
+    "dry0.8": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry0.8rp1.1n256": {**CARD, "repeat_penalty": 1.1, "repeat_last_n": 256, "dry_multiplier": 0.8,
+                        "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry0.8a3": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 3, "dry_penalty_last_n": 4096},
+    "dry0.8rp1.05n256": {**CARD, "repeat_penalty": 1.05, "repeat_last_n": 256, "dry_multiplier": 0.8,
+                         "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry1.5": {**CARD, "dry_multiplier": 1.5, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry0.8a1": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 1, "dry_penalty_last_n": 4096},
 }
 #: a loop, for the table: a repeated run of at least this many tokens
 LOOP_TOKENS = 32
@@ -127,6 +137,9 @@ def table(out: Path) -> str:
         loops = sum((lr := longest_repeat(r["token_ids"])) is not None and lr.length >= LOOP_TOKENS for r in rs)
         s = rs[0]["settings"]
         desc = f"repeat_penalty {s['repeat_penalty']} over {s['repeat_last_n']}"
+        if s.get("dry_multiplier"):
+            desc += (f"; DRY {s['dry_multiplier']}, base {s['dry_base']}, allowed {s['dry_allowed_length']},"
+                     f" over {s['dry_penalty_last_n']}")
         lines.append(
             f"| {name} | {desc} | {right}/{len(short)} | {sum(x > 2 for x in reps)}/{len(rs)} | {max(reps)} | "
             f"{loops}/{len(rs)} | {sum(r['reason'] == 'stop' for r in rs)}/{len(rs)} | "

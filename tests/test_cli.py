@@ -109,6 +109,7 @@ def test_models_lists_the_builtin_model() -> None:
         (("run", "hi", "--top-p", "0"), ("top_p",)),
         (("run", "hi", "--max-tokens", "0"), ("max_tokens",)),
         (("run", "hi", "--repeat-last-n", "-1"), ("repeat_last_n", "between 0 and 100000")),
+        (("run", "hi", "--dry-penalty-last-n", "-1"), ("dry_penalty_last_n", "between 0 and 100000")),
         (("run", "hi", "--model", "nope"), ("nope",)),
         (("run", "   "), ("empty",)),
         (("run", "hi", "--config", "/nonexistent/models.toml"), ("/nonexistent/models.toml",)),

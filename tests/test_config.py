@@ -135,14 +135,15 @@ SMOLLM2_CARD_PROMPT = (
 
 def test_builtin_model_has_its_model_card_settings_and_a_repeat_penalty():
     # huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct: generate(temperature=0.2, top_p=0.9,
-    # do_sample=True), transformers' top_k 50; plus a repeat penalty of 1.1 over 256 tokens
-    # (docs/default-settings.md: without it the model loops); the system prompt is the one
+    # do_sample=True), transformers' top_k 50; plus DRY 0.8 and a repeat penalty of 1.05 over 256
+    # tokens (docs/default-settings.md: without them the model loops); the system prompt is the one
     # its chat template puts in when there is none
     spec = BUILTIN_CONFIG.get()
     assert spec.system_prompt == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
     s = spec.sampling
     assert (s.temperature, s.top_p, s.top_k, s.min_p) == (0.2, 0.9, 50, 0.0)
-    assert (s.repeat_penalty, s.repeat_last_n) == (1.1, 256)
+    assert (s.repeat_penalty, s.repeat_last_n) == (1.05, 256)
+    assert (s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_penalty_last_n) == (0.8, 1.75, 2, 4096)
     assert (s.seed, s.max_tokens) == (SamplingSettings().seed, SamplingSettings().max_tokens)
 
 

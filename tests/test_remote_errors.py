@@ -150,7 +150,8 @@ def test_extensions_false_sends_only_openais_parameters(server) -> None:
     url, state = server
     reply(url + "/ok", extensions=False)
     body = state["requests"][-1]
-    assert not {"top_k", "min_p", "repeat_penalty", "repeat_last_n"} & set(body)
+    assert not {"top_k", "min_p", "repeat_penalty", "repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length",
+                "dry_penalty_last_n"} & set(body)
 
 
 # ---- errors: one line each -----------------------------------------------------------------
@@ -392,7 +393,8 @@ def test_a_server_without_a_model_list_needs_a_model_id(server) -> None:
 def test_loopchat_run_blocking_and_sampling_flags_reach_the_server(server, capsys) -> None:
     url, state = server
     args = ["run", "--url", f"{url}/ok", "--blocking", "--temperature", "0.25", "--top-k", "7", "--min-p", "0.1",
-            "--repeat-penalty", "1.3", "--top-p", "0.8", "--seed", "42", "--max-tokens", "33", "--top-report", "4", "Hello?"]
+            "--repeat-penalty", "1.3", "--top-p", "0.8", "--seed", "42", "--max-tokens", "33", "--top-report", "4",
+            "--dry-multiplier", "0.8", "--dry-penalty-last-n", "1024", "Hello?"]
     assert cli.main(args) == 0
     out, err = capsys.readouterr()
     assert out == "Hié there\n" and "tok/s not given" in err  # one body: no decode rate at the client
@@ -400,4 +402,8 @@ def test_loopchat_run_blocking_and_sampling_flags_reach_the_server(server, capsy
     assert body["stream"] is False and body["top_logprobs"] == 4
     assert {k: body[k] for k in ("temperature", "top_k", "min_p", "repeat_penalty", "top_p", "seed", "max_tokens")} == {
         "temperature": 0.25, "top_k": 7, "min_p": 0.1, "repeat_penalty": 1.3, "top_p": 0.8, "seed": 42, "max_tokens": 33,
+    }
+    # DRY under llama-server's names
+    assert {k: body[k] for k in ("dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n")} == {
+        "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 1024,
     }

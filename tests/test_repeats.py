@@ -140,7 +140,7 @@ def test_a_loopchat_server_sends_the_repeat_in_its_extension() -> None:
         body = {
             "model": "smollm2-135m-instruct", "stream": True, "seed": 1, "max_tokens": 160,
             "messages": [{"role": "system", "content": SMOLLM2_SYSTEM_PROMPT}, {"role": "user", "content": CAT}],
-            "temperature": 0.2, "top_p": 0.9, "top_k": 50, "min_p": 0.0, "repeat_penalty": 1.0,
+            "temperature": 0.2, "top_p": 0.9, "top_k": 50, "min_p": 0.0, "repeat_penalty": 1.0, "dry_multiplier": 0.0,
         }
         repeats = []
         with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120,

@@ -78,7 +78,7 @@ class ModelSpec:
     api_key: str | None = None
     api_key_env: str | None = None  # the environment variable that holds the key
     timeout: float | None = None  # seconds (None: backends.remote.DEFAULT_TIMEOUT)
-    extensions: bool = True  # send top_k, min_p, repeat_penalty, repeat_last_n too
+    extensions: bool = True  # send top_k, min_p, repeat_penalty, repeat_last_n, dry_* too
 
     @property
     def remote(self) -> bool:
@@ -164,11 +164,11 @@ def looks_like_a_path(name: str) -> bool:
 #: What SmolLM2-135M-Instruct's own chat template puts in when a conversation has no system
 #: message (the model was tuned with it); the rendered prompt is the same either way.
 SMOLLM2_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-#: Its model card (huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct): temperature 0.2, top-p 0.9,
-#: top-k 50, no min-p (with loopchat's general defaults it got 15 of 25 simple first questions
-#: right, with these 19: issue 15); plus a repeat penalty of 1.1 over 256 tokens, which the card
-#: has not: without it 19 of 36 replies repeated an 8-word phrase 3-58 times (docs/default-settings.md).
-SMOLLM2_SAMPLING = SamplingSettings(temperature=0.2, top_p=0.9, top_k=50, min_p=0.0, repeat_penalty=1.1, repeat_last_n=256)
+#: Its model card (huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct): temperature 0.2, top-p 0.9, top-k 50, no
+#: min-p (issue 15: 19 of 25 simple first questions right, 15 with loopchat's general defaults); plus DRY 0.8 over 4096
+#: tokens (its context) and a repeat penalty of 1.05 over 256 tokens: without, 19 of 36 replies said an 8-word phrase 3-58 times, with, none (docs/default-settings.md).
+SMOLLM2_SAMPLING = SamplingSettings(temperature=0.2, top_p=0.9, top_k=50, min_p=0.0, repeat_penalty=1.05, repeat_last_n=256,
+                                    dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=4096)
 
 BUILTIN_CONFIG = Config(
     default=BUILTIN_NAME,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import sampler
+from . import dry, sampler
 from .chat_prompt import CHATML_TEMPLATE, ChatTemplate, FittedPrompt, fit_document, fit_prompt, opening_mode
 from .engine_options import EngineOptions, physical_cores  # noqa: F401 - importable from here too
 from .errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
@@ -400,7 +400,7 @@ class Engine:
         base = len(prefix)  # the steps' numbers go on from the prefix's
         stops = StopStrings(stop) if stop else None
         stopped = False  # a stop string ended the reply
-        history = list(tokens)
+        history = dry.History(tokens, self)  # DRY finds the model's sequence breakers through it
         repeats = RepeatFinder(prefix)  # the reply repeating itself (repeats.py): on each Step
         text_parts: list[str] = []
         completion = 0

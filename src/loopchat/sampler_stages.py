@@ -1,15 +1,15 @@
 """The sampler's stages: small objects, each narrowing the candidates and saying what it did.
 
 The chain of a step is data, built from the settings in one place (`chain_for`), in
-llama.cpp's order: repeat penalty -> top-k -> top-p -> min-p -> temperature; at
-temperature 0: repeat penalty -> greedy. `sampler.sample` runs it over a `Candidates`,
+llama.cpp's order: repeat penalty -> DRY -> top-k -> top-p -> min-p -> temperature; at
+temperature 0: repeat penalty -> DRY -> greedy. `sampler.sample` runs it over a `Candidates`,
 then makes the distribution and draws. Every stage is in its chain whatever its
 setting; one that is off passes everything on. Adding a stage is a class with a `name`
 and `apply(c) -> StageReport`, and a line in `chain_for`.
 
 A stage's report (StageReport) counts the candidates it removed and the probability
 they held, all stages measured in one distribution: the softmax, at temperature 1, of
-the logits after the repeat penalty, over the whole vocabulary (docs/trace-format.md,
+the logits after the penalties (repeat penalty and DRY), over the whole vocabulary (docs/trace-format.md,
 "Sampler stages"). The removed masses of a step therefore add up: 1 minus their sum is
 the last report's kept_mass.
 
@@ -29,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from . import dry
 from .sampler_math import SORT_LIMIT, scratch, top_indices, top_p_set, top_set
 from .settings import SamplingSettings
 
@@ -37,7 +38,7 @@ from .settings import SamplingSettings
 class StageReport:
     """What one stage did at one step (masses: see the module's docstring)."""
 
-    stage: str  # the stage's name: repeat_penalty, top_k, top_p, min_p, temperature, greedy
+    stage: str  # the stage's name: repeat_penalty, dry, top_k, top_p, min_p, temperature, greedy
     removed: int  # candidates it removed
     removed_mass: float  # the probability they held
     kept: int  # candidates left after it
@@ -155,6 +156,22 @@ class RepeatPenalty:
             ids = np.fromiter(recent, dtype=np.intp, count=len(recent))
             v = c.work[ids]
             c.change_logits(ids, np.where(v > 0, v / self.penalty, v * self.penalty))
+        return c.report(self.name, c.count, c.mass)
+
+
+@dataclass(frozen=True, slots=True)
+class Dry:
+    """llama.cpp's DRY (dry.py): subtracts from the logit of each token that would extend
+    a sequence the context already holds a penalty that grows with its length, in
+    float32 as the logits come. Removes none."""
+
+    settings: SamplingSettings
+    name: str = "dry"
+
+    def apply(self, c: Candidates) -> StageReport:
+        ids, pen = dry.step_penalties(c.context, self.settings, c.n_vocab)
+        if ids.size:
+            c.change_logits(ids, c.work[ids] - pen)
         return c.report(self.name, c.count, c.mass)
 
 
@@ -277,11 +294,11 @@ def scaled(c: Candidates) -> np.ndarray:
 def chain_for(settings: SamplingSettings) -> tuple[Stage, ...]:
     """The stages of a step under these settings, in order (the same objects for equal
     settings: they are immutable)."""
-    penalty = RepeatPenalty(settings.repeat_penalty, settings.repeat_last_n)
+    penalties = (RepeatPenalty(settings.repeat_penalty, settings.repeat_last_n), Dry(settings))
     if settings.greedy:
-        return (penalty, Greedy())
+        return (*penalties, Greedy())
     return (
-        penalty,
+        *penalties,
         TopK(settings.top_k),
         TopP(settings.top_p),
         MinP(settings.min_p),

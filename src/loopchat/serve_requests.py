@@ -9,7 +9,8 @@ engine reports per step, and the WireOptions of the response. Every problem rais
 message that says what is supported.
 
 Accepted besides OpenAI's parameters (extensions): top_k, min_p, repeat_penalty,
-repeat_last_n (loopchat's sampling settings), `cache_prompt: false` (llama.cpp's name:
+repeat_last_n, dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n
+(loopchat's sampling settings, llama-server's names), `cache_prompt: false` (llama.cpp's name:
 evaluate the whole prompt instead of reusing the KV cache of the previous request, so
 that the same seed gives the same reply whatever ran before), `ignore_eos: true` (also
 llama.cpp's: an end-of-generation token does not end the reply, which then runs to
@@ -47,6 +48,10 @@ SETTING_KEYS = {
     "min_p": "min_p",
     "repeat_penalty": "repeat_penalty",
     "repeat_last_n": "repeat_last_n",
+    "dry_multiplier": "dry_multiplier",  # llama-server's names for DRY (dry.py)
+    "dry_base": "dry_base",
+    "dry_allowed_length": "dry_allowed_length",
+    "dry_penalty_last_n": "dry_penalty_last_n",
     "max_tokens": "max_tokens",
     "max_completion_tokens": "max_tokens",  # OpenAI's newer name wins when both are given
 }

@@ -136,6 +136,16 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("repeat_penalty", float, 1.1, 0.1, 5.0, "1.0 disables the penalty", "0.1–5 · 1 = off", short="repeat"),
     SettingSpec("repeat_last_n", int, 64, 0, 100_000, "how many recent tokens the repeat penalty looks at",
                 "tokens the penalty looks back over", short="last_n"),
+    SettingSpec("dry_multiplier", float, 0.0, 0.0, 5.0, "DRY's strength: a token that would extend a repeated "
+                "sequence loses multiplier * base^(length - allowed_length) from its logit; 0 disables DRY",
+                "0–5 · 0 = off (DRY)", short="dry"),
+    SettingSpec("dry_base", float, 1.75, 0.0, 10.0, "how fast DRY's penalty grows with the sequence's length; "
+                "below 1 disables DRY", "0–10 · below 1 = off", short="dry_base"),
+    SettingSpec("dry_allowed_length", int, 2, 0, 1000, "the longest repeated sequence DRY leaves alone",
+                "tokens repeated without penalty", short="dry_len", label="dry_allowed_len"),
+    SettingSpec("dry_penalty_last_n", int, 64, 0, 100_000, "how many recent tokens DRY looks at (llama-server "
+                "takes no -1); 0 disables DRY", "tokens DRY looks back over · 0 = off", short="dry_n",
+                label="dry_last_n"),
     SettingSpec("seed", int, None, 0, 2**32 - 1, "a number pins the draws: same seed, same reply; none "
                 "(the default) draws a fresh random seed for each reply", "empty = random each reply · a number pins it",
                 short="seed", optional=True),
@@ -159,6 +169,19 @@ def fmt_value(name: str, value: int | float | None) -> str:
     if spec.type is int:
         return str(int(value))
     return f"{value:.{spec.decimals}f}"
+
+
+#: The settings sent to a remote server beyond OpenAI's own (llama-server's names)
+EXTENSION_KEYS = ("top_k", "min_p", "repeat_penalty", "repeat_last_n", "dry_multiplier", "dry_base",
+                  "dry_allowed_length", "dry_penalty_last_n")
+
+
+def fmt_dry(s: "SamplingSettings") -> str:
+    """The panel's DRY item, before the seed: 'DRY 0.80×1.75^(len−2) over 64 · ', or ''
+    when DRY is off."""
+    if s.dry_multiplier == 0.0 or s.dry_base < 1.0 or s.dry_penalty_last_n == 0:
+        return ""
+    return f"DRY {s.dry_multiplier:.2f}×{s.dry_base:.2f}^(len−{s.dry_allowed_length}) over {s.dry_penalty_last_n} · "
 
 
 def new_seed() -> int:
@@ -188,7 +211,7 @@ class SamplingSettings:
     """What the sampler does at one step. Immutable: change it with `replace`.
 
     Its fields are the rows of SETTINGS: temperature, top_p, top_k, min_p,
-    repeat_penalty, repeat_last_n, seed, max_tokens. A seed of None means a fresh random
+    repeat_penalty, repeat_last_n, the dry_* ones (dry.py), seed, max_tokens. A seed of None means a fresh random
     seed for each reply (the engine draws it and records it in the reply's Start and Step
     events, so a replay is exact); a number pins the draws."""
 

@@ -9,11 +9,11 @@ other server's chunks give, with every figure it does not send left as None.
 What is asked for: `logprobs` with `top_logprobs` (the report size, at most 20),
 `stream_options.include_usage`, the settings `temperature`, `top_p`, `max_tokens`, `seed`
 (the pinned one, else one the client draws for the reply), plus `top_k`, `min_p`,
-`repeat_penalty`, `repeat_last_n` and `loopchat: {"prompt": true}` (loopchat serve's start
-record with the prompt's tokens, for Ctrl+T), which OpenAI's API does not have
-(`extensions = false` in models.toml leaves them out for a server that refuses unknown
-fields). A server fixes a request's settings when it starts: a change made mid-reply
-applies to the next reply (`live_settings` is False).
+`repeat_penalty`, `repeat_last_n`, DRY's four (settings.EXTENSION_KEYS) and `loopchat:
+{"prompt": true}` (loopchat serve's start record with the prompt's tokens, for Ctrl+T),
+which OpenAI's API does not have (`extensions = false` in models.toml leaves them out for
+a server that refuses unknown fields). A server fixes a request's settings when it
+starts: a change made mid-reply applies to the next reply (`live_settings` is False).
 
 Errors (unreachable, refused, 401, 404, 500, an error or a malformed chunk mid-stream, a
 stream cut before `data: [DONE]`, a timeout) end the run with one WorkerError line.
@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from .. import __version__
 from ..errors import one_line
 from ..events import DOCUMENT, FinishReason, Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
-from ..settings import SamplingSettings, new_seed
+from ..settings import EXTENSION_KEYS, SamplingSettings, new_seed
 from ..wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 from . import Sink
 from .live import _Relay
@@ -356,8 +356,8 @@ class RemoteBackend:
         if stop:
             body["stop"] = list(stop)
         if self.extensions:
-            body.update(top_k=s.top_k, min_p=s.min_p, repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n,
-                        loopchat={"prompt": True})
+            body.update({name: getattr(s, name) for name in EXTENSION_KEYS})  # top_k ... dry_penalty_last_n
+            body["loopchat"] = {"prompt": True}
         return url, body, k
 
     def _trace(self, name: str, info: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 
 from ..events import Candidate, Pending, Prefill, Step
-from ..settings import KNOBS, SETTING, SamplingSettings, fmt_value
+from ..settings import KNOBS, SETTING, SamplingSettings, fmt_dry, fmt_value
 from .conversation import BLOCKING, ReplyRecord, finish_label
 from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from .panel_caches import PanelCaches, ReplyIndex, Series
@@ -590,7 +590,7 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
             t.append((f"  → {fmt_value(name, pending)} {when}", _PENDING))
         lines.append(t)
     repeat = f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n}"
-    seed = f"seed {fmt_value('seed', shown.seed)}"
+    seed = f"{fmt_dry(shown)}seed {fmt_value('seed', shown.seed)}"  # (DRY, when on, goes with the seed)
     one = f"{repeat} · {seed} · max {shown.max_tokens}"
     if len(one) <= width:
         lines.append([(one, LABEL)])
