@@ -70,7 +70,7 @@ def server():
 
 
 def test_serve_takes_llama_servers_dry_fields(server: Serve) -> None:
-    client = server.client()
+    client = server.client(KEY)
     chunks = list(client.chat.completions.create(
         model=MODEL, messages=MESSAGES, seed=3, max_tokens=4, stream=True, extra_body={**DRY, "cache_prompt": False}
     ))
