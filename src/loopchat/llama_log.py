@@ -15,7 +15,11 @@ import threading
 from pathlib import Path
 from typing import IO, Iterator
 
-import llama_cpp
+from . import omp_spin
+
+omp_spin.apply()  # before llama.cpp's library loads libgomp (omp_spin.py)
+
+import llama_cpp  # noqa: E402
 
 from .private_files import open_private_append, private_dir
 
