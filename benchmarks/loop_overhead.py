@@ -14,7 +14,8 @@ Optionally (c) llama.cpp's own `llama-bench` tg figure at the same thread count
     .venv/bin/python benchmarks/loop_overhead.py --sweep [--model FILE.gguf]
 
 --sweep: the sampling chain's cost against the forward pass for each combination of
-settings (top-k on/off, top-p, min-p, temperature, --top-report 10/40): the median of
+settings (top-k on/off, top-p, min-p, temperature, --top-report 10/40, DRY off / 0.8 over
+the whole context): the median of
 sample_ms / forward_ms over the decode steps of one reply each. Target: every
 combination < 0.10.
 """
@@ -106,15 +107,17 @@ def sweep(model: Path, threads: int | None, tokens: int) -> None:
 
     engine = Engine(model, n_ctx=2048, threads=threads, log_path=Path("/dev/null"))
     print(f"model {model.name}, vocabulary {engine.n_vocab}, threads {engine.threads}, {tokens} tokens per reply")
-    print(f"{'top_k':>6} {'top_p':>6} {'min_p':>6} {'temp':>5} {'report':>6}  {'sample ms':>9} {'forward ms':>10}  ratio")
+    print(f"{'top_k':>6} {'top_p':>6} {'min_p':>6} {'temp':>5} {'report':>6} {'dry':>4}  {'sample ms':>9} {'forward ms':>10}  ratio")
     worst = 0.0
-    for top_k, top_p, min_p, temp, report in itertools.product((40, 0), (0.95, 1.0), (0.05, 0.0), (0.7, 2.0), (10, 40)):
-        s = SamplingSettings(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temp, seed=1, max_tokens=tokens)
+    grid = itertools.product((40, 0), (0.95, 1.0), (0.05, 0.0), (0.7, 2.0), (10, 40), (0.0, 0.8))
+    for top_k, top_p, min_p, temp, report, dry in grid:
+        s = SamplingSettings(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temp, seed=1, max_tokens=tokens,
+                             dry_multiplier=dry, dry_penalty_last_n=2048)
         steps = [e for e in engine.generate(MESSAGES, s, report_k=report, ignore_eos=True) if isinstance(e, Step)][1:]
         sample = statistics.median(st.sample_ms for st in steps)
         forward = statistics.median(st.forward_ms for st in steps)
         worst = max(worst, sample / forward)
-        print(f"{top_k:>6} {top_p:>6} {min_p:>6} {temp:>5} {report:>6}  {sample:9.2f} {forward:10.1f}  {sample / forward:.3f}")
+        print(f"{top_k:>6} {top_p:>6} {min_p:>6} {temp:>5} {report:>6} {dry:>4}  {sample:9.2f} {forward:10.1f}  {sample / forward:.3f}")
     print(f"worst ratio {worst:.3f} (target < 0.10)")
     engine.close()
 

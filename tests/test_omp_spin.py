@@ -9,7 +9,11 @@ import sys
 
 import pytest
 
-CHECK = "import os, loopchat._llama_ffi; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
+# the engine's first import of llama.cpp's library, as Engine() makes it
+CHECK = (
+    "import os, sys; import loopchat.engine; assert 'llama_cpp' not in sys.modules; from llama_cpp import Llama; "
+    "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
+)
 
 
 def _run(**env: str) -> str:
@@ -27,13 +31,9 @@ def test_the_spin_count_is_set_before_llama_cpp_loads_unless_the_user_chose(env,
     assert _run(**env) == seen
 
 
-def test_it_is_set_before_the_library_is_loaded() -> None:
-    """libgomp reads its environment once, when llama.cpp's library loads it: the module
-    that loads it must set the count first (import order, checked in the source)."""
-    from pathlib import Path
-
-    import loopchat
-
-    for name in ("_llama_ffi.py", "llama_log.py"):
-        text = (Path(loopchat.__file__).parent / name).read_text(encoding="utf-8")
-        assert text.index("omp_spin.apply()") < text.index("import llama_cpp"), name
+def test_libgomp_is_not_loaded_before_the_package_sets_it() -> None:
+    """libgomp reads its environment once, when it is loaded: importing loopchat (which sets
+    the count) must not load it."""
+    code = "import loopchat.engine, loopchat.config; print('gomp' in open('/proc/self/maps').read())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr

@@ -1,3 +1,8 @@
 """loopchat: a terminal chat that shows the autoregressive generation loop while it runs."""
 
+from . import omp_spin
+
 __version__ = "0.1.0"
+
+# before any loopchat module imports llama_cpp, whose library loads libgomp (omp_spin.py)
+omp_spin.apply()

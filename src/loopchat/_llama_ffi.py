@@ -16,11 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-from . import omp_spin
-
-omp_spin.apply()  # before llama.cpp's library loads libgomp (omp_spin.py)
-
-import llama_cpp  # noqa: E402
+import llama_cpp
 from llama_cpp import llama_cpp as _bindings
 
 # llama_get_logits_ith(ctx, i) -> float*: the logits of the i-th output of the last

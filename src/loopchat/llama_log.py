@@ -15,11 +15,7 @@ import threading
 from pathlib import Path
 from typing import IO, Iterator
 
-from . import omp_spin
-
-omp_spin.apply()  # before llama.cpp's library loads libgomp (omp_spin.py)
-
-import llama_cpp  # noqa: E402
+import llama_cpp
 
 from .private_files import open_private_append, private_dir
 

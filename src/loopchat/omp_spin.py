@@ -12,8 +12,8 @@ stalls (`benchmarks/omp_wait.py`, docs/performance.md, "OpenMP's spin"):
     beside 2 CPU-bound programs: 9 tok/s (worst pass 3.4 s), 34 (worst 82 ms), 50
 
 libgomp reads its environment once, when llama.cpp's library loads it: `apply()` must
-run before `import llama_cpp` (_llama_ffi.py and llama_log.py call it first). A wait
-policy or spin count the user set is left alone.
+run before `import llama_cpp`, so the package's __init__ calls it (any loopchat module
+runs it first). A wait policy or spin count the user set is left alone.
 """
 
 from __future__ import annotations
