@@ -191,14 +191,15 @@ class _Output:
         self.out = out
         self.error: OSError | None = None
         self.line_open = False  # the last text written did not end with a newline
+        self.wrote = False  # some text was written
 
     def write(self, text: str) -> bool:
         if self.error is not None:
             return False
         try:
+            if text:  # (set first: a Ctrl+C can land once the text is out, before the next line)
+                self.line_open, self.wrote = not text.endswith("\n"), True
             self.out.write(text)
-            if text:
-                self.line_open = not text.endswith("\n")
             self.out.flush()
         except OSError as exc:
             self.error = exc
@@ -452,8 +453,10 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
             except TraceError as exc:
                 trace_error = str(exc)
 
+    shown = output.wrote  # reply text printed (a token drawn but not printed at Ctrl+C is not)
     if finish is not None:
         text = finish.text if (args.show_steps or args.blocking) else ""
+        shown = shown or bool(text)
         output.write(text + ("" if finish.text.endswith("\n") else "\n"))
         print(summary_line(prefill, finish, threads_text(threads_auto, threads_used), server, client_times), file=sys.stderr)
     elif output.line_open:  # a partial reply, ended by an error: end its line
@@ -463,12 +466,9 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
         print(f"loopchat: {error.message}", file=sys.stderr)
         return 1 if error.internal else 2
     if interrupted:
-        if finish is not None and finish.completion_tokens:
-            said = "the reply above is partial"
-        elif generating:
-            said = "stopped before the first token"
-        else:
-            said = "stopped while the model was loading"
+        printed = shown and finish is not None and finish.completion_tokens
+        said = ("the reply above is partial" if printed else "stopped before the first token" if generating
+                else "stopped while the model was loading")
         print(f"loopchat: interrupted (Ctrl+C): {said}", file=sys.stderr)
         return 130
     if finish is not None and finish.error:
