@@ -101,7 +101,8 @@ async def send(pilot, text: str) -> None:
 
 async def test_streaming_shows_what_the_serializer_sends_as_the_steps_come(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path, wire_folded=False)
-    async with app.run_test(size=SIZE) as pilot:
+    # unfolded, one step's chunk is ~50 rows at this width: tall enough for the last one whole
+    async with app.run_test(size=(160, 90)) as pilot:
         gate = StepGate(app, after=6)
         await send(pilot, PROMPT)
         # held after 6 steps: the view shows the role chunk and 6 chunks, no more
