@@ -74,8 +74,11 @@ def test_the_count_follows_a_cpu_bound_process_started_and_stopped(auto_engine: 
         _, busy_steps = reply(auto_engine, 240)
     busy = settled(busy_steps)
     assert busy < quiet, f"with {max(1, usable - 1)} CPU-bound processes beside it auto kept {busy} threads"
-    # seen in the pass times or in the other programs' CPU use, whichever first
-    assert any(w in s.threads_reason for s in busy_steps for w in ("slower than when chosen", "CPU use went"))
+    # seen in the pass times, in the other programs' CPU use, or as a pass the guard had to
+    # cut (probe_guard.py: the count in force is guarded once fewer threads were measured)
+    assert any(
+        w in s.threads_reason for s in busy_steps for w in ("slower than when chosen", "CPU use went", "ran past")
+    )
     # they stop: the CPU meter (or the regular re-check) finds the quiet machine's count
     _, after = reply(auto_engine, 400)
     assert settled(after) == quiet
