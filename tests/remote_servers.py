@@ -276,3 +276,22 @@ async def reply_and_replay(backend: Any, tmp_path: Path, settings: Any, size: tu
         compare = app.screen.text
         info = [str(v.info_text()) for v in app.transcript.reply_views()]
         return app, original, replay, compare, info
+
+
+def start_llama_server(model_path: Path, n_ctx: int) -> "_Child":
+    """llama.cpp's llama-server (built once by benchmarks/build_llama_bench.sh) on a free
+    port with `model_path`, 1 thread; its `url` set. Stop it with `.stop()`."""
+    root = Path(__file__).resolve().parents[1]
+    build = subprocess.run(
+        ["bash", str(root / "benchmarks" / "build_llama_bench.sh"), "llama-server"],
+        capture_output=True, text=True, timeout=3600,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    binary = build.stdout.strip().splitlines()[-1]
+    port = free_port()
+    server = _Child(
+        [binary, "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port), "-c", str(n_ctx), "-t", "1"],
+        marker="listening on http://",
+    )
+    server.url = f"http://127.0.0.1:{port}"
+    return server

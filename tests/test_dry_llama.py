@@ -5,17 +5,15 @@ only DRY and temperature 1 in its chain; what it subtracted is what dry.penaltie
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
-from remote_servers import _Child, free_port
+from remote_servers import start_llama_server
 
 from loopchat import dry
 from loopchat.engine import Engine
 
-ROOT = Path(__file__).resolve().parents[1]
 #: weaker than the default, so that the penalized tokens stay among the 10 reported after it
 DRY = dict(dry_multiplier=0.3, dry_base=1.1, dry_allowed_length=2, dry_penalty_last_n=1024)
 TEXT = ("Rule one: the cat sat on the mat and the dog sat on the log. Rule two: the cat sat on the mat "
@@ -24,18 +22,7 @@ TEXT = ("Rule one: the cat sat on the mat and the dog sat on the log. Rule two: 
 
 @pytest.fixture(scope="module")
 def llama_server(model_path: Path):
-    build = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "build_llama_bench.sh"), "llama-server"],
-        capture_output=True, text=True, timeout=3600,
-    )
-    assert build.returncode == 0, build.stderr[-2000:]
-    binary = build.stdout.strip().splitlines()[-1]
-    port = free_port()
-    server = _Child(
-        [binary, "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port), "-c", "1024", "-t", "1"],
-        marker="listening on http://",
-    )
-    server.url = f"http://127.0.0.1:{port}"
+    server = start_llama_server(model_path, 1024)
     yield server
     server.stop()
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import queue
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from remote_servers import _Child, free_port, reply_and_replay
+from remote_servers import reply_and_replay, start_llama_server
 from tui_fixtures import panel_text, wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
@@ -21,24 +20,12 @@ from loopchat.tui.launch import create_app
 from loopchat.tui.plots import fmt_ms
 from loopchat.tui.prefs import Prefs
 
-ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SamplingSettings(temperature=0.7, seed=4, max_tokens=8)
 
 
 @pytest.fixture(scope="module")
 def llama_server(model_path):
-    build = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "build_llama_bench.sh"), "llama-server"],
-        capture_output=True, text=True, timeout=3600,
-    )
-    assert build.returncode == 0, build.stderr[-2000:]
-    binary = build.stdout.strip().splitlines()[-1]
-    port = free_port()
-    server = _Child(
-        [binary, "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-t", "1"],
-        marker="listening on http://",
-    )
-    server.url = f"http://127.0.0.1:{port}"
+    server = start_llama_server(model_path, 2048)
     yield server
     server.stop()
 
