@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import queue
 import re
-from pathlib import Path
 
 import pytest
 from remote_servers import reply_and_replay, start_llama_server
