@@ -44,7 +44,9 @@ while time.monotonic() < end:
 
 @contextmanager
 def _procs(cmds: list[list[str]]) -> Iterator[None]:
-    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True) for c in cmds]
+    procs = [
+        subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True) for c in cmds
+    ]
     try:
         yield
     finally:
@@ -60,11 +62,11 @@ def _procs(cmds: list[list[str]]) -> Iterator[None]:
             p.wait()
 
 
-def compile_mix(n: int, seconds: float = 600.0) -> "contextmanager[None]":
+def compile_mix(n: int, seconds: float = 600.0) -> contextmanager[None]:
     return _procs([[sys.executable, "-c", _MIX.format(seconds=seconds)] for _ in range(n)])
 
 
-def second_loopchat(seconds: float = 600.0) -> "contextmanager[None]":
+def second_loopchat(seconds: float = 600.0) -> contextmanager[None]:
     loop = (
         "import subprocess, sys, time\n"
         f"end = time.monotonic() + {seconds}\n"
@@ -82,7 +84,7 @@ def load(name: str, seconds: float = 600.0) -> Iterator[None]:
     second loopchat), compile (compile mix of 2), loopchat (a second loopchat)."""
     with ExitStack() as stack:
         if name.startswith("burners"):
-            stack.enter_context(burners(int(name[len("burners"):]), seconds))
+            stack.enter_context(burners(int(name[len("burners") :]), seconds))
         elif name == "compile":
             stack.enter_context(compile_mix(2, seconds))
         elif name == "loopchat":

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -53,13 +52,20 @@ PROMPT = "Write a very long story about a dragon who learns to cook. Make it at 
 
 def _figures(forward_ms: list[float], tok_s: float, cuts: int, extra: dict | None = None) -> dict:
     ms = forward_ms or [float("nan")]
-    return {"tok_s": tok_s, "passes": len(forward_ms), "p99": pct(ms, 0.99), "worst": max(ms),
-            "over250": sum(1 for m in ms if m > 250), "cuts": cuts, **(extra or {})}
+    return {
+        "tok_s": tok_s,
+        "passes": len(forward_ms),
+        "p99": pct(ms, 0.99),
+        "worst": max(ms),
+        "over250": sum(1 for m in ms if m > 250),
+        "cuts": cuts,
+        **(extra or {}),
+    }
 
 
 def child_run(threads: str, tokens: int, max_s: float) -> dict:
     from loopchat.config import load_config
-    from loopchat.engine import Engine
+    from loopchat.engine.engine import Engine
     from loopchat.events import Finish, Message, Step
     from loopchat.settings import SamplingSettings
 
@@ -69,14 +75,18 @@ def child_run(threads: str, tokens: int, max_s: float) -> dict:
     timer = threading.Timer(max_s, eng.cancel)
     timer.start()
     steps, finish = [], None
-    for e in eng.generate([Message("user", PROMPT)], SamplingSettings(seed=1, max_tokens=tokens, temperature=0.7), ignore_eos=True):
+    for e in eng.generate(
+        [Message("user", PROMPT)], SamplingSettings(seed=1, max_tokens=tokens, temperature=0.7), ignore_eos=True
+    ):
         if isinstance(e, Step):
             steps.append(e)
         elif isinstance(e, Finish):
             finish = e
     timer.cancel()
     eng.close()
-    return _figures([s.forward_ms for s in steps[1:]], finish.tokens_per_s, sum(1 for s in steps if getattr(s, "probe_cut_ms", 0)))
+    return _figures(
+        [s.forward_ms for s in steps[1:]], finish.tokens_per_s, sum(1 for s in steps if getattr(s, "probe_cut_ms", 0))
+    )
 
 
 def child_serve(threads: str, tokens: int, max_s: float) -> dict:
@@ -84,14 +94,24 @@ def child_serve(threads: str, tokens: int, max_s: float) -> dict:
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopchat", "serve", "--port", "0", "--threads", threads],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         line = proc.stdout.readline()  # "loopchat serve: listening on URL · ..."
         url = line.split("listening on ")[1].split(" ")[0]
         model = line.split(" · model ")[1].split(" ")[0]
-        body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": tokens,
-                "stream": True, "ignore_eos": True, "seed": 1, "temperature": 0.7, "loopchat": True}
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": tokens,
+            "stream": True,
+            "ignore_eos": True,
+            "seed": 1,
+            "temperature": 0.7,
+            "loopchat": True,
+        }
         forward, cuts, n, t_first, t_last = [], 0, 0, None, None
         end = time.monotonic() + max_s
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=max_s + 60) as r:
@@ -128,7 +148,9 @@ def pct(values: list[float], q: float) -> float:
 def run_child(kind: str, threads: str, tokens: int, max_s: float) -> dict:
     proc = subprocess.run(
         [sys.executable, __file__, "--child", kind, threads, str(tokens), str(max_s)],
-        capture_output=True, text=True, timeout=max_s + 240,
+        capture_output=True,
+        text=True,
+        timeout=max_s + 240,
     )
     if proc.returncode != 0:
         raise SystemExit(f"child {kind} {threads} failed:\n{proc.stderr[-3000:]}")
@@ -136,8 +158,10 @@ def run_child(kind: str, threads: str, tokens: int, max_s: float) -> dict:
 
 
 def _row(name: str, r: dict) -> str:
-    return (f"  {name:<12}{r['tok_s']:9.1f}{r['p99']:10.1f}{r['worst']:10.1f}{r['over250']:8d}"
-            f"{r['cuts']:7d}{r['passes']:8d}")
+    return (
+        f"  {name:<12}{r['tok_s']:9.1f}{r['p99']:10.1f}{r['worst']:10.1f}{r['over250']:8d}"
+        f"{r['cuts']:7d}{r['passes']:8d}"
+    )
 
 
 def report(results: dict, loads: list[str], kinds: list[str]) -> None:
@@ -157,8 +181,10 @@ def report(results: dict, loads: list[str], kinds: list[str]) -> None:
             p99 = auto["p99"] / best["p99"]
             ok = ratio >= 0.9 and p99 <= 2.0 and auto["over250"] <= best["over250"]
             verdicts.append(ok)
-            print(f"  auto / best fixed ({best_t}): tok/s {ratio:.2f} (>= 0.9) · p99 {p99:.2f}x (<= 2) · "
-                  f">250 ms {auto['over250']} vs {best['over250']} · {'ok' if ok else 'MISSED'}")
+            print(
+                f"  auto / best fixed ({best_t}): tok/s {ratio:.2f} (>= 0.9) · p99 {p99:.2f}x (<= 2) · "
+                f">250 ms {auto['over250']} vs {best['over250']} · {'ok' if ok else 'MISSED'}"
+            )
             if kind == "serve":
                 print(f"  auto's start-up line: {auto.get('startup', '')}")
     print(f"\n{sum(verdicts)} of {len(verdicts)} conditions meet every target")
@@ -186,8 +212,11 @@ def main() -> None:
     from busy_load import load
 
     loads, kinds, threads = args.loads.split(","), args.kinds.split(","), args.threads.split(",")
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; each configuration a fresh "
-          f"process, one reply of {args.tokens} tokens cut at {args.max_s:.0f} s", flush=True)
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; each configuration a fresh "
+        f"process, one reply of {args.tokens} tokens cut at {args.max_s:.0f} s",
+        flush=True,
+    )
     results: dict = {}
     t0 = time.monotonic()
     for i, name in enumerate(loads):

@@ -53,11 +53,25 @@ CANDIDATES: dict[str, dict] = {
     # llama.cpp's DRY (dry.py) at its usual strength, over the whole context (4096: the
     # replies measured were run with -1, the whole context, which the setting no longer takes)
     "dry0.8": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
-    "dry0.8rp1.1n256": {**CARD, "repeat_penalty": 1.1, "repeat_last_n": 256, "dry_multiplier": 0.8,
-                        "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry0.8rp1.1n256": {
+        **CARD,
+        "repeat_penalty": 1.1,
+        "repeat_last_n": 256,
+        "dry_multiplier": 0.8,
+        "dry_base": 1.75,
+        "dry_allowed_length": 2,
+        "dry_penalty_last_n": 4096,
+    },
     "dry0.8a3": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 3, "dry_penalty_last_n": 4096},
-    "dry0.8rp1.05n256": {**CARD, "repeat_penalty": 1.05, "repeat_last_n": 256, "dry_multiplier": 0.8,
-                         "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
+    "dry0.8rp1.05n256": {
+        **CARD,
+        "repeat_penalty": 1.05,
+        "repeat_last_n": 256,
+        "dry_multiplier": 0.8,
+        "dry_base": 1.75,
+        "dry_allowed_length": 2,
+        "dry_penalty_last_n": 4096,
+    },
     "dry1.5": {**CARD, "dry_multiplier": 1.5, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 4096},
     "dry0.8a1": {**CARD, "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 1, "dry_penalty_last_n": 4096},
 }
@@ -84,7 +98,7 @@ def most_repeated_phrase(text: str, n: int = 8) -> tuple[int, str]:
 
 
 def run(out: Path, names: list[str], seeds: list[int], max_tokens: int) -> None:
-    from loopchat.engine import Engine
+    from loopchat.engine.engine import Engine
     from loopchat.model_files import builtin_model_path
 
     done = set()
@@ -110,9 +124,17 @@ def run(out: Path, names: list[str], seeds: list[int], max_tokens: int) -> None:
                             ids.append(ev.token_id)
                         elif isinstance(ev, Finish):
                             fin = ev
-                    row = dict(candidate=name, settings=CANDIDATES[name], prompt=p["id"], seed=seed,
-                               reason=fin.reason.value, tokens=len(ids), token_ids=ids, text=fin.text,
-                               seconds=round(time.perf_counter() - t0, 2))
+                    row = dict(
+                        candidate=name,
+                        settings=CANDIDATES[name],
+                        prompt=p["id"],
+                        seed=seed,
+                        reason=fin.reason.value,
+                        tokens=len(ids),
+                        token_ids=ids,
+                        text=fin.text,
+                        seconds=round(time.perf_counter() - t0, 2),
+                    )
                     f.write(json.dumps(row) + "\n")
                     f.flush()
                     print(name, p["id"], seed, fin.reason.value, len(ids), flush=True)
@@ -120,7 +142,7 @@ def run(out: Path, names: list[str], seeds: list[int], max_tokens: int) -> None:
 
 
 def table(out: Path) -> str:
-    from loopchat.repeats import longest_repeat
+    from loopchat.engine.repeats import longest_repeat
 
     prompts = {p["id"]: p for p in load_prompts()}
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -138,8 +160,10 @@ def table(out: Path) -> str:
         s = rs[0]["settings"]
         desc = f"repeat_penalty {s['repeat_penalty']} over {s['repeat_last_n']}"
         if s.get("dry_multiplier"):
-            desc += (f"; DRY {s['dry_multiplier']}, base {s['dry_base']}, allowed {s['dry_allowed_length']},"
-                     f" over {s['dry_penalty_last_n']}")
+            desc += (
+                f"; DRY {s['dry_multiplier']}, base {s['dry_base']}, allowed {s['dry_allowed_length']},"
+                f" over {s['dry_penalty_last_n']}"
+            )
         lines.append(
             f"| {name} | {desc} | {right}/{len(short)} | {sum(x > 2 for x in reps)}/{len(rs)} | {max(reps)} | "
             f"{loops}/{len(rs)} | {sum(r['reason'] == 'stop' for r in rs)}/{len(rs)} | "
@@ -155,7 +179,9 @@ def table(out: Path) -> str:
         cells = []
         for name in names:
             rs = sorted((r for r in rows if r["candidate"] == name and r["prompt"] == pid), key=lambda r: r["seed"])
-            cells.append(" ".join(f"{most_repeated_phrase(r['text'])[0]}{'*' if r['reason'] == 'length' else ''}" for r in rs))
+            cells.append(
+                " ".join(f"{most_repeated_phrase(r['text'])[0]}{'*' if r['reason'] == 'length' else ''}" for r in rs)
+            )
         lines.append(f"| {pid} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -58,7 +58,7 @@ class Clock:
         self.wall: list[float] = []
         self.cpu: list[float] = []
 
-    def __enter__(self) -> "Clock":
+    def __enter__(self) -> Clock:
         self._t, self._c = time.perf_counter(), time.thread_time()
         return self
 
@@ -71,12 +71,14 @@ class Clock:
 
 
 async def drive(tokens: int, size: tuple[int, int]) -> None:
-    from loopchat.tui.event_pump import FRAME_RATE
+    from loopchat.chat.event_pump import FRAME_RATE
+    from loopchat.chat.prefs import Prefs
     from loopchat.tui.launch import create_app
-    from loopchat.tui.prefs import Prefs
 
     budget = 1000 / FRAME_RATE
-    app = create_app(replay=str(TRACE), replay_speed=0, prefs=Prefs(markdown=False), prefs_path=Path("/dev/null"), history=False)
+    app = create_app(
+        replay=str(TRACE), replay_speed=0, prefs=Prefs(markdown=False), prefs_path=Path("/dev/null"), history=False
+    )
     async with app.run_test(size=size) as pilot:
         await asyncio.wait_for(app.run_finished.wait(), 30)
         rec = app.conversation.replies[0]
@@ -95,8 +97,12 @@ async def drive(tokens: int, size: tuple[int, int]) -> None:
             await pilot.pause()
         doc = app.document
         rows = doc.doc.height
-        print(f"document: {len(doc.doc.tokens):,} tokens ({tokens:,} in the prompt) · {rows:,} rows at {doc.doc.width} columns")
-        print(f"layout   Ctrl+T to the first screen drawn: {layout.wall[0]:.0f} ms wall, {layout.cpu[0]:.0f} ms CPU (once per reply and width)")
+        print(
+            f"document: {len(doc.doc.tokens):,} tokens ({tokens:,} in the prompt) · {rows:,} rows at {doc.doc.width} columns"
+        )
+        print(
+            f"layout   Ctrl+T to the first screen drawn: {layout.wall[0]:.0f} ms wall, {layout.cpu[0]:.0f} ms CPU (once per reply and width)"
+        )
 
         drawn = [0]
         render_line = doc.body.render_line

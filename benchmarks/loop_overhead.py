@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from loopchat.engine import Engine, physical_cores  # noqa: E402
+from loopchat.engine.engine import Engine, physical_cores  # noqa: E402
 from loopchat.events import Finish, Message, Start  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.settings import SamplingSettings  # noqa: E402
@@ -107,17 +107,29 @@ def sweep(model: Path, threads: int | None, tokens: int) -> None:
 
     engine = Engine(model, n_ctx=2048, threads=threads, log_path=Path("/dev/null"))
     print(f"model {model.name}, vocabulary {engine.n_vocab}, threads {engine.threads}, {tokens} tokens per reply")
-    print(f"{'top_k':>6} {'top_p':>6} {'min_p':>6} {'temp':>5} {'report':>6} {'dry':>4}  {'sample ms':>9} {'forward ms':>10}  ratio")
+    print(
+        f"{'top_k':>6} {'top_p':>6} {'min_p':>6} {'temp':>5} {'report':>6} {'dry':>4}  {'sample ms':>9} {'forward ms':>10}  ratio"
+    )
     worst = 0.0
     grid = itertools.product((40, 0), (0.95, 1.0), (0.05, 0.0), (0.7, 2.0), (10, 40), (0.0, 0.8))
     for top_k, top_p, min_p, temp, report, dry in grid:
-        s = SamplingSettings(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temp, seed=1, max_tokens=tokens,
-                             dry_multiplier=dry, dry_penalty_last_n=2048)
+        s = SamplingSettings(
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            temperature=temp,
+            seed=1,
+            max_tokens=tokens,
+            dry_multiplier=dry,
+            dry_penalty_last_n=2048,
+        )
         steps = [e for e in engine.generate(MESSAGES, s, report_k=report, ignore_eos=True) if isinstance(e, Step)][1:]
         sample = statistics.median(st.sample_ms for st in steps)
         forward = statistics.median(st.forward_ms for st in steps)
         worst = max(worst, sample / forward)
-        print(f"{top_k:>6} {top_p:>6} {min_p:>6} {temp:>5} {report:>6} {dry:>4}  {sample:9.2f} {forward:10.1f}  {sample / forward:.3f}")
+        print(
+            f"{top_k:>6} {top_p:>6} {min_p:>6} {temp:>5} {report:>6} {dry:>4}  {sample:9.2f} {forward:10.1f}  {sample / forward:.3f}"
+        )
     print(f"worst ratio {worst:.3f} (target < 0.10)")
     engine.close()
 

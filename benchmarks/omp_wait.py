@@ -40,7 +40,7 @@ CONFIGS = {
 
 def child(threads: int, passes: int, max_s: float) -> dict:
     from loopchat.config import load_config
-    from loopchat.engine import Engine
+    from loopchat.engine.engine import Engine
 
     spec = load_config(None).get(None)
     eng = Engine(spec.resolve_file(), n_ctx=2048, threads=threads, log_path=Path(os.devnull))
@@ -84,14 +84,20 @@ def main() -> None:
                 threads, env = CONFIGS[label]
                 proc = subprocess.run(
                     [sys.executable, __file__, "--child", str(threads), str(args.passes), str(args.max_s)],
-                    capture_output=True, text=True, timeout=args.max_s + 120, env={**os.environ, **env},
+                    capture_output=True,
+                    text=True,
+                    timeout=args.max_s + 120,
+                    env={**os.environ, **env},
                 )
                 if proc.returncode:
                     raise SystemExit(proc.stderr[-2000:])
                 ms = json.loads(proc.stdout.strip().splitlines()[-1])["ms"][5:]  # the first passes warm up
                 mean = statistics.fmean(ms)
-                print(f"{name:<10}{label:<30}{mean:8.1f}{pct(ms, .5):8.1f}{pct(ms, .99):8.1f}{max(ms):9.1f}"
-                      f"{sum(1 for m in ms if m > 250):8d}{1000 / mean:8.1f}", flush=True)
+                print(
+                    f"{name:<10}{label:<30}{mean:8.1f}{pct(ms, 0.5):8.1f}{pct(ms, 0.99):8.1f}{max(ms):9.1f}"
+                    f"{sum(1 for m in ms if m > 250):8d}{1000 / mean:8.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -58,10 +58,10 @@ def child(ab: str, side: str, tokens: int) -> dict:
     _variant(ab, side)
     import dataclasses
 
+    from loopchat.chat.prefs import Prefs
     from loopchat.events import Finish, Start, Step
     from loopchat.trace import read_trace
     from loopchat.tui.launch import create_app
-    from loopchat.tui.prefs import Prefs
 
     _, traced = read_trace(TRACE)
     reply = [te.event for te in traced]
@@ -111,7 +111,10 @@ def run_child(ab: str, side: str, tokens: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "LOOPCHAT_STOCK_RENDER"}
     proc = subprocess.run(
         [sys.executable, __file__, "--child", ab, side, str(tokens)],
-        capture_output=True, text=True, timeout=900, env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
     )
     if proc.returncode != 0:
         raise SystemExit(f"child {ab} {side} failed:\n{proc.stderr[-3000:]}")
@@ -131,23 +134,30 @@ def main() -> None:
         return
 
     a_name, b_name = AB[args.ab]
-    print(f"{os.cpu_count()} CPUs; A = {a_name}, B = {b_name}; {args.rounds} rounds, A and B alternating, "
-          f"each a fresh process streaming {args.tokens} tokens at 100 tok/s")
+    print(
+        f"{os.cpu_count()} CPUs; A = {a_name}, B = {b_name}; {args.rounds} rounds, A and B alternating, "
+        f"each a fresh process streaming {args.tokens} tokens at 100 tok/s"
+    )
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for r in range(args.rounds):
         for side in ("A", "B") if r % 2 == 0 else ("B", "A"):
             res = run_child(args.ab, side, args.tokens)
             runs[side].append(res)
-            print(f"round {r + 1}  {side}  {res['ui_ms_per_token']:.3f} ms/token  {res['frames']} frames  "
-                  f"({res['screen']}, {res['scrollbar']})", flush=True)
+            print(
+                f"round {r + 1}  {side}  {res['ui_ms_per_token']:.3f} ms/token  {res['frames']} frames  "
+                f"({res['screen']}, {res['scrollbar']})",
+                flush=True,
+            )
     a = [x["ui_ms_per_token"] for x in runs["A"]]
     b = [x["ui_ms_per_token"] for x in runs["B"]]
     ratios = [y / x for x, y in zip(a, b)]
     print()
     print(f"A ({a_name}): {statistics.median(a):.3f} ms/token (range {min(a):.3f}-{max(a):.3f})")
     print(f"B ({b_name}): {statistics.median(b):.3f} ms/token (range {min(b):.3f}-{max(b):.3f})")
-    print(f"B/A by round: median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}); "
-          f"ratio of medians {statistics.median(b) / statistics.median(a):.3f}")
+    print(
+        f"B/A by round: median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}); "
+        f"ratio of medians {statistics.median(b) / statistics.median(a):.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from cpu_burners import cpu_burners  # noqa: E402
+
 from loopchat.events import Finish  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.trace import read_trace  # noqa: E402
@@ -69,8 +70,13 @@ class Child:
     """A server process; `url` once the line `pattern` appeared on its stdout or stderr."""
 
     def __init__(self, args: list[str], pattern: str, url: str | None = None, timeout: float = 180) -> None:
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self.lines: list[str] = []
         ready = threading.Event()
         found: list[str] = []
@@ -105,8 +111,9 @@ class Child:
 
 
 def loopchat_serve(threads: int, *extra: str) -> Child:
-    return Child([PY, "-m", "loopchat", "serve", "--port", "0", "--threads", str(threads), *extra],
-                 r"listening on (http://\S+)")
+    return Child(
+        [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", str(threads), *extra], r"listening on (http://\S+)"
+    )
 
 
 def llama_cpp_server(model: Path, threads: int) -> Child:
@@ -116,9 +123,25 @@ def llama_cpp_server(model: Path, threads: int) -> Child:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return Child(
-        [PY, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
-         "--n_threads", str(threads), "--n_threads_batch", str(threads), "--n_ctx", "4096"],
-        r"(Uvicorn running on)", url=f"http://127.0.0.1:{port}",
+        [
+            PY,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+            "--n_ctx",
+            "4096",
+        ],
+        r"(Uvicorn running on)",
+        url=f"http://127.0.0.1:{port}",
     )
 
 
@@ -156,7 +179,9 @@ def stream_request(url: str, body: dict) -> dict:
                 else:
                     finish = (json.loads(line[6:]).get("loopchat") or {}).get("finish") or {}
     if not done or len(times) < 2:
-        raise RuntimeError(f"the stream ended early ({len(times)} token chunks, [DONE] {'seen' if done else 'missing'})")
+        raise RuntimeError(
+            f"the stream ended early ({len(times)} token chunks, [DONE] {'seen' if done else 'missing'})"
+        )
     return {
         "ttft_ms": (times[0] - sent) * 1000.0,
         "tok_s": (len(times) - 1) / (times[-1] - times[0]),
@@ -169,8 +194,13 @@ def stream_request(url: str, body: dict) -> dict:
 def chat_body(tokens: int, **extra: object) -> dict:
     return {
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
-        "stream": True, "max_tokens": tokens, "seed": SEED, "logprobs": True, "top_logprobs": 10,
-        "stream_options": {"include_usage": True}, **extra,
+        "stream": True,
+        "max_tokens": tokens,
+        "seed": SEED,
+        "logprobs": True,
+        "top_logprobs": 10,
+        "stream_options": {"include_usage": True},
+        **extra,
     }
 
 
@@ -178,9 +208,29 @@ def run_headless(threads: int, tokens: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "run.jsonl"
         proc = subprocess.run(
-            [PY, "-m", "loopchat", "run", "--threads", str(threads), "--seed", str(SEED), "--max-tokens", str(tokens),
-             "--top-report", "10", "--system", SYSTEM, "--trace", str(trace), PROMPT],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+            [
+                PY,
+                "-m",
+                "loopchat",
+                "run",
+                "--threads",
+                str(threads),
+                "--seed",
+                str(SEED),
+                "--max-tokens",
+                str(tokens),
+                "--top-report",
+                "10",
+                "--system",
+                SYSTEM,
+                "--trace",
+                str(trace),
+                PROMPT,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         if proc.returncode != 0:
             raise RuntimeError(f"loopchat run failed: {proc.stderr[-1000:]}")
@@ -214,8 +264,11 @@ def run_llama_cpp(model: Path, threads: int, tokens: int) -> dict:
 def rounds(args: argparse.Namespace, model: Path) -> None:
     kinds = ["headless", "serve"] + ([] if args.no_llama_cpp else ["llama-cpp"])
     res: dict[str, list[dict]] = {k: [] for k in kinds}
-    print(f"{args.rounds} rounds, {args.tokens} tokens at most, threads {args.threads} pinned; "
-          f"each configuration a fresh process, order alternating", flush=True)
+    print(
+        f"{args.rounds} rounds, {args.tokens} tokens at most, threads {args.threads} pinned; "
+        f"each configuration a fresh process, order alternating",
+        flush=True,
+    )
     for r in range(args.rounds):
         order = kinds if r % 2 == 0 else list(reversed(kinds))
         for k in order:
@@ -228,10 +281,15 @@ def rounds(args: argparse.Namespace, model: Path) -> None:
             res[k].append(x)
             extra = ""
             if x.get("server_ttft_ms") is not None:
-                extra = (f"  (its engine: {x['server_tok_s']:.1f} tok/s, TTFT {x['server_ttft_ms']:.1f} ms; the wire's "
-                         f"share of TTFT {statistics.median(x['wire_ms']):.1f} ms)")
-            print(f"round {r + 1}  {k:<10} {x['tok_s']:7.1f} tok/s  TTFT {x['ttft_ms']:6.1f} ms  "
-                  f"{x['tokens']} tokens{extra}", flush=True)
+                extra = (
+                    f"  (its engine: {x['server_tok_s']:.1f} tok/s, TTFT {x['server_ttft_ms']:.1f} ms; the wire's "
+                    f"share of TTFT {statistics.median(x['wire_ms']):.1f} ms)"
+                )
+            print(
+                f"round {r + 1}  {k:<10} {x['tok_s']:7.1f} tok/s  TTFT {x['ttft_ms']:6.1f} ms  "
+                f"{x['tokens']} tokens{extra}",
+                flush=True,
+            )
     med = {k: {f: statistics.median(x[f] for x in v) for f in ("tok_s", "ttft_ms")} for k, v in res.items()}
     by_round = [s["tok_s"] / h["tok_s"] for s, h in zip(res["serve"], res["headless"])]
     ttft_diff = [s["ttft_ms"] - h["ttft_ms"] for s, h in zip(res["serve"], res["headless"])]
@@ -243,23 +301,36 @@ def rounds(args: argparse.Namespace, model: Path) -> None:
         print(f"{k:<28}{med[k]['tok_s']:14.1f}{med[k]['ttft_ms']:10.1f}")
     print()
     ratio = med["serve"]["tok_s"] / med["headless"]["tok_s"]
-    print(f"serve / headless decode: {ratio:.3f} (by round {statistics.median(by_round):.3f}, "
-          f"{min(by_round):.3f}-{max(by_round):.3f}; target >= 0.95)")
-    print(f"  the server's engine / headless: {engine / med['headless']['tok_s']:.3f} (the loop itself, in the "
-          f"server); client / the server's engine: {med['serve']['tok_s'] / engine:.3f} (the delivery)")
-    print(f"TTFT over HTTP - the same request's engine TTFT: median {statistics.median(wire):+.1f} ms, "
-          f"p90 {sorted(wire)[int(0.9 * (len(wire) - 1))]:+.1f} ms over {len(wire)} requests (target <= +5 ms)")
-    print(f"  fresh processes, serve - headless: {med['serve']['ttft_ms'] - med['headless']['ttft_ms']:+.1f} ms "
-          f"(medians; by round {statistics.median(ttft_diff):+.1f}, {min(ttft_diff):+.1f} to {max(ttft_diff):+.1f}: "
-          "a first prefill after a load varies by ±10 ms)")
+    print(
+        f"serve / headless decode: {ratio:.3f} (by round {statistics.median(by_round):.3f}, "
+        f"{min(by_round):.3f}-{max(by_round):.3f}; target >= 0.95)"
+    )
+    print(
+        f"  the server's engine / headless: {engine / med['headless']['tok_s']:.3f} (the loop itself, in the "
+        f"server); client / the server's engine: {med['serve']['tok_s'] / engine:.3f} (the delivery)"
+    )
+    print(
+        f"TTFT over HTTP - the same request's engine TTFT: median {statistics.median(wire):+.1f} ms, "
+        f"p90 {sorted(wire)[int(0.9 * (len(wire) - 1))]:+.1f} ms over {len(wire)} requests (target <= +5 ms)"
+    )
+    print(
+        f"  fresh processes, serve - headless: {med['serve']['ttft_ms'] - med['headless']['ttft_ms']:+.1f} ms "
+        f"(medians; by round {statistics.median(ttft_diff):+.1f}, {min(ttft_diff):+.1f} to {max(ttft_diff):+.1f}: "
+        "a first prefill after a load varies by ±10 ms)"
+    )
     if "llama-cpp" in med:
-        print(f"llama-cpp-python server / headless decode: {med['llama-cpp']['tok_s'] / med['headless']['tok_s']:.3f} "
-              f"(reference; its own sampler, logits_all, logprobs top 10)")
+        print(
+            f"llama-cpp-python server / headless decode: {med['llama-cpp']['tok_s'] / med['headless']['tok_s']:.3f} "
+            f"(reference; its own sampler, logits_all, logprobs top 10)"
+        )
 
 
 def soak(args: argparse.Namespace) -> None:
-    print(f"\nsoak: {args.soak} sequential requests, then {args.clients} concurrent clients x {args.per_client} "
-          f"(one fresh server, threads {args.threads}, --queue {args.clients})", flush=True)
+    print(
+        f"\nsoak: {args.soak} sequential requests, then {args.clients} concurrent clients x {args.per_client} "
+        f"(one fresh server, threads {args.threads}, --queue {args.clients})",
+        flush=True,
+    )
     server = loopchat_serve(args.threads, "--queue", str(args.clients))
     errors: list[str] = []
     n_ok = 0
@@ -321,14 +392,18 @@ def soak(args: argparse.Namespace) -> None:
     finally:
         server.stop()
     total = args.soak + args.clients * args.per_client
-    print(f"{n_ok} of {total} requests succeeded, {len(errors)} errors "
-          f"({t1 - t0:.0f} s sequential, {t2 - t1:.0f} s concurrent)")
+    print(
+        f"{n_ok} of {total} requests succeeded, {len(errors)} errors "
+        f"({t1 - t0:.0f} s sequential, {t2 - t1:.0f} s concurrent)"
+    )
     for e in errors[:5]:
         print("  " + e)
     mb = 1024 * 1024
-    print(f"server RSS: after the first request {rss_first / mb:.1f} MB, after {args.soak} sequential "
-          f"{rss_sequential / mb:.1f} MB, after all {rss_after / mb:.1f} MB: {rss_after / rss_first:.3f}x "
-          f"(target <= 1.10)")
+    print(
+        f"server RSS: after the first request {rss_first / mb:.1f} MB, after {args.soak} sequential "
+        f"{rss_sequential / mb:.1f} MB, after all {rss_after / mb:.1f} MB: {rss_after / rss_first:.3f}x "
+        f"(target <= 1.10)"
+    )
 
 
 def main() -> None:
@@ -342,8 +417,13 @@ def main() -> None:
     ap.add_argument("--soak", type=int, default=200, help="sequential requests (0: no soak)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--per-client", type=int, default=5)
-    ap.add_argument("--busy", type=int, default=0, metavar="N",
-                    help="run everything beside N CPU-bound processes (a busy machine; e.g. --busy 1 --threads 1)")
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run everything beside N CPU-bound processes (a busy machine; e.g. --busy 1 --threads 1)",
+    )
     args = ap.parse_args()
     model = builtin_model_path()
     print(f"model {model.name}; {os.cpu_count()} CPUs; {args.busy} CPU-bound processes beside", flush=True)

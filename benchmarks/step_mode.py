@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from cpu_burners import cpu_burners  # noqa: E402
 
-from loopchat.engine import Engine  # noqa: E402
-from loopchat.engine_options import physical_cores  # noqa: E402
+from loopchat.engine.engine import Engine  # noqa: E402
+from loopchat.engine.options import physical_cores  # noqa: E402
 from loopchat.events import Finish, Message, Pending, Step  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.settings import SamplingSettings  # noqa: E402
@@ -106,7 +106,12 @@ def paused(engine: Engine, s: SamplingSettings, at: int, pause: float) -> tuple[
         seen.append(events.get())
     assert isinstance(seen[-1], Finish)
     wall = w1 - w0
-    return [e for e in seen if isinstance(e, Step)], {"wall": wall, "cpu": c1 - c0, "engine_cpu": e1 - e0, "pending": e.index}
+    return [e for e in seen if isinstance(e, Step)], {
+        "wall": wall,
+        "cpu": c1 - c0,
+        "engine_cpu": e1 - e0,
+        "pending": e.index,
+    }
 
 
 def main() -> None:
@@ -115,13 +120,17 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=160)
     ap.add_argument("--at", type=int, default=32, help="draws before the pause")
     ap.add_argument("--pause", type=float, default=2.0, help="seconds paused")
-    ap.add_argument("--threads", type=int, default=physical_cores(), help="pinned llama.cpp threads (default: physical cores)")
+    ap.add_argument(
+        "--threads", type=int, default=physical_cores(), help="pinned llama.cpp threads (default: physical cores)"
+    )
     ap.add_argument("--busy", type=int, default=0, metavar="N", help="run beside N CPU-bound processes")
     args = ap.parse_args()
     model = builtin_model_path()
     s = SamplingSettings(seed=1, max_tokens=args.tokens)
-    print(f"model {model.name}; {os.cpu_count()} CPUs; threads {args.threads}; {args.busy} CPU-bound processes beside; "
-          f"load average {os.getloadavg()[0]:.2f} before")
+    print(
+        f"model {model.name}; {os.cpu_count()} CPUs; threads {args.threads}; {args.busy} CPU-bound processes beside; "
+        f"load average {os.getloadavg()[0]:.2f} before"
+    )
     print(f"{args.tokens} tokens a reply, paused before token {args.at + 1} for {args.pause:g} s, {args.rounds} rounds")
     with cpu_burners(args.busy, seconds=3600.0):
         engine = Engine(model, n_ctx=2048, threads=args.threads, log_path=Path("/dev/null"))
@@ -147,20 +156,28 @@ def main() -> None:
             cpu.append(m["cpu"])
             engine_cpu.append(m["engine_cpu"])
             wall.append(m["wall"])
-            print(f"round {r + 1}: paused {m['wall']:.2f} s: process CPU {m['cpu'] * 1000:.1f} ms, engine thread "
-                  f"{m['engine_cpu'] * 1000:.2f} ms · after resume {fb:.1f} tok/s, free {fa:.1f} tok/s: {fb / fa:.3f}x · median pass {pb:.2f} vs {pa:.2f} ms",
-                  flush=True)
+            print(
+                f"round {r + 1}: paused {m['wall']:.2f} s: process CPU {m['cpu'] * 1000:.1f} ms, engine thread "
+                f"{m['engine_cpu'] * 1000:.2f} ms · after resume {fb:.1f} tok/s, free {fa:.1f} tok/s: {fb / fa:.3f}x · median pass {pb:.2f} vs {pa:.2f} ms",
+                flush=True,
+            )
         engine.close()
     print(f"load average {os.getloadavg()[0]:.2f} after")
-    print(f"\npaused: process CPU / wall {sum(cpu) / sum(wall):.4f} (max {max(c / w for c, w in zip(cpu, wall)):.4f}), "
-          f"engine thread {sum(engine_cpu) / sum(wall):.5f} (target < 0.01)")
+    print(
+        f"\npaused: process CPU / wall {sum(cpu) / sum(wall):.4f} (max {max(c / w for c, w in zip(cpu, wall)):.4f}), "
+        f"engine thread {sum(engine_cpu) / sum(wall):.5f} (target < 0.01)"
+    )
     ratio = statistics.median(resumed_rates) / statistics.median(free_rates)
-    print(f"decode after resume {statistics.median(resumed_rates):.1f} tok/s vs free {statistics.median(free_rates):.1f}: "
-          f"{ratio:.3f}x (medians; per round {min(b / a for a, b in zip(free_rates, resumed_rates)):.3f}–"
-          f"{max(b / a for a, b in zip(free_rates, resumed_rates)):.3f}) (target >= 0.97)")
-    print(f"median pass after resume {statistics.median(resumed_pass):.2f} ms vs free {statistics.median(free_pass):.2f}: "
-          f"free / resumed {statistics.median(free_pass) / statistics.median(resumed_pass):.3f}x (per round "
-          f"{min(a / b for a, b in zip(free_pass, resumed_pass)):.3f}–{max(a / b for a, b in zip(free_pass, resumed_pass)):.3f})")
+    print(
+        f"decode after resume {statistics.median(resumed_rates):.1f} tok/s vs free {statistics.median(free_rates):.1f}: "
+        f"{ratio:.3f}x (medians; per round {min(b / a for a, b in zip(free_rates, resumed_rates)):.3f}–"
+        f"{max(b / a for a, b in zip(free_rates, resumed_rates)):.3f}) (target >= 0.97)"
+    )
+    print(
+        f"median pass after resume {statistics.median(resumed_pass):.2f} ms vs free {statistics.median(free_pass):.2f}: "
+        f"free / resumed {statistics.median(free_pass) / statistics.median(resumed_pass):.3f}x (per round "
+        f"{min(a / b for a, b in zip(free_pass, resumed_pass)):.3f}–{max(a / b for a, b in zip(free_pass, resumed_pass)):.3f})"
+    )
 
 
 if __name__ == "__main__":

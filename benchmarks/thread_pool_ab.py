@@ -109,8 +109,21 @@ def stop_competitors(procs: list[subprocess.Popen]) -> None:
 def run_bench(binary: Path, model: str, cfg: Config, n_gen: int, timeout: float) -> float | None:
     """One llama-bench run, one repetition (after llama-bench's warm-up); tok/s or None."""
     cmd = [
-        str(binary), "-m", model, "-p", "0", "-n", str(n_gen), "-t", str(cfg.threads),
-        "--poll", str(cfg.poll), "-r", "1", "-o", "json",
+        str(binary),
+        "-m",
+        model,
+        "-p",
+        "0",
+        "-n",
+        str(n_gen),
+        "-t",
+        str(cfg.threads),
+        "--poll",
+        str(cfg.poll),
+        "-r",
+        "1",
+        "-o",
+        "json",
     ]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
@@ -188,7 +201,9 @@ def main() -> int:
     base = med.get(base_key, float("nan"))
     print(f"\nllama-bench tg{args.n_gen}, {args.rounds} rounds, median tok/s; model {Path(model).name}")
     print(f"reference: OpenMP t2 with no competitor = {base:.1f} tok/s\n")
-    print(f"{'competitors':>11}  {'configuration':<20} {'median':>7} {'min':>6} {'max':>6} {'vs ref':>7} {'vs best':>8}")
+    print(
+        f"{'competitors':>11}  {'configuration':<20} {'median':>7} {'min':>6} {'max':>6} {'vs ref':>7} {'vs best':>8}"
+    )
     for cond in conditions:
         best = max(med[(cond, k)] for k in configs)
         for k in configs:

@@ -60,12 +60,16 @@ def _settings(tokens: int):
 # ----------------------------------------------------------------- children ----
 def child_headless(threads: int, tokens: int, replies: int = REPLIES) -> dict:
     from loopchat.config import load_config
-    from loopchat.engine import Engine
+    from loopchat.engine.engine import Engine
     from loopchat.events import Finish, Message
 
     spec = load_config(None).get(None)
     eng = Engine(spec.resolve_file(), n_ctx=2048, threads=threads, log_path=Path(os.devnull))
-    msgs = [Message("system", spec.system_prompt), Message("user", PROMPT)] if spec.system_prompt else [Message("user", PROMPT)]
+    msgs = (
+        [Message("system", spec.system_prompt), Message("user", PROMPT)]
+        if spec.system_prompt
+        else [Message("user", PROMPT)]
+    )
     rates = []
     for _ in range(replies):
         eng.reset()
@@ -81,9 +85,9 @@ def child_app(host: str, threads: int, history: str, tokens: int, replies: int =
 
     from textual import events
 
-    from loopchat.tui.launch import create_app
     from loopchat.backends.live import LiveBackend
-    from loopchat.tui.prefs import Prefs
+    from loopchat.chat.prefs import Prefs
+    from loopchat.tui.launch import create_app
 
     backend = LiveBackend(None, None, threads=threads, host=host)
     backend.start()
@@ -144,7 +148,9 @@ def child_app(host: str, threads: int, history: str, tokens: int, replies: int =
                     profiler.disable()
                     profiler.dump_stats(os.environ["LOOPCHAT_PROFILE"])
                 fin = app.conversation.replies[-1].finish
-                alone.append((fin, (frames1 - frames0) / (t1 - t0), (cpu1 - cpu0) / (t1 - t0), (main1 - main0) / (t1 - t0)))
+                alone.append(
+                    (fin, (frames1 - frames0) / (t1 - t0), (cpu1 - cpu0) / (t1 - t0), (main1 - main0) / (t1 - t0))
+                )
             # 2. a new conversation, same reply, while the user presses keys: latency
             await pilot.press("ctrl+n")
             await reply(pilot)
@@ -187,10 +193,10 @@ def child_app(host: str, threads: int, history: str, tokens: int, replies: int =
 
 def child_uicost(mode: str, tokens_before: int) -> dict:
     """UI-thread CPU time per token while replies stream in at ~100 tokens/s."""
+    from loopchat.chat.prefs import Prefs
     from loopchat.events import Finish, Start, Step
     from loopchat.trace import read_trace
     from loopchat.tui import launch as tui_app
-    from loopchat.tui.prefs import Prefs
 
     _, traced = read_trace(TRACE)
     reply = [te.event for te in traced]
@@ -262,9 +268,7 @@ def child_uicost(mode: str, tokens_before: int) -> dict:
 # ------------------------------------------------------------------ parent ----
 def run_child(*args: str, script: str = __file__, timeout: float = 900) -> dict:
     """Run `script --child ARGS` in a fresh process; the JSON on its last line."""
-    proc = subprocess.run(
-        [sys.executable, script, "--child", *args], capture_output=True, text=True, timeout=timeout
-    )
+    proc = subprocess.run([sys.executable, script, "--child", *args], capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(f"child {args} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -286,7 +290,9 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--skip-uicost", action="store_true")
     ap.add_argument(
-        "--history", default="on", choices=("on", "off", "both"),
+        "--history",
+        default="on",
+        choices=("on", "off", "both"),
         help="the app keeps its conversations (on: in a temporary store, as the chat does by default), "
         "not (off: --no-history), or both configurations alternating",
     )
@@ -308,7 +314,8 @@ def main() -> None:
     hosts = args.hosts.split(",")
     histories = ["on", "off"] if args.history == "both" else [args.history]
     configs = [("headless", str(t)) for t in threads] + [
-        ("app", h, str(t), hist) for h in hosts for t in threads for hist in histories]
+        ("app", h, str(t), hist) for h in hosts for t in threads for hist in histories
+    ]
     results: dict[tuple, list[dict]] = {c: [] for c in configs}
     print(
         f"{os.cpu_count()} CPUs; {args.rounds} rounds, configurations alternating; each a fresh process "
@@ -372,8 +379,12 @@ def main() -> None:
             for c in cost_configs if r % 2 == 0 else list(reversed(cost_configs)):
                 costs[c].append(run_child("uicost", *c)["ui_ms_per_token"])
         e, f, a, b = (statistics.median(costs[c]) for c in cost_configs)
-        print(f"UI CPU per token, empty transcript: {e:.3f} ms; after 10,000 tokens of past replies: {f:.3f} ms; ratio {e / f:.2f}")
-        print(f"UI CPU per token, start of a reply: {a:.3f} ms; 10,000 tokens into one reply: {b:.3f} ms; ratio {a / b:.2f}")
+        print(
+            f"UI CPU per token, empty transcript: {e:.3f} ms; after 10,000 tokens of past replies: {f:.3f} ms; ratio {e / f:.2f}"
+        )
+        print(
+            f"UI CPU per token, start of a reply: {a:.3f} ms; 10,000 tokens into one reply: {b:.3f} ms; ratio {a / b:.2f}"
+        )
         print("target: ratio >= 0.9")
 
 

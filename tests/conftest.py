@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from gemma_model import gemma_path as _gemma_path
 
-from loopchat.engine import Engine
+from loopchat.engine.engine import Engine
 from loopchat.model_files import builtin_model_path
 
 # A test run started in the background by a shell without job control (a script's `&`)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loopchat.engine import Engine
+from loopchat.engine.engine import Engine
 from loopchat.events import Event, Finish, Message, Start, to_json_dict
 from loopchat.history.store import ConversationStore
 from loopchat.settings import SamplingSettings
@@ -28,16 +28,24 @@ def generate(engine: Engine, messages: Sequence[Message], settings, **kw) -> lis
 
 
 def short_reply(engine: Engine, text: str, seed: int, *history: Message, max_tokens: int = 12) -> list[Event]:
-    return generate(engine, [SYSTEM, *history, Message("user", text)], SamplingSettings(seed=seed, max_tokens=max_tokens))
+    return generate(
+        engine, [SYSTEM, *history, Message("user", text)], SamplingSettings(seed=seed, max_tokens=max_tokens)
+    )
 
 
-def store_reply(store: ConversationStore, conv: int, parent: int | None, events: Sequence[Event],
-                mode: str = "stream", batch: int = 5) -> int:
+def store_reply(
+    store: ConversationStore,
+    conv: int,
+    parent: int | None,
+    events: Sequence[Event],
+    mode: str = "stream",
+    batch: int = 5,
+) -> int:
     """Write a reply as the chat does: its row at Start, its events in batches, its Finish."""
     node = store.begin_reply(conv, parent, mode, events[0])
     body = list(events[1:-1])
     for i in range(0, len(body), batch):
-        store.add_events(node, body[i:i + batch])
+        store.add_events(node, body[i : i + batch])
     store.finish_reply(node, events[-1])
     return node
 
@@ -52,7 +60,9 @@ def tmpfs(path: Path, size: str = "4m") -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a small filesystem needs root")
     path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:

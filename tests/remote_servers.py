@@ -37,7 +37,11 @@ class _Child:
 
     def __init__(self, args: list[str], marker: str, timeout: float = 120.0) -> None:
         self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.lines: list[str] = []
         self.ready = threading.Event()
@@ -72,8 +76,21 @@ class LlamaCppServer(_Child):
     def __init__(self, model_path: Path) -> None:
         self.port = free_port()
         super().__init__(
-            [PY, "-m", "llama_cpp.server", "--model", str(model_path), "--host", "127.0.0.1",
-             "--port", str(self.port), "--n_ctx", "2048", "--n_threads", "1"],
+            [
+                PY,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(model_path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--n_ctx",
+                "2048",
+                "--n_threads",
+                "1",
+            ],
             marker="Uvicorn running on",
         )
         if self.proc.poll() is not None:
@@ -83,7 +100,9 @@ class LlamaCppServer(_Child):
 
 class LoopchatServer(_Child):
     def __init__(self, *extra: str) -> None:
-        super().__init__([PY, "-m", "loopchat", "serve", "--port", "0", "--threads", "1", *extra], marker="listening on http://")
+        super().__init__(
+            [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", "1", *extra], marker="listening on http://"
+        )
         line = next((l for l in self.lines if "listening on http://" in l), "")
         if not line:
             raise RuntimeError(f"loopchat serve did not start: {self.log()[-2000:]}")
@@ -111,8 +130,13 @@ MODES = {
 }
 
 
-def chunk(content: str | None = None, tokens: list[tuple[str, float, list[int] | None]] | None = None,
-          finish: str | None = None, role: bool = False, top: int = 2) -> dict[str, Any]:
+def chunk(
+    content: str | None = None,
+    tokens: list[tuple[str, float, list[int] | None]] | None = None,
+    finish: str | None = None,
+    role: bool = False,
+    top: int = 2,
+) -> dict[str, Any]:
     delta: dict[str, Any] = {}
     if role:
         delta["role"] = "assistant"
@@ -120,13 +144,28 @@ def chunk(content: str | None = None, tokens: list[tuple[str, float, list[int] |
         delta["content"] = content
     logprobs = None
     if tokens:
-        logprobs = {"content": [
-            {"token": t, "logprob": lp, "bytes": b,
-             "top_logprobs": [{"token": t, "logprob": lp, "bytes": b}, {"token": "zz", "logprob": lp - 1.0, "bytes": [122, 122]}][:top]}
-            for t, lp, b in tokens
-        ], "refusal": None}
-    return {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+        logprobs = {
+            "content": [
+                {
+                    "token": t,
+                    "logprob": lp,
+                    "bytes": b,
+                    "top_logprobs": [
+                        {"token": t, "logprob": lp, "bytes": b},
+                        {"token": "zz", "logprob": lp - 1.0, "bytes": [122, 122]},
+                    ][:top],
+                }
+                for t, lp, b in tokens
+            ],
+            "refusal": None,
+        }
+    return {
+        "id": "chatcmpl-x",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+    }
 
 
 def sse(obj: Any) -> bytes:
@@ -141,8 +180,14 @@ OK_CHUNKS = [
     chunk(" there", [(" there", -1.5, None)]),
     chunk(finish="stop"),
 ]
-OK_USAGE = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": MODEL, "choices": [],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}
+OK_USAGE = {
+    "id": "chatcmpl-x",
+    "object": "chat.completion.chunk",
+    "created": 1,
+    "model": MODEL,
+    "choices": [],
+    "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15},
+}
 
 
 def _error(status: int, message: str, type_: str, code: str | None = None):
@@ -167,9 +212,15 @@ def make_app(state: dict[str, Any]):
         if mode_of(request) == "nolist":
             return JSONResponse({"detail": "Not Found"}, status_code=404)
         meta = {"meta": state["meta"]} if state.get("meta") else {}  # llama-server's (a test sets it)
-        return JSONResponse({"object": "list", "data": [
-            {"id": MODEL, "object": "model", "owned_by": "test", **meta}, {"id": MODEL_2, "object": "model", "owned_by": "test"},
-        ]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": MODEL, "object": "model", "owned_by": "test", **meta},
+                    {"id": MODEL_2, "object": "model", "owned_by": "test"},
+                ],
+            }
+        )
 
     async def chat(request: Request):
         mode = mode_of(request)
@@ -178,20 +229,39 @@ def make_app(state: dict[str, Any]):
         if mode == "unauthorized":
             return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
         if mode == "nomodel":
-            return _error(404, f"The model `{body.get('model')}` does not exist", "invalid_request_error", "model_not_found")
+            return _error(
+                404, f"The model `{body.get('model')}` does not exist", "invalid_request_error", "model_not_found"
+            )
         if body.get("model") not in (MODEL, MODEL_2):
-            return _error(404, f"The model `{body.get('model')}` does not exist", "invalid_request_error", "model_not_found")
+            return _error(
+                404, f"The model `{body.get('model')}` does not exist", "invalid_request_error", "model_not_found"
+            )
         if mode == "fail":
             return _error(500, "the server had an error while processing your request", "server_error")
         if not body.get("stream"):
-            return JSONResponse({
-                "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": MODEL,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hié there"},
-                             "logprobs": {"content": [c["choices"][0]["logprobs"]["content"][i]
-                                                      for c in OK_CHUNKS[1:4] for i in range(len(c["choices"][0]["logprobs"]["content"]))]},
-                             "finish_reason": "stop"}],
-                "usage": OK_USAGE["usage"],
-            })
+            return JSONResponse(
+                {
+                    "id": "chatcmpl-x",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": MODEL,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "Hié there"},
+                            "logprobs": {
+                                "content": [
+                                    c["choices"][0]["logprobs"]["content"][i]
+                                    for c in OK_CHUNKS[1:4]
+                                    for i in range(len(c["choices"][0]["logprobs"]["content"]))
+                                ]
+                            },
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": OK_USAGE["usage"],
+                }
+            )
 
         async def events():
             try:
@@ -202,7 +272,16 @@ def make_app(state: dict[str, Any]):
                     await asyncio.Event().wait()  # until the client goes away (cancelled then)
                 yield sse(OK_CHUNKS[2])
                 if mode == "fail_mid":
-                    yield sse({"error": {"message": "CUDA error: out of memory", "type": "server_error", "param": None, "code": None}})
+                    yield sse(
+                        {
+                            "error": {
+                                "message": "CUDA error: out of memory",
+                                "type": "server_error",
+                                "param": None,
+                                "code": None,
+                            }
+                        }
+                    )
                     return
                 if mode == "malformed":
                     yield b'data: {"id": "chatcmpl-x", "choices": [\n\n'
@@ -219,10 +298,12 @@ def make_app(state: dict[str, Any]):
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    return Starlette(routes=[
-        Route("/{mode}/v1/models", models),
-        Route("/{mode}/v1/chat/completions", chat, methods=["POST"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/{mode}/v1/models", models),
+            Route("/{mode}/v1/chat/completions", chat, methods=["POST"]),
+        ]
+    )
 
 
 @contextmanager
@@ -256,12 +337,13 @@ async def reply_and_replay(backend: Any, tmp_path: Path, settings: Any, size: tu
     (app, original, replay, compare text, each reply's info line)."""
     from tui_fixtures import wait_for, wait_run
 
+    from loopchat.chat.prefs import Prefs
     from loopchat.tui.compare_view import CompareScreen
     from loopchat.tui.launch import create_app
-    from loopchat.tui.prefs import Prefs
 
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-                     settings=settings, history=False)
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json", settings=settings, history=False
+    )
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
         await pilot.press(*"Name three colours.", "enter")
@@ -278,13 +360,15 @@ async def reply_and_replay(backend: Any, tmp_path: Path, settings: Any, size: tu
         return app, original, replay, compare, info
 
 
-def start_llama_server(model_path: Path, n_ctx: int) -> "_Child":
+def start_llama_server(model_path: Path, n_ctx: int) -> _Child:
     """llama.cpp's llama-server (built once by benchmarks/build_llama_bench.sh) on a free
     port with `model_path`, 1 thread; its `url` set. Stop it with `.stop()`."""
     root = Path(__file__).resolve().parents[1]
     build = subprocess.run(
         ["bash", str(root / "benchmarks" / "build_llama_bench.sh"), "llama-server"],
-        capture_output=True, text=True, timeout=3600,
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
     assert build.returncode == 0, build.stderr[-2000:]
     binary = build.stdout.strip().splitlines()[-1]

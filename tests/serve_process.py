@@ -26,7 +26,9 @@ class Serve:
     def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120.0) -> None:
         self.proc = subprocess.Popen(
             [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", "1", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         self.out: list[str] = []
@@ -46,7 +48,9 @@ class Serve:
             into.append("")  # (its end: wakes whoever waits)
             self._changed.notify_all()
 
-    def wait_for(self, pattern: str, lines: list[str] | None = None, *, start: int = 0, timeout: float = LOG_WAIT) -> re.Match:
+    def wait_for(
+        self, pattern: str, lines: list[str] | None = None, *, start: int = 0, timeout: float = LOG_WAIT
+    ) -> re.Match:
         lines = self.err if lines is None else lines
         deadline = time.monotonic() + timeout
         seen = start

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from cpu_burners import cpu_burners
 
-from loopchat.engine import Engine, physical_cores
+from loopchat.engine.engine import Engine, physical_cores
+from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import Message, Start, Step
 from loopchat.settings import SamplingSettings
-from loopchat.thread_tuner import ThreadTuner
 
 MESSAGES = [Message("user", "Tell me a long story about a lighthouse keeper.")]
 

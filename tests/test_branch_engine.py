@@ -3,7 +3,7 @@ up to there, maybe another candidate there) reuses the KV cache up to the branch
 
 from __future__ import annotations
 
-from loopchat.engine import Engine
+from loopchat.engine.engine import Engine
 from loopchat.events import Finish, Message, Prefill, Start, Step
 from loopchat.settings import SamplingSettings
 
@@ -59,8 +59,11 @@ def test_the_start_holds_the_document_the_model_reads(engine: Engine) -> None:
     special = [start.prompt_token_texts[i] for i in start.prompt_special]
     assert special and set(special) <= {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
     assert "<|im_start|>" in special
-    assert all(start.prompt_token_texts[i] not in ("<|im_start|>", "<|im_end|>")
-               for i in range(len(ids)) if i not in start.prompt_special)
+    assert all(
+        start.prompt_token_texts[i] not in ("<|im_start|>", "<|im_end|>")
+        for i in range(len(ids))
+        if i not in start.prompt_special
+    )
 
 
 def test_a_branch_with_a_first_token_records_that_pass_with_the_token_by_hand(engine: Engine) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +19,9 @@ from loopchat.trace import read_trace
 PY = sys.executable
 
 
-def loopchat(*args: str, input: str | None = None, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def loopchat(
+    *args: str, input: str | None = None, env: dict | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [PY, "-m", "loopchat", *args], capture_output=True, text=True, input=input, env=full_env, timeout=timeout
@@ -86,7 +88,16 @@ def test_trace_records_everything_needed_to_recheck_a_run(tmp_path: Path, model_
 
 
 def test_stop_ends_the_reply_before_the_text() -> None:
-    args = ("run", "Count from 1 to 20, separated by commas.", "--seed", "1", "--temperature", "0", "--max-tokens", "60")
+    args = (
+        "run",
+        "Count from 1 to 20, separated by commas.",
+        "--seed",
+        "1",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "60",
+    )
     free = loopchat(*args)
     assert free.returncode == 0 and "7" in free.stdout, free.stdout
     stopped = loopchat(*args, "--stop", "7", "--stop", "nineteen")
@@ -117,7 +128,10 @@ def test_models_lists_the_builtin_model() -> None:
         (("frobnicate",), ("frobnicate",)),
         (("--host", "gpu"), ("--host", "thread", "process")),
         (("run", "hi", "--stop", ""), ("--stop", "not empty")),
-        (("run", "hi", *("--stop", "a") * 2, *("--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e")), ("--stop", "up to 4")),
+        (
+            ("run", "hi", *("--stop", "a") * 2, *("--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e")),
+            ("--stop", "up to 4"),
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needles) -> None:
@@ -126,8 +140,8 @@ def test_bad_input_is_one_line_and_exit_2(args, needles) -> None:
 
 def test_every_sampling_setting_has_a_run_flag(capsys) -> None:
     # in-process: the flags are made from settings.SETTINGS (--repeat-last-n was missing)
-    from loopchat.cli import build_parser
-    from loopchat.run_command import settings_from_args
+    from loopchat.cli.main import build_parser
+    from loopchat.cli.run import settings_from_args
     from loopchat.settings import SETTINGS, SamplingSettings
 
     argv = ["run", "hi"]
@@ -184,7 +198,17 @@ def test_a_prompt_longer_than_the_context(tmp_path: Path, model_path: Path) -> N
 
 def test_ctrl_c_mid_generation_is_one_line_and_keeps_the_partial_reply() -> None:
     proc = subprocess.Popen(
-        [PY, "-m", "loopchat", "run", "Count from 1 to 1000, one number per line.", "--max-tokens", "2000", "--seed", "1"],
+        [
+            PY,
+            "-m",
+            "loopchat",
+            "run",
+            "Count from 1 to 1000, one number per line.",
+            "--max-tokens",
+            "2000",
+            "--seed",
+            "1",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -208,10 +232,28 @@ def test_ctrl_c_before_the_reply_starts_says_nothing_of_a_partial_reply(delay: f
     # a reply that runs for ~2000 tokens (this seed at T=1 does not stop early), so the
     # signal always comes before its end
     proc = subprocess.Popen(
-        [PY, "-m", "loopchat", "run", "Write a very long story about a dragon, at least 2000 words.",
-         "--max-tokens", "2000", "--temperature", "1.0", "--top-k", "0", "--top-p", "1", "--min-p", "0",
-         "--seed", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            PY,
+            "-m",
+            "loopchat",
+            "run",
+            "Write a very long story about a dragon, at least 2000 words.",
+            "--max-tokens",
+            "2000",
+            "--temperature",
+            "1.0",
+            "--top-k",
+            "0",
+            "--top-p",
+            "1",
+            "--min-p",
+            "0",
+            "--seed",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(delay)  # no event to await: the point is to land anywhere in the start-up
     proc.send_signal(signal.SIGINT)
@@ -223,7 +265,7 @@ def test_ctrl_c_before_the_reply_starts_says_nothing_of_a_partial_reply(delay: f
 
 
 def test_host_option_picks_where_the_chat_runs_the_model(monkeypatch) -> None:
-    from loopchat import cli
+    from loopchat.cli import main as cli
     from loopchat.tui import launch as tui_app
 
     seen = []
@@ -241,10 +283,17 @@ def test_host_option_picks_where_the_chat_runs_the_model(monkeypatch) -> None:
 # --- issue 15: what a new user hits -------------------------------------------------------
 
 
-def loopchat_bytes(*args: str | bytes, input: bytes | None = None, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+def loopchat_bytes(
+    *args: str | bytes, input: bytes | None = None, env: dict | None = None, **kw
+) -> subprocess.CompletedProcess:
     """`loopchat` with raw bytes on stdin and in argv; stdout and stderr decoded leniently."""
     proc = subprocess.run(
-        [PY, "-m", "loopchat", *args], capture_output=True, input=input, env={**os.environ, **(env or {})}, timeout=120, **kw
+        [PY, "-m", "loopchat", *args],
+        capture_output=True,
+        input=input,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        **kw,
     )
     return subprocess.CompletedProcess(
         proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
@@ -275,10 +324,10 @@ def test_an_internal_engine_error_is_one_line_and_a_nonzero_exit() -> None:
     # a bug inside the engine, injected where no model is involved: before, `run` stopped
     # reading at the run's end, which the worker emitted before the error: exit 0, silent
     code = (
-        "import sys; import loopchat.engine as e\n"
+        "import sys; import loopchat.engine.engine as e\n"
         "def broken(self, messages, max_tokens): raise RuntimeError('injected fault')\n"
         "e.Engine.fit_prompt = broken\n"
-        "from loopchat.cli import main; sys.exit(main(['run', 'hi']))\n"
+        "from loopchat.cli.main import main; sys.exit(main(['run', 'hi']))\n"
     )
     proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
@@ -291,7 +340,9 @@ def test_an_internal_engine_error_is_one_line_and_a_nonzero_exit() -> None:
 def _small_context_config(tmp_path: Path, n_ctx: int) -> Path:
     cfg = tmp_path / "models.toml"
     # one llama thread: 2 OpenMP threads on a busy 2-core machine can be 100x slower
-    cfg.write_text(f'default = "small"\n[models.small]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = {n_ctx}\nthreads = 1\n')
+    cfg.write_text(
+        f'default = "small"\n[models.small]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = {n_ctx}\nthreads = 1\n'
+    )
     return cfg
 
 
@@ -301,9 +352,26 @@ def test_a_reply_longer_than_an_unpadded_context_stops_at_the_context(tmp_path: 
     cfg = _small_context_config(tmp_path, 300)
     trace = tmp_path / "t.jsonl"
     proc = loopchat(
-        "run", "Write a very long story about a dragon, at least 2000 words.", "--config", str(cfg),
-        "--max-tokens", "1000", "--temperature", "1.0", "--top-k", "0", "--top-p", "1", "--min-p", "0",
-        "--repeat-penalty", "1", "--seed", "1", "--trace", str(trace),
+        "run",
+        "Write a very long story about a dragon, at least 2000 words.",
+        "--config",
+        str(cfg),
+        "--max-tokens",
+        "1000",
+        "--temperature",
+        "1.0",
+        "--top-k",
+        "0",
+        "--top-p",
+        "1",
+        "--min-p",
+        "0",
+        "--repeat-penalty",
+        "1",
+        "--seed",
+        "1",
+        "--trace",
+        str(trace),
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].endswith("finish: context"), proc.stderr
@@ -332,14 +400,31 @@ def test_a_disk_that_fills_mid_run_leaves_a_trace_read_as_cut_short(tmp_path: Pa
     trace = tmp_path / "t.jsonl"
     limit = 20_000  # bytes: a few steps in; past it the kernel refuses writes (EFBIG)
     proc = subprocess.run(
-        [PY, "-m", "loopchat", "run", "Count from 1 to 1000, one number per line.", "--max-tokens", "60", "--seed", "2",
-         "--trace", str(trace)],
-        capture_output=True, text=True, timeout=120,
+        [
+            PY,
+            "-m",
+            "loopchat",
+            "run",
+            "Count from 1 to 1000, one number per line.",
+            "--max-tokens",
+            "60",
+            "--seed",
+            "2",
+            "--trace",
+            str(trace),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
     )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.strip() and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"loopchat: cannot write the trace file {trace} (File too large)")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"loopchat: cannot write the trace file {trace} (File too large)")
+    )
     assert trace.stat().st_size == limit  # the file ends mid-line
     header, events = read_trace(trace)
     assert header["cut_short"] is True
@@ -355,7 +440,10 @@ def test_stdout_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     with open("/dev/full", "w") as full:
         proc = subprocess.run(
             [PY, "-m", "loopchat", "run", "Name three planets.", "--max-tokens", "30", "--seed", "2"],
-            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
         )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
@@ -451,14 +539,18 @@ def test_stdin_with_data_and_a_prompt_argument_is_refused(tmp_path: Path) -> Non
     os.write(write_end, b"the piped prompt\n")
     os.close(write_end)
     try:
-        piped = subprocess.run([PY, "-m", "loopchat", "run", "hello"], stdin=read_end, capture_output=True, text=True, timeout=60)
+        piped = subprocess.run(
+            [PY, "-m", "loopchat", "run", "hello"], stdin=read_end, capture_output=True, text=True, timeout=60
+        )
     finally:
         os.close(read_end)
     assert_one_line_error(piped, "standard input", "pass -")
     data = tmp_path / "prompt.txt"
     data.write_text("the prompt in a file\n")
     with open(data) as f:
-        from_file = subprocess.run([PY, "-m", "loopchat", "run", "hello"], stdin=f, capture_output=True, text=True, timeout=60)
+        from_file = subprocess.run(
+            [PY, "-m", "loopchat", "run", "hello"], stdin=f, capture_output=True, text=True, timeout=60
+        )
     assert_one_line_error(from_file, "standard input", "pass -")
 
 
@@ -472,7 +564,10 @@ def test_an_idle_stdin_does_not_stop_a_prompt_argument(tmp_path: Path) -> None:
             for stdin in (subprocess.DEVNULL, f, read_end):
                 proc = subprocess.run(
                     [PY, "-m", "loopchat", "run", "Say yes.", "--max-tokens", "2", "--seed", "1"],
-                    stdin=stdin, capture_output=True, text=True, timeout=120,
+                    stdin=stdin,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
                 )
                 assert proc.returncode == 0, (stdin, proc.stderr)
     finally:
@@ -483,9 +578,22 @@ def test_an_idle_stdin_does_not_stop_a_prompt_argument(tmp_path: Path) -> None:
 def test_ctrl_c_while_the_trace_is_written_keeps_a_finished_trace(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     proc = subprocess.Popen(
-        [PY, "-m", "loopchat", "run", "Count from 1 to 1000, one number per line.", "--max-tokens", "2000",
-         "--seed", "1", "--trace", str(trace)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            PY,
+            "-m",
+            "loopchat",
+            "run",
+            "Count from 1 to 1000, one number per line.",
+            "--max-tokens",
+            "2000",
+            "--seed",
+            "1",
+            "--trace",
+            str(trace),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None and proc.stdout.read(1)
     proc.send_signal(signal.SIGINT)
@@ -499,7 +607,9 @@ def test_ctrl_c_while_the_trace_is_written_keeps_a_finished_trace(tmp_path: Path
 
 def test_a_reply_the_output_encoding_cannot_spell_is_printed_not_a_traceback() -> None:
     # was: UnicodeEncodeError at the first "é" of the reply
-    proc = loopchat("run", "Say the word café twice.", "--max-tokens", "30", "--temperature", "0", env={"PYTHONIOENCODING": "ascii"})
+    proc = loopchat(
+        "run", "Say the word café twice.", "--max-tokens", "30", "--temperature", "0", env={"PYTHONIOENCODING": "ascii"}
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "caf?" in proc.stdout  # the reply, with ? for what ascii cannot spell
@@ -562,9 +672,11 @@ def test_run_continues_a_document_for_a_model_whose_mode_is_completion(tmp_path:
     cfg = tmp_path / "models.toml"
     cfg.write_text('default = "doc"\n[models.doc]\nbuiltin = "smollm2-135m-instruct"\nmode = "completion"\n')
     trace = tmp_path / "t.jsonl"
-    proc = loopchat("run", "Once upon a time", "--config", str(cfg), "--max-tokens", "3", "--seed", "1", "--trace", str(trace))
+    proc = loopchat(
+        "run", "Once upon a time", "--config", str(cfg), "--max-tokens", "3", "--seed", "1", "--trace", str(trace)
+    )
     assert proc.returncode == 0, proc.stderr
     _, events = read_trace(trace)
     start = events[0].event
     assert start.prompt_text == "Once upon a time" and start.messages[0].role == "document"
-    assert_one_line_error(loopchat("run", "hi", "--config", str(cfg), "--system", "x"), "mode = \"completion\"")
+    assert_one_line_error(loopchat("run", "hi", "--config", str(cfg), "--system", "x"), 'mode = "completion"')

@@ -11,17 +11,17 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tui_fixtures import fake_app, palette_pick, COMPARE_QUESTIONS, COMPARE_TRACE, reply_to, wait_for
+from tui_fixtures import COMPARE_QUESTIONS, COMPARE_TRACE, fake_app, palette_pick, reply_to, wait_for
 
+from loopchat.chat.conversation import STREAM, ReplyRecord
+from loopchat.chat.plots import fmt_ms, sparklines_same_scale
+from loopchat.chat.prefs import Prefs
+from loopchat.chat.reply_stats import comparable, reply_stats
 from loopchat.events import Finish, Message, Prefill, Start, Step
-from loopchat.reply_stats import comparable, reply_stats
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
-from loopchat.tui.conversation import STREAM, ReplyRecord
 from loopchat.tui.compare_view import NOT_GIVEN, CompareScreen, compare_rows, spark_rows
 from loopchat.tui.launch import create_app
-from loopchat.tui.plots import fmt_ms, sparklines_same_scale
-from loopchat.tui.prefs import Prefs
 
 
 def _records(events) -> list[ReplyRecord]:
@@ -53,7 +53,10 @@ def test_figures_of_the_recorded_replies_are_computed_from_their_steps() -> None
         assert s.question == rec.messages[-1].content
         assert s.passes == prefill.batches + len(steps) - 1 == prefill.batches + finish.steps - 1
         assert (s.prompt_tokens, s.evaluated_tokens, s.reused_tokens) == (
-            prefill.prompt_tokens, prefill.evaluated_tokens, prefill.reused_tokens)
+            prefill.prompt_tokens,
+            prefill.evaluated_tokens,
+            prefill.reused_tokens,
+        )
         assert s.prefill_ms == prefill.ms == finish.prefill_ms
         assert s.decode_ms == finish.decode_ms and s.ttft_ms == finish.ttft_ms
         assert s.tokens == finish.completion_tokens == sum(1 for st in steps if not st.is_stop)
@@ -89,8 +92,8 @@ def test_a_stored_conversation_gives_the_same_figures(tmp_path) -> None:
     """Ctrl+O's replies (restored from the history store) compare as the live ones do."""
     from history_helpers import store_reply
 
+    from loopchat.chat.stored_replies import restore
     from loopchat.history.store import ConversationStore
-    from loopchat.tui.stored_replies import restore
 
     _, traced = read_trace(COMPARE_TRACE)
     events = [t.event for t in traced]
@@ -121,9 +124,17 @@ def test_rows_show_the_figures_and_ratios() -> None:
 def test_a_reply_without_the_figures_says_not_given() -> None:
     """A remote server that is not loopchat sends no prefill, entropies or pass times."""
     rec = _trace_records()[0]
-    bare = [dataclasses.replace(st, raw_entropy=None, raw_prob=None, forward_ms=None, sample_ms=None) for st in rec.steps]
-    remote = ReplyRecord(number=9, mode=STREAM, messages=rec.messages, prefill=None, steps=bare,
-                         finish=dataclasses.replace(rec.finish, prefill_ms=None))
+    bare = [
+        dataclasses.replace(st, raw_entropy=None, raw_prob=None, forward_ms=None, sample_ms=None) for st in rec.steps
+    ]
+    remote = ReplyRecord(
+        number=9,
+        mode=STREAM,
+        messages=rec.messages,
+        prefill=None,
+        steps=bare,
+        finish=dataclasses.replace(rec.finish, prefill_ms=None),
+    )
     a, b = reply_stats(rec), reply_stats(remote)
     assert (b.passes, b.mean_entropy, b.mean_surprisal, b.pass_ms, b.entropies) == (None, None, None, (), ())
     rows = {r[0]: r[1:] for r in compare_rows(a, b)}
@@ -145,12 +156,16 @@ def test_sparklines_share_one_scale_and_one_count_per_cell() -> None:
 
 # ---- the screen ------------------------------------------------------------------------
 def _replay(tmp_path):
-    return create_app(replay=str(COMPARE_TRACE), replay_speed=0, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    return create_app(
+        replay=str(COMPARE_TRACE), replay_speed=0, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json"
+    )
 
 
 async def _both_replies(pilot) -> None:
     app = pilot.app
-    await wait_for(pilot, lambda: len(comparable(app.conversation.replies)) == 2 and not app.backend.busy, 30, "the two replies")
+    await wait_for(
+        pilot, lambda: len(comparable(app.conversation.replies)) == 2 and not app.backend.busy, 30, "the two replies"
+    )
     await pilot.pause()
 
 
@@ -246,7 +261,6 @@ async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "the compare screen")
 
 
-
 async def test_the_keys_and_the_two_texts_read_apart_at_80_and_120_columns(tmp_path) -> None:
     """80x24: the keys under the screen were cut at "Es…" (how to close it); 120x40: a
     line of A's text that fills its column ran on into B's with one space between."""
@@ -262,6 +276,7 @@ async def test_the_keys_and_the_two_texts_read_apart_at_80_and_120_columns(tmp_p
                 row = next(r for r in rows if r.count("To calculate") == 2)
                 b = row.index("To calculate", row.index("To calculate") + 1)
                 assert row[b - 2 : b] == "  ", row
+
 
 def test_compare_snapshot(snap_compare, tmp_path) -> None:
     async def open_compare(pilot) -> None:

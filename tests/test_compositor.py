@@ -11,9 +11,9 @@ from textual._compositor import ChopsUpdate, LayoutUpdate
 from textual.strip import Strip
 from tui_fixtures import FakeBackend, wait_run
 
+from loopchat.chat.prefs import Prefs
 from loopchat.tui.app import LoopChatApp
 from loopchat.tui.render.compositor import RowCroppingCompositor
-from loopchat.tui.prefs import Prefs
 
 Cell = tuple[str, Any]
 
@@ -82,7 +82,9 @@ class Terminal:
 
 async def _stream_and_check(size: tuple[int, int], tmp_path: Any) -> Terminal:
     words = [f" word{i}" if i % 7 else f"\nline {i}:" for i in range(400)]
-    app = LoopChatApp(FakeBackend(tokens=words, delay=0.002), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = LoopChatApp(
+        FakeBackend(tokens=words, delay=0.002), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json"
+    )
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         term = Terminal(app.screen._compositor)

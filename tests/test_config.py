@@ -11,19 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loopchat.config import (
-    BUILTIN_CONFIG,
-    ConfigError,
-    format_models_listing,
-    load_config,
-)
-from loopchat.model_files import (
-    ModelFileError,
-    builtin_model_path,
-    check_gguf,
-    hf_download,
-    parse_hf_spec,
-)
+from loopchat.config import BUILTIN_CONFIG, ConfigError, format_models_listing, load_config
+from loopchat.model_files import ModelFileError, builtin_model_path, check_gguf, hf_download, parse_hf_spec
 from loopchat.paths import default_config_path
 from loopchat.settings import SamplingSettings
 
@@ -161,7 +150,7 @@ def test_builtin_model_prompt_is_its_chatml_exactly(engine):
     assert tokens[0] == im_start and tokens[1] != im_start
     assert (tokens.count(im_start), tokens.count(im_end)) == (3, 2)
     tail = engine.tokenize("<|im_start|>assistant\n")
-    assert tokens[-len(tail):] == tail
+    assert tokens[-len(tail) :] == tail
     assert engine.is_eog(im_end)
 
 
@@ -185,13 +174,21 @@ def test_builtin_model_reply_ends_at_its_stop_token(engine):
 INVALID = [
     # (file text, dotted key expected in the message, another expected fragment)
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctxx = 10\n', "models.tiny.n_ctxx", "allowed:"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\ntemperature = 0.5\n', "models.tiny.temperature", "[models.tiny.sampling]"),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\ntemperature = 0.5\n',
+        "models.tiny.temperature",
+        "[models.tiny.sampling]",
+    ),
     ('[modelz.tiny]\nbuiltin = "smollm2-135m-instruct"\n', "modelz", "allowed: default, models"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntemprature = 1\n', "models.tiny.sampling.temprature", "allowed:"),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntemprature = 1\n',
+        "models.tiny.sampling.temprature",
+        "allowed:",
+    ),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = "big"\n', "models.tiny.n_ctx", "whole number"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 4096.0\n', "models.tiny.n_ctx", "whole number"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\ndescription = 5\n', "models.tiny.description", "string"),
-    ('[models.tiny]\npath = 5\n', "models.tiny.path", "string"),
+    ("[models.tiny]\npath = 5\n", "models.tiny.path", "string"),
     ('[models.tiny]\npath = ""\n', "models.tiny.path", "empty"),
     ("models = 3\n", "models", "table"),
     ('[models]\ntiny = "x.gguf"\n', "models.tiny", "table"),
@@ -203,19 +200,51 @@ INVALID = [
     ('[models.tiny]\nhf = "org/repo:README.md"\n', "models.tiny.hf", "org/repo:file.gguf"),
     ('[models.tiny]\nhf = "org/repo/extra:f.gguf"\n', "models.tiny.hf", "org/repo:file.gguf"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 8\n', "models.tiny.n_ctx", "between 16 and 1048576"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 2000000\n', "models.tiny.n_ctx", "between 16 and 1048576"),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nn_ctx = 2000000\n',
+        "models.tiny.n_ctx",
+        "between 16 and 1048576",
+    ),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = 0\n', "models.tiny.threads", "between 1"),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = true\n', "models.tiny.threads", "whole number"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = "many"\n', "models.tiny.threads", '"auto" or a whole number'),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nthreads = "many"\n',
+        "models.tiny.threads",
+        '"auto" or a whole number',
+    ),
     ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nchat_template = "  "\n', "models.tiny.chat_template", "empty"),
     ('default = "nope"\n[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n', "default", "'nope'"),
     ("default = 1\n", "default", "string"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntemperature = 9.0\n', "models.tiny.sampling.temperature", "between 0 and 5, got 9.0"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_p = 0\n', "models.tiny.sampling.top_p", "above 0"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_k = 1.5\n', "models.tiny.sampling.top_k", "whole number"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_k = 2000000\n', "models.tiny.sampling.top_k", "between 0 and 1000000"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\nrepeat_last_n = -1\n', "models.tiny.sampling.repeat_last_n", "between 0 and 100000"),
-    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\nseed = "x"\n', "models.tiny.sampling.seed", "number"),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntemperature = 9.0\n',
+        "models.tiny.sampling.temperature",
+        "between 0 and 5, got 9.0",
+    ),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_p = 0\n',
+        "models.tiny.sampling.top_p",
+        "above 0",
+    ),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_k = 1.5\n',
+        "models.tiny.sampling.top_k",
+        "whole number",
+    ),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\ntop_k = 2000000\n',
+        "models.tiny.sampling.top_k",
+        "between 0 and 1000000",
+    ),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\nrepeat_last_n = -1\n',
+        "models.tiny.sampling.repeat_last_n",
+        "between 0 and 100000",
+    ),
+    (
+        '[models.tiny]\nbuiltin = "smollm2-135m-instruct"\n[models.tiny.sampling]\nseed = "x"\n',
+        "models.tiny.sampling.seed",
+        "number",
+    ),
     ('[models."bad name"]\nbuiltin = "smollm2-135m-instruct"\n', 'models."bad name"', "model name"),
 ]
 
@@ -408,15 +437,20 @@ def test_a_chat_template_with_the_extensions_llama_cpp_python_allows_is_valid(tm
 
 
 def test_engine_options_from_a_configured_model(tmp_path, monkeypatch):
-    from loopchat.engine import EngineOptions
+    from loopchat.engine.engine import EngineOptions
 
     monkeypatch.setenv("LOOPCHAT_LOG_DIR", str(tmp_path / "logs"))
     text = '[models.tiny]\npath = "m.gguf"\nn_ctx = 2048\nthreads = 3\nchat_template = "{{ messages }}"\n'
     spec = load_config(write(tmp_path, text)).get("tiny")
     options = EngineOptions.from_spec(spec, tmp_path / "m.gguf")
     assert options == EngineOptions(
-        str(tmp_path / "m.gguf"), name="tiny", n_ctx=2048, threads=3, chat_template="{{ messages }}",
-        log_path=str(tmp_path / "logs" / "llama.log"), verbose=False,
+        str(tmp_path / "m.gguf"),
+        name="tiny",
+        n_ctx=2048,
+        threads=3,
+        chat_template="{{ messages }}",
+        log_path=str(tmp_path / "logs" / "llama.log"),
+        verbose=False,
     )
     other = EngineOptions.from_spec(spec, "m.gguf", verbose=True, threads=1, log_path=tmp_path / "x.log")
     assert (other.threads, other.verbose, other.log_path) == (1, True, str(tmp_path / "x.log"))
@@ -428,7 +462,7 @@ def test_engine_options_from_a_configured_model(tmp_path, monkeypatch):
 
 
 def test_gpu_layers_pass_through_to_llama_cpp(tmp_path, model_path) -> None:
-    from loopchat.engine import EngineOptions
+    from loopchat.engine.engine import EngineOptions
 
     path = write(tmp_path, f'[models.g]\npath = "{model_path}"\ngpu_layers = 7\n')
     spec = load_config(path).get("g")
@@ -470,7 +504,7 @@ def test_an_unknown_mode_is_a_one_line_config_error_naming_the_entry(tmp_path, v
 
 
 def test_the_opening_mode_follows_mode_then_the_template():
-    from loopchat.chat_prompt import opening_mode
+    from loopchat.engine.chat_prompt import opening_mode
 
     assert opening_mode(None, "gguf") == "chat"
     assert opening_mode(None, "models.toml") == "chat"

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from loopchat import dry, sampler
-from loopchat.engine import Engine
+from loopchat.engine import dry, sampler
+from loopchat.engine.engine import Engine
 from loopchat.events import Message, Start, Step
 from loopchat.settings import SamplingSettings
 
@@ -57,8 +57,12 @@ def test_matches_a_brute_force_reimplementation_on_random_token_lists() -> None:
         vocab = rng.choice([2, 3, 5, 20])
         ctx = [rng.randrange(vocab) for _ in range(rng.randrange(0, 80))]
         breakers = set(rng.sample(range(vocab), rng.choice([0, 0, 1, 2]))) if vocab > 2 else set()
-        args = (rng.choice([0.0, 0.8, 2.0]), rng.choice([0.5, 1.0, 1.75, 3.0]), rng.choice([0, 1, 2, 3, 5]),
-                rng.choice([-1, 0, 5, 64]))
+        args = (
+            rng.choice([0.0, 0.8, 2.0]),
+            rng.choice([0.5, 1.0, 1.75, 3.0]),
+            rng.choice([0, 1, 2, 3, 5]),
+            rng.choice([-1, 0, 5, 64]),
+        )
         ids, pen = dry.penalties(ctx, frozenset(breakers), *args)
         got = dict(zip(ids.tolist(), pen.tolist()))
         assert got == brute(ctx, breakers, *args), (ctx, breakers, args)
@@ -74,8 +78,9 @@ def test_a_long_repeat_reaches_the_exponent_clamp() -> None:
     assert pen[0] == np.float32(0.8 * 1.75**max_exp) and np.isfinite(pen[0])
 
 
-def _llama_case(probs: list[float], tokens: list[int], breakers: set[int], mult: float, base: float,
-                allowed: int, last_n: int) -> list[float]:
+def _llama_case(
+    probs: list[float], tokens: list[int], breakers: set[int], mult: float, base: float, allowed: int, last_n: int
+) -> list[float]:
     """test-sampling.cpp's test_dry: logits log(p), DRY, then softmax."""
     logits = np.log(np.asarray(probs, dtype=np.float32))
     ids, pen = dry.penalties(tokens, frozenset(breakers), mult, base, allowed, last_n)
@@ -112,8 +117,17 @@ def test_the_sampler_subtracts_the_penalties_after_the_repeat_penalty() -> None:
     assert dry.model_breakers(vocab) == {2, 4}
     logits = np.array([1.0, 2.0, 0.5, 1.5, 0.0], dtype=np.float32)
     history = dry.History([0, 1, 3, 2, 0, 1, 3, 0, 1], vocab)  # " the cat" again: " sat" would extend it
-    s = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
-                         dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=64)
+    s = SamplingSettings(
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        min_p=0.0,
+        repeat_penalty=1.0,
+        dry_multiplier=0.8,
+        dry_base=1.75,
+        dry_allowed_length=2,
+        dry_penalty_last_n=64,
+    )
     res = sampler.sample(logits, history, s, sampler.make_rng(0), report_k=5)
     # " the cat" ends the context and came before " sat" at 1-2 and 5-6; after the breaker
     # ".\n" (position 3) only 5 tokens count: the longest match is 2 tokens, penalty 0.8
@@ -159,8 +173,19 @@ def test_the_real_models_sampled_distribution_is_the_raw_one_minus_the_penalties
     softmax((logits - penalty) / T), so T log(sampled p) - log(raw p) + penalty is the
     same number for every token both top lists show; the penalties recomputed from the Start event's
     prompt ids and the steps' tokens, with the model's own breakers."""
-    s = SamplingSettings(temperature=0.5, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=11, max_tokens=160,
-                         dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=4096)
+    s = SamplingSettings(
+        temperature=0.5,
+        top_k=0,
+        top_p=1.0,
+        min_p=0.0,
+        repeat_penalty=1.0,
+        seed=11,
+        max_tokens=160,
+        dry_multiplier=0.8,
+        dry_base=1.75,
+        dry_allowed_length=2,
+        dry_penalty_last_n=4096,
+    )
     msgs = [Message("user", "Tell me a short story about a cat.")]
     engine.reset()
     events = list(engine.generate(msgs, s))

@@ -11,13 +11,15 @@ import httpx
 import pytest
 from remote_servers import start_llama_server
 
-from loopchat import dry
-from loopchat.engine import Engine
+from loopchat.engine import dry
+from loopchat.engine.engine import Engine
 
 #: weaker than the default, so that the penalized tokens stay among the 10 reported after it
 DRY = dict(dry_multiplier=0.3, dry_base=1.1, dry_allowed_length=2, dry_penalty_last_n=1024)
-TEXT = ("Rule one: the cat sat on the mat and the dog sat on the log. Rule two: the cat sat on the mat "
-        "and the dog sat on the log. Rule three: the cat sat on the mat and the dog")
+TEXT = (
+    "Rule one: the cat sat on the mat and the dog sat on the log. Rule two: the cat sat on the mat "
+    "and the dog sat on the log. Rule three: the cat sat on the mat and the dog"
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +30,17 @@ def llama_server(model_path: Path):
 
 
 def _completion(server, prompt: list[int], **kw) -> list[dict]:
-    body = {"prompt": prompt, "cache_prompt": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-            "repeat_penalty": 1.0, "seed": 5, **kw}
+    body = {
+        "prompt": prompt,
+        "cache_prompt": True,
+        "temperature": 1.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "min_p": 0.0,
+        "repeat_penalty": 1.0,
+        "seed": 5,
+        **kw,
+    }
     r = httpx.post(server.url + "/completion", json=body, timeout=300)
     assert r.status_code == 200, r.text
     return r.json()["completion_probabilities"]
@@ -42,8 +53,9 @@ def test_llama_server_s_dry_subtracts_loopchat_s_penalties(llama_server, engine:
     subtracted exactly the penalties dry.penalties computes (same logits, no noise from
     another build)."""
     prompt = engine.tokenize(TEXT)
-    steps = _completion(llama_server, prompt, n_predict=30, n_probs=10, post_sampling_probs=True,
-                        samplers=["dry", "temperature"], **DRY)
+    steps = _completion(
+        llama_server, prompt, n_predict=30, n_probs=10, post_sampling_probs=True, samplers=["dry", "temperature"], **DRY
+    )
     tokens = [p["id"] for p in steps]
     breakers = dry.model_breakers(engine)
     penalized, longest = 0, 0.0

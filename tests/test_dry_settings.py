@@ -15,9 +15,9 @@ from rich.console import Console
 from test_panel_threads import record
 from test_serve import KEY, MESSAGES, MODEL, Serve
 
-from loopchat.cli import build_parser
+from loopchat.cli.main import build_parser
+from loopchat.cli.run import settings_from_args
 from loopchat.events import Start
-from loopchat.run_command import settings_from_args
 from loopchat.settings import SamplingSettings, fmt_dry
 from loopchat.trace import read_trace
 from loopchat.tui.loop_panel import PanelView, panel_renderable
@@ -27,8 +27,20 @@ DRY = dict(dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3, dry_penalty_l
 
 
 def test_run_flags_set_dry() -> None:
-    args = build_parser().parse_args(["run", "hi", "--dry-multiplier", "0.8", "--dry-base", "2",
-                                      "--dry-allowed-length", "3", "--dry-penalty-last-n", "4096"])
+    args = build_parser().parse_args(
+        [
+            "run",
+            "hi",
+            "--dry-multiplier",
+            "0.8",
+            "--dry-base",
+            "2",
+            "--dry-allowed-length",
+            "3",
+            "--dry-penalty-last-n",
+            "4096",
+        ]
+    )
     assert settings_from_args(SamplingSettings(seed=1), args) == SamplingSettings(seed=1, **DRY)
 
 
@@ -71,24 +83,43 @@ def server():
 
 def test_serve_takes_llama_servers_dry_fields(server: Serve) -> None:
     client = server.client(KEY)
-    chunks = list(client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, seed=3, max_tokens=4, stream=True, extra_body={**DRY, "cache_prompt": False}
-    ))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, seed=3, max_tokens=4, stream=True, extra_body={**DRY, "cache_prompt": False}
+        )
+    )
     start = extension_events(chunks[0].to_dict())[0]
     assert isinstance(start, Start)
     assert {k: getattr(start.settings, k) for k in DRY} == DRY
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4,
-                                       extra_body={"dry_penalty_last_n": -1})
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=4, extra_body={"dry_penalty_last_n": -1}
+        )
     assert "dry_penalty_last_n" in str(err.value) and "between 0 and 100000" in str(err.value)
 
 
 def test_a_trace_records_dry(tmp_path: Path) -> None:
-    from loopchat import cli
+    from loopchat.cli import main as cli
 
     trace = tmp_path / "t.jsonl"
-    argv = ["run", "--threads", "1", "--max-tokens", "3", "--dry-multiplier", "0.8", "--dry-base", "2",
-            "--dry-allowed-length", "3", "--dry-penalty-last-n", "4096", "--trace", str(trace), "Hello?"]
+    argv = [
+        "run",
+        "--threads",
+        "1",
+        "--max-tokens",
+        "3",
+        "--dry-multiplier",
+        "0.8",
+        "--dry-base",
+        "2",
+        "--dry-allowed-length",
+        "3",
+        "--dry-penalty-last-n",
+        "4096",
+        "--trace",
+        str(trace),
+        "Hello?",
+    ]
     assert cli.main(argv) == 0
     _, traced = read_trace(trace)
     start = next(t.event for t in traced if isinstance(t.event, Start))

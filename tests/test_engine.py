@@ -10,10 +10,9 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 import pytest
-
 from gc_check import cyclic_garbage
 
-from loopchat.engine import ContextOverflowError, Engine, physical_cores
+from loopchat.engine.engine import ContextOverflowError, Engine, physical_cores
 from loopchat.events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from loopchat.settings import LiveSettings, SamplingSettings
 
@@ -110,7 +109,9 @@ def _softmax64(logits: np.ndarray) -> np.ndarray:
 
 
 def test_reported_probabilities_match_an_independent_softmax(engine: Engine, model_path) -> None:
-    settings = SamplingSettings(temperature=0.5, top_k=3, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=7, max_tokens=6)
+    settings = SamplingSettings(
+        temperature=0.5, top_k=3, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=7, max_tokens=6
+    )
     start, _, steps, _ = run(engine, convo("What is the capital of France?"), settings)
     # A separate llama.cpp context, driven directly through the C API's logits.
     ref = llama_cpp.Llama(str(model_path), n_ctx=512, n_threads=engine.threads, verbose=False)
@@ -342,7 +343,11 @@ def test_threads_default_to_auto_up_to_the_physical_cores(engine: Engine) -> Non
 
 
 def test_entropy_is_in_bits(engine: Engine) -> None:
-    steps = run(engine, convo("Hi"), SamplingSettings(max_tokens=3, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0))[2]
+    steps = run(
+        engine,
+        convo("Hi"),
+        SamplingSettings(max_tokens=3, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0),
+    )[2]
     for s in steps:
         assert 0.0 <= s.raw_entropy <= math.log2(engine.n_vocab)
         assert s.sampled_entropy == pytest.approx(s.raw_entropy, abs=1e-3)  # nothing filtered, T=1
@@ -363,7 +368,9 @@ def test_a_context_size_llama_cpp_pads_is_used_as_asked(model_path, tmp_path) ->
     with Engine(model_path, n_ctx=300, log_path=tmp_path / "llama.log") as eng:
         assert eng.llm.n_ctx() > 300  # the padding this test is about (if it goes, so can the cap)
         assert eng.n_ctx == 300 == len(eng.llm.input_ids)
-        events = list(eng.generate(convo("Tell me a story."), SamplingSettings(max_tokens=1000, seed=1), ignore_eos=True))
+        events = list(
+            eng.generate(convo("Tell me a story."), SamplingSettings(max_tokens=1000, seed=1), ignore_eos=True)
+        )
         start, finish = events[0], events[-1]
         assert isinstance(start, Start) and isinstance(finish, Finish)
         assert start.n_ctx == finish.n_ctx == 300
@@ -373,7 +380,7 @@ def test_a_context_size_llama_cpp_pads_is_used_as_asked(model_path, tmp_path) ->
 
 
 def test_an_invalid_chat_template_is_a_load_error_naming_it(model_path, tmp_path) -> None:
-    from loopchat.engine import ModelLoadError
+    from loopchat.engine.engine import ModelLoadError
 
     with pytest.raises(ModelLoadError) as err:
         Engine(model_path, name="x", chat_template="{% if %}", log_path=tmp_path / "llama.log", warmup=False)
@@ -384,7 +391,7 @@ def test_an_invalid_chat_template_is_a_load_error_naming_it(model_path, tmp_path
 
 
 def test_the_llama_log_is_rotated_when_it_grows_past_a_megabyte(model_path, tmp_path) -> None:
-    from loopchat.llama_log import ROTATE_BYTES
+    from loopchat.engine.llama_log import ROTATE_BYTES
 
     log = tmp_path / "llama.log"
     log.write_text("old line\n" * (ROTATE_BYTES // 9 + 1000))

@@ -15,11 +15,11 @@ from textual._segment_tools import line_pad
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
-from tui_fixtures import fake_app, FakeBackend, reply_to
+from tui_fixtures import FakeBackend, fake_app, reply_to
 
+from loopchat.chat.prefs import Prefs
 from loopchat.tui.app import LoopChatApp
 from loopchat.tui.fast_static import FastStatic
-from loopchat.tui.prefs import Prefs
 from loopchat.tui.render import lines as render_lines
 from loopchat.tui.render.lines import plain_box
 
@@ -57,14 +57,18 @@ def _differences(widget: Widget) -> list[str]:
         if fast != stock:
             for y, (a, b) in enumerate(zip(fast, stock)):
                 if a != b:
-                    out.append(f"{type(widget).__name__} {crop} row {y}: {''.join(c for c, _ in a)!r} vs {''.join(c for c, _ in b)!r}")
+                    out.append(
+                        f"{type(widget).__name__} {crop} row {y}: {''.join(c for c, _ in a)!r} vs {''.join(c for c, _ in b)!r}"
+                    )
                     break
             else:
                 out.append(f"{type(widget).__name__} {crop}: {len(fast)} rows vs {len(stock)}")
     return out
 
 
-@pytest.mark.parametrize("prefs", [Prefs(markdown=False), Prefs(markdown=True, token_boundaries=True, prob_colours=True)])
+@pytest.mark.parametrize(
+    "prefs", [Prefs(markdown=False), Prefs(markdown=True, token_boundaries=True, prob_colours=True)]
+)
 async def test_fast_path_paints_what_the_styles_cache_paints(prefs, tmp_path) -> None:
     words = [f" word{i}" if i % 9 else f"\n**line {i}**:" for i in range(120)]
     app = LoopChatApp(FakeBackend(tokens=words, delay=0.001), prefs=prefs, prefs_path=tmp_path / "p.json")
@@ -93,7 +97,9 @@ async def test_the_comparison_sees_a_wrong_pad(tmp_path, monkeypatch) -> None:
         await pilot.pause()
         transcript = app.transcript
         transcript._screen_lines.clear()  # forget the lines padded so far
-        monkeypatch.setattr(render_lines, "line_pad", lambda line, left, right, style: line_pad(line, left, right, Style()))
+        monkeypatch.setattr(
+            render_lines, "line_pad", lambda line, left, right, style: line_pad(line, left, right, Style())
+        )
         assert _differences(transcript)
 
 
@@ -106,9 +112,9 @@ def test_a_streaming_reply_has_the_lines_of_its_text_wrapped_whole(width: int, p
     from rich.console import Console
     from rich.text import Text
 
+    from loopchat.chat.conversation import STREAM, ReplyRecord
     from loopchat.events import Step
     from loopchat.trace import read_trace
-    from loopchat.tui.conversation import STREAM, ReplyRecord
     from loopchat.tui.blocks import ReplyView, _clickable, token_style
 
     _, traced = read_trace(Path(__file__).parent / "data" / "reply.jsonl")
@@ -160,9 +166,13 @@ async def test_the_transcript_scrollbar_paints_what_textual_paints(tmp_path, mon
     from loopchat.tui.render.scrollbar import RowCachedScrollBar
 
     stock_paints = []
-    monkeypatch.setattr(ScrollBar, "render_lines", lambda self, crop: stock_paints.append(1) or Widget.render_lines(self, crop))
+    monkeypatch.setattr(
+        ScrollBar, "render_lines", lambda self, crop: stock_paints.append(1) or Widget.render_lines(self, crop)
+    )
     words = [f" word{i}" for i in range(900)]
-    app = LoopChatApp(FakeBackend(tokens=words, delay=0.0005), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
+    app = LoopChatApp(
+        FakeBackend(tokens=words, delay=0.0005), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json"
+    )
     async with app.run_test(size=(100, 30)) as pilot:
         await reply_to(pilot, "go")
         await pilot.pause()

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loopchat import sampler
-from loopchat.chat_prompt import CHATML_TEMPLATE
-from loopchat.engine import Engine
+from loopchat.engine import sampler
+from loopchat.engine.chat_prompt import CHATML_TEMPLATE
+from loopchat.engine.engine import Engine
 from loopchat.events import Finish, Message, Start, Step
 from loopchat.settings import SamplingSettings
 
@@ -87,12 +87,29 @@ def test_a_reply_fills_every_step_as_on_the_default_model(gemma: Engine, engine:
         assert s.raw_entropy > 0 and s.forward_ms > 0 and s.sample_ms > 0
     assert [s.n_past for s in steps] == list(range(steps[0].n_past, steps[0].n_past + 16))
     # the same fields are filled as on the default model
-    default_step = next(e for e in engine.generate(PROMPT, settings.replace(max_tokens=2), ignore_eos=True) if isinstance(e, Step) and e.index == 1)
+    default_step = next(
+        e
+        for e in engine.generate(PROMPT, settings.replace(max_tokens=2), ignore_eos=True)
+        if isinstance(e, Step) and e.index == 1
+    )
     want = _filled(default_step)
     for s in steps[1:]:
         got = _filled(s)
-        for name in ("raw_top", "sampled_top", "raw_prob", "sampled_prob", "raw_rank", "sampled_rank",
-                     "raw_entropy", "candidates_kept", "forward_ms", "forward_tokens", "sample_ms", "n_past", "elapsed_ms"):
+        for name in (
+            "raw_top",
+            "sampled_top",
+            "raw_prob",
+            "sampled_prob",
+            "raw_rank",
+            "sampled_rank",
+            "raw_entropy",
+            "candidates_kept",
+            "forward_ms",
+            "forward_tokens",
+            "sample_ms",
+            "n_past",
+            "elapsed_ms",
+        ):
             assert got[name] == want[name], name
 
 
@@ -123,7 +140,9 @@ def reference(logits: np.ndarray, s: SamplingSettings) -> tuple[np.ndarray, np.n
     ],
     ids=["all-off-t2", "top-p-0.9", "top-p-min-p", "defaults"],
 )
-def test_the_sampled_distribution_is_exact_on_real_logits(gemma_logits: list[np.ndarray], settings: SamplingSettings) -> None:
+def test_the_sampled_distribution_is_exact_on_real_logits(
+    gemma_logits: list[np.ndarray], settings: SamplingSettings
+) -> None:
     for logits in gemma_logits:
         ids, probs = reference(logits, settings)
         res = sampler.sample(logits, [], settings, sampler.make_rng(0), report_k=40)
@@ -147,9 +166,23 @@ def test_the_sampled_distribution_is_exact_on_real_logits(gemma_logits: list[np.
 
 def test_loopchat_run_takes_the_gguf_path(gemma_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "loopchat", "run", "The lighthouse keeper", "--model", str(gemma_path),
-         "--max-tokens", "4", "--seed", "1"],
-        capture_output=True, text=True, timeout=120, env=dict(os.environ),
+        [
+            sys.executable,
+            "-m",
+            "loopchat",
+            "run",
+            "The lighthouse keeper",
+            "--model",
+            str(gemma_path),
+            "--max-tokens",
+            "4",
+            "--seed",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
     )
     assert proc.returncode == 0, proc.stderr
     assert "finish: " in proc.stderr and "Traceback" not in proc.stderr
@@ -161,15 +194,17 @@ async def test_the_chat_shows_the_same_panel_on_gemma(gemma_path: Path, tmp_path
     from tui_fixtures import panel_text, wait_for, wait_run
 
     from loopchat.backends.live import LiveBackend
+    from loopchat.chat.prefs import Prefs
     from loopchat.settings import SamplingSettings
     from loopchat.tui.launch import create_app
-    from loopchat.tui.prefs import Prefs
 
     backend = LiveBackend(None, str(gemma_path))
     backend.start()
     try:
         app = create_app(
-            backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+            backend=backend,
+            prefs=Prefs(markdown=False),
+            prefs_path=tmp_path / "prefs.json",
             settings=SamplingSettings(seed=3, max_tokens=12, temperature=0.8),
         )
         async with app.run_test(size=(120, 40)) as pilot:
@@ -187,7 +222,9 @@ async def test_the_chat_shows_the_same_panel_on_gemma(gemma_path: Path, tmp_path
             # no chat template in its file: the chat opens it in completion mode (not ChatML
             # it has never seen), says so, and where to set a template
             notes = [str(n.message) for n in app._notifications]
-            assert "completion mode: this model has no chat template; set chat_template in models.toml for chat" in notes
+            assert (
+                "completion mode: this model has no chat template; set chat_template in models.toml for chat" in notes
+            )
             assert rec.start.prompt_text == "The capital of France is" and app.session.completion
     finally:
         backend.close()

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from history_helpers import as_json
-from loopchat.cli import main
+
+from loopchat.cli.main import main
 from loopchat.history.store import ConversationStore
 from loopchat.trace import read_trace
 
@@ -30,7 +30,10 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def store_path(tmp_path: Path, capsys) -> Path:
     path = tmp_path / "h.sqlite3"
     assert run(capsys, "history", "--store", str(path), "import", str(TRACE)) == (0, "1\n", "")
-    assert run(capsys, "history", "import", str(TRACE), "--title", "Rainbow\tsecond", "--store", str(path))[:2] == (0, "2\n")
+    assert run(capsys, "history", "import", str(TRACE), "--title", "Rainbow\tsecond", "--store", str(path))[:2] == (
+        0,
+        "2\n",
+    )
     return path
 
 
@@ -108,7 +111,11 @@ def test_a_damaged_store_is_one_line(tmp_path: Path, capsys) -> None:
 
 def test_rename_and_delete(store_path: Path, capsys) -> None:
     assert run(capsys, "history", "--store", str(store_path), "rename", "1", "My rainbow") == (0, "", "")
-    assert run(capsys, "history", "--store", str(store_path), "delete", "2", "--yes") == (0, "", "deleted conversation 2\n")
+    assert run(capsys, "history", "--store", str(store_path), "delete", "2", "--yes") == (
+        0,
+        "",
+        "deleted conversation 2\n",
+    )
     code, out, _ = run(capsys, "history", "--store", str(store_path), "list")
     assert out.split("\t")[0] == "1" and out.rstrip().endswith("\tMy rainbow") and len(out.splitlines()) == 1
 
@@ -119,7 +126,9 @@ def _delete_on_a_terminal(path: Path, answer: bytes) -> tuple[int, str]:
     try:
         child = subprocess.Popen(
             [sys.executable, "-m", "loopchat", "history", "--store", str(path), "delete", "1"],
-            stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         os.write(master, answer)
         out, err = child.communicate(timeout=60)

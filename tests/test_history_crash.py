@@ -15,10 +15,10 @@ from pathlib import Path
 from test_tui_terminal import read_until
 from tui_fixtures import FakeBackend, wait_for
 
+from loopchat.chat.prefs import Prefs
 from loopchat.events import FinishReason, Step
 from loopchat.history.store import CUT, ConversationStore
 from loopchat.tui.app import LoopChatApp
-from loopchat.tui.prefs import Prefs
 
 PROMPT = b"Tell me a very long story about a dragon and a knight."
 
@@ -40,12 +40,20 @@ async def test_sigkill_mid_reply_then_reopen(tmp_path: Path) -> None:
     store = data / "history.sqlite3"
     controller, terminal = pty.openpty()
     env = {
-        **os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40",
-        "LOOPCHAT_DATA_DIR": str(data), "LOOPCHAT_CONFIG_DIR": str(tmp_path / "config"),
+        **os.environ,
+        "TERM": "xterm-256color",
+        "COLUMNS": "120",
+        "LINES": "40",
+        "LOOPCHAT_DATA_DIR": str(data),
+        "LOOPCHAT_CONFIG_DIR": str(tmp_path / "config"),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopchat", "--threads", "1"],
-        stdin=terminal, stdout=terminal, stderr=terminal, env=env, start_new_session=True,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+        start_new_session=True,
     )
     os.close(terminal)
     try:

@@ -8,12 +8,10 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from history_helpers import SYSTEM, as_json, short_reply, store_reply, tmpfs
+
 from loopchat.backends.replay import ReplayBackend
-from loopchat.engine import Engine
-from loopchat.events import Finish, FinishReason, Message, RunDone, Start, Step, event_from_json_dict
-from loopchat.history.export import (
+from loopchat.chat.export import (
     export_json,
     export_markdown,
     export_trace,
@@ -21,6 +19,8 @@ from loopchat.history.export import (
     info_line,
     write_atomically,
 )
+from loopchat.engine.engine import Engine
+from loopchat.events import Finish, FinishReason, Message, RunDone, Start, Step, event_from_json_dict
 from loopchat.history.store import CUT, ConversationStore, StoreError
 from loopchat.trace import CUT_SHORT, TraceWriter, read_trace
 
@@ -115,8 +115,10 @@ def test_an_imported_trace_equals_the_original(store, replies, tmp_path: Path) -
     assert conv.summary.title == "Name a fruit." and conv.summary.replies == 2
     assert conv.system_prompt == SYSTEM.content and conv.summary.model_name == replies["b"][0].model_name
     assert [(n.role, n.content) for n in conv.path()] == [
-        ("user", "Name a fruit."), ("assistant", replies["a2"][-1].text),
-        ("user", "Why that one?"), ("assistant", replies["b"][-1].text),
+        ("user", "Name a fruit."),
+        ("assistant", replies["a2"][-1].text),
+        ("user", "Why that one?"),
+        ("assistant", replies["b"][-1].text),
     ]
     again = tmp_path / "again.jsonl"
     export_trace(conv, again)

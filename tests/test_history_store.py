@@ -17,13 +17,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from history_helpers import SYSTEM, as_json, folder_to_lock, generate, make_readonly, short_reply, store_reply, tmpfs
-from loopchat.engine import Engine
+
+from loopchat.engine.engine import Engine
 from loopchat.events import Finish, FinishReason, Message, Prefill, Step, to_json_dict
 from loopchat.history import schema, step_codec
 from loopchat.history.step_codec import decode_steps, encode_steps
-from loopchat.history.store import CUT, SCHEMA_VERSION, ConversationStore, StoreError, _start_blob, search_like
+from loopchat.history.store import (
+    CUT,
+    SCHEMA_VERSION,
+    ConversationStore,
+    StoreError,
+    _start_blob,
+    search_like,
+)
 from loopchat.history.writer import StoreWriter
 from loopchat.settings import SamplingSettings
 
@@ -147,15 +154,19 @@ def _v1_file(path: Path, events) -> None:
     conn.execute("PRAGMA journal_mode = WAL")
     schema.create_v1(conn)
     conn.execute("INSERT INTO conversations VALUES (1, 'old talk', 'SmolLM2', '/m.gguf', 5, NULL, 100.0, 200.0)")
-    conn.execute("INSERT INTO nodes (id, conversation_id, parent_id, role, content, created) VALUES (1, 1, NULL, 'user', 'Hi there', 100.0)")
+    conn.execute(
+        "INSERT INTO nodes (id, conversation_id, parent_id, role, content, created) VALUES (1, 1, NULL, 'user', 'Hi there', 100.0)"
+    )
     conn.execute(
         "INSERT INTO nodes (id, conversation_id, parent_id, role, content, created, mode, status, start, finish)"
         " VALUES (2, 1, 1, 'assistant', ?, 101.0, 'stream', 'complete', ?, ?)",
         (events[-1].text, _start_blob(events[0]), json.dumps(to_json_dict(events[-1]))),
     )
     body = events[1:-1]
-    conn.execute("INSERT INTO reply_events (node_id, codec, data) VALUES (2, 'json', ?)",
-                 (json.dumps(to_json_dict(body[0])).encode(),))
+    conn.execute(
+        "INSERT INTO reply_events (node_id, codec, data) VALUES (2, 'json', ?)",
+        (json.dumps(to_json_dict(body[0])).encode(),),
+    )
     conn.execute("INSERT INTO reply_events (node_id, codec, data) VALUES (2, 'steps', ?)", (encode_steps(body[1:]),))
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
     conn.close()
@@ -220,7 +231,7 @@ def test_a_damaged_file_is_refused_and_not_written(damage: str, engine: Engine, 
     elif damage == "garbage":
         path.write_bytes(os.urandom(len(data)))
     elif damage == "garbage pages":  # a valid header, then pages of noise
-        path.write_bytes(data[:8192] + os.urandom(8 * 4096) + data[8192 + 8 * 4096:])
+        path.write_bytes(data[:8192] + os.urandom(8 * 4096) + data[8192 + 8 * 4096 :])
     else:
         path.unlink()
         conn = sqlite3.connect(path)
@@ -284,7 +295,7 @@ def test_a_full_disk_is_reported_once_and_the_file_stays_sound(long_reply, tmp_p
             reply = writer.begin_reply(conv, None, "stream", long_reply[0])
             refs.append(reply)
             for j in range(0, len(body), 25):
-                writer.add_events(reply, body[j:j + 25])
+                writer.add_events(reply, body[j : j + 25])
             writer.finish_reply(reply, long_reply[-1])
         assert writer.flush(60)
         writer.close()
@@ -320,7 +331,10 @@ def test_a_writer_killed_mid_reply_leaves_a_cut_reply(long_reply, tmp_path: Path
     pickled = tmp_path / "events.pickle"
     pickled.write_bytes(pickle.dumps(long_reply))
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(path), str(pickled)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", _CHILD, str(path), str(pickled)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         node = int(child.stdout.readline())
@@ -355,7 +369,7 @@ def test_the_writer_resolves_ids_and_round_trips(long_reply, tmp_path: Path) -> 
     reply = writer.begin_reply(conv, user, "stream", long_reply[0])
     body = long_reply[1:]
     for i in range(0, len(body), 7):  # the Finish comes in the last batch
-        writer.add_events(reply, body[i:i + 7])
+        writer.add_events(reply, body[i : i + 7])
     bad = writer.add_message(12345, None, "user", "no such conversation")
     after = writer.add_message(conv, reply, "user", "thanks")
     assert writer.flush()
@@ -383,7 +397,7 @@ def test_two_connections_and_a_thread(long_reply, tmp_path: Path) -> None:
     def feed() -> None:
         body = long_reply[1:-1]
         for i in range(0, len(body), 5):
-            writer.add_events(reply, body[i:i + 5])
+            writer.add_events(reply, body[i : i + 5])
         writer.finish_reply(reply, long_reply[-1])
         writer.flush(30)
         stop.set()
@@ -438,9 +452,15 @@ def test_the_chat_opening_its_list_keeps_the_writers_file_safe_from_another_proc
         with ConversationStore.open_reader(path) as reader:
             assert [s.id for s in reader.list_conversations()] == [cid]
         subprocess.run(
-            [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
-             " c.execute('SELECT count(*) FROM conversations').fetchone(); c.close()", str(path)],
-            check=True, timeout=60,
+            [
+                sys.executable,
+                "-c",
+                "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+                " c.execute('SELECT count(*) FROM conversations').fetchone(); c.close()",
+                str(path),
+            ],
+            check=True,
+            timeout=60,
         )
         assert (tmp_path / "h.sqlite3-wal").exists()
         writer.rename(cid, "Salt")

@@ -18,19 +18,31 @@ def test_run_command_raises_usage_errors_without_importing_cli() -> None:
     out = python(
         "import sys\n"
         "from loopchat.errors import UsageError\n"
-        "from loopchat.run_command import read_prompt\n"
+        "from loopchat.cli.run import read_prompt\n"
         "try:\n"
         "    read_prompt('   ', None)\n"
         "except UsageError as exc:\n"
-        "    print(type(exc).__module__, 'loopchat.cli' in sys.modules)\n"
+        "    print(type(exc).__module__, 'loopchat.cli.main' in sys.modules)\n"
     )
     assert out == "loopchat.errors False"
 
 
 ENGINE_LAYER = (
-    "loopchat.engine", "loopchat.engine_options", "loopchat._llama_ffi", "loopchat.chat_prompt", "loopchat.run_command", "loopchat.worker",
-    "loopchat.process_worker", "loopchat.trace", "loopchat.config", "loopchat.events", "loopchat.settings",
-    "loopchat.sampler", "loopchat.errors", "loopchat.cli", "loopchat.reply_stats",
+    "loopchat.engine.engine",
+    "loopchat.engine.options",
+    "loopchat.engine._llama_ffi",
+    "loopchat.engine.chat_prompt",
+    "loopchat.cli.run",
+    "loopchat.engine.worker",
+    "loopchat.engine.process_worker",
+    "loopchat.trace",
+    "loopchat.config",
+    "loopchat.events",
+    "loopchat.settings",
+    "loopchat.engine.sampler",
+    "loopchat.errors",
+    "loopchat.cli.main",
+    "loopchat.chat.reply_stats",
 )
 
 

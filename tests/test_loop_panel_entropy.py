@@ -9,12 +9,11 @@ import dataclasses
 import math
 
 from rich.console import Console
+from test_panel_threads import record, text
 
+from loopchat.chat.plots import sparkline
 from loopchat.tui.loop_panel import PanelView, panel_renderable
 from loopchat.tui.panel_caches import _SPARK_BLOCKS, PanelCaches, ReplyIndex, Series
-from loopchat.tui.plots import sparkline
-
-from test_panel_threads import record, text
 
 
 def row(panel: str, label: str) -> str:
@@ -66,7 +65,11 @@ def test_steps_without_figures_are_gaps_never_invented() -> None:
     given = [-math.log2(s.raw_prob) for s in r.steps if s.raw_prob is not None]
     panel = wide(r, r.steps[-1])
     cells = row(panel, "surprisal")[: len(r.steps)]
-    assert row(panel, "surprisal")[len(r.steps) :].startswith("  0") and cells[20:23] == "   " and " " not in cells[:20] + cells[23:]
+    assert (
+        row(panel, "surprisal")[len(r.steps) :].startswith("  0")
+        and cells[20:23] == "   "
+        and " " not in cells[:20] + cells[23:]
+    )
     assert row(panel, "surprisal").endswith(f"  {min(given):.2f}–{max(given):.2f} bits")
     assert f"{max(given):.2f}" != "6.24"  # the missing pass's value is nowhere
     # nothing given at all (a server without logprobs): said so, no sparkline, no max

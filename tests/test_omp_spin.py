@@ -11,14 +11,16 @@ import pytest
 
 # the engine's first import of llama.cpp's library, as Engine() makes it
 CHECK = (
-    "import os, sys; import loopchat.engine; assert 'llama_cpp' not in sys.modules; from llama_cpp import Llama; "
+    "import os, sys; import loopchat.engine.engine; assert 'llama_cpp' not in sys.modules; from llama_cpp import Llama; "
     "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
 )
 
 
 def _run(**env: str) -> str:
     base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    done = subprocess.run([sys.executable, "-c", CHECK], env={**base, **env}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK], env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -34,6 +36,6 @@ def test_the_spin_count_is_set_before_llama_cpp_loads_unless_the_user_chose(env,
 def test_libgomp_is_not_loaded_before_the_package_sets_it() -> None:
     """libgomp reads its environment once, when it is loaded: importing loopchat (which sets
     the count) must not load it."""
-    code = "import loopchat.engine, loopchat.config; print('gomp' in open('/proc/self/maps').read())"
+    code = "import loopchat.engine.engine, loopchat.config; print('gomp' in open('/proc/self/maps').read())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr

@@ -7,14 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 from rich.console import Console
+from tui_fixtures import REPLY_TRACE
 
+from loopchat.chat.conversation import STREAM, ReplyRecord
 from loopchat.events import Finish, Prefill, Start, Step
 from loopchat.trace import read_trace
-from loopchat.tui.conversation import STREAM, ReplyRecord
 from loopchat.tui.loop_panel import PanelView, panel_renderable
 from loopchat.tui.panel_caches import PanelCaches
-
-from tui_fixtures import REPLY_TRACE
 
 PROBE = "probing 1 thread (first measurement)"
 KEPT = "kept 2 threads: 10.0 ms/pass vs 1: 17.0 ms (regular re-check)"

@@ -14,12 +14,12 @@ import pytest
 from tui_fixtures import FakeBackend, wait_for
 
 from loopchat import paths
-from loopchat.cli import main
-from loopchat.history.export import export_markdown, import_trace
+from loopchat.chat.export import export_markdown, import_trace
+from loopchat.chat.prefs import Prefs, save_prefs
+from loopchat.cli.main import main
+from loopchat.engine.llama_log import route_llama_log
 from loopchat.history.store import ConversationStore
-from loopchat.llama_log import route_llama_log
 from loopchat.tui.app import LoopChatApp
-from loopchat.tui.prefs import Prefs, save_prefs
 
 TRACE = Path(__file__).parent / "data" / "reply.jsonl"
 

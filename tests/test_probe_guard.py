@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from cpu_burners import cpu_burners
 
-from loopchat.engine import Engine, physical_cores
+from loopchat.engine.engine import Engine, physical_cores
+from loopchat.engine.probe_guard import PassGuard
+from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import Finish, FinishReason, Message, Step
-from loopchat.probe_guard import PassGuard
 from loopchat.settings import SamplingSettings
-from loopchat.thread_tuner import ThreadTuner
 
 MESSAGES = [Message("user", "Tell me a long story about a lighthouse keeper.")]
 SETTINGS = SamplingSettings(seed=7, temperature=0.9, max_tokens=160)
@@ -55,13 +55,27 @@ def test_a_cut_probe_pass_is_redone_and_the_reply_is_bit_identical(model_path: P
         assert auto.passes - passes == len(got)  # a cut and its redo count as one pass
     cut = [s for s in got if s.probe_cut_ms > 0]
     assert len(cut) >= 3, "the re-checks should have probed (and cut) several times"
-    assert all(s.threads == 1 and 0 < s.probe_cut_ms <= s.forward_ms for s in cut), [(s.index, s.threads, s.probe_cut_ms, s.forward_ms, s.threads_reason) for s in cut if not (s.threads == 1 and 0 < s.probe_cut_ms <= s.forward_ms)]
+    assert all(s.threads == 1 and 0 < s.probe_cut_ms <= s.forward_ms for s in cut), [
+        (s.index, s.threads, s.probe_cut_ms, s.forward_ms, s.threads_reason)
+        for s in cut
+        if not (s.threads == 1 and 0 < s.probe_cut_ms <= s.forward_ms)
+    ]
     assert all(s.probe_cut_ms == 0 for s in want)
     assert any("cut at" in s.threads_reason for s in got)
     assert finish.reason == FinishReason.LENGTH
     # the same tokens, and the same numbers from the same logits, bit for bit
-    fields = ("token_id", "raw_top", "sampled_top", "raw_prob", "sampled_prob", "raw_entropy", "sampled_entropy",
-              "candidates_kept", "n_past", "threads")
+    fields = (
+        "token_id",
+        "raw_top",
+        "sampled_top",
+        "raw_prob",
+        "sampled_prob",
+        "raw_entropy",
+        "sampled_entropy",
+        "candidates_kept",
+        "n_past",
+        "threads",
+    )
     assert [[getattr(s, f) for f in fields] for s in got] == [[getattr(s, f) for f in fields] for s in want]
 
 

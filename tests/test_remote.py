@@ -16,11 +16,21 @@ from remote_servers import LlamaCppServer
 from tui_fixtures import panel_text, wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
-from loopchat.events import Finish, FinishReason, Message, ModelReady, RunDone, Start, Step, WireReceived, WorkerError
+from loopchat.chat.plots import fmt_ms, fmt_prob, show_token
+from loopchat.chat.prefs import Prefs
+from loopchat.events import (
+    Finish,
+    FinishReason,
+    Message,
+    ModelReady,
+    RunDone,
+    Start,
+    Step,
+    WireReceived,
+    WorkerError,
+)
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.tui.plots import fmt_ms, fmt_prob, show_token
-from loopchat.tui.prefs import Prefs
 
 SETTINGS = SamplingSettings(temperature=0.7, seed=5, max_tokens=12)
 MESSAGES = (Message("user", "Name three colours."),)
@@ -129,9 +139,23 @@ def test_a_blocking_request_is_one_body(llama_server) -> None:
 
 def test_loopchat_run_url_prints_the_reply(llama_server) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "loopchat", "run", "--url", llama_server.url, "--seed", "3", "--max-tokens", "10",
-         "Say hello."],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "loopchat",
+            "run",
+            "--url",
+            llama_server.url,
+            "--seed",
+            "3",
+            "--max-tokens",
+            "10",
+            "Say hello.",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() and "Traceback" not in proc.stderr
@@ -142,9 +166,24 @@ def test_loopchat_run_url_prints_the_reply(llama_server) -> None:
 
 def test_loopchat_run_show_steps_says_what_is_not_given(llama_server) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "loopchat", "run", "--url", llama_server.url, "--seed", "3", "--max-tokens", "4",
-         "--show-steps", "Say hello."],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "loopchat",
+            "run",
+            "--url",
+            llama_server.url,
+            "--seed",
+            "3",
+            "--max-tokens",
+            "4",
+            "--show-steps",
+            "Say hello.",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -154,7 +193,9 @@ def test_loopchat_run_show_steps_says_what_is_not_given(llama_server) -> None:
 
 async def test_the_chat_panel_says_what_is_not_given(llama_server, tmp_path) -> None:
     backend = RemoteBackend(llama_server.url)
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS
+    )
     try:
         async with app.run_test(size=(120, 50)) as pilot:
             await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
@@ -192,10 +233,22 @@ async def test_the_chat_panel_says_what_is_not_given(llama_server, tmp_path) -> 
 
 
 def test_loopchat_run_raw_continues_a_document_through_v1_completions(llama_server, capsys) -> None:
-    from loopchat import cli
+    from loopchat.cli import main as cli
 
-    code = cli.main(["run", "--url", llama_server.url, "--raw", "--seed", "1", "--max-tokens", "6", "--show-steps",
-                     "The capital of France is"])
+    code = cli.main(
+        [
+            "run",
+            "--url",
+            llama_server.url,
+            "--raw",
+            "--seed",
+            "1",
+            "--max-tokens",
+            "6",
+            "--show-steps",
+            "The capital of France is",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     lines = out.splitlines()

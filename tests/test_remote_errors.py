@@ -6,16 +6,17 @@ are kept; Esc cancels a stalled stream at once."""
 from __future__ import annotations
 
 import math
-from contextlib import asynccontextmanager
 import queue
 import time
+from contextlib import asynccontextmanager
 
 import pytest
 from remote_servers import MODEL, free_port, misbehaving_server
 from tui_fixtures import wait_for, wait_run
 
-from loopchat import cli
 from loopchat.backends.remote import RemoteBackend
+from loopchat.chat.prefs import Prefs
+from loopchat.cli import main as cli
 from loopchat.events import (
     Finish,
     FinishReason,
@@ -29,7 +30,6 @@ from loopchat.events import (
 )
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 
 MESSAGES = (Message("user", "Hello?"),)
 SETTINGS = SamplingSettings(temperature=0.5, seed=9, max_tokens=16)
@@ -150,8 +150,16 @@ def test_extensions_false_sends_only_openais_parameters(server) -> None:
     url, state = server
     reply(url + "/ok", extensions=False)
     body = state["requests"][-1]
-    assert not {"top_k", "min_p", "repeat_penalty", "repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length",
-                "dry_penalty_last_n"} & set(body)
+    assert not {
+        "top_k",
+        "min_p",
+        "repeat_penalty",
+        "repeat_last_n",
+        "dry_multiplier",
+        "dry_base",
+        "dry_allowed_length",
+        "dry_penalty_last_n",
+    } & set(body)
 
 
 # ---- errors: one line each -----------------------------------------------------------------
@@ -270,7 +278,9 @@ def test_loopchat_run_prints_a_good_stream(server, capsys) -> None:
 async def chat_on(url: str, tmp_path, size: tuple[int, int]):
     """The chat app on the misbehaving server at `url`, once its model list has come."""
     backend = RemoteBackend(url)
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS
+    )
     try:
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, app.model_ready.is_set, 20, "the model list")
@@ -339,7 +349,9 @@ def test_loopchat_run_ctrl_c_on_a_stalled_stream(server) -> None:
     state["ended"].clear()
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopchat", "run", "--url", url + "/stall", "Hello?"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         assert proc.stdout.read(2) == b"Hi"  # the first token; the server now sends nothing
@@ -392,18 +404,51 @@ def test_a_server_without_a_model_list_needs_a_model_id(server) -> None:
 
 def test_loopchat_run_blocking_and_sampling_flags_reach_the_server(server, capsys) -> None:
     url, state = server
-    args = ["run", "--url", f"{url}/ok", "--blocking", "--temperature", "0.25", "--top-k", "7", "--min-p", "0.1",
-            "--repeat-penalty", "1.3", "--top-p", "0.8", "--seed", "42", "--max-tokens", "33", "--top-report", "4",
-            "--dry-multiplier", "0.8", "--dry-penalty-last-n", "1024", "Hello?"]
+    args = [
+        "run",
+        "--url",
+        f"{url}/ok",
+        "--blocking",
+        "--temperature",
+        "0.25",
+        "--top-k",
+        "7",
+        "--min-p",
+        "0.1",
+        "--repeat-penalty",
+        "1.3",
+        "--top-p",
+        "0.8",
+        "--seed",
+        "42",
+        "--max-tokens",
+        "33",
+        "--top-report",
+        "4",
+        "--dry-multiplier",
+        "0.8",
+        "--dry-penalty-last-n",
+        "1024",
+        "Hello?",
+    ]
     assert cli.main(args) == 0
     out, err = capsys.readouterr()
     assert out == "Hié there\n" and "tok/s not given" in err  # one body: no decode rate at the client
     body = state["requests"][-1]
     assert body["stream"] is False and body["top_logprobs"] == 4
     assert {k: body[k] for k in ("temperature", "top_k", "min_p", "repeat_penalty", "top_p", "seed", "max_tokens")} == {
-        "temperature": 0.25, "top_k": 7, "min_p": 0.1, "repeat_penalty": 1.3, "top_p": 0.8, "seed": 42, "max_tokens": 33,
+        "temperature": 0.25,
+        "top_k": 7,
+        "min_p": 0.1,
+        "repeat_penalty": 1.3,
+        "top_p": 0.8,
+        "seed": 42,
+        "max_tokens": 33,
     }
     # DRY under llama-server's names
     assert {k: body[k] for k in ("dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n")} == {
-        "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": 1024,
+        "dry_multiplier": 0.8,
+        "dry_base": 1.75,
+        "dry_allowed_length": 2,
+        "dry_penalty_last_n": 1024,
     }

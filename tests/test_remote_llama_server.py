@@ -13,11 +13,11 @@ from remote_servers import reply_and_replay, start_llama_server
 from tui_fixtures import panel_text, wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
+from loopchat.chat.plots import fmt_ms
+from loopchat.chat.prefs import Prefs
 from loopchat.events import Finish, Message, ModelReady, RunDone, Step, WorkerError
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.tui.plots import fmt_ms
-from loopchat.tui.prefs import Prefs
 
 SETTINGS = SamplingSettings(temperature=0.7, seed=4, max_tokens=8)
 

@@ -11,12 +11,22 @@ from remote_servers import LoopchatServer
 from tui_fixtures import panel_text, wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
-from loopchat.events import Finish, FinishReason, Message, ModelReady, Prefill, RunDone, Start, Step, WireReceived
+from loopchat.chat.plots import fmt_ms
+from loopchat.chat.prefs import Prefs
+from loopchat.events import (
+    Finish,
+    FinishReason,
+    Message,
+    ModelReady,
+    Prefill,
+    RunDone,
+    Start,
+    Step,
+    WireReceived,
+)
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
 from loopchat.tui.launch import create_app
-from loopchat.tui.plots import fmt_ms
-from loopchat.tui.prefs import Prefs
 from loopchat.wire import extension_events
 
 SETTINGS = SamplingSettings(temperature=0.8, seed=11, max_tokens=10)
@@ -58,12 +68,22 @@ def test_the_servers_own_events_arrive(server, stream) -> None:
     assert start.source == server.url + "/v1" and start.prompt_token_ids and start.n_ctx and start.threads
     assert start.settings.seed == SETTINGS.seed and start.settings.temperature == SETTINGS.temperature
     # the very events the server's engine emitted: those its chunks (or body) carry
-    sent = [e for w in wire if w.text.startswith(("data: {", "{")) for e in extension_events(__import__("json").loads(w.text.removeprefix("data: ")))]
+    sent = [
+        e
+        for w in wire
+        if w.text.startswith(("data: {", "{"))
+        for e in extension_events(__import__("json").loads(w.text.removeprefix("data: ")))
+    ]
     assert [type(e) for e in sent] == [type(e) for e in loop]
     for mine, theirs in zip(loop, sent):
         if isinstance(mine, Step):
             assert mine.arrival_ms is not None and theirs.arrival_ms is None
-            assert mine == type(mine)(**{**{f: getattr(theirs, f) for f in theirs.__dataclass_fields__ if f != "kind"}, "arrival_ms": mine.arrival_ms})
+            assert mine == type(mine)(
+                **{
+                    **{f: getattr(theirs, f) for f in theirs.__dataclass_fields__ if f != "kind"},
+                    "arrival_ms": mine.arrival_ms,
+                }
+            )
         elif isinstance(mine, Start):
             assert mine.source and not theirs.source and mine.prompt_token_ids == theirs.prompt_token_ids
         else:
@@ -78,7 +98,7 @@ def test_the_servers_own_events_arrive(server, stream) -> None:
 
 
 def test_loopchat_run_url_traces_the_servers_events(server, tmp_path, capsys) -> None:
-    from loopchat import cli
+    from loopchat.cli import main as cli
 
     trace = tmp_path / "t.jsonl"
     assert cli.main(["run", "--url", server.url, "--seed", "2", "--max-tokens", "6", "--trace", str(trace), "Hi"]) == 0
@@ -95,7 +115,9 @@ def test_loopchat_run_url_traces_the_servers_events(server, tmp_path, capsys) ->
 
 async def test_the_chat_panel_is_as_complete_as_local(server, tmp_path) -> None:
     backend = RemoteBackend(server.url)
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS)
+    app = create_app(
+        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json", settings=SETTINGS
+    )
     try:
         async with app.run_test(size=(120, 50)) as pilot:
             await wait_for(pilot, app.model_ready.is_set, 30, "the model list")
@@ -118,11 +140,27 @@ async def test_the_chat_panel_is_as_complete_as_local(server, tmp_path) -> None:
 
 
 def test_loopchat_run_raw_through_loopchat_serve(server, tmp_path, capsys) -> None:
-    from loopchat import cli
+    from loopchat.cli import main as cli
 
     trace = tmp_path / "raw.jsonl"
-    assert cli.main(["run", "--url", server.url, "--raw", "--seed", "2", "--max-tokens", "5", "--trace", str(trace),
-                     "Once upon a time"]) == 0
+    assert (
+        cli.main(
+            [
+                "run",
+                "--url",
+                server.url,
+                "--raw",
+                "--seed",
+                "2",
+                "--max-tokens",
+                "5",
+                "--trace",
+                str(trace),
+                "Once upon a time",
+            ]
+        )
+        == 0
+    )
     out, _ = capsys.readouterr()
     _, events = read_trace(trace)
     start = events[0].event
@@ -134,7 +172,7 @@ def test_loopchat_run_url_sends_the_stop_strings(server, tmp_path, capsys) -> No
     """`--stop` goes with the request: the server's engine ends the reply before it.
     (Not compared with a free run: the server's KV cache makes a second run's logits
     differ in their last bits, enough to flip a near tie even at temperature 0.)"""
-    from loopchat import cli
+    from loopchat.cli import main as cli
 
     trace = tmp_path / "stop.jsonl"
     args = ["run", "--url", server.url, "--seed", "1", "--temperature", "0", "--max-tokens", "60", "--stop", "7"]

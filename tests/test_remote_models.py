@@ -10,14 +10,14 @@ import pytest
 from remote_servers import MODEL, MODEL_2, free_port, misbehaving_server
 from tui_fixtures import panel_text, wait_for, wait_run
 
-from loopchat import cli
-from loopchat.backends.models_backend import ModelsBackend, configured_backend
 from loopchat.backends.live import LiveBackend
+from loopchat.backends.models_backend import ModelsBackend, configured_backend
 from loopchat.backends.remote import RemoteBackend
+from loopchat.chat.prefs import Prefs
+from loopchat.cli import main as cli
 from loopchat.config import ConfigError, format_models_listing, load_config
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +130,12 @@ async def test_the_chat_switches_between_a_local_model_and_a_server(server, tmp_
     dead = f"http://127.0.0.1:{free_port()}/v1"
     path = write(tmp_path, REMOTE.format(url=url + "/ok", model=MODEL) + f'\n[models.gone]\nurl = "{dead}"\n')
     backend = ModelsBackend(str(path), "local", threads=1)
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-                     settings=SamplingSettings(seed=1, max_tokens=6))
+    app = create_app(
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=1, max_tokens=6),
+    )
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, app.model_ready.is_set, 60, "the local model")

@@ -12,9 +12,9 @@ from remote_servers import LoopchatServer, misbehaving_server, reply_and_replay
 from tui_fixtures import wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
+from loopchat.chat.prefs import Prefs
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 
 RANDOM_SEED = SamplingSettings(temperature=1.0, max_tokens=12)  # seed None: random
 SIZE = (120, 40)
@@ -37,7 +37,9 @@ def fake():
         yield url, state
 
 
-async def test_f9_sends_the_drawn_seed_again_and_says_whether_the_server_reproduced_it(loopchat_server, tmp_path) -> None:
+async def test_f9_sends_the_drawn_seed_again_and_says_whether_the_server_reproduced_it(
+    loopchat_server, tmp_path
+) -> None:
     backend = RemoteBackend(loopchat_server.url)
     try:
         app, original, replay, compare, info = await reply_and_replay(backend, tmp_path, RANDOM_SEED, SIZE)
@@ -110,8 +112,13 @@ async def test_the_context_gauge_of_a_server_that_gives_n_ctx(fake, tmp_path) ->
     state["meta"] = {"n_ctx": 4096, "n_vocab": 49152, "size": 1000}
     state["mode"] = "stall"
     backend = RemoteBackend(url + "/switch")
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-                     settings=RANDOM_SEED, history=False)
+    app = create_app(
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+        settings=RANDOM_SEED,
+        history=False,
+    )
     try:
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, app.model_ready.is_set, 30, "the model list")

@@ -41,7 +41,10 @@ def test_sse_events_keep_their_exact_bytes_whatever_the_line_ends_and_the_cuts()
     raw = b'\xef\xbb\xbfdata: {"a":1}\n\n: ping\r\n\r\ndata: x\ndata:y\r\revent: e\ndata: [DONE]\n\n'
     whole = SSESplitter().feed(raw)
     assert [(e.text, e.data) for e in whole] == [
-        ('data: {"a":1}', '{"a":1}'), (": ping", None), ("data: x\ndata:y", "x\ny"), ("event: e\ndata: [DONE]", "[DONE]"),
+        ('data: {"a":1}', '{"a":1}'),
+        (": ping", None),
+        ("data: x\ndata:y", "x\ny"),
+        ("event: e\ndata: [DONE]", "[DONE]"),
     ]
     assert sum(e.nbytes for e in whole) == len(raw) - 3  # all but the byte order mark
     for size in (1, 2, 5):  # any cut between reads gives the same events
@@ -53,7 +56,7 @@ def test_sse_events_keep_their_exact_bytes_whatever_the_line_ends_and_the_cuts()
 
 def test_sse_a_cut_stream_leaves_its_last_bytes_pending() -> None:
     s = SSESplitter()
-    assert [e.data for e in s.feed(b"data: 1\n\ndata: {\"cho")] == ["1"]
+    assert [e.data for e in s.feed(b'data: 1\n\ndata: {"cho')] == ["1"]
     assert s.pending() == b'data: {"cho'
 
 
@@ -120,7 +123,11 @@ def test_chunks_of_any_server_become_steps_with_only_what_they_give() -> None:
 def test_a_drawn_token_appended_beyond_the_top_asked_for_has_no_rank() -> None:
     c = chunk("x", [("x", -3.0, None)])
     lp = c["choices"][0]["logprobs"]["content"][0]
-    lp["top_logprobs"] = [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -1.0}, {"token": "x", "logprob": -3.0}]
+    lp["top_logprobs"] = [
+        {"token": "a", "logprob": -0.5},
+        {"token": "b", "logprob": -1.0},
+        {"token": "x", "logprob": -3.0},
+    ]
     r = reader(top_logprobs=2)
     (step,) = r.chunk(c, 5.0)[1:]
     assert step.raw_rank is None and step.raw_prob == pytest.approx(math.exp(-3.0))
@@ -136,9 +143,24 @@ def test_a_chunk_without_logprobs_is_a_step_with_its_text_only() -> None:
 
 def test_legacy_completion_chunks() -> None:
     r = reader(top_logprobs=5)
-    obj = {"id": "cmpl-1", "object": "text_completion", "model": "m", "choices": [
-        {"text": " Paris", "index": 0, "finish_reason": None, "logprobs": {
-            "tokens": [" Paris"], "token_logprobs": [-0.2], "text_offset": [0], "top_logprobs": [{" the": -2.0, " Paris": -0.2}]}}]}
+    obj = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": "m",
+        "choices": [
+            {
+                "text": " Paris",
+                "index": 0,
+                "finish_reason": None,
+                "logprobs": {
+                    "tokens": [" Paris"],
+                    "token_logprobs": [-0.2],
+                    "text_offset": [0],
+                    "top_logprobs": [{" the": -2.0, " Paris": -0.2}],
+                },
+            }
+        ],
+    }
     (_, step) = r.chunk(obj, 3.0)
     assert step.text == " Paris" and step.raw_rank == 1 and [c.text for c in step.raw_top] == [" Paris", " the"]
 
@@ -149,7 +171,10 @@ def test_legacy_completion_chunks() -> None:
         ([1, 2], "a chunk is a list"),
         ({"choices": "x"}, "choices is text"),
         ({"choices": [{"delta": {"content": 5}}]}, "content is a number"),
-        ({"choices": [{"delta": {"content": "a"}, "logprobs": {"content": [{"token": "a", "logprob": "x"}]}}]}, "logprob is str"),
+        (
+            {"choices": [{"delta": {"content": "a"}, "logprobs": {"content": [{"token": "a", "logprob": "x"}]}}]},
+            "logprob is str",
+        ),
         ({"id": "x"}, "neither choices nor usage"),
     ],
 )
@@ -171,8 +196,31 @@ def test_a_loopchat_servers_chunks_are_its_engines_events() -> None:
     prefill = Prefill(2, 0, 2, 1, 4.0)
     cands = (Candidate(7, "Hi", 0.9), Candidate(8, "Yo", 0.1))
     steps = [
-        Step(i, 7, "Hi", "Hi", False, cands, cands[:1], 0.9, 1, 1.0, 1, 0.5, 0.0, 1, 3.0, 1, 0.2, settings, (), 3 + i,
-             elapsed_ms=5.0 + i, threads=2, piece_bytes=b"Hi")
+        Step(
+            i,
+            7,
+            "Hi",
+            "Hi",
+            False,
+            cands,
+            cands[:1],
+            0.9,
+            1,
+            1.0,
+            1,
+            0.5,
+            0.0,
+            1,
+            3.0,
+            1,
+            0.2,
+            settings,
+            (),
+            3 + i,
+            elapsed_ms=5.0 + i,
+            threads=2,
+            piece_bytes=b"Hi",
+        )
         for i in range(2)
     ]
     finish = Finish(FinishReason.LENGTH, 2, 2, 2, 4.0, 5.0, 1.0, 7.0, 1000.0, "HiHi", 3, 512)

@@ -17,12 +17,12 @@ import test_tui_keys
 import test_tui_units
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar
-from tui_fixtures import fake_app, REPLY_TRACE, reply_to, wait_run
+from tui_fixtures import REPLY_TRACE, fake_app, reply_to, wait_run
 
+from loopchat.chat.prefs import Prefs
 from loopchat.tui import render
-from loopchat.tui.launch import create_app
 from loopchat.tui.fast_static import FastStatic
-from loopchat.tui.prefs import Prefs
+from loopchat.tui.launch import create_app
 
 #: tests that check a property of the fast paths themselves
 FAST_PATHS_ONLY = {"test_frames_leave_no_strips_for_the_cycle_collector"}

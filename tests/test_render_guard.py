@@ -102,9 +102,7 @@ def violations(source: str, namespace: dict, where: str = "") -> list[str]:
                     report(node, f"imports {alias.name}")
         elif isinstance(node, ast.ImportFrom) and node.module:
             parts = node.module.split(".")
-            if parts[0] in LIBS and (
-                any(_private(p) for p in parts[1:]) or any(_private(a.name) for a in node.names)
-            ):
+            if parts[0] in LIBS and (any(_private(p) for p in parts[1:]) or any(_private(a.name) for a in node.names)):
                 report(node, f"imports from {node.module}")
         elif isinstance(node, ast.Attribute) and _private(node.attr):
             value = node.value
@@ -142,13 +140,21 @@ def test_no_private_textual_api_outside_tui_render() -> None:
 
 def test_the_check_sees_the_private_api_inside_tui_render() -> None:
     found = "\n".join(v for path in sorted(RENDER.glob("*.py")) for v in module_violations(path))
-    for use in ("textual._compositor", "textual._segment_tools", "_link_id", "_scroll_update",
-                "_anchor_released", "_start_widget", "_vertical_scrollbar", "_dirty_regions"):
+    for use in (
+        "textual._compositor",
+        "textual._segment_tools",
+        "_link_id",
+        "_scroll_update",
+        "_anchor_released",
+        "_start_widget",
+        "_vertical_scrollbar",
+        "_dirty_regions",
+    ):
         assert use in found, use
 
 
 def test_the_check_catches_each_kind_of_use() -> None:
-    sample = textwrap.dedent('''
+    sample = textwrap.dedent("""
         from textual._compositor import Compositor
         import textual._segment_tools
         from textual.widget import Widget
@@ -170,12 +176,19 @@ def test_the_check_catches_each_kind_of_use() -> None:
 
         def link(widget: Widget) -> bool:
             return bool(widget.hover_style._link_id)
-        ''')
+        """)
     namespace: dict = {}
     exec(compile(sample, "sample", "exec"), namespace)
     found = violations(sample, namespace, "sample")
-    for what in ("imports from textual._compositor", "imports textual._segment_tools", "overrides Prompt._on_key",
-                 "super()._on_key", "self._anchor_released", "self.app._start_widget", "widget.hover_style._link_id"):
+    for what in (
+        "imports from textual._compositor",
+        "imports textual._segment_tools",
+        "overrides Prompt._on_key",
+        "super()._on_key",
+        "self._anchor_released",
+        "self.app._start_widget",
+        "widget.hover_style._link_id",
+    ):
         assert any(what in v for v in found), (what, found)
     assert not any("_mine" in v for v in found)
     assert len(found) == 7, found
@@ -225,7 +238,7 @@ _MISSING = {
 def test_a_textual_without_the_private_api_falls_back_instead_of_crashing(missing: str) -> None:
     """The guard says what is missing, and the app starts and streams a reply on the
     stock paths with the notice on screen."""
-    script = textwrap.dedent(f'''
+    script = textwrap.dedent(f"""
         import asyncio, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         {_MISSING[missing]}
@@ -233,7 +246,7 @@ def test_a_textual_without_the_private_api_falls_back_instead_of_crashing(missin
         print(render.fallback_reason())
         from tui_fixtures import FakeBackend, reply_to
         from loopchat.tui.app import LoopChatApp
-        from loopchat.tui.prefs import Prefs
+        from loopchat.chat.prefs import Prefs
 
         async def main():
             app = LoopChatApp(FakeBackend(), prefs=Prefs(markdown=False), prefs_path=None)
@@ -243,7 +256,7 @@ def test_a_textual_without_the_private_api_falls_back_instead_of_crashing(missin
                 print([n.message for n in app._notifications])
 
         asyncio.run(main())
-        ''')
+        """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     reason, shown, notices = proc.stdout.strip().splitlines()[-3:]

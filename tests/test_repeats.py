@@ -14,10 +14,17 @@ import pytest
 from tui_fixtures import loaded_live_backend, panel_text, wait_for, wait_run
 
 from loopchat.config import SMOLLM2_SYSTEM_PROMPT
-from loopchat.engine import Engine
-from loopchat.events import Finish, Message, Step, event_from_json_dict, to_json_dict
+from loopchat.engine.engine import Engine
+from loopchat.engine.repeats import (
+    MIN_TOKENS,
+    Repeat,
+    RepeatFinder,
+    longest_of,
+    longest_repeat,
+    repeat_of_step,
+)
+from loopchat.events import Message, Step, event_from_json_dict, to_json_dict
 from loopchat.history.step_codec import decode_steps, encode_steps
-from loopchat.repeats import MIN_TOKENS, Repeat, RepeatFinder, longest_of, longest_repeat, repeat_of_step
 from loopchat.settings import SamplingSettings
 from loopchat.wire import WireOptions, WireSerializer, extension_events
 
@@ -75,7 +82,7 @@ def test_the_incremental_finder_agrees_with_the_definition() -> None:
         alphabet = rng.choice([2, 3, 5, 30])
         tokens = [rng.randrange(alphabet) for _ in range(rng.randrange(10, 160))]
         if trial % 3 == 0:  # a loop inside
-            body = tokens[:rng.randrange(3, 25)]
+            body = tokens[: rng.randrange(3, 25)]
             tokens = tokens + body * rng.randrange(2, 6) + tokens[:10]
         f = RepeatFinder()
         for i, t in enumerate(tokens):
@@ -138,13 +145,26 @@ def test_a_loopchat_server_sends_the_repeat_in_its_extension() -> None:
     server = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
     try:
         body = {
-            "model": "smollm2-135m-instruct", "stream": True, "seed": 1, "max_tokens": 160,
+            "model": "smollm2-135m-instruct",
+            "stream": True,
+            "seed": 1,
+            "max_tokens": 160,
             "messages": [{"role": "system", "content": SMOLLM2_SYSTEM_PROMPT}, {"role": "user", "content": CAT}],
-            "temperature": 0.2, "top_p": 0.9, "top_k": 50, "min_p": 0.0, "repeat_penalty": 1.0, "dry_multiplier": 0.0,
+            "temperature": 0.2,
+            "top_p": 0.9,
+            "top_k": 50,
+            "min_p": 0.0,
+            "repeat_penalty": 1.0,
+            "dry_multiplier": 0.0,
         }
         repeats = []
-        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120,
-                          headers={"Authorization": f"Bearer {KEY}"}) as r:
+        with httpx.stream(
+            "POST",
+            server.url + "/v1/chat/completions",
+            json=body,
+            timeout=120,
+            headers={"Authorization": f"Bearer {KEY}"},
+        ) as r:
             for line in r.iter_lines():
                 if line.startswith("data: {"):
                     step = json.loads(line[6:]).get("loopchat", {}).get("step")
@@ -167,8 +187,8 @@ def backend() -> Iterator:
 
 
 async def test_the_chat_shows_the_loop(backend, tmp_path) -> None:
+    from loopchat.chat.prefs import Prefs
     from loopchat.tui.launch import create_app
-    from loopchat.tui.prefs import Prefs
     from loopchat.tui.token_styles import REPEAT_BG
 
     app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json", settings=CARD)
@@ -187,7 +207,9 @@ async def test_the_chat_shows_the_loop(backend, tmp_path) -> None:
         assert repeat_of_step(last.index, last.repeat).describe() in shown
         # the transcript marks the tokens at which the reply repeats itself, and only them
         marked = "".join(
-            seg.text for i in range(view.height) for seg in view.line(i)
+            seg.text
+            for i in range(view.height)
+            for seg in view.line(i)
             if seg.style is not None and seg.style.bgcolor is not None and seg.style.bgcolor.name == REPEAT_BG
         )
         expected = "".join(s.text for s in rec.steps if s.repeat is not None and not s.is_stop)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from loopchat import sampler, sampler_math
+from loopchat.engine import sampler, sampler_math
 from loopchat.settings import SamplingSettings
 
 
@@ -115,7 +115,12 @@ def test_draws_follow_the_sampled_distribution() -> None:
 def test_entropy_in_bits() -> None:
     uniform = np.zeros(1024, dtype=np.float32)
     assert sampler.entropy_bits(uniform) == pytest.approx(10.0)
-    res = sampler.sample(uniform, [], SamplingSettings(top_k=0, top_p=1.0, min_p=0.0, temperature=1.0, repeat_penalty=1.0), sampler.make_rng(0))
+    res = sampler.sample(
+        uniform,
+        [],
+        SamplingSettings(top_k=0, top_p=1.0, min_p=0.0, temperature=1.0, repeat_penalty=1.0),
+        sampler.make_rng(0),
+    )
     assert res.raw_entropy == pytest.approx(10.0, abs=1e-4)
     assert res.sampled_entropy == pytest.approx(10.0, abs=1e-4)
 
@@ -141,7 +146,9 @@ def test_top_p_over_a_large_vocabulary_is_exact_on_each_path(shape: str, monkeyp
     s = SamplingSettings(temperature=1.3, top_k=0, top_p=0.9, min_p=0.0, repeat_penalty=1.0)
     ref = reference_chain(logits, [], s)
     res = sampler.sample(logits, [], s, sampler.make_rng(3), report_k=40)
-    assert {"sharp": binned == [], "spread": len(binned) == 1 and binned[0] < n // 4, "flat": binned == [n]}[shape], binned
+    assert {"sharp": binned == [], "spread": len(binned) == 1 and binned[0] < n // 4, "flat": binned == [n]}[shape], (
+        binned
+    )
     assert res.kept == len(ref)
     top = sorted(ref.items(), key=lambda kv: -kv[1])[:40]
     assert res.sampled_top_probs.tolist() == pytest.approx([p for _, p in top], abs=1e-9)
@@ -156,4 +163,6 @@ def test_the_unsorted_draw_finds_what_a_whole_cumulative_sum_finds() -> None:
     probs /= probs.sum()
     cum = np.cumsum(probs)
     for u in list(rng.random(300)) + [0.0, 1.0 - 1e-12]:
-        assert sampler_math.draw_unsorted(probs, u) == min(int(np.searchsorted(cum, u, side="right")), probs.shape[0] - 1)
+        assert sampler_math.draw_unsorted(probs, u) == min(
+            int(np.searchsorted(cum, u, side="right")), probs.shape[0] - 1
+        )

@@ -20,8 +20,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loopchat import sampler
-from loopchat.engine import Engine
+from loopchat.engine import sampler
+from loopchat.engine.engine import Engine
 from loopchat.events import Message
 from loopchat.settings import SamplingSettings
 
@@ -89,12 +89,25 @@ ON_OFF = [
 ]
 #: temperature 0, extreme values, the sizes around the sorted path's limit
 EXTREMES = [
-    S(temperature=0.0), S(temperature=0.0, repeat_penalty=1.5, top_k=40, top_p=0.5, min_p=0.3),
-    S(temperature=5.0), S(temperature=0.05, top_k=40), S(temperature=2.0, top_p=0.999),
-    S(top_k=1), S(top_k=1, temperature=3.0), S(top_k=2, top_p=0.01), S(top_p=0.01), S(min_p=1.0),
-    S(min_p=1e-4, temperature=1.7), S(top_p=0.9999, min_p=1e-3), S(top_k=1024), S(top_k=1025),
-    S(top_k=3000, top_p=0.99), S(top_k=3000, min_p=0.01), S(top_k=1_000_000, top_p=0.97),
-    S(repeat_penalty=0.5, repeat_last_n=8), S(repeat_penalty=5.0, repeat_last_n=100_000, top_p=0.9),
+    S(temperature=0.0),
+    S(temperature=0.0, repeat_penalty=1.5, top_k=40, top_p=0.5, min_p=0.3),
+    S(temperature=5.0),
+    S(temperature=0.05, top_k=40),
+    S(temperature=2.0, top_p=0.999),
+    S(top_k=1),
+    S(top_k=1, temperature=3.0),
+    S(top_k=2, top_p=0.01),
+    S(top_p=0.01),
+    S(min_p=1.0),
+    S(min_p=1e-4, temperature=1.7),
+    S(top_p=0.9999, min_p=1e-3),
+    S(top_k=1024),
+    S(top_k=1025),
+    S(top_k=3000, top_p=0.99),
+    S(top_k=3000, min_p=0.01),
+    S(top_k=1_000_000, top_p=0.97),
+    S(repeat_penalty=0.5, repeat_last_n=8),
+    S(repeat_penalty=5.0, repeat_last_n=100_000, top_p=0.9),
     S(repeat_penalty=1.3, repeat_last_n=0, top_k=10),
 ]
 GRID = ON_OFF + EXTREMES
@@ -116,8 +129,9 @@ def same(old: object, new: object) -> None:
             assert a == b and type(a) is type(b), (name, a, b)
 
 
-def compare(rows: list[tuple[np.ndarray, list[int]]], settings: SamplingSettings, report_k: int,
-            seeds: tuple[int, ...] = SEEDS) -> None:
+def compare(
+    rows: list[tuple[np.ndarray, list[int]]], settings: SamplingSettings, report_k: int, seeds: tuple[int, ...] = SEEDS
+) -> None:
     for seed in seeds:
         old_rng, new_rng = reference.make_rng(seed), sampler.make_rng(seed)
         for logits, history in rows:

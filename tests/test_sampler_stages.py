@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from loopchat import dry, sampler
-from loopchat.sampler_stages import chain_for
+from loopchat.engine import dry, sampler
+from loopchat.engine.sampler_stages import chain_for
 from loopchat.settings import SamplingSettings
 
 
@@ -32,7 +32,7 @@ def documented_reports(logits: np.ndarray, recent: list[int], s: SamplingSetting
     out = [("repeat_penalty", 0, 0.0), ("dry", 0, 0.0)]
 
     def cut(name: str, keep: np.ndarray) -> np.ndarray:
-        out.append((name, len(order) - len(keep), float(p[order[len(keep):]].sum())))
+        out.append((name, len(order) - len(keep), float(p[order[len(keep) :]].sum())))
         return keep
 
     if s.temperature == 0:
@@ -50,12 +50,24 @@ def documented_reports(logits: np.ndarray, recent: list[int], s: SamplingSetting
 
 
 GRID = [
-    S(), SamplingSettings(), S(top_k=1), S(top_k=40, temperature=0.7), S(top_p=0.9), S(top_p=0.5, min_p=0.05),
-    S(min_p=0.1, temperature=2.0), S(min_p=0.001), S(top_k=3000, top_p=0.99), S(top_k=3000, min_p=0.02),
-    S(top_k=40, top_p=0.8, min_p=0.2, repeat_penalty=1.3), S(repeat_penalty=0.7, top_p=0.95),
-    S(min_p=0.01, repeat_penalty=1.3), S(top_p=0.999, min_p=0.01, repeat_penalty=1.3),
-    S(temperature=0.0), S(temperature=0.0, repeat_penalty=1.5, top_k=40),
-    S(dry_multiplier=0.8, top_p=0.9), S(dry_multiplier=2.0, dry_allowed_length=1, repeat_penalty=1.2, min_p=0.05),
+    S(),
+    SamplingSettings(),
+    S(top_k=1),
+    S(top_k=40, temperature=0.7),
+    S(top_p=0.9),
+    S(top_p=0.5, min_p=0.05),
+    S(min_p=0.1, temperature=2.0),
+    S(min_p=0.001),
+    S(top_k=3000, top_p=0.99),
+    S(top_k=3000, min_p=0.02),
+    S(top_k=40, top_p=0.8, min_p=0.2, repeat_penalty=1.3),
+    S(repeat_penalty=0.7, top_p=0.95),
+    S(min_p=0.01, repeat_penalty=1.3),
+    S(top_p=0.999, min_p=0.01, repeat_penalty=1.3),
+    S(temperature=0.0),
+    S(temperature=0.0, repeat_penalty=1.5, top_k=40),
+    S(dry_multiplier=0.8, top_p=0.9),
+    S(dry_multiplier=2.0, dry_allowed_length=1, repeat_penalty=1.2, min_p=0.05),
 ]
 
 

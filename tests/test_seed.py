@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loopchat.engine import Engine
+from loopchat.engine.engine import Engine
 from loopchat.events import Message, Prefill, Start, Step
 from loopchat.settings import LiveSettings, SamplingSettings, SettingsError
 

@@ -28,7 +28,7 @@ from openai import OpenAI
 from serve_process import Serve
 
 from loopchat.config import SMOLLM2_SAMPLING
-from loopchat.engine import Engine
+from loopchat.engine.engine import Engine
 from loopchat.events import Finish, Message, Start, Step
 from loopchat.stop_strings import StopStrings
 from loopchat.wire import DONE_LINE, WireOptions, WireSerializer, extension_events
@@ -67,6 +67,7 @@ def content_of(stream: Any) -> str:
 
 # ---- the model, /health ---------------------------------------------------------------
 
+
 def test_models_and_health(server: Serve, client: OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [MODEL]
     assert client.models.retrieve(MODEL).id == MODEL
@@ -79,6 +80,7 @@ def test_models_and_health(server: Serve, client: OpenAI) -> None:
 
 
 # ---- the same loop, streamed or blocking -----------------------------------------------
+
 
 def test_streaming_and_blocking_give_the_same_chat_text(server: Serve, client: OpenAI) -> None:
     kw: dict[str, Any] = dict(model=MODEL, messages=MESSAGES, seed=11, temperature=0.9, max_tokens=40)
@@ -95,8 +97,14 @@ def test_streaming_and_blocking_give_the_same_chat_text(server: Serve, client: O
 
 
 def test_streaming_and_blocking_give_the_same_completion_text(server: Serve, client: OpenAI) -> None:
-    kw: dict[str, Any] = dict(model=MODEL, prompt=DOCUMENT, seed=5, temperature=0.8, max_tokens=30,
-                              extra_body={"cache_prompt": False, "loopchat": {"prompt": True}})
+    kw: dict[str, Any] = dict(
+        model=MODEL,
+        prompt=DOCUMENT,
+        seed=5,
+        temperature=0.8,
+        max_tokens=30,
+        extra_body={"cache_prompt": False, "loopchat": {"prompt": True}},
+    )
     streamed = "".join(c.choices[0].text for c in client.completions.create(**kw, stream=True) if c.choices)
     blocking = client.completions.create(**kw)
     assert streamed and streamed == blocking.choices[0].text
@@ -108,9 +116,18 @@ def test_streaming_and_blocking_give_the_same_completion_text(server: Serve, cli
 
 # ---- the chunks on the wire ------------------------------------------------------------
 
+
 def test_the_raw_stream_is_wire_py_s_lines_chunk_by_chunk(server: Serve) -> None:
-    body = {"model": MODEL, "messages": MESSAGES, "stream": True, "max_tokens": 12, "seed": 3,
-            "logprobs": True, "top_logprobs": 3, "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL,
+        "messages": MESSAGES,
+        "stream": True,
+        "max_tokens": 12,
+        "seed": 3,
+        "logprobs": True,
+        "top_logprobs": 3,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, headers=auth(), timeout=120) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
@@ -118,7 +135,7 @@ def test_the_raw_stream_is_wire_py_s_lines_chunk_by_chunk(server: Serve) -> None
     events = raw.split("\n\n")
     assert events[-1] == "" and events[-2] == "data: [DONE]"
     assert all(e.startswith("data: ") for e in events[:-1])
-    chunks = [json.loads(e[len("data: "):]) for e in events[:-2]]
+    chunks = [json.loads(e[len("data: ") :]) for e in events[:-2]]
 
     assert len({c["id"] for c in chunks}) == 1 and chunks[0]["id"].startswith("chatcmpl-")
     assert len({c["created"] for c in chunks}) == 1
@@ -148,18 +165,30 @@ def test_the_raw_stream_is_wire_py_s_lines_chunk_by_chunk(server: Serve) -> None
 
 
 def test_the_usage_chunk_through_the_openai_client(client: OpenAI) -> None:
-    chunks = list(client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=6, stream=True, stream_options={"include_usage": True}
-    ))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=6, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
     assert all(c.usage is None for c in chunks[:-1])
     assert chunks[0].choices[0].delta.role == "assistant"
     assert chunks[-2].choices[0].finish_reason == "length"
 
 
-def test_logprobs_equal_the_engine_s_step_records(server: Serve, client: OpenAI, model_path: Path, tmp_path: Path) -> None:
-    kw: dict[str, Any] = dict(model=MODEL, messages=MESSAGES, seed=21, temperature=0.8, top_p=0.95, max_tokens=16,
-                              logprobs=True, top_logprobs=5)
+def test_logprobs_equal_the_engine_s_step_records(
+    server: Serve, client: OpenAI, model_path: Path, tmp_path: Path
+) -> None:
+    kw: dict[str, Any] = dict(
+        model=MODEL,
+        messages=MESSAGES,
+        seed=21,
+        temperature=0.8,
+        top_p=0.95,
+        max_tokens=16,
+        logprobs=True,
+        top_logprobs=5,
+    )
     chunks = list(client.chat.completions.create(**kw, stream=True, extra_body={"cache_prompt": False}))
     steps = []
     for chunk in chunks:
@@ -172,7 +201,9 @@ def test_logprobs_equal_the_engine_s_step_records(server: Serve, client: OpenAI,
         (entry,) = chunk.choices[0].logprobs.content
         assert entry.token == step.piece and entry.bytes == list(step.piece_bytes)
         assert entry.logprob == math.log(step.raw_prob)
-        assert [(t.token, t.logprob) for t in entry.top_logprobs] == [(c.text, math.log(c.prob)) for c in step.raw_top[:5]]
+        assert [(t.token, t.logprob) for t in entry.top_logprobs] == [
+            (c.text, math.log(c.prob)) for c in step.raw_top[:5]
+        ]
     assert len(steps) >= 2
 
     # a direct run of the engine, the same model, threads, settings and seed: the same draws
@@ -180,13 +211,17 @@ def test_logprobs_equal_the_engine_s_step_records(server: Serve, client: OpenAI,
     start = extension_events(chunks[0].to_dict())[0]
     assert isinstance(start, Start) and start.settings == settings
     with Engine(model_path, n_ctx=start.n_ctx, threads=1, log_path=tmp_path / "llama.log") as engine:
-        direct = [e for e in engine.generate([Message(m["role"], m["content"]) for m in MESSAGES], settings)
-                  if isinstance(e, Step) and not e.is_stop]
+        direct = [
+            e
+            for e in engine.generate([Message(m["role"], m["content"]) for m in MESSAGES], settings)
+            if isinstance(e, Step) and not e.is_stop
+        ]
     assert [s.token_id for s in direct] == [s.token_id for s in steps]
     assert [s.raw_prob for s in direct] == [s.raw_prob for s in steps]
 
 
 # ---- errors in OpenAI's shape ----------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "extra, needle, param",
@@ -209,7 +244,12 @@ def test_unsupported_or_bad_parameters_are_400(client: OpenAI, extra: dict, need
 
 def test_harmless_unknown_keys_are_ignored(client: OpenAI) -> None:
     reply = client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=3, user="someone", frequency_penalty=0, presence_penalty=0,
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=3,
+        user="someone",
+        frequency_penalty=0,
+        presence_penalty=0,
         extra_body={"some_future_field": {"x": 1}},
     )
     assert reply.choices[0].finish_reason == "length"
@@ -243,9 +283,11 @@ def test_a_prompt_too_long_is_400_before_the_stream_starts(client: OpenAI) -> No
 
 # ---- stop strings ----------------------------------------------------------------------
 
+
 def test_stop_strings_end_the_reply_before_them(client: OpenAI) -> None:
-    kw: dict[str, Any] = dict(model=MODEL, prompt=DOCUMENT, temperature=0, max_tokens=40,
-                              extra_body={"cache_prompt": False})
+    kw: dict[str, Any] = dict(
+        model=MODEL, prompt=DOCUMENT, temperature=0, max_tokens=40, extra_body={"cache_prompt": False}
+    )
     full = client.completions.create(**kw).choices[0].text
     k = len(full) // 2
     stop = full[k : k + 3]
@@ -260,8 +302,11 @@ def test_stop_strings_end_the_reply_before_them(client: OpenAI) -> None:
     chat = client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0, max_tokens=30)
     text = chat.choices[0].message.content
     stop = text[len(text) // 2 : len(text) // 2 + 2]
-    streamed = content_of(client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0, max_tokens=30,
-                                                         stop=stop, stream=True))
+    streamed = content_of(
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, temperature=0, max_tokens=30, stop=stop, stream=True
+        )
+    )
     assert streamed == text[: text.index(stop)]
 
 
@@ -278,10 +323,12 @@ def test_stop_strings_hold_back_what_may_begin_one() -> None:
 
 # ---- one loop: disconnects, turns, the queue ---------------------------------------------
 
+
 def _long(client: OpenAI, **extra: Any) -> Any:
     """A stream that would run 3000 steps if nobody stopped it."""
-    return client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3000, stream=True,
-                                          extra_body={"ignore_eos": True}, **extra)
+    return client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=3000, stream=True, extra_body={"ignore_eos": True}, **extra
+    )
 
 
 def test_a_client_that_disconnects_stops_the_loop_within_one_step(server: Serve, client: OpenAI) -> None:
@@ -299,16 +346,20 @@ def test_a_client_that_disconnects_stops_the_loop_within_one_step(server: Serve,
     assert at >= 5 and more <= 1 and at + more < 3000
     assert "finish: cancelled" in m.string and " 499 · stream" in m.string
     assert httpx.get(server.url + "/health", timeout=30).json()["generating"] is False
-    assert client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2).choices[0].finish_reason == "length"
+    assert (
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2).choices[0].finish_reason
+        == "length"
+    )
 
 
 def test_a_blocking_client_that_goes_away_stops_the_loop(server: Serve) -> None:
     mark = len(server.err)
     body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 3000, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(server.url + "/v1/chat/completions", json=body, headers=auth(),
-                   timeout=httpx.Timeout(30, read=1.0))
-    m = server.wait_for(r"499 · blocking .* client disconnected after (\d+) steps \(the loop ran (\d+) more\)", start=mark)
+        httpx.post(server.url + "/v1/chat/completions", json=body, headers=auth(), timeout=httpx.Timeout(30, read=1.0))
+    m = server.wait_for(
+        r"499 · blocking .* client disconnected after (\d+) steps \(the loop ran (\d+) more\)", start=mark
+    )
     assert int(m.group(2)) <= 1 and int(m.group(1)) + int(m.group(2)) < 3000
 
 
@@ -319,8 +370,9 @@ def test_concurrent_requests_take_turns(client: OpenAI) -> None:
     def one(i: int) -> None:
         barrier.wait()
         times = []
-        for chunk in client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=20, stream=True,
-                                                    extra_body={"ignore_eos": True}):
+        for chunk in client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=20, stream=True, extra_body={"ignore_eos": True}
+        ):
             if chunk.choices and chunk.choices[0].delta.content:
                 times.append(time.perf_counter())
         spans[i] = (times[0], times[-1], len(times))
@@ -361,12 +413,15 @@ def test_each_request_logs_one_line(server: Serve, client: OpenAI) -> None:
     mark = len(server.err)
     client.completions.create(model=MODEL, prompt=DOCUMENT, max_tokens=4, stream=True).close()
     client.completions.create(model=MODEL, prompt=DOCUMENT, max_tokens=4)
-    m = server.wait_for(r"POST /v1/completions 200 · blocking · prompt \d+ tok · .*TTFT \d+ ms · 4 tok · .* tok/s .*finish: length",
-                        start=mark)
+    m = server.wait_for(
+        r"POST /v1/completions 200 · blocking · prompt \d+ tok · .*TTFT \d+ ms · 4 tok · .* tok/s .*finish: length",
+        start=mark,
+    )
     assert m
 
 
 # ---- shutting down, starting up ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_and_sigterm_shut_down_cleanly(sig: signal.Signals) -> None:

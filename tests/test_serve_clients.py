@@ -78,8 +78,12 @@ def reference_text(server: Serve, messages: list[dict[str, str]]) -> str:
     """The reply to `messages` at the served model's settings (models.toml pins the
     seed), its prompt evaluated whole (`cache_prompt: false`): what a request that reused
     nothing of the KV cache gets."""
-    r = httpx.post(server.url + "/v1/chat/completions", headers=auth(), timeout=120,
-                   json={"messages": messages, "cache_prompt": False, "loopchat": False})
+    r = httpx.post(
+        server.url + "/v1/chat/completions",
+        headers=auth(),
+        timeout=120,
+        json={"messages": messages, "cache_prompt": False, "loopchat": False},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["model"] == SERVED
     return r.json()["choices"][0]["message"]["content"]
@@ -90,19 +94,23 @@ def run_tutorial(server: Serve, argv: list[str]) -> str:
     environment variables only; what it printed. Its request must reuse nothing of the
     KV cache (the request before it was a document that shares no first token), so
     that `reference_text` is the very reply it was sent."""
-    r = httpx.post(server.url + "/v1/completions", headers=auth(), timeout=120,
-                   json={"prompt": "Zebras", "max_tokens": 1})
+    r = httpx.post(
+        server.url + "/v1/completions", headers=auth(), timeout=120, json={"prompt": "Zebras", "max_tokens": 1}
+    )
     assert r.status_code == 200, r.text
     mark = len(server.err)
     env = {"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": KEY}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS)
     assert done.returncode == 0, done.stderr[-2000:]
     line = server.wait_for(r"POST /v1/chat/completions (\d+) · (.*)", start=mark)
-    assert line.group(1) == "200" and line.group(2).startswith("stream ·") and "reused" not in line.group(2), line.group(0)
+    assert line.group(1) == "200" and line.group(2).startswith("stream ·") and "reused" not in line.group(2), (
+        line.group(0)
+    )
     return done.stdout
 
 
 # ---- 1. OpenAI's tutorial code, unchanged ----------------------------------------------
+
 
 def test_openai_s_python_tutorial_runs_unchanged(server: Serve) -> None:
     printed = run_tutorial(server, [PY, str(CLIENTS / "tutorial_stream.py")])
@@ -112,11 +120,15 @@ def test_openai_s_python_tutorial_runs_unchanged(server: Serve) -> None:
 def _node_missing() -> str | None:
     """Why the Node tutorial cannot run here (None: it can)."""
     if shutil.which("node") is None:
-        return ("node is not installed: OpenAI's Node SDK tutorial against loopchat serve was not run "
-                "(install Node.js 20+, then `make test` installs the SDK)")
+        return (
+            "node is not installed: OpenAI's Node SDK tutorial against loopchat serve was not run "
+            "(install Node.js 20+, then `make test` installs the SDK)"
+        )
     if not (CLIENTS / "node_modules" / "openai" / "package.json").is_file():
-        return ("OpenAI's Node SDK is not installed in tests/clients/node_modules: `make test` installs it "
-                "(npm ci in tests/clients)")
+        return (
+            "OpenAI's Node SDK is not installed in tests/clients/node_modules: `make test` installs it "
+            "(npm ci in tests/clients)"
+        )
     return None
 
 
@@ -140,8 +152,9 @@ def test_any_model_name_is_answered_by_the_one_served(server: Serve) -> None:
         reply = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=4)
         assert reply.model == SERVED and reply.choices[0].message.content
     assert client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Hi", max_tokens=2).model == SERVED
-    r = httpx.post(server.url + "/v1/chat/completions", headers=auth(), timeout=120,
-                   json={"messages": MESSAGES, "max_tokens": 2})  # no model at all
+    r = httpx.post(
+        server.url + "/v1/chat/completions", headers=auth(), timeout=120, json={"messages": MESSAGES, "max_tokens": 2}
+    )  # no model at all
     assert r.status_code == 200 and r.json()["model"] == SERVED
     # the list says what is served; asking for another by name is still a 404
     assert [m.id for m in client.models.list().data] == [SERVED]
@@ -162,14 +175,16 @@ def test_strict_model_keeps_the_404_naming_the_served_one(strict: Serve) -> None
 
 # ---- 5. seeds, the extension's prompt, context overflow, CORS ----------------------------
 
+
 def _start(reply: Any) -> dict[str, Any]:
     return reply.model_extra["loopchat"]["events"][0]
 
 
 def test_seeds_beyond_32_bits_and_minus_one_are_taken(server: Serve) -> None:
     client = server.client(KEY)
-    kw: dict[str, Any] = dict(model=SERVED, messages=MESSAGES, max_tokens=12, temperature=1.0,
-                              extra_body={"cache_prompt": False})
+    kw: dict[str, Any] = dict(
+        model=SERVED, messages=MESSAGES, max_tokens=12, temperature=1.0, extra_body={"cache_prompt": False}
+    )
     small = client.chat.completions.create(seed=5, **kw)
     assert _start(small)["settings"]["seed"] == 5 and _start(small)["seed_requested"] is None
     for big in (2**40 + 5, 2**64 - 2**32 + 5, -(2**63) + 5):  # the same low 32 bits: the same draws
@@ -196,7 +211,7 @@ def _first_chunk(server: Serve, **extra: Any) -> tuple[dict[str, Any], int]:
         raw = r.read()
     first = raw.split(b"\n\n")[0]
     assert first.startswith(b"data: ")
-    return json.loads(first[len(b"data: "):]), len(raw)
+    return json.loads(first[len(b"data: ") :]), len(raw)
 
 
 def test_the_prompt_is_in_the_extension_only_when_asked_for(server: Serve) -> None:
@@ -211,15 +226,21 @@ def test_the_prompt_is_in_the_extension_only_when_asked_for(server: Serve) -> No
     assert len(json.dumps(plain)) * 10 < len(json.dumps(asked))  # the prompt was the bulk of it
     assert plain_bytes < asked_bytes
     for bad in ({"prompt": "yes"}, {"prompts": True}, "all"):
-        r = httpx.post(server.url + "/v1/chat/completions", headers=auth(), timeout=60,
-                       json={"messages": MESSAGES, "loopchat": bad})
+        r = httpx.post(
+            server.url + "/v1/chat/completions",
+            headers=auth(),
+            timeout=60,
+            json={"messages": MESSAGES, "loopchat": bad},
+        )
         assert r.status_code == 400 and r.json()["error"]["param"].startswith("loopchat"), r.text
 
 
 def test_context_overflow_is_openai_s_context_length_exceeded(server: Serve) -> None:
     client = server.client(KEY)
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "word " * 5000}], stream=True)
+        client.chat.completions.create(
+            model=SERVED, messages=[{"role": "user", "content": "word " * 5000}], stream=True
+        )
     assert info.value.code == "context_length_exceeded" and info.value.param == "messages"
     assert "too long for the context" in info.value.message
     with pytest.raises(openai.BadRequestError) as info:
@@ -228,10 +249,15 @@ def test_context_overflow_is_openai_s_context_length_exceeded(server: Serve) -> 
 
 
 def _preflight(server: Serve, origin: str) -> httpx.Response:
-    return httpx.options(server.url + "/v1/chat/completions", timeout=30, headers={
-        "Origin": origin, "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os",
-    })
+    return httpx.options(
+        server.url + "/v1/chat/completions",
+        timeout=30,
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os",
+        },
+    )
 
 
 def test_a_browser_page_on_this_machine_may_call_by_default(server: Serve) -> None:
@@ -240,8 +266,13 @@ def test_a_browser_page_on_this_machine_may_call_by_default(server: Serve) -> No
     assert "POST" in pre.headers["access-control-allow-methods"]
     assert "x-stainless-os" in pre.headers["access-control-allow-headers"].lower()
     body = {"messages": MESSAGES, "max_tokens": 3, "stream": True}
-    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120,
-                      headers=auth(Origin="http://127.0.0.1:8080")) as r:
+    with httpx.stream(
+        "POST",
+        server.url + "/v1/chat/completions",
+        json=body,
+        timeout=120,
+        headers=auth(Origin="http://127.0.0.1:8080"),
+    ) as r:
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://127.0.0.1:8080"
         assert r.read().endswith(b"data: [DONE]\n\n")
 
@@ -252,8 +283,12 @@ def test_a_page_from_elsewhere_is_refused_before_anything_runs(server: Serve) ->
     assert "--cors-origin https://app.example" in pre.json()["error"]["message"]
     # a POST that needs no preflight (text/plain) does not start a generation either
     mark = len(server.err)
-    r = httpx.post(server.url + "/v1/chat/completions", timeout=30, content=json.dumps({"messages": MESSAGES}),
-                   headers=auth(Origin=OTHER_PAGE, **{"Content-Type": "text/plain"}))
+    r = httpx.post(
+        server.url + "/v1/chat/completions",
+        timeout=30,
+        content=json.dumps({"messages": MESSAGES}),
+        headers=auth(Origin=OTHER_PAGE, **{"Content-Type": "text/plain"}),
+    )
     assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
     line = server.wait_for(r"POST /v1/chat/completions (\d+)", start=mark)
     assert line.group(1) == "403"
@@ -268,8 +303,13 @@ def test_cors_origin_names_the_pages_that_may_call(strict: Serve) -> None:
 
 
 def test_a_bad_cors_origin_is_one_line_and_exit_2() -> None:
-    done = subprocess.run([PY, "-m", "loopchat", "serve", "--cors-origin", "localhost:3000"],
-                          capture_output=True, text=True, timeout=60, env={**os.environ})
+    done = subprocess.run(
+        [PY, "-m", "loopchat", "serve", "--cors-origin", "localhost:3000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert done.returncode == 2 and "scheme://host[:port]" in done.stderr
     assert "Traceback" not in done.stderr
 

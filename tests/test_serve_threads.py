@@ -9,15 +9,22 @@ import re
 import httpx
 from test_serve import KEY, MODEL, Serve
 
-from loopchat.engine import physical_cores
+from loopchat.engine.engine import physical_cores
 
 
 def steps(url: str, tokens: int) -> list[dict]:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": tokens,
-            "stream": True, "ignore_eos": True, "loopchat": True}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me a story."}],
+        "max_tokens": tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "loopchat": True,
+    }
     out = []
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120,
-                      headers={"Authorization": f"Bearer {KEY}"}) as r:
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", json=body, timeout=120, headers={"Authorization": f"Bearer {KEY}"}
+    ) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if line.startswith("data: {"):

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from loopchat.chat.conversation import BLOCKING, STREAM
+from loopchat.chat.session import ChatSession, Refused
 from loopchat.events import (
     Candidate,
     Finish,
@@ -21,8 +23,6 @@ from loopchat.events import (
     WorkerError,
 )
 from loopchat.settings import SamplingSettings
-from loopchat.tui.conversation import BLOCKING, STREAM
-from loopchat.tui.session import ChatSession, Refused
 
 READY = ModelReady("m", "/m.gguf", 2048, 100, 1, 5.0)
 
@@ -45,12 +45,23 @@ class Backend:
         self.cancelled = 0
         self.loaded: list[str] = []
 
-    def describe(self, name): return ""
-    def placeholder(self): return None
-    def attach(self, sink): pass
-    def start(self): pass
-    def flush(self): pass
-    def close(self): pass
+    def describe(self, name):
+        return ""
+
+    def placeholder(self):
+        return None
+
+    def attach(self, sink):
+        pass
+
+    def start(self):
+        pass
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
 
     def load(self, name):
         self.loaded.append(name)
@@ -219,8 +230,12 @@ def test_completion_mode_sends_one_document_and_appends_to_it(session: ChatSessi
     assert session.backend.runs[2][0] == (Message(DOCUMENT, "Once upon a time, a fox ran and then\n"),)
     session.consume(reply_events(3, session.backend.runs[2][0], text="Fin"))
     assert [(m.role, m.content) for m in session.conversation.turns] == [
-        (DOCUMENT, "Once upon a time"), ("assistant", ", a fox"), (DOCUMENT, ""), ("assistant", " ran"),
-        (DOCUMENT, " and then\n"), ("assistant", "Fin"),
+        (DOCUMENT, "Once upon a time"),
+        ("assistant", ", a fox"),
+        (DOCUMENT, ""),
+        ("assistant", " ran"),
+        (DOCUMENT, " and then\n"),
+        ("assistant", "Fin"),
     ]
     old, new = session.regenerate(STREAM)  # F5: the last continuation again, same document
     assert session.backend.runs[3][0] == session.backend.runs[2][0]
@@ -293,7 +308,7 @@ def test_the_token_cursor(session: ChatSession) -> None:
 
 def test_the_session_and_the_engine_layer_import_no_textual() -> None:
     code = (
-        "import sys, loopchat.tui.session, loopchat.backends.live, loopchat.backends.replay;"
+        "import sys, loopchat.chat.session, loopchat.backends.live, loopchat.backends.replay;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

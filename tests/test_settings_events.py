@@ -7,8 +7,26 @@ import threading
 
 import pytest
 
-from loopchat.events import Candidate, Finish, FinishReason, Message, Prefill, Start, Step, event_from_json_dict, to_json_dict
-from loopchat.settings import KNOBS, SETTING, SETTINGS, LiveSettings, SamplingSettings, SettingsError, fmt_value
+from loopchat.events import (
+    Candidate,
+    Finish,
+    FinishReason,
+    Message,
+    Prefill,
+    Start,
+    Step,
+    event_from_json_dict,
+    to_json_dict,
+)
+from loopchat.settings import (
+    KNOBS,
+    SETTING,
+    SETTINGS,
+    LiveSettings,
+    SamplingSettings,
+    SettingsError,
+    fmt_value,
+)
 from loopchat.trace import TraceError, TraceWriter, read_trace
 
 
@@ -89,9 +107,9 @@ def test_the_knob_steps_and_the_panel_format_come_from_the_table() -> None:
     assert top_k.nudge(top_k.hi - 2, 1) == top_k.hi == 1_000_000  # reaches the settings' limit
     assert min_p.nudge(0.05, -1) == 0.04 and min_p.nudge(0.0, -1) == 0.0
     assert SETTING["repeat_penalty"].knob_step is None
-    assert [fmt_value(n, v) for n, v in [("temperature", 0.7), ("top_k", 40), ("seed", None), ("seed", 7), ("min_p", 0.0)]] == [
-        "0.70", "40", "random", "7", "0.00"
-    ]
+    assert [
+        fmt_value(n, v) for n, v in [("temperature", 0.7), ("top_k", 40), ("seed", None), ("seed", 7), ("min_p", 0.0)]
+    ] == ["0.70", "40", "random", "7", "0.00"]
 
 
 def test_settings_are_immutable_and_diffable() -> None:
@@ -158,7 +176,12 @@ def test_trace_file_round_trip(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "content,needle",
-    [("", "empty"), ("not json\n", "not JSON"), ('{"kind": "step"}\n', "no header"), ('{"kind": "header", "schema_version": 99}\n', "99")],
+    [
+        ("", "empty"),
+        ("not json\n", "not JSON"),
+        ('{"kind": "step"}\n', "no header"),
+        ('{"kind": "header", "schema_version": 99}\n', "99"),
+    ],
 )
 def test_bad_traces_are_one_line_errors(tmp_path, content, needle) -> None:
     path = tmp_path / "bad.jsonl"

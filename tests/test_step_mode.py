@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from loopchat.engine import Engine
+from loopchat.engine.engine import Engine
 from loopchat.events import Finish, FinishReason, Message, Pending, Step
 from loopchat.settings import LiveSettings, SamplingSettings
 from loopchat.step_control import HAND, SAMPLED, STEPPED, StepControl

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from loopchat.thread_tuner import AUTO, ThreadTuner, parse_threads
+from loopchat.engine.thread_tuner import AUTO, ThreadTuner, parse_threads
 
 QUIET = {1: 17.0, 2: 10.0}  # ms a pass: 2 threads win on an idle 2-core machine
 BUSY = {1: 20.0, 2: 50.0}  # one other CPU-bound program: 2 threads wait for each other
@@ -69,8 +69,8 @@ def test_recheck_backs_off_when_probing_costs_much() -> None:
     # that they cost at most ~2% of the time: ~5000 passes apart, not every 50
     assert all(b - a >= 4000 for a, b in zip(probes, probes[1:]))
     assert re.search(r"; re-check after \d+ s$", t.reason)
-    spent_probing = sum(machine[n] for n in used[probes[0]:]) - 20.0 * len(used[probes[0]:])
-    assert spent_probing / (20.0 * len(used[probes[0]:])) < 0.12
+    spent_probing = sum(machine[n] for n in used[probes[0] :]) - 20.0 * len(used[probes[0] :])
+    assert spent_probing / (20.0 * len(used[probes[0] :])) < 0.12
 
 
 def test_hill_climb_on_many_cores() -> None:
@@ -135,7 +135,9 @@ def test_others_cpu_use_changing_starts_a_probe_at_once() -> None:
     run(t, QUIET, 20)
     assert t.threads == 2
     # (1 thread's figure: the passes watched before the probe)
-    assert t.reason == "chose 2 threads: 10.0 ms/pass vs 1: 20.0 ms (other programs' CPU use went from 1.2 to 0.1 cores)"
+    assert (
+        t.reason == "chose 2 threads: 10.0 ms/pass vs 1: 20.0 ms (other programs' CPU use went from 1.2 to 0.1 cores)"
+    )
 
 
 def test_other_cpu_meter_sees_a_cpu_bound_process() -> None:
@@ -143,7 +145,7 @@ def test_other_cpu_meter_sees_a_cpu_bound_process() -> None:
 
     from cpu_burners import cpu_burners
 
-    from loopchat.thread_tuner import OtherCpuMeter
+    from loopchat.engine.thread_tuner import OtherCpuMeter
 
     meter = OtherCpuMeter()
     with cpu_burners(1, seconds=30):

@@ -8,11 +8,11 @@ import pytest
 from textual.widgets import Input, OptionList
 from tui_fixtures import loaded_live_backend, panel_text, wait_for
 
+from loopchat.chat.prefs import Prefs
 from loopchat.events import DOCUMENT, Message, Step, event_from_json_dict, to_json_dict
 from loopchat.history.step_codec import decode_steps, encode_steps
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 from loopchat.tui.step_mode import TokenSearch
 from loopchat.wire import _top
 
@@ -54,8 +54,12 @@ async def test_the_die_and_the_search_show_the_pieces_bytes(backend, engine, tmp
     """The die of a pass whose candidates are all continuation bytes showed ten rows of
     "�"; the token search listed the pieces as "�" too."""
     app = create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json", history=False,
-        settings=SamplingSettings(seed=1, max_tokens=6, temperature=0.0), mode="completion",
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+        history=False,
+        settings=SamplingSettings(seed=1, max_tokens=6, temperature=0.0),
+        mode="completion",
     )
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from tui_fixtures import FakeBackend, StepGate, loaded_live_backend, reply_to, wait_for, wait_run
 
+from loopchat.chat.prefs import Prefs
 from loopchat.settings import SamplingSettings
 from loopchat.tui.app import LoopChatApp
 from loopchat.tui.branch_picker import BranchPicker, branch_choices
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 
 SIZE = (120, 40)
 
@@ -23,8 +23,11 @@ def backend():
 
 def make_app(backend, tmp_path):
     return create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=5, max_tokens=30, temperature=0.8), history=False,
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=5, max_tokens=30, temperature=0.8),
+        history=False,
     )
 
 
@@ -169,7 +172,9 @@ async def test_the_picker_lists_the_pass_and_esc_cancels(backend, tmp_path) -> N
         rows = branch_choices(rec.steps[at], app.session.settings)
         assert rows[0][0].token_id is None and "roll again" in rows[0][1]
         assert [c.token_id for c, _ in rows[1:]] == [c.token_id for c in rec.steps[at].raw_top]
-        assert sum("(drawn)" in text for _, text in rows) == (rec.steps[at].token_id in [c.token_id for c in rec.steps[at].raw_top])
+        assert sum("(drawn)" in text for _, text in rows) == (
+            rec.steps[at].token_id in [c.token_id for c in rec.steps[at].raw_top]
+        )
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
         await pilot.press("escape")
@@ -226,8 +231,11 @@ async def test_a_branch_is_stored_beside_its_reply_and_reopened_as_a_version(bac
 
     def open_app():
         return create_app(
-            backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-            settings=SamplingSettings(seed=5, max_tokens=24, temperature=0.8), history=store,
+            backend=backend,
+            prefs=Prefs(markdown=False),
+            prefs_path=tmp_path / "prefs.json",
+            settings=SamplingSettings(seed=5, max_tokens=24, temperature=0.8),
+            history=store,
         )
 
     app = open_app()
@@ -271,10 +279,9 @@ async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_
         await pilot.press("ctrl+t")
         await pilot.pause()
         doc = app.document
-        ids = [t.token_id for t in doc.doc.tokens[doc.reply_start:]]
+        ids = [t.token_id for t in doc.doc.tokens[doc.reply_start :]]
         assert ids == [s.token_id for s in branch.steps]
         assert ids[:at] == list(branch.start.reply_prefix)
-
 
 
 async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_version(backend, tmp_path) -> None:
@@ -282,8 +289,11 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
 
     store = tmp_path / "h.sqlite3"
     app = create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=11, max_tokens=16, temperature=0.8), history=store,
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=11, max_tokens=16, temperature=0.8),
+        history=store,
     )
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
@@ -311,7 +321,11 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
         # the next message goes on from the branch
         await reply_to(pilot, "Is it big?")
         third = app.conversation.replies[-1]
-        assert [m.content for m in third.messages if m.role != "system"] == ["Name a planet.", branch.text, "Is it big?"]
+        assert [m.content for m in third.messages if m.role != "system"] == [
+            "Name a planet.",
+            branch.text,
+            "Is it big?",
+        ]
         assert app.history.writer.flush(10)
     with ConversationStore.open(store) as s:
         (summary,) = s.list_conversations()
@@ -326,8 +340,11 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
     assert len(other) == 1 and by_id[other[0].parent_id].content == first.text
     # reopened: the branch's path; the first version, shown again, brings back its turn
     app = create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=11, max_tokens=16, temperature=0.8), history=store,
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=11, max_tokens=16, temperature=0.8),
+        history=store,
     )
     async with app.run_test(size=SIZE) as pilot:
         await open_stored(pilot)
@@ -344,14 +361,17 @@ async def test_a_branch_at_an_earlier_turn_sets_the_later_turns_aside_with_its_v
         conv = s.load(summary.id)
     path = conv.path()
     assert [n.content for n in path if n.role == "user"] == [
-        "Name a planet.", "How far is it from the sun?", "And its moons?"]
+        "Name a planet.",
+        "How far is it from the sun?",
+        "And its moons?",
+    ]
     assert path[3].content == second.text
 
 
 async def test_compare_counts_a_branchs_own_run(backend, tmp_path) -> None:
     """A branch and the reply it continues, side by side (Ctrl+G): the branch's passes
     and tokens are its run's, not its prefix's again."""
-    from loopchat.reply_stats import reply_stats
+    from loopchat.chat.reply_stats import reply_stats
 
     app = make_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -7,9 +7,10 @@ The real default model (and Gemma 3 270M base, which has no chat template) with 
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import fake_app, palette_pick, loaded_live_backend, drawn, panel_text, wait_for, wait_run
+from tui_fixtures import drawn, fake_app, loaded_live_backend, palette_pick, panel_text, wait_for, wait_run
 
-from loopchat.chat_prompt import NO_TEMPLATE_NOTE
+from loopchat.chat.prefs import Prefs
+from loopchat.engine.chat_prompt import NO_TEMPLATE_NOTE
 from loopchat.events import DOCUMENT, Message
 from loopchat.history.store import ConversationStore
 from loopchat.settings import SamplingSettings
@@ -17,7 +18,6 @@ from loopchat.tui.document_block import DocumentBlock
 from loopchat.tui.document_view import CONTROL
 from loopchat.tui.history_screen import HistoryScreen
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 
 SIZE = (120, 40)
 TEXT = "The recipe for bread: flour, water,"
@@ -30,8 +30,11 @@ def backend():
 
 def live_app(backend, tmp_path, history=False):
     return create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=7, max_tokens=12, temperature=0.8), history=history,
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=7, max_tokens=12, temperature=0.8),
+        history=history,
     )
 
 
@@ -69,7 +72,7 @@ async def test_completion_mode_continues_one_document_with_no_template(backend, 
         assert "<|im_start|>" not in first.start.prompt_text
         # no control token, a BOS at most (SmolLM2 adds none)
         assert first.start.prompt_special in ((), (0,))
-        assert "".join(first.start.prompt_token_texts[len(first.start.prompt_special):]) == TEXT
+        assert "".join(first.start.prompt_token_texts[len(first.start.prompt_special) :]) == TEXT
         doc = the_document(app)
         assert doc.body_text() == TEXT + first.text
         assert "completion" in str(doc.info_text())
@@ -220,8 +223,11 @@ async def test_a_model_without_a_chat_template_opens_in_completion_mode(gemma_pa
     config.write_text(f'[models.gemma-base]\npath = "{gemma_path}"\nn_ctx = 512\n', encoding="utf-8")
     b = LiveBackend(str(config), "gemma-base", threads=1)
     app = create_app(
-        backend=b, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=1, max_tokens=6), history=False,
+        backend=b,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=1, max_tokens=6),
+        history=False,
     )
     try:
         async with app.run_test(size=SIZE) as pilot:
@@ -253,7 +259,7 @@ async def test_the_command_palette_switches_the_mode(tmp_path) -> None:
 def test_mode_on_the_command_line(capsys) -> None:
     from tui_fixtures import FakeBackend
 
-    from loopchat.cli import build_parser, main
+    from loopchat.cli.main import build_parser, main
     from loopchat.tui.app import LoopChatApp
 
     assert build_parser().parse_args(["--mode", "completion"]).mode == "completion"

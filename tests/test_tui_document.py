@@ -10,26 +10,26 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fixtures import palette_pick, loaded_live_backend, DATA, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
+from tui_fixtures import DATA, REPLY_TRACE, StepGate, loaded_live_backend, palette_pick, panel_text, wait_for, wait_run
 
+from loopchat.chat.conversation import STREAM, ReplyRecord
+from loopchat.chat.prefs import Prefs
 from loopchat.events import ContextTrimmed, Finish, Prefill, Step
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
-from loopchat.tui.conversation import STREAM, ReplyRecord
 from loopchat.tui.document_view import (
     _FG,
     CONTROL,
     PROMPT,
     REPLY,
     REPLY_MARK,
+    DocToken,
     DocumentBody,
     DocumentLines,
-    DocToken,
     header_lines,
     shown_form,
 )
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 
 DOC_TRACE = DATA / "document.jsonl"
 SIZE = (120, 40)
@@ -121,7 +121,10 @@ async def test_control_tokens_are_set_apart(tmp_path) -> None:
             assert fg == {_FG[t.kind].color}, (i, t)
             assert all(s.bold for s in styles) == (t.kind == CONTROL)
         # token boundaries: neighbours on alternating backgrounds
-        bgs = [doc.rows[t.first_row][[k for _, _, k in doc.rows[t.first_row]].index(i)][1].bgcolor for i, t in enumerate(doc.tokens[:6])]
+        bgs = [
+            doc.rows[t.first_row][[k for _, _, k in doc.rows[t.first_row]].index(i)][1].bgcolor
+            for i, t in enumerate(doc.tokens[:6])
+        ]
         assert bgs[0] != bgs[1] and bgs[0] == bgs[2] and bgs[1] == bgs[3]
 
 
@@ -298,7 +301,9 @@ def test_a_server_that_sends_no_prompt() -> None:
     import dataclasses
 
     rec = trace_record()
-    rec.start = dataclasses.replace(rec.start, prompt_text=None, prompt_token_ids=None, prompt_token_texts=(), prompt_special=())
+    rec.start = dataclasses.replace(
+        rec.start, prompt_text=None, prompt_token_ids=None, prompt_token_texts=(), prompt_special=()
+    )
     text = plain(header_lines(rec, False, 200))
     assert "prompt: not given by the server" in text and "only the reply's tokens are shown" in text
 
@@ -313,8 +318,11 @@ def test_the_header_breaks_between_its_figures_never_inside_one() -> None:
     rows = [r.rstrip() for r in plain(header_lines(rec, False, 58)).splitlines()]
     assert all(len(r) <= 58 for r in rows), rows
     assert f"Reply {rec.number} · the text the model reads" in rows and "Ctrl+T: back to the chat" in rows, rows
-    figures = [f"KV cache: {rec.prefill.reused_tokens:,} reused, {rec.prefill.evaluated_tokens:,} evaluated",
-               f"reply {sum(1 for s in rec.steps if not s.is_stop):,} tokens", "cursor: ←/→ ↑/↓ PgUp/PgDn Home/End"]
+    figures = [
+        f"KV cache: {rec.prefill.reused_tokens:,} reused, {rec.prefill.evaluated_tokens:,} evaluated",
+        f"reply {sum(1 for s in rec.steps if not s.is_stop):,} tokens",
+        "cursor: ←/→ ↑/↓ PgUp/PgDn Home/End",
+    ]
     for figure in figures:
         assert any(figure in r for r in rows), (figure, rows)
     assert not any(r.startswith("·") or r.endswith("·") for r in rows), rows
@@ -383,8 +391,11 @@ def backend():
 def live_app(backend, tmp_path, max_tokens: int):
     """The chat on the default model (seed 3, temperature 0.8), no history."""
     return create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=3, max_tokens=max_tokens, temperature=0.8), history=False,
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=3, max_tokens=max_tokens, temperature=0.8),
+        history=False,
     )
 
 

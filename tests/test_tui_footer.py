@@ -26,8 +26,10 @@ async def test_the_footer_leaves_out_keys_it_would_cut_and_shows_them_when_wide(
         await wait_for(pilot, lambda: "New" in footer_state(app)[0] and footer_state(app)[1], 5, "all the keys at 120")
         await pilot.resize_terminal(100, 30)
         await wait_for(
-            pilot, lambda: footer_state(app)[1] and "Regenerate" in footer_state(app)[0] and "New" not in footer_state(app)[0],
-            5, "the keys that fit at 100",
+            pilot,
+            lambda: footer_state(app)[1] and "Regenerate" in footer_state(app)[0] and "New" not in footer_state(app)[0],
+            5,
+            "the keys that fit at 100",
         )
 
 

@@ -5,20 +5,19 @@ Real SQLite files in temporary folders; the real default model for what generate
 
 from __future__ import annotations
 
-
 import pytest
-from tui_fixtures import palette_pick, loaded_live_backend, FakeBackend, panel_text, wait_for, wait_run
+from tui_fixtures import FakeBackend, loaded_live_backend, palette_pick, panel_text, wait_for, wait_run
 
-from loopchat.cli import build_parser
+from loopchat.chat.prefs import Prefs
+from loopchat.chat.session import REBUILT_NOTE
+from loopchat.cli.main import build_parser
 from loopchat.events import FinishReason, Step
+from loopchat.history.replays import shown_path
 from loopchat.history.store import ConversationStore
 from loopchat.settings import SamplingSettings
 from loopchat.tui.app import LoopChatApp
 from loopchat.tui.history_screen import ConfirmDelete, HistoryScreen, RenameScreen
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
-from loopchat.tui.session import REBUILT_NOTE
-from loopchat.history.replays import shown_path
 
 SIZE = (120, 40)
 
@@ -31,8 +30,11 @@ def backend():
 def live_app(backend, tmp_path, store, **prefs):
     prefs.setdefault("markdown", False)
     return create_app(
-        backend=backend, prefs=Prefs(**prefs), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=42, max_tokens=16, temperature=0.8), history=store,
+        backend=backend,
+        prefs=Prefs(**prefs),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=42, max_tokens=16, temperature=0.8),
+        history=store,
     )
 
 
@@ -80,7 +82,7 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         assert node.events[0] == rec.start and node.events[-1] == rec.finish and node.content == rec.finish.text
     assert conv.path()[-1].id == r3.id  # the store's most recent leaf: the replay, which the chat
     assert [n.id for n in shown_path(conv)] == [user.id, r2.id]  # shows beside r2, its line's reply
-    from loopchat.history.export import to_markdown
+    from loopchat.chat.export import to_markdown
 
     md = to_markdown(conv)  # `loopchat history show`: the line, so r2 (streamed), not the replay
     assert "*streamed" in md and "*blocking" not in md and md.count("## Assistant") == 1
@@ -137,7 +139,10 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
         await send(pilot, "Another one?")
         new = app.conversation.replies[-1]
         assert [m.content for m in new.messages if m.role != "system"] == [
-            "Name a colour.", second.finish.text, "Another one?"]
+            "Name a colour.",
+            second.finish.text,
+            "Another one?",
+        ]
         assert new.prefill.reused_tokens == 0 and new.prefill.evaluated_tokens == new.prefill.prompt_tokens
         assert REBUILT_NOTE in str(app.transcript.reply_views()[-1].info_text())
         await send(pilot, "Thanks.")  # the one after uses the cache again
@@ -155,8 +160,11 @@ async def test_list_search_rename_and_delete_with_confirmation(tmp_path) -> None
     store = tmp_path / "h.sqlite3"
     with ConversationStore.open(store) as s:
         ids = {}
-        for title, text in [("Dragons", "a story about a dragon"), ("Cooking", "how to cook rice"),
-                            ("Sea poem", "write a poem about the sea")]:
+        for title, text in [
+            ("Dragons", "a story about a dragon"),
+            ("Cooking", "how to cook rice"),
+            ("Sea poem", "write a poem about the sea"),
+        ]:
             ids[title] = s.new_conversation(title, "tiny-model")
             s.add_message(ids[title], None, "user", text)
     app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json", history_path=store)
@@ -173,7 +181,8 @@ async def test_list_search_rename_and_delete_with_confirmation(tmp_path) -> None
         assert app.screen is screen
         said = [str(n.message) for n in app._notifications]
         assert [m for m in said if m.startswith("Nothing to")] == [
-            "Nothing to rename: no conversation matches the search", "Nothing to delete: no conversation matches the search",
+            "Nothing to rename: no conversation matches the search",
+            "Nothing to delete: no conversation matches the search",
         ]
         for _ in " nothing":
             await pilot.press("backspace")
@@ -317,8 +326,8 @@ async def test_a_write_failure_mid_session_gives_one_notice_and_the_chat_goes_on
 async def test_a_reply_left_by_ctrl_n_is_stored_as_stopped_and_says_why_once(backend, tmp_path) -> None:
     from tui_fixtures import StepGate
 
-    from loopchat.history.export import info_line
-    from loopchat.tui.history_recorder import LEFT_UNFINISHED
+    from loopchat.chat.export import info_line
+    from loopchat.chat.history_recorder import LEFT_UNFINISHED
 
     store = tmp_path / "history.sqlite3"
     app = live_app(backend, tmp_path, store)

@@ -8,14 +8,14 @@ import re
 from pathlib import Path
 
 from textual import events
-from tui_fixtures import palette_pick, FakeBackend, panel_text, reply_to, wait_for, wait_run
+from tui_fixtures import FakeBackend, palette_pick, panel_text, reply_to, wait_for, wait_run
 
+from loopchat.chat.conversation import BLOCKING, STREAM
+from loopchat.chat.prefs import Prefs, load_prefs
 from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
 from loopchat.tui.app import LoopChatApp
-from loopchat.tui.conversation import BLOCKING, STREAM
 from loopchat.tui.help_screen import KEYS, HelpScreen
-from loopchat.tui.prefs import Prefs, load_prefs
 from loopchat.tui.settings_dialog import SettingsDialog
 
 ROOT = Path(__file__).parent.parent
@@ -34,7 +34,7 @@ def _table_after(text: str, heading: str) -> list[tuple[str, str]]:
     lines = text.split(heading, 1)[1].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| Key |"))
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         key, what = line.split("|")[1:3]
@@ -70,7 +70,11 @@ async def test_enter_sends_and_ctrl_j_alt_enter_break_the_line(tmp_path) -> None
         assert app.prompt.value == "a\nb\ncx\nyz"
         # the same for the editing keys: "hello", 5 Backspaces, "ok", Left, "!" in one read
         # (Backspace landed after the letters that followed it: "helloo")
-        keys = [(c, c) for c in " hello"] + [("backspace", None)] * 5 + [("o", "o"), ("k", "k"), ("left", None), ("!", "!")]
+        keys = (
+            [(c, c) for c in " hello"]
+            + [("backspace", None)] * 5
+            + [("o", "o"), ("k", "k"), ("left", None), ("!", "!")]
+        )
         for key, char in keys:
             app.post_message(events.Key(key, char))
         await wait_for(pilot, lambda: app.prompt.value.endswith("k"), 5, "the keys")

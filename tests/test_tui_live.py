@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-
 import pytest
-from tui_fixtures import loaded_live_backend, StepGate, drawn, panel_text, wait_for, wait_run
+from tui_fixtures import StepGate, drawn, loaded_live_backend, panel_text, wait_for, wait_run
 
+from loopchat.backends.live import LiveBackend
+from loopchat.chat.prefs import Prefs
 from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.backends.live import LiveBackend
-from loopchat.tui.prefs import Prefs
 
 SIZE = (120, 40)
 PROMPT = "Write a short poem about the sea."
@@ -25,7 +24,9 @@ def make_app(backend, tmp_path, **settings):
     base = dict(seed=42, max_tokens=32, temperature=0.8)
     base.update(settings)
     return create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
         settings=SamplingSettings(**base),
     )
 
@@ -205,8 +206,12 @@ async def test_the_panel_says_the_prompt_is_being_read_until_the_first_pass_ends
         held[Start].set()
         await wait_for(pilot, lambda: seen == [Start, Prefill] and app.current.prefill is not None, 30, "the prefill")
         p = app.current.prefill
-        await wait_for(pilot, lambda: f"prefill {p.prompt_tokens:,} tokens, {p.reused_tokens:,} reused" in panel_text(app), 5,
-                       "the prefill's figures")
+        await wait_for(
+            pilot,
+            lambda: f"prefill {p.prompt_tokens:,} tokens, {p.reused_tokens:,} reused" in panel_text(app),
+            5,
+            "the prefill's figures",
+        )
         held[Prefill].set()
         await wait_run(pilot)
         assert "Forward pass" in panel_text(app) and "reading the prompt" not in panel_text(app)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from tui_fixtures import wait_for, wait_run
 
+from loopchat.backends.live import LiveBackend
+from loopchat.chat.prefs import Prefs
 from loopchat.model_files import builtin_model_path
 from loopchat.tui.launch import create_app
-from loopchat.backends.live import LiveBackend
-from loopchat.tui.prefs import Prefs
 
 
 def write_config(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from textual.widgets import HelpPanel
-
 from tui_fixtures import fake_app, palette_pick, record_notices, wait_for
 
 from loopchat.tui.help_screen import HelpScreen

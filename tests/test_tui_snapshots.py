@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from tui_fixtures import REPLY_TRACE, wait_run
 
+from loopchat.chat.prefs import Prefs
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 
 pytestmark = pytest.mark.skipif(not REPLY_TRACE.exists(), reason="tests/data/reply.jsonl not recorded")
 

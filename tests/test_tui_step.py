@@ -3,18 +3,17 @@ model, and its refusal on a replay."""
 
 from __future__ import annotations
 
-
 import pytest
 from textual.widgets import Input, OptionList
-from tui_fixtures import drawn, loaded_live_backend, REPLY_TRACE, StepGate, panel_text, wait_for, wait_run
+from tui_fixtures import REPLY_TRACE, StepGate, drawn, loaded_live_backend, panel_text, wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
+from loopchat.chat.plots import fmt_ms, fmt_prob, fmt_rate, show_token
+from loopchat.chat.prefs import Prefs
 from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 from loopchat.tui.prompt import PromptArea
-from loopchat.tui.plots import fmt_ms, fmt_prob, fmt_rate, show_token
 from loopchat.tui.step_mode import DRAW_N, StepBar, TokenSearch
 
 SIZE = (120, 40)
@@ -30,8 +29,11 @@ def make_app(backend, tmp_path, **settings):
     base = dict(seed=42, max_tokens=40, temperature=0.8)
     base.update(settings)
     return create_app(
-        backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(**base), history=False,
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(**base),
+        history=False,
     )
 
 
@@ -124,17 +126,20 @@ async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> N
         # the panel's speed is the passes' own (forward + sampling) rate
         f = rec.finish
         assert f.paused_ms > 0 and f.ttft_ms < rec.steps[0].elapsed_ms
-        assert f"stopped {fmt_ms(f.paused_ms)} in step mode (in total, not in TTFT or tok/s)" in app.views[rec].info_text().plain
+        assert (
+            f"stopped {fmt_ms(f.paused_ms)} in step mode (in total, not in TTFT or tok/s)"
+            in app.views[rec].info_text().plain
+        )
         text = panel_text(app)
         assert f"{fmt_rate(f.tokens_per_s)} (whole reply, no stops)" in text, text
         assert "(step-mode stops left out)" in text
-        assert all(s.chosen_by == "sampled" for s in rec.steps[2 + DRAW_N:])
+        assert all(s.chosen_by == "sampled" for s in rec.steps[2 + DRAW_N :])
         assert isinstance(app.focused, PromptArea) and not app.step_bar.display
 
         # the hand-picked token: underlined in the transcript, "picked by hand" in its panel
         view = app.views[rec]
         styled = view._styled_text()
-        under = [styled.plain[sp.start:sp.end] for sp in styled.spans if getattr(sp.style, "underline", False)]
+        under = [styled.plain[sp.start : sp.end] for sp in styled.spans if getattr(sp.style, "underline", False)]
         assert under == [picked.text]
         app.action_select_token(rec.number, picked.index)
         await pilot.pause()
@@ -149,8 +154,12 @@ async def test_a_setting_changed_while_stopped_reshapes_the_die(backend, tmp_pat
         before = s.pending
         passes = backend.worker._engine.passes
         await pilot.press("ctrl+up", "ctrl+up", "ctrl+up")  # temperature 0.5 -> 0.8
-        await wait_for(pilot, lambda: s.pending is not None and s.pending.settings.temperature == pytest.approx(0.8),
-                       10, "the reshaped die")
+        await wait_for(
+            pilot,
+            lambda: s.pending is not None and s.pending.settings.temperature == pytest.approx(0.8),
+            10,
+            "the reshaped die",
+        )
         after = s.pending
         assert after.index == before.index and after.raw_top == before.raw_top
         assert after.sampled_top[0].prob < before.sampled_top[0].prob  # a hotter die: flatter
@@ -216,7 +225,9 @@ async def test_f12_stops_a_running_reply_and_resumes_it(backend, tmp_path) -> No
 
 
 async def test_f12_on_a_replay_says_why_not(tmp_path) -> None:
-    app = create_app(replay=str(REPLY_TRACE), replay_speed=0, prefs=Prefs(), prefs_path=tmp_path / "p.json", history=False)
+    app = create_app(
+        replay=str(REPLY_TRACE), replay_speed=0, prefs=Prefs(), prefs_path=tmp_path / "p.json", history=False
+    )
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f12")
         await pilot.pause()
@@ -264,7 +275,7 @@ def test_backends_without_step_mode_say_why() -> None:
 
     from loopchat.backends.remote import RemoteBackend
     from loopchat.backends.replay import ReplayBackend
-    from loopchat.tui.session import ChatSession, Refused
+    from loopchat.chat.session import ChatSession, Refused
 
     assert not RemoteBackend.can_step and "server draws its own tokens" in RemoteBackend.step_refusal
     assert not ReplayBackend.can_step and "step mode needs" in ReplayBackend.step_refusal
@@ -320,8 +331,16 @@ async def test_f2_while_stopped_reshapes_the_die_then_enter_draws_from_it(backen
         note = str(app.screen.query_one("#settings-note").render())  # (it said "at the very next forward pass")
         assert "reshapes this draw's die" in note and "no new forward pass" in note
         await pilot.press(*"0.1", "enter")  # a cold die: the most likely token nearly certain
-        await wait_for(pilot, lambda: s.pending is not None and s.pending is not before
-                       and s.pending.settings.temperature == pytest.approx(0.1), 10, "the reshaped die")
+        await wait_for(
+            pilot,
+            lambda: (
+                s.pending is not None
+                and s.pending is not before
+                and s.pending.settings.temperature == pytest.approx(0.1)
+            ),
+            10,
+            "the reshaped die",
+        )
         assert s.pending.sampled_top[0].prob > before.sampled_top[0].prob and app.current.steps == []
         await wait_for(pilot, lambda: isinstance(app.focused, StepBar), 5, "the focus back on the die bar")
         await pilot.press("enter")
@@ -373,8 +392,11 @@ async def test_the_die_bar_and_the_panel_say_what_matters_on_a_narrow_screen(bac
 
 async def test_step_mode_in_blocking_mode_says_the_loop_waits(backend, tmp_path) -> None:
     app = create_app(
-        backend=backend, prefs=Prefs(markdown=False, streaming=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=42, max_tokens=20), history=False,
+        backend=backend,
+        prefs=Prefs(markdown=False, streaming=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=42, max_tokens=20),
+        history=False,
     )
     async with app.run_test(size=SIZE) as pilot:
         await armed_and_sent(pilot)

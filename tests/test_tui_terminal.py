@@ -49,7 +49,11 @@ def test_a_signal_restores_the_terminal(sig: signal.Signals) -> None:
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopchat", "replay", str(TRACE), "--speed", "0"],
-        stdin=terminal, stdout=terminal, stderr=terminal, env=env, start_new_session=True,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+        start_new_session=True,
     )
     os.close(terminal)
     try:
@@ -87,7 +91,11 @@ def test_a_paste_holding_escape_sequences_arrives_whole_and_in_order(tmp_path: P
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40", "LOOPCHAT_DATA_DIR": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopchat", "--threads", "1"],
-        stdin=terminal, stdout=terminal, stderr=terminal, env=env, start_new_session=True,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+        start_new_session=True,
     )
     os.close(terminal)
     store = tmp_path / "history.sqlite3"

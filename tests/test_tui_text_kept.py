@@ -10,11 +10,11 @@ import threading
 import pytest
 from tui_fixtures import FakeBackend, StepGate, fake_app, loaded_live_backend, reply_to, wait_for, wait_run
 
+from loopchat.chat.prefs import Prefs
 from loopchat.events import FinishReason, Start
 from loopchat.history.store import ConversationStore
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
-from loopchat.tui.prefs import Prefs
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +66,8 @@ async def test_alt_right_past_the_end_never_stops_the_reply(tmp_path) -> None:
 
 
 async def test_ctrl_q_with_a_draft_asks_once_then_quits(tmp_path) -> None:
-    from textual import events
     from test_tui_branch import notices
+    from textual import events
 
     draft = "".join(f"line {i} of a long pasted text\n" for i in range(700))  # ~20 KB
     app = fake_app(tmp_path)
@@ -94,7 +94,9 @@ async def test_page_keys_in_the_box_scroll_the_transcript(tmp_path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "Count.")
         t = app.transcript
-        await wait_for(pilot, lambda: t.max_scroll_y > 2 * t.size.height and t.scroll_y == t.max_scroll_y, 10, "the end")
+        await wait_for(
+            pilot, lambda: t.max_scroll_y > 2 * t.size.height and t.scroll_y == t.max_scroll_y, 10, "the end"
+        )
         await pilot.press(*"one", "ctrl+j", *"two", "up", "end")  # a draft of two lines, the cursor on the first
         assert app.prompt.has_focus and app.prompt.cursor_location == (0, 3)
         bottom = t.scroll_y
@@ -143,8 +145,11 @@ async def stop_during_the_prompt_read(pilot, text: str, typed_since: str) -> Non
 async def test_esc_during_the_prompt_read_gives_the_message_back_and_keeps_nothing(live, tmp_path) -> None:
     store = tmp_path / "h.sqlite3"
     app = create_app(
-        backend=live, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=3, max_tokens=6), history=store,
+        backend=live,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=3, max_tokens=6),
+        history=store,
     )
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
@@ -175,7 +180,10 @@ async def test_esc_during_the_prompt_read_gives_the_message_back_and_keeps_nothi
         assert [m.content for m in app.conversation.turns] == ["Hello there.", first.text, "Second.", second.text]
         assert app.history.writer.flush(10)
         assert stored_messages(store) == [
-            ("user", "Hello there."), ("assistant", first.text), ("user", "Second."), ("assistant", second.text),
+            ("user", "Hello there."),
+            ("assistant", first.text),
+            ("user", "Second."),
+            ("assistant", second.text),
         ]
 
 
@@ -201,11 +209,14 @@ async def test_completion_mode_adds_the_space_a_typed_word_needs_and_a_pref_turn
     from test_tui_branch import notices
     from tui_fixtures import palette_pick
 
-    from loopchat.tui.prefs import load_prefs
+    from loopchat.chat.prefs import load_prefs
 
     app = create_app(
-        backend=live, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=1, max_tokens=6, temperature=0.0), history=False,
+        backend=live,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=1, max_tokens=6, temperature=0.0),
+        history=False,
     )
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
@@ -241,8 +252,11 @@ async def test_the_document_view_draws_a_pasted_escape_as_a_symbol(live, tmp_pat
     from textual import events
 
     app = create_app(
-        backend=live, prefs=Prefs(markdown=False), prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=1, max_tokens=4), history=False,
+        backend=live,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "prefs.json",
+        settings=SamplingSettings(seed=1, max_tokens=4),
+        history=False,
     )
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
@@ -277,8 +291,11 @@ def test_the_paste_parser_keeps_keys_as_textuals_and_a_paste_whole_however_it_is
         return [e.text if isinstance(e, events.Paste) else getattr(e, "key", None) for e in out]
 
     keys = ["a\x1b[A", "\x1b[20~", "\x1bx", "\x1b[1;5F", "\x1b", "\x1b[I"]  # a, Up, F9, Alt+x, Ctrl+End, Esc, focus
-    assert parse(PasteParser(), keys, True) == parse(XTermParser(), keys, True) == [
-        "a", "up", "f9", "alt+x", "ctrl+end", "escape", None]
+    assert (
+        parse(PasteParser(), keys, True)
+        == parse(XTermParser(), keys, True)
+        == ["a", "up", "f9", "alt+x", "ctrl+end", "escape", None]
+    )
     pasted = "A1 [\x1b[31mred] B2\x1b[0m\nnext\x1b"
     data = "x\x1b[200~" + pasted + "\x1b[201~y"
     for cut in range(1, len(data)):  # (an empty read is the end of the input)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from gc_check import cyclic_garbage
-from tui_fixtures import fake_app, FakeBackend, panel_text, reply_to, wait_for, wait_run
+from tui_fixtures import FakeBackend, fake_app, panel_text, reply_to, wait_for, wait_run
 
+from loopchat.chat.plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
+from loopchat.chat.prefs import Prefs, load_prefs, save_prefs
 from loopchat.tui.app import LoopChatApp
-from loopchat.tui.plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
-from loopchat.tui.prefs import Prefs, load_prefs, save_prefs
 
 
 def test_plots() -> None:
@@ -57,7 +57,9 @@ async def test_fake_reply_streams_and_toggles_are_remembered(tmp_path) -> None:
 
 
 async def test_error_gives_the_prompt_back(tmp_path) -> None:
-    app = LoopChatApp(FakeBackend(fail="the message is too long for the context"), prefs=Prefs(), prefs_path=tmp_path / "p.json")
+    app = LoopChatApp(
+        FakeBackend(fail="the message is too long for the context"), prefs=Prefs(), prefs_path=tmp_path / "p.json"
+    )
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press(*"a long prompt", "enter")
         await wait_for(pilot, lambda: app.last_error is not None, 10, "the error")
@@ -119,8 +121,11 @@ async def test_transcript_follows_the_reply_until_the_user_scrolls_up(tmp_path) 
         # a view that does not follow never gets back there)
         await wait_for(
             pilot,
-            lambda: t.scroll_y >= t.max_scroll_y - 1 and t._total - (t.scroll_y + t.scrollable_content_region.height) <= 0,
-            5, "the view at the end",
+            lambda: (
+                t.scroll_y >= t.max_scroll_y - 1 and t._total - (t.scroll_y + t.scrollable_content_region.height) <= 0
+            ),
+            5,
+            "the view at the end",
         )
         t.focus()
         await pilot.press("pageup")
@@ -235,8 +240,11 @@ async def test_frames_leave_no_strips_for_the_cycle_collector(tmp_path) -> None:
     Painted lines must be freed by reference counting: Textual's Strip.divide and
     adjust_cell_length cache a strip in itself when they return it unchanged, and the
     compositor called them for every line it painted (~4 cyclic strips a token)."""
-    app = LoopChatApp(FakeBackend(tokens=[f" w{i}" for i in range(120)], delay=0.01), prefs=Prefs(markdown=False),
-                      prefs_path=tmp_path / "p.json")
+    app = LoopChatApp(
+        FakeBackend(tokens=[f" w{i}" for i in range(120)], delay=0.01),
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "warm up")  # first paints fill long-lived caches
         frames = app.frames_rendered
@@ -249,9 +257,10 @@ async def test_frames_leave_no_strips_for_the_cycle_collector(tmp_path) -> None:
 async def test_a_trace_cut_short_plays_to_an_end(tmp_path) -> None:
     """A trace whose last reply has no finish event (a crash while recording) used to
     play as 'generating' forever."""
+    from tui_fixtures import REPLY_TRACE
+
     from loopchat.trace import CUT_SHORT
     from loopchat.tui.launch import create_app
-    from tui_fixtures import REPLY_TRACE
 
     lines = REPLY_TRACE.read_text(encoding="utf-8").splitlines()
     cut = tmp_path / "cut.jsonl"

@@ -11,18 +11,27 @@ import threading
 
 import pytest
 from rich.cells import cell_len
-from tui_fixtures import fake_app, palette_pick, loaded_live_backend, REPLY_TRACE, FakeBackend, StepGate, wait_for, wait_run
+from tui_fixtures import (
+    REPLY_TRACE,
+    FakeBackend,
+    StepGate,
+    fake_app,
+    loaded_live_backend,
+    palette_pick,
+    wait_for,
+    wait_run,
+)
 
+from loopchat.chat import wire_feed
+from loopchat.chat.conversation import BLOCKING, STREAM, ReplyRecord
+from loopchat.chat.prefs import Prefs, load_prefs
+from loopchat.chat.wire_feed import STEPS_PER_SYNC, ReplyWire, body_text
 from loopchat.events import Finish, FinishReason, Message, Prefill, RunDone, Step, WireReceived
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
-from loopchat.tui import wire_feed
 from loopchat.tui.app import LoopChatApp
-from loopchat.tui.conversation import BLOCKING, STREAM, ReplyRecord
 from loopchat.tui.launch import create_app
 from loopchat.tui.loop_panel import LoopPanel
-from loopchat.tui.prefs import Prefs, load_prefs
-from loopchat.tui.wire_feed import STEPS_PER_SYNC, ReplyWire, body_text
 from loopchat.tui.wire_lines import CONTENT, FOLDED, event_rows, styled
 from loopchat.tui.wire_view import WireView, fmt_byte_rate, fmt_bytes, fmt_chunk_rate
 from loopchat.wire import DONE_LINE, WireOptions, WireSerializer
@@ -89,7 +98,9 @@ def live_app(backend, tmp_path, max_tokens: int = 24, **prefs) -> LoopChatApp:
     prefs.setdefault("markdown", False)
     prefs.setdefault("wire_view", True)
     return create_app(
-        backend=backend, prefs=Prefs(**prefs), prefs_path=tmp_path / "prefs.json",
+        backend=backend,
+        prefs=Prefs(**prefs),
+        prefs_path=tmp_path / "prefs.json",
         settings=SamplingSettings(seed=42, max_tokens=max_tokens, temperature=0.8),
     )
 
@@ -115,7 +126,7 @@ async def test_streaming_shows_what_the_serializer_sends_as_the_steps_come(backe
         assert len(lines) == 7
         assert [e.text + "\n\n" for e in w.entries] == lines
         shown = shown_events(app)
-        assert shown and shown == [line.rstrip("\n") for line in lines[-len(shown):]]
+        assert shown and shown == [line.rstrip("\n") for line in lines[-len(shown) :]]
         text = wire_text(app)
         assert "as loopchat serve would send it · /v1/chat/completions · stream · logprobs top 10 · usage" in " ".join(
             text.split("\n")[:4]
@@ -127,7 +138,7 @@ async def test_streaming_shows_what_the_serializer_sends_as_the_steps_come(backe
         lines = expected_lines(rec, w.serializer, finished=True)
         assert [e.text + "\n\n" for e in w.entries] == lines
         shown = shown_events(app)
-        assert len(shown) >= 3 and shown == [line.rstrip("\n") for line in lines[-len(shown):]]
+        assert len(shown) >= 3 and shown == [line.rstrip("\n") for line in lines[-len(shown) :]]
         # the figures: every byte of every line, and rates from the recorded times
         n_chunks = sum(1 for x in lines if x != DONE_LINE)
         flat = " ".join(wire_text(app).split("\n")[:6])
@@ -150,9 +161,16 @@ async def test_blocking_shows_nothing_until_the_one_body(backend, tmp_path) -> N
         rec = app.current
         assert rec.mode == BLOCKING
         # the clock runs while the client waits; nothing is on the wire (or serialized)
-        await wait_for(pilot, lambda: "waiting for the response body… 0.0 s" not in wire_text(app)
-                       and "waiting for the response body…" in wire_text(app)
-                       and "3 passes run" in wire_text(app), 5, "the wait's clock and the passes")
+        await wait_for(
+            pilot,
+            lambda: (
+                "waiting for the response body… 0.0 s" not in wire_text(app)
+                and "waiting for the response body…" in wire_text(app)
+                and "3 passes run" in wire_text(app)
+            ),
+            5,
+            "the wait's clock and the passes",
+        )
         w = app.wire.wire_of(rec)
         assert w.entries == [] and w.serializer is None
         text = wire_text(app)
@@ -254,8 +272,9 @@ async def test_a_selected_token_shows_its_chunk(tmp_path) -> None:
 async def test_a_stopped_reply_sends_nothing_more(tmp_path, streaming) -> None:
     """Esc: the chat closes the connection, so the server sends no finish chunk, no
     usage and no [DONE] (blocking: no body at all)."""
-    app = fake_app(tmp_path, FakeBackend(tokens=[f" t{i}" for i in range(2000)], delay=0.005),
-                   wire_view=True, streaming=streaming)
+    app = fake_app(
+        tmp_path, FakeBackend(tokens=[f" t{i}" for i in range(2000)], delay=0.005), wire_view=True, streaming=streaming
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press(*"go", "enter")
         await wait_for(pilot, lambda: app.steps_seen >= 5, 10, "tokens")
@@ -267,7 +286,7 @@ async def test_a_stopped_reply_sends_nothing_more(tmp_path, streaming) -> None:
         if streaming:
             await wait_for(pilot, lambda: "nothing more was sent" in wire_text(app), 5, "the note")
             assert len(w.entries) == 1 + len(rec.steps)  # the role chunk and one per token, no more
-            assert "[DONE]" not in wire_text(app) and "finish_reason\":\"stop" not in wire_text(app)
+            assert "[DONE]" not in wire_text(app) and 'finish_reason":"stop' not in wire_text(app)
         else:
             await wait_for(pilot, lambda: "stopped before the body" in wire_text(app), 5, "the note")
             assert w.entries == [] and w.serializer is None
@@ -286,6 +305,7 @@ async def test_the_wheel_scrolls_back_through_the_events(tmp_path) -> None:
         await pilot.press(*"Hi", "enter")
         await wait_run(pilot)
         await wait_for(pilot, lambda: wire_text(app).rstrip().endswith("data: [DONE]"), 5, "the end")
+
         def notes() -> list[str]:
             return [row.split(" · ")[0][2:] for row in wire_text(app).split("\n") if row.startswith("─ ")]
 
@@ -326,7 +346,9 @@ class ReceivingBackend(FakeBackend):
         self.stream = True
         self.sent: list[WireReceived] = []
 
-    def generate(self, messages, settings, *, reuse_at_most=None, stream=True, reply_prefix=(), first_token=None) -> int:
+    def generate(
+        self, messages, settings, *, reuse_at_most=None, stream=True, reply_prefix=(), first_token=None
+    ) -> int:
         self.runs += 1
         self.stream = stream
         run = self.runs
@@ -380,7 +402,7 @@ async def test_received_bytes_are_shown_as_they_arrived(tmp_path) -> None:
         assert "as received from the server · SSE stream" in text
         assert "loopchat serve would" not in text
         shown = shown_events(app)
-        assert shown == [ev.text for ev in backend.sent][-len(shown):]
+        assert shown == [ev.text for ev in backend.sent][-len(shown) :]
         # totals and rates from the received sizes and arrival times
         sent = backend.sent
         chunks = sum(1 for ev in sent if ev.text != "data: [DONE]")
@@ -512,8 +534,10 @@ async def test_a_loopchat_servers_bytes_as_received_in_both_modes(tmp_path) -> N
     try:
         for streaming in (True, False):
             app = create_app(
-                url=server.url, prefs=Prefs(markdown=False, wire_view=True, wire_folded=False, streaming=streaming),
-                prefs_path=tmp_path / "p.json", settings=SamplingSettings(seed=5, max_tokens=12),
+                url=server.url,
+                prefs=Prefs(markdown=False, wire_view=True, wire_folded=False, streaming=streaming),
+                prefs_path=tmp_path / "p.json",
+                settings=SamplingSettings(seed=5, max_tokens=12),
             )
             async with app.run_test(size=SIZE) as pilot:
                 await send(pilot, "Hi there")
@@ -534,7 +558,7 @@ async def test_a_loopchat_servers_bytes_as_received_in_both_modes(tmp_path) -> N
                     assert content == rec.finish.text
                     assert f"{len(chunks)} chunks · {total}" in " ".join(text.split("\n")[:6])
                     shown = shown_events(app)
-                    assert shown == [ev.text for ev in received][-len(shown):]
+                    assert shown == [ev.text for ev in received][-len(shown) :]
                 else:
                     assert len(received) == 1
                     body = json.loads(received[0].text)

@@ -62,7 +62,9 @@ def test_logprobs_are_the_raw_softmax_of_the_steps(events):
         assert entry["token"] == step.piece
         assert entry["logprob"] == pytest.approx(math.log(step.raw_prob))
         assert [t["token"] for t in entry["top_logprobs"]] == [c.text for c in step.raw_top[:3]]
-        assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx([math.log(c.prob) for c in step.raw_top[:3]])
+        assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx(
+            [math.log(c.prob) for c in step.raw_top[:3]]
+        )
         for t in entry["top_logprobs"]:
             assert t["bytes"] is None or bytes(t["bytes"]).decode("utf-8") == t["token"]
 
@@ -113,7 +115,12 @@ def test_an_error_finish_is_an_error_object_and_no_body(events):
     broken = replace(finish, reason=FinishReason.ERROR, error="llama_decode returned -1")
     s, chunks = _feed([*start, broken], WireOptions())
     assert chunks[-1] == {
-        "error": {"message": "llama_decode returned -1", "type": "server_error", "param": None, "code": "generation_error"}
+        "error": {
+            "message": "llama_decode returned -1",
+            "type": "server_error",
+            "param": None,
+            "code": "generation_error",
+        }
     }
     assert "error" in s.body()
 

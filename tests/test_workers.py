@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from loopchat.engine import EngineOptions
+from loopchat.engine.engine import EngineOptions
+from loopchat.engine.process_worker import ProcessEngineWorker
+from loopchat.engine.worker import EngineWorker
 from loopchat.events import Finish, FinishReason, Message, ModelReady, RunDone, Step, WorkerError
-from loopchat.process_worker import ProcessEngineWorker
 from loopchat.settings import LiveSettings, SamplingSettings
-from loopchat.worker import EngineWorker
 
 MESSAGES = (Message("system", "You are a helpful assistant."), Message("user", "List five animals."))
 
@@ -68,7 +68,7 @@ def test_same_tokens_from_either_host(worker_and_queue, model_path: Path) -> Non
     events = collect_until(q, RunDone)
     finish = next(e for e in events if isinstance(e, Finish))
     # reference: the engine driven directly in this thread
-    from loopchat.engine import Engine
+    from loopchat.engine.engine import Engine
 
     with Engine(model_path, n_ctx=1024) as eng:
         ref = [e for e in eng.generate(MESSAGES, s) if isinstance(e, Finish)][0]

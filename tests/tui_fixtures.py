@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from loopchat.events import Candidate, Finish, FinishReason, Message, Prefill, Start, Step
 from loopchat.settings import SamplingSettings
@@ -33,8 +34,8 @@ async def wait_run(pilot: Any, timeout: float = 60.0) -> None:
 def fake_app(tmp_path: Path, backend: Any = None, **prefs: Any) -> Any:
     """The chat app on a FakeBackend (or `backend`), its prefs in tmp_path; Markdown off
     unless said."""
+    from loopchat.chat.prefs import Prefs
     from loopchat.tui.app import LoopChatApp
-    from loopchat.tui.prefs import Prefs
 
     prefs.setdefault("markdown", False)
     return LoopChatApp(backend or FakeBackend(), prefs=Prefs(**prefs), prefs_path=tmp_path / "p.json")
@@ -170,8 +171,14 @@ class FakeBackend:
         self.sink = sink
 
     def generate(
-        self, messages: tuple[Message, ...], settings: SamplingSettings, *, reuse_at_most: int | None = None, stream: bool = True,
-        reply_prefix: tuple[int, ...] = (), first_token: int | None = None,
+        self,
+        messages: tuple[Message, ...],
+        settings: SamplingSettings,
+        *,
+        reuse_at_most: int | None = None,
+        stream: bool = True,
+        reply_prefix: tuple[int, ...] = (),
+        first_token: int | None = None,
     ) -> int:
         self.runs += 1
         self._cancel.clear()
@@ -203,8 +210,30 @@ class FakeBackend:
             now = source() if callable(source) else source
             stop = tok == "<|im_end|>"
             cands = tuple(Candidate(j, t, p) for j, t, p in [(i, tok, 0.6), (99, " the", 0.3), (98, " a", 0.1)])
-            emit(Step(i, i, tok, "" if stop else tok, stop, cands, cands[:2], 0.6, 1, 0.66, 1, 1.2, 0.8, 2,
-                      5.0 if i == 0 else 8.0 + i % 3, 1 if i else 3, 0.3, now, now.diff(prev), 3 + i + (0 if stop else 1)))
+            emit(
+                Step(
+                    i,
+                    i,
+                    tok,
+                    "" if stop else tok,
+                    stop,
+                    cands,
+                    cands[:2],
+                    0.6,
+                    1,
+                    0.66,
+                    1,
+                    1.2,
+                    0.8,
+                    2,
+                    5.0 if i == 0 else 8.0 + i % 3,
+                    1 if i else 3,
+                    0.3,
+                    now,
+                    now.diff(prev),
+                    3 + i + (0 if stop else 1),
+                )
+            )
             prev = now
             if not stop:
                 text += tok
@@ -233,7 +262,7 @@ def record_trace(path: Path = REPLY_TRACE) -> Path:
     Run: python tests/tui_fixtures.py record
     """
     from loopchat.config import load_config
-    from loopchat.engine import Engine
+    from loopchat.engine.engine import Engine
     from loopchat.trace import TraceWriter
 
     spec = load_config(None).get(None)
@@ -265,7 +294,7 @@ def record_compare_trace(path: Path = COMPARE_TRACE) -> Path:
     import dataclasses
 
     from loopchat.config import load_config
-    from loopchat.engine import Engine
+    from loopchat.engine.engine import Engine
     from loopchat.events import Finish as _Finish
     from loopchat.trace import TraceWriter
 

@@ -1,6 +1,6 @@
 """loopchat: a terminal chat that shows the autoregressive generation loop while it runs."""
 
-from . import omp_spin
+from loopchat.engine import omp_spin
 
 __version__ = "0.1.0"
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .model_files import (
+from loopchat.engine.thread_tuner import AUTO, Threads
+from loopchat.errors import one_line
+from loopchat.model_files import (
     BUILTIN_MODELS,
     ModelFileError,
     builtin_model_path,
@@ -26,10 +28,12 @@ from .model_files import (
     hf_download,
     parse_hf_spec,
 )
-from .errors import one_line
-from .paths import default_config_path
-from .settings import SamplingSettings, SettingsError
-from .thread_tuner import AUTO, Threads
+from loopchat.paths import default_config_path
+from loopchat.settings import SamplingSettings, SettingsError
+
+#: The environment variable holding an API key: the remote server's for `--url`, or the one
+#: `loopchat serve` requires (better than --api-key, which `ps` shows).
+API_KEY_ENV = "LOOPCHAT_API_KEY"
 
 SOURCES = ("path", "hf", "builtin", "url")
 #: what only a model run here has, and what only a remote model has
@@ -146,7 +150,10 @@ class Config:
             return self.models[name]
         if looks_like_a_path(name):  # --model PATH.gguf: no models.toml entry needed
             return ModelSpec(
-                name=name, source="path", location=name, description="a GGUF file given as --model",
+                name=name,
+                source="path",
+                location=name,
+                description="a GGUF file given as --model",
                 from_command_line=True,
             )
         where = _display(self.path) if self.path else f"{_display(default_config_path())} (create it)"
@@ -167,8 +174,18 @@ SMOLLM2_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by
 #: Its model card (huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct): temperature 0.2, top-p 0.9, top-k 50, no
 #: min-p (issue 15: 19 of 25 simple first questions right, 15 with loopchat's general defaults); plus DRY 0.8 over 4096
 #: tokens (its context) and a repeat penalty of 1.05 over 256 tokens: without, 19 of 36 replies said an 8-word phrase 3-58 times, with, none (docs/default-settings.md).
-SMOLLM2_SAMPLING = SamplingSettings(temperature=0.2, top_p=0.9, top_k=50, min_p=0.0, repeat_penalty=1.05, repeat_last_n=256,
-                                    dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=4096)
+SMOLLM2_SAMPLING = SamplingSettings(
+    temperature=0.2,
+    top_p=0.9,
+    top_k=50,
+    min_p=0.0,
+    repeat_penalty=1.05,
+    repeat_last_n=256,
+    dry_multiplier=0.8,
+    dry_base=1.75,
+    dry_allowed_length=2,
+    dry_penalty_last_n=4096,
+)
 
 BUILTIN_CONFIG = Config(
     default=BUILTIN_NAME,
@@ -206,7 +223,9 @@ def load_config(path: Path | str | None = None) -> Config:
     except UnicodeDecodeError:
         raise ConfigError(f"{shown}: is not UTF-8 text — save it as UTF-8") from None
     except OSError as exc:
-        raise ConfigError(f"{shown}: cannot be read ({exc.strerror or exc}) — check that it is a readable file") from None
+        raise ConfigError(
+            f"{shown}: cannot be read ({exc.strerror or exc}) — check that it is a readable file"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -238,7 +257,9 @@ class _Reader:
 
         default = data.get("default", next(iter(raw_models), BUILTIN_CONFIG.default))
         if not isinstance(default, str):
-            self.fail("default", f"must be a string (a model name), got {_kind(default)}", 'write e.g. default = "NAME"')
+            self.fail(
+                "default", f"must be a string (a model name), got {_kind(default)}", 'write e.g. default = "NAME"'
+            )
         if default not in models:
             self.fail(
                 "default",
@@ -319,33 +340,52 @@ class _Reader:
         if value is None or value in MODES:
             return value
         self.fail(
-            f"{key}.mode", f"must be \"chat\" or \"completion\", got {_kind(value)} {value!r}",
+            f"{key}.mode",
+            f'must be "chat" or "completion", got {_kind(value)} {value!r}',
             'write mode = "chat" (messages through the chat template) or mode = "completion" (a document to continue)',
         )
         return None
 
     def remote_model(self, name: str, key: str, raw: dict[str, Any], url: str) -> ModelSpec:
         """A model on an OpenAI-compatible server: `url` and what a request needs."""
-        from .backends.remote import URLProblem, api_base
+        from loopchat.backends.remote import URLProblem, api_base
 
         for k in _LOCAL_KEYS:
             if k in raw:
-                self.fail(f"{key}.{k}", "has no meaning for a model on a server (url = ...): the server sets it", "remove it")
+                self.fail(
+                    f"{key}.{k}", "has no meaning for a model on a server (url = ...): the server sets it", "remove it"
+                )
         try:
             api_base(url)
         except URLProblem as exc:
-            self.fail(f"{key}.url", str(exc).split(";")[0].replace(f"{url!r} ", "", 1), 'e.g. url = "http://127.0.0.1:8000/v1"')
+            self.fail(
+                f"{key}.url",
+                str(exc).split(";")[0].replace(f"{url!r} ", "", 1),
+                'e.g. url = "http://127.0.0.1:8000/v1"',
+            )
         if "api_key" in raw and "api_key_env" in raw:
             self.fail(key, "has both api_key and api_key_env", "keep one (api_key_env keeps the key out of this file)")
         env = self.string(raw, key, "api_key_env", None)
         if env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", env):
-            self.fail(f"{key}.api_key_env", f"must name an environment variable, got {env!r}", 'e.g. api_key_env = "OPENAI_API_KEY"')
+            self.fail(
+                f"{key}.api_key_env",
+                f"must name an environment variable, got {env!r}",
+                'e.g. api_key_env = "OPENAI_API_KEY"',
+            )
         timeout = raw.get("timeout")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= TIMEOUT_MAX):
-            self.fail(f"{key}.timeout", f"must be a number of seconds above 0 and at most {TIMEOUT_MAX}, got {timeout!r}", "edit the file")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= TIMEOUT_MAX
+        ):
+            self.fail(
+                f"{key}.timeout",
+                f"must be a number of seconds above 0 and at most {TIMEOUT_MAX}, got {timeout!r}",
+                "edit the file",
+            )
         extensions = raw.get("extensions", True)
         if not isinstance(extensions, bool):
-            self.fail(f"{key}.extensions", f"must be true or false, got {_kind(extensions)} {extensions!r}", "edit the file")
+            self.fail(
+                f"{key}.extensions", f"must be true or false, got {_kind(extensions)} {extensions!r}", "edit the file"
+            )
         return ModelSpec(
             name=name,
             source="url",
@@ -372,14 +412,14 @@ class _Reader:
             self.fail(f"{key}.{name}", "is empty", "give a value")
         return value
 
-    def integer(
-        self, raw: dict[str, Any], key: str, name: str, default: Any, lo: int, hi: int, hint: str
-    ) -> Any:
+    def integer(self, raw: dict[str, Any], key: str, name: str, default: Any, lo: int, hi: int, hint: str) -> Any:
         if name not in raw:
             return default
         value = raw[name]
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(f"{key}.{name}", f"must be a whole number, got {_kind(value)} {value!r}", f"{hint}; edit the file")
+            self.fail(
+                f"{key}.{name}", f"must be a whole number, got {_kind(value)} {value!r}", f"{hint}; edit the file"
+            )
         if not lo <= value <= hi:
             self.fail(f"{key}.{name}", f"must be between {lo} and {hi}, got {value}", f"{hint}; edit the file")
         return value
@@ -389,7 +429,11 @@ class _Reader:
         if raw.get("threads") == AUTO:
             return AUTO
         if isinstance(raw.get("threads"), str):
-            self.fail(f"{key}.threads", f'must be "auto" or a whole number, got {raw["threads"]!r}', 'e.g. threads = "auto"; edit the file')
+            self.fail(
+                f"{key}.threads",
+                f'must be "auto" or a whole number, got {raw["threads"]!r}',
+                'e.g. threads = "auto"; edit the file',
+            )
         hint = 'threads = "auto" (the default) lets loopchat choose'
         return self.integer(raw, key, "threads", AUTO, 1, THREADS_MAX, hint)
 
@@ -502,5 +546,12 @@ def _dotted(prefix: str, key: str) -> str:
 
 
 def _kind(value: Any) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table", list: "an array"}
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        dict: "a table",
+        list: "an array",
+    }
     return names.get(type(value), "a date/time")

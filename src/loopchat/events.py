@@ -17,12 +17,12 @@ never an estimate. A loopchat server sends its engine's very events (wire.py), s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from collections.abc import Iterable
 from typing import Any, Union
 
-from .settings import SamplingSettings
+from loopchat.settings import SamplingSettings
 
 #: Bumped whenever a field is removed or changes meaning (adding fields does not).
 SCHEMA_VERSION = 1
@@ -372,7 +372,12 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
             value = tuple(Message(**m) for m in value)
         elif f.name in ("raw_top", "sampled_top") and value is not None:
             value = tuple(
-                Candidate(None if c[0] is None else int(c[0]), str(c[1]), float(c[2]), bytes.fromhex(c[3]) if len(c) > 3 else None)
+                Candidate(
+                    None if c[0] is None else int(c[0]),
+                    str(c[1]),
+                    float(c[2]),
+                    bytes.fromhex(c[3]) if len(c) > 3 else None,
+                )
                 for c in value
             )
         elif f.name == "piece_bytes" and value is not None:

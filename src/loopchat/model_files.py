@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import re
+import socket
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -36,9 +36,7 @@ class ModelFileError(Exception):
 def builtin_model_path(name: str = "smollm2-135m-instruct") -> Path:
     """The .gguf file shipped inside an installed distribution (found without importing it)."""
     if name not in BUILTIN_MODELS:
-        raise ModelFileError(
-            f"unknown built-in model {name!r}; built-in models: {', '.join(BUILTIN_MODELS)}"
-        )
+        raise ModelFileError(f"unknown built-in model {name!r}; built-in models: {', '.join(BUILTIN_MODELS)}")
     dist_name, file_name = BUILTIN_MODELS[name]
     try:
         dist = metadata.distribution(dist_name)
@@ -101,8 +99,8 @@ def parse_hf_spec(spec: str) -> tuple[str, str]:
     repo_id, sep, filename = spec.strip().partition(":")
     if not sep or not _REPO_ID.match(repo_id) or not filename or filename.endswith("/"):
         raise ModelFileError(
-            f"{spec!r} is not of the form \"org/repo:file.gguf\" "
-            f"(e.g. \"Qwen/Qwen2.5-0.5B-Instruct-GGUF:qwen2.5-0.5b-instruct-q4_k_m.gguf\")"
+            f'{spec!r} is not of the form "org/repo:file.gguf" '
+            f'(e.g. "Qwen/Qwen2.5-0.5B-Instruct-GGUF:qwen2.5-0.5b-instruct-q4_k_m.gguf")'
         )
     if not filename.lower().endswith(".gguf"):
         raise ModelFileError(f"{spec!r} does not name a .gguf file (after the colon)")
@@ -219,8 +217,7 @@ def hf_download(spec: str, *, progress: bool = True) -> Path:
         ) from None
     except Exception as exc:  # noqa: BLE001 - httpx/requests/OS errors share no base class
         raise ModelFileError(
-            f"could not download {spec} from the Hugging Face Hub "
-            f"({type(exc).__name__}: {_short(exc)}): {fallback}"
+            f"could not download {spec} from the Hugging Face Hub ({type(exc).__name__}: {_short(exc)}): {fallback}"
         ) from None
     finally:
         hub_log.setLevel(log_level)

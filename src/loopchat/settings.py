@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 
 class SettingsError(ValueError):
@@ -127,30 +128,109 @@ class SettingSpec:
 
 #: The sampling settings, in the order the panel and the F2 dialog show them.
 SETTINGS: tuple[SettingSpec, ...] = (
-    SettingSpec("temperature", float, 0.7, 0.0, 5.0, "0 means greedy: always the most likely token",
-                "0–5 · 0 = greedy (always the top token)", short="temp", knob_step=0.1),
-    SettingSpec("top_p", float, 0.95, 0.0, 1.0, "1.0 disables top-p", "above 0, up to 1 · 1 = off",
-                short="top_p", above_lo=True, knob_step=0.05, knob_lo=0.05),
-    SettingSpec("top_k", int, 40, 0, 1_000_000, "0 disables top-k", "whole number · 0 = off", short="top_k", knob_step=5),
+    SettingSpec(
+        "temperature",
+        float,
+        0.7,
+        0.0,
+        5.0,
+        "0 means greedy: always the most likely token",
+        "0–5 · 0 = greedy (always the top token)",
+        short="temp",
+        knob_step=0.1,
+    ),
+    SettingSpec(
+        "top_p",
+        float,
+        0.95,
+        0.0,
+        1.0,
+        "1.0 disables top-p",
+        "above 0, up to 1 · 1 = off",
+        short="top_p",
+        above_lo=True,
+        knob_step=0.05,
+        knob_lo=0.05,
+    ),
+    SettingSpec(
+        "top_k", int, 40, 0, 1_000_000, "0 disables top-k", "whole number · 0 = off", short="top_k", knob_step=5
+    ),
     SettingSpec("min_p", float, 0.05, 0.0, 1.0, "0 disables min-p", "0–1 · 0 = off", short="min_p", knob_step=0.01),
     SettingSpec("repeat_penalty", float, 1.1, 0.1, 5.0, "1.0 disables the penalty", "0.1–5 · 1 = off", short="repeat"),
-    SettingSpec("repeat_last_n", int, 64, 0, 100_000, "how many recent tokens the repeat penalty looks at",
-                "tokens the penalty looks back over", short="last_n"),
-    SettingSpec("dry_multiplier", float, 0.0, 0.0, 5.0, "DRY's strength: a token that would extend a repeated "
-                "sequence loses multiplier * base^(length - allowed_length) from its logit; 0 disables DRY",
-                "0–5 · 0 = off (DRY)", short="dry"),
-    SettingSpec("dry_base", float, 1.75, 0.0, 10.0, "how fast DRY's penalty grows with the sequence's length; "
-                "below 1 disables DRY", "0–10 · below 1 = off", short="dry_base"),
-    SettingSpec("dry_allowed_length", int, 2, 0, 1000, "the longest repeated sequence DRY leaves alone",
-                "tokens repeated without penalty", short="dry_len", label="dry_allowed_len"),
-    SettingSpec("dry_penalty_last_n", int, 64, 0, 100_000, "how many recent tokens DRY looks at (llama-server "
-                "takes no -1); 0 disables DRY", "tokens DRY looks back over · 0 = off", short="dry_n",
-                label="dry_last_n"),
-    SettingSpec("seed", int, None, 0, 2**32 - 1, "a number pins the draws: same seed, same reply; none "
-                "(the default) draws a fresh random seed for each reply", "empty = random each reply · a number pins it",
-                short="seed", optional=True),
-    SettingSpec("max_tokens", int, 512, 1, 1_000_000, "the most tokens one reply may have", "most tokens in one reply",
-                short="max"),
+    SettingSpec(
+        "repeat_last_n",
+        int,
+        64,
+        0,
+        100_000,
+        "how many recent tokens the repeat penalty looks at",
+        "tokens the penalty looks back over",
+        short="last_n",
+    ),
+    SettingSpec(
+        "dry_multiplier",
+        float,
+        0.0,
+        0.0,
+        5.0,
+        "DRY's strength: a token that would extend a repeated "
+        "sequence loses multiplier * base^(length - allowed_length) from its logit; 0 disables DRY",
+        "0–5 · 0 = off (DRY)",
+        short="dry",
+    ),
+    SettingSpec(
+        "dry_base",
+        float,
+        1.75,
+        0.0,
+        10.0,
+        "how fast DRY's penalty grows with the sequence's length; below 1 disables DRY",
+        "0–10 · below 1 = off",
+        short="dry_base",
+    ),
+    SettingSpec(
+        "dry_allowed_length",
+        int,
+        2,
+        0,
+        1000,
+        "the longest repeated sequence DRY leaves alone",
+        "tokens repeated without penalty",
+        short="dry_len",
+        label="dry_allowed_len",
+    ),
+    SettingSpec(
+        "dry_penalty_last_n",
+        int,
+        64,
+        0,
+        100_000,
+        "how many recent tokens DRY looks at (llama-server takes no -1); 0 disables DRY",
+        "tokens DRY looks back over · 0 = off",
+        short="dry_n",
+        label="dry_last_n",
+    ),
+    SettingSpec(
+        "seed",
+        int,
+        None,
+        0,
+        2**32 - 1,
+        "a number pins the draws: same seed, same reply; none (the default) draws a fresh random seed for each reply",
+        "empty = random each reply · a number pins it",
+        short="seed",
+        optional=True,
+    ),
+    SettingSpec(
+        "max_tokens",
+        int,
+        512,
+        1,
+        1_000_000,
+        "the most tokens one reply may have",
+        "most tokens in one reply",
+        short="max",
+    ),
 )
 
 #: name -> its row
@@ -172,11 +252,19 @@ def fmt_value(name: str, value: int | float | None) -> str:
 
 
 #: The settings sent to a remote server beyond OpenAI's own (llama-server's names)
-EXTENSION_KEYS = ("top_k", "min_p", "repeat_penalty", "repeat_last_n", "dry_multiplier", "dry_base",
-                  "dry_allowed_length", "dry_penalty_last_n")
+EXTENSION_KEYS = (
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+)
 
 
-def fmt_dry(s: "SamplingSettings") -> str:
+def fmt_dry(s: SamplingSettings) -> str:
     """The panel's DRY item, before the seed: 'DRY 0.80×1.75^(len−2) over 64 · ', or ''
     when DRY is off."""
     if s.dry_multiplier == 0.0 or s.dry_base < 1.0 or s.dry_penalty_last_n == 0:
@@ -192,9 +280,7 @@ def new_seed() -> int:
 def _unknown(names: Any) -> None:
     unknown = set(names) - SETTING.keys()
     if unknown:
-        raise SettingsError(
-            f"unknown sampling setting(s): {', '.join(sorted(unknown))}; known: {', '.join(SETTING)}"
-        )
+        raise SettingsError(f"unknown sampling setting(s): {', '.join(sorted(unknown))}; known: {', '.join(SETTING)}")
 
 
 def _fields_from_table(cls: type) -> type:
@@ -219,7 +305,7 @@ class SamplingSettings:
         for spec in SETTINGS:
             object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
 
-    def with_seed(self, seed: int) -> "SamplingSettings":
+    def with_seed(self, seed: int) -> SamplingSettings:
         """These settings with the seed filled in if it is not pinned (self if it is)."""
         return self if self.seed is not None else dataclasses.replace(self, seed=seed)
 
@@ -227,12 +313,12 @@ class SamplingSettings:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def replace(self, **changes: Any) -> "SamplingSettings":
+    def replace(self, **changes: Any) -> SamplingSettings:
         """A new object with some fields changed (validated like the constructor)."""
         _unknown(changes)
         return dataclasses.replace(self, **changes)
 
-    def diff(self, other: "SamplingSettings | None") -> tuple[str, ...]:
+    def diff(self, other: SamplingSettings | None) -> tuple[str, ...]:
         """Names of the fields whose value differs from `other` (all of them if None)."""
         if other is None or other is self:
             return ()
@@ -242,7 +328,7 @@ class SamplingSettings:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SamplingSettings":
+    def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:
         _unknown(data)
         return cls(**data)
 

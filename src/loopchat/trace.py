@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from . import __version__
-from .errors import one_line
-from .events import (
+from loopchat import __version__
+from loopchat.errors import one_line
+from loopchat.events import (
     SCHEMA_VERSION,
     Event,
     Finish,
@@ -80,7 +80,7 @@ class TraceWriter:
         except OSError:
             pass
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -197,7 +197,8 @@ def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
         # what the engine reports when it stops after a step: that step's token is not yet in the cache
         n_past=(
             (steps[-1].n_past - (0 if steps[-1].is_stop else 1) if steps[-1].n_past is not None else None)
-            if steps else (len(ids) if ids is not None else None)
+            if steps
+            else (len(ids) if ids is not None else None)
         ),
         n_ctx=start.n_ctx,
         error=CUT_SHORT,

@@ -30,14 +30,14 @@ events the engine emitted: its panel is as complete as a local one.
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import secrets
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .events import (
+from loopchat.events import (
     Candidate,
     ContextTrimmed,
     Event,
@@ -191,8 +191,9 @@ class WireSerializer:
             start = replace(start, seed_requested=self.options.seed_requested)
         if self.options.prompt:
             return start
-        return replace(start, messages=(), prompt_text=None, prompt_token_ids=None, prompt_token_texts=(),
-                       prompt_special=())
+        return replace(
+            start, messages=(), prompt_text=None, prompt_token_ids=None, prompt_token_texts=(), prompt_special=()
+        )
 
     def _base(self) -> dict[str, Any]:
         return {
@@ -214,7 +215,9 @@ class WireSerializer:
             obj["system_fingerprint"] = None
             obj["choices"] = [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]
         else:
-            obj["choices"] = [{"text": delta.get("content", ""), "index": 0, "logprobs": logprobs, "finish_reason": finish}]
+            obj["choices"] = [
+                {"text": delta.get("content", ""), "index": 0, "logprobs": logprobs, "finish_reason": finish}
+            ]
         if self.options.include_usage and self.options.stream:
             obj["usage"] = None
         return self._extend(obj)
@@ -318,7 +321,9 @@ def _top(c: Candidate) -> dict[str, Any]:
     return {"token": c.text, "logprob": logprob(c.prob), "bytes": raw}
 
 
-def error_body(message: str, type: str = "invalid_request_error", *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, type: str = "invalid_request_error", *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     """OpenAI's error shape."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from ..events import HostEvent, Message, ModelReady
-from ..settings import SamplingSettings
-from ..step_control import StepControl
+from loopchat.events import HostEvent, Message, ModelReady
+from loopchat.settings import SamplingSettings
+from loopchat.step_control import StepControl
 
 Sink = Callable[[HostEvent], None]
 
@@ -123,8 +123,7 @@ class Backend(Protocol):
         """Hand over at once the events that have arrived (called once a frame)."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 __all__ = ["Backend", "Sink"]

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..events import HostEvent, Message, ModelReady, WorkerError
-from ..settings import LiveSettings, SamplingSettings
-from ..step_control import StepControl
-from ..thread_tuner import Threads
-from . import Sink
+from loopchat.backends import Sink
+from loopchat.engine.thread_tuner import Threads
+from loopchat.events import HostEvent, Message, ModelReady, WorkerError
+from loopchat.settings import LiveSettings, SamplingSettings
+from loopchat.step_control import StepControl
 
 #: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
 #: or "process" (a child process; `loopchat --host` chooses). The thread is the default:
@@ -75,8 +75,8 @@ class LiveBackend:
         threads: Threads | None = None,
         host: str = DEFAULT_HOST,
     ) -> None:
-        from ..config import load_config  # ConfigError propagates: the caller reports it
-        from ..worker import EngineWorker
+        from loopchat.config import load_config  # ConfigError propagates: the caller reports it
+        from loopchat.engine.worker import EngineWorker
 
         self.config = load_config(config_path)
         self.spec = self.config.get(model)
@@ -90,7 +90,7 @@ class LiveBackend:
         self.control: StepControl | None = None  # the reply in flight's (step mode)
         self._armed = False  # the next reply starts stopped before its first draw
         if host == "process":
-            from ..process_worker import ProcessEngineWorker
+            from loopchat.engine.process_worker import ProcessEngineWorker
 
             self.worker: Any = ProcessEngineWorker(self._emit, read_period=READ_PERIOD)
         elif host == "thread":
@@ -165,7 +165,7 @@ class LiveBackend:
 
     def load_file(self, spec: Any, path: Path) -> None:
         """Load a resolved model file on the worker (the model loaded before is closed)."""
-        from ..engine import EngineOptions
+        from loopchat.engine.engine import EngineOptions
 
         factory = EngineOptions.from_spec(spec, path, verbose=self.verbose, threads=self.threads)
         self.spec = spec
@@ -190,7 +190,9 @@ class LiveBackend:
             return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most, **branch)
         self.control = StepControl(paused=self._armed)
         self._armed = False
-        return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most, control=self.control, **branch)
+        return self.worker.generate(
+            tuple(messages), self._live, reuse_at_most=reuse_at_most, control=self.control, **branch
+        )
 
     def set_settings(self, settings: SamplingSettings) -> None:
         self._live.set(settings)

@@ -25,4 +25,6 @@ def model_meta(entry: Any) -> ModelMeta:
     meta = entry.get("meta") if isinstance(entry, dict) else None
     if not isinstance(meta, dict):
         return ModelMeta()
-    return ModelMeta(n_ctx=_count(meta.get("n_ctx")), n_vocab=_count(meta.get("n_vocab")), size_bytes=_count(meta.get("size")))
+    return ModelMeta(
+        n_ctx=_count(meta.get("n_ctx")), n_vocab=_count(meta.get("n_vocab")), size_bytes=_count(meta.get("size"))
+    )

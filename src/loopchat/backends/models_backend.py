@@ -15,18 +15,18 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..events import Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
-from ..settings import SamplingSettings
-from ..thread_tuner import Threads
-from . import Backend, Sink
-from .live import DEFAULT_HOST, LiveBackend, _Relay
+from loopchat.backends import Backend, Sink
+from loopchat.backends.live import DEFAULT_HOST, LiveBackend, _Relay
+from loopchat.engine.thread_tuner import Threads
+from loopchat.events import Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
+from loopchat.settings import SamplingSettings
 
 
 def remote_backend(spec: Any, **overrides: Any) -> Any:
     """The RemoteBackend of a models.toml entry with `url`; `overrides` that are not None
     replace the entry's (the command line's --api-key, --model-id, --timeout). ConfigError:
     the variable its key comes from is not set."""
-    from .remote import DEFAULT_TIMEOUT, RemoteBackend
+    from loopchat.backends.remote import DEFAULT_TIMEOUT, RemoteBackend
 
     kw: dict[str, Any] = dict(
         name=spec.name,
@@ -48,7 +48,7 @@ def remote_backend(spec: Any, **overrides: Any) -> Any:
 def configured_backend(config_path: str | None = None, model: str | None = None, **local: Any) -> Backend:
     """The backend of the chat's models.toml: a LiveBackend when every model runs here
     (as before remote models existed), else a ModelsBackend."""
-    from ..config import load_config
+    from loopchat.config import load_config
 
     config = load_config(config_path)
     if any(spec.remote for spec in config.models.values()):
@@ -68,7 +68,7 @@ class ModelsBackend:
         threads: Threads | None = None,
         host: str = DEFAULT_HOST,
     ) -> None:
-        from ..config import load_config  # ConfigError propagates: the caller reports it
+        from loopchat.config import load_config  # ConfigError propagates: the caller reports it
 
         self.config_path = config_path
         self.config = load_config(config_path)
@@ -237,8 +237,12 @@ class ModelsBackend:
         with self._runs_lock:
             self._run_id += 1
             theirs = backend.generate(
-                messages, settings, reuse_at_most=reuse_at_most, stream=stream,
-                reply_prefix=reply_prefix, first_token=first_token,
+                messages,
+                settings,
+                reuse_at_most=reuse_at_most,
+                stream=stream,
+                reply_prefix=reply_prefix,
+                first_token=first_token,
             )
             self._runs[(id(backend), theirs)] = self._run_id
         return self._run_id

@@ -32,17 +32,26 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from .. import __version__
-from ..errors import one_line
-from ..events import DOCUMENT, FinishReason, Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
-from ..settings import EXTENSION_KEYS, SamplingSettings, new_seed
-from ..wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
-from . import Sink
-from .live import _Relay
-from .model_meta import ModelMeta, model_meta
-from .remote_problems import CONNECT_TIMEOUT, status_problem, transport_problem
-from .sse import SSESplitter
-from .wire_reader import ServerError, WireError, WireReader
+from loopchat import __version__
+from loopchat.backends import Sink
+from loopchat.backends.live import _Relay
+from loopchat.backends.model_meta import ModelMeta, model_meta
+from loopchat.backends.remote_problems import CONNECT_TIMEOUT, status_problem, transport_problem
+from loopchat.backends.sse import SSESplitter
+from loopchat.backends.wire_reader import ServerError, WireError, WireReader
+from loopchat.errors import one_line
+from loopchat.events import (
+    DOCUMENT,
+    FinishReason,
+    Message,
+    ModelLoading,
+    ModelReady,
+    RunDone,
+    WireReceived,
+    WorkerError,
+)
+from loopchat.settings import EXTENSION_KEYS, SamplingSettings, new_seed
+from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 
 #: Seconds to wait for the server: for the next bytes of a stream, or for a blocking
 #: reply's whole body (and for a connection, at most CONNECT_TIMEOUT).
@@ -63,9 +72,13 @@ def api_base(url: str) -> str:
     text = url.strip()
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise URLProblem(f"{url!r} is not an http:// or https:// URL; give the server's address, e.g. http://127.0.0.1:8000/v1")
+        raise URLProblem(
+            f"{url!r} is not an http:// or https:// URL; give the server's address, e.g. http://127.0.0.1:8000/v1"
+        )
     if parts.query or parts.fragment:
-        raise URLProblem(f"{url!r} has a query or fragment; give the server's base address, e.g. http://127.0.0.1:8000/v1")
+        raise URLProblem(
+            f"{url!r} has a query or fragment; give the server's base address, e.g. http://127.0.0.1:8000/v1"
+        )
     path = parts.path.rstrip("/")
     for tail in ("/chat/completions", "/completions", "/models"):
         if path.endswith(tail):
@@ -216,16 +229,25 @@ class RemoteBackend:
             self.served = ids
             if model_id is None:
                 if not ids:
-                    self._load_failed(f"{self.base}/models lists no model; name one with --model-id (or model in models.toml)")
+                    self._load_failed(
+                        f"{self.base}/models lists no model; name one with --model-id (or model in models.toml)"
+                    )
                     return
                 model_id = ids[0]
         self.model_id = model_id
         only = next(iter(self._meta.values())) if len(self._meta) == 1 else None  # (what answers any id)
         self.meta = self._meta.get(model_id or "") or only or ModelMeta()
-        self._emit(ModelReady(
-            name=self.name, path=self.base, n_ctx=self.meta.n_ctx, n_vocab=self.meta.n_vocab, threads=None,
-            load_ms=(time.perf_counter() - t0) * 1000.0, mode=self.mode,
-        ))
+        self._emit(
+            ModelReady(
+                name=self.name,
+                path=self.base,
+                n_ctx=self.meta.n_ctx,
+                n_vocab=self.meta.n_vocab,
+                threads=None,
+                load_ms=(time.perf_counter() - t0) * 1000.0,
+                mode=self.mode,
+            )
+        )
 
     def _load_failed(self, message: str) -> None:
         old = self.ready
@@ -315,11 +337,13 @@ class RemoteBackend:
                     self._generate(*args)
             except Exception as exc:  # a bug: one line, and the thread goes on
                 detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                self._emit(WorkerError(
-                    f"internal error while talking to {self.base}: {detail}; this is a bug: please report it",
-                    during="load" if command == "connect" else "generate",
-                    internal=True,
-                ))
+                self._emit(
+                    WorkerError(
+                        f"internal error while talking to {self.base}: {detail}; this is a bug: please report it",
+                        during="load" if command == "connect" else "generate",
+                        internal=True,
+                    )
+                )
                 if command == "generate":
                     self._end_run(args[0])
 
@@ -335,7 +359,11 @@ class RemoteBackend:
         return headers
 
     def request(
-        self, messages: Sequence[Message], settings: SamplingSettings, stream: bool, stop: Sequence[str] = (),
+        self,
+        messages: Sequence[Message],
+        settings: SamplingSettings,
+        stream: bool,
+        stop: Sequence[str] = (),
     ) -> tuple[str, dict[str, Any], int]:
         """(URL, JSON body, top log-probabilities asked for) of a reply's request."""
         s = settings
@@ -370,7 +398,12 @@ class RemoteBackend:
                 _shut(self._stream)
 
     def _generate(
-        self, run_id: int, messages: tuple[Message, ...], settings: SamplingSettings, stream: bool, cancel: threading.Event,
+        self,
+        run_id: int,
+        messages: tuple[Message, ...],
+        settings: SamplingSettings,
+        stream: bool,
+        cancel: threading.Event,
         stop: tuple[str, ...] = (),
     ) -> None:
         import httpx
@@ -380,7 +413,12 @@ class RemoteBackend:
         settings = settings.with_seed(new_seed())
         url, body, k = self.request(messages, settings, stream, stop)
         reader = WireReader(
-            source=self.base, model=self.model_id or "", messages=messages, settings=settings, top_logprobs=k, stop=stop,
+            source=self.base,
+            model=self.model_id or "",
+            messages=messages,
+            settings=settings,
+            top_logprobs=k,
+            stop=stop,
             meta=self.meta,
         )
 
@@ -395,9 +433,9 @@ class RemoteBackend:
                     "POST", url, json=body, headers=self._headers(stream), extensions={"trace": self._trace}
                 ) as response:
                     if response.status_code != 200:
-                        raise _Failed(self._status_problem(
-                            response.status_code, response.reason_phrase, _read_some(response)
-                        ))
+                        raise _Failed(
+                            self._status_problem(response.status_code, response.reason_phrase, _read_some(response))
+                        )
                     kind = response.headers.get("content-type", "")
                     if stream and "text/event-stream" in kind:
                         self._read_stream(response, reader, now, run_id, cancel)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from ..errors import one_line
-from .wire_reader import error_message
+from loopchat.backends.wire_reader import error_message
+from loopchat.errors import one_line
 
 #: Seconds to wait for a connection (at most; the backend's timeout when shorter).
 CONNECT_TIMEOUT = 10.0
@@ -38,6 +38,7 @@ def status_problem(base: str, code: int, reason: str, text: str) -> str:
     else:
         fix = "the server refused the request"
     return f"{base} answered {what}: {fix}"
+
 
 def transport_problem(base: str, timeout: float, exc: Exception, chunks: int | None, blocking: bool) -> str:
     """The one line for a connection that failed, timed out or broke (`chunks`: received before)."""

@@ -8,9 +8,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..events import Finish, Message, RunDone, Start, WorkerError
-from ..settings import SamplingSettings
-from . import Sink
+from loopchat.backends import Sink
+from loopchat.events import Finish, Message, RunDone, Start, WorkerError
+from loopchat.settings import SamplingSettings
 
 
 class ReplayBackend:
@@ -32,13 +32,14 @@ class ReplayBackend:
 
     def pending_probs(self, token_ids: object) -> None:
         return None
+
     loading = None
     ready = None
     system_prompt = None
     default_settings = SamplingSettings()
 
     def __init__(self, path: str | Path, speed: float = 1.0) -> None:
-        from ..trace import read_trace  # TraceError propagates: the caller reports it
+        from loopchat.trace import read_trace  # TraceError propagates: the caller reports it
 
         self.path = Path(path)
         self.header, self.events = read_trace(self.path)

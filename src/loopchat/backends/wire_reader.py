@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
-from ..settings import SamplingSettings
-from ..token_faces import partial_bytes
-from ..wire import EXTENSION_KEY, extension_events
-from .model_meta import ModelMeta
+from loopchat.backends.model_meta import ModelMeta
+from loopchat.events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
+from loopchat.settings import SamplingSettings
+from loopchat.token_faces import partial_bytes
+from loopchat.wire import EXTENSION_KEY, extension_events
 
 _REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
 
@@ -435,11 +435,13 @@ def _entries(logprobs: Any) -> list[dict[str, Any]] | None:
         out = []
         for i, token in enumerate(tokens):
             top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
-            out.append({
-                "token": token,
-                "logprob": lps[i] if i < len(lps) else None,
-                "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top.items()],
-            })
+            out.append(
+                {
+                    "token": token,
+                    "logprob": lps[i] if i < len(lps) else None,
+                    "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top.items()],
+                }
+            )
         return out
     return None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..events import Start
+from loopchat.events import Start
 
 
 def run_of(start: Start | None) -> tuple | None:
@@ -36,7 +36,9 @@ def shown_path(stored: Any, leaf_id: int | None = None) -> list:
     path = stored.path(leaf_id)
     while path and path[-1].role == "assistant":
         last = path[-1]
-        earlier = [n for n in stored.nodes if n.role == "assistant" and n.parent_id == last.parent_id and n.id < last.id]
+        earlier = [
+            n for n in stored.nodes if n.role == "assistant" and n.parent_id == last.parent_id and n.id < last.id
+        ]
         of = replayed(last.mode, run_of(node_start(last)), earlier)
         if of is None:
             break

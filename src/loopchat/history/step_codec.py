@@ -27,16 +27,37 @@ from typing import Any
 
 import msgpack
 
-from ..events import Candidate, Step
-from ..settings import SamplingSettings
+from loopchat.events import Candidate, Step
+from loopchat.settings import SamplingSettings
 
 #: The Step fields each format stores, in row order.
 FIELDS: dict[int, tuple[str, ...]] = {
     1: (
-        "index", "token_id", "piece", "text", "is_stop", "raw_top", "sampled_top", "raw_prob", "raw_rank",
-        "sampled_prob", "sampled_rank", "raw_entropy", "sampled_entropy", "candidates_kept", "forward_ms",
-        "forward_tokens", "sample_ms", "settings", "settings_changed", "n_past", "elapsed_ms", "threads",
-        "threads_reason", "piece_bytes", "arrival_ms",
+        "index",
+        "token_id",
+        "piece",
+        "text",
+        "is_stop",
+        "raw_top",
+        "sampled_top",
+        "raw_prob",
+        "raw_rank",
+        "sampled_prob",
+        "sampled_rank",
+        "raw_entropy",
+        "sampled_entropy",
+        "candidates_kept",
+        "forward_ms",
+        "forward_tokens",
+        "sample_ms",
+        "settings",
+        "settings_changed",
+        "n_past",
+        "elapsed_ms",
+        "threads",
+        "threads_reason",
+        "piece_bytes",
+        "arrival_ms",
     ),
 }
 FIELDS[2] = FIELDS[1] + ("chosen_by",)  # step mode (issue 13): sampled / step / hand

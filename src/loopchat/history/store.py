@@ -25,18 +25,35 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
-from ..errors import one_line
-from ..private_files import private_dir, private_file, tighten
-from ..events import ContextTrimmed, Event, Finish, Prefill, Start, Step, event_from_json_dict, prefix_text, to_json_dict
-from ..trace import TracedEvent, cut_short_finish
-from . import schema
-from .schema import SCHEMA_VERSION
-from .liveness import process_started, writer_alive
-from .step_codec import StepCodecError, decode_steps, encode_steps
+from loopchat.errors import one_line
+from loopchat.events import (
+    ContextTrimmed,
+    Event,
+    Finish,
+    Prefill,
+    Start,
+    Step,
+    event_from_json_dict,
+    prefix_text,
+    to_json_dict,
+)
+from loopchat.history import schema
+from loopchat.history.liveness import process_started, writer_alive
+from loopchat.history.schema import SCHEMA_VERSION
+from loopchat.history.step_codec import StepCodecError, decode_steps, encode_steps
+from loopchat.private_files import private_dir, private_file, tighten
+from loopchat.trace import TracedEvent, cut_short_finish
 
 __all__ = [
-    "SCHEMA_VERSION", "CUT", "ConversationStore", "ConversationSummary", "StoreError", "StoredConversation", "StoredNode",
-    "default_store_path"]
+    "SCHEMA_VERSION",
+    "CUT",
+    "ConversationStore",
+    "ConversationSummary",
+    "StoreError",
+    "StoredConversation",
+    "StoredNode",
+    "default_store_path",
+]
 
 #: Finish.error of the Finish `load` makes up for a reply marked cut.
 CUT = "cut short: loopchat stopped before this reply finished (the steps written until then are kept)"
@@ -50,7 +67,7 @@ class StoreError(Exception):
 
 
 def default_store_path() -> Path:
-    from ..paths import data_dir
+    from loopchat.paths import data_dir
 
     return data_dir() / "history.sqlite3"
 
@@ -140,8 +157,7 @@ def _damaged(path: Path, why: str) -> StoreError:
 
 def _cannot_write(path: Path, why: str) -> StoreError:
     return StoreError(
-        f"cannot write the history file {path} ({one_line(why)}): make its folder writable, "
-        "or run with --no-history"
+        f"cannot write the history file {path} ({one_line(why)}): make its folder writable, or run with --no-history"
     )
 
 
@@ -220,7 +236,7 @@ class ConversationStore:
 
     # ---- opening ---------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: Path | str | None = None) -> "ConversationStore":
+    def open(cls, path: Path | str | None = None) -> ConversationStore:
         """Open or create (WAL mode). StoreError for a damaged file, a newer schema, a folder that
         cannot be written...; a damaged or newer file is never written to. Marks replies left
         "generating" by a process that died as "cut"."""
@@ -268,7 +284,7 @@ class ConversationStore:
             raise _damaged(path, text) from None
 
     @classmethod
-    def open_reader(cls, path: Path | str | None = None) -> "ConversationStore":
+    def open_reader(cls, path: Path | str | None = None) -> ConversationStore:
         """A read-only connection, for reading on a thread that must not write (the chat's
         conversation list, on the UI thread): no lock, no migration, no marking of cut
         replies (the writer's own `open` did those). StoreError as `open`, and for a file
@@ -284,7 +300,9 @@ class ConversationStore:
                 f"the history file {path} is from an older loopchat: open the chat with history on once to update it"
             )
         try:
-            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=10, isolation_level=None)
+            conn = sqlite3.connect(
+                f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=10, isolation_level=None
+            )
             conn.execute("PRAGMA query_only = ON")
             return cls(path, conn, schema.has_search_index(conn))
         except sqlite3.DatabaseError as exc:
@@ -293,7 +311,7 @@ class ConversationStore:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "ConversationStore":
+    def __enter__(self) -> ConversationStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -311,7 +329,9 @@ class ConversationStore:
         conn.execute("COMMIT")
 
     def _mark_cut(self) -> None:
-        rows = self._conn.execute("SELECT id, writer_pid, writer_started FROM nodes WHERE status = 'generating'").fetchall()
+        rows = self._conn.execute(
+            "SELECT id, writer_pid, writer_started FROM nodes WHERE status = 'generating'"
+        ).fetchall()
         for node_id, pid, started in rows:
             if not writer_alive(pid, started):
                 self.mark_cut(node_id)
@@ -329,7 +349,11 @@ class ConversationStore:
 
     # ---- writing -----------------------------------------------------------------------------------
     def new_conversation(
-        self, title: str, model_name: str, model_path: str = "", model_size: int = 0,
+        self,
+        title: str,
+        model_name: str,
+        model_path: str = "",
+        model_size: int = 0,
         system_prompt: str | None = None,
     ) -> int:
         now = time.time()
@@ -341,8 +365,15 @@ class ConversationStore:
             )
             return int(cur.lastrowid)
 
-    def _insert_node(self, c: sqlite3.Connection, conversation_id: int, parent_id: int | None, role: str,
-                     content: str, **extra: object) -> int:
+    def _insert_node(
+        self,
+        c: sqlite3.Connection,
+        conversation_id: int,
+        parent_id: int | None,
+        role: str,
+        content: str,
+        **extra: object,
+    ) -> int:
         now = time.time()
         if c.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone() is None:
             raise KeyError(f"no conversation {conversation_id}")
@@ -367,8 +398,16 @@ class ConversationStore:
         blob = _start_blob(start)
         with self._tx() as c:
             return self._insert_node(
-                c, conversation_id, parent_id, "assistant", "", mode=mode, status="generating", start=blob,
-                writer_pid=pid, writer_started=process_started(pid),
+                c,
+                conversation_id,
+                parent_id,
+                "assistant",
+                "",
+                mode=mode,
+                status="generating",
+                start=blob,
+                writer_pid=pid,
+                writer_started=process_started(pid),
             )
 
     def add_events(self, node_id: int, events: Sequence[Event]) -> None:
@@ -429,8 +468,11 @@ class ConversationStore:
 
     def delete(self, conversation_id: int, node_id: int | None = None) -> None:
         """The conversation; given `node_id`, only that node and the nodes below it."""
-        sql, args = ("DELETE FROM conversations WHERE id = ?", (conversation_id,)) if node_id is None else (
-            "DELETE FROM nodes WHERE id = ? AND conversation_id = ?", (node_id, conversation_id))
+        sql, args = (
+            ("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            if node_id is None
+            else ("DELETE FROM nodes WHERE id = ? AND conversation_id = ?", (node_id, conversation_id))
+        )
         with self._tx() as c:
             if c.execute(sql, args).rowcount != 1:
                 raise KeyError(f"no conversation {conversation_id}" + (f" node {node_id}" if node_id else ""))
@@ -457,7 +499,9 @@ class ConversationStore:
                 (*ids, limit),
             ).fetchall()
         else:
-            rows = self._conn.execute(f"{self._SUMMARY} ORDER BY c.updated DESC, c.id DESC LIMIT ?", (limit,)).fetchall()
+            rows = self._conn.execute(
+                f"{self._SUMMARY} ORDER BY c.updated DESC, c.id DESC LIMIT ?", (limit,)
+            ).fetchall()
         return [ConversationSummary(*row) for row in rows]
 
     def _search(self, words: list[str]) -> set[int]:
@@ -474,8 +518,10 @@ class ConversationStore:
     def _search_fts(self, word: str) -> set[int] | None:
         query = '"' + word.replace('"', '""') + '"*'
         try:
-            ids = {r[0] for r in self._conn.execute(
-                "SELECT conversation_id FROM node_text WHERE node_text MATCH ?", (query,))}
+            ids = {
+                r[0]
+                for r in self._conn.execute("SELECT conversation_id FROM node_text WHERE node_text MATCH ?", (query,))
+            }
             ids |= {r[0] for r in self._conn.execute("SELECT rowid FROM title_text WHERE title_text MATCH ?", (query,))}
         except sqlite3.OperationalError:  # a word FTS5 cannot take (only punctuation, ...)
             return None
@@ -549,7 +595,9 @@ def search_like(conn: sqlite3.Connection, word: str) -> set[int]:
     """The conversations whose messages or title hold `word` (case-insensitive for ASCII):
     the search without FTS5, and for words FTS5 does not index (punctuation)."""
     pattern = "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    ids = {r[0] for r in conn.execute(
-        "SELECT DISTINCT conversation_id FROM nodes WHERE content LIKE ? ESCAPE '\\'", (pattern,))}
+    ids = {
+        r[0]
+        for r in conn.execute("SELECT DISTINCT conversation_id FROM nodes WHERE content LIKE ? ESCAPE '\\'", (pattern,))
+    }
     ids |= {r[0] for r in conn.execute("SELECT id FROM conversations WHERE title LIKE ? ESCAPE '\\'", (pattern,))}
     return ids

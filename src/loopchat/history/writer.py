@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import one_line
-from .store import ConversationStore, StoreError
+from loopchat.errors import one_line
+from loopchat.history.store import ConversationStore, StoreError
 
 
 class Ref:
@@ -71,12 +71,14 @@ class StoreWriter:
     The UI calls only these; each returns at once (a queue put)."""
 
     def __init__(
-        self, path: Path | str | None = None, on_error: Callable[[str], None] | None = None,
+        self,
+        path: Path | str | None = None,
+        on_error: Callable[[str], None] | None = None,
         on_notice: Callable[[str], None] | None = None,
     ) -> None:
         """`on_error`: a failure's line (history goes off); `on_notice`: the store's one
         notice once open (ConversationStore.notice), both called on the writer's thread."""
-        from .store import default_store_path
+        from loopchat.history.store import default_store_path
 
         self.path = Path(path) if path is not None else default_store_path()
         self.on_error = on_error

@@ -9,8 +9,10 @@ session and show its answer.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
@@ -18,32 +20,30 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Header, Static
 
-from collections import deque
-
-from ..backends import Backend
-from ..events import Step
-from ..model_files import shown_model_name
-from ..settings import SamplingSettings, SettingsError
-from ..trace import CUT_SHORT
-from .render import default_screen, driver_class, fallback_reason
-from .conversation import BLOCKING, STREAM, Conversation, ReplyRecord, with_space
-from .branch_actions import BranchActions
-from .document_view import DocumentView
-from .event_pump import FRAME_RATE, TEXT_EVERY, EventPump
-from .footer import WholeKeysFooter
-from .history_actions import HistoryActions
-from .keys import BINDINGS, KeyActions
-from .loop_panel import LoopPanel, PanelView
-from .palette import own_system_commands
-from .prefs import Prefs, load_prefs, save_prefs
-from .prompt import PromptArea, TypedForTheBox
-from .replay_check import check_replay
-from .history_recorder import HistoryRecorder
-from .session import ChatSession, Refused, Update
-from .step_mode import StepActions, StepBar
-from .token_styles import legend_text
-from .transcript import ReplyView, Transcript
-from .wire_view import WireView
+from loopchat.backends import Backend
+from loopchat.chat.conversation import BLOCKING, STREAM, Conversation, ReplyRecord, with_space
+from loopchat.chat.event_pump import FRAME_RATE, TEXT_EVERY, EventPump
+from loopchat.chat.history_recorder import HistoryRecorder
+from loopchat.chat.prefs import Prefs, load_prefs, save_prefs
+from loopchat.chat.replay_check import check_replay
+from loopchat.chat.session import ChatSession, Refused, Update
+from loopchat.events import Step
+from loopchat.model_files import shown_model_name
+from loopchat.settings import SamplingSettings, SettingsError
+from loopchat.trace import CUT_SHORT
+from loopchat.tui.branch_actions import BranchActions
+from loopchat.tui.document_view import DocumentView
+from loopchat.tui.footer import WholeKeysFooter
+from loopchat.tui.history_actions import HistoryActions
+from loopchat.tui.keys import BINDINGS, KeyActions
+from loopchat.tui.loop_panel import LoopPanel, PanelView
+from loopchat.tui.palette import own_system_commands
+from loopchat.tui.prompt import PromptArea, TypedForTheBox
+from loopchat.tui.render import default_screen, driver_class, fallback_reason
+from loopchat.tui.step_mode import StepActions, StepBar
+from loopchat.tui.token_styles import legend_text
+from loopchat.tui.transcript import ReplyView, Transcript
+from loopchat.tui.wire_view import WireView
 
 #: Below this terminal width the loop panel moves under the transcript (compact form).
 NARROW_WIDTH = 100
@@ -151,7 +151,7 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
 
     def on_mount(self) -> None:
         if self.handle_signals:
-            from .launch import exit_on_signals
+            from loopchat.tui.launch import exit_on_signals
 
             exit_on_signals(self)
         self.backend.attach(self.pump.emit)
@@ -296,11 +296,20 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         b = self.backend
         model = f"{b.loading} (loading…)" if b.loading else (b.name or "none loaded")
         live = s.in_force()
-        self.panel.show(PanelView(
-            record=rec, step=step, live=live, knob=self.knob, pinned=pinned,
-            generating=s.generating, compact=self.narrow, model=model, takes_messages=b.can_generate,
-            pending=s.pending if s.stopped else None,
-        ))
+        self.panel.show(
+            PanelView(
+                record=rec,
+                step=step,
+                live=live,
+                knob=self.knob,
+                pinned=pinned,
+                generating=s.generating,
+                compact=self.narrow,
+                model=model,
+                takes_messages=b.can_generate,
+                pending=s.pending if s.stopped else None,
+            )
+        )
 
     # ------------------------------------------------------------- replies ----
     def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
@@ -415,8 +424,12 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         """PgUp/PgDn, Ctrl+Home/End in the message box: scroll the transcript (or the
         document view in its place); scrolling up leaves the reply's end (anchor)."""
         view = self.document.body if self.document.display else self.transcript
-        scroll = {"page_up": view.scroll_page_up, "page_down": view.scroll_page_down,
-                  "home": view.scroll_home, "end": view.scroll_end}[message.how]
+        scroll = {
+            "page_up": view.scroll_page_up,
+            "page_down": view.scroll_page_down,
+            "home": view.scroll_home,
+            "end": view.scroll_end,
+        }[message.how]
         scroll(animate=False)
 
     def on_document_view_step_under_cursor(self, message: DocumentView.StepUnderCursor) -> None:

@@ -11,7 +11,8 @@ blocks out one under the other and draws the lines on screen.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
 from rich.segment import Segment
@@ -19,16 +20,16 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
-from ..events import FinishReason, Step
-from ..repeats import longest_of
-from .conversation import BLOCKING, ReplyRecord, finish_label
-from .plots import fmt_ms, fmt_rate, visible_controls
-from .prefs import Prefs
-from .reply_markdown import reply_markdown
-from .token_styles import token_style
+from loopchat.chat.conversation import BLOCKING, ReplyRecord, finish_label
+from loopchat.chat.plots import fmt_ms, fmt_rate, visible_controls
+from loopchat.chat.prefs import Prefs
+from loopchat.engine.repeats import longest_of
+from loopchat.events import FinishReason, Step
+from loopchat.tui.reply_markdown import reply_markdown
+from loopchat.tui.token_styles import token_style
 
 if TYPE_CHECKING:
-    from .transcript import Transcript
+    from loopchat.tui.transcript import Transcript
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _REPLY = Style(color="#d7875f")
@@ -38,8 +39,6 @@ _WAIT = Style(color="#87afd7", italic=True)
 _WARN = Style(color="#ffaf5f", italic=True)
 _ERROR = Style(color="#ff5f5f")
 GUTTER = 2  # "│ " before every body line
-
-
 
 
 def _clickable(style: Style | None, reply: int, step: int) -> Style:
@@ -183,7 +182,9 @@ class ReplyView(Block):
             parts.append(rep.describe())  # the reply repeated itself (repeats.py)
         if r.is_branch and r.prefill is not None:
             p = r.prefill  # a branch: how much of the context the KV cache still held
-            parts.append(f"branch: {p.reused_tokens:,} tokens reused from the KV cache, {p.evaluated_tokens:,} evaluated")
+            parts.append(
+                f"branch: {p.reused_tokens:,} tokens reused from the KV cache, {p.evaluated_tokens:,} evaluated"
+            )
         if f.paused_ms:
             parts.append(f"stopped {fmt_ms(f.paused_ms)} in step mode (in total, not in TTFT or tok/s)")
         elif r.stepped:  # a trace from before Finish.paused_ms
@@ -333,7 +334,11 @@ class ReplyView(Block):
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
         if self.step_stopped and (r.mode == BLOCKING or self._n_tokens == 0):
             # nothing runs: the loop waits for a key (a spinner and a clock would say it works)
-            what = "before a draw (blocking mode: the reply shows when complete)" if r.mode == BLOCKING else "before the first draw"
+            what = (
+                "before a draw (blocking mode: the reply shows when complete)"
+                if r.mode == BLOCKING
+                else "before the first draw"
+            )
             self._status = Text(f"step mode: stopped {what} · Enter draws, F12 runs freely", style=_WAIT)
         elif r.mode == BLOCKING:
             self._status = Text(f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s", style=_WAIT)

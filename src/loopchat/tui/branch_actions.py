@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from textual.app import SystemCommand
 
-from .branch_picker import BranchChoice, BranchPicker
-from .conversation import ReplyRecord
-from .session import Refused
+from loopchat.chat.conversation import ReplyRecord
+from loopchat.chat.session import Refused
+from loopchat.tui.branch_picker import BranchChoice, BranchPicker
 
 if TYPE_CHECKING:
-    from .app import LoopChatApp
+    from loopchat.tui.app import LoopChatApp
 
     _Base = LoopChatApp
 else:
@@ -28,11 +28,16 @@ else:
 class BranchActions(_Base):
     def branch_commands(self) -> Iterable[SystemCommand]:
         yield SystemCommand(
-            "Branch here", "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+R)",
+            "Branch here",
+            "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+R)",
             self.action_branch,
         )
-        yield SystemCommand("Previous version of the reply", "Of the last reply's versions (Alt+PgUp)", lambda: self.action_version(-1))
-        yield SystemCommand("Next version of the reply", "Of the last reply's versions (Alt+PgDn)", lambda: self.action_version(1))
+        yield SystemCommand(
+            "Previous version of the reply", "Of the last reply's versions (Alt+PgUp)", lambda: self.action_version(-1)
+        )
+        yield SystemCommand(
+            "Next version of the reply", "Of the last reply's versions (Alt+PgDn)", lambda: self.action_version(1)
+        )
 
     def action_branch(self) -> None:
         """Open the branch picker for the selected token (the token cursor)."""

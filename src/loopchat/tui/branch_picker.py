@@ -22,10 +22,10 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..events import Step
-from ..settings import SamplingSettings
-from .plots import fmt_prob, listed_face, token_face
-from .step_mode import TokenSearch, listed_faces
+from loopchat.chat.plots import fmt_prob, listed_face, token_face
+from loopchat.events import Step
+from loopchat.settings import SamplingSettings
+from loopchat.tui.step_mode import TokenSearch, listed_faces
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,10 @@ def settings_line(s: SamplingSettings) -> str:
 def sampled_complete(step: Step) -> bool:
     """Whether the step's stored after-sampling list holds every token sampling kept (a
     token missing from it was then cut; else its probability is not known)."""
-    return step.candidates_kept is not None and step.sampled_top is not None and (
-        step.candidates_kept <= len(step.sampled_top)
+    return (
+        step.candidates_kept is not None
+        and step.sampled_top is not None
+        and (step.candidates_kept <= len(step.sampled_top))
     )
 
 
@@ -62,11 +64,13 @@ def branch_choices(step: Step, current: SamplingSettings) -> list[tuple[BranchCh
         after = fmt_prob(sp) if sp is not None else ("cut" if complete else "–")
         drawn = c.token_id == step.token_id
         key = f"{i + 1:<2}" if i < 9 else "- "  # (no digit: Enter picks it; the list drops leading spaces)
-        rows.append((
-            BranchChoice(c.token_id, token_face(c.text, c.piece_bytes)),
-            f"{key}  {'▶' if drawn else ' '} {token_face(c.text, c.piece_bytes)[:14]:<14} raw {fmt_prob(c.prob):>6} · "
-            f"after sampling {after:>6}" + ("  (drawn)" if drawn else ""),
-        ))
+        rows.append(
+            (
+                BranchChoice(c.token_id, token_face(c.text, c.piece_bytes)),
+                f"{key}  {'▶' if drawn else ' '} {token_face(c.text, c.piece_bytes)[:14]:<14} raw {fmt_prob(c.prob):>6} · "
+                f"after sampling {after:>6}" + ("  (drawn)" if drawn else ""),
+            )
+        )
     return rows
 
 
@@ -101,7 +105,8 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
         s = self.step
         with Vertical():
             yield Static(
-                f"Branch reply {self.reply} at token {s.index + 1} (drawn: {token_face(s.piece, s.piece_bytes)!s})", id="branch-title"
+                f"Branch reply {self.reply} at token {s.index + 1} (drawn: {token_face(s.piece, s.piece_bytes)!s})",
+                id="branch-title",
             )
             yield Static(
                 Text(
@@ -140,10 +145,16 @@ class BranchPicker(ModalScreen[BranchChoice | None]):
             if token is not None:
                 self.dismiss(BranchChoice(token, listed_face(vocabulary[token])))
 
-        self.app.push_screen(TokenSearch(
-            vocabulary, None, listed_faces(s.raw_top, s.sampled_top), not_sampled="cut" if sampled_complete(s) else "–",
-            note=f"Figures: the {len(s.raw_top)} candidates stored for this pass; – not stored.",
-        ), done)
+        self.app.push_screen(
+            TokenSearch(
+                vocabulary,
+                None,
+                listed_faces(s.raw_top, s.sampled_top),
+                not_sampled="cut" if sampled_complete(s) else "–",
+                note=f"Figures: the {len(s.raw_top)} candidates stored for this pass; – not stored.",
+            ),
+            done,
+        )
 
     def action_cancel(self) -> None:
         self.dismiss(None)

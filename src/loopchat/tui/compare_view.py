@@ -20,13 +20,19 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ..reply_stats import ReplyStats, ratio, reply_stats
-from .conversation import ReplyRecord
-from .replay_check import replay_rows
-from .plots import fmt_ms, fmt_ms_range, fmt_rate, sparklines_same_scale
+from loopchat.chat.conversation import ReplyRecord
+from loopchat.chat.plots import fmt_ms, fmt_ms_range, fmt_rate, sparklines_same_scale
+from loopchat.chat.replay_check import replay_rows
+from loopchat.chat.reply_stats import ReplyStats, ratio, reply_stats
 
 NOT_GIVEN = "not given"
-_FINISH = {"stop": "end of reply", "length": "max_tokens", "context": "context full", "cancelled": "stopped", "error": "error"}
+_FINISH = {
+    "stop": "end of reply",
+    "length": "max_tokens",
+    "context": "context full",
+    "cancelled": "stopped",
+    "error": "error",
+}
 
 
 def _n(v: int | None) -> str:
@@ -66,7 +72,12 @@ def compare_rows(a: ReplyStats, b: ReplyStats) -> list[tuple[str, str, str, str]
         ("tokens", _n(a.tokens), _n(b.tokens), _ratio(a.tokens, b.tokens)),
         ("tokens/s", rate(a.tokens_per_s), rate(b.tokens_per_s), _ratio(a.tokens_per_s, b.tokens_per_s)),
         ("mean entropy", _bits(a.mean_entropy), _bits(b.mean_entropy), _ratio(a.mean_entropy, b.mean_entropy)),
-        ("mean surprisal", _bits(a.mean_surprisal), _bits(b.mean_surprisal), _ratio(a.mean_surprisal, b.mean_surprisal)),
+        (
+            "mean surprisal",
+            _bits(a.mean_surprisal),
+            _bits(b.mean_surprisal),
+            _ratio(a.mean_surprisal, b.mean_surprisal),
+        ),
         ("finish", _FINISH.get(a.finish, a.finish), _FINISH.get(b.finish, b.finish), ""),
     ]
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from ..events import Step
-from .blocks import _REPLY, ReplyView, _clickable
-from .conversation import BLOCKING, ReplyRecord
-from .plots import visible_controls
-from .prefs import Prefs
+from loopchat.chat.conversation import BLOCKING, ReplyRecord
+from loopchat.chat.plots import visible_controls
+from loopchat.chat.prefs import Prefs
+from loopchat.events import Step
+from loopchat.tui.blocks import _REPLY, ReplyView, _clickable
 
 #: what the user wrote: the transcript's plain text colour
 _WRITTEN = Style()
@@ -71,7 +71,7 @@ class DocumentBlock(ReplyView):
         before = ""
         for r in self.records:
             doc = r.prompt_document
-            text.append(visible_controls(doc[len(before):] if doc.startswith(before) else doc), _WRITTEN)
+            text.append(visible_controls(doc[len(before) :] if doc.startswith(before) else doc), _WRITTEN)
             before = doc + r.text
             if r is self.record and r.mode == BLOCKING and not r.done:
                 break  # its continuation appears whole when it is complete

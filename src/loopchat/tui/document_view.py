@@ -36,13 +36,13 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ..events import Start, Step
-from ..token_faces import byte_face, partial_character
-from .conversation import ReplyRecord
-from .fast_static import FastStatic, Line
-from .plots import fmt_ms
-from .prompt import TypedForTheBox, visible_controls
-from .step_mode import step_keys
+from loopchat.chat.conversation import ReplyRecord
+from loopchat.chat.plots import fmt_ms
+from loopchat.events import Start, Step
+from loopchat.token_faces import byte_face, partial_character
+from loopchat.tui.fast_static import FastStatic, Line
+from loopchat.tui.prompt import TypedForTheBox, visible_controls
+from loopchat.tui.step_mode import step_keys
 
 # token kinds
 PROMPT = "prompt"  # text of the prompt (the template's words and the messages)
@@ -226,9 +226,7 @@ def prompt_tokens(start: Start) -> list[DocToken]:
     texts = start.prompt_token_texts
     if texts and len(texts) == len(ids):
         special = set(start.prompt_special)
-        return [
-            DocToken(t, i, CONTROL if p in special else PROMPT, p) for p, (i, t) in enumerate(zip(ids, texts))
-        ]
+        return [DocToken(t, i, CONTROL if p in special else PROMPT, p) for p, (i, t) in enumerate(zip(ids, texts))]
     if start.prompt_text is not None:
         return [DocToken(start.prompt_text, None, TEXT, None)]
     return []
@@ -551,7 +549,10 @@ class DocumentView(Widget):
             for t in prompt_tokens(start):
                 doc.add(t)
             self.fallback = bool(doc.tokens) and doc.tokens[0].kind == TEXT
-            doc.mark(REPLY_MARK + (f" (a branch: {len(start.reply_prefix)} tokens chosen earlier first)" if start.reply_prefix else ""))
+            doc.mark(
+                REPLY_MARK
+                + (f" (a branch: {len(start.reply_prefix)} tokens chosen earlier first)" if start.reply_prefix else "")
+            )
             self.reply_start = len(doc.tokens)
             n_prompt = len(start.prompt_token_ids or ())
             # a branch in the chat holds the steps of its prefix (the reply it continues):
@@ -597,9 +598,15 @@ class DocumentView(Widget):
         rec = self.record
         short = 0 < self.size.height < SHORT_VIEW
         key = (
-            rec, self.head.content_size.width, short, self.fallback,
-            rec is not None and rec.prefill, rec is not None and rec.trimmed, rec is not None and rec.done,
-            rec is not None and len(rec.steps), self.stopped_before,
+            rec,
+            self.head.content_size.width,
+            short,
+            self.fallback,
+            rec is not None and rec.prefill,
+            rec is not None and rec.trimmed,
+            rec is not None and rec.done,
+            rec is not None and len(rec.steps),
+            self.stopped_before,
         )
         if key == self._head_key:
             return
@@ -615,7 +622,11 @@ class DocumentView(Widget):
         self.status.set_lines([status_line(t)])
         rec = self.record
         if (
-            not self._building and t is not None and t.step is not None and rec is not None and rec.done
+            not self._building
+            and t is not None
+            and t.step is not None
+            and rec is not None
+            and rec.done
             and t.step.index != self._selected
         ):
             self._selected = t.step.index
@@ -623,16 +634,22 @@ class DocumentView(Widget):
 
 
 def header_lines(
-    rec: ReplyRecord | None, fallback: bool, width: int, stopped: int | None = None, short: bool = False,
+    rec: ReplyRecord | None,
+    fallback: bool,
+    width: int,
+    stopped: int | None = None,
+    short: bool = False,
 ) -> list[Line]:
     """The view's header; `stopped`: the step the live reply's loop is stopped before;
     `short`: a view of few rows (80x24), which keeps them for the text: the title and the
     figures on one row, no "nothing dropped" and no legend."""
-    from .figure_rows import figure_rows
+    from loopchat.tui.figure_rows import figure_rows
 
     rows: list[list[tuple[str, Style]]] = []
     if rec is None:
-        rows.append([("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)])
+        rows.append(
+            [("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)]
+        )
         return [r for p in rows for r in figure_rows(p, width)]
     start = rec.start
     if short:
@@ -665,37 +682,68 @@ def header_lines(
         rows.append([(f"step mode: stopped before token {stopped + 1}, drawn at the end of this text (Enter)", _NOTE)])
     t = rec.trimmed
     if t is not None:
-        rows.append([(
-            f"context policy ({t.policy}): {t.dropped_messages} message(s) dropped, "
-            f"{t.prompt_tokens_before:,} → {t.prompt_tokens_after:,} tokens (n_ctx {t.n_ctx:,})", _NOTE,
-        )])
+        rows.append(
+            [
+                (
+                    f"context policy ({t.policy}): {t.dropped_messages} message(s) dropped, "
+                    f"{t.prompt_tokens_before:,} → {t.prompt_tokens_after:,} tokens (n_ctx {t.n_ctx:,})",
+                    _NOTE,
+                )
+            ]
+        )
     elif not short:
         rows.append([("context policy: nothing dropped", LABEL)])
     if fallback:
-        rows.append([("an older trace: no per-token texts recorded, so the prompt is its text, "
-                      "without token boundaries or ids", _NOTE)])
+        rows.append(
+            [
+                (
+                    "an older trace: no per-token texts recorded, so the prompt is its text, "
+                    "without token boundaries or ids",
+                    _NOTE,
+                )
+            ]
+        )
     elif n_prompt is None:
         rows.append([("the server did not send the prompt it built: only the reply's tokens are shown", _NOTE)])
     if not short:
-        rows.append([
-            ("control", _style(CONTROL, 0)), (" ", LABEL), ("prompt", _style(PROMPT, 1)), (" ", LABEL),
-            ("reply", _style(REPLY, 0)), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
-        ])
+        rows.append(
+            [
+                ("control", _style(CONTROL, 0)),
+                (" ", LABEL),
+                ("prompt", _style(PROMPT, 1)),
+                (" ", LABEL),
+                ("reply", _style(REPLY, 0)),
+                (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
+            ]
+        )
     return [r for p in rows for r in figure_rows(p, width)]
 
 
 def status_line(t: DocToken | None) -> Line:
     if t is None:
         return (("no token", LABEL),)
-    what = {PROMPT: "prompt", CONTROL: "control token", PREFIX: "reply, chosen earlier", REPLY: "reply",
-            STOP: "end of generation", TEXT: "the prompt's text"}[t.kind]
+    what = {
+        PROMPT: "prompt",
+        CONTROL: "control token",
+        PREFIX: "reply, chosen earlier",
+        REPLY: "reply",
+        STOP: "end of generation",
+        TEXT: "the prompt's text",
+    }[t.kind]
     if t.kind == TEXT:
         return (("the prompt as its text", _STATUS_KEY), (" · no token boundaries or ids in this trace", LABEL))
     tid = "not given" if t.token_id is None else str(t.token_id)
     raw = t.step.piece_bytes if t.step is not None else None
-    piece = byte_face(raw) if raw is not None and partial_character(raw) else repr(t.step.piece if t.step is not None else t.text)
-    out: list[tuple[str, Style]] = [(f"id {tid}", _STATUS_KEY), (f" · {piece} · ", _STATUS),
-        (f"position {t.position}" if t.position is not None else "position ?", _STATUS), (f" · {what}", LABEL),
+    piece = (
+        byte_face(raw)
+        if raw is not None and partial_character(raw)
+        else repr(t.step.piece if t.step is not None else t.text)
+    )
+    out: list[tuple[str, Style]] = [
+        (f"id {tid}", _STATUS_KEY),
+        (f" · {piece} · ", _STATUS),
+        (f"position {t.position}" if t.position is not None else "position ?", _STATUS),
+        (f" · {what}", LABEL),
     ]
     if t.step is not None:
         out.append((f" step {t.step.index}", LABEL))

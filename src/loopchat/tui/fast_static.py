@@ -28,7 +28,7 @@ from textual.strip import Strip
 from textual.style import Style as TextualStyle
 from textual.widget import Widget
 
-from . import render
+from loopchat.tui import render
 
 #: One screen line: (text, style) pieces, left to right.
 Line = tuple[tuple[str, Style], ...]

@@ -8,7 +8,7 @@ from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
-from .fast_static import Line, text_to_lines
+from loopchat.tui.fast_static import Line, text_to_lines
 
 SEP = " · "
 

@@ -13,29 +13,80 @@ from textual.widgets import Static
 #: (keys, what they do), in the order docs/keys.md shows them
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
-    ("Ctrl+J", "New line in the message (also Alt+Enter / Shift+Enter, in terminals that tell them from Enter); a pasted block keeps its lines"),
-    ("PgUp / PgDn, Ctrl+Home / Ctrl+End", "Scroll the transcript (or the document view in its place) a page up / down, to its top / end, from the message box; scrolled up, it stops following the reply being written until it is back at the end"),
-    ("Esc or Ctrl+C", "Stop the reply (also during a long prompt prefill: stopped before its first token, the message goes back to the box, out of the conversation and the history); Esc also clears a token selection, then leaves the document view"),
-    ("Ctrl+↑ / Ctrl+↓ (or Alt+↑ / Alt+↓)", "Raise / lower the selected setting (marked ▸ in the panel): temperature ±0.1, top-p ±0.05, top-k ±5, min-p ±0.01"),
+    (
+        "Ctrl+J",
+        "New line in the message (also Alt+Enter / Shift+Enter, in terminals that tell them from Enter); a pasted block keeps its lines",
+    ),
+    (
+        "PgUp / PgDn, Ctrl+Home / Ctrl+End",
+        "Scroll the transcript (or the document view in its place) a page up / down, to its top / end, from the message box; scrolled up, it stops following the reply being written until it is back at the end",
+    ),
+    (
+        "Esc or Ctrl+C",
+        "Stop the reply (also during a long prompt prefill: stopped before its first token, the message goes back to the box, out of the conversation and the history); Esc also clears a token selection, then leaves the document view",
+    ),
+    (
+        "Ctrl+↑ / Ctrl+↓ (or Alt+↑ / Alt+↓)",
+        "Raise / lower the selected setting (marked ▸ in the panel): temperature ±0.1, top-p ±0.05, top-k ±5, min-p ±0.01",
+    ),
     ("F8", "Select the next setting for Ctrl+↑/↓ (temperature → top-p → top-k → min-p)"),
     ("F2", "Sampling settings dialog: type any value, checked as you type; Enter applies"),
     ("F3", "Streaming ⇄ blocking mode for the next replies"),
-    ("F9", "Replay the last reply in the other mode (same messages, seed and settings: same tokens; a replay whose tokens differ, from a server that ignores the seed, says so)"),
-    ("F10", "Wire view ⇄ loop panel: the reply's SSE lines (as loopchat serve would send them, or as the server sent them), chunks/s, bytes/s; a click folds long values"),
-    ("F12", "Step mode: stop the reply before its next draw (between replies: the next reply stops before its first draw); again: run freely"),
-    ("Enter / n (stopped)", "Draw one token / 10 tokens with the current settings (Ctrl+↑/↓ and F2 reshape the die first); these keys and 1–9, / also work in the document view (Ctrl+T)"),
-    ("1–9 (stopped)", "Pick the candidate of that rank in the panel's list (raw order; a token sampling cut too): recorded as picked by hand"),
-    ("/ (stopped)", "Search the whole vocabulary: tokens starting with what you type, with both probabilities; Enter picks"),
-    ("Ctrl+T", "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position"),
+    (
+        "F9",
+        "Replay the last reply in the other mode (same messages, seed and settings: same tokens; a replay whose tokens differ, from a server that ignores the seed, says so)",
+    ),
+    (
+        "F10",
+        "Wire view ⇄ loop panel: the reply's SSE lines (as loopchat serve would send them, or as the server sent them), chunks/s, bytes/s; a click folds long values",
+    ),
+    (
+        "F12",
+        "Step mode: stop the reply before its next draw (between replies: the next reply stops before its first draw); again: run freely",
+    ),
+    (
+        "Enter / n (stopped)",
+        "Draw one token / 10 tokens with the current settings (Ctrl+↑/↓ and F2 reshape the die first); these keys and 1–9, / also work in the document view (Ctrl+T)",
+    ),
+    (
+        "1–9 (stopped)",
+        "Pick the candidate of that rank in the panel's list (raw order; a token sampling cut too): recorded as picked by hand",
+    ),
+    (
+        "/ (stopped)",
+        "Search the whole vocabulary: tokens starting with what you type, with both probabilities; Enter picks",
+    ),
+    (
+        "Ctrl+T",
+        "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position",
+    ),
     ("F5", "Regenerate the last reply, as a new version of it (a new random seed; a pinned seed moves to the next)"),
-    ("Ctrl+R", "Branch the reply at the selected token (Alt+←/→ or a click): that pass's candidates with both probabilities; pick another (1–9, Enter; / searches the whole vocabulary) or draw again (0): a new version keeps the tokens before it and reuses the KV cache"),
-    ("Alt+PgUp / Alt+PgDn", "Previous / next version of the selected token's reply, else of the last reply (F5 and Ctrl+R make them: \"version 2/3\" in its title); the conversation goes on from the one shown, with the later turns built on it"),
+    (
+        "Ctrl+R",
+        "Branch the reply at the selected token (Alt+←/→ or a click): that pass's candidates with both probabilities; pick another (1–9, Enter; / searches the whole vocabulary) or draw again (0): a new version keeps the tokens before it and reuses the KV cache",
+    ),
+    (
+        "Alt+PgUp / Alt+PgDn",
+        'Previous / next version of the selected token\'s reply, else of the last reply (F5 and Ctrl+R make them: "version 2/3" in its title); the conversation goes on from the one shown, with the later turns built on it',
+    ),
     ("Ctrl+N", "New conversation"),
-    ("Ctrl+L", "Completion mode ⇄ chat mode: write a document and the model continues it, no chat template (Enter appends the box's text and continues; an empty Enter: more); a conversation under way is left for a new one"),
-    ("Ctrl+O", "Conversations: the stored ones, newest first, with a search box; Enter opens one to continue it, Ctrl+R renames, Ctrl+D deletes"),
+    (
+        "Ctrl+L",
+        "Completion mode ⇄ chat mode: write a document and the model continues it, no chat template (Enter appends the box's text and continues; an empty Enter: more); a conversation under way is left for a new one",
+    ),
+    (
+        "Ctrl+O",
+        "Conversations: the stored ones, newest first, with a search box; Enter opens one to continue it, Ctrl+R renames, Ctrl+D deletes",
+    ),
     ("Ctrl+Y", "Copy the last reply to the clipboard"),
-    ("Ctrl+G", "Compare two finished replies side by side (the selected token's reply, or the last, and the one before it): forward passes, prefill and decode time, tokens, mean entropy and surprisal, per-pass latency and entropy sparklines on one scale, the texts; ←/→ change the marked side's reply, Tab marks the other side, Esc closes"),
-    ("Alt+← / Alt+→", "Token cursor: step through the tokens of past replies (or click a token; what you type next still goes to the message box, as it does in the document view)"),
+    (
+        "Ctrl+G",
+        "Compare two finished replies side by side (the selected token's reply, or the last, and the one before it): forward passes, prefill and decode time, tokens, mean entropy and surprisal, per-pass latency and entropy sparklines on one scale, the texts; ←/→ change the marked side's reply, Tab marks the other side, Esc closes",
+    ),
+    (
+        "Alt+← / Alt+→",
+        "Token cursor: step through the tokens of past replies (or click a token; what you type next still goes to the message box, as it does in the document view)",
+    ),
     ("F4", "Finished replies as Markdown ⇄ plain tokens"),
     ("F6", "Show token boundaries (alternating backgrounds)"),
     ("F7", "Colour each token by the probability it was drawn with (legend on top)"),

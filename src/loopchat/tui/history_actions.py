@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .history_recorder import HistoryRecorder
+from loopchat.chat.history_recorder import HistoryRecorder
 
 if TYPE_CHECKING:
-    from .app import LoopChatApp
+    from loopchat.tui.app import LoopChatApp
 
     _Base = LoopChatApp
 else:
@@ -29,8 +29,8 @@ class HistoryActions(_Base):
         """Record this run's conversations (history_path set and the pref on)."""
         if self.history_path is None or not self.prefs.history or self.history is not None:
             return
-        from ..history.store import StoreError
-        from ..history.writer import StoreWriter
+        from loopchat.history.store import StoreError
+        from loopchat.history.writer import StoreWriter
 
         def tightened(line: str) -> None:  # a history file others could read is now 0600 (notify: thread-safe)
             self.notify(line, title="History", timeout=10, markup=False)
@@ -69,7 +69,7 @@ class HistoryActions(_Base):
 
     # ---- the list ------------------------------------------------------------------
     def action_history(self) -> None:
-        from .history_screen import HistoryScreen
+        from loopchat.tui.history_screen import HistoryScreen
 
         if isinstance(self.screen, HistoryScreen):
             self.screen.dismiss(None)
@@ -91,9 +91,9 @@ class HistoryActions(_Base):
 
     def open_stored(self, conversation_id: int) -> bool:
         """Show the stored conversation and continue it (the current one is replaced)."""
-        from ..history.store import ConversationStore, StoreError
-        from .session import Refused
-        from .stored_replies import restore
+        from loopchat.chat.session import Refused
+        from loopchat.chat.stored_replies import restore
+        from loopchat.history.store import ConversationStore, StoreError
 
         if self.generating:
             self.notify("Stop the reply first (Esc), then open a conversation", severity="warning")
@@ -148,7 +148,9 @@ class HistoryActions(_Base):
             self.notify("History off: nothing more is stored (the stored conversations stay)", timeout=4)
             return
         if self.history_path is None:
-            self.notify("History stays off in this run (--no-history, or a replay): it is on from the next start", timeout=5)
+            self.notify(
+                "History stays off in this run (--no-history, or a replay): it is on from the next start", timeout=5
+            )
             return
         self.history_error = None
         self._start_history()

@@ -9,8 +9,8 @@ and the list shows them at once.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..history.store import ConversationStore, ConversationSummary, StoreError
+from loopchat.history.store import ConversationStore, ConversationSummary, StoreError
 
 _BOX_CSS = """
     align: center middle;
@@ -64,7 +64,11 @@ class HistoryScreen(ModalScreen[int | None]):
     DEFAULT_CSS = "HistoryScreen {" + _BOX_CSS + "} HistoryScreen OptionList { height: auto; max-height: 30; }"
 
     def __init__(
-        self, store_path: Path, *, rename: Callable[[int, str], None], delete: Callable[[int], None],
+        self,
+        store_path: Path,
+        *,
+        rename: Callable[[int, str], None],
+        delete: Callable[[int], None],
         current: int | None = None,
     ) -> None:
         super().__init__()
@@ -119,7 +123,12 @@ class HistoryScreen(ModalScreen[int | None]):
         ol.clear_options()
         if not self.summaries:
             search = self.query_one("#history-search", Input).value
-            ol.add_option(Option(Text("No conversation matches" if search else "No conversation stored yet", style="dim"), disabled=True))
+            ol.add_option(
+                Option(
+                    Text("No conversation matches" if search else "No conversation stored yet", style="dim"),
+                    disabled=True,
+                )
+            )
             return
         for s in self.summaries:
             label = summary_label(s)
@@ -258,10 +267,14 @@ class ConfirmDelete(ModalScreen[bool]):
         s = self.summary
         with Vertical() as box:
             box.border_title = "Delete the conversation?"
-            yield Static(Text.assemble(
-                "Delete “", (s.title, "bold"), f"” and its {s.replies} repl{'y' if s.replies == 1 else 'ies'} "
-                "with every step? This cannot be undone.",
-            ))
+            yield Static(
+                Text.assemble(
+                    "Delete “",
+                    (s.title, "bold"),
+                    f"” and its {s.replies} repl{'y' if s.replies == 1 else 'ies'} "
+                    "with every step? This cannot be undone.",
+                )
+            )
             yield Static("y: delete · n or Esc: keep it", classes="hint")
 
     def action_answer(self, yes: bool) -> None:

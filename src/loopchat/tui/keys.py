@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from textual.app import SystemCommand
 from textual.binding import Binding
 
-from ..settings import KNOBS, SETTING, SamplingSettings
-from .conversation import BLOCKING, STREAM
-from .prompt import PromptArea
-from .session import Refused
+from loopchat.chat.conversation import BLOCKING, STREAM
+from loopchat.chat.session import Refused
+from loopchat.settings import KNOBS, SETTING, SamplingSettings
+from loopchat.tui.prompt import PromptArea
 
 if TYPE_CHECKING:
-    from .app import LoopChatApp
+    from loopchat.tui.app import LoopChatApp
 
     _Base = LoopChatApp
 else:
@@ -73,39 +73,55 @@ class KeyActions(_Base):
         yield SystemCommand("Stream/blocking mode", "Toggle how replies are shown (F3)", self.action_toggle_streaming)
         yield SystemCommand("Markdown", "Render finished replies as Markdown (F4)", self.action_toggle_markdown)
         yield SystemCommand("Token boundaries", "Show where each token starts (F6)", self.action_toggle_boundaries)
-        yield SystemCommand("Probability colours", "Colour tokens by their probability (F7)", self.action_toggle_colours)
         yield SystemCommand(
-            "Document view", "The exact text the model reads, token by token ⇄ the chat (Ctrl+T)", self.action_toggle_document,
+            "Probability colours", "Colour tokens by their probability (F7)", self.action_toggle_colours
         )
-        yield SystemCommand("Wire view", "The side panel: the loop ⇄ the SSE lines on the wire (F10)", self.action_toggle_wire)
         yield SystemCommand(
-            "Wire view: fold long values", "Fold / unfold the loopchat extension and top_logprobs (or click the view)",
+            "Document view",
+            "The exact text the model reads, token by token ⇄ the chat (Ctrl+T)",
+            self.action_toggle_document,
+        )
+        yield SystemCommand(
+            "Wire view", "The side panel: the loop ⇄ the SSE lines on the wire (F10)", self.action_toggle_wire
+        )
+        yield SystemCommand(
+            "Wire view: fold long values",
+            "Fold / unfold the loopchat extension and top_logprobs (or click the view)",
             self.action_toggle_wire_fold,
         )
         yield SystemCommand(
-            "Step mode", "Stop the reply before its next draw, or arm the next reply; again: run freely (F12)",
+            "Step mode",
+            "Stop the reply before its next draw, or arm the next reply; again: run freely (F12)",
             self.action_step_mode,
         )
         yield SystemCommand(
-            "Compare two replies", "Side by side: passes, times, tokens, entropy (Ctrl+G)", self.action_compare,
+            "Compare two replies",
+            "Side by side: passes, times, tokens, entropy (Ctrl+G)",
+            self.action_compare,
         )
-        yield SystemCommand("Replay last reply in the other mode", "Same seed and settings (F9)", self.action_replay_other_mode)
+        yield SystemCommand(
+            "Replay last reply in the other mode", "Same seed and settings (F9)", self.action_replay_other_mode
+        )
         yield SystemCommand("Regenerate last reply", "With a new seed (F5)", self.action_regenerate)
         yield SystemCommand("Copy last reply", "To the clipboard (Ctrl+Y)", self.action_copy_reply)
         yield SystemCommand("New conversation", "Start another conversation (Ctrl+N)", self.action_new_conversation)
         yield SystemCommand(
             "Completion mode" + (" → chat mode" if self.session.completion else ""),
-            "Chat ⇄ a document the model continues, no chat template (Ctrl+L)", self.action_toggle_completion,
+            "Chat ⇄ a document the model continues, no chat template (Ctrl+L)",
+            self.action_toggle_completion,
         )
         yield SystemCommand(
             "Completion mode: space before typed text: " + ("on → off" if self.prefs.completion_space else "off → on"),
             "A space before typed text that starts with a letter or digit when the document ends in a non-space",
             self.action_toggle_completion_space,
         )
-        yield SystemCommand("Conversations…", "The stored conversations: search, open, rename, delete (Ctrl+O)", self.action_history)
+        yield SystemCommand(
+            "Conversations…", "The stored conversations: search, open, rename, delete (Ctrl+O)", self.action_history
+        )
         yield SystemCommand(
             "History: " + ("on → off" if self.prefs.history else "off → on"),
-            "Keep the conversations, with every step, in the history file", self.action_toggle_history,
+            "Keep the conversations, with every step, in the history file",
+            self.action_toggle_history,
         )
         yield SystemCommand("Sampling settings…", "Type values (F2)", self.action_settings)
 
@@ -164,14 +180,15 @@ class KeyActions(_Base):
         if start is not None and start.source:  # a server may ignore the seed: say so, compare after
             self.notify(
                 f"Replaying reply {original.number} with its seed {start.settings.seed} on {start.source}: a server "  # type: ignore[union-attr]
-                "may not reproduce it; its tokens are compared with the original's when it ends", timeout=6,
+                "may not reproduce it; its tokens are compared with the original's when it ends",
+                timeout=6,
             )
 
     def action_compare(self) -> None:
         """Two finished replies side by side: the selected token's reply (or the last)
         and the one before it; Ctrl+G again closes."""
-        from ..reply_stats import comparable
-        from .compare_view import CompareScreen, default_pair
+        from loopchat.chat.reply_stats import comparable
+        from loopchat.tui.compare_view import CompareScreen, default_pair
 
         if isinstance(self.screen, CompareScreen):
             self.screen.dismiss(None)
@@ -241,7 +258,7 @@ class KeyActions(_Base):
         self._refresh_panel()
 
     def action_settings(self) -> None:
-        from .settings_dialog import SettingsDialog
+        from loopchat.tui.settings_dialog import SettingsDialog
 
         def done(new: SamplingSettings | None) -> None:
             if new is not None:
@@ -252,7 +269,9 @@ class KeyActions(_Base):
 
         self.push_screen(
             SettingsDialog(
-                self.session.settings, generating=self.generating, live=self.backend.live_settings,
+                self.session.settings,
+                generating=self.generating,
+                live=self.backend.live_settings,
                 stopped=self.session.stopped,
             ),
             done,
@@ -263,7 +282,11 @@ class KeyActions(_Base):
         self.prefs.streaming = not self.prefs.streaming
         self._save_prefs()
         self._update_subtitle()
-        mode = "streaming: tokens appear as they are drawn" if self.prefs.streaming else "blocking: the reply appears when complete"
+        mode = (
+            "streaming: tokens appear as they are drawn"
+            if self.prefs.streaming
+            else "blocking: the reply appears when complete"
+        )
         self.notify(f"Next replies: {mode}", timeout=3)
 
     def _rebuild_all(self) -> None:
@@ -332,10 +355,13 @@ class KeyActions(_Base):
         self.wire.fold = self.prefs.wire_folded
         self.wire.redraw()
         if not self.prefs.wire_view:
-            self.notify("Wire view: long values " + ("folded" if self.prefs.wire_folded else "shown whole") + " (F10 shows it)", timeout=3)
+            self.notify(
+                "Wire view: long values " + ("folded" if self.prefs.wire_folded else "shown whole") + " (F10 shows it)",
+                timeout=3,
+            )
 
     def action_help(self) -> None:
-        from .help_screen import HelpScreen
+        from loopchat.tui.help_screen import HelpScreen
 
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss(None)

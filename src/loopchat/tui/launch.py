@@ -6,12 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..backends import Backend
-from ..errors import UsageError
-from ..settings import SamplingSettings
-from ..thread_tuner import Threads
-from .app import LoopChatApp
-from .prefs import Prefs
+from loopchat.backends import Backend
+from loopchat.chat.prefs import Prefs
+from loopchat.engine.thread_tuner import Threads
+from loopchat.errors import UsageError
+from loopchat.settings import SamplingSettings
+from loopchat.tui.app import LoopChatApp
 
 
 def create_app(
@@ -45,26 +45,35 @@ def create_app(
     owns = backend is None
     if backend is None:
         if replay is not None:
-            from ..backends.replay import ReplayBackend
+            from loopchat.backends.replay import ReplayBackend
 
             backend = ReplayBackend(replay, speed=replay_speed)
         elif url is not None:
             backend = _server(url, api_key, model_id, timeout, model=model, threads=threads)
         else:
-            from ..backends.live import DEFAULT_HOST
-            from ..backends.models_backend import configured_backend
+            from loopchat.backends.live import DEFAULT_HOST
+            from loopchat.backends.models_backend import configured_backend
 
             for flag, value in (("--api-key", api_key), ("--model-id", model_id), ("--timeout", timeout)):
                 if value is not None:
-                    raise UsageError(f"{flag} goes with --url (a models.toml model with url has its own: api_key_env, model, timeout)")
-            backend = configured_backend(config_path, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads)
+                    raise UsageError(
+                        f"{flag} goes with --url (a models.toml model with url has its own: api_key_env, model, timeout)"
+                    )
+            backend = configured_backend(
+                config_path, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads
+            )
     store = None
     if history is not False and backend.can_generate:
-        from ..history.store import default_store_path
+        from loopchat.history.store import default_store_path
 
         store = default_store_path() if history is True else Path(history)
     return LoopChatApp(
-        backend, prefs=prefs, prefs_path=prefs_path, owns_backend=owns, settings=settings, history_path=store,
+        backend,
+        prefs=prefs,
+        prefs_path=prefs_path,
+        owns_backend=owns,
+        settings=settings,
+        history_path=store,
         mode=mode,
     )
 
@@ -73,8 +82,8 @@ def _server(url: str, api_key: str | None, model_id: str | None, timeout: float 
     """`loopchat --url URL`: the server's models (UsageError for options that do not fit)."""
     import os
 
-    from ..backends.remote import DEFAULT_TIMEOUT, RemoteBackend, URLProblem
-    from ..run_command import API_KEY_ENV
+    from loopchat.backends.remote import DEFAULT_TIMEOUT, RemoteBackend, URLProblem
+    from loopchat.config import API_KEY_ENV
 
     if local.get("model") is not None:
         raise UsageError("--model and --url both name a model: with --url, --model-id picks the server's model")
@@ -127,9 +136,19 @@ def run_tui(
     """Run the app until the user quits; returns the exit code (2: could not start)."""
     try:
         app = create_app(
-            config_path=config_path, model=model, replay=replay, replay_speed=replay_speed, verbose=verbose,
-            host=host, threads=threads, url=url, api_key=api_key, model_id=model_id, timeout=timeout,
-            history=history, mode=mode,
+            config_path=config_path,
+            model=model,
+            replay=replay,
+            replay_speed=replay_speed,
+            verbose=verbose,
+            host=host,
+            threads=threads,
+            url=url,
+            api_key=api_key,
+            model_id=model_id,
+            timeout=timeout,
+            history=history,
+            mode=mode,
         )
     except Exception as exc:  # ConfigError, TraceError: one-line messages
         print(f"loopchat: {exc}", file=sys.stderr)

@@ -22,13 +22,23 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widget import Widget
 
-from ..events import Candidate, Pending, Prefill, Step
-from ..settings import KNOBS, SETTING, SamplingSettings, fmt_dry, fmt_value
-from .conversation import BLOCKING, ReplyRecord, finish_label
-from .fast_static import FastStatic, Line, lines_to_text, text_to_lines
-from .panel_caches import PanelCaches, ReplyIndex, Series
-from .plots import bar, cell, fmt_bits_range, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, sparkline, token_face
-from .repeat_view import repeat_lines
+from loopchat.chat.conversation import BLOCKING, ReplyRecord, finish_label
+from loopchat.chat.plots import (
+    bar,
+    cell,
+    fmt_bits_range,
+    fmt_ms,
+    fmt_ms_range,
+    fmt_prob,
+    fmt_rate,
+    sparkline,
+    token_face,
+)
+from loopchat.events import Candidate, Pending, Prefill, Step
+from loopchat.settings import KNOBS, SETTING, SamplingSettings, fmt_dry, fmt_value
+from loopchat.tui.fast_static import FastStatic, Line, lines_to_text, text_to_lines
+from loopchat.tui.panel_caches import PanelCaches, ReplyIndex, Series
+from loopchat.tui.repeat_view import repeat_lines
 
 HEAD = Style.parse("bold #87d7ff")
 LABEL = Style.parse("#8a8a8a")
@@ -226,14 +236,22 @@ def _server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width
     token_w = 10 if v.width >= 44 else 8
     bar_w = max(4, min(20, v.width - 2 - token_w - 2 - 6 - 1)) if bars else 0
     token_w = max(1, min(token_w, width - (10 + bar_w if bars else 8)))
-    head: Pieces = [(f"  {'top ' + str(len(rows)):<{token_w}} ", LABEL), ("server's logprobs" if bars else "logprobs", LABEL)]
+    head: Pieces = [
+        (f"  {'top ' + str(len(rows)):<{token_w}} ", LABEL),
+        ("server's logprobs" if bars else "logprobs", LABEL),
+    ]
     _fit(head, width, out, no_wrap=True)
     drawn_listed = False
     for c in rows:
         drawn = _is_drawn(c, s)
         drawn_listed |= drawn
         style = DRAWN if drawn else None
-        t: Pieces = [("▶" if drawn else " ", DRAWN), (" ", _NONE), (cell(token_face(c.text, c.piece_bytes), token_w), style or _TOKEN), (" ", _NONE)]
+        t: Pieces = [
+            ("▶" if drawn else " ", DRAWN),
+            (" ", _NONE),
+            (cell(token_face(c.text, c.piece_bytes), token_w), style or _TOKEN),
+            (" ", _NONE),
+        ]
         if bars:
             t += [(bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE)]
         t.append((cell(fmt_prob(c.prob), 6, right=True), style or _NONE))
@@ -261,7 +279,9 @@ def _last_draw(v: PanelView) -> Pieces | None:
     how = {"hand": "picked by hand", "step": "drawn"}.get(s.chosen_by, "drawn (running freely)")
     sp = fmt_prob(s.sampled_prob) if s.sampled_prob else "cut"
     return [
-        (f"token {s.index + 1} ", LABEL), (token_face(s.piece, s.piece_bytes), DRAWN), (f" {how} · ", LABEL),
+        (f"token {s.index + 1} ", LABEL),
+        (token_face(s.piece, s.piece_bytes), DRAWN),
+        (f" {how} · ", LABEL),
         (f"{fmt_prob(s.raw_prob or 0.0)} raw, {sp} after sampling", _NONE),
     ]
 
@@ -288,34 +308,57 @@ def _pending_lines(v: PanelView, width: int) -> list[Line]:
 
     def table(k: int) -> list[Line]:
         out: list[Line] = []
-        _fit([(f"    {'top ' + str(k):<{token_w}} ", LABEL), (f"{'raw softmax':<{bar_w + 7}}", LABEL),
-              ("after sampling", LABEL)], width, out, no_wrap=True)
+        _fit(
+            [
+                (f"    {'top ' + str(k):<{token_w}} ", LABEL),
+                (f"{'raw softmax':<{bar_w + 7}}", LABEL),
+                ("after sampling", LABEL),
+            ],
+            width,
+            out,
+            no_wrap=True,
+        )
         for i, c in enumerate(p.raw_top[:k]):
             sp = sampled.get(c.token_id)
             t: Pieces = [
                 (f"{i + 1:>2}  " if i < 9 else "    ", DRAWN),
-                (cell(token_face(c.text, c.piece_bytes), token_w), _TOKEN), (" ", _NONE),
-                (bar(c.prob, bar_w), _RAW_BAR), (" ", _NONE),
-                (cell(fmt_prob(c.prob), 6, right=True), _NONE), (" ", _NONE),
-                (bar(sp or 0.0, bar_w), _SAMPLED_BAR), (" ", _NONE),
-                (cell(fmt_prob(sp) if sp is not None else ("cut" if complete else "–"), 6, right=True),
-                 _NONE if sp is not None else _DIM),
+                (cell(token_face(c.text, c.piece_bytes), token_w), _TOKEN),
+                (" ", _NONE),
+                (bar(c.prob, bar_w), _RAW_BAR),
+                (" ", _NONE),
+                (cell(fmt_prob(c.prob), 6, right=True), _NONE),
+                (" ", _NONE),
+                (bar(sp or 0.0, bar_w), _SAMPLED_BAR),
+                (" ", _NONE),
+                (
+                    cell(fmt_prob(sp) if sp is not None else ("cut" if complete else "–"), 6, right=True),
+                    _NONE if sp is not None else _DIM,
+                ),
             ]
             _fit(t, width, out, no_wrap=True)
         return out
 
     kept = p.candidates_kept
     entropy: list[Line] = []
-    _fit([("entropy ", LABEL), (f"{p.raw_entropy:.2f} → {p.sampled_entropy:.2f} bits", _NONE),
-          (f" · {kept} token{'s' if kept != 1 else ''} kept", LABEL)], width, entropy)
+    _fit(
+        [
+            ("entropy ", LABEL),
+            (f"{p.raw_entropy:.2f} → {p.sampled_entropy:.2f} bits", _NONE),
+            (f" · {kept} token{'s' if kept != 1 else ''} kept", LABEL),
+        ],
+        width,
+        entropy,
+    )
     st = p.settings
     lines: list[Pieces] = [[("Settings of this draw", HEAD), ("  (^↑/^↓ or F2 reshape the die)", LABEL)]]
     for name in KNOBS:
-        lines.append([
-            ("▸ " if name == v.knob else "  ", DRAWN),
-            (f"{SETTING[name].label:<12}", _BOLD if name == v.knob else LABEL),
-            (f"{fmt_value(name, getattr(st, name)):>6}", _NONE),
-        ])
+        lines.append(
+            [
+                ("▸ " if name == v.knob else "  ", DRAWN),
+                (f"{SETTING[name].label:<12}", _BOLD if name == v.knob else LABEL),
+                (f"{fmt_value(name, getattr(st, name)):>6}", _NONE),
+            ]
+        )
     lines.append([(f"  seed {fmt_value('seed', st.seed)} · context {p.n_past} tokens", LABEL)])
     settings: list[Line] = []
     _fit_all(lines, width, settings)
@@ -332,9 +375,11 @@ def _pending_lines(v: PanelView, width: int) -> list[Line]:
     settings = []
     short: Pieces = []
     for name in KNOBS:
-        item: Pieces = [("▸" if name == v.knob else "", DRAWN),
-                        (SETTING[name].label + " ", _BOLD if name == v.knob else LABEL),
-                        (fmt_value(name, getattr(st, name)) + "  ", _NONE)]
+        item: Pieces = [
+            ("▸" if name == v.knob else "", DRAWN),
+            (SETTING[name].label + " ", _BOLD if name == v.knob else LABEL),
+            (fmt_value(name, getattr(st, name)) + "  ", _NONE),
+        ]
         if short and _width_of(short) + _width_of(item) > width:  # a setting is not split
             _fit(short, width, settings)
             short = []
@@ -359,7 +404,11 @@ def _drawn(v: PanelView) -> list[Pieces]:
     if s.chosen_by == "hand":
         sp = fmt_prob(s.sampled_prob) if s.sampled_prob else "cut by sampling"
         return [
-            [("picked by hand ", DRAWN), (token_face(s.piece, s.piece_bytes), DRAWN), (" · rank " + str(s.raw_rank) + " raw", LABEL)],
+            [
+                ("picked by hand ", DRAWN),
+                (token_face(s.piece, s.piece_bytes), DRAWN),
+                (" · rank " + str(s.raw_rank) + " raw", LABEL),
+            ],
             [("probability ", LABEL), (f"{fmt_prob(s.raw_prob or 0.0)} raw, {sp} after sampling", _NONE)],
         ]
     first: Pieces = [("drew ", LABEL), (token_face(s.piece, s.piece_bytes), DRAWN)]
@@ -389,7 +438,13 @@ def _drawn(v: PanelView) -> list[Pieces]:
     return [first, second]
 
 
-_SHORT_LATENCY = {"first token": "TTFT", "this pass": "pass", "per pass": "passes", "arrival gap": "arrival", "per chunk": "chunks"}
+_SHORT_LATENCY = {
+    "first token": "TTFT",
+    "this pass": "pass",
+    "per pass": "passes",
+    "arrival gap": "arrival",
+    "per chunk": "chunks",
+}
 
 
 def stepped(r: ReplyRecord) -> bool:
@@ -416,7 +471,11 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     if p is not None:
         row("prefill", (_prefill_text(p), _NONE))
     elif arrivals and r.finish is not None and r.finish.prefill_ms is not None:  # llama.cpp's timings
-        row("prefill", (fmt_ms(r.finish.prefill_ms), _NONE), *([(" (the server's timing)", LABEL)] if not compact else []))
+        row(
+            "prefill",
+            (fmt_ms(r.finish.prefill_ms), _NONE),
+            *([(" (the server's timing)", LABEL)] if not compact else []),
+        )
     elif arrivals:
         row("prefill", (NOT_GIVEN, _DIM))
     f = r.finish
@@ -433,8 +492,12 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
             stop_note = " (incl. step-mode stop)"
     else:
         ttft = "—"
-    row("first token", (ttft, _NONE), *([(" at the client", LABEL)] if arrivals and ttft != "—" and not compact else []),
-        *([(stop_note, LABEL)] if stop_note else []))
+    row(
+        "first token",
+        (ttft, _NONE),
+        *([(" at the client", LABEL)] if arrivals and ttft != "—" and not compact else []),
+        *([(stop_note, LABEL)] if stop_note else []),
+    )
     if arrivals:
         row("this pass", (NOT_GIVEN, _DIM), *([(" (forward, sampling)", LABEL)] if not compact else []))
     else:
@@ -456,8 +519,11 @@ def _latency(v: PanelView, spark_width: int, caches: PanelCaches) -> list[Pieces
     upto = s.index if v.pinned else None
     decode, lo, hi, _ = _drawn_series(index.latency, upto)
     if decode:
-        row("per chunk" if index.arrivals else "per pass", (_spark(index.latency, decode, upto, spark_width), _SPARK),
-            (f"  {fmt_ms_range(lo, hi)}", LABEL))
+        row(
+            "per chunk" if index.arrivals else "per pass",
+            (_spark(index.latency, decode, upto, spark_width), _SPARK),
+            (f"  {fmt_ms_range(lo, hi)}", LABEL),
+        )
     if not compact:
         out.extend(_uncertainty(index, s.index + 1 if v.pinned else None, spark_width, label_w))
     rate = _arrival_rate(r) if arrivals else r.live_tokens_per_s()
@@ -513,8 +579,13 @@ def _uncertainty(index: ReplyIndex, upto: int | None, spark_width: int, label_w:
         if peak is None:  # nothing given in the passes shown
             out.append([(f"{label:<{label_w}}", LABEL), (NOT_GIVEN, _DIM)])
             continue
-        out.append([(f"{label:<{label_w}}", LABEL), (_spark(series, values, upto, spark_width), _UNSURE),
-                    (f"  {fmt_bits_range(lo, hi)}", LABEL)])
+        out.append(
+            [
+                (f"{label:<{label_w}}", LABEL),
+                (_spark(series, values, upto, spark_width), _UNSURE),
+                (f"  {fmt_bits_range(lo, hi)}", LABEL),
+            ]
+        )
         if label == "surprisal":
             peak_pass = series.peak + 1 if upto is None else peak + 1  # steps count from pass 1
     if peak_pass is not None:
@@ -541,7 +612,10 @@ def _threads(s: Step, r: ReplyRecord, index: ReplyIndex, compact: bool) -> Piece
     if r.start is None or not r.start.threads_auto:
         return [(f"{s.threads}", _NONE), (" pinned", LABEL)]
     note = index.threads_reason(s.index)
-    out: Pieces = [(f"{s.threads}", _NONE), (" auto" + (f" (a probe's pass cut at {s.probe_cut_ms:.0f} ms, redone)" if s.probe_cut_ms else ""), LABEL)]
+    out: Pieces = [
+        (f"{s.threads}", _NONE),
+        (" auto" + (f" (a probe's pass cut at {s.probe_cut_ms:.0f} ms, redone)" if s.probe_cut_ms else ""), LABEL),
+    ]
     if note is not None and not compact:
         at, reason = note
         where = "at this pass" if at == s.index else f"pass {at + 1}"
@@ -558,7 +632,12 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
     shown = v.live if ahead else s.settings
     changes = caches.changes(r) if s is not None else {}
     key = (
-        width, shown, v.knob, tuple(changes.items()), s is None, s is None and v.generating,
+        width,
+        shown,
+        v.knob,
+        tuple(changes.items()),
+        s is None,
+        s is None and v.generating,
         (s.settings_changed, s.index > 0) if s is not None else None,
         s.index if (s is not None and v.pinned) else None,
         v.live if (s is not None and v.generating and not v.pinned) else None,
@@ -627,12 +706,17 @@ def _starting(v: PanelView) -> list[Pieces]:
         out.append([("prompt ", LABEL), (f"{len(st.prompt_token_ids):,} tokens{ctx}", _NONE)])
     if p is None:
         remote = st is not None and st.prompt_token_ids is None
-        out.append([(
-            "waiting for the server's first chunk" if remote else
-            "the first pass runs the model over the whole prompt at once (prefill, less what the "
-            "KV cache holds); the candidates of the first token appear when it ends",
-            _WELCOME,
-        )])
+        out.append(
+            [
+                (
+                    "waiting for the server's first chunk"
+                    if remote
+                    else "the first pass runs the model over the whole prompt at once (prefill, less what the "
+                    "KV cache holds); the candidates of the first token appear when it ends",
+                    _WELCOME,
+                )
+            ]
+        )
     return out
 
 

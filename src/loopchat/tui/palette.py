@@ -12,7 +12,7 @@ from typing import Any
 import platformdirs
 from textual.app import SystemCommand
 
-from ..paths import data_dir
+from loopchat.paths import data_dir
 
 
 def screenshot_folder() -> Path:
@@ -32,7 +32,8 @@ def own_system_commands(app: Any, stock: Iterable[SystemCommand]) -> Iterable[Sy
             yield SystemCommand("Keys", "The list of loopchat's keys (F1; Esc closes it)", app.action_help)
         elif command.title == "Screenshot":
             yield SystemCommand(
-                "Screenshot", "Save an SVG 'screenshot' of the screen (to Downloads, else loopchat's data folder)",
+                "Screenshot",
+                "Save an SVG 'screenshot' of the screen (to Downloads, else loopchat's data folder)",
                 lambda: app.set_timer(0.1, lambda: app.deliver_screenshot(path=str(screenshot_folder()))),
             )
         else:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import bisect
 import math
 
-from .conversation import ReplyRecord
-from .fast_static import Line
-from .plots import sparkline
+from loopchat.chat.conversation import ReplyRecord
+from loopchat.chat.plots import sparkline
+from loopchat.tui.fast_static import Line
 
 _SPARK_BLOCKS = 64  # the whole-reply sparkline is drawn from at most 2x this many maxima
 

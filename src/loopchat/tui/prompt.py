@@ -15,7 +15,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import TextArea
 
-from .plots import visible_controls
+from loopchat.chat.plots import visible_controls
 
 #: Keys that insert a line break. Every terminal sends Ctrl+J as a plain line feed.
 #: Alt+Enter and Shift+Enter reach the app only from terminals that report modified keys
@@ -67,7 +67,7 @@ class PromptArea(TextArea):
     """Posts `PromptArea.Submitted` on Enter; the app decides what to do with the text."""
 
     class Submitted(Message):
-        def __init__(self, prompt: "PromptArea", text: str) -> None:
+        def __init__(self, prompt: PromptArea, text: str) -> None:
             super().__init__()
             self.prompt = prompt
             self.text = text

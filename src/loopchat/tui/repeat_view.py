@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from rich.style import Style
 
-from ..events import Step
-from ..repeats import repeat_of_step
+from loopchat.engine.repeats import repeat_of_step
+from loopchat.events import Step
 
 #: the same plum as the transcript's mark on a repeated token (token_styles.REPEAT_BG)
 REPEATING = Style.parse("bold #ff87ff on #5f2f5f")

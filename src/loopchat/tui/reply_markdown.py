@@ -42,7 +42,9 @@ class NumberedItem(ListItem):
 
     def render_number(self, console: Console, options: ConsoleOptions, number: int, last_number: int) -> RenderResult:
         number_width = len(str(last_number)) + 3  # " 12. "
-        lines = console.render_lines(self.elements, options.update(width=options.max_width - number_width), style=self.style)
+        lines = console.render_lines(
+            self.elements, options.update(width=options.max_width - number_width), style=self.style
+        )
         number_style = console.get_style("markdown.item.number", default="none")
         numeral = Segment(f"{number}.".rjust(number_width - 1) + " ", number_style)
         padding = Segment(" " * number_width, number_style)

@@ -8,7 +8,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from ..settings import SETTINGS, SamplingSettings, SettingsError
+from loopchat.settings import SETTINGS, SamplingSettings, SettingsError
 
 
 class SettingsDialog(ModalScreen[SamplingSettings | None]):
@@ -20,7 +20,11 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
     ]
 
     def __init__(
-        self, current: SamplingSettings, generating: bool = False, live: bool = True, stopped: bool = False,
+        self,
+        current: SamplingSettings,
+        generating: bool = False,
+        live: bool = True,
+        stopped: bool = False,
     ) -> None:
         """`live`: the backend's replies take a change mid-reply (False: a server's);
         `stopped`: the reply is stopped before a draw in step mode."""
@@ -40,8 +44,10 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                     else "Used from the next reply on (the server fixes a reply's settings when it starts)."
                 )
             elif self.stopped:
-                note = ("The loop is stopped before a draw (step mode): a change reshapes this draw's die "
-                        "at once, from the same logits (no new forward pass).")
+                note = (
+                    "The loop is stopped before a draw (step mode): a change reshapes this draw's die "
+                    "at once, from the same logits (no new forward pass)."
+                )
             elif self.generating:
                 note = "Changes apply at the very next forward pass of the reply being generated."
             else:

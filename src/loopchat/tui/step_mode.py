@@ -26,12 +26,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..events import Candidate
-from .plots import fmt_prob, listed_face
-from .session import Refused
+from loopchat.chat.plots import fmt_prob, listed_face
+from loopchat.chat.session import Refused
+from loopchat.events import Candidate
 
 if TYPE_CHECKING:
-    from .app import LoopChatApp
+    from loopchat.tui.app import LoopChatApp
 
     _Base = LoopChatApp
 else:
@@ -126,7 +126,9 @@ def search_row(token: str, tid: str, raw: str, sampled: str) -> Text:
     return line
 
 
-def listed_faces(raw_top: Sequence[Candidate], sampled_top: Sequence[Candidate] | None) -> dict[int, tuple[float, float | None]]:
+def listed_faces(
+    raw_top: Sequence[Candidate], sampled_top: Sequence[Candidate] | None
+) -> dict[int, tuple[float, float | None]]:
     """The die's listed candidates for the search: token id -> (raw, after sampling; None
     for a candidate the sampled list does not hold)."""
     sampled = {c.token_id: c.prob for c in sampled_top or ()}
@@ -155,8 +157,13 @@ class TokenSearch(ModalScreen[int | None]):
     """
 
     def __init__(
-        self, vocabulary: list[str], probs, listed: dict[int, tuple[float, float | None]],
-        *, not_sampled: str = "cut", note: str = "",
+        self,
+        vocabulary: list[str],
+        probs,
+        listed: dict[int, tuple[float, float | None]],
+        *,
+        not_sampled: str = "cut",
+        note: str = "",
     ) -> None:
         """`probs`: token ids -> [(raw, sampled)] at the pending draw (None: only the
         `listed` candidates' figures are known; the others show "–" raw and `not_sampled`
@@ -172,8 +179,11 @@ class TokenSearch(ModalScreen[int | None]):
     def compose(self) -> ComposeResult:
         with Vertical() as box:
             box.border_title = "Pick any token"
-            yield Static("Type the token's beginning (a leading space counts). Enter picks, ↑/↓ move, Esc back."
-                         + (f" {self.note}" if self.note else ""), id="search-head")
+            yield Static(
+                "Type the token's beginning (a leading space counts). Enter picks, ↑/↓ move, Esc back."
+                + (f" {self.note}" if self.note else ""),
+                id="search-head",
+            )
             yield Input(placeholder="token text", id="search-input")
             yield Static(search_row("token", "id", "raw softmax", "after sampling"), id="search-cols")
             yield OptionList(id="search-results")
@@ -187,10 +197,18 @@ class TokenSearch(ModalScreen[int | None]):
         if not query:
             return []
         hits = [
-            i for i, t in enumerate(self.vocabulary)
+            i
+            for i, t in enumerate(self.vocabulary)
             if t.startswith(query) or (not query.startswith(" ") and t.startswith(" " + query))
         ]
-        hits.sort(key=lambda i: (i not in self.listed, self.vocabulary[i].strip() != query.strip(), len(self.vocabulary[i]), i))
+        hits.sort(
+            key=lambda i: (
+                i not in self.listed,
+                self.vocabulary[i].strip() != query.strip(),
+                len(self.vocabulary[i]),
+                i,
+            )
+        )
         return hits[:SEARCH_ROWS]
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -201,7 +219,8 @@ class TokenSearch(ModalScreen[int | None]):
         for n, tid in enumerate(self.results):
             raw, sampled = probs[n] if probs else self.listed.get(tid, (None, None))
             row = search_row(
-                listed_face(self.vocabulary[tid]), str(tid),
+                listed_face(self.vocabulary[tid]),
+                str(tid),
                 search_prob(raw) if raw is not None else "–",
                 search_prob(sampled) if sampled else ("cut" if probs else self.not_sampled),
             )
@@ -324,7 +343,10 @@ class StepActions(_Base):
             view.tick()
         self._panel_dirty = True
         if (
-            state[1] and not before[1] and self.screen is self.screen_stack[0] and self.focused is not bar
+            state[1]
+            and not before[1]
+            and self.screen is self.screen_stack[0]
+            and self.focused is not bar
             and not self.document.body.has_focus  # (the document view takes the die's keys too)
         ):
             bar.focus()

@@ -9,8 +9,8 @@ from functools import lru_cache
 from rich.style import Style
 from rich.text import Text
 
-from ..events import Step
-from .prefs import Prefs
+from loopchat.chat.prefs import Prefs
+from loopchat.events import Step
 
 #: (lowest probability, colour) from most to least likely: the probability a token was
 #: drawn with, in the distribution after the sampling settings.
@@ -54,8 +54,9 @@ def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | Non
 
 
 @lru_cache(maxsize=64)  # a few dozen combinations, each an immutable Style
-def _token_style(colour: str | None, parity: int | None, selected: bool, hand: bool = False,
-                 repeat: bool = False) -> Style:
+def _token_style(
+    colour: str | None, parity: int | None, selected: bool, hand: bool = False, repeat: bool = False
+) -> Style:
     """A token's style; a token picked by hand in step mode is underlined, a token at
     which the reply repeats itself has REPEAT_BG behind it."""
     if selected:

@@ -23,12 +23,12 @@ from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
-from . import render
-from .blocks import Block, ReplyView, UserBlock  # noqa: F401  (ReplyView: imported from here by the app)
-from .conversation import Conversation, ReplyRecord
-from .document_block import DocumentBlock
-from .prefs import Prefs
-from .prompt import TypedForTheBox
+from loopchat.chat.conversation import Conversation, ReplyRecord
+from loopchat.chat.prefs import Prefs
+from loopchat.tui import render
+from loopchat.tui.blocks import Block, ReplyView, UserBlock  # noqa: F401  (ReplyView: imported from here by the app)
+from loopchat.tui.document_block import DocumentBlock
+from loopchat.tui.prompt import TypedForTheBox
 
 LIVE_STEP = 6  # lines the view scrolls at once while a reply grows
 
@@ -111,7 +111,9 @@ class Transcript(ScrollView, can_focus=True):
             return DocumentBlock(conversation.shown_document(record), prefs)
         return ReplyView(record, prefs)
 
-    def add_turn(self, user_text: str | None, record: ReplyRecord, prefs: Prefs, conversation: Conversation) -> ReplyView:
+    def add_turn(
+        self, user_text: str | None, record: ReplyRecord, prefs: Prefs, conversation: Conversation
+    ) -> ReplyView:
         """A turn: the user's message and its reply, or in completion mode the document
         with its new continuation in the place of the document shown before."""
         view = self.view_for(record, prefs, conversation)

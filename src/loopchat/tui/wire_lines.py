@@ -17,7 +17,7 @@ import re
 from rich.cells import get_character_cell_size
 from rich.style import Style
 
-from ..wire import EXTENSION_KEY
+from loopchat.wire import EXTENSION_KEY
 
 #: One screen row: (text, style) pieces (the same shape as fast_static.Line).
 Row = tuple[tuple[str, Style], ...]

@@ -29,11 +29,11 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.widget import Widget
 
-from .conversation import BLOCKING, ReplyRecord, finish_label
-from .fast_static import FastStatic, Line, text_to_lines
-from .plots import fmt_ms
-from .wire_feed import ReplyWire, WireEntry
-from .wire_lines import NOTE, Row, event_rows
+from loopchat.chat.conversation import BLOCKING, ReplyRecord, finish_label
+from loopchat.chat.plots import fmt_ms
+from loopchat.chat.wire_feed import ReplyWire, WireEntry
+from loopchat.tui.fast_static import FastStatic, Line, text_to_lines
+from loopchat.tui.wire_lines import NOTE, Row, event_rows
 
 HEAD = Style.parse("bold #87d7ff")
 LABEL = Style.parse("#8a8a8a")
@@ -186,8 +186,19 @@ class WireView(Widget):
         if w.waiting or (not rec.done and not w.stream):
             waited = round(time.monotonic() - rec.started_at, 1) if rec.started_at else None
         key = (
-            rec, len(w.entries), w.pending_steps, w.remote, rec.done, generating, selected,
-            width, height, self.fold, self.scrolled, waited, len(rec.steps) if waited is not None else 0,
+            rec,
+            len(w.entries),
+            w.pending_steps,
+            w.remote,
+            rec.done,
+            generating,
+            selected,
+            width,
+            height,
+            self.fold,
+            self.scrolled,
+            waited,
+            len(rec.steps) if waited is not None else 0,
         )
         if key == self._key:
             return
@@ -209,8 +220,14 @@ class WireView(Widget):
         return out
 
     def _header(
-        self, rec: ReplyRecord, w: ReplyWire, width: int, height: int,
-        selected: int | None, generating: bool, waited: float | None,
+        self,
+        rec: ReplyRecord,
+        w: ReplyWire,
+        width: int,
+        height: int,
+        selected: int | None,
+        generating: bool,
+        waited: float | None,
     ) -> list[Line]:
         lines: list[list[tuple[str, Style]]] = []
         mode = "streaming" if w.stream else "blocking"
@@ -241,7 +258,9 @@ class WireView(Widget):
     @staticmethod
     def _source(w: ReplyWire) -> str:
         if w.remote:
-            return f"as received from {w.source or 'the server'} · " + ("SSE stream" if w.stream else "one response body")
+            return f"as received from {w.source or 'the server'} · " + (
+                "SSE stream" if w.stream else "one response body"
+            )
         o = w.request
         if o is None:  # nothing yet tells where the reply comes from
             return "request sent · " + ("stream" if w.stream else "no stream: one body")

@@ -45,7 +45,7 @@ TESTED_TEXTUAL = "8.2.8"
 STOCK_ENV = "LOOPCHAT_STOCK_RENDER"
 
 try:
-    from . import compositor, lines, scrollbar, scrolling
+    from loopchat.tui.render import compositor, lines, scrollbar, scrolling
 except Exception as exc:  # a Textual or rich without these privates (ImportError, AttributeError...)
     # never a crash: the stock paths need none of it. (On the pinned release the tests
     # check that this import succeeds: test_the_tested_textual_is_the_pinned_one.)
@@ -55,7 +55,7 @@ else:
     _IMPORT_ERROR = None
 
 try:  # apart: a Textual without these privates keeps the fast drawing paths
-    from . import paste
+    from loopchat.tui.render import paste
 except Exception:  # (and on Windows: no Linux driver)
     paste = None  # type: ignore[assignment]
 

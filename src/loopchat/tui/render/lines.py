@@ -11,7 +11,7 @@ cache, cell for cell). `plain_box` says when that applies; it reads rich's priva
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rich.style import Style
 from textual._segment_tools import line_pad

@@ -87,8 +87,8 @@ class PasteParser(XTermParser):
             except ParseEOF:
                 return "".join(chars).replace("\x00", ""), True
             chars.append(char)
-            if char == end[-1] and "".join(chars[-len(end):]) == end:
-                del chars[-len(end):]
+            if char == end[-1] and "".join(chars[-len(end) :]) == end:
+                del chars[-len(end) :]
                 return "".join(chars).replace("\x00", ""), False  # (NUL: as Textual drops it)
 
 

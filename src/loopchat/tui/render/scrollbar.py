@@ -32,7 +32,7 @@ from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.strip import Strip
 from textual.widget import Widget
 
-from .lines import plain_box
+from loopchat.tui.render.lines import plain_box
 
 if not hasattr(ScrollBarRender, "render_bar"):
     raise AttributeError("textual.scrollbar.ScrollBarRender has no render_bar")

@@ -1,0 +1,234 @@
+"""Command line: `loopchat` (the chat TUI), `loopchat run`, `loopchat serve`, `loopchat models`, `loopchat replay`.
+
+Bad input gives one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from loopchat import __version__
+from loopchat.errors import UsageError
+from loopchat.settings import SETTINGS
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line instead of usage + error
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _threads(text: str):
+    from loopchat.engine.thread_tuner import parse_threads
+
+    try:
+        return parse_threads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    # On a subcommand the defaults are suppressed so `loopchat --model X run ...` keeps X.
+    d = {"default": argparse.SUPPRESS} if sub else {}
+    p.add_argument("--config", metavar="PATH", help="models.toml to use (default: the user config dir)", **d)
+    p.add_argument(
+        "--model",
+        "-m",
+        metavar="NAME|FILE.gguf",
+        help="a model from models.toml (default: its `default`), or the path of any GGUF file",
+        **d,
+    )
+    p.add_argument(
+        "--threads",
+        type=_threads,
+        metavar="auto|N",
+        help='llama.cpp threads: "auto" measures and picks the fastest count now (the default, '
+        "unless models.toml pins one); N pins it",
+        **d,
+    )
+    p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 86400 seconds, got {text}")
+    return value
+
+
+def _add_remote_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    """A model on an OpenAI-compatible server instead of one run here."""
+    d = {"default": argparse.SUPPRESS} if sub else {}
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="talk to an OpenAI-compatible server (llama.cpp's, loopchat serve, ...) at URL "
+        "(e.g. http://127.0.0.1:8000/v1; /v1 may be left out)",
+        **d,
+    )
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the server's API key (default: $LOOPCHAT_API_KEY, which keeps it out of `ps`)",
+        **d,
+    )
+    p.add_argument("--model-id", metavar="ID", help="the server's model (default: the first of its /v1/models)", **d)
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="S",
+        help="seconds to wait for the server's next bytes (blocking: for the whole reply); default 120",
+        **d,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="loopchat",
+        description="A terminal chat that shows the generation loop of a language model while it runs. "
+        "With no command: open the chat.",
+    )
+    parser.add_argument("--version", action="version", version=f"loopchat {__version__}")
+    _add_model_options(parser)
+    _add_remote_options(parser)
+    parser.add_argument(
+        "--host",
+        choices=("thread", "process"),
+        help="where the chat runs the model: a thread of the app (the default: the faster on "
+        "2 cores) or a child process (a crash inside llama.cpp then cannot take the app down)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("chat", "completion"),
+        help="open the chat in this mode: chat (messages through the chat template) or completion (a "
+        "document the model continues, no template); default: the model's (models.toml's mode; a model "
+        "with no chat template opens in completion mode); Ctrl+L switches",
+    )
+    parser.add_argument(
+        "--no-history",
+        action="store_true",
+        help="keep nothing: this run's conversations are not stored (no history file is created or written)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
+    run.add_argument("prompt", help="the user message; - reads it from stdin")
+    _add_model_options(run, sub=True)
+    _add_remote_options(run, sub=True)
+    run.add_argument("--system", metavar="TEXT", help="system prompt (default: the model's from models.toml)")
+    run.add_argument(
+        "--raw",
+        action="store_true",
+        help="completion mode: the prompt is a document the model continues as it is, with no chat "
+        "template (the natural mode for a base model)",
+    )
+    for spec in SETTINGS:  # one flag per sampling setting; unset: the model's from models.toml
+        run.add_argument(
+            spec.flag,
+            dest=spec.name,
+            type=spec.type,
+            metavar="N" if spec.type is int else "X",
+            help=f"{spec.range_text()}; {spec.hint}",
+        )
+    run.add_argument(
+        "--top-report", type=int, default=10, metavar="K", help="candidates recorded per step (default 10)"
+    )
+    run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
+    run.add_argument("--show-steps", action="store_true", help="print one line per step as it runs, then the text")
+    run.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="end the reply before this text, which is not printed (up to 4; also with --url)",
+    )
+    run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as JSON lines (docs/trace-format.md)")
+
+    models = sub.add_parser("models", help="list the configured models and the config file in use")
+    models.add_argument("--config", metavar="PATH", help="models.toml to use", default=argparse.SUPPRESS)
+
+    from loopchat.serve.command import add_serve_parser
+
+    add_serve_parser(sub, _add_model_options)
+
+    replay = sub.add_parser("replay", help="play a recorded trace in the chat app")
+    replay.add_argument("trace_file", metavar="FILE.jsonl")
+    replay.add_argument("--speed", type=float, default=1.0, help="playback speed (2 = twice as fast; 0 = instant)")
+
+    from loopchat.cli.history import add_history_parser
+
+    add_history_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except UsageError as exc:
+        print(f"loopchat: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("loopchat: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from loopchat.config import ConfigError
+    from loopchat.engine.engine import EngineError
+    from loopchat.model_files import ModelFileError
+    from loopchat.settings import SettingsError
+    from loopchat.trace import TraceError
+
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from loopchat.cli.run import run_command
+
+            return run_command(args)
+        if args.command == "models":
+            from loopchat.config import format_models_listing, load_config
+
+            print(format_models_listing(load_config(args.config)))
+            return 0
+        if args.command == "serve":
+            from loopchat.serve.command import serve_command
+
+            return serve_command(args)
+        if args.command == "history":
+            from loopchat.cli.history import history_command
+
+            return history_command(args)
+        if args.command == "replay":
+            from loopchat.tui.launch import run_tui
+
+            if args.speed < 0:
+                raise UsageError("--speed must be 0 (instant) or more")
+            return run_tui(config_path=None, model=None, replay=args.trace_file, replay_speed=args.speed)
+        from loopchat.tui.launch import run_tui
+
+        return run_tui(
+            config_path=args.config,
+            model=args.model,
+            verbose=args.verbose,
+            host=args.host,
+            threads=args.threads,
+            url=args.url,
+            api_key=args.api_key,
+            model_id=args.model_id,
+            timeout=args.timeout,
+            history=not args.no_history,
+            mode=args.mode,
+        )
+    except (ConfigError, ModelFileError, EngineError, SettingsError, TraceError) as exc:
+        print(f"loopchat: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,146 @@
+"""Every raw llama.cpp call the engine makes, in one place, each with why it is used.
+
+engine.py loads a model, tokenizes and prefills through llama-cpp-python's `Llama`; the
+per-step forward pass, the logits, token pieces, the KV cache and cancellation go
+through the calls below instead, for the reasons given at each. They are llama-cpp-python
+0.3.36's low-level ctypes bindings (pinned exactly in pyproject.toml: that API changes
+between 0.3.x releases) plus one binding of our own and one C function of libc.
+
+Importing this module loads llama.cpp's shared library, so engine.py imports it only when
+it loads a model (`import loopchat.engine.engine` stays light for the processes that only
+build an EngineOptions). Engine logic stays in engine.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+import llama_cpp
+from llama_cpp import llama_cpp as _bindings
+
+# llama_get_logits_ith(ctx, i) -> float*: the logits of the i-th output of the last
+# decode (-1: the last one). Bound again here to return a plain int address: llama-cpp-python's
+# binding returns a POINTER(c_float) object, which (with the np.ctypeslib.as_array view
+# made of it) left two reference cycles a step on the engine thread, garbage only the
+# cycle collector frees. With an int the engine keeps one numpy view while the address
+# stays the same.
+_logits_ith = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
+    ("llama_get_logits_ith", _bindings._lib)
+)
+
+
+class AbortFlag:
+    """A flag llama.cpp's abort callback reads from C without taking the GIL.
+
+    ggml calls the abort callback once per graph node. A Python callback would take the
+    GIL hundreds of times per forward pass and stall whenever a UI thread holds it, so
+    the callback is libc's strlen() on a 2-byte buffer: it returns 0 (go on) while the
+    buffer is empty and 1 (abort) once the first byte is set.
+    """
+
+    def __init__(self) -> None:
+        self._buf = ctypes.create_string_buffer(2)
+        self._py_callback = None
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c"))
+            address = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+            # ggml_abort_callback: bool (*)(void * data), here pointing at strlen itself
+            self.callback = llama_cpp.ggml_abort_callback(address)
+        except (OSError, AttributeError):  # pragma: no cover - no libc strlen
+            self._py_callback = llama_cpp.ggml_abort_callback(lambda _data: self.is_set())
+            self.callback = self._py_callback
+
+    @property
+    def data(self) -> ctypes.c_void_p:
+        return ctypes.cast(self._buf, ctypes.c_void_p)
+
+    def set(self) -> None:
+        self._buf[0] = b"\x01"
+
+    def clear(self) -> None:
+        self._buf[0] = b"\x00"
+
+    def is_set(self) -> bool:
+        return self._buf[0] != b"\x00"
+
+
+class LlamaCalls:
+    """The raw calls on one loaded `Llama`: create it after the load, call it from the
+    thread that owns the Llama, and close it after closing the Llama."""
+
+    def __init__(self, llm) -> None:
+        self._ctx = llm.ctx
+        # llama_model_get_vocab: the vocabulary handle token_to_piece and is_eog take.
+        self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        # llama_get_memory: the context's KV cache, for llama_memory_seq_rm below.
+        self._memory = llama_cpp.llama_get_memory(llm.ctx)
+        # llama_batch_init(1, 0, 1): a batch of one token at an explicit position, made
+        # once and reused by every step (Llama.eval builds its batch and trims the
+        # cache on every call, Python work between two forward passes). Freed in close().
+        self._batch = llama_cpp.llama_batch_init(1, 0, 1)
+        self._batch.n_tokens = 1
+        self._batch.n_seq_id[0] = 1
+        self._batch.seq_id[0][0] = 0  # sequence 0, the one Llama.eval uses
+        self._batch.logits[0] = True
+        self._token = self._batch.token
+
+    def set_abort_callback(self, flag: AbortFlag) -> None:
+        """llama_set_abort_callback: ggml asks `flag` at every graph node whether to stop
+        (Llama has no cancel of its own; this stops a long prefill mid-batch)."""
+        llama_cpp.llama_set_abort_callback(self._ctx, flag.callback, flag.data)
+
+    def decode_one(self, token: int, pos: int) -> int:
+        """llama_decode of the one-token batch: `token` at position `pos`. Returns
+        llama.cpp's code: 0 ok, 2 aborted by the callback, other values failures."""
+        self._token[0] = token
+        self._batch.pos[0] = pos
+        return llama_cpp.llama_decode(self._ctx, self._batch)
+
+    def synchronize(self) -> None:
+        """llama_synchronize: wait until the last decode has finished (so the time
+        measured is the forward pass's, and the logits are ready)."""
+        llama_cpp.llama_synchronize(self._ctx)
+
+    def logits_address(self) -> int:
+        """The address of the last output's n_vocab float logits (see `_logits_ith`),
+        valid until the next decode."""
+        return _logits_ith(self._ctx, -1)
+
+    def token_to_piece(self, token_id: int) -> bytes:
+        """llama_token_to_piece, special tokens spelled out: the token's exact bytes.
+        llama-cpp-python's LlamaModel.token_to_piece returns its whole 32-byte buffer
+        (NUL-padded); this keeps the length llama.cpp returns."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+        if n < 0:  # the piece needs -n bytes
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)]
+
+    def set_threads(self, n: int) -> None:
+        """llama_set_n_threads: the thread count of the next forward passes, single-token
+        and batch alike (`threads = "auto"` changes it between passes; see thread_tuner.py).
+        Llama fixes both at load and has no setter."""
+        llama_cpp.llama_set_n_threads(self._ctx, n, n)
+
+    def is_eog(self, token_id: int) -> bool:
+        """llama_vocab_is_eog: whether the token ends a reply (EOS, EOT, <|im_end|>...)."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
+
+    def is_control(self, token_id: int) -> bool:
+        """llama_vocab_is_control: a control token (<|im_start|>, <bos>...), which the
+        chat template writes and no text tokenizes to by accident."""
+        return bool(llama_cpp.llama_vocab_is_control(self._vocab, token_id))
+
+    def forget_from(self, pos: int) -> None:
+        """llama_memory_seq_rm: drop the KV cache's positions from `pos` on, of every
+        sequence (the engine uses only sequence 0). The public call that Llama's private
+        `_ctx.kv_cache_seq_rm` wraps."""
+        llama_cpp.llama_memory_seq_rm(self._memory, -1, pos, -1)
+
+    def close(self) -> None:
+        """llama_batch_free of the one-token batch."""
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None

@@ -1,0 +1,102 @@
+"""`threads = "auto"` applied to one engine's llama.cpp context (engine.py uses it).
+
+The pure decisions are thread_tuner.py's; this module runs them: it times each
+single-token forward pass, feeds the time to the tuner, applies the count the tuner
+says with llama_set_n_threads between passes, tells the tuner about once a second how
+much CPU the other programs use, and guards a probe's passes (probe_guard.py): a pass at
+a count not yet measured that runs past `ThreadTuner.guard_ms()` is ended and redone at
+the safe count, so that the reply never waits seconds for a probe. Logits do not depend
+on the thread count (checked bit for bit in tests/test_probe_guard.py), so the redone
+pass gives the very logits the probe would have, and the draw is the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from loopchat.engine.probe_guard import PassGuard
+from loopchat.engine.thread_tuner import OtherCpuMeter, ThreadTuner
+
+ABORTED = 2  # llama_decode's code for a pass ended by the abort callback
+
+
+class AutoThreads:
+    """The tuner at work on one context: create it after the load, call it from the
+    thread that owns the Llama."""
+
+    def __init__(self, calls, abort, cancelled: Callable[[], bool], tuner: ThreadTuner) -> None:
+        self.tuner = tuner
+        self._c = calls
+        self.threads = tuner.threads  # the count llama.cpp has now
+        self._others = OtherCpuMeter()  # sampled about once a second while generating
+        self._others_at = time.perf_counter()
+        self._cancelled = cancelled
+        self._guard = PassGuard(abort, cancelled)
+        #: the last pass: the count that produced its logits, and how long a probe's pass
+        #: ran before it was cut and redone (0.0: none was)
+        self.pass_threads = self.threads
+        self.cut_ms = 0.0
+
+    def set_threads(self, n: int) -> None:
+        if n != self.threads:
+            self._c.set_threads(n)
+            self.threads = n
+
+    def prefill_threads(self) -> int:
+        """The count for a prefill: the safe count while a probe measures another (a
+        prompt's batch at an unmeasured count could stall for seconds); set it."""
+        safe = self.tuner.safe()
+        self.set_threads(safe if safe is not None else self.tuner.threads)
+        return self.threads
+
+    def decode(self, token: int, pos: int) -> int:
+        """One single-token pass at position `pos`, timed and fed to the tuner (a probe's
+        pass guarded); returns llama_decode's code (0: the logits are ready)."""
+        self.set_threads(self.tuner.threads)
+        self.cut_ms = 0.0
+        limit = self.tuner.guard_ms()
+        t0 = time.perf_counter()
+        if limit is None:
+            rc = self._c.decode_one(token, pos)
+        else:
+            self._guard.arm(limit)
+            rc = self._c.decode_one(token, pos)
+            fired = self._guard.disarm()
+            if rc == ABORTED and fired and not self._cancelled():
+                return self._redo(token, pos, (time.perf_counter() - t0) * 1000.0)
+        if rc != 0:
+            return rc
+        self._c.synchronize()
+        ms = (time.perf_counter() - t0) * 1000.0
+        self.pass_threads = self.threads
+        if t0 - self._others_at >= 1.0:
+            self._others_at = t0
+            self.tuner.note_others(self._others.sample())
+        self.tuner.observe(ms)
+        return 0
+
+    def _redo(self, token: int, pos: int, cut_ms: float) -> int:
+        """The probe's pass was cut after `cut_ms`: drop what it left in the KV cache and
+        run it again at the safe count (not fed to the tuner: the cut was)."""
+        self._c.forget_from(pos)
+        self.set_threads(self.tuner.cut(cut_ms))
+        self.cut_ms = cut_ms
+        rc = self._c.decode_one(token, pos)
+        if rc == 0:
+            self._c.synchronize()
+        self.pass_threads = self.threads
+        return rc
+
+    def calibrate(self, token: int, n_ctx: int, max_passes: int = 40) -> None:
+        """The tuner's first measurement, run at load on passes of `token` at positions
+        1, 2, ...: the first reply's prefill then already runs with a measured count (on
+        a busy machine, a prefill at the wrong count took 3 s for 29 tokens). The load
+        takes ~10 passes longer (~0.1-0.2 s on a quiet machine)."""
+        for pos in range(1, min(max_passes, n_ctx - 1)):
+            if not self.tuner.probing or self.decode(token, pos) != 0:
+                break
+        self.set_threads(self.tuner.threads)
+
+    def close(self) -> None:
+        self._guard.close()

@@ -1,0 +1,182 @@
+"""DRY ("Don't Repeat Yourself"): llama.cpp's `llama_sampler_dry_apply`, in numpy.
+
+A token that would extend a sequence the context already holds has its logit lowered by
+`multiplier * base ** (length - allowed_length)`, where `length` is the longest such
+sequence it would extend (the tokens just before the end of the context that also occur,
+in the same order, right before an earlier occurrence of that token), counted only back to
+the last sequence breaker, and only if `length >= allowed_length`. docs/trace-format.md
+("DRY") gives the computation step by step; `penalties` is it.
+
+The sequence breakers are llama.cpp's defaults, "\\n", ":", "\\"" and "*": a token whose text
+holds one of them is a breaker (for one-character breakers llama.cpp's
+`get_overlapping_token_sequences` reduces to that: every such token is a whole breaker, with
+no tail). A repeated sequence never reaches back past the last breaker in the context, and a
+breaker token itself is never penalized. Other breakers are not supported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import numpy as np
+
+#: llama.cpp's default `dry_sequence_breakers`
+BREAKERS: tuple[bytes, ...] = (b"\n", b":", b'"', b"*")
+#: llama.cpp's FLOAT_MAX_LOG: the exponent is clamped to FLOAT_MAX_LOG / ln(base)
+FLOAT_MAX_LOG = float(np.float32(88.7228391))
+
+_EMPTY = (np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float32))
+
+
+def breaker_ids(pieces: Iterable[bytes], breakers: Sequence[bytes] = BREAKERS) -> frozenset[int]:
+    """The ids of the tokens whose text (`pieces`, by id) holds one of the breakers."""
+    return frozenset(i for i, p in enumerate(pieces) if any(b in p for b in breakers))
+
+
+_MODEL_BREAKERS: WeakKeyDictionary[Any, frozenset[int]] = WeakKeyDictionary()
+
+
+def model_breakers(model: Any) -> frozenset[int]:
+    """The breaker ids of a model (`n_vocab`, `piece(id) -> bytes`), found once per model."""
+    ids = _MODEL_BREAKERS.get(model)
+    if ids is None:
+        ids = _MODEL_BREAKERS[model] = breaker_ids(model.piece(i) for i in range(model.n_vocab))
+    return ids
+
+
+class History(list):
+    """The context's token ids (the engine appends each token drawn) and, for DRY, the
+    model whose breaker tokens it needs (None: no breakers)."""
+
+    def __init__(self, tokens: Iterable[int] = (), model: Any = None) -> None:
+        super().__init__(tokens)
+        self.model = model
+
+    @property
+    def breakers(self) -> frozenset[int]:
+        return frozenset() if self.model is None else model_breakers(self.model)
+
+
+#: (the breakers set last seen, its lookup table): one tuple, swapped whole (threads)
+_mask_cache: tuple = (None, None)
+
+
+def _is_breaker(tokens: np.ndarray, breakers: frozenset[int] | set[int]) -> np.ndarray:
+    """tokens' entries that are breakers, through a boolean table indexed by id (built
+    once for the same set object: np.isin cost 0.25 ms a step on a 4,096-token context)."""
+    global _mask_cache
+    seen, table = _mask_cache
+    if seen is not breakers:
+        table = np.zeros(max(breakers, default=-1) + 1, dtype=np.bool_)
+        table[np.fromiter(breakers, dtype=np.intp, count=len(breakers))] = True
+        _mask_cache = (breakers, table)
+    inside = (tokens >= 0) & (tokens < table.shape[0])
+    return inside & table[np.where(inside, tokens, 0)] if table.shape[0] else inside
+
+
+def enabled(multiplier: float, base: float, last_n: int) -> bool:
+    """llama.cpp's test: DRY does nothing with multiplier 0, base below 1 or last_n 0."""
+    return multiplier != 0.0 and base >= 1.0 and last_n != 0
+
+
+def _match_lengths(a: np.ndarray, rep_limit: int) -> np.ndarray:
+    """For each end position e < N-1 of `a`: how many tokens the sequence ending at e has
+    in common with the one ending at the context's end (compared backwards), at most
+    rep_limit. (llama.cpp's Z-algorithm pass computes the same numbers: its
+    dry_repeat_count.) Only the positions still matching are compared, in blocks of
+    offsets that double up to _BLOCK: a repeat of L tokens costs about log2(L) + L/_BLOCK
+    vectorised comparisons, not L."""
+    n = a.shape[0]
+    counts = np.zeros(n - 1, dtype=np.intp)
+    if rep_limit <= 0:
+        return counts
+    alive = np.flatnonzero(a[: n - 1] == a[n - 1])
+    counts[alive] = 1
+    j, width = 1, 1  # every alive position matches offsets 0 .. j-1
+    while alive.size and j < rep_limit:
+        width = min(2 * width, _BLOCK, rep_limit - j)
+        offsets = np.arange(j, j + width)
+        at = alive[:, None] - offsets[None, :]  # the earlier sequence's tokens, backwards
+        same = (at >= 0) & (a[np.maximum(at, 0)] == a[n - 1 - offsets][None, :])
+        whole = same.all(axis=1)
+        counts[alive] = j + np.where(whole, width, same.argmin(axis=1))  # up to the first mismatch
+        alive = alive[whole]
+        j += width
+    return counts
+
+
+#: the widest block of offsets _match_lengths compares at once
+_BLOCK = 64
+
+
+def penalties(
+    context: Sequence[int],
+    breakers: frozenset[int] | set[int],
+    multiplier: float,
+    base: float,
+    allowed_length: int,
+    last_n: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids, the amount to subtract from each one's logit: float32), in id order.
+
+    `context`: every token id so far (prompt and reply); `last_n` of them are looked at
+    (-1: all of them, as llama.cpp's command line; the setting takes 0 and up); `breakers`:
+    the ids of the sequence-breaker tokens."""
+    if not enabled(multiplier, base, last_n):
+        return _EMPTY
+    n = len(context) if last_n < 0 else min(len(context), last_n)
+    if n <= allowed_length or n == 0:
+        return _EMPTY
+    a = np.asarray(context[len(context) - n :], dtype=np.int64)
+    # step 1: the repeat may not reach back past the last breaker
+    rep_limit = n
+    if breakers:
+        hits = np.flatnonzero(_is_breaker(a, breakers))
+        if hits.size:
+            rep_limit = n - 1 - int(hits[-1])
+    if rep_limit < allowed_length:
+        return _EMPTY
+    # step 2: the length of the repeat that ends at each earlier position
+    counts = _match_lengths(a, rep_limit)
+    # step 3: the token after each such position would extend it; keep the longest per token
+    where = np.flatnonzero(counts >= allowed_length)
+    if where.size == 0:
+        return _EMPTY
+    following = a[where + 1]
+    ids, inverse = np.unique(following, return_inverse=True)
+    longest = np.zeros(ids.shape[0], dtype=np.intp)
+    np.maximum.at(longest, inverse, counts[where])
+    # step 4: a breaker is never penalized; the exponent is clamped as llama.cpp's
+    if breakers:
+        keep = ~_is_breaker(ids, breakers)
+        ids, longest = ids[keep], longest[keep]
+    base32, mult32 = float(np.float32(base)), float(np.float32(multiplier))
+    exp = longest - allowed_length
+    if base32 > 1.000001:
+        max_exp = int(np.float32(FLOAT_MAX_LOG) / np.float32(math.log(base32)))
+        if max_exp > 0:
+            exp = np.minimum(exp, max_exp)
+    pen = (mult32 * np.power(base32, exp.astype(np.float64))).astype(np.float32)
+    return ids.astype(np.intp), pen
+
+
+def step_penalties(recent_tokens: Sequence[int], settings: Any, n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sampler's hook: `penalties` for one step with the settings' dry_* values
+    (breakers from `recent_tokens.breakers` when it is a History), ids below n_vocab."""
+    if not enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n):
+        return _EMPTY
+    ids, pen = penalties(
+        recent_tokens,
+        getattr(recent_tokens, "breakers", frozenset()),
+        settings.dry_multiplier,
+        settings.dry_base,
+        settings.dry_allowed_length,
+        settings.dry_penalty_last_n,
+    )
+    if ids.size and (ids[0] < 0 or ids[-1] >= n_vocab):
+        ok = (ids >= 0) & (ids < n_vocab)
+        ids, pen = ids[ok], pen[ok]
+    return ids, pen

@@ -1,0 +1,100 @@
+"""Route llama.cpp's own log output to a file instead of the terminal.
+
+llama-cpp-python installs a callback that prints to stderr, and with verbose=False it
+dup2()s file descriptors 1 and 2 to /dev/null while loading (which can swallow a running
+TUI's screen). loopchat loads with verbose=True, swaps in this callback, and sends
+llama-cpp-python's own Python-side prints to the same file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import llama_cpp
+
+from loopchat.private_files import open_private_append, private_dir
+
+_lock = threading.Lock()
+_state: dict[str, object] = {"file": None, "echo": False, "callback": None}
+
+
+def _write(text: str) -> None:
+    with _lock:
+        f = _state["file"]
+        if f is not None:
+            try:
+                f.write(text)  # type: ignore[union-attr]
+                f.flush()  # type: ignore[union-attr]
+            except (OSError, ValueError):
+                pass
+        if _state["echo"]:
+            sys.__stderr__.write(text)
+
+
+@llama_cpp.llama_log_callback
+def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    try:
+        _write(text.decode("utf-8", errors="replace"))
+    except Exception:  # never let an exception cross into C
+        pass
+
+
+#: At open, a log file larger than this is renamed to `<name>.1` (replacing the older
+#: one) and a new one is started: each model load logs ~215 KB, so the folder holds at
+#: most ~2 MB plus one load's worth.
+ROTATE_BYTES = 1_000_000
+
+
+def rotate_log(path: Path, max_bytes: int = ROTATE_BYTES) -> None:
+    """If `path` is over `max_bytes`, move it to `path` + ".1" (one old file is kept)."""
+    try:
+        if path.stat().st_size > max_bytes:
+            path.replace(path.with_name(path.name + ".1"))
+    except OSError:  # no file yet, or another loopchat rotated it first
+        pass
+
+
+def route_llama_log(path: Path | None, *, echo: bool = False) -> Path | None:
+    """Send every later llama.cpp log line to `path` (appended; rotated first if it is
+    over ROTATE_BYTES); echo to stderr if asked."""
+    with _lock:
+        old = _state["file"]
+        if old is not None:
+            with contextlib.suppress(OSError):
+                old.close()  # type: ignore[union-attr]
+        _state["file"] = None
+        if path is not None:
+            try:
+                private_dir(path.parent)  # 0700, the log 0600: it can hold prompts (private_files.py)
+                rotate_log(path)
+                _state["file"] = open_private_append(path)
+            except OSError:
+                path = None  # an unwritable log folder must not stop the model from loading
+        _state["echo"] = echo
+    llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+    return path
+
+
+class _Writer:
+    """A file-like object for redirect_stderr/stdout that feeds the llama log."""
+
+    def write(self, text: str) -> int:
+        _write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def python_prints_to_log() -> Iterator[IO[str]]:
+    """Send llama-cpp-python's print(..., file=sys.stderr) to the llama log meanwhile."""
+    writer = _Writer()
+    with contextlib.redirect_stderr(writer), contextlib.redirect_stdout(writer):  # type: ignore[type-var]
+        yield writer  # type: ignore[misc]

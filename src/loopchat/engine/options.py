@@ -1,0 +1,96 @@
+"""What it takes to create an Engine: picklable options, and the default thread count.
+
+Apart from engine.py (which re-exports both) so that a process that only builds options
+for a worker, such as the parent of `loopchat --host process`, need not import the
+engine, numpy and the sampler for them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loopchat.engine.thread_tuner import AUTO, Threads
+
+if TYPE_CHECKING:
+    from loopchat.config import ModelSpec
+    from loopchat.engine.engine import Engine
+
+
+def physical_cores() -> int:
+    """The machine's physical core count (llama-cpp-python's default is half the CPUs)."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # pragma: no cover - psutil is a dependency
+        n = None
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        available = os.cpu_count() or 1
+    return max(1, min(n or available, available))
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Everything needed to create an Engine: picklable, so it can cross to a process.
+
+    Calling it creates the Engine (use it as the factory of a worker)."""
+
+    model_path: str
+    name: str | None = None
+    n_ctx: int = 4096
+    threads: Threads = AUTO  # a pinned count, or "auto" (the engine chooses: thread_tuner.py)
+    gpu_layers: int = 0
+    n_batch: int = 512
+    chat_template: str | None = None
+    mode: str | None = None  # models.toml's `mode` (None: chosen by the model's template)
+    log_path: str | None = None
+    verbose: bool = False
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: ModelSpec,
+        path: str | Path,
+        *,
+        verbose: bool = False,
+        threads: Threads | None = None,
+        log_path: str | Path | None = None,
+    ) -> EngineOptions:
+        """The options for configured model `spec`, whose file is at `path` (its resolve_file()).
+        None: the spec's threads, and llama.cpp's log in paths.llama_log_path()."""
+        if log_path is None:
+            from loopchat.paths import llama_log_path
+
+            log_path = llama_log_path()
+        return cls(
+            str(path),
+            name=spec.name,
+            n_ctx=spec.n_ctx,
+            threads=threads if threads is not None else spec.threads,
+            gpu_layers=spec.gpu_layers,
+            chat_template=spec.chat_template,
+            mode=spec.mode,
+            log_path=str(log_path),
+            verbose=verbose,
+        )
+
+    def __call__(self) -> Engine:
+        from loopchat.engine.engine import Engine
+
+        return Engine(
+            self.model_path,
+            name=self.name,
+            n_ctx=self.n_ctx,
+            threads=self.threads,
+            gpu_layers=self.gpu_layers,
+            n_batch=self.n_batch,
+            chat_template=self.chat_template,
+            mode=self.mode,
+            log_path=Path(self.log_path) if self.log_path else None,
+            verbose=self.verbose,
+        )

@@ -1,0 +1,236 @@
+"""The engine in a child process, behind the same interface as `worker.EngineWorker`.
+
+Why a process: a crash inside llama.cpp (a segfault or an abort in native code) ends
+the child, not the app: the reader thread reports it, the user's text stays and the
+next load starts a new child. In one process the engine thread also shares the GIL with
+the UI thread; here it has its own interpreter and only CPU time is shared. The price:
+each Step is pickled and sent on the engine thread (measured: 0.27-0.33 ms a step
+outside the forward pass and sampling, against 0.10-0.14 ms in a thread);
+benchmarks/tui_throughput.py measures both hosts side by side, and `tui/backend.py` says
+which is the default and why.
+
+Inside the child, an `EngineWorker` thread loads and owns the Engine exactly as in the
+single-process set-up; the child's main thread relays commands, settings changes and
+cancels from pipes. Events come back over a pipe, and a reader thread in the parent
+hands each one to `emit`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from loopchat.engine.engine import EngineOptions
+from loopchat.engine.worker import EngineWorker
+from loopchat.events import Message, RunDone, WorkerError
+from loopchat.settings import LiveSettings, SamplingSettings
+
+
+def _child_main(commands: Connection, events: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the parent
+    send_lock = threading.Lock()
+
+    def send(event: Any) -> None:
+        # called on the engine thread for every event, each sent at once: batching them
+        # hid from the UI which step a key press came before
+        with send_lock:
+            try:
+                events.send(event)
+            except (BrokenPipeError, OSError):
+                pass
+
+    worker = EngineWorker(send)
+    live = LiveSettings()
+    while True:
+        try:
+            command, arg = commands.recv()
+        except (EOFError, OSError):
+            command, arg = "close", None
+        if command == "load":
+            worker.load(*arg)
+        elif command == "generate":
+            messages, settings, report_k, reuse_at_most, reply_prefix, first_token = arg
+            live.set(settings)
+            worker.generate(
+                messages,
+                live,
+                report_k=report_k,
+                reuse_at_most=reuse_at_most,
+                reply_prefix=reply_prefix,
+                first_token=first_token,
+            )
+        elif command == "settings":
+            live.set(arg)
+        elif command == "cancel":
+            worker.cancel()
+        elif command == "close":
+            worker.close()
+            return
+
+
+class ProcessEngineWorker:
+    """EngineWorker's interface; the engine runs in a spawned child process."""
+
+    def __init__(self, emit: Callable[[Any], None], *, name: str = "loopchat-engine", read_period: float = 0.0) -> None:
+        """`read_period` (s): after handing over what has arrived, the reader thread waits
+        this long before it reads again (0: it wakes for every event). See `_read`."""
+        self._emit = emit
+        self._name = name
+        self._read_period = read_period
+        self._read_lock = threading.Lock()  # one reader of the pipe at a time, in order
+        self._stop_reading = threading.Event()  # wakes the reader from its period at close
+        self._lock = threading.Lock()
+        self._run_id = 0
+        self._busy = threading.Event()
+        self._live: LiveSettings | None = None
+        self._closing = False
+        self._start()
+
+    def _start(self) -> None:
+        """Spawn the child process and the thread that reads its events."""
+        ctx = multiprocessing.get_context("spawn")
+        self._commands, child_commands = ctx.Pipe(duplex=False)[::-1]
+        parent_events, child_events = ctx.Pipe(duplex=False)
+        self._events = parent_events
+        self._proc = ctx.Process(target=_child_main, args=(child_commands, child_events), name=self._name, daemon=True)
+        self._proc.start()
+        child_commands.close()
+        child_events.close()
+        self._child_runs = 0  # run ids as the child's EngineWorker counts them
+        self._reader = threading.Thread(target=self._read, name=f"{self._name}-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
+    def _send(self, command: str, arg: Any) -> None:
+        with self._lock:
+            try:
+                self._commands.send((command, arg))
+            except (BrokenPipeError, OSError):
+                pass
+
+    # ---------------------------------------------------------- any thread ----
+    def load(self, factory: EngineOptions, name: str, path: Any) -> None:
+        if not isinstance(factory, EngineOptions):
+            raise TypeError("ProcessEngineWorker.load needs EngineOptions (picklable), not a callable")
+        if not self._proc.is_alive() and not self._closing:
+            self._start()  # the last engine process died: a load starts a new one
+        self._send("load", (factory, name, str(path)))
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        settings: LiveSettings | SamplingSettings,
+        *,
+        report_k: int = 10,
+        reuse_at_most: int | None = None,
+        reply_prefix: Sequence[int] = (),
+        first_token: int | None = None,
+    ) -> int:
+        self._run_id += 1
+        if not self._proc.is_alive():
+            self._emit(
+                WorkerError("the engine process is not running: load a model again (Ctrl+P → switch model)", "generate")
+            )
+            self._emit(RunDone(self._run_id))
+            return self._run_id
+        self._busy.set()
+        self._unsubscribe()
+        if isinstance(settings, LiveSettings):
+            self._live = settings
+            settings.subscribe(self._forward_settings)
+            current = settings.get()
+        else:
+            current = settings
+        self._send("generate", (tuple(messages), current, report_k, reuse_at_most, tuple(reply_prefix), first_token))
+        return self._run_id
+
+    def _forward_settings(self, settings: SamplingSettings) -> None:
+        self._send("settings", settings)
+
+    def _unsubscribe(self) -> None:
+        if self._live is not None:
+            self._live.unsubscribe(self._forward_settings)
+            self._live = None
+
+    def cancel(self) -> None:
+        self._send("cancel", None)
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        self._closing = True
+        self._unsubscribe()
+        self.cancel()
+        self._send("close", None)
+        self._proc.join(timeout)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(2)
+        self._stop_reading.set()  # the child has gone: no need to read on to the end
+        self._reader.join(2)
+
+    # -------------------------------------------------------- reader thread ----
+    def _read(self) -> None:
+        """Hand the child's events to `emit`, in order.
+
+        Woken for each event, this thread cost the UI process ~0.3 ms of CPU per token
+        (2.7% of a core at ~80 tokens/s, measured on a 2-core VM): mostly the wake-up
+        itself, then unpickling. With a `read_period` it wakes at most once a period
+        and takes everything that has arrived (1.3-1.8% of a core at 1/30 s). The app
+        reads the pipe in each of its frames (`flush()`, on a thread that is awake then
+        anyway) and gives this thread a period of 0.25 s: 0.2% of a core. The pipe
+        holds ~100 steps, more than arrive in a period, so the engine does not wait
+        for it."""
+        period = self._read_period
+        while True:
+            try:
+                wait([self._events])
+                with self._read_lock:
+                    self._drain()
+            except (EOFError, OSError):
+                if not self._closing:
+                    self._proc.join(1)
+                    was_busy = self._busy.is_set()
+                    self._busy.clear()
+                    self._emit(
+                        WorkerError(
+                            f"the engine process stopped unexpectedly (exit code {self._proc.exitcode}); "
+                            "load a model again (Ctrl+P → switch model); the llama log may say why",
+                            during="generate",
+                        )
+                    )
+                    if was_busy:
+                        self._emit(RunDone(self._run_id))
+                self._busy.clear()
+                return
+            if period and self._stop_reading.wait(period):
+                return
+
+    def flush(self) -> None:
+        """Hand over every event that has arrived from the child, now, on this thread."""
+        with self._read_lock:
+            try:
+                self._drain()
+            except (EOFError, OSError):
+                pass  # the reader thread reports it (the end of the pipe stays readable)
+
+    def _drain(self) -> None:
+        """Emit every event waiting in the pipe (hold `_read_lock`); raises EOFError or
+        OSError when the child has gone."""
+        events = self._events
+        while events.poll():
+            event = events.recv()
+            if isinstance(event, RunDone):
+                event = RunDone(self._run_id)  # the child counts its own runs
+                self._unsubscribe()
+                self._busy.clear()
+            self._emit(event)

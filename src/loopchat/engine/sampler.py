@@ -1,0 +1,196 @@
+"""The sampling chain, in numpy, instrumented.
+
+Order (the same as llama.cpp's common sampler chain): repeat penalty -> DRY (dry.py) ->
+top-k -> top-p -> min-p -> temperature -> draw. The stages are objects (sampler_stages: `chain_for`
+builds a step's chain from the settings), each narrowing the candidates and reporting
+what it removed; their numeric pieces are in sampler_math. Top-p sees the softmax of the
+candidates left by top-k, min-p keeps tokens whose logit is at least max + ln(min_p)
+(p >= min_p * p_max), temperature divides the surviving logits, and the draw uses
+numpy's PCG64 seeded from the settings. Temperature 0 is greedy: the distribution
+sampled from is then a single token with probability 1.
+
+Everything a step reports is computed here from the model's logits: the raw softmax
+(and its entropy) over the whole vocabulary, the distribution actually sampled from,
+the chosen token's probability and rank in both, and each stage's report. It is written
+to cost a small fraction of a forward pass whatever the settings: the exact top-K
+selection avoids a full sort, with top-k off (or very large) the candidates are never
+sorted whole, and the arrays of the vocabulary's size are scratch memory kept from step
+to step (on Gemma 3's 262,144 tokens fresh ones cost more than the arithmetic: see
+sampler_math._Scratch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, scratch, top_indices
+from loopchat.engine.sampler_stages import Candidates, StageReport, chain_for, scaled
+from loopchat.settings import SamplingSettings
+
+__all__ = ["SampleResult", "StageReport", "chain_for", "entropy_bits", "make_rng", "sample", "top_indices"]
+
+_LOG2E = 1.0 / math.log(2.0)
+
+
+@dataclass(slots=True)
+class SampleResult:
+    token_id: int
+    raw_top_ids: np.ndarray
+    raw_top_probs: np.ndarray
+    sampled_top_ids: np.ndarray
+    sampled_top_probs: np.ndarray
+    raw_prob: float
+    raw_rank: int
+    sampled_prob: float
+    sampled_rank: int
+    raw_entropy: float  # bits
+    sampled_entropy: float  # bits
+    kept: int  # candidates with non-zero probability in the sampled-from distribution
+    stages: tuple[StageReport, ...] = ()  # what each stage of the chain did, in order
+
+
+@dataclass(slots=True)
+class _Distribution:
+    """What the chain left, to draw from: `probs` over `ids` (None: the whole vocabulary,
+    a token's index its id), still to be divided by `norm`; `top`: the positions of the
+    reported candidates, most likely first; `blocks`: the unsorted form's block sums."""
+
+    ids: np.ndarray | None
+    probs: np.ndarray
+    norm: float
+    entropy: float
+    top: np.ndarray
+    blocks: np.ndarray | None
+
+
+def _sorted_distribution(c: Candidates) -> _Distribution:
+    """The sorted form: the probabilities normalised, the candidates already in order."""
+    z = c.z if c.z is not None else scaled(c)
+    probs = np.exp(z)
+    probs /= probs.sum()
+    nz = probs[probs > 0]
+    entropy = float(-(nz * np.log2(nz)).sum()) if nz.shape[0] > 1 else 0.0
+    assert c.ids is not None
+    return _Distribution(c.ids, probs, 1.0, entropy, np.arange(min(c.report_k, c.ids.shape[0])), None)
+
+
+def _unsorted_distribution(c: Candidates) -> _Distribution:
+    """More than SORT_LIMIT candidates, in the order they come (the same for the same
+    logits and settings, so a seed still draws the same tokens): their weights exp(z),
+    not divided by their sum (the caller divides only the few it reports, a pass over the
+    vocabulary saved), the sums of their blocks of DRAW_BLOCK, their entropy in bits."""
+    z = c.z if c.z is not None else scaled(c)
+    weights = np.exp(z, out=scratch.get("f64b", z.shape[0], np.float64))
+    # their sum from the draw's block sums (one pass serves both: see draw_unsorted)
+    blocks = np.add.reduceat(weights, np.arange(0, weights.shape[0], DRAW_BLOCK))
+    norm = float(blocks.sum())
+    # entropy in nats is ln(norm) - sum(w z) / norm: no logarithm per candidate. einsum
+    # sums the products without a temporary array and without BLAS (np.dot would call
+    # BLAS, whose threads spin against llama.cpp's)
+    entropy = (math.log(norm) - float(np.einsum("i,i->", weights, z)) / norm) * _LOG2E if z.shape[0] > 1 else 0.0
+    # only the reported candidates are sorted. Every token kept: the probabilities rise
+    # with the logits, so the top logits (float32, half the bytes) are the top
+    # probabilities, and without a penalty they are the raw top already
+    if c.ids is not None:
+        top = top_indices(weights, c.report_k)
+    elif c.work is c.logits:
+        top = c.raw_top_ids
+    else:
+        top = top_indices(c.work, c.report_k)
+    return _Distribution(c.ids, weights, norm, max(entropy, 0.0), top, blocks)
+
+
+def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:
+    """(the token, its position in d; None: a forced token the filters cut)."""
+    n_kept = d.probs.shape[0]
+    if force is not None:
+        token_id = int(force)
+        if d.ids is None:
+            return token_id, token_id
+        where = np.flatnonzero(d.ids == token_id)
+        return token_id, (int(where[0]) if where.size else None)
+    if n_kept == 1:
+        pick = 0
+    elif d.blocks is not None:
+        pick = draw_unsorted(d.probs, rng.random() * d.norm, d.blocks)
+    else:
+        u = rng.random()
+        pick = min(int(np.searchsorted(np.cumsum(d.probs), u, side="right")), n_kept - 1)
+    return (pick if d.ids is None else int(d.ids[pick])), pick
+
+
+def entropy_bits(logits: np.ndarray) -> float:
+    """Entropy in bits of softmax(logits), computed stably in float64."""
+    z = logits.astype(np.float64, copy=False)
+    z = z - z.max()
+    e = np.exp(z)
+    total = e.sum()
+    return float((math.log(total) - float(np.dot(e, z)) / total) * _LOG2E)
+
+
+def make_rng(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def sample(
+    logits: np.ndarray,
+    recent_tokens: Sequence[int],
+    settings: SamplingSettings,
+    rng: np.random.Generator,
+    report_k: int = 10,
+    force: int | None = None,
+) -> SampleResult:
+    """Run the chain on one row of logits (float32, n_vocab) and report everything.
+
+    `force`: the token is this one (picked by hand in step mode), not drawn: `rng` is
+    not used, and the token's probabilities and ranks are reported as for a drawn one
+    (a token the filters cut has sampled_prob 0 and sampled_rank 0)."""
+    n_vocab = logits.shape[0]
+
+    # --- raw softmax over the whole vocabulary ---------------------------------
+    raw_max = float(logits.max())
+    shifted = np.subtract(logits, np.float32(raw_max), out=scratch.get("shifted", n_vocab, np.float32))
+    e = np.exp(shifted, out=scratch.get("exp", n_vocab, np.float32))
+    total = float(e.sum())
+    # (einsum, not np.dot: a BLAS call, whose threads would spin against llama.cpp's)
+    raw_entropy = (math.log(total) - float(np.einsum("i,i->", e, shifted)) / total) * _LOG2E
+    raw_top_ids = top_indices(logits, report_k)
+    raw_top_probs = e[raw_top_ids].astype(np.float64) / total
+
+    # --- the stages, then the distribution sampled from, then the draw ----------
+    c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k)
+    reports = tuple(stage.apply(c) for stage in chain_for(settings))
+    d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
+    token_id, pick = _draw(d, rng, force)
+
+    n_kept = d.probs.shape[0]
+    chosen_logit = logits[token_id]
+    mask = scratch.get("mask", max(n_vocab, n_kept), np.bool_)
+    raw_rank = int(np.count_nonzero(np.greater(logits, chosen_logit, out=mask[:n_vocab]))) + 1
+    if pick is None:
+        sampled_rank = 0
+    elif d.ids is None and c.work is logits:
+        # every token kept, no penalty: the probabilities rise with the raw logits, so
+        # the ranks are the same (a pass over the vocabulary saved)
+        sampled_rank = raw_rank
+    else:
+        sampled_rank = int(np.count_nonzero(np.greater(d.probs, d.probs[pick], out=mask[:n_kept]))) + 1
+    return SampleResult(
+        token_id=token_id,
+        raw_top_ids=raw_top_ids,
+        raw_top_probs=raw_top_probs,
+        sampled_top_ids=d.top if d.ids is None else d.ids[d.top],
+        sampled_top_probs=d.probs[d.top] / d.norm,
+        raw_prob=float(e[token_id]) / total,  # as raw_top_probs: the same token, the same number
+        raw_rank=raw_rank,
+        sampled_prob=0.0 if pick is None else float(d.probs[pick]) / d.norm,
+        sampled_rank=sampled_rank,
+        raw_entropy=float(raw_entropy),
+        sampled_entropy=d.entropy,
+        kept=int(n_kept),
+        stages=reports,
+    )

@@ -1,0 +1,324 @@
+"""The sampler's stages: small objects, each narrowing the candidates and saying what it did.
+
+The chain of a step is data, built from the settings in one place (`chain_for`), in
+llama.cpp's order: repeat penalty -> DRY -> top-k -> top-p -> min-p -> temperature; at
+temperature 0: repeat penalty -> DRY -> greedy. `sampler.sample` runs it over a `Candidates`,
+then makes the distribution and draws. Every stage is in its chain whatever its
+setting; one that is off passes everything on. Adding a stage is a class with a `name`
+and `apply(c) -> StageReport`, and a line in `chain_for`.
+
+A stage's report (StageReport) counts the candidates it removed and the probability
+they held, all stages measured in one distribution: the softmax, at temperature 1, of
+the logits after the penalties (repeat penalty and DRY), over the whole vocabulary (docs/trace-format.md,
+"Sampler stages"). The removed masses of a step therefore add up: 1 minus their sum is
+the last report's kept_mass.
+
+The candidates take one of two forms, chosen for cost (see sampler_math): sorted (ids
+largest logit first, at most SORT_LIMIT of them, with their float64 logits), or
+unsorted (more than SORT_LIMIT; `ids` None for the whole vocabulary in id order), which
+is never sorted whole. Top-k picks the form; top-p sorts what it leaves if few remain.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from loopchat.engine import dry
+from loopchat.engine.sampler_math import SORT_LIMIT, scratch, top_indices, top_p_set, top_set
+from loopchat.settings import SamplingSettings
+
+
+@dataclass(frozen=True, slots=True)
+class StageReport:
+    """What one stage did at one step (masses: see the module's docstring)."""
+
+    stage: str  # the stage's name: repeat_penalty, dry, top_k, top_p, min_p, temperature, greedy
+    removed: int  # candidates it removed
+    removed_mass: float  # the probability they held
+    kept: int  # candidates left after it
+    kept_mass: float  # the probability those held
+
+
+class Candidates:
+    """The tokens still in the running at one step, as the stages narrow them.
+
+    `work`: the logits the stages read (the model's, or a penalized copy); `norm`: the
+    sum of exp(work - raw_max) over the vocabulary (the mass unit); `mass`: the share of
+    it the candidates hold. Sorted form: `ids` and `logits64` (float64), largest first.
+    `z`: once a stage has scaled them, the candidates' float64 logits minus their max,
+    divided by the temperature (None: not yet computed)."""
+
+    __slots__ = (
+        "logits",
+        "work",
+        "context",
+        "n_vocab",
+        "raw_max",
+        "norm",
+        "raw_top_ids",
+        "report_k",
+        "ids",
+        "sorted",
+        "logits64",
+        "z",
+        "mass",
+    )
+
+    def __init__(
+        self,
+        logits: np.ndarray,
+        context: Sequence[int],
+        raw_max: float,
+        total: float,
+        raw_top_ids: np.ndarray,
+        report_k: int,
+    ) -> None:
+        self.logits = self.work = logits
+        self.context = context  # the tokens before this step
+        self.n_vocab = logits.shape[0]
+        self.raw_max, self.norm = raw_max, total
+        self.raw_top_ids, self.report_k = raw_top_ids, report_k
+        self.ids: np.ndarray | None = None
+        self.sorted = False
+        self.logits64: np.ndarray | None = None
+        self.z: np.ndarray | None = None
+        self.mass = 1.0
+
+    @property
+    def count(self) -> int:
+        return self.n_vocab if self.ids is None else int(self.ids.shape[0])
+
+    def source(self) -> np.ndarray:
+        """The candidates' logits (float32), in the order of `ids`."""
+        return self.work if self.ids is None else self.work[self.ids]
+
+    def change_logits(self, ids: np.ndarray, values: np.ndarray) -> None:
+        """Give the tokens `ids` (distinct) new logits, on a copy of the model's, and move
+        the mass unit with them (before any stage has narrowed the candidates)."""
+        if self.work is self.logits:
+            self.work = scratch.get("work", self.n_vocab, np.float32)
+            np.copyto(self.work, self.logits)
+        before = np.exp(self.work[ids].astype(np.float64) - self.raw_max)
+        self.work[ids] = values
+        after = np.exp(self.work[ids].astype(np.float64) - self.raw_max)
+        self.norm += float(after.sum()) - float(before.sum())
+
+    def take_top(self, k: int) -> None:
+        """Keep the k largest logits (k <= n_vocab): sorted if k <= SORT_LIMIT, else
+        unsorted, never sorted whole (ids None if k is the whole vocabulary)."""
+        if k > SORT_LIMIT:
+            self.ids = None if k >= self.n_vocab else top_set(self.work, k)
+            return
+        if self.work is self.logits and k <= self.report_k:
+            self.ids = self.raw_top_ids[:k]
+        else:
+            self.ids = top_indices(self.work, k)
+        self.sorted = True
+        self.logits64 = self.work[self.ids].astype(np.float64)
+
+    def sort(self) -> None:
+        """The unsorted candidates in the sorted form (largest first, a stable sort)."""
+        assert self.ids is not None
+        self.ids = self.ids[np.argsort(-self.work[self.ids], kind="stable")]
+        self.sorted = True
+        self.logits64 = self.work[self.ids].astype(np.float64)
+
+    def keep_first(self, n: int) -> None:
+        """Sorted form: keep the n largest."""
+        assert self.ids is not None and self.logits64 is not None
+        self.ids, self.logits64 = self.ids[:n], self.logits64[:n]
+        if self.z is not None:
+            self.z = self.z[:n]
+
+    def mass_of(self, logits64: np.ndarray) -> float:
+        """The share of the mass unit these (float64) logits hold."""
+        return float(np.exp(logits64 - self.raw_max).sum()) / self.norm
+
+    def report(self, stage: str, entered: int, kept_mass: float) -> StageReport:
+        """A stage's report; the candidates now hold kept_mass (when it removed any)."""
+        removed = entered - self.count
+        removed_mass = 0.0
+        if removed:
+            removed_mass = max(self.mass - kept_mass, 0.0)
+            self.mass = kept_mass
+        return StageReport(stage, removed, removed_mass, self.count, self.mass)
+
+
+class Stage(Protocol):
+    name: str
+
+    def apply(self, c: Candidates) -> StageReport: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatPenalty:
+    """Divides the positive logits of the context's last `last_n` tokens by `penalty`,
+    multiplies the negative ones (llama.cpp's rule), in float32 as the logits come.
+    Removes none."""
+
+    penalty: float
+    last_n: int
+    name: str = "repeat_penalty"
+
+    def apply(self, c: Candidates) -> StageReport:
+        if self.penalty == 1.0 or self.last_n <= 0 or not c.context:
+            return c.report(self.name, c.count, c.mass)
+        recent = {t for t in c.context[-self.last_n :] if 0 <= t < c.n_vocab}
+        if recent:
+            ids = np.fromiter(recent, dtype=np.intp, count=len(recent))
+            v = c.work[ids]
+            c.change_logits(ids, np.where(v > 0, v / self.penalty, v * self.penalty))
+        return c.report(self.name, c.count, c.mass)
+
+
+@dataclass(frozen=True, slots=True)
+class Dry:
+    """llama.cpp's DRY (dry.py): subtracts from the logit of each token that would extend
+    a sequence the context already holds a penalty that grows with its length, in
+    float32 as the logits come. Removes none."""
+
+    settings: SamplingSettings
+    name: str = "dry"
+
+    def apply(self, c: Candidates) -> StageReport:
+        ids, pen = dry.step_penalties(c.context, self.settings, c.n_vocab)
+        if ids.size:
+            c.change_logits(ids, c.work[ids] - pen)
+        return c.report(self.name, c.count, c.mass)
+
+
+@dataclass(frozen=True, slots=True)
+class TopK:
+    """Keeps the k largest logits (0, or more than the vocabulary: all of them)."""
+
+    k: int
+    name: str = "top_k"
+
+    def apply(self, c: Candidates) -> StageReport:
+        entered = c.count
+        k = self.k if 0 < self.k <= c.n_vocab else c.n_vocab
+        c.take_top(k)
+        if k >= c.n_vocab:
+            return c.report(self.name, entered, c.mass)
+        kept = c.logits64 if c.sorted else c.work[c.ids].astype(np.float64)
+        return c.report(self.name, entered, c.mass_of(kept))
+
+
+@dataclass(frozen=True, slots=True)
+class Greedy:
+    """Temperature 0: keeps the most likely token alone (the lowest id of equal ones)."""
+
+    name: str = "greedy"
+
+    def apply(self, c: Candidates) -> StageReport:
+        entered = c.count
+        c.take_top(1)
+        assert c.logits64 is not None
+        return c.report(self.name, entered, c.mass_of(c.logits64))
+
+
+@dataclass(frozen=True, slots=True)
+class TopP:
+    """Keeps the most likely candidates (largest logit first, equal ones by id) up to and
+    including the one at which their softmax mass reaches p (1: all of them)."""
+
+    p: float
+    name: str = "top_p"
+
+    def apply(self, c: Candidates) -> StageReport:
+        entered = c.count
+        if self.p >= 1.0 or entered <= 1:
+            return c.report(self.name, entered, c.mass)
+        if c.sorted:
+            assert c.logits64 is not None
+            cum = np.cumsum(np.exp(c.logits64 - c.logits64[0]))
+            cum /= cum[-1]
+            n_keep = int(np.searchsorted(cum, self.p, side="left")) + 1
+            n_keep = min(max(n_keep, 1), entered)
+            c.keep_first(n_keep)
+            share = float(cum[n_keep - 1])
+        else:
+            c.ids, share = top_p_set(c.work, c.ids, self.p)
+            if c.ids.shape[0] <= SORT_LIMIT:
+                c.sort()
+        return c.report(self.name, entered, c.mass * share)
+
+
+@dataclass(frozen=True, slots=True)
+class MinP:
+    """Keeps the candidates whose logit is at least max + ln(min_p), in float64 (a
+    probability at least min_p times the top one's; 0: all of them)."""
+
+    min_p: float
+    name: str = "min_p"
+
+    def apply(self, c: Candidates) -> StageReport:
+        entered = c.count
+        if self.min_p <= 0.0 or (c.sorted and entered <= 1):
+            return c.report(self.name, entered, c.mass)
+        if c.sorted:
+            assert c.logits64 is not None
+            floor = c.logits64[0] + math.log(self.min_p)
+            n_keep = max(int(np.count_nonzero(c.logits64 >= floor)), 1)
+            if n_keep == entered:
+                return c.report(self.name, entered, c.mass)
+            w = np.exp(c.logits64 - c.logits64[0])
+            c.keep_first(n_keep)
+            return c.report(self.name, entered, c.mass * float(w[:n_keep].sum()) / float(w.sum()))
+        src = c.source()
+        mx = float(src.max())
+        z = scratch.get("f64a", src.shape[0], np.float64)
+        z[...] = src
+        keep = np.greater_equal(z, mx + math.log(self.min_p), out=scratch.get("mask", src.shape[0], np.bool_))
+        c.ids = np.flatnonzero(keep) if c.ids is None else c.ids[keep]
+        z = z[keep]
+        z -= mx
+        c.z = z  # the candidates' logits minus their max, at temperature 1 so far
+        return c.report(self.name, entered, float(np.exp(z).sum()) * math.exp(mx - c.raw_max) / c.norm)
+
+
+@dataclass(frozen=True, slots=True)
+class Temperature:
+    """Divides the candidates' logits (minus their max, in float64) by t. Removes none."""
+
+    t: float
+    name: str = "temperature"
+
+    def apply(self, c: Candidates) -> StageReport:
+        if self.t != 1.0:  # (dividing by 1 changes nothing)
+            if c.z is None:
+                c.z = scaled(c)
+            c.z /= self.t
+        return c.report(self.name, c.count, c.mass)
+
+
+def scaled(c: Candidates) -> np.ndarray:
+    """The candidates' float64 logits minus their max (a new array in the sorted form,
+    scratch memory in the unsorted one, computed in one pass from float32)."""
+    if c.sorted:
+        assert c.logits64 is not None
+        return c.logits64 - c.logits64[0]
+    src = c.source()
+    return np.subtract(src, float(src.max()), out=scratch.get("f64a", src.shape[0], np.float64), dtype=np.float64)
+
+
+@functools.lru_cache(maxsize=64)
+def chain_for(settings: SamplingSettings) -> tuple[Stage, ...]:
+    """The stages of a step under these settings, in order (the same objects for equal
+    settings: they are immutable)."""
+    penalties = (RepeatPenalty(settings.repeat_penalty, settings.repeat_last_n), Dry(settings))
+    if settings.greedy:
+        return (*penalties, Greedy())
+    return (
+        *penalties,
+        TopK(settings.top_k),
+        TopP(settings.top_p),
+        MinP(settings.min_p),
+        Temperature(settings.temperature),
+    )

@@ -1,0 +1,1 @@
+"""`loopchat serve`: the OpenAI-compatible HTTP server over one engine."""

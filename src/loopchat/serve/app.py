@@ -1,0 +1,357 @@
+"""`loopchat serve`: the HTTP application (Starlette), OpenAI-compatible.
+
+    POST /v1/chat/completions   chat messages, through the model's chat template
+    POST /v1/completions        a raw document the model continues (no template)
+    GET  /v1/models             the one model served (and GET /v1/models/{id})
+    GET  /health                open without the API key: status, busy, waiting
+
+Bodies are wire.py's objects: a stream is `WireSerializer.lines` for each event the
+engine emits, written as they come, then `data: [DONE]` (the exact bytes the chat's wire
+view shows for a local reply); a blocking request gets `WireSerializer.body()` after the
+whole loop. Every error is OpenAI's error shape with a status its clients map to their
+exception classes (400, 401, 404, 429, 500, 503).
+
+The loop is shared (serve_loop.py): one generation at a time, the others wait their turn.
+A client that disconnects, while it waits or mid-reply, cancels its generation within
+one step; each request logs one line (`log`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from loopchat.event_lines import summary_line
+from loopchat.events import RunDone, WorkerError
+from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
+from loopchat.serve.requests import RequestError, parse_chat, parse_completion, parse_json
+from loopchat.settings import SamplingSettings
+from loopchat.wire import DONE_LINE, WireSerializer, error_body, sse_line
+
+ENDPOINTS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The model behind the server, as /v1/models names it."""
+
+    id: str  # the models.toml name, or the file name of a --model PATH.gguf
+    file_name: str
+    n_ctx: int
+    n_vocab: int
+    sampling: SamplingSettings  # a request's settings start from these (models.toml's)
+    created: int = field(default_factory=lambda: int(time.time()))
+    strict: bool = False  # --strict-model: a request must name this model (else any name is answered by it)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """What a request's `model` may say: the id, the file name, the file's stem."""
+        stem = self.file_name[:-5] if self.file_name.lower().endswith(".gguf") else self.file_name
+        return frozenset({self.id, self.file_name, stem})
+
+    def check(self, name: str | None) -> None:
+        """A request's `model`. The server holds one model: it answers any name (and none,
+        and "") with it, as llama.cpp's servers do, so that code written for OpenAI
+        (`model="gpt-4"`) runs unchanged; each response's `model` says which answered.
+        With --strict-model a name it does not go by is a 404."""
+        if self.strict and name is not None and name not in self.names:
+            raise RequestError(
+                f"model {name!r} is not served here: this server runs {self.id!r} and, started with "
+                "--strict-model, answers only its names (GET /v1/models lists it)",
+                status=404,
+                param="model",
+                code="model_not_found",
+            )
+
+    def card(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "loopchat",
+            "loopchat": {"file": self.file_name, "n_ctx": self.n_ctx, "n_vocab": self.n_vocab},
+        }
+
+
+def _error(
+    status: int,
+    message: str,
+    type: str = "invalid_request_error",
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(error_body(message, type, param=param, code=code), status_code=status, headers=headers)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body has been read: nothing else comes)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def create_app(
+    loop: OneLoop, model: ServedModel, *, api_key: str | None = None, log: Callable[[str], None] = print
+) -> Starlette:
+    def line(request: Request, status: int, text: str) -> None:
+        client = request.client.host if request.client else "-"
+        log(f"{client} {request.method} {request.url.path} {status} · {text}")
+
+    def denied(request: Request) -> JSONResponse | None:
+        if api_key is None:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            message = (
+                "missing API key: send the header Authorization: Bearer <key> (the key loopchat serve was started with)"
+            )
+        elif not secrets.compare_digest(given.strip().encode(), api_key.encode()):
+            message = "incorrect API key: use the key loopchat serve was started with (--api-key or LOOPCHAT_API_KEY)"
+        else:
+            return None
+        line(request, 401, message)
+        return _error(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    async def generate(request: Request, chat: bool) -> Response:
+        refusal = denied(request)
+        if refusal is not None:
+            return refusal
+        try:
+            body = parse_json(await request.body())
+            req = (parse_chat if chat else parse_completion)(body, model.sampling)
+            model.check(req.model)
+        except RequestError as exc:
+            line(request, exc.status, f"{exc.type}: {exc.message}")
+            return JSONResponse(exc.body(), status_code=exc.status)
+        mode = "stream" if req.wire.stream else "blocking"
+
+        # wait for the loop; a client that leaves meanwhile leaves the queue
+        gone = asyncio.ensure_future(_disconnected(request))
+        turn = asyncio.ensure_future(loop.begin(req))
+        try:
+            await asyncio.wait({gone, turn}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            gone.cancel()
+            turn.cancel()
+            raise
+        if not turn.done():
+            turn.cancel()
+            with contextlib.suppress(asyncio.CancelledError, QueueFull, ShuttingDown):
+                run = await turn
+                loop.cancel(run)  # (it got its turn in the same instant)
+            line(request, 499, f"{mode}: the client disconnected while waiting for its turn")
+            return Response(status_code=499)
+        try:
+            run = turn.result()
+        except QueueFull:
+            gone.cancel()
+            message = (
+                f"the loop is busy and {loop.queue_limit} requests already wait for it (loopchat serve "
+                "runs one generation at a time; --queue sets how many may wait); retry shortly"
+            )
+            line(request, 429, message)
+            return _error(429, message, "rate_limit_exceeded", code="queue_full", headers={"Retry-After": "1"})
+        except ShuttingDown:
+            gone.cancel()
+            message = "loopchat serve is shutting down; retry against another server or after it restarts"
+            line(request, 503, message)
+            return _error(503, message, "server_error", code="shutting_down")
+
+        run.on_done = lambda r: line(request, _status(r, req.wire.stream), _outcome(r, mode))
+
+        def client_left(_: Any) -> None:
+            loop.cancel(run)
+
+        if gone.done():
+            loop.cancel(run)
+        gone.add_done_callback(client_left)
+        serializer = WireSerializer(model.id, req.wire)
+        if not req.wire.stream:
+            try:
+                return await _blocking(run, serializer, chat)
+            finally:
+                gone.remove_done_callback(client_left)
+                gone.cancel()
+
+        # streaming: the response starts once the run has started (an error before its
+        # first event, e.g. a prompt too long for the context, is still a 4xx)
+        first = await run.events.get()
+        gone.remove_done_callback(client_left)  # from here Starlette watches for the client
+        gone.cancel()
+        if isinstance(first, WorkerError):
+            await _until_done(run)
+            return _worker_error(first, chat)
+        return StreamingResponse(
+            _stream(loop, run, serializer, first),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, chat=True)
+
+    async def completions(request: Request) -> Response:
+        return await generate(request, chat=False)
+
+    async def list_models(request: Request) -> Response:
+        refusal = denied(request)
+        if refusal is not None:
+            return refusal
+        return JSONResponse({"object": "list", "data": [model.card()]})
+
+    async def get_model(request: Request) -> Response:
+        refusal = denied(request)
+        if refusal is not None:
+            return refusal
+        name = request.path_params["model_id"]
+        if name not in model.names:
+            return _error(
+                404,
+                f"model {name!r} is not served here: this server runs {model.id!r}",
+                param="model",
+                code="model_not_found",
+            )
+        return JSONResponse(model.card())
+
+    async def health(request: Request) -> Response:
+        status = "stopping" if loop.closing else "ok"
+        return JSONResponse(
+            {
+                "status": status,
+                "model": model.id,
+                "generating": loop.busy,
+                "waiting": loop.waiting,
+                "queue": loop.queue_limit,
+                "generations": loop.runs,
+            },
+            status_code=503 if loop.closing else 200,
+        )
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            message = f"there is no {request.method} {request.url.path} here: loopchat serve has {ENDPOINTS}"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}: loopchat serve has {ENDPOINTS}"
+        else:
+            message = str(exc.detail)
+        line(request, exc.status_code, message)
+        return _error(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # anyio loads its asyncio backend at its first use, a streaming response's task
+        # group: ~30 ms of imports on the event loop's thread that competed with the
+        # first request's prefill for the cores (its TTFT was ~35 ms longer). Load it now.
+        await anyio.sleep(0)
+        loop.attach()
+        try:
+            yield
+        finally:
+            loop.detach()
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+
+
+async def _stream(loop: OneLoop, run: Run, serializer: WireSerializer, first: Any) -> AsyncIterator[str]:
+    """The SSE text of one run: wire.py's lines for each event, then [DONE]. If the client
+    goes, Starlette cancels this generator: the run is cancelled (within one step)."""
+    try:
+        event = first
+        while not isinstance(event, RunDone):
+            if isinstance(event, WorkerError):  # after the stream started: an error chunk
+                yield sse_line(error_body(event.message, "server_error", code="generation_error"))
+            else:
+                lines = serializer.lines(event)
+                if lines:
+                    yield lines[0] if len(lines) == 1 else "".join(lines)
+            event = await run.events.get()
+        yield DONE_LINE
+    finally:
+        if not run.done:
+            loop.cancel(run)
+
+
+async def _blocking(run: Run, serializer: WireSerializer, chat: bool) -> Response:
+    error: WorkerError | None = None
+    while True:
+        event = await run.events.get()
+        if isinstance(event, RunDone):
+            break
+        if isinstance(event, WorkerError):
+            error = event
+        else:
+            serializer.feed(event)
+    if error is not None:
+        return _worker_error(error, chat)
+    if not serializer.done:  # pragma: no cover - a run ends with a Finish or an error
+        return _error(500, "the engine ended the run without a reply; this is a bug: please report it", "server_error")
+    return JSONResponse(serializer.body(), status_code=500 if serializer.error else 200)
+
+
+async def _until_done(run: Run) -> None:
+    while not isinstance(await run.events.get(), RunDone):
+        pass
+
+
+def _worker_error(error: WorkerError, chat: bool) -> JSONResponse:
+    if error.internal:
+        return _error(500, error.message, "server_error", code="internal_error")
+    if error.context_overflow:  # OpenAI's code for it, naming what was too long
+        return _error(400, error.message, param="messages" if chat else "prompt", code="context_length_exceeded")
+    return _error(400, error.message, code="invalid_prompt")
+
+
+def _status(run: Run, stream: bool) -> int:
+    """The status of the request's response (for the log line)."""
+    if run.left_at is not None:
+        return 499  # nginx's "client closed request": nobody read a status
+    if stream and run.start is not None:
+        return 200  # the stream had started: an error came as an error chunk
+    if run.error is not None:
+        return 500 if run.error.internal else 400
+    if run.finish is not None and run.finish.error:
+        return 500
+    return 200
+
+
+def _outcome(run: Run, mode: str) -> str:
+    if run.error is not None and run.finish is None:
+        text = f"{mode} · {run.error.message}"
+    elif run.finish is not None:
+        text = f"{mode} · {summary_line(run.prefill, run.finish)}"
+    else:  # pragma: no cover
+        text = mode
+    if run.left_at is not None:
+        extra = (run.finish.steps - run.left_at) if run.finish is not None else 0
+        text += f" · client disconnected after {run.left_at} steps (the loop ran {extra} more)"
+    return text
+
+
+__all__ = ["ServedModel", "create_app"]

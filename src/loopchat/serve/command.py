@@ -1,0 +1,257 @@
+"""`loopchat serve`: an OpenAI-compatible HTTP server on loopchat's own engine and loop.
+
+Start-up: the port is bound first (a port in use fails at once, before the model
+loads), then the model loads, then uvicorn serves the Starlette app (serve_app.py) on
+that socket and one line on stdout gives the URL. Each request logs one line on stderr.
+Ctrl+C or SIGTERM: the generation in progress is cancelled, the open responses end, the
+engine is closed and the exit code is 0 (a second Ctrl+C stops without waiting).
+
+Why Starlette on uvicorn: a small, well-kept ASGI stack (Starlette is what FastAPI is
+built on; uvicorn its usual server) whose StreamingResponse writes our bytes as they are:
+the stream is wire.py's lines, exactly what the chat's wire view shows. Bodies are
+wire.py's plain objects, so no pydantic models are needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from loopchat.config import API_KEY_ENV
+from loopchat.errors import UsageError
+from loopchat.serve.cors import cors_origin, with_cors
+
+DEFAULT_PORT = 8000
+DEFAULT_QUEUE = 8
+
+
+def port_number(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535; 0 picks a free port)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535; 0 picks a free port)")
+    return port
+
+
+def queue_size(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: --queue is how many requests may wait, 0 or more")
+    return n
+
+
+def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callable[..., None]) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="an OpenAI-compatible HTTP server on the same engine and loop",
+        description="Serve the model over HTTP, OpenAI-compatible: POST /v1/chat/completions, "
+        "POST /v1/completions (a raw document, no chat template), GET /v1/models, GET /health. "
+        "One generation at a time; the others wait their turn.",
+    )
+    serve.add_argument(
+        "--host",
+        dest="bind",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)",
+    )
+    serve.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        metavar="N",
+        help=f"the port (default {DEFAULT_PORT}; 0 picks a free one, printed at start)",
+    )
+    add_model_options(serve, sub=True)
+    serve.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"require Authorization: Bearer KEY (better: set {API_KEY_ENV}, which ps does not show)",
+    )
+    serve.add_argument(
+        "--queue",
+        type=queue_size,
+        default=DEFAULT_QUEUE,
+        metavar="N",
+        help=f"how many requests may wait while one generates (default {DEFAULT_QUEUE}); more get 429",
+    )
+    serve.add_argument(
+        "--strict-model",
+        action="store_true",
+        help="a request must name the model served (else 404); by default any name, or none, is "
+        "answered by it (as llama.cpp's servers do: OpenAI code asking for gpt-4 runs unchanged)",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        type=cors_origin,
+        metavar="ORIGIN",
+        help="a web page origin that may call the server from a browser (repeatable; * any, none: "
+        "no page); default: pages on this machine only (localhost, 127.0.0.1, [::1], any port)",
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(
+            f"cannot listen on {host!r}: {exc.strerror}; give --host an address such as 127.0.0.1"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        hint = "pick another --port (0 picks a free one)" if exc.errno in (98, 48) else "check --host and --port"
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; {hint}") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _log(text: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the model loads, SIGTERM stops like Ctrl+C (uvicorn handles both later)."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Run the server until Ctrl+C or SIGTERM; returns the exit code (0 after a clean
+    stop). Bad start-up input raises UsageError/ConfigError/... (one line, exit 2)."""
+    import uvicorn
+
+    from loopchat.config import load_config
+    from loopchat.engine.options import EngineOptions
+    from loopchat.serve.app import ServedModel, create_app
+    from loopchat.serve.loop import LoadFailed, OneLoop
+
+    api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+    if api_key is not None and not api_key.strip():
+        raise UsageError("--api-key is empty: give it a key, or leave it out to serve without one")
+    config = load_config(getattr(args, "config", None))
+    spec = config.get(getattr(args, "model", None))
+    model_path = spec.resolve_file()
+    sock = _bind(args.bind, args.port)
+
+    one = OneLoop(queue_limit=args.queue)
+    options = EngineOptions.from_spec(
+        spec, model_path, verbose=bool(getattr(args, "verbose", False)), threads=getattr(args, "threads", None)
+    )
+    try:
+        with _sigterm_as_interrupt():
+            ready = one.load(options, spec.name, str(model_path))
+    except LoadFailed as exc:
+        sock.close()
+        one.close()
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        sock.close()
+        one.close()
+        print("loopchat serve: stopped while the model was loading", file=sys.stderr)
+        return 0
+
+    model = ServedModel(
+        id=Path(model_path).name if spec.from_command_line else spec.name,
+        file_name=Path(model_path).name,
+        n_ctx=ready.n_ctx,
+        n_vocab=ready.n_vocab,
+        sampling=spec.sampling,
+        strict=args.strict_model,
+    )
+    app = with_cors(create_app(one, model, api_key=api_key, log=_log), args.cors_origin, _log)
+    url = _url(sock)
+    threads = f"threads {options.threads}"
+    if options.threads in (None, "auto"):  # one engine, one tuner for every request: what it chose at load
+        threads = f"threads auto: {ready.threads_reason}"
+
+    def listening() -> None:
+        print(
+            f"loopchat serve: listening on {url} · OpenAI base_url {url}/v1 · model {model.id} · "
+            f"{threads} · queue {args.queue} · "
+            f"{'API key required' if api_key else 'no API key'} · Ctrl+C stops",
+            flush=True,
+        )
+
+    config_ = uvicorn.Config(
+        app,
+        http="h11",
+        ws="none",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        server_header=False,
+    )
+    server = _server(config_, on_listening=listening, on_signal=one.stop)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        one.close()
+        sock.close()
+    why = f" ({signal.Signals(server.signal).name})" if server.signal else ""
+    print(f"loopchat serve: stopped{why} after {one.runs} generations; the model is closed", file=sys.stderr)
+    return 0
+
+
+def _server(config, *, on_listening: Callable[[], None], on_signal: Callable[[], None]):
+    """uvicorn's Server, told when it listens, cancelling the loop at the first signal,
+    and not re-raising the signal after the shutdown (uvicorn does, so that the default
+    handler runs: a KeyboardInterrupt traceback and exit code 130 after a clean stop)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        signal = 0  # the first signal received
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                on_listening()
+
+        def handle_exit(self, sig, frame) -> None:
+            if not self.signal:
+                self.signal = sig
+                on_signal()
+            super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            handled = (signal.SIGINT, signal.SIGTERM)
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server(config)

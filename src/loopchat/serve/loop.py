@@ -1,0 +1,181 @@
+"""`loopchat serve`: one model, one loop, requests take turns.
+
+One EngineWorker (worker.py) owns the Engine. `OneLoop.begin` waits for the loop to be
+free (at most `queue_limit` requests wait; one more gets `QueueFull`), starts the
+request's generation and returns its `Run`, whose `events` queue receives the run's
+events up to its RunDone. The turn passes on at that RunDone, whoever is (or is no
+longer) reading: a client that went away cannot hold the loop, and the next run's
+events can never mix with the last one's.
+
+The worker's events arrive on the engine thread; `_emit` hands them to the event loop
+(`call_soon_threadsafe`) and counts the run's steps there, so `cancel` knows how many
+steps the engine had produced when the client left, and the request's log line can say
+how many ran after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import queue
+from collections.abc import Callable
+from typing import Any
+
+from loopchat.engine.options import EngineOptions
+from loopchat.engine.worker import EngineWorker
+from loopchat.events import Finish, FinishReason, ModelReady, Prefill, RunDone, Start, Step, WorkerError
+from loopchat.serve.requests import GenerationRequest
+
+#: Finish.error of the reply in progress when the server is stopped (Ctrl+C, SIGTERM).
+SERVER_STOPPED = "the server was stopped during this reply"
+
+
+class QueueFull(Exception):
+    """The loop is busy and `queue_limit` requests already wait."""
+
+
+class ShuttingDown(Exception):
+    """The server is stopping: no new generations."""
+
+
+class LoadFailed(Exception):
+    """The model did not load (the message is the worker's one line)."""
+
+
+class Run:
+    """One request's generation, as the loop sees it."""
+
+    def __init__(self) -> None:
+        self.events: asyncio.Queue[Any] = asyncio.Queue()
+        self.run_id = 0
+        self.steps = 0  # Step events the engine emitted so far (counted on the engine thread)
+        self.start: Start | None = None
+        self.prefill: Prefill | None = None
+        self.finish: Finish | None = None
+        self.error: WorkerError | None = None
+        self.left_at: int | None = None  # steps emitted when the client was seen to leave
+        self.done = False
+        self.on_done: Callable[[Run], None] | None = None
+
+
+class OneLoop:
+    def __init__(self, queue_limit: int = 8) -> None:
+        self.queue_limit = queue_limit
+        self.waiting = 0  # requests waiting for their turn
+        self.runs = 0  # generations started
+        self.closing = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+        self._current: Run | None = None
+        self._before: queue.Queue[Any] = queue.Queue()  # what the worker says before the server runs
+        self.worker = EngineWorker(self._emit, name="loopchat-serve-engine")
+
+    # ---- before serving: load the model (blocking) --------------------------------
+    def load(self, options: EngineOptions, name: str, path: str) -> ModelReady:
+        self.worker.load(options, name, path)
+        while True:
+            event = self._before.get()
+            if isinstance(event, ModelReady):
+                return event
+            if isinstance(event, WorkerError):
+                raise LoadFailed(event.message)
+
+    # ---- on the event loop -----------------------------------------------------------
+    def attach(self) -> None:
+        """Start handing the worker's events to the running event loop."""
+        self._lock = asyncio.Lock()
+        self._loop = asyncio.get_running_loop()
+
+    def detach(self) -> None:
+        self._loop = None
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    async def begin(self, request: GenerationRequest) -> Run:
+        """Wait for the loop, then start `request`'s generation."""
+        assert self._lock is not None, "attach() first"
+        if self.closing:
+            raise ShuttingDown()
+        if self._lock.locked() and self.waiting >= self.queue_limit:
+            raise QueueFull()
+        self.waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting -= 1
+        if self.closing:
+            self._lock.release()
+            raise ShuttingDown()
+        run = Run()
+        self._current = run
+        self.runs += 1
+        run.run_id = self.worker.generate(
+            request.messages,
+            request.settings,
+            report_k=request.report_k,
+            reuse_at_most=None if request.cache_prompt else 0,
+            stop=request.stop,
+            ignore_eos=request.ignore_eos,
+        )
+        return run
+
+    def cancel(self, run: Run) -> None:
+        """The client of `run` left: stop its generation (within one step)."""
+        if run.done or run.left_at is not None:
+            return
+        run.left_at = run.steps
+        self.worker.cancel()
+
+    def _dispatch(self, event: Any) -> None:
+        run = self._current
+        if run is None:  # pragma: no cover - every event belongs to the run in progress
+            return
+        if isinstance(event, Start):
+            run.start = event
+        elif isinstance(event, Prefill):
+            run.prefill = event
+        elif isinstance(event, Finish):
+            if self.closing and event.reason == FinishReason.CANCELLED and event.error is None:
+                # not the client's doing: its finish chunk says why (a loopchat client shows it)
+                event = dataclasses.replace(event, error=SERVER_STOPPED)
+            run.finish = event
+        elif isinstance(event, WorkerError):
+            run.error = event
+        run.events.put_nowait(event)
+        if isinstance(event, RunDone):
+            self._current = None
+            run.done = True
+            if run.on_done is not None:
+                run.on_done(run)
+            assert self._lock is not None
+            self._lock.release()
+
+    # ---- any thread ------------------------------------------------------------------
+    def _emit(self, event: Any) -> None:
+        """The worker's callback (engine thread)."""
+        if isinstance(event, Step):
+            run = self._current
+            if run is not None:
+                run.steps += 1
+        loop = self._loop
+        if loop is None:
+            self._before.put(event)
+            return
+        try:
+            loop.call_soon_threadsafe(self._dispatch, event)
+        except RuntimeError:  # the event loop has closed (shutting down): nobody to tell
+            pass
+
+    def stop(self) -> None:
+        """Stop taking requests and cancel the generation in progress (a signal handler
+        may call it: it only sets flags)."""
+        self.closing = True
+        self.worker.cancel()
+
+    def close(self) -> None:
+        """Close the engine (after the server has stopped)."""
+        self.closing = True
+        self._loop = None
+        self.worker.close()

@@ -1,0 +1,356 @@
+"""`loopchat serve`: a request body -> what the loop runs and what the response looks like.
+
+`parse_chat` (/v1/chat/completions) and `parse_completion` (/v1/completions: the prompt
+is a raw document, no chat template) turn OpenAI's request bodies into a
+`GenerationRequest`: the messages, the SamplingSettings (the model's own from
+models.toml, with what the request sets), the stop strings, how many candidates the
+engine reports per step, and the WireOptions of the response. Every problem raises a
+`RequestError` whose `body()` is OpenAI's error shape, with the parameter named and a
+message that says what is supported.
+
+Accepted besides OpenAI's parameters (extensions): top_k, min_p, repeat_penalty,
+repeat_last_n, dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n
+(loopchat's sampling settings, llama-server's names), `cache_prompt: false` (llama.cpp's name:
+evaluate the whole prompt instead of reusing the KV cache of the previous request, so
+that the same seed gives the same reply whatever ran before), `ignore_eos: true` (also
+llama.cpp's: an end-of-generation token does not end the reply, which then runs to
+max_tokens: for benchmarks), `loopchat: false` (no `loopchat` extension objects in
+the response) and `loopchat: {"prompt": true}` (the extension's start record with the
+prompt: the messages, the rendered text and its tokens; left out unless asked, they are
+the bulk of a first chunk). Unknown keys are ignored, as OpenAI's
+own unknown fields (`user`, `metadata`, ...) must be.
+
+`seed` takes what OpenAI and llama.cpp clients send, not only loopchat's 0..2^32-1:
+-1 is llama.cpp's "random" (a fresh seed is drawn, as with no seed), and any other
+64-bit value (-2^63 to 2^64-1) is reduced to its low 32 bits (seed mod 2^32, what C's
+cast to uint32 gives, as llama.cpp's server does). The response's start record says
+both: `settings.seed` the seed drawn with, `seed_requested` the request's value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from loopchat.events import DOCUMENT, Message
+from loopchat.settings import SETTING, SamplingSettings, SettingsError
+from loopchat.stop_strings import MAX_STOP_STRINGS
+from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, WireOptions, error_body
+
+#: The candidates the engine reports per step at least (the extension's top-K, the panel's).
+MIN_REPORT = 10
+#: Request keys that set a sampling setting, and the setting.
+SETTING_KEYS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repeat_penalty": "repeat_penalty",
+    "repeat_last_n": "repeat_last_n",
+    "dry_multiplier": "dry_multiplier",  # llama-server's names for DRY (dry.py)
+    "dry_base": "dry_base",
+    "dry_allowed_length": "dry_allowed_length",
+    "dry_penalty_last_n": "dry_penalty_last_n",
+    "max_tokens": "max_tokens",
+    "max_completion_tokens": "max_tokens",  # OpenAI's newer name wins when both are given
+}
+#: The seeds a request may give (64-bit, signed or not), and the one that means "random".
+SEED_MIN, SEED_MAX, SEED_RANDOM = -(2**63), 2**64 - 1, -1
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+class RequestError(Exception):
+    """A request loopchat serve cannot run: an HTTP status and OpenAI's error object."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param
+        self.code = code
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, param=self.param, code=self.code)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    messages: tuple[Message, ...]
+    settings: SamplingSettings
+    stop: tuple[str, ...]
+    report_k: int
+    wire: WireOptions
+    model: str | None  # as the request named it (None: not given)
+    cache_prompt: bool = True
+    ignore_eos: bool = False
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RequestError(
+            f"the request body is not valid JSON ({exc}); send a JSON object with Content-Type: application/json"
+        ) from None
+    if not isinstance(body, dict):
+        raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def parse_chat(body: dict[str, Any], base: SamplingSettings) -> GenerationRequest:
+    """A /v1/chat/completions body."""
+    _refuse_unsupported(body, chat=True)
+    messages = _chat_messages(body.get("messages"))
+    logprobs = _optional(body, "logprobs", bool, "true or false (top_logprobs says how many candidates)")
+    top = _optional(body, "top_logprobs", int, f"a whole number from 0 to {MAX_TOP_LOGPROBS}")
+    if top is not None:
+        if not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise RequestError(f"top_logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}", param="top_logprobs")
+        if not logprobs:
+            raise RequestError("top_logprobs requires logprobs: true", param="top_logprobs")
+    return _request(body, base, messages, chat=True, logprobs=bool(logprobs), top=top or 0)
+
+
+def parse_completion(body: dict[str, Any], base: SamplingSettings) -> GenerationRequest:
+    """A /v1/completions body: the prompt is a document the model continues, as it is."""
+    _refuse_unsupported(body, chat=False)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        raise RequestError(
+            f"prompt holds {len(prompt)} prompts: loopchat serve runs one prompt per request; send them one at a time",
+            param="prompt",
+        )
+    if not isinstance(prompt, str):
+        raise RequestError(
+            "prompt must be text (a string): the document the model continues; token arrays are not supported",
+            param="prompt",
+        )
+    n = _optional(body, "logprobs", int, f"a whole number from 0 to {MAX_COMPLETION_LOGPROBS} on /v1/completions")
+    if n is not None and not 0 <= n <= MAX_COMPLETION_LOGPROBS:
+        raise RequestError(
+            f"logprobs must be from 0 to {MAX_COMPLETION_LOGPROBS} on /v1/completions, got {n} "
+            "(the chat endpoint gives up to 20 with top_logprobs)",
+            param="logprobs",
+        )
+    return _request(body, base, (Message(DOCUMENT, prompt),), chat=False, logprobs=n is not None, top=n or 0)
+
+
+def _request(
+    body: dict[str, Any], base: SamplingSettings, messages: tuple[Message, ...], *, chat: bool, logprobs: bool, top: int
+) -> GenerationRequest:
+    stream = bool(_optional(body, "stream", bool, "true or false"))
+    include_usage = False
+    options = body.get("stream_options")
+    if stream and options is not None:  # (ignored without stream, as llama.cpp's server does)
+        if not isinstance(options, dict):
+            raise RequestError('stream_options must be an object, e.g. {"include_usage": true}', param="stream_options")
+        include_usage = bool(
+            _optional(options, "include_usage", bool, "true or false", param="stream_options.include_usage")
+        )
+    extension, prompt = _extension(body.get("loopchat"))
+    cache_prompt = _optional(body, "cache_prompt", bool, "true or false")
+    ignore_eos = _optional(body, "ignore_eos", bool, "true or false")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError("model must be a string (GET /v1/models lists the one served)", param="model")
+    seed, requested = _seed(body.get("seed"))
+    settings = _settings(body, base)
+    if requested is not None:
+        settings = settings.replace(seed=seed)
+    if seed == requested:  # (used as given: nothing to record)
+        requested = None
+    return GenerationRequest(
+        messages=messages,
+        settings=settings,
+        stop=_stop(body.get("stop")),
+        report_k=max(MIN_REPORT, top),
+        wire=WireOptions(
+            chat=chat,
+            stream=stream,
+            logprobs=logprobs,
+            top_logprobs=top,
+            include_usage=include_usage,
+            extension=extension,
+            prompt=prompt,
+            seed_requested=requested,
+        ),
+        model=model,
+        cache_prompt=cache_prompt is not False,
+        ignore_eos=bool(ignore_eos),
+    )
+
+
+def _extension(value: Any) -> tuple[bool, bool]:
+    """The request's `loopchat` key: (extension objects on, the prompt in the start record)."""
+    what = 'true, false or {"prompt": true} (the prompt\'s messages, text and tokens in the start record)'
+    if value is None or isinstance(value, bool):
+        return value is not False, False
+    if not isinstance(value, dict) or set(value) - {"prompt"}:
+        raise RequestError(f"loopchat must be {what}, got {json.dumps(value)}", param="loopchat")
+    prompt = _optional(value, "prompt", bool, "true or false", param="loopchat.prompt")
+    return True, bool(prompt)
+
+
+def _seed(value: Any) -> tuple[int | None, int | None]:
+    """(the seed to draw with, the request's seed): None, None when not given; -1 is
+    random (None); other 64-bit seeds are reduced to their low 32 bits."""
+    if value is None:
+        return None, None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not SEED_MIN <= value <= SEED_MAX:
+        raise RequestError(
+            f"seed must be a whole number from 0 to {2**32 - 1} (-1: a random seed; other 64-bit values, "
+            f"-2^63 to 2^64-1, are reduced to their low 32 bits), got {value!r}",
+            param="seed",
+        )
+    return (None if value == SEED_RANDOM else value % 2**32), value
+
+
+def _settings(body: dict[str, Any], base: SamplingSettings) -> SamplingSettings:
+    changes: dict[str, Any] = {}
+    for key in SETTING_KEYS:  # max_completion_tokens comes after max_tokens: it wins
+        value = body.get(key)
+        if value is None:
+            continue
+        name = SETTING_KEYS[key]
+        try:
+            changes[name] = SETTING[name].check(value)
+        except SettingsError as exc:
+            message = str(exc) if key == name else f"{key} {exc.problem} ({SETTING[name].hint})"
+            raise RequestError(message, param=key) from None
+    return base.replace(**changes) if changes else base
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    what = f"stop must be a string or a list of up to {MAX_STOP_STRINGS} strings"
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise RequestError(f"{what}, got {value!r}", param="stop")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise RequestError(f"{what}, got {len(stops)} strings", param="stop")
+    if any(s == "" for s in stops):
+        raise RequestError("stop strings must not be empty", param="stop")
+    return tuple(dict.fromkeys(stops))
+
+
+def _chat_messages(value: Any) -> tuple[Message, ...]:
+    if not isinstance(value, list) or not value:
+        raise RequestError(
+            'messages must be a non-empty list of {"role": ..., "content": ...} objects', param="messages"
+        )
+    out: list[Message] = []
+    for i, m in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise RequestError(f'{where} must be an object {{"role": ..., "content": ...}}', param=where)
+        role = m.get("role")
+        if role in ("tool", "function") or m.get("tool_calls") or m.get("function_call"):
+            raise RequestError(
+                f"{where}: tool calls and tool messages are not supported: loopchat serve has no tool "
+                "calling; send system, user and assistant messages",
+                param=where,
+            )
+        if role not in CHAT_ROLES:
+            raise RequestError(
+                f"{where}.role must be one of system, developer, user, assistant; got {role!r}", param=f"{where}.role"
+            )
+        out.append(Message(CHAT_ROLES[role], _content(m.get("content"), f"{where}.content")))
+    return tuple(out)
+
+
+def _content(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for part in value:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise RequestError(
+                    f'{where}: only text content is supported (parts of type "text"), got {kind!r}', param=where
+                )
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise RequestError(f"{where} must be a string or a list of text parts", param=where)
+
+
+def _optional(body: dict[str, Any], key: str, kind: type, what: str, *, param: str | None = None) -> Any:
+    """body[key] if it is of `kind` (None when absent or null); RequestError if not."""
+    value = body.get(key)
+    if value is None:
+        return None
+    ok = isinstance(value, bool) if kind is bool else isinstance(value, kind) and not isinstance(value, bool)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not ok:
+        raise RequestError(f"{param or key} must be {what}, got {value!r}", param=param or key)
+    return value
+
+
+# ---- what loopchat serve does not do, and says so -------------------------------------
+
+
+def _refuse_unsupported(body: dict[str, Any], *, chat: bool) -> None:
+    def refuse(key: str, message: str) -> None:
+        raise RequestError(message, param=key, code="unsupported_parameter")
+
+    n = body.get("n")
+    if n is not None and n != 1:
+        refuse(
+            "n",
+            f"n must be 1, got {n!r}: loopchat serve runs one loop and generates one choice per request; "
+            "send n requests for n choices",
+        )
+    best_of = body.get("best_of")
+    if best_of is not None and best_of != 1:
+        refuse("best_of", f"best_of must be 1, got {best_of!r}: loopchat serve generates one completion per request")
+    for key in ("tools", "functions"):
+        if body.get(key):
+            refuse(
+                key,
+                f"{key} are not supported: loopchat serve has no tool or function calling; send messages without them",
+            )
+    for key in ("tool_choice", "function_call"):
+        if body.get(key) not in (None, "none"):
+            refuse(key, f"{key} is not supported: loopchat serve has no tool or function calling")
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        refuse("response_format", 'response_format must be {"type": "text"}: JSON modes and schemas are not supported')
+    if body.get("echo"):
+        refuse("echo", "echo is not supported: the prompt is not sent back; the client has it")
+    if body.get("suffix"):
+        refuse("suffix", "suffix (insertion) is not supported: the model continues the prompt's end")
+    if body.get("logit_bias"):
+        refuse("logit_bias", "logit_bias is not supported: loopchat's sampler does not bias tokens")
+    for key in ("presence_penalty", "frequency_penalty"):
+        value = body.get(key)
+        if value not in (None, 0, 0.0):
+            refuse(
+                key,
+                f"{key} is not supported (only 0): use repeat_penalty and repeat_last_n, loopchat's "
+                "penalty, as extra parameters",
+            )
+    modalities = body.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        refuse("modalities", 'modalities must be ["text"]: loopchat serve generates text only')
+    for key in ("audio", "prediction", "web_search_options"):
+        if body.get(key) is not None:
+            refuse(key, f"{key} is not supported by loopchat serve")
