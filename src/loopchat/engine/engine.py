@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from loopchat.events import (
     decode_rate,
 )
 from loopchat.model_files import gguf_problem
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings, new_seed
 from loopchat.step_control import HAND, SAMPLED, StepControl
 from loopchat.stop_strings import StopStrings
@@ -289,37 +291,35 @@ class Engine:
         messages: Sequence[Message],
         settings: Callable[[], SamplingSettings] | SamplingSettings,
         *,
-        report_k: int = 10,
-        ignore_eos: bool = False,
-        reuse_at_most: int | None = None,
-        stop: Sequence[str] = (),
         control: StepControl | None = None,
-        reply_prefix: Sequence[int] = (),
-        first_token: int | None = None,
+        **fields: Any,
     ) -> Iterator[Event]:
-        """Run one reply. `settings` is read at every step (a LiveSettings or a callable).
+        """`run_reply` with the request built from its fields (ReplyRequest's names): a
+        short form for tests and benchmarks. `settings`: a snapshot, or a live source."""
+        live = None if isinstance(settings, SamplingSettings) else settings
+        start = settings if live is None else live()
+        request = ReplyRequest(tuple(messages), start, **fields)
+        return self.run_reply(request, live=live, control=control)
 
-        `reuse_at_most` caps how much of the KV cache the prompt reuses. A replay passes
-        the original reply's `Prefill.reused_tokens`: the prompt is then evaluated in the
-        same batches as the first time, so the logits are the same to the last bit and
-        the same seed draws the same tokens. (Reusing more of the cache would give logits
-        that differ in their last bits, enough to change a draw at a high temperature.)
+    def run_reply(
+        self,
+        request: ReplyRequest,
+        *,
+        live: Callable[[], SamplingSettings] | None = None,
+        control: StepControl | None = None,
+    ) -> Iterator[Event]:
+        """Run one reply (request.py says what each field asks for).
 
-        `stop`: stop strings (stop_strings.py). The reply ends before the first occurrence
-        of any of them (reason STOP); text that may begin one is held back from the
-        steps' texts until it is known not to.
+        `live`: the settings source read at every step (a LiveSettings: a change applies
+        at the next pass); None: `request.settings` throughout.
 
-        `reply_prefix`: the reply's first tokens, already chosen (a branch: the tokens of
-        an earlier reply up to a point, and maybe another candidate at that point). They
-        follow the prompt, reuse the KV cache as far as it holds them (the Prefill says
-        how many were evaluated), and the loop continues after them: its steps are
-        numbered from len(reply_prefix), and max_tokens counts the prefix. The steps' and
+        `stop`: the reply ends before the first occurrence of a stop string (reason
+        STOP); text that may begin one is held back from the steps' texts until it is
+        known not to. `reply_prefix` (a branch) follows the prompt, reuses the KV cache
+        as far as it holds it (the Prefill says how many were evaluated); the steps' and
         the Finish's texts are this run's only (the prefix's text is the caller's).
-
-        `first_token`: the run's first step takes this token instead of drawing one (a
-        branch that continues from another candidate): its pass is run and recorded as
-        any other, with `chosen_by == "hand"` and the token's probability in both
-        distributions.
+        `first_token`: its pass is run and recorded as any other, with
+        `chosen_by == "hand"` and the token's probability in both distributions.
 
         `control`: step mode (step_control.py): the loop stops before a draw when it
         says so, emits a `Pending` event and waits for the user's decision.
@@ -327,9 +327,11 @@ class Engine:
         Raises EngineError (before any event) for input it cannot run. Errors in
         llama.cpp during the run end it with Finish(reason=ERROR).
         """
-        source: Callable[[], SamplingSettings] = (
-            (lambda: settings) if isinstance(settings, SamplingSettings) else settings
-        )
+        settings = request.settings
+        source: Callable[[], SamplingSettings] = live if live is not None else (lambda: settings)
+        messages, report_k, ignore_eos = request.messages, request.report_k, request.ignore_eos
+        reuse_at_most, stop = request.reuse_at_most, request.stop
+        reply_prefix, first_token = request.reply_prefix, request.first_token
         t_request = time.perf_counter()
         self._cancel.clear()
         self._abort.clear()

@@ -1,0 +1,70 @@
+"""One reply's request: everything a reply needs, passed whole (issue 23, item 1).
+
+The asker (the chat session, `loopchat run`, `loopchat serve`, a replay) builds one
+`ReplyRequest`; the backend and the host that owns the engine pass it on unchanged (the
+process host pickles it through its pipe); the engine runs it. A new per-reply option is
+declared here, once, with its default; no signature between the asker and the engine
+spells the options out again.
+
+Two things a reply needs are not in the request, because they are live objects shared
+with the asker while the reply runs: the settings source read at every pass (a
+`LiveSettings`: a change in F2 applies at the next pass) and the step-mode control
+(`StepControl`). `settings` here is the snapshot the reply starts with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loopchat.events import DOCUMENT, Message
+from loopchat.settings import SamplingSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRequest:
+    #: the conversation so far, or one DOCUMENT message alone (the raw text to continue)
+    messages: tuple[Message, ...]
+    #: the sampling settings the reply starts with (seed None: a fresh random seed per reply)
+    settings: SamplingSettings
+    #: stop strings (stop_strings.py): the reply ends before the first occurrence of any
+    stop: tuple[str, ...] = ()
+    #: reuse at most this many prompt tokens from the KV cache; a replay passes the
+    #: original reply's Prefill.reused_tokens, so the prompt is evaluated in the same
+    #: batches and the logits are the same to the last bit
+    reuse_at_most: int | None = None
+    #: the reply's first tokens, already chosen (a branch); the loop continues after them,
+    #: its steps numbered from len(reply_prefix), max_tokens counting the prefix
+    reply_prefix: tuple[int, ...] = ()
+    #: the run's first step takes this token instead of drawing one (chosen_by "hand")
+    first_token: int | None = None
+    #: the size of the top-K lists each step reports (raw and sampled-from)
+    report_k: int = 10
+    #: keep going past end-of-generation tokens (benchmarks: a fixed number of tokens)
+    ignore_eos: bool = False
+    #: the asker wants each step as it is drawn (False: blocking, the events at the end)
+    stream: bool = True
+    #: start in step mode: the loop stops before its first draw
+    step_paused: bool = False
+    # Room for what comes next (issues 24-26) lands here as fields with defaults:
+    # a constraint (grammar / JSON schema), a draft source, a logit lens.
+
+    def __post_init__(self) -> None:
+        # callers may pass lists; the request stays hashable and immutable
+        for name in ("messages", "stop", "reply_prefix"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+
+    @classmethod
+    def document(cls, text: str, settings: SamplingSettings, **fields: Any) -> ReplyRequest:
+        """A completion-mode request: continue `text` as written, no chat template."""
+        return cls((Message(DOCUMENT, text),), settings, **fields)
+
+    @property
+    def is_document(self) -> bool:
+        return len(self.messages) == 1 and self.messages[0].role == DOCUMENT
+
+    def with_(self, **changes: Any) -> ReplyRequest:
+        """This request with some fields changed."""
+        return replace(self, **changes)
