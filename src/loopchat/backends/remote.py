@@ -30,7 +30,6 @@ import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from loopchat import __version__
 from loopchat.backends import Sink
@@ -51,6 +50,7 @@ from loopchat.events import (
     WorkerError,
 )
 from loopchat.settings import EXTENSION_KEYS, SamplingSettings, new_seed
+from loopchat.urls import URLProblem, api_base
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 
 #: Seconds to wait for the server: for the next bytes of a stream, or for a blocking
@@ -60,33 +60,6 @@ DEFAULT_TIMEOUT = 120.0
 DEFAULT_TOP_LOGPROBS = 10
 #: What is kept of an error response's body for its message.
 _ERROR_BODY_LIMIT = 64 * 1024
-
-
-class URLProblem(ValueError):
-    """A URL that cannot be an API's base URL (one-line message)."""
-
-
-def api_base(url: str) -> str:
-    """The API's base URL, ending in /v1: "http://host:8000", "http://host:8000/v1/" and
-    "http://host:8000/v1/chat/completions" all give "http://host:8000/v1"."""
-    text = url.strip()
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise URLProblem(
-            f"{url!r} is not an http:// or https:// URL; give the server's address, e.g. http://127.0.0.1:8000/v1"
-        )
-    if parts.query or parts.fragment:
-        raise URLProblem(
-            f"{url!r} has a query or fragment; give the server's base address, e.g. http://127.0.0.1:8000/v1"
-        )
-    path = parts.path.rstrip("/")
-    for tail in ("/chat/completions", "/completions", "/models"):
-        if path.endswith(tail):
-            path = path[: -len(tail)]
-            break
-    if not path.endswith("/v1"):
-        path += "/v1"
-    return f"{parts.scheme}://{parts.netloc}{path}"
 
 
 class _Failed(Exception):
