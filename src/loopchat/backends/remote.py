@@ -50,7 +50,7 @@ from loopchat.events import (
     RunDone,
     WorkerError,
 )
-from loopchat.settings import EXTENSION_KEYS, SamplingSettings, new_seed
+from loopchat.settings import SamplingSettings, new_seed, wire_values
 from loopchat.urls import URLProblem, api_base
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 
@@ -330,15 +330,14 @@ class RemoteBackend:
             url = self.base + "/chat/completions"
             k = self.top_logprobs
             body.update(messages=[m.to_dict() for m in messages], logprobs=True, top_logprobs=k)
-        body.update(stream=stream, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+        # the settings by their wire names: temperature, top_p, seed (when pinned), max_tokens, and with
+        # extensions top_k, min_p, repeat_*, dry_* (settings.SETTINGS: each row's `wire` and `openai`)
+        body.update(stream=stream, **wire_values(s, self.extensions))
         if stream:
             body["stream_options"] = {"include_usage": True}
-        if s.seed is not None:
-            body["seed"] = s.seed
         if stop:
             body["stop"] = list(stop)
         if self.extensions:
-            body.update({name: getattr(s, name) for name in EXTENSION_KEYS})  # top_k ... dry_penalty_last_n
             body["loopchat"] = {"prompt": True}
         return url, body, k
 
