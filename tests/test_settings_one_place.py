@@ -17,12 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from textual.widgets import Input
+from tui_fixtures import fake_app, wait_for
+
 from loopchat.backends.remote import RemoteBackend
 from loopchat.events import Message
 from loopchat.serve.requests import parse_chat
 from loopchat.settings import EXTENSION_KEYS, KNOBS, SETTINGS, SamplingSettings
 from loopchat.settings_text import knob_order_text, knob_steps_text, knobs_line, summary_lines
 from loopchat.tui.help_screen import KEYS
+from loopchat.tui.settings_dialog import SettingsDialog
 
 #: DRY on, so that its other settings show in the panel's DRY item
 BASE = SamplingSettings(dry_multiplier=0.8, seed=7)
@@ -77,6 +81,17 @@ def test_every_setting_shows_on_screen() -> None:
             assert summary_lines(settings, 200) != summary_lines(BASE, 200), spec.name
     help_text = " ".join(what for _, what in KEYS)
     assert knob_steps_text() in help_text and knob_order_text() in help_text
+
+
+async def test_the_f2_dialog_has_a_field_for_every_setting(tmp_path: Path) -> None:
+    app = fake_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
+        for spec in SETTINGS:
+            field = app.screen.query_one(f"#set-{spec.name}", Input)
+            value = getattr(app.session.in_force(), spec.name)
+            assert field.value == ("" if value is None else str(value)), spec.name
 
 
 CHILD = r'''
