@@ -87,9 +87,10 @@ def child_app(host: str, threads: int, history: str, tokens: int, replies: int =
 
     from loopchat.backends.live import LiveBackend
     from loopchat.chat.prefs import Prefs
+    from loopchat.config import load_config
     from loopchat.tui.launch import create_app
 
-    backend = LiveBackend(None, None, threads=threads, host=host)
+    backend = LiveBackend(load_config(None), None, threads=threads, host=host)
     backend.start()
     folder = tempfile.TemporaryDirectory(prefix="loopchat-bench-")
     store = Path(folder.name) / "history.sqlite3" if history == "on" else False

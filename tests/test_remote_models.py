@@ -91,7 +91,7 @@ def test_a_bad_url_entry_is_one_line(tmp_path, body, needle) -> None:
 
 def test_the_chat_gets_a_plain_live_backend_without_url_entries(tmp_path) -> None:
     path = write(tmp_path, '[models.a]\nbuiltin = "smollm2-135m-instruct"\n')
-    backend = configured_backend(str(path), None, threads=1)
+    backend = configured_backend(load_config(path), None, threads=1)
     try:
         assert isinstance(backend, LiveBackend) and backend.live_settings
     finally:
@@ -129,7 +129,7 @@ async def test_the_chat_switches_between_a_local_model_and_a_server(server, tmp_
     monkeypatch.setenv("LOOPCHAT_TEST_KEY", "sk-test")
     dead = f"http://127.0.0.1:{free_port()}/v1"
     path = write(tmp_path, REMOTE.format(url=url + "/ok", model=MODEL) + f'\n[models.gone]\nurl = "{dead}"\n')
-    backend = ModelsBackend(str(path), "local", threads=1)
+    backend = ModelsBackend(load_config(path), "local", threads=1)
     app = create_app(
         backend=backend,
         prefs=Prefs(markdown=False),
@@ -215,7 +215,7 @@ async def test_a_switch_to_an_entry_whose_key_is_not_set_keeps_the_model(server,
     url, _ = server
     monkeypatch.delenv("LOOPCHAT_TEST_KEY", raising=False)
     path = write(tmp_path, REMOTE.format(url=url + "/ok", model=MODEL) + '\n[models.open]\nurl = "' + url + '/ok"\n')
-    backend = ModelsBackend(str(path), "open")
+    backend = ModelsBackend(load_config(path), "open")
     app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     try:
         async with app.run_test(size=(120, 40)) as pilot:

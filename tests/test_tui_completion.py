@@ -218,10 +218,11 @@ async def test_a_document_is_stored_and_reopens_as_a_document(backend, tmp_path)
 
 async def test_a_model_without_a_chat_template_opens_in_completion_mode(gemma_path, tmp_path) -> None:
     from loopchat.backends.live import LiveBackend
+    from loopchat.config import load_config
 
     config = tmp_path / "models.toml"
     config.write_text(f'[models.gemma-base]\npath = "{gemma_path}"\nn_ctx = 512\n', encoding="utf-8")
-    b = LiveBackend(str(config), "gemma-base", threads=1)
+    b = LiveBackend(load_config(config), "gemma-base", threads=1)
     app = create_app(
         backend=b,
         prefs=Prefs(markdown=False),

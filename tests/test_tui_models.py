@@ -6,6 +6,7 @@ from tui_fixtures import wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
 from loopchat.chat.prefs import Prefs
+from loopchat.config import load_config
 from loopchat.model_files import builtin_model_path
 from loopchat.tui.launch import create_app
 
@@ -25,7 +26,7 @@ def write_config(tmp_path):
 
 
 async def test_a_failed_switch_names_the_model_that_is_loaded(tmp_path) -> None:
-    backend = LiveBackend(str(write_config(tmp_path)), None, threads=1)
+    backend = LiveBackend(load_config(write_config(tmp_path)), None, threads=1)
     app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     try:
         async with app.run_test(size=(120, 40)) as pilot:

@@ -2,10 +2,13 @@
 is generating.
 
 `SETTINGS` is the only place a sampling setting is spelled out: its type, default,
-range, what it means, its CLI flag, its labels in the panel and the F2 dialog, and its
-Ctrl+Up/Down step. The `SamplingSettings` dataclass takes its fields from the table,
-and its checks, `loopchat run`'s flags, the F2 dialog, the panel, the knob keys and the
-models.toml `[models.X.sampling]` checks all read it.
+range, what it means, its CLI flag, its labels in the panel and the F2 dialog, its
+Ctrl+Up/Down step, its name on the wire (OpenAI's or llama-server's) and its item in the
+panel's summary line. The `SamplingSettings` dataclass takes its fields from the table,
+and its checks, `loopchat run`'s flags, the F2 dialog, the panel, the F1 help, the branch
+picker, the knob keys, the models.toml `[models.X.sampling]` checks, the request fields
+`loopchat serve` accepts and those the remote backend sends all read it
+(settings_text.py words it for the screen).
 
 Adding a setting takes one row in `SETTINGS` (plus a test of what it does), and the
 sampler (sampler.py) using it: everything else follows from the row.
@@ -59,6 +62,15 @@ class SettingSpec:
     above_lo: bool = False  # `lo` itself is not allowed (top_p must be above 0)
     optional: bool = False  # None is allowed (seed: a fresh random seed per reply)
     decimals: int | None = None  # digits shown after the point (default: 2 for floats, 0 for ints)
+    spoken: str = ""  # its name in running text: the F1 help, the branch picker (default: top-p for top_p)
+    symbol: str = ""  # its shortest form in running text (the branch picker's "T"; default: spoken)
+    wire: str = ""  # its request field, OpenAI's or llama-server's name (default: the name)
+    wire_aliases: tuple[str, ...] = ()  # other request fields `loopchat serve` takes for it (the last given wins)
+    openai: bool = False  # in OpenAI's own API (else an extension, sent only with `extensions = true`)
+    #: its item in the panel's summary line under the knobs ("max 512"; "" leaves it out);
+    #: None: not there (a knob has its own row; a setting shown in another's item)
+    summary: Callable[[SamplingSettings], str] | None = None
+    wraps: bool = False  # its summary item goes on a second line when one line is too narrow
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -67,6 +79,12 @@ class SettingSpec:
             object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
         if self.decimals is None:
             object.__setattr__(self, "decimals", 0 if self.type is int else 2)
+        if not self.spoken:
+            object.__setattr__(self, "spoken", self.name.replace("_", "-"))
+        if not self.symbol:
+            object.__setattr__(self, "symbol", self.spoken)
+        if not self.wire:
+            object.__setattr__(self, "wire", self.name)
 
     @property
     def annotation(self) -> Any:
@@ -138,6 +156,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "0–5 · 0 = greedy (always the top token)",
         short="temp",
         knob_step=0.1,
+        symbol="T",
+        openai=True,
     ),
     SettingSpec(
         "top_p",
@@ -151,12 +171,23 @@ SETTINGS: tuple[SettingSpec, ...] = (
         above_lo=True,
         knob_step=0.05,
         knob_lo=0.05,
+        openai=True,
     ),
     SettingSpec(
         "top_k", int, 40, 0, 1_000_000, "0 disables top-k", "whole number · 0 = off", short="top_k", knob_step=5
     ),
     SettingSpec("min_p", float, 0.05, 0.0, 1.0, "0 disables min-p", "0–1 · 0 = off", short="min_p", knob_step=0.01),
-    SettingSpec("repeat_penalty", float, 1.1, 0.1, 5.0, "1.0 disables the penalty", "0.1–5 · 1 = off", short="repeat"),
+    SettingSpec(
+        "repeat_penalty",
+        float,
+        1.1,
+        0.1,
+        5.0,
+        "1.0 disables the penalty",
+        "0.1–5 · 1 = off",
+        short="repeat",
+        summary=lambda s: f"repeat ×{s.repeat_penalty:.2f} over {s.repeat_last_n}",
+    ),
     SettingSpec(
         "repeat_last_n",
         int,
@@ -177,6 +208,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "sequence loses multiplier * base^(length - allowed_length) from its logit; 0 disables DRY",
         "0–5 · 0 = off (DRY)",
         short="dry",
+        summary=lambda s: fmt_dry(s).removesuffix(" · "),  # (when on; it goes with the seed)
+        wraps=True,
     ),
     SettingSpec(
         "dry_base",
@@ -220,6 +253,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "empty = random each reply · a number pins it",
         short="seed",
         optional=True,
+        openai=True,
+        summary=lambda s: f"seed {fmt_value('seed', s.seed)}",
+        wraps=True,
     ),
     SettingSpec(
         "max_tokens",
@@ -230,6 +266,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "the most tokens one reply may have",
         "most tokens in one reply",
         short="max",
+        openai=True,
+        wire_aliases=("max_completion_tokens",),  # OpenAI's newer name
+        summary=lambda s: f"max {s.max_tokens}",
     ),
 )
 
@@ -252,16 +291,17 @@ def fmt_value(name: str, value: int | float | None) -> str:
 
 
 #: The settings sent to a remote server beyond OpenAI's own (llama-server's names)
-EXTENSION_KEYS = (
-    "top_k",
-    "min_p",
-    "repeat_penalty",
-    "repeat_last_n",
-    "dry_multiplier",
-    "dry_base",
-    "dry_allowed_length",
-    "dry_penalty_last_n",
-)
+EXTENSION_KEYS: tuple[str, ...] = tuple(s.wire for s in SETTINGS if not s.openai)
+
+
+def wire_values(settings: SamplingSettings, extensions: bool = True) -> dict[str, Any]:
+    """The request fields that carry `settings` to a server, by their wire names: OpenAI's
+    own, and the extensions too when `extensions` (an unpinned seed is left out)."""
+    return {
+        spec.wire: value
+        for spec in SETTINGS
+        if (spec.openai or extensions) and (value := getattr(settings, spec.name)) is not None
+    }
 
 
 def fmt_dry(s: SamplingSettings) -> str:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.backends import Sink
-from loopchat.engine.thread_tuner import Threads
 from loopchat.events import HostEvent, Message, ModelReady, WorkerError
+from loopchat.model_spec import BUILTIN_CONFIG, Config
 from loopchat.settings import LiveSettings, SamplingSettings
 from loopchat.step_control import StepControl
+from loopchat.threads_setting import Threads
 
 #: Where the engine runs beside the UI: "thread" (a worker thread of the app's process)
 #: or "process" (a child process; `loopchat --host` chooses). The thread is the default:
@@ -68,17 +69,19 @@ class LiveBackend:
 
     def __init__(
         self,
-        config_path: str | None = None,
+        config: Config | None = None,
         model: str | None = None,
         *,
         verbose: bool = False,
         threads: Threads | None = None,
         host: str = DEFAULT_HOST,
     ) -> None:
-        from loopchat.config import load_config  # ConfigError propagates: the caller reports it
+        """`config`: models.toml as the caller parsed it (config.load_config; None: the
+        built-in models); `model`: its entry's name or a GGUF file's path (None: the
+        default). An unknown name raises ConfigError: the caller reports it."""
         from loopchat.engine.worker import EngineWorker
 
-        self.config = load_config(config_path)
+        self.config = config if config is not None else BUILTIN_CONFIG
         self.spec = self.config.get(model)
         self.verbose = verbose
         self.threads = threads  # overrides the model's `threads` (--threads, tests, benchmarks)

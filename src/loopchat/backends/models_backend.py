@@ -17,9 +17,10 @@ from typing import Any
 
 from loopchat.backends import Backend, Sink
 from loopchat.backends.live import DEFAULT_HOST, LiveBackend, _Relay
-from loopchat.engine.thread_tuner import Threads
 from loopchat.events import Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
+from loopchat.model_spec import BUILTIN_CONFIG, Config
 from loopchat.settings import SamplingSettings
+from loopchat.threads_setting import Threads
 
 
 def remote_backend(spec: Any, **overrides: Any) -> Any:
@@ -45,15 +46,14 @@ def remote_backend(spec: Any, **overrides: Any) -> Any:
     return RemoteBackend(spec.location, **kw)
 
 
-def configured_backend(config_path: str | None = None, model: str | None = None, **local: Any) -> Backend:
-    """The backend of the chat's models.toml: a LiveBackend when every model runs here
-    (as before remote models existed), else a ModelsBackend."""
-    from loopchat.config import load_config
-
-    config = load_config(config_path)
+def configured_backend(config: Config | None = None, model: str | None = None, **local: Any) -> Backend:
+    """The backend of the chat's models.toml (`config`, parsed once by the caller; None: the
+    built-in models): a LiveBackend when every model runs here (as before remote models
+    existed), else a ModelsBackend."""
+    config = config if config is not None else BUILTIN_CONFIG
     if any(spec.remote for spec in config.models.values()):
-        return ModelsBackend(config_path, model, **local)
-    return LiveBackend(config_path, model, **local)
+        return ModelsBackend(config, model, **local)
+    return LiveBackend(config, model, **local)
 
 
 class ModelsBackend:
@@ -61,17 +61,16 @@ class ModelsBackend:
 
     def __init__(
         self,
-        config_path: str | None = None,
+        config: Config | None = None,
         model: str | None = None,
         *,
         verbose: bool = False,
         threads: Threads | None = None,
         host: str = DEFAULT_HOST,
     ) -> None:
-        from loopchat.config import load_config  # ConfigError propagates: the caller reports it
-
-        self.config_path = config_path
-        self.config = load_config(config_path)
+        """`config`: models.toml as the caller parsed it (None: the built-in models); an
+        unknown `model` raises ConfigError: the caller reports it."""
+        self.config = config if config is not None else BUILTIN_CONFIG
         self._local_args = dict(verbose=verbose, threads=threads, host=host)
         self._local: LiveBackend | None = None
         self._remotes: dict[str, Any] = {}
@@ -91,7 +90,7 @@ class ModelsBackend:
                 self._remotes[spec.name] = backend
             return self._remotes[spec.name]
         if self._local is None:
-            self._local = LiveBackend(self.config_path, name or spec.name, **self._local_args)
+            self._local = LiveBackend(self.config, name or spec.name, **self._local_args)
             self._local.attach(lambda ev, b=self._local: self._on(b, ev))
         return self._local
 

@@ -1,7 +1,8 @@
 """A model on an OpenAI-compatible server (`loopchat --url`, `url = "..."` in models.toml).
 
 One thread per backend sends the requests with httpx (sync) and reads the answer as it
-arrives: a stream of server-sent events (`stream: true`), or one body in blocking mode.
+arrives (remote_http.py): a stream of server-sent events (`stream: true`), or one body in
+blocking mode.
 Every event received is handed on as it came (`WireReceived`, for the wire view), then
 the loop's events made from it (wire_reader.py): a loopchat server's own, or what any
 other server's chunks give, with every figure it does not send left as None.
@@ -22,22 +23,22 @@ stream cut before `data: [DONE]`, a timeout) end the run with one WorkerError li
 
 from __future__ import annotations
 
-import json
 import queue
-import socket
 import threading
 import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from loopchat import __version__
 from loopchat.backends import Sink
 from loopchat.backends.live import _Relay
-from loopchat.backends.model_meta import ModelMeta, model_meta
+from loopchat.backends.model_meta import ModelMeta
+from loopchat.backends.remote_http import RequestCancelled as _Cancelled
+from loopchat.backends.remote_http import RequestFailed as _Failed
+from loopchat.backends.remote_http import list_models, read_body, read_stream, shut
+from loopchat.backends.remote_http import read_some as _read_some
 from loopchat.backends.remote_problems import CONNECT_TIMEOUT, status_problem, transport_problem
-from loopchat.backends.sse import SSESplitter
 from loopchat.backends.wire_reader import ServerError, WireError, WireReader
 from loopchat.errors import one_line
 from loopchat.events import (
@@ -47,10 +48,10 @@ from loopchat.events import (
     ModelLoading,
     ModelReady,
     RunDone,
-    WireReceived,
     WorkerError,
 )
-from loopchat.settings import EXTENSION_KEYS, SamplingSettings, new_seed
+from loopchat.settings import SamplingSettings, new_seed, wire_values
+from loopchat.urls import URLProblem, api_base
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 
 #: Seconds to wait for the server: for the next bytes of a stream, or for a blocking
@@ -58,39 +59,6 @@ from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 DEFAULT_TIMEOUT = 120.0
 #: The top log-probabilities asked for per token by default (the panel's table).
 DEFAULT_TOP_LOGPROBS = 10
-#: What is kept of an error response's body for its message.
-_ERROR_BODY_LIMIT = 64 * 1024
-
-
-class URLProblem(ValueError):
-    """A URL that cannot be an API's base URL (one-line message)."""
-
-
-def api_base(url: str) -> str:
-    """The API's base URL, ending in /v1: "http://host:8000", "http://host:8000/v1/" and
-    "http://host:8000/v1/chat/completions" all give "http://host:8000/v1"."""
-    text = url.strip()
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise URLProblem(
-            f"{url!r} is not an http:// or https:// URL; give the server's address, e.g. http://127.0.0.1:8000/v1"
-        )
-    if parts.query or parts.fragment:
-        raise URLProblem(
-            f"{url!r} has a query or fragment; give the server's base address, e.g. http://127.0.0.1:8000/v1"
-        )
-    path = parts.path.rstrip("/")
-    for tail in ("/chat/completions", "/completions", "/models"):
-        if path.endswith(tail):
-            path = path[: -len(tail)]
-            break
-    if not path.endswith("/v1"):
-        path += "/v1"
-    return f"{parts.scheme}://{parts.netloc}{path}"
-
-
-class _Failed(Exception):
-    """The request failed: the message is the one line the user sees."""
 
 
 class RemoteBackend:
@@ -256,33 +224,19 @@ class RemoteBackend:
             self._emit(old)
 
     def _list_models(self, required: bool) -> list[str] | None:
-        """The ids of GET /models; None for a server without that list (404) when a model
-        id was given (`required` False)."""
-        import httpx
+        """The ids of GET /models (and what each says of its model: `_meta`); None for a
+        server without that list (404) when a model id was given (`required` False)."""
 
-        try:
-            response = self._client.get(self.base + "/models", headers=self._headers(stream=False))
-        except httpx.HTTPError as exc:
-            raise _Failed(self._transport_problem(exc, chunks=None, blocking=True)) from None
-        if response.status_code == 404:
-            if not required:
-                return None
-            raise _Failed(
-                f"{self.base}/models answered 404 Not Found: is {self.base} an OpenAI-compatible API (its address "
-                "usually ends in /v1)? A server without a model list needs the model named: --model-id (or model "
-                "in models.toml)"
-            )
-        if response.status_code != 200:
-            raise _Failed(self._status_problem(response.status_code, response.reason_phrase, response.text))
-        try:
-            data = response.json()["data"]
-            self._meta = {str(m["id"]): model_meta(m) for m in data}
-            return [str(m["id"]) for m in data]
-        except (ValueError, KeyError, TypeError):
-            raise _Failed(
-                f"{self.base}/models did not answer with OpenAI's model list; is {self.base} an "
-                "OpenAI-compatible API (its address usually ends in /v1)?"
-            ) from None
+        def problem(what: Any) -> str:
+            if isinstance(what, Exception):
+                return self._transport_problem(what, chunks=None, blocking=True)
+            return self._status_problem(what.status_code, what.reason_phrase, what.text)
+
+        listed = list_models(self._client, self.base, self._headers(stream=False), problem, required)
+        if listed is None:
+            return None
+        ids, self._meta = listed
+        return ids
 
     # ---- replies ---------------------------------------------------------------------------
     def generate(
@@ -315,7 +269,7 @@ class RemoteBackend:
         if cancel is not None:
             cancel.set()
         if stream is not None:
-            _shut(stream)
+            shut(stream)
 
     def close(self) -> None:
         self.attach(None)
@@ -376,15 +330,14 @@ class RemoteBackend:
             url = self.base + "/chat/completions"
             k = self.top_logprobs
             body.update(messages=[m.to_dict() for m in messages], logprobs=True, top_logprobs=k)
-        body.update(stream=stream, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+        # the settings by their wire names: temperature, top_p, seed (when pinned), max_tokens, and with
+        # extensions top_k, min_p, repeat_*, dry_* (settings.SETTINGS: each row's `wire` and `openai`)
+        body.update(stream=stream, **wire_values(s, self.extensions))
         if stream:
             body["stream_options"] = {"include_usage": True}
-        if s.seed is not None:
-            body["seed"] = s.seed
         if stop:
             body["stop"] = list(stop)
         if self.extensions:
-            body.update({name: getattr(s, name) for name in EXTENSION_KEYS})  # top_k ... dry_penalty_last_n
             body["loopchat"] = {"prompt": True}
         return url, body, k
 
@@ -395,7 +348,7 @@ class RemoteBackend:
                 self._stream = info.get("return_value")
                 cancelled = self._cancel is not None and self._cancel.is_set()
             if cancelled:
-                _shut(self._stream)
+                shut(self._stream)
 
     def _generate(
         self,
@@ -463,84 +416,16 @@ class RemoteBackend:
             self._end_run(run_id)
 
     def _read_stream(self, response: Any, reader: WireReader, now: Any, run_id: int, cancel: threading.Event) -> None:
-        emit = self._emit
-        splitter = SSESplitter()
-        for data in response.iter_raw():
-            t = now()
-            for ev in splitter.feed(data):
-                emit(WireReceived(ev.text, ev.nbytes, t, run_id))
-                if ev.data is None:
-                    continue  # a comment (a keep-alive ping)
-                if ev.data.startswith("[DONE]"):
-                    if reader.start is None:
-                        raise WireError("data: [DONE] before any chunk")
-                    return
-                try:
-                    obj = json.loads(ev.data)
-                except ValueError:
-                    raise WireError(f"a chunk that is not JSON ({_shorten(ev.data)})") from None
-                for event in reader.chunk(obj, t):
-                    emit(event)
-            if cancel.is_set():
-                raise _Cancelled
-        if cancel.is_set():
-            raise _Cancelled
-        if reader.finish_reason is not None:
-            return  # the reply is whole; only the closing data: [DONE] is missing
-        cut = " (it stopped inside an event)" if splitter.pending().strip() else ""
-        raise _Failed(
-            f"{self.base} ended the stream before data: [DONE] (after {reader.chunks} chunks){cut}: the reply is "
-            "incomplete; the server may have stopped or restarted"
-        )
+        read_stream(response, reader, now, run_id, cancel, self._emit, self.base)
 
     def _read_body(self, response: Any, reader: WireReader, now: Any, run_id: int) -> None:
-        raw = response.read()
-        t = now()
-        text = raw.decode("utf-8", errors="replace")
-        self._emit(WireReceived(text, len(raw), t, run_id))
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            raise WireError(f"a response that is not JSON ({_shorten(text)})") from None
-        for event in reader.body(obj, t):
-            self._emit(event)
+        read_body(response, reader, now, run_id, self._emit)
 
     def _status_problem(self, code: int, reason: str, text: str) -> str:
         return status_problem(self.base, code, reason, text)
 
     def _transport_problem(self, exc: Exception, chunks: int | None, blocking: bool) -> str:
         return transport_problem(self.base, self.timeout, exc, chunks, blocking)
-
-
-class _Cancelled(Exception):
-    pass
-
-
-def _shut(stream: Any) -> None:
-    """Shut a connection's socket down: a read waiting on it returns at once."""
-    try:
-        sock = stream.get_extra_info("socket")
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)
-    except (OSError, AttributeError):
-        pass
-
-
-def _read_some(response: Any) -> str:
-    data = b""
-    try:
-        for part in response.iter_raw():
-            data += part
-            if len(data) >= _ERROR_BODY_LIMIT:
-                break
-    except Exception:  # noqa: BLE001 - the status is what matters; the body is a detail
-        pass
-    return data[:_ERROR_BODY_LIMIT].decode("utf-8", errors="replace")
-
-
-def _shorten(text: str, limit: int = 80) -> str:
-    text = one_line(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TOP_LOGPROBS", "RemoteBackend", "URLProblem", "api_base"]

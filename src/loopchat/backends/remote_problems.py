@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from loopchat.backends.wire_reader import error_message
+from loopchat.backends.wire_parts import error_message
 from loopchat.errors import one_line
 
 #: Seconds to wait for a connection (at most; the backend's timeout when shorter).
 CONNECT_TIMEOUT = 10.0
 
 
-def _shorten(text: str, limit: int = 80) -> str:
+def shorten(text: str, limit: int = 80) -> str:
     text = one_line(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -26,7 +26,7 @@ def status_problem(base: str, code: int, reason: str, text: str) -> str:
         pass
     if detail is None:
         detail = text.strip().splitlines()[0] if text.strip() else ""
-    what = f"{code} {reason}".strip() + (f" ({_shorten(one_line(detail), 200)})" if detail else "")
+    what = f"{code} {reason}".strip() + (f" ({shorten(one_line(detail), 200)})" if detail else "")
     if code in (401, 403):
         fix = "pass the server's API key with --api-key (or api_key_env in models.toml)"
     elif code == 404:

@@ -20,100 +20,34 @@ From any other server the events are built from what the wire gives, and only th
 - everything else (the sampled-from distribution, entropies, forward and sampling
   times, threads, n_past, the prompt's text and tokens) is None.
 
-No I/O here: `backends/remote.py` feeds it the decoded JSON and the arrival times.
+No I/O here (the JSON's pieces are read by wire_parts.py): `backends/remote.py` feeds it the decoded JSON and the arrival times.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from loopchat.backends.model_meta import ModelMeta
+from loopchat.backends.wire_parts import (
+    ServerError,
+    WireError,
+    entry_id,
+    entry_piece,
+    error_message,
+    kind_of,
+    logprob_entries,
+    prob_of,
+    split_text,
+    token_count,
+)
 from loopchat.events import Candidate, Event, Finish, FinishReason, Message, Prefill, Start, Step, decode_rate
 from loopchat.settings import SamplingSettings
 from loopchat.token_faces import partial_bytes
 from loopchat.wire import EXTENSION_KEY, extension_events
 
 _REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
-
-
-class WireError(Exception):
-    """What the server sent is not what the protocol says (one-line message)."""
-
-
-class ServerError(Exception):
-    """The server reported an error in the stream (OpenAI's `{"error": {...}}`)."""
-
-
-def error_message(obj: Any) -> str | None:
-    """The message of OpenAI's error shape (or FastAPI's `{"detail": ...}`), if `obj` is one."""
-    if not isinstance(obj, dict):
-        return None
-    err = obj.get("error")
-    if isinstance(err, dict):
-        msg = err.get("message")
-        return str(msg) if msg else str(err.get("type") or "error")
-    if isinstance(err, str):
-        return err
-    detail = obj.get("detail")
-    if detail is not None and "choices" not in obj:
-        return str(detail)
-    return None
-
-
-def split_text(content: str, pieces: Sequence[str]) -> list[str]:
-    """`content` divided among the tokens it is made of, in order, so that the parts
-    joined are `content`: a token whose piece follows in the content gets that piece; a
-    token that is part of a character (its piece is "" or U+FFFD) gets nothing, and the
-    character goes to the token that completes it (the last one before the next piece
-    that matches). What cannot be matched goes to the token where matching failed."""
-    out = [""] * len(pieces)
-    if not pieces:
-        return out
-    pos = 0
-    pending = False  # tokens since the last match that got no text
-    for i, piece in enumerate(pieces):
-        whole = bool(piece) and "\ufffd" not in piece
-        if not whole:
-            pending = True
-            continue
-        if content.startswith(piece, pos):
-            out[i] = piece
-            pos += len(piece)
-            pending = False
-            continue
-        j = content.find(piece, pos) if pending else -1
-        if j > pos:
-            out[i - 1] += content[pos:j]
-            out[i] = piece
-            pos = j + len(piece)
-            pending = False
-            continue
-        out[i] += content[pos:]  # out of step with the content: the rest goes here
-        return out
-    out[-1] += content[pos:]
-    return out
-
-
-def _prob(logprob: Any) -> float:
-    if not isinstance(logprob, (int, float)) or isinstance(logprob, bool):
-        raise WireError(f"a logprob is {type(logprob).__name__}, not a number")
-    return math.exp(logprob) if logprob > -1000 else 0.0
-
-
-def _piece(entry: dict[str, Any]) -> tuple[str, bytes | None]:
-    token = entry.get("token")
-    raw = entry.get("bytes")
-    data = None
-    if isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw):
-        data = bytes(raw)
-    if not isinstance(token, str):
-        if data is None:
-            raise WireError("a logprobs entry has no token text")
-        token = data.decode("utf-8", errors="replace")
-    return token, data
 
 
 class WireReader:
@@ -155,7 +89,7 @@ class WireReader:
         """The events one streamed chunk carries (`t_ms`: its arrival since the request),
         but not the Finish: `end()` gives it once the stream is over."""
         if not isinstance(obj, dict):
-            raise WireError(f"a chunk is {_kind(obj)}, not a JSON object")
+            raise WireError(f"a chunk is {kind_of(obj)}, not a JSON object")
         message = error_message(obj)
         if message is not None:
             raise ServerError(message)
@@ -174,29 +108,29 @@ class WireReader:
                 raise WireError("a chunk has neither choices nor usage")
             return []
         if not isinstance(choices, list):
-            raise WireError(f"a chunk's choices is {_kind(choices)}, not a list")
+            raise WireError(f"a chunk's choices is {kind_of(choices)}, not a list")
         if not choices:
             return []
         choice = choices[0]
         if not isinstance(choice, dict):
-            raise WireError(f"a chunk's choice is {_kind(choice)}, not an object")
+            raise WireError(f"a chunk's choice is {kind_of(choice)}, not an object")
         out: list[Event] = []
         if self.start is None:
             out.append(self._start(obj))
         if "delta" in choice:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
-                raise WireError(f"a chunk's delta is {_kind(delta)}, not an object")
+                raise WireError(f"a chunk's delta is {kind_of(delta)}, not an object")
             content = delta.get("content")
         else:  # /v1/completions: text_completion chunks
             content = choice.get("text")
         if content is not None and not isinstance(content, str):
-            raise WireError(f"a chunk's content is {_kind(content)}, not text")
+            raise WireError(f"a chunk's content is {kind_of(content)}, not text")
         out.extend(self._tokens(content or "", choice.get("logprobs"), t_ms))
         reason = choice.get("finish_reason")
         if reason is not None:
             if not isinstance(reason, str):
-                raise WireError(f"a chunk's finish_reason is {_kind(reason)}, not text")
+                raise WireError(f"a chunk's finish_reason is {kind_of(reason)}, not text")
             self.finish_reason = reason
         return out
 
@@ -259,7 +193,7 @@ class WireReader:
         return self.start
 
     def _tokens(self, content: str, logprobs: Any, t_ms: float) -> list[Step]:
-        entries = _entries(logprobs)
+        entries = logprob_entries(logprobs)
         if entries is None:  # no logprobs for this chunk: one step, its text only
             if not content:
                 return []
@@ -270,7 +204,7 @@ class WireReader:
                 self._counted = False
                 return [self._step(content, None, content, t_ms)]
             return []
-        parsed = [_piece(e) for e in entries]
+        parsed = [entry_piece(e) for e in entries]
         texts = split_text(content, [p[0] for p in parsed])
         return [
             self._step(piece, (entry, data), text, t_ms, first=i == 0)
@@ -286,16 +220,16 @@ class WireReader:
         data = None
         if given is not None:
             entry, data = given
-            raw_prob = _prob(entry.get("logprob"))
+            raw_prob = prob_of(entry.get("logprob"))
             top = entry.get("top_logprobs") or []
             if not isinstance(top, list):
-                raise WireError(f"top_logprobs is {_kind(top)}, not a list")
-            token_id = _id(entry)
+                raise WireError(f"top_logprobs is {kind_of(top)}, not a list")
+            token_id = entry_id(entry)
             ranked = []
             for c in top:
                 if not isinstance(c, dict):
-                    raise WireError(f"a top_logprobs entry is {_kind(c)}, not an object")
-                ranked.append((_prob(c.get("logprob")), *_piece(c), _id(c)))
+                    raise WireError(f"a top_logprobs entry is {kind_of(c)}, not an object")
+                ranked.append((prob_of(c.get("logprob")), *entry_piece(c), entry_id(c)))
             ranked.sort(key=lambda pc: -pc[0])  # stable: the server's order among equals
             listed = ranked[: self.top_logprobs]
             raw_top = tuple(Candidate(i, t, p, partial_bytes(b)) for p, t, b, i in listed)
@@ -340,7 +274,7 @@ class WireReader:
         """The events of a non-streaming response (`t_ms`: when it arrived); `end()` then
         gives its Finish."""
         if not isinstance(obj, dict):
-            raise WireError(f"the response is {_kind(obj)}, not a JSON object")
+            raise WireError(f"the response is {kind_of(obj)}, not a JSON object")
         message = error_message(obj)
         if message is not None:
             raise ServerError(message)
@@ -362,12 +296,12 @@ class WireReader:
         if "message" in choice:
             message_obj = choice.get("message")
             if not isinstance(message_obj, dict):
-                raise WireError(f"the response's message is {_kind(message_obj)}, not an object")
+                raise WireError(f"the response's message is {kind_of(message_obj)}, not an object")
             content = message_obj.get("content")
         else:
             content = choice.get("text")
         if content is not None and not isinstance(content, str):
-            raise WireError(f"the response's content is {_kind(content)}, not text")
+            raise WireError(f"the response's content is {kind_of(content)}, not text")
         out: list[Event] = [self._start(obj)]
         out.extend(self._tokens(content or "", choice.get("logprobs"), t_ms))
         reason = choice.get("finish_reason")
@@ -386,8 +320,8 @@ class WireReader:
         start, usage = self.start, self.usage or {}
         first = steps[0].elapsed_ms if steps else None
         decode = steps[-1].elapsed_ms - steps[0].elapsed_ms if steps else None
-        prompt = _count(usage.get("prompt_tokens"))
-        completion = _count(usage.get("completion_tokens"))
+        prompt = token_count(usage.get("prompt_tokens"))
+        completion = token_count(usage.get("completion_tokens"))
         if start is not None and start.prompt_token_ids is not None:  # a loopchat server
             prompt = len(start.prompt_token_ids)
         if self.extended or (completion is None and self._counted):
@@ -411,55 +345,6 @@ class WireReader:
             error=error,
         )
         return self.finish
-
-
-def _entries(logprobs: Any) -> list[dict[str, Any]] | None:
-    """The chat shape's per-token entries (None: no logprobs in this chunk)."""
-    if logprobs is None:
-        return None
-    if not isinstance(logprobs, dict):
-        raise WireError(f"logprobs is {_kind(logprobs)}, not an object")
-    if "content" in logprobs:
-        entries = logprobs.get("content")
-        if entries is None:
-            return None
-        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            raise WireError("logprobs.content is not a list of objects")
-        return entries
-    if "tokens" in logprobs:  # the legacy shape (/v1/completions)
-        tokens = logprobs.get("tokens") or []
-        lps = logprobs.get("token_logprobs") or []
-        tops = logprobs.get("top_logprobs") or []
-        if not (isinstance(tokens, list) and isinstance(lps, list) and isinstance(tops, list)):
-            raise WireError("legacy logprobs fields are not lists")
-        out = []
-        for i, token in enumerate(tokens):
-            top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
-            out.append(
-                {
-                    "token": token,
-                    "logprob": lps[i] if i < len(lps) else None,
-                    "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top.items()],
-                }
-            )
-        return out
-    return None
-
-
-def _id(entry: dict[str, Any]) -> int | None:
-    """A token id, where the server sends one (llama.cpp's `id`; OpenAI's shape has none)."""
-    value = entry.get("id")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "text", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number"
-    )
 
 
 __all__ = ["ServerError", "WireError", "WireReader", "error_message", "split_text"]

@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _threads(text: str):
-    from loopchat.engine.thread_tuner import parse_threads
+    from loopchat.threads_setting import parse_threads
 
     try:
         return parse_threads(text)

@@ -68,23 +68,9 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from typing import Literal
 
-AUTO: Literal["auto"] = "auto"
-Threads = int | Literal["auto"]
-
-
-def parse_threads(value: object) -> Threads:
-    """`"auto"` or a whole number >= 1 (from the command line or models.toml)."""
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text == AUTO:
-            return AUTO
-        if text.isdigit() and int(text) >= 1:
-            return int(text)
-    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    raise ValueError(f'must be "auto" or a whole number of threads from 1, got {value!r}')
+# the setting's type lives in the contract (threads_setting.py); named here too for the engine
+from loopchat.threads_setting import AUTO, Threads, parse_threads  # noqa: F401
 
 
 def _ms(v: float) -> str:

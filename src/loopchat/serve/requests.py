@@ -10,7 +10,7 @@ message that says what is supported.
 
 Accepted besides OpenAI's parameters (extensions): top_k, min_p, repeat_penalty,
 repeat_last_n, dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n
-(loopchat's sampling settings, llama-server's names), `cache_prompt: false` (llama.cpp's name:
+(loopchat's sampling settings, llama-server's names: settings.EXTENSION_KEYS), `cache_prompt: false` (llama.cpp's name:
 evaluate the whole prompt instead of reusing the KV cache of the previous request, so
 that the same seed gives the same reply whatever ran before), `ignore_eos: true` (also
 llama.cpp's: an end-of-generation token does not end the reply, which then runs to
@@ -34,27 +34,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopchat.events import DOCUMENT, Message
-from loopchat.settings import SETTING, SamplingSettings, SettingsError
+from loopchat.settings import SETTING, SETTINGS, SamplingSettings, SettingsError
 from loopchat.stop_strings import MAX_STOP_STRINGS
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, WireOptions, error_body
 
 #: The candidates the engine reports per step at least (the extension's top-K, the panel's).
 MIN_REPORT = 10
-#: Request keys that set a sampling setting, and the setting.
-SETTING_KEYS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repeat_penalty": "repeat_penalty",
-    "repeat_last_n": "repeat_last_n",
-    "dry_multiplier": "dry_multiplier",  # llama-server's names for DRY (dry.py)
-    "dry_base": "dry_base",
-    "dry_allowed_length": "dry_allowed_length",
-    "dry_penalty_last_n": "dry_penalty_last_n",
-    "max_tokens": "max_tokens",
-    "max_completion_tokens": "max_tokens",  # OpenAI's newer name wins when both are given
-}
+#: Request keys that set a sampling setting, and the setting: each row's wire name and
+#: aliases (settings.SETTINGS; max_completion_tokens follows max_tokens: the newer name wins
+#: when both are given); the seed has its own parser here (`_seed`: -1 and 64-bit seeds).
+SETTING_KEYS = {key: spec.name for spec in SETTINGS if spec.name != "seed" for key in (spec.wire, *spec.wire_aliases)}
 #: The seeds a request may give (64-bit, signed or not), and the one that means "random".
 SEED_MIN, SEED_MAX, SEED_RANDOM = -(2**63), 2**64 - 1, -1
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}

@@ -25,6 +25,7 @@ from textual.widgets.option_list import Option
 from loopchat.chat.plots import fmt_prob, listed_face, token_face
 from loopchat.events import Step
 from loopchat.settings import SamplingSettings
+from loopchat.settings_text import knobs_line
 from loopchat.tui.step_mode import TokenSearch, listed_faces
 
 
@@ -37,7 +38,7 @@ class BranchChoice:
 
 
 def settings_line(s: SamplingSettings) -> str:
-    return f"T {s.temperature:.2f}, top-k {s.top_k}, top-p {s.top_p:.2f}, min-p {s.min_p:.2f}"
+    return knobs_line(s)  # "T 0.70, top-p 0.95, top-k 40, min-p 0.05": the knobs (settings.SETTINGS)
 
 
 def sampled_complete(step: Step) -> bool:

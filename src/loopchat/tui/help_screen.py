@@ -10,6 +10,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from loopchat.settings_text import knob_order_text, knob_steps_text
+
 #: (keys, what they do), in the order docs/keys.md shows them
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
@@ -27,9 +29,9 @@ KEYS: tuple[tuple[str, str], ...] = (
     ),
     (
         "Ctrl+↑ / Ctrl+↓ (or Alt+↑ / Alt+↓)",
-        "Raise / lower the selected setting (marked ▸ in the panel): temperature ±0.1, top-p ±0.05, top-k ±5, min-p ±0.01",
+        f"Raise / lower the selected setting (marked ▸ in the panel): {knob_steps_text()}",
     ),
-    ("F8", "Select the next setting for Ctrl+↑/↓ (temperature → top-p → top-k → min-p)"),
+    ("F8", f"Select the next setting for Ctrl+↑/↓ ({knob_order_text()})"),
     ("F2", "Sampling settings dialog: type any value, checked as you type; Enter applies"),
     ("F3", "Streaming ⇄ blocking mode for the next replies"),
     (

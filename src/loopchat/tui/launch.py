@@ -8,9 +8,9 @@ from pathlib import Path
 
 from loopchat.backends import Backend
 from loopchat.chat.prefs import Prefs
-from loopchat.engine.thread_tuner import Threads
 from loopchat.errors import UsageError
 from loopchat.settings import SamplingSettings
+from loopchat.threads_setting import Threads
 from loopchat.tui.app import LoopChatApp
 
 
@@ -59,9 +59,10 @@ def create_app(
                     raise UsageError(
                         f"{flag} goes with --url (a models.toml model with url has its own: api_key_env, model, timeout)"
                     )
-            backend = configured_backend(
-                config_path, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads
-            )
+            from loopchat.config import load_config
+
+            config = load_config(config_path)  # the one parse of models.toml for this launch
+            backend = configured_backend(config, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads)
     store = None
     if history is not False and backend.can_generate:
         from loopchat.history.store import default_store_path

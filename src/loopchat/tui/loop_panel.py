@@ -35,7 +35,8 @@ from loopchat.chat.plots import (
     token_face,
 )
 from loopchat.events import Candidate, Pending, Prefill, Step
-from loopchat.settings import KNOBS, SETTING, SamplingSettings, fmt_dry, fmt_value
+from loopchat.settings import KNOBS, SETTING, SamplingSettings, fmt_value
+from loopchat.settings_text import summary_lines
 from loopchat.tui.fast_static import FastStatic, Line, lines_to_text, text_to_lines
 from loopchat.tui.panel_caches import PanelCaches, ReplyIndex, Series
 from loopchat.tui.repeat_view import repeat_lines
@@ -668,13 +669,7 @@ def _settings(v: PanelView, width: int, out: list[Line], caches: PanelCaches) ->
             when = "next reply" if _remote(v) else "from next pass"  # a server fixed this reply's
             t.append((f"  → {fmt_value(name, pending)} {when}", _PENDING))
         lines.append(t)
-    repeat = f"  repeat ×{shown.repeat_penalty:.2f} over {shown.repeat_last_n}"
-    seed = f"{fmt_dry(shown)}seed {fmt_value('seed', shown.seed)}"  # (DRY, when on, goes with the seed)
-    one = f"{repeat} · {seed} · max {shown.max_tokens}"
-    if len(one) <= width:
-        lines.append([(one, LABEL)])
-    else:  # (a pinned 10-digit seed: the line wrapped between "max" and its number)
-        lines += [[(f"{repeat} · max {shown.max_tokens}", LABEL)], [(f"  {seed}", LABEL)]]
+    lines += [[(text, LABEL)] for text in summary_lines(shown, width)]  # repeat · DRY · seed · max
     lines.append([("  ^↑/^↓ change ▸ · F8 next · F2 type values", _DIM)])
     other = [n for n in changes if n not in KNOBS]
     if other:
