@@ -19,11 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loopchat.events import _pickled_by_init
 from loopchat.request import ReplyRequest
 from loopchat.settings import LiveSettings, SamplingSettings
 from loopchat.step_control import StepControl
 
 
+@_pickled_by_init
 @dataclass(frozen=True, slots=True)
 class Load:
     """Close the engine loaded now (if any) and create another with `factory()`."""
@@ -33,6 +35,7 @@ class Load:
     path: str
 
 
+@_pickled_by_init  # (pickled once per reply, as cheaply as the events)
 @dataclass(frozen=True, slots=True)
 class Generate:
     """Run one reply; its events end with RunDone(run_id)."""
@@ -45,6 +48,7 @@ class Generate:
     control: StepControl | None = None
 
 
+@_pickled_by_init
 @dataclass(frozen=True, slots=True)
 class ChangeSettings:
     """The reply in flight reads these settings from its next pass (a child process's)."""

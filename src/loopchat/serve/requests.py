@@ -5,9 +5,9 @@ is a raw document, no chat template) turn OpenAI's request bodies into a
 `GenerationRequest`: the reply the engine runs (a `ReplyRequest`: the messages, the
 SamplingSettings (the model's own from models.toml, with what the request sets), the
 stop strings, how many candidates the engine reports per step, the KV cache reuse,
-ignore_eos), and serve's own part: the WireOptions of the response and the model named. Every problem raises a
-`RequestError` whose `body()` is OpenAI's error shape, with the parameter named and a
-message that says what is supported.
+ignore_eos), and serve's own part: the WireOptions of the response and the model
+named. Every problem raises a `RequestError` whose `body()` is OpenAI's error shape,
+with the parameter named and a message that says what is supported.
 
 Accepted besides OpenAI's parameters (extensions): top_k, min_p, repeat_penalty,
 repeat_last_n, dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n
