@@ -29,6 +29,7 @@ from loopchat.events import (
     WireReceived,
     WorkerError,
 )
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
@@ -63,7 +64,7 @@ def streamed(llama_server):
     while not isinstance(ev := q.get(timeout=30), (ModelReady, WorkerError)):
         pass
     assert isinstance(ev, ModelReady), ev
-    backend.generate(MESSAGES, SETTINGS)
+    backend.generate(ReplyRequest(MESSAGES, SETTINGS))
     events = collect(backend)
     backend.close()
     return backend, events
@@ -124,7 +125,7 @@ def test_a_blocking_request_is_one_body(llama_server) -> None:
     backend = RemoteBackend(llama_server.url + "/v1/")
     try:
         backend.start()
-        backend.generate(MESSAGES, SETTINGS, stream=False)
+        backend.generate(ReplyRequest(MESSAGES, SETTINGS, stream=False))
         events = collect(backend)
     finally:
         backend.close()

@@ -28,6 +28,7 @@ from loopchat.events import (
     WireReceived,
     WorkerError,
 )
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
@@ -76,7 +77,7 @@ def connected(url: str, **kw) -> tuple[RemoteBackend, Events]:
 def reply(url: str, stream: bool = True, **kw) -> list:
     backend, events = connected(url, **kw)
     try:
-        backend.generate(MESSAGES, SETTINGS, stream=stream)
+        backend.generate(ReplyRequest(MESSAGES, SETTINGS, stream=stream))
         return events.until(RunDone)
     finally:
         backend.close()
@@ -221,7 +222,7 @@ def test_cancel_ends_a_stalled_stream_at_once(server) -> None:
     backend, events = connected(url + "/stall")
     try:
         state["ended"].clear()
-        backend.generate(MESSAGES, SETTINGS)
+        backend.generate(ReplyRequest(MESSAGES, SETTINGS))
         events.until(Step)  # the first token arrived; the server now sends nothing
         t0 = time.perf_counter()
         backend.cancel()

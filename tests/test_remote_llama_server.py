@@ -16,6 +16,7 @@ from loopchat.backends.remote import RemoteBackend
 from loopchat.chat.plots import fmt_ms
 from loopchat.chat.prefs import Prefs
 from loopchat.events import Finish, Message, ModelReady, RunDone, Step, WorkerError
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
@@ -37,7 +38,7 @@ def test_token_ids_and_the_servers_prefill_time(llama_server) -> None:
         backend.start()
         while not isinstance(ev := q.get(timeout=30), ModelReady):
             pass
-        backend.generate((Message("user", "Name three colours."),), SETTINGS)
+        backend.generate(ReplyRequest((Message("user", "Name three colours."),), SETTINGS))
         events = []
         while not isinstance(ev := q.get(timeout=60), RunDone):
             events.append(ev)
@@ -124,7 +125,7 @@ def test_a_model_id_it_does_not_list_is_answered(llama_server) -> None:
         while not isinstance(ev := q.get(timeout=30), (ModelReady, WorkerError)):
             pass
         assert isinstance(ev, ModelReady) and ev.name == "gpt-4" and ev.n_ctx == 2048  # its one model's meta
-        backend.generate((Message("user", "Name three colours."),), SETTINGS)
+        backend.generate(ReplyRequest((Message("user", "Name three colours."),), SETTINGS))
         events = []
         while not isinstance(ev := q.get(timeout=60), RunDone):
             events.append(ev)

@@ -24,6 +24,7 @@ from loopchat.events import (
     Step,
     WireReceived,
 )
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
 from loopchat.tui.launch import create_app
@@ -48,7 +49,7 @@ def reply(server, stream: bool = True) -> list:
         backend.start()
         while not isinstance(ev := q.get(timeout=30), ModelReady):
             pass
-        backend.generate(MESSAGES, SETTINGS, stream=stream)
+        backend.generate(ReplyRequest(MESSAGES, SETTINGS, stream=stream))
         out = []
         while not isinstance(ev := q.get(timeout=60), RunDone):
             out.append(ev)

@@ -13,6 +13,7 @@ from tui_fixtures import wait_for, wait_run
 
 from loopchat.backends.remote import RemoteBackend
 from loopchat.chat.prefs import Prefs
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
@@ -90,7 +91,7 @@ def test_a_model_id_the_server_does_not_list_is_sent_and_its_refusal_is_one_line
         while not isinstance(ready := q.get(timeout=30), (ModelReady, WorkerError)):
             pass
         assert isinstance(ready, ModelReady) and ready.name == "gpt-4"  # not refused by the client
-        backend.generate((Message("user", "Hi"),), SamplingSettings(max_tokens=4, seed=1))
+        backend.generate(ReplyRequest((Message("user", "Hi"),), SamplingSettings(max_tokens=4, seed=1)))
         events = []
         while not isinstance(ev := q.get(timeout=60), RunDone):
             events.append(ev)

@@ -26,6 +26,7 @@ from serve_process import PY, Serve
 
 from loopchat.backends.remote import RemoteBackend
 from loopchat.events import Message, ModelReady, RunDone, Start
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 
 KEY = "test-" + secrets.token_hex(8)
@@ -325,7 +326,7 @@ def test_a_loopchat_client_without_extensions_still_records_its_messages(server:
         backend.start()
         while not isinstance(events.get(timeout=60), ModelReady):
             pass
-        backend.generate(sent, SamplingSettings(seed=3, max_tokens=4))
+        backend.generate(ReplyRequest(sent, SamplingSettings(seed=3, max_tokens=4)))
         got = []
         while not isinstance(ev := events.get(timeout=120), RunDone):
             got.append(ev)

@@ -66,9 +66,9 @@ class Backend:
     def load(self, name):
         self.loaded.append(name)
 
-    def generate(self, messages, settings, *, reuse_at_most=None, stream=True, reply_prefix=(), first_token=None):
-        self.runs.append((tuple(messages), settings))
-        self.reuse_at_most = reuse_at_most
+    def generate(self, request):
+        self.runs.append((request.messages, request.settings))
+        self.reuse_at_most = request.reuse_at_most
         return len(self.runs)
 
     def set_settings(self, settings):
@@ -324,9 +324,9 @@ class BranchingBackend(Backend):
         self.ready = READY
         self.branches: list[tuple[tuple[int, ...], int | None]] = []
 
-    def generate(self, messages, settings, *, reuse_at_most=None, stream=True, reply_prefix=(), first_token=None):
-        self.branches.append((tuple(reply_prefix), first_token))
-        return super().generate(messages, settings, reuse_at_most=reuse_at_most, stream=stream)
+    def generate(self, request):
+        self.branches.append((request.reply_prefix, request.first_token))
+        return super().generate(request)
 
 
 def test_a_branch_asks_for_the_prefix_and_the_token_and_is_refused_for_another_models_reply() -> None:

@@ -346,13 +346,11 @@ class ReceivingBackend(FakeBackend):
         self.stream = True
         self.sent: list[WireReceived] = []
 
-    def generate(
-        self, messages, settings, *, reuse_at_most=None, stream=True, reply_prefix=(), first_token=None
-    ) -> int:
+    def generate(self, request) -> int:
         self.runs += 1
-        self.stream = stream
+        self.stream = request.stream
         run = self.runs
-        threading.Thread(target=self._play, args=(messages, settings, run), daemon=True).start()
+        threading.Thread(target=self._play, args=(request.messages, request.settings, run), daemon=True).start()
         return run
 
     def _play(self, messages, settings, run) -> None:

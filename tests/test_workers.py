@@ -11,6 +11,7 @@ from loopchat.engine.engine import EngineOptions
 from loopchat.engine.process_worker import ProcessEngineWorker
 from loopchat.engine.worker import EngineWorker
 from loopchat.events import Finish, FinishReason, Message, ModelReady, RunDone, Step, WorkerError
+from loopchat.request import ReplyRequest
 from loopchat.settings import LiveSettings, SamplingSettings
 
 MESSAGES = (Message("system", "You are a helpful assistant."), Message("user", "List five animals."))
@@ -40,7 +41,7 @@ def worker_and_queue(request, model_path: Path):
 def test_generate_with_a_live_settings_change(worker_and_queue) -> None:
     w, q = worker_and_queue
     live = LiveSettings(SamplingSettings(seed=11, max_tokens=24, temperature=1.0, repeat_penalty=1.0))
-    w.generate(MESSAGES, live)
+    w.generate(ReplyRequest(MESSAGES, live.get()), live=live)
     assert w.busy
     steps: list[Step] = []
     changed_at = None
@@ -64,7 +65,7 @@ def test_generate_with_a_live_settings_change(worker_and_queue) -> None:
 def test_same_tokens_from_either_host(worker_and_queue, model_path: Path) -> None:
     w, q = worker_and_queue
     s = SamplingSettings(seed=5, max_tokens=20, temperature=0.8)
-    w.generate(MESSAGES, s)
+    w.generate(ReplyRequest(MESSAGES, s))
     events = collect_until(q, RunDone)
     finish = next(e for e in events if isinstance(e, Finish))
     # reference: the engine driven directly in this thread
@@ -77,7 +78,7 @@ def test_same_tokens_from_either_host(worker_and_queue, model_path: Path) -> Non
 
 def test_cancel_and_go_on(worker_and_queue) -> None:
     w, q = worker_and_queue
-    w.generate(MESSAGES, SamplingSettings(max_tokens=500, seed=1))
+    w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=500, seed=1)))
     while True:
         event = q.get(timeout=120)
         if isinstance(event, Step):
@@ -86,7 +87,7 @@ def test_cancel_and_go_on(worker_and_queue) -> None:
     finish = collect_until(q, Finish)[-1]
     assert finish.reason == FinishReason.CANCELLED
     collect_until(q, RunDone)
-    w.generate(MESSAGES, SamplingSettings(max_tokens=3, seed=1))
+    w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=3, seed=1)))
     assert collect_until(q, Finish)[-1].reason in (FinishReason.LENGTH, FinishReason.STOP)
 
 
@@ -101,7 +102,7 @@ def test_a_bad_model_is_a_worker_error_not_a_crash(cls, tmp_path: Path, model_pa
         err = collect_until(q, (WorkerError, ModelReady))[-1]
         assert isinstance(err, WorkerError) and err.during == "load"
         assert "bad.gguf" in err.message and "\n" not in err.message
-        w.generate(MESSAGES, SamplingSettings(max_tokens=2))
+        w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=2)))
         err2 = collect_until(q, WorkerError)[-1]
         assert "no model" in err2.message
         # and a good model loads afterwards in the same worker
@@ -120,7 +121,7 @@ def test_a_crashed_engine_process_is_reported_and_can_be_restarted(model_path: P
     try:
         w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
         assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
-        w.generate(MESSAGES, SamplingSettings(max_tokens=400, seed=1))
+        w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=400, seed=1)))
         while not isinstance(q.get(timeout=60), Step):
             pass
         os.kill(w._proc.pid, signal.SIGKILL)  # as a segfault in llama.cpp would end it
@@ -128,11 +129,11 @@ def test_a_crashed_engine_process_is_reported_and_can_be_restarted(model_path: P
         assert "stopped unexpectedly" in err.message
         collect_until(q, RunDone)
         assert not w.busy and not w.alive
-        w.generate(MESSAGES, SamplingSettings(max_tokens=2))
+        w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=2)))
         assert "not running" in collect_until(q, WorkerError)[-1].message
         w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
         assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
-        w.generate(MESSAGES, SamplingSettings(max_tokens=3, seed=1))
+        w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=3, seed=1)))
         assert collect_until(q, Finish)[-1].reason in (FinishReason.LENGTH, FinishReason.STOP)
     finally:
         w.close()
@@ -147,7 +148,7 @@ def test_a_paced_reader_keeps_the_order_and_flush_hands_over_at_once(model_path:
     w = ProcessEngineWorker(lambda e: q.put((threading.current_thread(), e)), read_period=3600)
     try:
         w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
-        w.generate(MESSAGES, SamplingSettings(max_tokens=12, seed=3))
+        w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=12, seed=3)))
         got: list = []
         while not got or not isinstance(got[-1][1], RunDone):
             assert wait([w._events], timeout=120), "no event from the engine in 2 minutes"
@@ -183,7 +184,7 @@ def test_an_unexpected_engine_error_comes_before_the_runs_end(worker_and_queue) 
     # byte): an exception that is not an EngineError. `loopchat run` and the app stop
     # reading a run at RunDone, so the error must come first (it came after).
     w, q = worker_and_queue
-    w.generate((Message("user", "caf\udce9"),), SamplingSettings(max_tokens=4, seed=1))
+    w.generate(ReplyRequest((Message("user", "caf\udce9"),), SamplingSettings(max_tokens=4, seed=1)))
     events = collect_until(q, RunDone)
     errors = [e for e in events if isinstance(e, WorkerError)]
     assert len(errors) == 1 and errors[0].during == "generate" and errors[0].internal
@@ -191,6 +192,6 @@ def test_an_unexpected_engine_error_comes_before_the_runs_end(worker_and_queue) 
     assert "internal error while generating" in errors[0].message and "\n" not in errors[0].message
     assert not w.busy
     # the worker goes on: the next run is a normal one
-    w.generate(MESSAGES, SamplingSettings(max_tokens=3, seed=1))
+    w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=3, seed=1)))
     events = collect_until(q, RunDone)
     assert isinstance(events[-2], Finish) and not any(isinstance(e, WorkerError) for e in events)

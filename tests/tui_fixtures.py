@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.events import Candidate, Finish, FinishReason, Message, Prefill, Start, Step
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 
 DATA = Path(__file__).parent / "data"
@@ -146,9 +147,6 @@ class FakeBackend:
     def describe(self, name: str) -> str:
         return ""
 
-    def arm_step(self, paused: bool) -> None:
-        pass
-
     def vocabulary(self) -> None:
         return None
 
@@ -170,20 +168,11 @@ class FakeBackend:
     def attach(self, sink: Any) -> None:
         self.sink = sink
 
-    def generate(
-        self,
-        messages: tuple[Message, ...],
-        settings: SamplingSettings,
-        *,
-        reuse_at_most: int | None = None,
-        stream: bool = True,
-        reply_prefix: tuple[int, ...] = (),
-        first_token: int | None = None,
-    ) -> int:
+    def generate(self, request: ReplyRequest) -> int:
         self.runs += 1
         self._cancel.clear()
-        self._settings = settings
-        threading.Thread(target=self._run, args=(messages, lambda: self._settings), daemon=True).start()
+        self._settings = request.settings
+        threading.Thread(target=self._run, args=(request.messages, lambda: self._settings), daemon=True).start()
         return self.runs
 
     def _run(self, messages: tuple[Message, ...], source: Any) -> None:

@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopchat.events import DOCUMENT, Message
+from loopchat.events import DOCUMENT, Message, _pickled_by_init
 from loopchat.settings import SamplingSettings
 
 
+@_pickled_by_init  # once per reply through the process host's pipe: as cheap as the events
 @dataclass(frozen=True, slots=True)
 class ReplyRequest:
     #: the conversation so far, or one DOCUMENT message alone (the raw text to continue)

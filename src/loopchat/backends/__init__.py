@@ -9,8 +9,11 @@ engine in a thread or a child process), `ReplayBackend` (a recorded trace),
 `RemoteBackend` (a model on an OpenAI-compatible server) and `ModelsBackend` (the
 models.toml entries, local and remote, switched by name). Step mode (the loop stopped
 before a draw, stepped, a token picked by hand) goes through `can_step`, `control`,
-`arm_step`, `vocabulary` and `pending_probs`; branches (a reply continued from the
-tokens of another) through `can_branch` and `generate(reply_prefix=, first_token=)`.
+`vocabulary`, `pending_probs` and the request's `step_paused`; branches (a reply
+continued from the tokens of another) through `can_branch` and the request's
+`reply_prefix` and `first_token`. A reply is asked for with one `ReplyRequest`
+(request.py), passed on whole: what a backend cannot honour it says through its
+`can_*` flags, or ignores as documented there (a server keeps its own KV cache).
 
 Nothing here imports Textual.
 """
@@ -20,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from loopchat.events import HostEvent, Message, ModelReady
+from loopchat.events import HostEvent, ModelReady
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import StepControl
 
@@ -58,10 +62,6 @@ class Backend(Protocol):
     #: the reply in flight's step control (None: no reply in flight, or no step mode)
     control: StepControl | None
 
-    def arm_step(self, paused: bool) -> None:
-        """The next reply starts stopped before its first draw (True) or runs freely."""
-        ...
-
     def vocabulary(self) -> list[str] | None:
         """Every token's text by id, for the step mode's search (None: not known)."""
         ...
@@ -91,24 +91,13 @@ class Backend(Protocol):
         """Switch to another model; ModelLoading, then ModelReady or WorkerError(load)."""
         ...
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        settings: SamplingSettings,
-        *,
-        reuse_at_most: int | None = None,
-        stream: bool = True,
-        reply_prefix: Sequence[int] = (),
-        first_token: int | None = None,
-    ) -> int:
-        """Start a reply with `settings`; returns its run id (its RunDone carries it).
-        `reuse_at_most`: reuse at most this many prompt tokens from a cache (a replay of
-        a reply passes that reply's Prefill.reused_tokens, for the very same logits).
-        `stream`: the chat shows the reply as it comes (False: blocking mode). A local
-        loop runs the same either way; a remote server is asked for one whole body.
-        `reply_prefix`, `first_token` (only when `can_branch`): a branch of an earlier
-        reply: its first tokens are given, and the first step takes `first_token` (None:
-        it draws) (engine.Engine.generate)."""
+    def generate(self, request: ReplyRequest) -> int:
+        """Start the reply `request` asks for; returns its run id (its RunDone carries it).
+        A local loop runs the same whether `request.stream` or not; a remote server is
+        asked for one whole body when not. `request.reply_prefix` / `first_token` only
+        when `can_branch`; `request.step_paused` only when `can_step` (the reply's
+        `control` then starts paused); `request.reuse_at_most` only where this process
+        holds the KV cache."""
         ...
 
     def set_settings(self, settings: SamplingSettings) -> None:

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.backends import Sink
-from loopchat.events import HostEvent, Message, ModelReady, WorkerError
+from loopchat.events import HostEvent, ModelReady, WorkerError
 from loopchat.model_spec import BUILTIN_CONFIG, Config
+from loopchat.request import ReplyRequest
 from loopchat.settings import LiveSettings, SamplingSettings
 from loopchat.step_control import StepControl
 from loopchat.threads_setting import Threads
@@ -91,7 +92,6 @@ class LiveBackend:
         self._live = LiveSettings(self.spec.sampling)  # what the reply in flight reads
         self.host = host
         self.control: StepControl | None = None  # the reply in flight's (step mode)
-        self._armed = False  # the next reply starts stopped before its first draw
         if host == "process":
             from loopchat.engine.process_worker import ProcessEngineWorker
 
@@ -177,25 +177,12 @@ class LiveBackend:
         self.worker.load(factory, spec.name, path)
 
     # ---- replies ----------------------------------------------------------------------
-    def generate(
-        self,
-        messages: Sequence[Message],
-        settings: SamplingSettings,
-        *,
-        reuse_at_most: int | None = None,
-        stream: bool = True,
-        reply_prefix: Sequence[int] = (),
-        first_token: int | None = None,
-    ) -> int:
-        self._live.set(settings)
-        branch = {"reply_prefix": tuple(reply_prefix), "first_token": first_token}
+    def generate(self, request: ReplyRequest) -> int:
+        self._live.set(request.settings)
         if not self.can_step:
-            return self.worker.generate(tuple(messages), self._live, reuse_at_most=reuse_at_most, **branch)
-        self.control = StepControl(paused=self._armed)
-        self._armed = False
-        return self.worker.generate(
-            tuple(messages), self._live, reuse_at_most=reuse_at_most, control=self.control, **branch
-        )
+            return self.worker.generate(request, live=self._live)
+        self.control = StepControl(paused=request.step_paused)
+        return self.worker.generate(request, live=self._live, control=self.control)
 
     def set_settings(self, settings: SamplingSettings) -> None:
         self._live.set(settings)
@@ -216,9 +203,6 @@ class LiveBackend:
         if self.can_step:
             return ""
         return "Step mode needs the model in this process (loopchat --host thread)"
-
-    def arm_step(self, paused: bool) -> None:
-        self._armed = paused and self.can_step
 
     def _engine(self) -> Any:
         return getattr(self.worker, "_engine", None) if self.can_step else None

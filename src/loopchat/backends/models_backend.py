@@ -17,8 +17,9 @@ from typing import Any
 
 from loopchat.backends import Backend, Sink
 from loopchat.backends.live import DEFAULT_HOST, LiveBackend, _Relay
-from loopchat.events import Message, ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
+from loopchat.events import ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
 from loopchat.model_spec import BUILTIN_CONFIG, Config
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.threads_setting import Threads
 
@@ -139,9 +140,6 @@ class ModelsBackend:
     def control(self) -> Any:
         return self.active.control
 
-    def arm_step(self, paused: bool) -> None:
-        self.active.arm_step(paused)
-
     def vocabulary(self) -> list[str] | None:
         return self.active.vocabulary()
 
@@ -222,27 +220,11 @@ class ModelsBackend:
             target.start()
 
     # ---- replies -----------------------------------------------------------------------
-    def generate(
-        self,
-        messages: Sequence[Message],
-        settings: SamplingSettings,
-        *,
-        reuse_at_most: int | None = None,
-        stream: bool = True,
-        reply_prefix: Sequence[int] = (),
-        first_token: int | None = None,
-    ) -> int:
+    def generate(self, request: ReplyRequest) -> int:
         backend = self.active
         with self._runs_lock:
             self._run_id += 1
-            theirs = backend.generate(
-                messages,
-                settings,
-                reuse_at_most=reuse_at_most,
-                stream=stream,
-                reply_prefix=reply_prefix,
-                first_token=first_token,
-            )
+            theirs = backend.generate(request)
             self._runs[(id(backend), theirs)] = self._run_id
         return self._run_id
 

@@ -7,7 +7,7 @@ Every event received is handed on as it came (`WireReceived`, for the wire view)
 the loop's events made from it (wire_reader.py): a loopchat server's own, or what any
 other server's chunks give, with every figure it does not send left as None.
 
-What is asked for: `logprobs` with `top_logprobs` (the report size, at most 20),
+What is asked for: `logprobs` with `top_logprobs` (the request's report_k, at most 20),
 `stream_options.include_usage`, the settings `temperature`, `top_p`, `max_tokens`, `seed`
 (the pinned one, else one the client draws for the reply), plus `top_k`, `min_p`,
 `repeat_penalty`, `repeat_last_n`, DRY's four (settings.EXTENSION_KEYS) and `loopchat:
@@ -27,7 +27,6 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Sequence
 from typing import Any
 
 from loopchat import __version__
@@ -42,14 +41,13 @@ from loopchat.backends.remote_problems import CONNECT_TIMEOUT, status_problem, t
 from loopchat.backends.wire_reader import ServerError, WireError, WireReader
 from loopchat.errors import one_line
 from loopchat.events import (
-    DOCUMENT,
     FinishReason,
-    Message,
     ModelLoading,
     ModelReady,
     RunDone,
     WorkerError,
 )
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings, new_seed, wire_values
 from loopchat.urls import URLProblem, api_base
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
@@ -57,8 +55,6 @@ from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 #: Seconds to wait for the server: for the next bytes of a stream, or for a blocking
 #: reply's whole body (and for a connection, at most CONNECT_TIMEOUT).
 DEFAULT_TIMEOUT = 120.0
-#: The top log-probabilities asked for per token by default (the panel's table).
-DEFAULT_TOP_LOGPROBS = 10
 
 
 class RemoteBackend:
@@ -70,9 +66,6 @@ class RemoteBackend:
     can_branch = False  # a chat request sends messages, not the tokens of a reply so far
     branch_refusal = "A server takes messages, not the tokens of a reply so far: branching needs a local model"
     control = None
-
-    def arm_step(self, paused: bool) -> None:
-        pass
 
     def vocabulary(self) -> None:
         return None
@@ -92,7 +85,6 @@ class RemoteBackend:
         settings: SamplingSettings | None = None,
         description: str = "",
         timeout: float = DEFAULT_TIMEOUT,
-        top_logprobs: int = DEFAULT_TOP_LOGPROBS,
         extensions: bool = True,
     ) -> None:
         """`name`: a models.toml entry's name (the chat shows it; the server's models are
@@ -109,9 +101,6 @@ class RemoteBackend:
         self.default_settings = settings or SamplingSettings()
         self.description = description
         self.timeout = float(timeout)
-        if not 1 <= top_logprobs <= MAX_TOP_LOGPROBS:
-            raise ValueError(f"top_logprobs must be between 1 and {MAX_TOP_LOGPROBS} for a server")
-        self.top_logprobs = top_logprobs
         self.extensions = extensions
         self.ready: ModelReady | None = None
         self.loading: str | None = None
@@ -239,25 +228,17 @@ class RemoteBackend:
         return ids
 
     # ---- replies ---------------------------------------------------------------------------
-    def generate(
-        self,
-        messages: Sequence[Message],
-        settings: SamplingSettings,
-        *,
-        reuse_at_most: int | None = None,
-        stream: bool = True,
-        reply_prefix: Sequence[int] = (),
-        first_token: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> int:
-        """`reuse_at_most` has no meaning here: the server keeps its own cache. `stop`:
-        OpenAI's stop strings, sent with the request (`loopchat run --stop`)."""
+    def generate(self, request: ReplyRequest) -> int:
+        """`request.stop` is sent as OpenAI's stop strings, `report_k` as top_logprobs (at
+        most 20, 5 on /completions), `stream` as the request's. The server keeps its own
+        KV cache (`reuse_at_most` has no meaning here) and takes no reply prefix or step
+        mode (`can_branch`, `can_step` are False)."""
         self._run_id += 1
         cancel = threading.Event()
         with self._lock:
             self._cancel = cancel
         self._busy.set()
-        self._commands.put(("generate", (self._run_id, tuple(messages), settings, stream, cancel, tuple(stop))))
+        self._commands.put(("generate", (self._run_id, request, cancel)))
         return self._run_id
 
     def set_settings(self, settings: SamplingSettings) -> None:
@@ -312,31 +293,25 @@ class RemoteBackend:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def request(
-        self,
-        messages: Sequence[Message],
-        settings: SamplingSettings,
-        stream: bool,
-        stop: Sequence[str] = (),
-    ) -> tuple[str, dict[str, Any], int]:
+    def request(self, req: ReplyRequest) -> tuple[str, dict[str, Any], int]:
         """(URL, JSON body, top log-probabilities asked for) of a reply's request."""
-        s = settings
+        s = req.settings
         body: dict[str, Any] = {"model": self.model_id}
-        if len(messages) == 1 and messages[0].role == DOCUMENT:
+        if req.is_document:
             url = self.base + "/completions"
-            k = min(self.top_logprobs, MAX_COMPLETION_LOGPROBS)
-            body.update(prompt=messages[0].content, logprobs=k)
+            k = max(1, min(req.report_k, MAX_COMPLETION_LOGPROBS))
+            body.update(prompt=req.messages[0].content, logprobs=k)
         else:
             url = self.base + "/chat/completions"
-            k = self.top_logprobs
-            body.update(messages=[m.to_dict() for m in messages], logprobs=True, top_logprobs=k)
+            k = max(1, min(req.report_k, MAX_TOP_LOGPROBS))
+            body.update(messages=[m.to_dict() for m in req.messages], logprobs=True, top_logprobs=k)
         # the settings by their wire names: temperature, top_p, seed (when pinned), max_tokens, and with
         # extensions top_k, min_p, repeat_*, dry_* (settings.SETTINGS: each row's `wire` and `openai`)
-        body.update(stream=stream, **wire_values(s, self.extensions))
-        if stream:
+        body.update(stream=req.stream, **wire_values(s, self.extensions))
+        if req.stream:
             body["stream_options"] = {"include_usage": True}
-        if stop:
-            body["stop"] = list(stop)
+        if req.stop:
+            body["stop"] = list(req.stop)
         if self.extensions:
             body["loopchat"] = {"prompt": True}
         return url, body, k
@@ -350,28 +325,21 @@ class RemoteBackend:
             if cancelled:
                 shut(self._stream)
 
-    def _generate(
-        self,
-        run_id: int,
-        messages: tuple[Message, ...],
-        settings: SamplingSettings,
-        stream: bool,
-        cancel: threading.Event,
-        stop: tuple[str, ...] = (),
-    ) -> None:
+    def _generate(self, run_id: int, request: ReplyRequest, cancel: threading.Event) -> None:
         import httpx
 
         t0 = time.perf_counter()
         # an unpinned seed: the client draws one, sends it and records it (F9 replays it)
-        settings = settings.with_seed(new_seed())
-        url, body, k = self.request(messages, settings, stream, stop)
+        request = request.with_(settings=request.settings.with_seed(new_seed()))
+        url, body, k = self.request(request)
+        stream = request.stream
         reader = WireReader(
             source=self.base,
             model=self.model_id or "",
-            messages=messages,
-            settings=settings,
+            messages=request.messages,
+            settings=request.settings,
             top_logprobs=k,
-            stop=stop,
+            stop=request.stop,
             meta=self.meta,
         )
 
@@ -428,4 +396,4 @@ class RemoteBackend:
         return transport_problem(self.base, self.timeout, exc, chunks, blocking)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TOP_LOGPROBS", "RemoteBackend", "URLProblem", "api_base"]
+__all__ = ["DEFAULT_TIMEOUT", "RemoteBackend", "URLProblem", "api_base"]

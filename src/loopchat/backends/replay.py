@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from loopchat.backends import Sink
-from loopchat.events import Finish, Message, RunDone, Start, WorkerError
+from loopchat.events import Finish, RunDone, Start, WorkerError
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 
 
@@ -23,9 +23,6 @@ class ReplayBackend:
     can_branch = False
     branch_refusal = "A replay plays recorded steps: branching needs a model loaded in this process"
     control = None
-
-    def arm_step(self, paused: bool) -> None:
-        pass
 
     def vocabulary(self) -> None:
         return None
@@ -94,16 +91,7 @@ class ReplayBackend:
         if self._sink is not None:
             self._sink(WorkerError("a replay has no model to switch to", during="load"))
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        settings: SamplingSettings,
-        *,
-        reuse_at_most: int | None = None,
-        stream: bool = True,
-        reply_prefix: Sequence[int] = (),
-        first_token: int | None = None,
-    ) -> int:
+    def generate(self, request: ReplyRequest) -> int:
         raise RuntimeError("a replay cannot generate (can_generate is False)")
 
     def set_settings(self, settings: SamplingSettings) -> None:

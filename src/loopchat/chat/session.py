@@ -26,7 +26,6 @@ from loopchat.events import (
     Finish,
     FinishReason,
     HostEvent,
-    Message,
     ModelLoading,
     ModelReady,
     Pending,
@@ -37,6 +36,7 @@ from loopchat.events import (
     WireReceived,
     WorkerError,
 )
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import HAND
 
@@ -157,10 +157,8 @@ class ChatSession:
         self.pending_prompt = text
         rebuild, self.rebuild_cache = self.rebuild_cache, False
         rec = self._start(
-            messages,
+            ReplyRequest(messages, self.settings, reuse_at_most=0 if rebuild else None),
             mode,
-            self.settings,
-            reuse_at_most=0 if rebuild else None,
             in_history=True,
         )
         if rebuild:
@@ -178,7 +176,11 @@ class ChatSession:
         if self.settings.seed is not None:  # the same seed would give the same reply
             self.settings = self.settings.replace(seed=(self.settings.seed + 1) % 2**32)
         new = self._start(
-            old.messages, mode, self.settings, in_history=True, siblings=old.siblings, turn_base=old.turn_base
+            ReplyRequest(old.messages, self.settings),
+            mode,
+            in_history=True,
+            siblings=old.siblings,
+            turn_base=old.turn_base,
         )
         old.replaced_by = new.number
         return old, new
@@ -206,17 +208,15 @@ class ChatSession:
         if len(before) != step or any(s.token_id is None or s.is_stop for s in before):
             raise Refused("That token's step is not in the reply's record: it cannot be branched from")
         self.conversation.set_aside(old)
+        prefix = tuple(int(s.token_id) for s in before)  # type: ignore[arg-type]
         new = self._start(
-            old.messages,
+            ReplyRequest(old.messages, self.settings, reply_prefix=prefix, first_token=token_id),
             mode,
-            self.settings,
             in_history=True,
             siblings=old.siblings,
             turn_base=old.turn_base,
             branch_from=old.number,
             branch_at=step,
-            reply_prefix=tuple(int(s.token_id) for s in before),
-            first_token=token_id,  # type: ignore[arg-type]
         )
         new.steps.extend(before)  # the same passes: shown, clickable, and stored with it
         return old, new
@@ -257,21 +257,16 @@ class ChatSession:
         other = STREAM if rec.mode == BLOCKING else BLOCKING
         reuse = rec.prefill.reused_tokens if rec.prefill is not None else None
         n = rec.prefix_len
+        request = ReplyRequest(rec.messages, rec.start.settings, reuse_at_most=reuse)
         branch: dict = {}
         if rec.is_branch:  # the same prefix, the same token picked at its point
             own = rec.own_steps
             first = own[0].token_id if own and own[0].chosen_by == HAND else None
-            branch = {
-                "reply_prefix": rec.start.reply_prefix,
-                "first_token": first,
-                "branch_from": rec.branch_from,
-                "branch_at": rec.branch_at if rec.branch_at is not None else n,
-            }
+            request = request.with_(reply_prefix=rec.start.reply_prefix, first_token=first)
+            branch = {"branch_from": rec.branch_from, "branch_at": rec.branch_at if rec.branch_at is not None else n}
         new = self._start(
-            rec.messages,
+            request,
             other,
-            rec.start.settings,
-            reuse_at_most=reuse,
             in_history=False,
             replay_of=rec.replay_of or rec.number,
             turn_base=rec.turn_base,
@@ -326,8 +321,7 @@ class ChatSession:
                 return "Running freely again"
             c.pause()
             return "Stopping before the next draw…"
-        self.step_armed = not self.step_armed
-        b.arm_step(self.step_armed)
+        self.step_armed = not self.step_armed  # the next reply's request asks for it (step_paused)
         if self.step_armed:
             return "Step mode: the next reply stops before its first draw"
         return "Step mode off: the next reply runs freely"
@@ -401,31 +395,18 @@ class ChatSession:
         self.model_ready = False
         self.backend.load(name)
 
-    def _start(
-        self,
-        messages: tuple[Message, ...],
-        mode: str,
-        settings: SamplingSettings,
-        reuse_at_most: int | None = None,
-        reply_prefix: tuple[int, ...] = (),
-        first_token: int | None = None,
-        **kw: object,
-    ) -> ReplyRecord:
-        """A new reply record (`kw`: its fields), and its run asked of the backend."""
-        rec = self.conversation.new_reply(mode, messages, **kw)
+    def _start(self, request: ReplyRequest, mode: str, **kw: object) -> ReplyRecord:
+        """A new reply record (`kw`: its fields), and its run asked of the backend:
+        `request` as the caller built it, streamed unless `mode` is blocking, stopped
+        before its first draw when step mode is armed."""
+        request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed)
+        rec = self.conversation.new_reply(mode, request.messages, **kw)
         rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
         self.current = rec
         self.pending = None
-        self.step_armed = False  # an armed step mode is this reply's (the backend's too)
-        self.run_settings = settings
-        rec.run_id = self.backend.generate(
-            messages,
-            settings,
-            reuse_at_most=reuse_at_most,
-            stream=mode != BLOCKING,
-            reply_prefix=reply_prefix,
-            first_token=first_token,
-        )
+        self.step_armed = False  # an armed step mode is this reply's
+        self.run_settings = request.settings
+        rec.run_id = self.backend.generate(request)
         self._freeze(rec.run_id)  # its events and its RunDone are consumed on this thread, later
         return rec
 

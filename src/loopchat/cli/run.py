@@ -1,10 +1,11 @@
 """`loopchat run`: one reply, headless, from the same events the TUI shows.
 
-The engine runs on its own worker thread (which loads the model and runs every call on
-it); the main thread prints what arrives, so Ctrl+C is handled at once and cancels the
-run, during a long prefill too. With `--url` (or a models.toml entry with `url`) a
-RemoteBackend asks an OpenAI-compatible server instead and hands over the same events;
-what that server does not send is printed as "not given".
+The flags become one ReplyRequest, asked of a Backend like the chat's: a LiveBackend
+(the engine on its own worker thread, which loads the model and runs every call on it),
+or with `--url` (or a models.toml entry with `url`) a RemoteBackend, which asks an
+OpenAI-compatible server and hands over the same events; what that server does not send
+is printed as "not given". The main thread prints what arrives (run_reply.py), so Ctrl+C
+is handled at once and cancels the run, during a long prefill too.
 """
 
 from __future__ import annotations
@@ -14,27 +15,15 @@ import os
 import queue
 import stat
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
-from loopchat.event_lines import step_line, summary_line, threads_text
-from loopchat.events import (
-    DOCUMENT,
-    ContextTrimmed,
-    Finish,
-    Message,
-    ModelReady,
-    Prefill,
-    RunDone,
-    Start,
-    Step,
-    WorkerError,
-)
-from loopchat.settings import SETTINGS, LiveSettings, SamplingSettings
+from loopchat.events import DOCUMENT, Message
+from loopchat.request import ReplyRequest
+from loopchat.settings import SETTINGS, SamplingSettings
 from loopchat.stop_strings import MAX_STOP_STRINGS
-
-_ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
 
 
 def read_prompt(prompt: str, stdin: TextIO | None) -> str:
@@ -126,108 +115,6 @@ def settings_from_args(base: SamplingSettings, args: argparse.Namespace) -> Samp
     return base.replace(**changes)
 
 
-class _Output:
-    """stdout for the reply: the first failed write (a full disk, /dev/full, a closed
-    pipe) is remembered, and nothing more is written after it."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.error: OSError | None = None
-        self.line_open = False  # the last text written did not end with a newline
-        self.wrote = False  # some text was written
-
-    def write(self, text: str) -> bool:
-        if self.error is not None:
-            return False
-        try:
-            if text:  # (set first: a Ctrl+C can land once the text is out, before the next line)
-                self.line_open, self.wrote = not text.endswith("\n"), True
-            self.out.write(text)
-            self.out.flush()
-        except OSError as exc:
-            self.error = exc
-            self._discard()
-            return False
-        return True
-
-    def _discard(self) -> None:
-        """Point the stream's file descriptor at /dev/null: what is still in its buffer
-        is then flushed there at exit instead of raising again ("Exception ignored...")."""
-        try:
-            fd = self.out.fileno()
-            devnull = os.open(os.devnull, os.O_WRONLY)
-        except (AttributeError, OSError, ValueError):
-            return
-        try:
-            os.dup2(devnull, fd)
-        except OSError:
-            pass
-        finally:
-            os.close(devnull)
-
-    def message(self) -> str | None:
-        """The one line to report (None if every write succeeded or the reader left)."""
-        if self.error is None or isinstance(self.error, BrokenPipeError):
-            return None  # `loopchat run ... | head`: the reader has what it wanted
-        reason = self.error.strerror or str(self.error)
-        return f"cannot write the reply to standard output ({reason}); free some space or redirect it elsewhere"
-
-
-def _errors_setting(out: TextIO) -> None:
-    """An encoding that cannot spell a character of the reply (PYTHONIOENCODING=ascii, a
-    latin-1 locale) prints ? for it rather than ending the run with a traceback."""
-    reconfigure = getattr(out, "reconfigure", None)
-    if reconfigure is not None and getattr(out, "errors", "strict") == "strict":
-        try:
-            reconfigure(errors="replace")
-        except (OSError, ValueError):  # pragma: no cover - a stream that cannot change
-            pass
-
-
-class _LocalRun:
-    """The engine on a worker thread, for one reply."""
-
-    def __init__(
-        self, worker: Any, messages: list[Message], live: LiveSettings, report_k: int, stop: tuple[str, ...]
-    ) -> None:
-        self.worker, self.messages, self.live, self.report_k, self.stop = worker, messages, live, report_k, stop
-
-    def generate(self) -> None:
-        self.worker.generate(self.messages, self.live, report_k=self.report_k, stop=self.stop)
-
-    def cancel(self) -> None:
-        self.worker.cancel()
-
-    def close(self) -> None:
-        self.worker.close()
-
-
-class _RemoteRun:
-    """A server, for one reply: its model list is read first (ModelReady), then the reply."""
-
-    def __init__(
-        self,
-        backend: Any,
-        sink: Any,
-        messages: list[Message],
-        settings: SamplingSettings,
-        stream: bool,
-        stop: tuple[str, ...],
-    ) -> None:
-        self.backend, self.messages, self.settings, self.stream, self.stop = backend, messages, settings, stream, stop
-        backend.attach(sink)
-        backend.start()
-
-    def generate(self) -> None:
-        self.backend.generate(self.messages, self.settings, stream=self.stream, stop=self.stop)
-
-    def cancel(self) -> None:
-        self.backend.cancel()
-
-    def close(self) -> None:
-        self.backend.close()
-
-
 def remote_for(args: argparse.Namespace, config: Any) -> Any:
     """The RemoteBackend `loopchat run` talks to (`--url`, or a models.toml entry with
     `url`), or None for a model run here. UsageError for options that do not fit."""
@@ -259,18 +146,12 @@ def remote_for(args: argparse.Namespace, config: Any) -> Any:
                 model_id=getattr(args, "model_id", None),
                 api_key=key or os.environ.get(API_KEY_ENV),
                 timeout=timeout or DEFAULT_TIMEOUT,
-                top_logprobs=args.top_report,
             )
         except URLProblem as exc:
             raise UsageError(f"--url: {exc}") from None
     from loopchat.backends.models_backend import remote_backend
 
-    return remote_backend(
-        spec, top_logprobs=args.top_report, model_id=getattr(args, "model_id", None), api_key=key, timeout=timeout
-    )
-
-
-#: The environment variable `--url` takes the server's API key from when --api-key is not given.
+    return remote_backend(spec, model_id=getattr(args, "model_id", None), api_key=key, timeout=timeout)
 
 
 def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
@@ -279,13 +160,35 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     file, a prompt longer than the context), 1 when the run itself failed (an error in
     llama.cpp or in loopchat, stdout or the trace file could not be written), 130 for
     Ctrl+C."""
-    from loopchat.config import load_config
-    from loopchat.engine.engine import EngineOptions
-    from loopchat.engine.worker import EngineWorker
-    from loopchat.trace import TraceError, TraceWriter
+    from loopchat.cli.run_reply import Output, ReplyReader, errors_setting
+    from loopchat.trace import TraceWriter
 
     out = out or sys.stdout
-    prompt = read_prompt(args.prompt, stdin if stdin is not None else sys.stdin)
+    remote, spec, model_path, request = prepare(args, stdin if stdin is not None else sys.stdin)
+    trace = TraceWriter(args.trace) if args.trace else None
+    errors_setting(out)
+    output = Output(out)
+    events: queue.Queue[Any] = queue.Queue()
+    if remote is not None:  # a server: the same events, from the wire; its model list first (ModelReady)
+        backend = remote
+        backend.attach(events.put)
+        backend.start()
+    else:  # the engine on a worker thread, loading the model resolved above
+        backend = _local_backend(args)
+        backend.attach(events.put)
+        backend.load_file(spec, model_path)
+    reader = ReplyReader(args, backend, request, output, trace)
+    reader.read(events)
+    return reader.report()
+
+
+def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, Path | None, ReplyRequest]:
+    """The reply the flags ask for, checked: (the server's backend, or None for a model
+    run here; that model's spec; its file, resolved (it may be downloaded); the request).
+    UsageError for what does not fit, in the order a user should deal with it."""
+    from loopchat.config import load_config
+
+    prompt = read_prompt(args.prompt, stdin)
     if args.system is not None:
         check_utf8(args.system, "the --system text")
     config = load_config(getattr(args, "config", None))
@@ -296,8 +199,20 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
         raise UsageError(f"--stop takes a text that is not empty, up to {MAX_STOP_STRINGS} times")
     remote = remote_for(args, config)
     spec = None if getattr(args, "url", None) else config.get(getattr(args, "model", None))
-    settings = settings_from_args(remote.default_settings if remote is not None else spec.sampling, args)
-    model_path = spec.resolve_file() if remote is None else None
+    if remote is not None:
+        settings, model_path = settings_from_args(remote.default_settings, args), None
+    else:
+        assert spec is not None  # (no --url: a model of models.toml)
+        settings = settings_from_args(spec.sampling, args)
+        model_path = spec.resolve_file()
+    messages = _messages(args, prompt, spec, remote)
+    request = ReplyRequest(messages, settings, stop=stop, report_k=args.top_report, stream=not args.blocking)
+    return remote, spec, model_path, request
+
+
+def _messages(args: argparse.Namespace, prompt: str, spec: Any, remote: Any) -> tuple[Message, ...]:
+    """The prompt as a document (--raw, a completion-mode model) or as a chat turn, after
+    the system prompt (--system, else the model's)."""
     if getattr(args, "raw", False) or (spec is not None and spec.mode == "completion"):
         if args.system is not None:
             why = (
@@ -306,149 +221,21 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
                 else f'model {spec.name!r}\'s documents (mode = "completion" in models.toml)'
             )
             raise UsageError(f"--system has no place in {why}: write it into the document")
-        messages = [Message(DOCUMENT, prompt)]
-    else:
-        default_system = remote.system_prompt if remote is not None else spec.system_prompt
-        system = args.system if args.system is not None else default_system
-        messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
-    trace = TraceWriter(args.trace) if args.trace else None
-    trace_error: str | None = None
-    _errors_setting(out)
-    output = _Output(out)
+        return (Message(DOCUMENT, prompt),)
+    default_system = remote.system_prompt if remote is not None else spec.system_prompt
+    system = args.system if args.system is not None else default_system
+    return ((Message("system", system),) if system else ()) + (Message("user", prompt),)
 
-    events: queue.Queue[Any] = queue.Queue()
-    live = LiveSettings(settings)
-    if remote is not None:  # a server: the same events, from the wire
-        worker: Any = _RemoteRun(remote, events.put, messages, settings, stream=not args.blocking, stop=stop)
-    else:
-        worker = _LocalRun(EngineWorker(events.put), messages, live, report_k=args.top_report, stop=stop)
-        options = EngineOptions.from_spec(
-            spec, model_path, verbose=bool(getattr(args, "verbose", False)), threads=getattr(args, "threads", None)
-        )
-        worker.worker.load(options, spec.name, model_path)
-    prefill: Prefill | None = None
-    finish: Finish | None = None
-    error: WorkerError | None = None
-    interrupted = False
 
-    def record(event: Any) -> None:
-        """Write an engine event to the trace; a failed write stops the trace, not the run."""
-        nonlocal trace, trace_error
-        if trace is None:
-            return
-        try:
-            trace.write(event)
-        except TraceError as exc:
-            trace_error = str(exc)
-            trace.abandon()
-            trace = None
+def _local_backend(args: argparse.Namespace) -> Any:
+    """The model run here: a LiveBackend with the engine on a worker thread."""
+    from loopchat.backends.live import LiveBackend
 
-    generating = False
-    threads_auto = False
-    server = ""
-    client_times = False  # a server that sends no per-step timings: the times are ours, on arrival
-    threads_used: list[int] = []
-    try:
-        while True:
-            try:
-                event = events.get(timeout=0.25)
-            except queue.Empty:
-                continue
-            if isinstance(event, ModelReady):
-                if event.template_note and messages[0].role != DOCUMENT:
-                    print(f"loopchat: note: {event.template_note}", file=sys.stderr)
-                worker.generate()
-                generating = True
-            elif isinstance(event, WorkerError):
-                # the worker emits a run's error before its RunDone, and a load error ends it
-                error = event
-                break
-            elif isinstance(event, RunDone):
-                break
-            elif isinstance(event, _ENGINE_EVENTS):
-                record(event)
-                if isinstance(event, Prefill):
-                    prefill = event
-                elif isinstance(event, Start):
-                    threads_auto = event.threads_auto
-                    server = event.source
-                elif isinstance(event, Step):
-                    client_times = client_times or event.forward_ms is None
-                    if event.threads:
-                        threads_used.append(event.threads)
-                    if args.show_steps:
-                        ok = output.write(step_line(event) + "\n")
-                    elif event.text and not args.blocking:  # blocking: the whole text at the end
-                        ok = output.write(event.text)
-                    else:
-                        ok = True
-                    if not ok:
-                        worker.cancel()  # nobody can read the rest: stop generating it
-                elif isinstance(event, Finish):
-                    finish = event
-    except KeyboardInterrupt:
-        interrupted = True
-        worker.cancel()
-        # drain until the run reports its end (cancel stops it within one step); while
-        # the model is still loading there is no run to wait for
-        while generating:
-            try:
-                event = events.get(timeout=5)
-            except queue.Empty:
-                break
-            if isinstance(event, _ENGINE_EVENTS):
-                record(event)
-            if isinstance(event, Finish):
-                finish = event
-            if isinstance(event, (RunDone, WorkerError)):
-                break
-    finally:
-        worker.close()
-        if trace is not None:
-            try:
-                trace.close()
-            except TraceError as exc:
-                trace_error = str(exc)
-
-    shown = output.wrote  # reply text printed (a token drawn but not printed at Ctrl+C is not)
-    if finish is not None:
-        text = finish.text if (args.show_steps or args.blocking) else ""
-        shown = shown or bool(text)
-        output.write(text + ("" if finish.text.endswith("\n") else "\n"))
-        print(
-            summary_line(prefill, finish, threads_text(threads_auto, threads_used), server, client_times),
-            file=sys.stderr,
-        )
-    elif output.line_open:  # a partial reply, ended by an error: end its line
-        output.write("\n")
-    # one line: the first of what went wrong, in the order a user should deal with it
-    if error is not None:
-        print(f"loopchat: {error.message}", file=sys.stderr)
-        return 1 if error.internal else 2
-    if interrupted:
-        printed = shown and finish is not None and finish.completion_tokens
-        said = (
-            "the reply above is partial"
-            if printed
-            else "stopped before the first token"
-            if generating
-            else "stopped while the model was loading"
-        )
-        print(f"loopchat: interrupted (Ctrl+C): {said}", file=sys.stderr)
-        return 130
-    if finish is not None and finish.error:
-        print(f"loopchat: {finish.error}", file=sys.stderr)
-        return 1
-    problem = output.message()
-    if problem is not None:
-        print(f"loopchat: {problem}", file=sys.stderr)
-        return 1
-    if trace_error is not None:
-        print(
-            f"loopchat: {trace_error}: the trace is incomplete; free some space or write it elsewhere", file=sys.stderr
-        )
-        return 1
-    if finish is None:  # pragma: no cover - the worker always ends a run with an error or a Finish
-        print("loopchat: the engine ended the run without a reply; this is a bug: please report it", file=sys.stderr)
-        return 1
-    return 0
+    # the model's spec comes with load_file (models.toml was read once, by prepare)
+    return LiveBackend(
+        None,
+        None,
+        verbose=bool(getattr(args, "verbose", False)),
+        threads=getattr(args, "threads", None),
+        host="thread",
+    )

@@ -20,14 +20,17 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from loopchat.engine.engine import EngineOptions
+from loopchat.engine.host_commands import Cancel, ChangeSettings, ChildCommand, Close, Generate, Load
 from loopchat.engine.worker import EngineWorker
-from loopchat.events import Message, RunDone, WorkerError
+from loopchat.events import RunDone, WorkerError
+from loopchat.request import ReplyRequest
 from loopchat.settings import LiveSettings, SamplingSettings
+from loopchat.step_control import StepControl
 
 
 def _child_main(commands: Connection, events: Connection) -> None:
@@ -47,29 +50,22 @@ def _child_main(commands: Connection, events: Connection) -> None:
     live = LiveSettings()
     while True:
         try:
-            command, arg = commands.recv()
+            command: ChildCommand = commands.recv()
         except (EOFError, OSError):
-            command, arg = "close", None
-        if command == "load":
-            worker.load(*arg)
-        elif command == "generate":
-            messages, settings, report_k, reuse_at_most, reply_prefix, first_token = arg
-            live.set(settings)
-            worker.generate(
-                messages,
-                live,
-                report_k=report_k,
-                reuse_at_most=reuse_at_most,
-                reply_prefix=reply_prefix,
-                first_token=first_token,
-            )
-        elif command == "settings":
-            live.set(arg)
-        elif command == "cancel":
-            worker.cancel()
-        elif command == "close":
-            worker.close()
-            return
+            command = Close()
+        match command:
+            case Load(factory, name, path):
+                worker.load(factory, name, path)
+            case Generate(request=request):
+                live.set(request.settings)
+                worker.generate(request, live=live)
+            case ChangeSettings(settings):
+                live.set(settings)
+            case Cancel():
+                worker.cancel()
+            case Close():
+                worker.close()
+                return
 
 
 class ProcessEngineWorker:
@@ -108,10 +104,10 @@ class ProcessEngineWorker:
     def alive(self) -> bool:
         return self._proc.is_alive()
 
-    def _send(self, command: str, arg: Any) -> None:
+    def _send(self, command: ChildCommand) -> None:
         with self._lock:
             try:
-                self._commands.send((command, arg))
+                self._commands.send(command)
             except (BrokenPipeError, OSError):
                 pass
 
@@ -121,18 +117,15 @@ class ProcessEngineWorker:
             raise TypeError("ProcessEngineWorker.load needs EngineOptions (picklable), not a callable")
         if not self._proc.is_alive() and not self._closing:
             self._start()  # the last engine process died: a load starts a new one
-        self._send("load", (factory, name, str(path)))
+        self._send(Load(factory, name, str(path)))
 
     def generate(
-        self,
-        messages: Sequence[Message],
-        settings: LiveSettings | SamplingSettings,
-        *,
-        report_k: int = 10,
-        reuse_at_most: int | None = None,
-        reply_prefix: Sequence[int] = (),
-        first_token: int | None = None,
+        self, request: ReplyRequest, *, live: LiveSettings | None = None, control: StepControl | None = None
     ) -> int:
+        """EngineWorker.generate's: `request` is pickled to the child; `live`'s changes are
+        sent after it. `control` must be None: step mode needs the engine in this process."""
+        if control is not None:
+            raise ValueError("step mode needs the engine in the app's process (the thread host)")
         self._run_id += 1
         if not self._proc.is_alive():
             self._emit(
@@ -142,17 +135,17 @@ class ProcessEngineWorker:
             return self._run_id
         self._busy.set()
         self._unsubscribe()
-        if isinstance(settings, LiveSettings):
-            self._live = settings
-            settings.subscribe(self._forward_settings)
-            current = settings.get()
-        else:
-            current = settings
-        self._send("generate", (tuple(messages), current, report_k, reuse_at_most, tuple(reply_prefix), first_token))
+        if live is not None:
+            self._live = live
+            live.subscribe(self._forward_settings)
+            current = live.get()  # what the reply starts with, as the engine reads it in a thread host
+            if current is not request.settings:
+                request = request.with_(settings=current)
+        self._send(Generate(self._run_id, request))
         return self._run_id
 
     def _forward_settings(self, settings: SamplingSettings) -> None:
-        self._send("settings", settings)
+        self._send(ChangeSettings(settings))
 
     def _unsubscribe(self) -> None:
         if self._live is not None:
@@ -160,7 +153,7 @@ class ProcessEngineWorker:
             self._live = None
 
     def cancel(self) -> None:
-        self._send("cancel", None)
+        self._send(Cancel())
 
     @property
     def busy(self) -> bool:
@@ -170,7 +163,7 @@ class ProcessEngineWorker:
         self._closing = True
         self._unsubscribe()
         self.cancel()
-        self._send("close", None)
+        self._send(Close())
         self._proc.join(timeout)
         if self._proc.is_alive():
             self._proc.kill()

@@ -1,7 +1,8 @@
 """One thread that owns the Engine from load to close and runs every call on it.
 
-Commands go in through a queue (`load`, `generate`, `close`); `cancel` sets a flag the
-loop reads without touching the engine. Everything that comes out is handed to one
+Commands go in through a queue (`Load`, `Generate`, `Close`: host_commands.py; a reply's
+`Generate` carries its ReplyRequest whole); `cancel` sets a flag the loop reads without
+touching the engine. Everything that comes out is handed to one
 `emit` callback, called on the worker thread: the generation events of `events.py`
 plus the worker's own notices below. `emit` must be cheap (append to a deque, post a
 message): the loop waits for it. The TUI batches what arrived at frame rate.
@@ -12,13 +13,15 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loopchat.engine.engine import ContextOverflowError, Engine, EngineError
-from loopchat.events import Message, ModelLoading, ModelReady, RunDone, WorkerError
-from loopchat.settings import LiveSettings, SamplingSettings
+from loopchat.engine.host_commands import Close, Generate, Load, WorkerCommand
+from loopchat.events import ModelLoading, ModelReady, RunDone, WorkerError
+from loopchat.request import ReplyRequest
+from loopchat.settings import LiveSettings
 from loopchat.step_control import StepControl
 
 EngineFactory = Callable[[], Engine]
@@ -38,7 +41,7 @@ def _internal_error(exc: BaseException, during: str) -> WorkerError:
 class EngineWorker:
     def __init__(self, emit: Callable[[Any], None], *, name: str = "loopchat-engine") -> None:
         self._emit = emit
-        self._commands: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._commands: queue.Queue[WorkerCommand] = queue.Queue()
         self._engine: Engine | None = None
         self._run_id = 0
         self._busy = threading.Event()
@@ -48,40 +51,17 @@ class EngineWorker:
     # ---------------------------------------------------------- any thread ----
     def load(self, factory: EngineFactory, name: str, path: str | Path) -> None:
         """Close the current engine (if any) and load another, on the worker thread."""
-        self._commands.put(("load", (factory, name, str(path))))
+        self._commands.put(Load(factory, name, str(path)))
 
     def generate(
-        self,
-        messages: Sequence[Message],
-        settings: LiveSettings | SamplingSettings,
-        *,
-        report_k: int = 10,
-        reuse_at_most: int | None = None,
-        stop: Sequence[str] = (),
-        ignore_eos: bool = False,
-        control: StepControl | None = None,
-        reply_prefix: Sequence[int] = (),
-        first_token: int | None = None,
+        self, request: ReplyRequest, *, live: LiveSettings | None = None, control: StepControl | None = None
     ) -> int:
+        """Run `request` after the commands before it; returns its run id (its RunDone's).
+        `live`: the settings source read at every pass (None: request.settings);
+        `control`: step mode (None: the loop runs freely)."""
         self._run_id += 1
         self._busy.set()
-        self._commands.put(
-            (
-                "generate",
-                (
-                    self._run_id,
-                    tuple(messages),
-                    settings,
-                    report_k,
-                    reuse_at_most,
-                    tuple(stop),
-                    ignore_eos,
-                    control,
-                    tuple(reply_prefix),
-                    first_token,
-                ),
-            )
-        )
+        self._commands.put(Generate(self._run_id, request, live, control))
         return self._run_id
 
     def cancel(self) -> None:
@@ -99,23 +79,24 @@ class EngineWorker:
 
     def close(self, timeout: float | None = 10.0) -> None:
         self.cancel()
-        self._commands.put(("close", None))
+        self._commands.put(Close())
         self._thread.join(timeout)
 
     # ------------------------------------------------------- worker thread ----
     def _main(self) -> None:
         while True:
-            command, args = self._commands.get()
-            if command == "close":
-                self._close_engine()
-                return
+            command = self._commands.get()
             try:
-                if command == "load":
-                    self._load(*args)
-                elif command == "generate":
-                    self._generate(*args)
+                match command:
+                    case Close():
+                        self._close_engine()
+                        return
+                    case Load(factory, name, path):
+                        self._load(factory, name, path)
+                    case Generate():
+                        self._generate(command)
             except Exception as exc:  # last resort: never kill the thread silently
-                self._emit(_internal_error(exc, command))
+                self._emit(_internal_error(exc, "load" if isinstance(command, Load) else "generate"))
 
     def _close_engine(self) -> None:
         if self._engine is not None:
@@ -148,19 +129,7 @@ class EngineWorker:
             )
         )
 
-    def _generate(
-        self,
-        run_id: int,
-        messages: tuple[Message, ...],
-        settings: Any,
-        report_k: int,
-        reuse_at_most: int | None,
-        stop: tuple[str, ...] = (),
-        ignore_eos: bool = False,
-        control: StepControl | None = None,
-        reply_prefix: tuple[int, ...] = (),
-        first_token: int | None = None,
-    ) -> None:
+    def _generate(self, command: Generate) -> None:
         # Whatever happens, a run's WorkerError (if any) is emitted before its RunDone:
         # consumers (`loopchat run`, the app) stop reading the run at RunDone.
         try:
@@ -170,17 +139,7 @@ class EngineWorker:
                 )
                 return
             try:
-                for event in self._engine.generate(
-                    messages,
-                    settings,
-                    report_k=report_k,
-                    reuse_at_most=reuse_at_most,
-                    stop=stop,
-                    ignore_eos=ignore_eos,
-                    control=control,
-                    reply_prefix=reply_prefix,
-                    first_token=first_token,
-                ):
+                for event in self._engine.run_reply(command.request, live=command.live, control=command.control):
                     self._emit(event)
             except EngineError as exc:
                 self._emit(WorkerError(str(exc), "generate", context_overflow=isinstance(exc, ContextOverflowError)))
@@ -189,4 +148,4 @@ class EngineWorker:
         finally:
             if self._commands.empty():
                 self._busy.clear()
-            self._emit(RunDone(run_id))
+            self._emit(RunDone(command.run_id))

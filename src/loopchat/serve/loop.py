@@ -2,8 +2,8 @@
 
 One EngineWorker (worker.py) owns the Engine. `OneLoop.begin` waits for the loop to be
 free (at most `queue_limit` requests wait; one more gets `QueueFull`), starts the
-request's generation and returns its `Run`, whose `events` queue receives the run's
-events up to its RunDone. The turn passes on at that RunDone, whoever is (or is no
+request's generation (its ReplyRequest, passed whole) and returns its `Run`, whose
+`events` queue receives the run's events up to its RunDone. The turn passes on at that RunDone, whoever is (or is no
 longer) reading: a client that went away cannot hold the loop, and the next run's
 events can never mix with the last one's.
 
@@ -111,14 +111,7 @@ class OneLoop:
         run = Run()
         self._current = run
         self.runs += 1
-        run.run_id = self.worker.generate(
-            request.messages,
-            request.settings,
-            report_k=request.report_k,
-            reuse_at_most=None if request.cache_prompt else 0,
-            stop=request.stop,
-            ignore_eos=request.ignore_eos,
-        )
+        run.run_id = self.worker.generate(request.reply)
         return run
 
     def cancel(self, run: Run) -> None:

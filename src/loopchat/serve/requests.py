@@ -2,11 +2,12 @@
 
 `parse_chat` (/v1/chat/completions) and `parse_completion` (/v1/completions: the prompt
 is a raw document, no chat template) turn OpenAI's request bodies into a
-`GenerationRequest`: the messages, the SamplingSettings (the model's own from
-models.toml, with what the request sets), the stop strings, how many candidates the
-engine reports per step, and the WireOptions of the response. Every problem raises a
-`RequestError` whose `body()` is OpenAI's error shape, with the parameter named and a
-message that says what is supported.
+`GenerationRequest`: the reply the engine runs (a `ReplyRequest`: the messages, the
+SamplingSettings (the model's own from models.toml, with what the request sets), the
+stop strings, how many candidates the engine reports per step, the KV cache reuse,
+ignore_eos), and serve's own part: the WireOptions of the response and the model
+named. Every problem raises a `RequestError` whose `body()` is OpenAI's error shape,
+with the parameter named and a message that says what is supported.
 
 Accepted besides OpenAI's parameters (extensions): top_k, min_p, repeat_penalty,
 repeat_last_n, dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopchat.events import DOCUMENT, Message
+from loopchat.request import ReplyRequest
 from loopchat.settings import SETTING, SETTINGS, SamplingSettings, SettingsError
 from loopchat.stop_strings import MAX_STOP_STRINGS
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, WireOptions, error_body
@@ -74,14 +76,9 @@ class RequestError(Exception):
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    messages: tuple[Message, ...]
-    settings: SamplingSettings
-    stop: tuple[str, ...]
-    report_k: int
-    wire: WireOptions
+    reply: ReplyRequest  # what the engine runs, passed to it whole
+    wire: WireOptions  # what the response looks like
     model: str | None  # as the request named it (None: not given)
-    cache_prompt: bool = True
-    ignore_eos: bool = False
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -161,11 +158,17 @@ def _request(
         settings = settings.replace(seed=seed)
     if seed == requested:  # (used as given: nothing to record)
         requested = None
-    return GenerationRequest(
-        messages=messages,
-        settings=settings,
+    reply = ReplyRequest(
+        messages,
+        settings,
         stop=_stop(body.get("stop")),
         report_k=max(MIN_REPORT, top),
+        reuse_at_most=0 if cache_prompt is False else None,  # cache_prompt: false evaluates the whole prompt
+        ignore_eos=bool(ignore_eos),
+        stream=stream,
+    )
+    return GenerationRequest(
+        reply=reply,
         wire=WireOptions(
             chat=chat,
             stream=stream,
@@ -177,8 +180,6 @@ def _request(
             seed_requested=requested,
         ),
         model=model,
-        cache_prompt=cache_prompt is not False,
-        ignore_eos=bool(ignore_eos),
     )
 
 
