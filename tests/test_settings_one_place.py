@@ -22,6 +22,7 @@ from tui_fixtures import fake_app, wait_for
 
 from loopchat.backends.remote import RemoteBackend
 from loopchat.events import Message
+from loopchat.request import ReplyRequest
 from loopchat.serve.requests import parse_chat
 from loopchat.settings import EXTENSION_KEYS, KNOBS, SETTINGS, SamplingSettings
 from loopchat.settings_text import knob_order_text, knob_steps_text, knobs_line, summary_lines
@@ -44,12 +45,12 @@ def test_the_remote_backend_sends_every_setting_and_serve_reads_it_back() -> Non
         try:
             for spec in SETTINGS:
                 settings = changed(spec)
-                _, body, _ = backend.request([Message("user", "hi")], settings, True)
+                _, body, _ = backend.request(ReplyRequest((Message("user", "hi"),), settings))
                 sent = spec.openai or extensions
                 assert (spec.wire in body) is sent, (spec.name, extensions, body)
                 if sent:
                     assert body[spec.wire] == getattr(settings, spec.name)
-                got = parse_chat(body, SamplingSettings(seed=7)).settings
+                got = parse_chat(body, SamplingSettings(seed=7)).reply.settings
                 want = (
                     settings
                     if extensions
@@ -68,7 +69,7 @@ def test_serve_takes_each_setting_by_its_wire_name_and_aliases() -> None:
         settings = changed(spec)
         for key in (spec.wire, *spec.wire_aliases):
             body = {"messages": [{"role": "user", "content": "hi"}], key: getattr(settings, spec.name)}
-            assert parse_chat(body, BASE).settings == settings, (spec.name, key)
+            assert parse_chat(body, BASE).reply.settings == settings, (spec.name, key)
 
 
 def test_every_setting_shows_on_screen() -> None:
@@ -121,16 +122,17 @@ settings = SamplingSettings(typical_p=0.5)
 out = {}
 from loopchat.backends.remote import RemoteBackend
 from loopchat.events import Message
+from loopchat.request import ReplyRequest
 
 backend = RemoteBackend("http://127.0.0.1:9/v1", model_id="m")
 try:
-    _, body, _ = backend.request([Message("user", "hi")], settings, True)
+    _, body, _ = backend.request(ReplyRequest((Message("user", "hi"),), settings))
 finally:
     backend.close()
 out["remote sends it"] = body.get("typical_p") == 0.5
 from loopchat.serve.requests import parse_chat
 
-out["serve reads it"] = parse_chat(body, SamplingSettings()).settings.typical_p == 0.5
+out["serve reads it"] = parse_chat(body, SamplingSettings()).reply.settings.typical_p == 0.5
 try:
     from loopchat.settings_text import summary_lines
 
