@@ -4,6 +4,8 @@ the die bar posting typed messages, and no module reaching back into the app cla
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from textual.app import App, ComposeResult
@@ -68,8 +70,22 @@ async def test_the_die_bar_posts_what_its_keys_ask_for() -> None:
 def test_no_tui_module_reaches_back_into_the_app() -> None:
     """Only launch.py (which makes the app) imports tui/app.py, even under TYPE_CHECKING;
     and the app's shell does not import the app's layers above it."""
-    above = {"loopchat.tui.app": {"launch.py"}, "loopchat.tui.view_keys": {"app.py"}}
+    above = {
+        "loopchat.tui.app": {"launch.py"},
+        "loopchat.tui.view_keys": {"app.py"},
+        "loopchat.tui.shell": {"view_keys.py", "app.py"},
+        "loopchat.tui.transcript": {"app.py", "shell.py", "reply_views.py"},  # not the blocks it lays out
+    }
     for path in sorted(TUI.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module in above:
                 assert path.name in above[node.module], f"{path.name} imports {node.module}"
+
+
+def test_the_store_link_and_the_session_parts_load_no_textual() -> None:
+    code = (
+        "import sys, loopchat.chat.history_link, loopchat.chat.session_core, loopchat.chat.session_events;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
