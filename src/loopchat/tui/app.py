@@ -370,9 +370,13 @@ class LoopChatApp(ChatViewKeys):
             if h.forget(conversation_id):
                 self.notify("The conversation on screen was deleted: the next message starts a new one", timeout=4)
 
+        def chosen(conversation_id: int | None) -> None:
+            if conversation_id is not None:
+                self.open_stored(conversation_id)
+
+        assert self.store.path is not None  # (a recorder writes to it)
         self.push_screen(
-            HistoryScreen(self.store.path, rename=h.writer.rename, delete=delete, current=h.current_id()),
-            lambda chosen: chosen is not None and self.open_stored(chosen),
+            HistoryScreen(self.store.path, rename=h.writer.rename, delete=delete, current=h.current_id()), chosen
         )
 
     def open_stored(self, conversation_id: int) -> bool:
