@@ -255,7 +255,7 @@ async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:
         await pilot.press("ctrl+g")
         await pilot.pause()
         assert not isinstance(app.screen, CompareScreen)
-        assert any("two finished replies" in n.message for n in app._notifications)
+        assert any("two finished replies" in n.message for n in app.notices)
         await reply_to(pilot, "again")
         await palette_pick(pilot, "Compare two")
         await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "the compare screen")

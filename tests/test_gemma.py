@@ -221,7 +221,7 @@ async def test_the_chat_shows_the_same_panel_on_gemma(gemma_path: Path, tmp_path
             assert "drew " in text and f"/ {rec.start.n_ctx:,} tokens" in text
             # no chat template in its file: the chat opens it in completion mode (not ChatML
             # it has never seen), says so, and where to set a template
-            notes = [str(n.message) for n in app._notifications]
+            notes = [str(n.message) for n in app.notices]
             assert (
                 "completion mode: this model has no chat template; set chat_template in models.toml for chat" in notes
             )

@@ -94,7 +94,7 @@ async def test_the_chat_tightens_an_open_history_file_once(tmp_path: Path) -> No
     _old_store(path)
 
     def notices(app) -> list[str]:
-        return [str(n.message) for n in app._notifications if n.title == "History"]
+        return [str(n.message) for n in app.notices if n.title == "History"]
 
     for expected in (1, 0):
         app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json", history_path=path)

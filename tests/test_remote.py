@@ -224,7 +224,7 @@ async def test_the_chat_panel_says_what_is_not_given(llama_server, tmp_path) -> 
             await pilot.press(*"More colours?", "enter")
             await wait_for(pilot, lambda: app.generating, 10, "the second reply")
             await pilot.press("ctrl+up")
-            assert any("applies to the next reply" in str(n.message) for n in app._notifications)
+            assert any("applies to the next reply" in str(n.message) for n in app.notices)
             assert app.session.settings.temperature == pytest.approx(0.8)
             assert app.session.run_settings.temperature == pytest.approx(0.7)
             await wait_run(pilot)

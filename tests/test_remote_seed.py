@@ -22,7 +22,7 @@ SIZE = (120, 40)
 
 
 def notices(app) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+    return [str(n.message) for n in app.notices]
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ async def test_the_app_here_draws_with_textuals_stock_paths(tmp_path) -> None:
         assert type(app.screen) is Screen
         assert type(app.transcript.vertical_scrollbar) is ScrollBar
         assert not app.query_one(FastStatic)._fast and app.transcript._screen_lines is None
-        notices = [n.message for n in app._notifications]
+        notices = [n.message for n in app.notices]
         assert notices == ["LOOPCHAT_STOCK_RENDER=1: using Textual's stock rendering (slower)"]
 
 

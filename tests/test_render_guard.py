@@ -253,7 +253,7 @@ def test_a_textual_without_the_private_api_falls_back_instead_of_crashing(missin
             async with app.run_test(size=(100, 30)) as pilot:
                 await reply_to(pilot, "hi")
                 print(type(app.screen).__name__, "|", app.conversation.replies[-1].text)
-                print([n.message for n in app._notifications])
+                print([n.message for n in app.notices])
 
         asyncio.run(main())
         """)

@@ -32,7 +32,7 @@ def make_app(backend, tmp_path):
 
 
 def notices(app) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+    return [str(n.message) for n in app.notices]
 
 
 def title(app) -> str:

@@ -235,7 +235,7 @@ async def test_a_model_without_a_chat_template_opens_in_completion_mode(gemma_pa
             await wait_for(pilot, app.model_ready.is_set, 60, "Gemma")
             assert app.session.completion and "completion" in app.sub_title
             # (a notice reaches the list when its message is handled: maybe a frame later)
-            await wait_for(pilot, lambda: NO_TEMPLATE_NOTE in [n.message for n in app._notifications], 5, "the notice")
+            await wait_for(pilot, lambda: NO_TEMPLATE_NOTE in [n.message for n in app.notices], 5, "the notice")
             app.prompt.value = "The capital of France is"
             await pilot.press("enter")
             await wait_run(pilot)

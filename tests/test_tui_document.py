@@ -175,7 +175,7 @@ async def test_cursor_keys(tmp_path) -> None:
         app.clear_notifications()
         await pilot.press("enter", "n", "3", "slash")  # the die's keys: nothing to draw, no notice
         await pilot.pause()
-        assert not app._notifications and body.cursor == 0 and app.document.display
+        assert not app.notices and body.cursor == 0 and app.document.display
         await pilot.press("end")  # a reply token: selected (the panel shows its step)
         await pilot.pause()
         assert app.selection is not None

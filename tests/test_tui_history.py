@@ -51,7 +51,7 @@ def load_only(path):
 
 
 def notices(app, title: str) -> list[str]:
-    return [n.message for n in app._notifications if n.title == title]
+    return [n.message for n in app.notices if n.title == title]
 
 
 async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backend, tmp_path) -> None:
@@ -179,7 +179,7 @@ async def test_list_search_rename_and_delete_with_confirmation(tmp_path) -> None
         assert screen.summaries == [] and "No conversation matches" in str(screen.options.get_option_at_index(0).prompt)
         await pilot.press("ctrl+r", "ctrl+d")  # nothing to act on: each says so (they did nothing, silently)
         assert app.screen is screen
-        said = [str(n.message) for n in app._notifications]
+        said = [str(n.message) for n in app.notices]
         assert [m for m in said if m.startswith("Nothing to")] == [
             "Nothing to rename: no conversation matches the search",
             "Nothing to delete: no conversation matches the search",
@@ -235,7 +235,7 @@ async def test_no_history_and_the_pref_off_keep_nothing(backend, tmp_path, monke
             assert app.conversation.replies[0].finish.text and app.history is None
             await pilot.press("ctrl+o")
             assert not isinstance(app.screen, HistoryScreen)
-            assert any("History is off" in n.message for n in app._notifications)
+            assert any("History is off" in n.message for n in app.notices)
     assert not data.exists() or not any(data.iterdir())  # no file created or written
     # the same app with history on (the default) writes to the data folder
     app = create_app(backend=backend, prefs=Prefs(), prefs_path=tmp_path / "p.json")
@@ -290,7 +290,7 @@ async def test_a_damaged_store_gives_one_notice_and_is_never_written(tmp_path, d
         assert not isinstance(app.screen, HistoryScreen)
         (line,) = notices(app, "History off")  # one notice, one line
         assert "\n" not in line and str(store) in line
-        assert any(n.message.startswith("History is off: ") for n in app._notifications)
+        assert any(n.message.startswith("History is off: ") for n in app.notices)
     assert store.read_bytes() == before["h.sqlite3"]  # untouched
     wal = tmp_path / "h.sqlite3-wal"  # a reader of a WAL file (the version check) may leave an empty one
     assert not wal.exists() or wal.read_bytes() == before.get(wal.name, b"")

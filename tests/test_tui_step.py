@@ -98,7 +98,7 @@ async def test_f12_arms_then_enter_n_digit_and_f12_again(backend, tmp_path) -> N
         app.clear_notifications()
         await pilot.press("h", "i")  # typing while stopped: it says where the keys go
         await pilot.pause()
-        notes = [str(n.message) for n in app._notifications]
+        notes = [str(n.message) for n in app.notices]
         assert sum("typing does not go to the message box" in n for n in notes) == 1, notes  # once
         assert rec.steps == [] and app.prompt.text == ""
 
@@ -231,7 +231,7 @@ async def test_f12_on_a_replay_says_why_not(tmp_path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f12")
         await pilot.pause()
-        notes = [str(n.message) for n in app._notifications]
+        notes = [str(n.message) for n in app.notices]
         assert any("step mode needs" in n for n in notes), notes
         assert not app.step_bar.display
         await pilot.press("f12", "enter", "3", "slash")  # nothing to step: no crash
@@ -247,7 +247,7 @@ async def test_f5_f9_while_stopped_say_so_and_ctrl_n_ends_the_reply_and_step_mod
             app.clear_notifications()
             await pilot.press(key)
             await pilot.pause()
-            notes = [str(n.message) for n in app._notifications]
+            notes = [str(n.message) for n in app.notices]
             assert any("stopped before a draw (step mode): Esc ends it" in n for n in notes), (key, notes)
         assert app.session.stopped and len(app.conversation.replies) == 1
         # a message sent from the box (focused by a click) says the same, and stays in the box
@@ -255,7 +255,7 @@ async def test_f5_f9_while_stopped_say_so_and_ctrl_n_ends_the_reply_and_step_mod
         app.clear_notifications()
         await pilot.press(*"hi", "enter")
         await pilot.pause()
-        notes = [str(n.message) for n in app._notifications]
+        notes = [str(n.message) for n in app.notices]
         assert any("stopped before a draw (step mode)" in n for n in notes), notes
         assert app.prompt.value == "hi" and len(app.conversation.replies) == 1
         app.step_bar.focus()

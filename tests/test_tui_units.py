@@ -205,9 +205,9 @@ async def test_a_token_that_arrives_alone_is_drawn_by_the_next_frame(tmp_path, m
     import threading
 
     from loopchat.events import Step
-    from loopchat.tui import app as app_module
+    from loopchat.tui import shell  # the app's frame timer
 
-    monkeypatch.setattr(app_module, "TEXT_EVERY", 10_000)
+    monkeypatch.setattr(shell, "TEXT_EVERY", 10_000)
     words = ["One", " two", " three"]
     app = LoopChatApp(FakeBackend(tokens=words, delay=0.0), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     go = [threading.Event() for _ in words]

@@ -64,16 +64,10 @@ async def palette_pick(pilot: Any, text: str) -> None:
 
 
 def record_notices(app: Any) -> list[str]:
-    """The messages the app notifies from now on, in order (through its public notify,
-    not Textual's private list)."""
+    """The messages the app notifies from now on, in order (through the app's public
+    notice_listeners, not Textual's private list)."""
     seen: list[str] = []
-    notify = app.notify
-
-    def recording(message: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(str(message))
-        return notify(message, *args, **kwargs)
-
-    app.notify = recording
+    app.notice_listeners.append(lambda notice: seen.append(notice.message))
     return seen
 
 

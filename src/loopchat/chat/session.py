@@ -8,140 +8,31 @@ collector freeze while a reply runs (paired with that run's RunDone, which every
 ends with, whatever ends it). The app feeds it the events a frame drained
 (`consume`) and shows the `Update` it returns. No Textual here: tests drive it with a
 backend alone.
+
+In three parts, each on the one below: session_core.py (the state, a reply's start, the
+gc freeze, settings, step mode), session_events.py (`consume`), and here the requests.
 """
 
 from __future__ import annotations
 
-import gc
-import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-
-from loopchat.backends import Backend
 from loopchat.chat.conversation import BLOCKING, STREAM, Conversation, ReplyRecord
-from loopchat.engine.chat_prompt import CHAT, COMPLETION, NO_TEMPLATE_NOTE
-from loopchat.events import (
-    DOCUMENT,
-    ContextTrimmed,
-    Finish,
-    FinishReason,
-    HostEvent,
-    ModelLoading,
-    ModelReady,
-    Pending,
-    Prefill,
-    RunDone,
-    Start,
-    Step,
-    WireReceived,
-    WorkerError,
-)
+from loopchat.chat.session_core import REBUILT_NOTE, Refused, Update
+from loopchat.chat.session_events import EventSession
+from loopchat.engine.chat_prompt import CHAT, COMPLETION
+from loopchat.events import Step
 from loopchat.request import ReplyRequest
-from loopchat.settings import SamplingSettings
 from loopchat.step_control import HAND
 
-#: the note on the first reply after a stored conversation was opened (its prefill reuses nothing)
-REBUILT_NOTE = "KV cache rebuilt from the stored conversation"
+__all__ = ["REBUILT_NOTE", "ChatSession", "Refused", "Update"]
 
 
-#: gc is frozen for whichever run ends next (a played trace's reply: its run id is the
-#: player's count, unknown until its RunDone)
-_ANY_RUN = -1
-
-
-class Refused(Exception):
-    """What the user asked for cannot be done now; the message says why (one line)."""
-
-
-@dataclass
-class Update:
-    """What one batch of events changed, for the app to show."""
-
-    started: list[tuple[str, ReplyRecord]] = field(default_factory=list)  # a trace's turns: (user text, reply)
-    finished: list[ReplyRecord] = field(default_factory=list)  # replies that ended, in order
-    dropped: ReplyRecord | None = None  # a turn withdrawn (prompt refused, or stopped before its first token)
-    errors: list[WorkerError] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    loading: ModelLoading | None = None
-    ready: ModelReady | None = None
-    restore_prompt: str | None = None  # give this text back to the message box (if it is empty)
-    steps: int = 0
-    pending: bool = False  # step mode: a new die (the loop stopped, or a setting reshaped it)
-
-    @property
-    def ended(self) -> bool:
-        """A reply ended (finished, failed or dropped)."""
-        return bool(self.finished) or self.dropped is not None
-
-
-class ChatSession:
-    def __init__(self, backend: Backend, settings: SamplingSettings | None = None, mode: str | None = None) -> None:
-        """`mode`: "chat" or "completion" for the session (--mode); None: each model's own."""
-        self.backend = backend
-        #: what the next reply uses (the keys and the dialog change it)
-        self.settings = settings or backend.default_settings
-        #: what the reply in flight reads at its next step (None: no reply in flight)
-        self.run_settings: SamplingSettings | None = None
-        self.conversation = Conversation(system_prompt=backend.system_prompt)
-        self.current: ReplyRecord | None = None
-        self.pending_prompt: str | None = None
-        self.model_ready = False
-        self.steps_seen = 0
-        self._text_due: list[tuple[ReplyRecord, list[Step]]] = []  # per reply, in order
-        self._frozen_run: int | None = None  # the run for which gc is frozen
-        #: the conversation was opened from the store: the next reply's prefill evaluates
-        #: every stored turn (the KV cache holds another conversation, or none)
-        self.rebuild_cache = False
-        #: step mode: the die of the draw the reply in flight is stopped before (None: not stopped)
-        self.pending: Pending | None = None
-        #: step mode armed: the next reply stops before its first draw
-        self.step_armed = False
-        #: the user chose the mode (the mode key, --mode): a model that loads keeps it
-        self.mode_chosen = mode is not None
-        if mode is not None:
-            self.conversation.mode = mode
-
-    @property
-    def generating(self) -> bool:
-        return self.current is not None and not self.current.done
-
-    def in_force(self) -> SamplingSettings:
-        """What a change starts from: the settings the reply in flight's next step uses,
-        else (between replies, or a remote reply, whose settings the server fixed when it
-        was sent) the next reply's."""
-        if self.generating and self.run_settings is not None and self.backend.live_settings:
-            return self.run_settings
-        return self.settings
-
-    def settings_note(self) -> str | None:
-        """What to tell the user after a change: that it waits for the next reply, when
-        the reply in flight cannot take it (None: it applies from the next step)."""
-        if self.generating and not self.backend.live_settings:
-            return "The server fixed this reply's settings when it was sent: the change applies to the next reply"
-        return None
+class ChatSession(EventSession):
+    """The user's requests: a message, another version of a reply (regenerate, branch,
+    switch), a replay in the other mode, a new or stored conversation, another model;
+    and what the app reads (the step shown, the token cursor). Its state, a reply's
+    start and step mode: session_core.py; the backend's events: session_events.py."""
 
     # ---- requests ----------------------------------------------------------------
-    def check_can_run(self, what: str = "") -> None:
-        """Raise Refused unless a new reply can start now."""
-        b = self.backend
-        if not b.can_generate:
-            raise Refused("This is a replay of a recorded trace: no model is loaded")
-        if self.generating:
-            if self.stopped:  # not "still generating": the loop waits for the user
-                raise Refused(
-                    "The reply is stopped before a draw (step mode): Esc ends it, F12 lets it run to its end" + what
-                )
-            raise Refused("Still generating: press Esc to stop first" + what)
-        if not self.model_ready:
-            if b.loading:
-                raise Refused("The model is still loading" + what)
-            raise Refused("No model is loaded: pick one with Ctrl+P → Switch model" + what)
-
-    @property
-    def completion(self) -> bool:
-        """Completion mode: the user writes a document, the model continues it."""
-        return self.conversation.completion
-
     def takes(self, text: str) -> bool:
         """Enter sends this text: a message, or in completion mode anything (an empty
         text continues the document as it is)."""
@@ -275,86 +166,6 @@ class ChatSession:
         new.steps.extend(rec.steps[:n])
         return new
 
-    def change_settings(self, **changes: object) -> SamplingSettings:
-        """Change the user's settings and those of the reply in flight (SettingsError if
-        a value is out of range); the loop uses them from its next step."""
-        new = self.settings.replace(**changes)
-        if self.generating and self.run_settings is not None and self.backend.live_settings:
-            run = self.run_settings.replace(**changes)
-            self.run_settings = run
-            self.backend.set_settings(run)
-        self.settings = new
-        return new
-
-    def cancel(self) -> bool:
-        if self.generating:
-            self.backend.cancel()
-            return True
-        return False
-
-    # ---- step mode ------------------------------------------------------------------
-    @property
-    def stepping(self) -> bool:
-        """The reply in flight is in step mode (stopped, or drawing the steps asked for)."""
-        c = self.backend.control if self.generating else None
-        return c is not None and c.paused
-
-    @property
-    def stopped(self) -> bool:
-        """The reply in flight waits before a draw (its die is `pending`)."""
-        return self.pending is not None and self.stepping
-
-    def toggle_step(self) -> str:
-        """The step key: stop the reply in flight before its next draw, or let it run
-        freely again; between replies, arm (or disarm) step mode for the next reply.
-        Returns what to tell the user (raises Refused with why not)."""
-        b = self.backend
-        if not b.can_step:
-            raise Refused(b.step_refusal or "This model cannot be stepped")
-        if self.generating:
-            c = b.control
-            if c is None:
-                raise Refused("This reply was started without step mode")
-            if c.paused:
-                c.resume()
-                self.pending = None
-                return "Running freely again"
-            c.pause()
-            return "Stopping before the next draw…"
-        self.step_armed = not self.step_armed  # the next reply's request asks for it (step_paused)
-        if self.step_armed:
-            return "Step mode: the next reply stops before its first draw"
-        return "Step mode off: the next reply runs freely"
-
-    def _control(self) -> object:
-        c = self.backend.control
-        if not self.stopped or c is None:
-            raise Refused("The loop is not stopped: the step key (F12) stops it before a draw")
-        return c
-
-    def draw(self, n: int = 1) -> None:
-        """Stopped: let the sampler draw `n` tokens with the current settings."""
-        self._control().step(n)  # type: ignore[attr-defined]
-        self.pending = None
-
-    def pick(self, token_id: int) -> None:
-        """Stopped: the pending draw takes this token (recorded as picked by hand)."""
-        self._control().pick(token_id)  # type: ignore[attr-defined]
-        self.pending = None
-
-    def pick_rank(self, rank: int) -> int:
-        """Stopped: pick the candidate listed at `rank` (1 = most likely, raw softmax
-        order, as the panel lists them); returns its token id."""
-        p = self.pending
-        if p is None or not self.stopped:
-            self._control()
-        assert p is not None
-        if not 1 <= rank <= len(p.raw_top):
-            raise Refused(f"Only {len(p.raw_top)} candidates are listed")
-        token = p.raw_top[rank - 1].token_id
-        self.pick(token)
-        return token
-
     def new_conversation(self) -> None:
         self.cancel()  # its events are ignored from now on; its RunDone still unfreezes
         self.current = None
@@ -395,161 +206,6 @@ class ChatSession:
         self.model_ready = False
         self.backend.load(name)
 
-    def _start(self, request: ReplyRequest, mode: str, **kw: object) -> ReplyRecord:
-        """A new reply record (`kw`: its fields), and its run asked of the backend:
-        `request` as the caller built it, streamed unless `mode` is blocking, stopped
-        before its first draw when step mode is armed."""
-        request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed)
-        rec = self.conversation.new_reply(mode, request.messages, **kw)
-        rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
-        self.current = rec
-        self.pending = None
-        self.step_armed = False  # an armed step mode is this reply's
-        self.run_settings = request.settings
-        rec.run_id = self.backend.generate(request)
-        self._freeze(rec.run_id)  # its events and its RunDone are consumed on this thread, later
-        return rec
-
-    def _freeze(self, run_id: int) -> None:
-        """The cycle collector would rescan every object the app holds (the conversation,
-        its steps, the widgets) while a reply streams: tens of ms at a time, taken from
-        the loop. Until the run's RunDone it sees only the objects made since."""
-        self._unfreeze()
-        gc.freeze()
-        self._frozen_run = run_id
-
-    def _unfreeze(self) -> None:
-        if self._frozen_run is not None:
-            self._frozen_run = None
-            gc.unfreeze()
-
-    def close(self) -> None:
-        self.cancel()
-        self._unfreeze()
-
-    # ---- events ------------------------------------------------------------------
-    def take_text(self) -> list[tuple[ReplyRecord, list[Step]]]:
-        """The streamed steps not yet drawn, per reply (and forget them)."""
-        due, self._text_due = self._text_due, []
-        return due
-
-    def consume(self, events: Iterable[HostEvent]) -> Update:
-        u = Update()
-        for ev in events:
-            rec = self.current
-            match ev:
-                case Pending():  # step mode: the loop stopped before a draw (or reshaped its die)
-                    if rec is not None and not rec.done:
-                        self.pending = ev
-                        u.pending = True
-                case Step():
-                    if rec is not None and not rec.done:
-                        if self.pending is not None and ev.index >= self.pending.index:
-                            self.pending = None
-                        rec.steps.append(ev)
-                        due = self._text_due
-                        if due and due[-1][0] is rec:
-                            due[-1][1].append(ev)
-                        else:
-                            due.append((rec, [ev]))
-                        self.steps_seen += 1
-                        u.steps += 1
-                case Start():
-                    if rec is None or rec.done:  # a played trace: its turn starts here
-                        rec = self._played_turn(ev, u)
-                    rec.start = ev
-                case Prefill():
-                    if rec is not None:
-                        rec.prefill = ev
-                case ContextTrimmed():
-                    if rec is not None:
-                        rec.trimmed = ev
-                    u.warnings.append(
-                        f"The conversation no longer fits the context ({ev.n_ctx} tokens): "
-                        f"the {ev.dropped_messages} oldest message(s) were left out of this prompt."
-                    )
-                case Finish():
-                    if rec is not None and not rec.done:
-                        rec.finish = ev
-                        self._finished(rec, u)
-                case ModelLoading():
-                    u.loading = ev
-                case ModelReady():
-                    if not self.mode_chosen and not self.conversation.replies:
-                        self.conversation.mode = ev.mode  # models.toml's, or chosen by the template
-                    if self.completion and ev.mode == COMPLETION and ev.template_note:
-                        u.warnings.append(NO_TEMPLATE_NOTE)
-                    elif ev.template_note and not self.completion:
-                        u.warnings.append(ev.template_note + "; in the chat, Ctrl+L switches to completion mode")
-                    self.model_ready = True
-                    self.conversation.system_prompt = self.backend.system_prompt  # the new model's
-                    u.ready = ev
-                case WorkerError():
-                    self._error(ev, u)
-                case WireReceived():
-                    # the reply in flight's (by its run id, if it has one: a blocking
-                    # body may come after its Finish; a cancelled run's late bytes do not)
-                    if rec is not None and (rec.run_id == ev.run_id != 0 or (not ev.run_id and not rec.done)):
-                        rec.wire.append((ev, len(rec.steps)))
-                case RunDone():
-                    if rec is not None and not rec.done and rec.run_id in (0, ev.run_id):
-                        rec.error = "stopped"  # e.g. a trace that stopped half-way
-                        self._finished(rec, u)
-                    if self._frozen_run in (ev.run_id, _ANY_RUN):
-                        self._unfreeze()
-        return u
-
-    def _played_turn(self, start: Start, u: Update) -> ReplyRecord:
-        users = [m.content for m in start.messages if m.role in ("user", DOCUMENT)]
-        rec = self.conversation.new_reply(STREAM, start.messages)
-        rec.started_at = time.monotonic()
-        self.current = rec
-        self._freeze(_ANY_RUN)  # a played reply streams too: its RunDone follows its Finish
-        u.started.append((users[-1] if users else "", rec))
-        return rec
-
-    def _finished(self, rec: ReplyRecord, u: Update) -> None:
-        f = rec.finish
-        if rec.in_history and self.conversation.take_turn(rec):
-            self.pending_prompt = None
-        elif rec.in_history and f is not None and not rec.text and f.reason == FinishReason.CANCELLED:
-            if self.pending_prompt:  # stopped before any text: the message goes back to the box, its turn goes
-                u.restore_prompt, u.dropped, self.current = self.pending_prompt, rec, None
-                self.conversation.replies.remove(rec)
-                u.warnings.append("Stopped before the first token: your message is back in the box")
-            self.pending_prompt = None
-        if f is not None and f.reason == FinishReason.ERROR:
-            u.errors.append(WorkerError(f.error or "the engine failed during the reply", "generate"))
-            self._give_back(u)
-        self.run_settings = None
-        self.pending = None
-        u.finished.append(rec)
-
-    def _error(self, err: WorkerError, u: Update) -> None:
-        u.errors.append(err)
-        if err.during == "load":
-            self.model_ready = False
-            return
-        self.pending = None
-        rec = self.current
-        if rec is not None and not rec.done and rec.start is None:
-            # the prompt was never accepted: the turn goes, the text comes back
-            rec.error = err.message
-            self.conversation.replies.remove(rec)
-            self.current = None
-            self.run_settings = None
-            u.dropped = rec
-        elif rec is not None and not rec.done:
-            rec.error = err.message
-            self.run_settings = None
-            u.finished.append(rec)
-        self._give_back(u)
-
-    def _give_back(self, u: Update) -> None:
-        if self.pending_prompt:
-            u.restore_prompt = self.pending_prompt
-        self.pending_prompt = None
-
     # ---- what the app reads --------------------------------------------------------
     def shown_step(self, selection: tuple[int, int] | None) -> tuple[ReplyRecord | None, Step | None, bool]:
         """What the loop panel shows: (reply, step, pinned). The selected token's step
@@ -576,7 +232,7 @@ class ChatSession:
 
     def tokens(self) -> list[tuple[int, int]]:
         """(reply number, step index) of every token of the finished replies, in order."""
-        out = []
+        out: list[tuple[int, int]] = []
         for rec in self.conversation.replies:
             if rec.done and not rec.hidden:
                 out.extend((rec.number, s.index) for s in rec.steps if s.text and not s.is_stop)

@@ -67,35 +67,7 @@ def _walk(
             asked = user[2] if user is not None else Message("user", "")
             before = list(turns)
             messages = (*sys, *before, asked)
-            # the other versions of this turn's reply (F5, branches), hidden, in the order made
-            others = [
-                n
-                for n in stored.nodes
-                if n.role == "assistant" and n.parent_id == node.parent_id and n.id != node.id and user is not None
-            ]
-            versions: list[ReplyRecord] = []
-            aside: list[tuple[ReplyRecord, object]] = []
-            shown = None
-            replays: list[ReplyRecord] = []
-            for other in sorted([*others, node], key=lambda n: n.id):
-                of = _replayed(other, [*versions, *replays])
-                rec = conv.new_reply(
-                    other.mode or STREAM,
-                    messages,
-                    turn_base=len(before),
-                    **({"replay_of": of.replay_of or of.number, "in_history": False} if of else {"siblings": versions}),
-                )
-                _fill(rec, other.events, other.content)
-                if user is not None:
-                    out.replies[rec] = (user[0], user[1], other.id)
-                if of is not None:  # F9's, shown after the turn's reply (if that is the one shown)
-                    replays.append(rec)
-                elif other is not node:
-                    rec.in_history, rec.hidden = False, True
-                    aside.append((rec, other))
-                else:
-                    shown = rec
-            _where_branched(versions)
+            shown, aside, replays = _versions(stored, node, user, messages, len(before), conv, out)
             rec = shown
             if main:
                 if user is not None:
@@ -125,6 +97,50 @@ def _walk(
         elif node.role == "system" and conv.system_prompt is None:
             conv.system_prompt = node.content
     return entries
+
+
+def _versions(
+    stored: StoredConversation,
+    node: Any,
+    user: tuple[int, int | None, Message] | None,
+    messages: tuple[Message, ...],
+    turn_base: int,
+    conv: Conversation,
+    out: Restored,
+) -> tuple[ReplyRecord, list[tuple[ReplyRecord, object]], list[ReplyRecord]]:
+    """The replies of the turn whose shown reply is `node`: (that reply, the other versions
+    set aside with their nodes, F9's replays), each made in `conv` in the order made."""
+    # the other versions of this turn's reply (F5, branches), hidden, in the order made
+    others = [
+        n
+        for n in stored.nodes
+        if n.role == "assistant" and n.parent_id == node.parent_id and n.id != node.id and user is not None
+    ]
+    versions: list[ReplyRecord] = []
+    aside: list[tuple[ReplyRecord, object]] = []
+    shown = None
+    replays: list[ReplyRecord] = []
+    for other in sorted([*others, node], key=lambda n: n.id):
+        of = _replayed(other, [*versions, *replays])
+        rec = conv.new_reply(
+            other.mode or STREAM,
+            messages,
+            turn_base=turn_base,
+            **({"replay_of": of.replay_of or of.number, "in_history": False} if of else {"siblings": versions}),
+        )
+        _fill(rec, other.events, other.content)
+        if user is not None:
+            out.replies[rec] = (user[0], user[1], other.id)
+        if of is not None:  # F9's, shown after the turn's reply (if that is the one shown)
+            replays.append(rec)
+        elif other is not node:
+            rec.in_history, rec.hidden = False, True
+            aside.append((rec, other))
+        else:
+            shown = rec
+    _where_branched(versions)
+    assert shown is not None  # (node is one of them)
+    return shown, aside, replays
 
 
 def _tail_of(

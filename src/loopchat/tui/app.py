@@ -1,210 +1,41 @@
-"""The loopchat Textual app: transcript, loop panel, message box (made and run by launch.py).
+"""The loopchat Textual app (made and run by launch.py): the shell (shell.py) with the
+keys' actions (keys.py binds them), the widgets' messages and the screens' results, each
+passed to the session (chat/session.py) and its answer shown.
 
-A thin shell: the backend's events land in an EventPump (a deque) on the backend's
-thread; a timer drains it FRAME_RATE times a second, the ChatSession (session.py)
-applies them to the conversation, and the frame shows what changed. Keys call the
-session and show its answer.
+The die bar posts StepBar.StepRequested / TokenPicked / SearchRequested (step_mode.py);
+the transcript and the document view post the token clicked or under the cursor; the
+branch picker returns the token to branch with, the history list the conversation to
+open, the settings dialog the new settings, the token search the token to pick.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
+from functools import partial
 
-from textual.app import App, ComposeResult, SystemCommand
-from textual.containers import Horizontal, Vertical
-from textual.css.query import NoMatches
+from textual.actions import parse as parse_action
+from textual.app import SystemCommand
 from textual.screen import Screen
-from textual.widgets import Header, Static
 
-from loopchat.backends import Backend
-from loopchat.chat.conversation import BLOCKING, STREAM, Conversation, ReplyRecord, with_space
-from loopchat.chat.event_pump import FRAME_RATE, TEXT_EVERY, EventPump
-from loopchat.chat.history_recorder import HistoryRecorder
-from loopchat.chat.prefs import Prefs, load_prefs, save_prefs
-from loopchat.chat.replay_check import check_replay
-from loopchat.chat.session import ChatSession, Refused, Update
-from loopchat.events import Step
-from loopchat.model_files import shown_model_name
-from loopchat.settings import SamplingSettings, SettingsError
-from loopchat.trace import CUT_SHORT
-from loopchat.tui.branch_actions import BranchActions
+from loopchat.chat.conversation import BLOCKING, STREAM, with_space
+from loopchat.settings import KNOBS, SETTING, SamplingSettings
+from loopchat.tui.branch_picker import BranchChoice, BranchPicker
 from loopchat.tui.document_view import DocumentView
-from loopchat.tui.footer import WholeKeysFooter
-from loopchat.tui.history_actions import HistoryActions
-from loopchat.tui.keys import BINDINGS, KeyActions
-from loopchat.tui.loop_panel import LoopPanel, PanelView
+from loopchat.tui.keys import BINDINGS, command_table
 from loopchat.tui.palette import own_system_commands
 from loopchat.tui.prompt import PromptArea, TypedForTheBox
-from loopchat.tui.render import default_screen, driver_class, fallback_reason
-from loopchat.tui.step_mode import StepActions, StepBar
-from loopchat.tui.token_styles import legend_text
-from loopchat.tui.transcript import ReplyView, Transcript
+from loopchat.tui.shell import Notice
+from loopchat.tui.step_mode import StepBar, TokenSearch, listed_faces
+from loopchat.tui.transcript import Transcript
+from loopchat.tui.view_keys import ChatViewKeys
 from loopchat.tui.wire_view import WireView
 
-#: Below this terminal width the loop panel moves under the transcript (compact form).
-NARROW_WIDTH = 100
+__all__ = ["LoopChatApp", "Notice"]
 
 
-class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[int]):
-    CSS_PATH = "styles.tcss"
-    TITLE = "loopchat"
-    ENABLE_COMMAND_PALETTE = True
+class LoopChatApp(ChatViewKeys):
     BINDINGS = BINDINGS
-
-    def __init__(
-        self,
-        backend: Backend,
-        *,
-        prefs: Prefs | None = None,
-        prefs_path: Path | None = None,
-        owns_backend: bool = True,
-        settings: SamplingSettings | None = None,
-        history_path: Path | None = None,
-        mode: str | None = None,
-    ) -> None:
-        super().__init__()
-        self.backend = backend
-        self.owns_backend = owns_backend
-        self.prefs_path = prefs_path
-        self.prefs = prefs or load_prefs(prefs_path)
-        self.session = ChatSession(backend, settings, mode=mode)
-        self.pump = EventPump()
-        self.views: dict[ReplyRecord, ReplyView] = {}
-        #: the blocks shown after a version of a reply that another version replaced (branch_actions.py)
-        self._tails: dict[ReplyRecord, list] = {}
-        self.selection: tuple[int, int] | None = None
-        self.knob = "temperature"
-        self.narrow = False  # below NARROW_WIDTH columns: the panel goes under the transcript
-        self.handle_signals = False  # run_tui: SIGTERM / SIGHUP quit like Ctrl+Q
-        self._panel_dirty = True
-        self._quit_asked_for: str | None = None  # the draft Ctrl+Q last said would be lost
-        #: the wire view (F10), held here: the frame asks it every time whether it needs drawing
-        self.wire = WireView(id="wire")
-        #: the conversation store (None: history off for this run); the recorder writes
-        #: to it through its writer's thread while the History pref is on
-        self.history_path = history_path
-        self.history: HistoryRecorder | None = None
-        self.history_error: str | None = None  # why history went off (the store's one line)
-        self._history_notices: deque[str] = deque()  # the writer's failures, for the frame
-        # for tests and benchmarks
-        self.run_finished = asyncio.Event()
-        self.model_ready = asyncio.Event()
-        self.frames_rendered = 0
-        self.last_error: str | None = None
-        self.change_made_after_steps: int | None = None
-
-    # ------------------------------------------------------------- layout ----
-    def get_default_screen(self) -> Screen:
-        return default_screen(id="_default")  # LoopScreen, or Textual's own (render/)
-
-    def get_driver_class(self) -> Any:
-        return driver_class() or super().get_driver_class()  # a bracketed paste read whole (render/)
-
-    def compose(self) -> ComposeResult:
-        yield Header(icon="⟳")
-        with Horizontal(id="main"):
-            with Vertical(id="left"):
-                yield Static(legend_text(), id="legend")
-                yield Transcript(id="transcript")
-                yield DocumentView(id="document")  # Ctrl+T shows it in the transcript's place
-            yield LoopPanel(id="panel")
-            yield self.wire  # F10 shows it in the panel's place
-        yield StepBar(id="stepbar")  # step mode (F12): holds the focus while the loop is stopped
-        yield PromptArea(placeholder="Loading the model… (you can type already)", id="prompt")
-        yield WholeKeysFooter(compact=True)
-
-    @property
-    def transcript(self) -> Transcript:
-        return self.query_one(Transcript)
-
-    @property
-    def document(self) -> DocumentView:
-        return self.query_one(DocumentView)
-
-    @property
-    def panel(self) -> LoopPanel:
-        return self.query_one(LoopPanel)
-
-    @property
-    def prompt(self) -> PromptArea:
-        return self.query_one("#prompt", PromptArea)
-
-    @property
-    def conversation(self) -> Conversation:
-        return self.session.conversation
-
-    @property
-    def current(self) -> ReplyRecord | None:
-        return self.session.current
-
-    @property
-    def generating(self) -> bool:
-        return self.session.generating
-
-    @property
-    def steps_seen(self) -> int:
-        return self.session.steps_seen
-
-    def on_mount(self) -> None:
-        if self.handle_signals:
-            from loopchat.tui.launch import exit_on_signals
-
-            exit_on_signals(self)
-        self.backend.attach(self.pump.emit)
-        self._start_history()
-        self.query_one("#legend").display = self.prefs.prob_colours
-        self.document.display = False
-        self.show_wire_view(self.prefs.wire_view)
-        self.set_interval(1 / FRAME_RATE, self._frame, name="frame")
-        self.prompt.focus()
-        placeholder = self.backend.placeholder()
-        if placeholder:
-            self.prompt.placeholder = placeholder
-            self.prompt.disabled = True
-        self._update_subtitle()
-        self.backend.start()
-        if self.backend.ready is not None:  # a model loaded before this app (a shared backend)
-            self._model_ready()
-        self._refresh_panel()
-        if reason := fallback_reason():  # an untested Textual: stock rendering (render/)
-            self.notify(reason, severity="warning", timeout=8)
-
-    def on_resize(self, event: Any) -> None:
-        # self.size is still the old size here: the event carries the new one
-        self.narrow = event.size.width < NARROW_WIDTH
-        self.screen.set_class(self.narrow, "-narrow")
-        self._panel_dirty = True
-
-    def _update_subtitle(self) -> None:
-        mode = "streaming" if self.prefs.streaming else "blocking"
-        b = self.backend
-        if self.session.completion:
-            mode = "completion · " + mode
-        if not b.can_generate:
-            self.sub_title = f"replay · {shown_model_name(b.name)}"
-        elif b.loading:
-            self.sub_title = f"loading {shown_model_name(b.loading)}… · {mode}"
-        else:
-            self.sub_title = f"{shown_model_name(b.name) or 'no model loaded'} · {mode}"
-
-    def _model_ready(self) -> None:
-        self.session.model_ready = True
-        self.prompt.placeholder = self._placeholder()
-        self._update_subtitle()
-        self.model_ready.set()
-        self._panel_dirty = True
-
-    def _placeholder(self) -> str:
-        name = shown_model_name(self.backend.name)
-        if self.session.completion:
-            if self.prefs.completion_space:
-                return f"Text for {name} to continue, appended as typed (a space first if it would glue to a word)"
-            return f"Text for {name} to continue, appended exactly as typed; Enter: it continues (empty: more)"
-        return f"Message {name} — Enter sends, Ctrl+J new line"
+    _quit_asked_for: str | None = None  # the draft Ctrl+Q last said would be lost
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from own_system_commands(self, super().get_system_commands(screen))
@@ -214,200 +45,45 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
                 f"Switch model: {name}{current}", self.backend.describe(name), lambda n=name: self.switch_model(n)
             )
         yield from self.key_commands()
-        yield from self.branch_commands()
 
-    # ------------------------------------------------------------- frames ----
-    def _frame(self) -> None:
-        try:
-            self._frame_body()
-        except NoMatches:
-            # the app is closing: its widgets went before the frame timer stopped
-            # (a frame that came then failed on the panel, and the app's exit with it)
-            if self.is_running and self.screen.is_attached and self.query(LoopPanel):
-                raise
-
-    def _frame_body(self) -> None:
-        self.backend.flush()  # what the engine process sent since the last frame
-        if self._history_notices:
-            self._history_failed(self._history_notices.popleft())
-        events = self.pump.drain()
-        if not events:
-            self._draw_text()  # tokens held back by the last frame (a slow model)
-            view = self.views.get(self.current) if self.generating else None
-            if view is not None:
-                view.tick()
-            if self._panel_dirty or (self.prefs.wire_view and self.wire.needs_frames):
-                self._refresh_panel()
-            return
-        u = self.session.consume(events)
-        self._show(u)
-        self._record(u)
-        self.sync_step_mode()
-        if self.selection is None:
-            self._refresh_panel()
-        self.frames_rendered += 1
-
-    def _show(self, u: Update) -> None:
-        for user, rec in u.started:  # the turns of a played trace
-            self.views[rec] = self.transcript.add_turn(user, rec, self.prefs, self.conversation)
-            self.run_finished.clear()
-        if u.ended or self.frames_rendered % TEXT_EVERY == 0:
-            self._draw_text()
-        for message in u.warnings:
-            self.notify(message, severity="warning", timeout=8)
-        for err in u.errors:
-            self._report_error(err.message, err.during)
-        if u.loading is not None:
-            self._update_subtitle()
-        if u.ready is not None:
-            self._model_ready()
-        if u.dropped is not None:  # the prompt refused, or stopped before its first token: the turn goes
-            self.transcript.drop_turn(self.views.pop(u.dropped, None), self.prefs, self.conversation)
-        if u.restore_prompt:  # before anything typed since: nothing lost, nothing reordered
-            draft = self.prompt.value
-            self.prompt.value = u.restore_prompt + ("\n" + draft if draft else "")
-        for rec in u.finished:
-            differs = check_replay(rec, self.conversation)  # F9's replay: its tokens against the original's
-            if differs:
-                self.notify(differs, severity="warning", timeout=10, markup=False)
-            view = self.views.get(rec)
-            if view is not None:
-                view.finish()
-        if u.ended:
-            self.run_finished.set()
-            self._panel_dirty = True
-
-    def _draw_text(self) -> None:
-        """Append the streamed tokens not yet drawn to their replies' views."""
-        for rec, steps in self.session.take_text():
-            view = self.views.get(rec)
-            if view is not None:
-                view.add_steps(steps)
-
-    def _refresh_panel(self) -> None:
-        self._panel_dirty = False
-        s = self.session
-        rec, step, pinned = s.shown_step(self.selection)
-        if self.document.display:  # Ctrl+T: the selected token's reply, else the latest
-            self.document.show(rec, step.index if pinned and step is not None else None)
-        if self.prefs.wire_view:  # the wire in the panel's place: the panel is not drawn
-            self.wire.show(rec, step.index if pinned and step is not None else None, s.generating)
-            return
-        b = self.backend
-        model = f"{b.loading} (loading…)" if b.loading else (b.name or "none loaded")
-        live = s.in_force()
-        self.panel.show(
-            PanelView(
-                record=rec,
-                step=step,
-                live=live,
-                knob=self.knob,
-                pinned=pinned,
-                generating=s.generating,
-                compact=self.narrow,
-                model=model,
-                takes_messages=b.can_generate,
-                pending=s.pending if s.stopped else None,
-            )
+    def key_commands(self) -> Iterable[SystemCommand]:
+        """The command palette's entries for the keys (keys.command_table)."""
+        p = self.prefs
+        table = command_table(
+            completion=self.session.completion, completion_space=p.completion_space, history=p.history
         )
+        for title, help_text, action in table:
+            _, name, params = parse_action(action)
+            yield SystemCommand(title, help_text, partial(getattr(self, f"action_{name}"), *params))
 
-    # ------------------------------------------------------------- replies ----
+    def _mode(self) -> str:
+        return STREAM if self.prefs.streaming else BLOCKING
+
+    # ---- the widgets' messages --------------------------------------------------------
     def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
         if not self.session.takes(event.text):  # (completion mode: an empty Enter continues)
             return
-        mode = STREAM if self.prefs.streaming else BLOCKING
         text = event.text
         if self.session.completion and self.prefs.completion_space:
             text = with_space(self.conversation.document(), text)
-        try:
-            rec = self.session.send(text, mode)
-        except Refused as exc:
-            self.notify(str(exc), severity="warning")
+        rec = self.ask(lambda: self.session.send(text, self._mode()))
+        if rec is None:
             return
         self.selection = None
-        self._clear_selection_views()
+        self.replies.clear_selection()
         self.prompt.value = ""
         if self.history is not None:
             self.history.sent(rec, text)
-        self._show_new_reply(rec, text.strip())
-
-    def _show_new_reply(self, rec: ReplyRecord, user_text: str | None = None) -> None:
-        """A new reply in the transcript (after the message `user_text`, or the document)."""
-        self.views[rec] = self.transcript.add_turn(user_text, rec, self.prefs, self.conversation)
-        self.transcript.anchor()
-        self.run_finished.clear()
-        self._panel_dirty = True
-
-    def switch_model(self, name: str) -> None:
-        try:
-            self.session.switch_model(name)
-        except Refused as exc:
-            self.notify(str(exc), severity="warning")
-            return
-        self.model_ready.clear()
-        self.prompt.placeholder = f"Loading {name}… (you can type already)"
-        self.notify(f"Loading model {name}…", timeout=3)
-        self._update_subtitle()
-        self._panel_dirty = True
-
-    def _report_error(self, message: str, during: str) -> None:
-        """The one error handler: notify, keep the app running."""
-        self.last_error = message
-        title = {"load": "Model failed to load"}.get(during, "Generation failed")
-        if message == CUT_SHORT:
-            title = "Trace cut short"
-        self.notify(message, title=title, severity="error", timeout=12)
-        if during == "load":
-            self.model_ready.clear()
-            self.prompt.placeholder = "No model loaded — pick one with Ctrl+P → Switch model (you can type already)"
-            self._update_subtitle()
-            self._panel_dirty = True
-
-    def steps_emitted(self) -> int:
-        """Steps of the current reply the engine has emitted so far (drawn or queued)."""
-        self.backend.flush()
-        drawn = len(self.current.steps) if self.current is not None else 0
-        return drawn + sum(1 for e in self.pump.snapshot() if isinstance(e, Step))
-
-    def set_setting(self, **changes: Any) -> bool:
-        """Change settings (validated): the next reply's, and the reply in flight's."""
-        try:
-            self.session.change_settings(**changes)
-        except SettingsError as exc:
-            self.notify(str(exc), severity="error")
-            return False
-        self._panel_dirty = True
-        return True
-
-    def show_wire_view(self, on: bool) -> None:
-        """The wire view (on) or the loop panel in the side panel's place."""
-        self.wire.fold = self.prefs.wire_folded
-        self.wire.display = on
-        self.panel.display = not on
-        self._refresh_panel()
-
-    def on_wire_view_fold_toggled(self, message: WireView.FoldToggled) -> None:
-        self.action_toggle_wire_fold()
-
-    def _save_prefs(self) -> None:
-        error = save_prefs(self.prefs, self.prefs_path)
-        if error:
-            self.notify(error, severity="warning")
-
-    # ---------------------------------------------------------------- exit ----
-    def _stop_backend(self) -> None:
-        self._stop_history()
-        self.session.close()
-        if self.owns_backend:
-            self.backend.close()
-        else:
-            self.backend.attach(None)
-
-    def on_unmount(self) -> None:
-        self._stop_backend()
+        self.show_new_reply(rec, text.strip())
 
     def on_transcript_token_selected(self, message: Transcript.TokenSelected) -> None:
         self.action_select_token(message.reply, message.step)
+
+    def on_document_view_step_under_cursor(self, message: DocumentView.StepUnderCursor) -> None:
+        self.action_select_token(message.reply, message.step)  # the panel shows that step
+
+    def on_wire_view_fold_toggled(self, message: WireView.FoldToggled) -> None:
+        self.action_toggle_wire_fold()
 
     def on_typed_for_the_box(self, message: TypedForTheBox) -> None:
         """Typing after a click in the transcript or in the document view: into the message
@@ -432,5 +108,297 @@ class LoopChatApp(BranchActions, StepActions, HistoryActions, KeyActions, App[in
         }[message.how]
         scroll(animate=False)
 
-    def on_document_view_step_under_cursor(self, message: DocumentView.StepUnderCursor) -> None:
-        self.action_select_token(message.reply, message.step)  # the panel shows that step
+    def on_step_bar_step_requested(self, message: StepBar.StepRequested) -> None:
+        self.action_step_draw(message.n)
+
+    def on_step_bar_token_picked(self, message: StepBar.TokenPicked) -> None:
+        self.action_step_pick(message.rank)
+
+    def on_step_bar_search_requested(self, message: StepBar.SearchRequested) -> None:
+        self.action_step_search()
+
+    # ---- the reply ----------------------------------------------------------------------
+    def action_stop(self) -> None:
+        if self.session.cancel():
+            self.notify("Stopping…", timeout=1.5)
+        elif self.selection is not None:
+            self.selection = None
+            self.replies.clear_selection()
+            self._refresh_panel()
+        elif self.screen is not self.screen_stack[0]:
+            self.pop_screen()
+        elif self.document.display:  # nothing else to stop: back to the chat
+            self.action_toggle_document()
+
+    def action_interrupt(self) -> None:
+        focused = self.focused
+        if self.generating:
+            self.action_stop()
+        elif isinstance(focused, PromptArea) and focused.selected_text:
+            focused.action_copy()
+        else:
+            self.action_help_quit()
+
+    def action_regenerate(self) -> None:
+        pinned = self.session.settings.seed
+        pair = self.ask(lambda: self.session.regenerate(self._mode()))
+        if pair is None:
+            return
+        old, new = pair
+        if self.history is not None:
+            self.history.regenerated(old, new)
+        if pinned is None:
+            self.notify("Regenerating with a new random seed", timeout=2)
+        else:
+            self.notify(f"Regenerating with seed {self.session.settings.seed} (the next after {pinned})", timeout=3)
+        self.show_version(old, new)  # in its place: version n/n of the turn's reply
+        self.run_finished.clear()
+
+    def action_replay_other_mode(self) -> None:
+        rec = self.ask(self.session.replay_other_mode)
+        if rec is None:
+            return
+        if self.history is not None:  # stored, so that a reopened conversation keeps the numbers
+            self.history.replayed(self.conversation.reply(rec.replay_of), rec)
+        self.show_new_reply(rec)
+        original = self.conversation.reply(rec.replay_of or 0)
+        start = original.start if original is not None else None
+        if start is not None and start.source:  # a server may ignore the seed: say so, compare after
+            self.notify(
+                f"Replaying reply {original.number} with its seed {start.settings.seed} on {start.source}: a server "  # type: ignore[union-attr]
+                "may not reproduce it; its tokens are compared with the original's when it ends",
+                timeout=6,
+            )
+
+    def action_compare(self) -> None:
+        """Two finished replies side by side: the selected token's reply (or the last)
+        and the one before it; Ctrl+G again closes."""
+        from loopchat.chat.reply_stats import comparable
+        from loopchat.tui.compare_view import CompareScreen, default_pair
+
+        if isinstance(self.screen, CompareScreen):
+            self.screen.dismiss(None)
+            return
+        if self.screen is not self.screen_stack[0]:
+            return  # another dialog is open
+        replies = comparable(self.conversation.replies)
+        if len(replies) < 2:
+            self.notify("Compare needs two finished replies: send another message first", severity="warning")
+            return
+        a, b = default_pair(replies, self.selection[0] if self.selection else None)
+        self.push_screen(CompareScreen(replies, a, b))
+
+    def action_new_conversation(self) -> None:
+        if self.history is not None:
+            self.history.reset()
+        self.session.new_conversation()
+        self.show_conversation()
+        self.notify("New document" if self.session.completion else "New conversation", timeout=1.5)
+
+    def action_toggle_completion(self) -> None:
+        """Chat mode ⇄ completion mode (a conversation under way is left for a new one)."""
+        left = bool(self.conversation.replies)
+        message = self.ask(self.session.toggle_mode)
+        if message is None:
+            return
+        if left:
+            if self.history is not None:
+                self.history.reset()
+            self.show_conversation()
+        self._update_subtitle()
+        if self.session.model_ready:
+            self.prompt.placeholder = self._placeholder()
+        self.notify(message, timeout=4)
+
+    def action_copy_reply(self) -> None:
+        rec = self.session.last_done_reply()
+        if rec is None:
+            self.notify("No reply to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(rec.text)
+        self.notify(f"Copied reply {rec.number} ({len(rec.text)} characters)", timeout=2)
+
+    def switch_model(self, name: str) -> None:
+        if not self.allowed(lambda: self.session.switch_model(name)):
+            return
+        self.model_ready.clear()
+        self.prompt.placeholder = f"Loading {name}… (you can type already)"
+        self.notify(f"Loading model {name}…", timeout=3)
+        self._update_subtitle()
+        self._panel_dirty = True
+
+    async def action_quit(self) -> None:
+        """Ctrl+Q: quit; with a draft in the message box, first say so once (Ctrl+Q
+        again quits: the draft is not kept). A draft changed since asks again."""
+        prompt = self.prompt
+        draft = "" if prompt.disabled else prompt.value
+        if draft and self._quit_asked_for != draft:
+            self._quit_asked_for = draft
+            self.notify(f"The box holds {len(draft):,} characters: Ctrl+Q again quits", severity="warning", timeout=6)
+            return
+        self.quit_now()
+
+    # ---- sampling settings ----------------------------------------------------------------
+    def action_next_knob(self) -> None:
+        self.knob = KNOBS[(KNOBS.index(self.knob) + 1) % len(KNOBS)]
+        self.notify(f"Ctrl+↑/↓ now change {self.knob}", timeout=2)
+        self._refresh_panel()
+
+    def action_knob(self, direction: int) -> None:
+        value = SETTING[self.knob].nudge(getattr(self.session.in_force(), self.knob), direction)
+        if self.set_setting(**{self.knob: value}) and (note := self.session.settings_note()):
+            self.notify(note, timeout=4)
+        self.change_made_after_steps = self.steps_emitted()
+        self._refresh_panel()
+
+    def action_settings(self) -> None:
+        from loopchat.tui.settings_dialog import SettingsDialog
+
+        def done(new: SamplingSettings | None) -> None:
+            if new is not None:
+                changes = {n: getattr(new, n) for n in new.diff(self.session.settings)}
+                if self.set_setting(**changes) and changes and (note := self.session.settings_note()):
+                    self.notify(note, timeout=4)
+                self._refresh_panel()
+
+        s = self.session
+        self.push_screen(
+            SettingsDialog(s.settings, generating=self.generating, live=self.backend.live_settings, stopped=s.stopped),
+            done,
+        )
+
+    # ---- step mode (the die's keys: the die bar's messages, and the document view's) ------
+    def action_step_mode(self) -> None:
+        note = self.ask(self.session.toggle_step, timeout=4)
+        if note is not None:
+            self.notify(note, timeout=2)
+            self.sync_step_mode()
+
+    def action_step_draw(self, n: int) -> None:
+        self.allowed(lambda: self.session.draw(n), severity="information", timeout=2)
+        self.sync_step_mode()
+
+    def action_step_pick(self, rank: int) -> None:
+        self.ask(lambda: self.session.pick_rank(rank), severity="information", timeout=2)
+        self.sync_step_mode()
+
+    def action_step_search(self) -> None:
+        s = self.session
+        p = s.pending
+        if p is None or not s.stopped:
+            self.notify("The loop is not stopped: the search picks the token of a stopped draw", timeout=2)
+            return
+        vocabulary = self.backend.vocabulary()
+        if not vocabulary:
+            self.notify("This model's vocabulary is not available here", severity="warning")
+            return
+
+        def done(token: int | None) -> None:
+            if token is not None:  # (refused: e.g. the reply was stopped meanwhile)
+                self.allowed(lambda: s.pick(token), severity="information", timeout=2)
+            self.call_after_refresh(self.sync_step_mode)  # after the focus came back from the search
+
+        search = TokenSearch(vocabulary, self.backend.pending_probs, listed_faces(p.raw_top, p.sampled_top))
+        self.push_screen(search, done)
+
+    # ---- versions of a reply: Ctrl+R branches at the selected token, Alt+PgUp/PgDn --------
+    def action_branch(self) -> None:
+        """Open the branch picker for the selected token (the token cursor)."""
+        if not self.backend.can_branch:
+            self.notify(self.backend.branch_refusal, severity="warning")
+            return
+        if self.selection is None:
+            self.notify("Select a token of a reply first (Alt+←/→ or a click), then Ctrl+R", severity="warning")
+            return
+        reply, index = self.selection
+        rec = self.conversation.reply(reply)
+        step = next((s for s in rec.steps if s.index == index), None) if rec is not None else None
+        if rec is None or step is None:
+            self.notify("That token's step is not recorded: nothing to branch from", severity="warning")
+            return
+        if not self.allowed(self.session.check_can_run):  # refuse now what the session would after
+            return
+        self.push_screen(
+            BranchPicker(reply, step, self.session.settings, self.backend.vocabulary()),
+            lambda choice: self._branch(reply, index, choice),
+        )
+
+    def _branch(self, reply: int, index: int, choice: BranchChoice | None) -> None:
+        if choice is None:
+            return
+        pair = self.ask(lambda: self.session.branch(reply, index, choice.token_id, self._mode()))
+        if pair is None:
+            return
+        old, new = pair
+        if self.history is not None:
+            self.history.regenerated(old, new)
+        what = f"“{choice.label}”" if choice.token_id is not None else "a new draw"
+        self.notify(f"Branch: reply {old.number} from token {index + 1}, with {what}", timeout=3)
+        self.show_version(old, new)
+        self.run_finished.clear()
+
+    def action_version(self, direction: int) -> None:
+        """The versions of the selected token's reply (else of the last reply)."""
+        reply = self.selection[0] if self.selection is not None else None
+        pair = self.ask(lambda: self.session.switch_version(direction, reply))
+        if pair is None:
+            return
+        old, new = pair
+        self.show_version(old, new)
+        if self.history is not None:
+            last = self.conversation.last_in_history()
+            if last is not None:
+                self.history.switched(last)  # the next message hangs from the path shown
+        k, n = new.version
+        self.notify(f"Version {k}/{n} of the reply", timeout=1.5)
+
+    # ---- the conversation store ---------------------------------------------------------
+    def action_history(self) -> None:
+        """Ctrl+O: the stored conversations; the list returns the one to open."""
+        from loopchat.tui.history_screen import HistoryScreen
+
+        if isinstance(self.screen, HistoryScreen):
+            self.screen.dismiss(None)
+            return
+        h = self.history
+        if h is None:
+            self.notify(self.store.off_note(), severity="warning")
+            return
+
+        def delete(conversation_id: int) -> None:
+            h.writer.delete(conversation_id)
+            if h.forget(conversation_id):
+                self.notify("The conversation on screen was deleted: the next message starts a new one", timeout=4)
+
+        def chosen(conversation_id: int | None) -> None:
+            if conversation_id is not None:
+                self.open_stored(conversation_id)
+
+        assert self.store.path is not None  # (a recorder writes to it)
+        self.push_screen(
+            HistoryScreen(self.store.path, rename=h.writer.rename, delete=delete, current=h.current_id()), chosen
+        )
+
+    def open_stored(self, conversation_id: int) -> bool:
+        """Show the stored conversation and continue it (the current one is replaced)."""
+        if self.generating:
+            self.notify("Stop the reply first (Esc), then open a conversation", severity="warning")
+            return False
+        loaded = self.store.load(conversation_id)
+        if loaded is None:
+            return False
+        restored, title = loaded
+        if not self.allowed(lambda: self.session.open_conversation(restored.conversation)):
+            return False
+        self.show_conversation(restored.shown)
+        self._update_subtitle()  # (the conversation's mode: chat, or completion for a document)
+        if self.history is not None:
+            self.history.opened(conversation_id, restored.tip, restored.replies)
+        n = len(restored.conversation.replies)
+        self.notify(f"“{title}”: {n} repl{'y' if n == 1 else 'ies'} · the next message continues it", timeout=4)
+        return True
+
+    def action_toggle_history(self) -> None:
+        self.prefs.history = not self.prefs.history
+        self.save_prefs()
+        self.store.toggle(self.prefs.history)

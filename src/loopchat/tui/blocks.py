@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rich.console import Console, RenderableType
 from rich.segment import Segment
@@ -28,8 +28,20 @@ from loopchat.events import FinishReason, Step
 from loopchat.tui.reply_markdown import reply_markdown
 from loopchat.tui.token_styles import token_style
 
-if TYPE_CHECKING:
-    from loopchat.tui.transcript import Transcript
+
+class BlockHolder(Protocol):
+    """What a block tells the widget that lays it out (the Transcript, transcript.py)
+    when it changes: the blocks import nothing of it."""
+
+    @property
+    def content_width(self) -> int: ...
+
+    def block_changed(self, block: Block) -> None: ...
+
+    def block_grew(self, block: Block, first_changed: int) -> None: ...
+
+    def reflow(self) -> None: ...
+
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _REPLY = Style(color="#d7875f")
@@ -57,7 +69,7 @@ class Block:
     whole_document = False
 
     def __init__(self) -> None:
-        self.transcript: Transcript | None = None
+        self.transcript: BlockHolder | None = None
         self.lines: list[Strip] = []
         self.width = 0
 

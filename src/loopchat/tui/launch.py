@@ -98,26 +98,6 @@ def _server(url: str, api_key: str | None, model_id: str | None, timeout: float 
         raise UsageError(f"--url: {exc}") from None
 
 
-def exit_on_signals(app: LoopChatApp) -> None:
-    """SIGTERM and SIGHUP end the app the way Ctrl+Q does, so Textual gives the terminal
-    back (main screen, mouse reporting off, cursor shown): Python's default for both is
-    to die on the spot and leave the terminal in the app's modes. Call it on the app's
-    event loop (its on_mount does, for run_tui)."""
-    import asyncio
-    import signal
-
-    def quit_app() -> None:
-        app._stop_backend()
-        app.exit(0)
-
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            loop.add_signal_handler(sig, quit_app)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / OS
-            pass
-
-
 def run_tui(
     *,
     config_path: str | None,

@@ -1,5 +1,4 @@
-"""Step mode in the chat (issue 13): the die bar, the token search, and the keys' actions
-(a mixin of LoopChatApp).
+"""Step mode in the chat (issue 13): the die bar and the token search.
 
 F12 stops the reply in flight before its next draw (or, between replies, arms step mode:
 the next reply stops before its first draw), and lets it run freely again. While the
@@ -7,14 +6,15 @@ loop is in step mode the die bar under the transcript has the focus, so the mess
 does not take the keys: Enter draws one token, n draws ten, 1–9 pick the candidate of
 that rank in the panel's list (raw softmax order: a token the filters cut can be picked
 too), / opens a search over the whole vocabulary. Esc and Ctrl+C stop the reply as ever.
-The session (session.py) talks to the backend's StepControl; nothing here waits.
+The bar posts what its keys ask for (StepBar.StepRequested, TokenPicked, SearchRequested);
+the app passes it to the session (session.py), which talks to the backend's StepControl;
+nothing here waits.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -22,20 +22,14 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from loopchat.chat.plots import fmt_prob, listed_face
-from loopchat.chat.session import Refused
+from loopchat.chat.session import ChatSession
 from loopchat.events import Candidate
-
-if TYPE_CHECKING:
-    from loopchat.tui.app import LoopChatApp
-
-    _Base = LoopChatApp
-else:
-    _Base = object
 
 #: tokens drawn by the "draw N" key
 DRAW_N = 10
@@ -43,9 +37,9 @@ DRAW_N = 10
 SEARCH_ROWS = 12
 
 
-def step_keys(namespace: str = "app.") -> list[Binding]:
-    """The die's keys: the die bar's (the app's actions), and the document view's (its
-    own, which act only while the loop is stopped)."""
+def step_keys(namespace: str = "") -> list[Binding]:
+    """The die's keys: the die bar's and the document view's (their own actions; the
+    document view's act only while the loop is stopped)."""
     return [
         Binding("enter", f"{namespace}step_draw(1)", "Draw", show=False),
         Binding("n", f"{namespace}step_draw({DRAW_N})", f"Draw {DRAW_N}", show=False),
@@ -61,6 +55,45 @@ class StepBar(Static, can_focus=True):
     BINDINGS = step_keys()
     _keys = frozenset(b.key for b in BINDINGS)
     _told = -1e9  # when a typed letter was last answered
+    _state: tuple = ()  # what the bar last showed: (shown, stopped, the pending die)
+
+    class StepRequested(Message):
+        """Draw `n` tokens (Enter: 1, n: DRAW_N) with the current settings."""
+
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.n = n
+
+    class TokenPicked(Message):
+        """The pending draw takes the candidate listed at `rank` (1–9)."""
+
+        def __init__(self, rank: int) -> None:
+            super().__init__()
+            self.rank = rank
+
+    class SearchRequested(Message):
+        """/: pick any token of the vocabulary (the app opens the search)."""
+
+    def action_step_draw(self, n: int) -> None:
+        self.post_message(self.StepRequested(n))
+
+    def action_step_pick(self, rank: int) -> None:
+        self.post_message(self.TokenPicked(rank))
+
+    def action_step_search(self) -> None:
+        self.post_message(self.SearchRequested())
+
+    def sync(self, s: ChatSession) -> tuple[bool, bool] | None:
+        """Show the session's step mode: the bar while in step mode (or armed), saying
+        what the keys do. None: nothing changed; else (stopped now, stopped before)."""
+        state = (s.stepping or s.step_armed, s.stopped, s.pending)
+        if state == self._state:
+            return None
+        before = self._state or (False, False, None)
+        self._state = state
+        self.display = state[0]
+        self.say(bar_forms(s))
+        return state[1], before[1]
 
     def on_key(self, event: events.Key) -> None:
         """A letter typed while the loop is stopped (the message box does not have the
@@ -247,106 +280,22 @@ class TokenSearch(ModalScreen[int | None]):
         self.dismiss(None)
 
 
-class StepActions(_Base):
-    """The step mode's actions (F12 in keys.BINDINGS; the others are the die bar's)."""
-
-    _step_state: tuple = ()
-
-    @property
-    def step_bar(self) -> StepBar:
-        return self.query_one(StepBar)
-
-    def action_step_mode(self) -> None:
-        try:
-            note = self.session.toggle_step()
-        except Refused as exc:
-            self.notify(str(exc), severity="warning", timeout=4)
-            return
-        self.notify(note, timeout=2)
-        self.sync_step_mode()
-
-    def action_step_draw(self, n: int) -> None:
-        try:
-            self.session.draw(n)
-        except Refused as exc:
-            self.notify(str(exc), timeout=2)
-        self.sync_step_mode()
-
-    def action_step_pick(self, rank: int) -> None:
-        try:
-            self.session.pick_rank(rank)
-        except Refused as exc:
-            self.notify(str(exc), timeout=2)
-        self.sync_step_mode()
-
-    def action_step_search(self) -> None:
-        s = self.session
-        p = s.pending
-        if p is None or not s.stopped:
-            self.notify("The loop is not stopped: the search picks the token of a stopped draw", timeout=2)
-            return
-        vocabulary = self.backend.vocabulary()
-        if not vocabulary:
-            self.notify("This model's vocabulary is not available here", severity="warning")
-            return
-        listed = listed_faces(p.raw_top, p.sampled_top)
-
-        def done(token: int | None) -> None:
-            if token is not None:
-                try:
-                    s.pick(token)
-                except Refused as exc:  # e.g. the reply was stopped meanwhile
-                    self.notify(str(exc), timeout=2)
-            self.call_after_refresh(self.sync_step_mode)  # after the focus came back from the search
-
-        self.push_screen(TokenSearch(vocabulary, self.backend.pending_probs, listed), done)
-
-    def step_bar_text(self) -> tuple[str, ...]:
-        """The die bar's text, longest first (the bar shows the first that fits)."""
-        s = self.session
-        if s.stopped and s.pending is not None:
-            n = s.pending.index + 1
-            return (
-                f"Step mode · stopped before token {n} · Enter draws · n draws {DRAW_N} · "
-                "1–9 pick · / search · F12 runs freely · Esc stops",
-                f"Stopped before token {n} · Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs · Esc stops",
-                f"Before token {n} · Enter draw · n ×{DRAW_N} · 1–9 pick · / search · F12 run freely",
-                f"Token {n} · Enter · n ×{DRAW_N} · 1–9 · / · F12",
-            )
-        if s.stepping:
-            return ("Step mode · drawing… · F12 runs freely · Esc stops",)
-        if s.step_armed:
-            return (
-                "Step mode armed: the next reply stops before its first draw (F12 disarms)",
-                "Step mode armed: the next reply stops first (F12 disarms)",
-            )
-        return ("",)
-
-    def sync_step_mode(self) -> None:
-        """Once a frame: the die bar shown while in step mode (or armed); the focus on it
-        when the loop stops, back to the message box when step mode ends."""
-        s = self.session
-        bar = self.step_bar
-        if not s.stepping and bar.has_focus:  # (also when a search closed after the reply ended)
-            self.prompt.focus()
-        state = (s.stepping or s.step_armed, s.stopped, s.pending)
-        if state == self._step_state:
-            return
-        before = self._step_state or (False, False, None)
-        self._step_state = state
-        bar.display = state[0]
-        bar.say(self.step_bar_text())
-        self.document.stopped_before = s.pending.index if state[1] and s.pending is not None else None
-        view = self.views.get(s.current) if s.current is not None else None
-        if view is not None and view.step_stopped != state[1]:
-            view.step_stopped = state[1]  # its "first token…" spinner stops: the loop waits for a key
-            view.tick()
-        self._panel_dirty = True
-        if (
-            state[1]
-            and not before[1]
-            and self.screen is self.screen_stack[0]
-            and self.focused is not bar
-            and not self.document.body.has_focus  # (the document view takes the die's keys too)
-        ):
-            bar.focus()
+def bar_forms(s: ChatSession) -> tuple[str, ...]:
+    """The die bar's text, longest first (the bar shows the first that fits)."""
+    if s.stopped and s.pending is not None:
+        n = s.pending.index + 1
+        return (
+            f"Step mode · stopped before token {n} · Enter draws · n draws {DRAW_N} · "
+            "1–9 pick · / search · F12 runs freely · Esc stops",
+            f"Stopped before token {n} · Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs · Esc stops",
+            f"Before token {n} · Enter draw · n ×{DRAW_N} · 1–9 pick · / search · F12 run freely",
+            f"Token {n} · Enter · n ×{DRAW_N} · 1–9 · / · F12",
+        )
+    if s.stepping:
+        return ("Step mode · drawing… · F12 runs freely · Esc stops",)
+    if s.step_armed:
+        return (
+            "Step mode armed: the next reply stops before its first draw (F12 disarms)",
+            "Step mode armed: the next reply stops first (F12 disarms)",
+        )
+    return ("",)

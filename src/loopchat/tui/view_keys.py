@@ -1,0 +1,146 @@
+"""What the chat shows: a new reply, another version, a whole conversation; and the keys
+that change what it shows, not what the model does: the display prefs
+(F3, F4, F6, F7, F10, the completion-mode space), the document view (Ctrl+T), the keys
+list (F1), the token cursor (Alt+←/→) and a token selected. A layer of the app class
+over the shell (shell.py); app.py adds the requests to the session.
+"""
+
+from __future__ import annotations
+
+from loopchat.chat.conversation import ReplyRecord
+from loopchat.chat.session import Refused
+from loopchat.tui.shell import ChatShell
+
+
+class ChatViewKeys(ChatShell):
+    # ---- replies shown -------------------------------------------------------------
+    def show_new_reply(self, rec: ReplyRecord, user_text: str | None = None) -> None:
+        """A new reply in the transcript (after the message `user_text`, or the document)."""
+        self.replies.show_new(rec, user_text)
+        self.run_finished.clear()
+        self._panel_dirty = True
+
+    def show_version(self, old: ReplyRecord, new: ReplyRecord) -> None:
+        """`new` in `old`'s place (another version of the reply), nothing selected."""
+        self.selection = None
+        self.replies.clear_selection()
+        self.replies.swap_version(old, new)
+        self._panel_dirty = True
+        self._refresh_panel()
+
+    def show_conversation(self, shown: list[tuple[str, ReplyRecord | None]] | None = None) -> None:
+        """The session's conversation from its start (a new one: empty), nothing selected."""
+        self.selection = None
+        self.wire.forget()
+        self.replies.reset()
+        if shown:
+            self.replies.show_restored(shown)
+        self.run_finished.set()
+        self._refresh_panel()
+
+    # ---- preferences ----------------------------------------------------------------
+    def action_toggle_streaming(self) -> None:
+        self.prefs.streaming = not self.prefs.streaming
+        self.save_prefs()
+        self._update_subtitle()
+        mode = (
+            "streaming: tokens appear as they are drawn"
+            if self.prefs.streaming
+            else "blocking: the reply appears when complete"
+        )
+        self.notify(f"Next replies: {mode}", timeout=3)
+
+    def action_toggle_markdown(self) -> None:
+        self.prefs.markdown = not self.prefs.markdown
+        self.save_prefs()
+        self.replies.rebuild_all()
+        self.notify("Finished replies: " + ("Markdown" if self.prefs.markdown else "plain tokens"), timeout=2)
+
+    def action_toggle_boundaries(self) -> None:
+        self.prefs.token_boundaries = not self.prefs.token_boundaries
+        if self.prefs.token_boundaries and self.prefs.markdown:
+            self.notify("Token boundaries show on plain replies: F4 turns Markdown off", timeout=4)
+        self.save_prefs()
+        self.replies.rebuild_all()
+
+    def action_toggle_colours(self) -> None:
+        self.prefs.prob_colours = not self.prefs.prob_colours
+        if self.prefs.prob_colours and self.prefs.markdown:
+            self.notify("Colours show on plain replies: F4 turns Markdown off", timeout=4)
+        self.save_prefs()
+        self.query_one("#legend").display = self.prefs.prob_colours
+        self.replies.rebuild_all()
+
+    def action_toggle_completion_space(self) -> None:
+        self.prefs.completion_space = not self.prefs.completion_space
+        self.save_prefs()
+        if self.session.model_ready:
+            self.prompt.placeholder = self._placeholder()
+        on = "a space before it when it would glue to a word" if self.prefs.completion_space else "exactly as typed"
+        self.notify(f"Completion mode: your text is appended {on}", timeout=3)
+
+    def action_toggle_wire(self) -> None:
+        self.prefs.wire_view = not self.prefs.wire_view
+        self.save_prefs()
+        self.show_wire_view(self.prefs.wire_view)
+
+    def action_toggle_wire_fold(self) -> None:
+        self.prefs.wire_folded = not self.prefs.wire_folded
+        self.save_prefs()
+        self.wire.fold = self.prefs.wire_folded
+        self.wire.redraw()
+        if not self.prefs.wire_view:
+            self.notify(
+                "Wire view: long values " + ("folded" if self.prefs.wire_folded else "shown whole") + " (F10 shows it)",
+                timeout=3,
+            )
+
+    # ---- views ----------------------------------------------------------------------
+    def action_toggle_document(self) -> None:
+        """The transcript ⇄ the document the model reads (the selected token's reply, or
+        the latest); the document's cursor keys work while it shows."""
+        doc = self.document
+        on = not doc.display
+        doc.display = on
+        self.transcript.display = not on
+        self.query_one("#legend").display = self.prefs.prob_colours and not on
+        if on:
+            doc.return_focus = self.focused  # the message box, or the step mode's die bar
+            self._refresh_panel()
+            doc.body.focus()
+        else:
+            doc.show(None)  # its rows go: made again, for the reply of the moment, next time
+            back = doc.return_focus
+            if doc.body.has_focus or self.focused is None:  # (else something took it meanwhile)
+                if self.session.stopped and self.step_bar.display:  # the die's keys (it stopped meanwhile)
+                    back = self.step_bar
+                if back is None or not (back.is_attached and back.display and back.focusable):
+                    back = self.transcript if self.prompt.disabled else self.prompt  # a replay: no box
+                back.focus()
+
+    def action_help(self) -> None:
+        from loopchat.tui.help_screen import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+        else:
+            self.push_screen(HelpScreen())
+
+    # ---- token selection ------------------------------------------------------------
+    def action_token_cursor(self, direction: int) -> None:
+        try:
+            target = self.session.next_token(self.selection, direction)
+        except Refused as exc:
+            self.notify(str(exc), timeout=2)
+            return
+        if target is not None:
+            self.action_select_token(*target)
+        elif self.selection is not None:  # off the end: no token selected (never a stop)
+            self.selection = None
+            self.replies.clear_selection()
+            self._refresh_panel()
+
+    def action_select_token(self, reply: int, step: int) -> None:
+        self.selection = (reply, step)
+        self.replies.select(reply, step)
+        self._refresh_panel()
