@@ -280,7 +280,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
     llama.cpp or in loopchat, stdout or the trace file could not be written), 130 for
     Ctrl+C."""
     from loopchat.config import load_config
-    from loopchat.engine.engine import EngineOptions
+    from loopchat.engine.options import EngineOptions
     from loopchat.engine.worker import EngineWorker
     from loopchat.trace import TraceError, TraceWriter
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from loopchat.engine.engine import EngineOptions
+from loopchat.engine.options import EngineOptions
 from loopchat.engine.worker import EngineWorker
 from loopchat.events import Message, RunDone, WorkerError
 from loopchat.settings import LiveSettings, SamplingSettings
