@@ -11,8 +11,10 @@ run is the same every time. tests/data/run_trace.jsonl holds what the engine gav
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from loopchat.events import Event, Message, Pending, Step
@@ -94,3 +96,31 @@ def play(
 
 #: the scenario whose logits rows tests/data/run_logits.npz holds (replayed without a model)
 REPLAYED = "step"
+
+TRACE = Path(__file__).parent / "data" / "run_trace.jsonl"
+#: what a clock measured, or where the model file is: not the run's to repeat
+NOT_COMPARED = frozenset(
+    {
+        "forward_ms",
+        "sample_ms",
+        "elapsed_ms",
+        "ms",
+        "prefill_ms",
+        "ttft_ms",
+        "decode_ms",
+        "total_ms",
+        "tokens_per_s",
+        "paused_ms",
+        "model_path",
+    }
+)
+
+
+def comparable(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if k not in NOT_COMPARED}
+
+
+def recorded(name: str) -> list[dict[str, Any]]:
+    """The events tests/data/run_trace.jsonl holds for scenario `name`, as JSON dicts."""
+    lines = [json.loads(line) for line in TRACE.read_text().splitlines()]
+    return [{k: v for k, v in d.items() if k != "scenario"} for d in lines if d["scenario"] == name]

@@ -12,35 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from run_scenarios import SCENARIOS, play
+from run_scenarios import SCENARIOS, comparable, play, recorded
 
 from loopchat.engine.engine import Engine
 from loopchat.events import to_json_dict
-
-TRACE = Path(__file__).parent / "data" / "run_trace.jsonl"
-#: what a clock measured, or where the model file is: not the run's to repeat
-NOT_COMPARED = {
-    "forward_ms",
-    "sample_ms",
-    "elapsed_ms",
-    "ms",
-    "prefill_ms",
-    "ttft_ms",
-    "decode_ms",
-    "total_ms",
-    "tokens_per_s",
-    "paused_ms",
-    "model_path",
-}
-
-
-def comparable(event: dict) -> dict:
-    return {k: v for k, v in event.items() if k not in NOT_COMPARED}
-
-
-def recorded(name: str) -> list[dict]:
-    lines = [json.loads(line) for line in TRACE.read_text().splitlines()]
-    return [comparable({k: v for k, v in d.items() if k != "scenario"}) for d in lines if d["scenario"] == name]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +29,7 @@ def one_thread(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 def test_the_run_gives_the_events_the_old_engine_gave(one_thread: Engine, scenario) -> None:
     events = play(lambda r, live, control: one_thread.run_reply(r, live=live, control=control), scenario)
     got = [comparable(json.loads(json.dumps(to_json_dict(e)))) for e in events]
-    want = recorded(scenario.name)
+    want = [comparable(w) for w in recorded(scenario.name)]
     assert [e["kind"] for e in got] == [e["kind"] for e in want]
     for g, w in zip(got, want):
         assert g == w, {k: (g.get(k), w.get(k)) for k in set(g) | set(w) if g.get(k) != w.get(k)}

@@ -3,7 +3,7 @@ gives for each of tests/run_scenarios.py's scenarios on the real default model (
 thread, n_ctx 512), and the logits row behind each draw of the scenario replayed without a model, with the pieces of every token
 the events name (what a model-free host needs to replay the rows).
 
-    .venv/bin/python tests/data/record_run_trace.py
+    .venv/bin/python tests/data/record_run_trace.py [OUT_DIR]   (default: tests/data)
 
 Recorded on the engine as it was before the reply run became an object (commit e1b2a7e),
 so tests/test_run_trace.py checks that the refactored engine gives the very same events.
@@ -41,7 +41,8 @@ def main() -> None:
             taken.append(row.copy())
             return row
 
-        engine._logits = logits  # type: ignore[method-assign]
+        # the old engine read its logits through _logits, the run reads them through logits
+        engine._logits = engine.logits = logits  # type: ignore[method-assign]
         events = play(lambda r, live, control: engine.run_reply(r, live=live, control=control), s)
         for e in events:
             lines.append(json.dumps({"scenario": s.name, **to_json_dict(e)}))
@@ -55,9 +56,10 @@ def main() -> None:
                 ids.add(e.token_id)
     ids.update(range(10))
     ordered = sorted(ids)
-    (HERE / "run_trace.jsonl").write_text("\n".join(lines) + "\n")
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
+    (out / "run_trace.jsonl").write_text("\n".join(lines) + "\n")
     np.savez_compressed(
-        HERE / "run_logits.npz",
+        out / "run_logits.npz",
         rows=np.stack(rows[REPLAYED]),
         piece_ids=np.array(ordered, dtype=np.int64),
         pieces=np.array([engine.piece(i).hex() for i in ordered]),

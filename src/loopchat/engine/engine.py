@@ -37,7 +37,7 @@ from loopchat.engine.cores import physical_cores
 from loopchat.engine.run import ReplyRun
 from loopchat.engine.thread_tuner import AUTO, Threads, ThreadTuner
 from loopchat.errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
-from loopchat.events import DOCUMENT, Event, FinishReason, Message
+from loopchat.events import DOCUMENT, Event, FinishReason, Message, Pending
 from loopchat.model_files import gguf_problem
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
@@ -315,13 +315,12 @@ class Engine:
         *,
         control: StepControl | None = None,
         **fields: Any,
-    ) -> Iterator[Event]:
+    ) -> Iterator[Event | Pending]:
         """`run_reply` with the request built from its fields (ReplyRequest's names): a
         short form for tests and benchmarks. `settings`: a snapshot, or a live source."""
-        live = None if isinstance(settings, SamplingSettings) else settings
-        start = settings if live is None else live()
-        request = ReplyRequest(tuple(messages), start, **fields)
-        return self.run_reply(request, live=live, control=control)
+        if isinstance(settings, SamplingSettings):
+            return self.run_reply(ReplyRequest(tuple(messages), settings, **fields), control=control)
+        return self.run_reply(ReplyRequest(tuple(messages), settings(), **fields), live=settings, control=control)
 
     def run_reply(
         self,
@@ -329,7 +328,7 @@ class Engine:
         *,
         live: Callable[[], SamplingSettings] | None = None,
         control: StepControl | None = None,
-    ) -> Iterator[Event]:
+    ) -> Iterator[Event | Pending]:
         """Run one reply (request.py says what each field asks for; run.py how it runs).
 
         `live`: the settings source read before every draw (a LiveSettings: a change applies

@@ -95,7 +95,7 @@ class ReplyRun:
         self.threads = PassThreads(None, 0)
 
     # ---------------------------------------------------------------- driver ----
-    def events(self) -> Iterator[Event]:
+    def events(self) -> Iterator[Event | Pending]:
         """The reply's events: Start, [ContextTrimmed], Prefill, a Step per token
         (Pendings before a draw in step mode), Finish."""
         yield from self.open()

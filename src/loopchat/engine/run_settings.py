@@ -43,7 +43,7 @@ class ReplySettings:
         """The source holds other settings than the ones `now` was resolved from."""
         return self.source() is not self.raw
 
-    def reshape(self, state: dict[str, Any]) -> dict[str, Any]:
+    def reshape(self, state: Any) -> Any:
         """Step mode: the same draw again under the source's latest settings. `state`: the
         generator's state before the draw shown; returns the state to keep for the next
         reshape (the same seed: the same state back, so the new draw is the one a free run
