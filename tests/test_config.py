@@ -437,7 +437,7 @@ def test_a_chat_template_with_the_extensions_llama_cpp_python_allows_is_valid(tm
 
 
 def test_engine_options_from_a_configured_model(tmp_path, monkeypatch):
-    from loopchat.engine.engine import EngineOptions
+    from loopchat.engine.options import EngineOptions
 
     monkeypatch.setenv("LOOPCHAT_LOG_DIR", str(tmp_path / "logs"))
     text = '[models.tiny]\npath = "m.gguf"\nn_ctx = 2048\nthreads = 3\nchat_template = "{{ messages }}"\n'
@@ -462,7 +462,7 @@ def test_engine_options_from_a_configured_model(tmp_path, monkeypatch):
 
 
 def test_gpu_layers_pass_through_to_llama_cpp(tmp_path, model_path) -> None:
-    from loopchat.engine.engine import EngineOptions
+    from loopchat.engine.options import EngineOptions
 
     path = write(tmp_path, f'[models.g]\npath = "{model_path}"\ngpu_layers = 7\n')
     spec = load_config(path).get("g")

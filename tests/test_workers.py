@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loopchat.engine.engine import EngineOptions
+from loopchat.engine.options import EngineOptions
 from loopchat.engine.process_worker import ProcessEngineWorker
 from loopchat.engine.worker import EngineWorker
 from loopchat.events import Finish, FinishReason, Message, ModelReady, RunDone, Step, WorkerError

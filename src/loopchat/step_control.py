@@ -22,20 +22,32 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
+from typing import Final, Literal
 
-#: Step.chosen_by: how a step's token was chosen
-SAMPLED = "sampled"  # drawn by the sampler, the loop running freely
-STEPPED = "step"  # drawn by the sampler when the user asked for a draw in step mode
-HAND = "hand"  # picked by the user in step mode
+#: Step.chosen_by: how a step's token was chosen (the strings traces and the history store)
+ChosenBy = Literal["sampled", "step", "hand"]
+SAMPLED: Final = "sampled"  # drawn by the sampler, the loop running freely
+STEPPED: Final = "step"  # drawn by the sampler when the user asked for a draw in step mode
+HAND: Final = "hand"  # picked by the user in step mode
+
+
+class DecisionKind(Enum):
+    """What the user decided while the loop waited before a draw."""
+
+    DRAW = "draw"  # draw with the settings shown (a granted draw, or the loop resumed)
+    PICK = "pick"  # take this token (Decision.token_id)
+    RESHAPE = "reshape"  # the settings changed: show the same draw under the new ones
+    CANCEL = "cancel"  # the run stops
 
 
 @dataclass(frozen=True)
 class Decision:
     """What the waiting loop is to do next."""
 
-    kind: str  # "draw" | "pick" | "reshape" | "cancel"
-    token_id: int | None = None  # for "pick"
-    chosen_by: str = STEPPED  # for "draw": STEPPED, or SAMPLED when the loop was resumed
+    kind: DecisionKind
+    token_id: int | None = None  # for PICK
+    chosen_by: ChosenBy = STEPPED  # for DRAW: STEPPED, or SAMPLED when the loop was resumed; HAND for PICK
 
 
 class StepControl:
@@ -99,7 +111,7 @@ class StepControl:
                 return False
             return True
 
-    def take_credit(self) -> str:
+    def take_credit(self) -> ChosenBy:
         """How the draw about to happen without a stop is chosen (a granted draw counts)."""
         with self._cond:
             if self._paused and self._credits > 0:
@@ -115,20 +127,20 @@ class StepControl:
             try:
                 while True:
                     if cancelled():
-                        return Decision("cancel")
+                        return Decision(DecisionKind.CANCEL)
                     if reshaped():
-                        return Decision("reshape")
+                        return Decision(DecisionKind.RESHAPE)
                     if self._pick is not None:
                         token, self._pick = self._pick, None
-                        return Decision("pick", token_id=token, chosen_by=HAND)
+                        return Decision(DecisionKind.PICK, token_id=token, chosen_by=HAND)
                     if not self._paused:
-                        return Decision("draw", chosen_by=SAMPLED)
+                        return Decision(DecisionKind.DRAW, chosen_by=SAMPLED)
                     if self._credits > 0:
                         self._credits -= 1
-                        return Decision("draw", chosen_by=STEPPED)
+                        return Decision(DecisionKind.DRAW, chosen_by=STEPPED)
                     self._cond.wait()
             finally:
                 self._waiting = False
 
 
-__all__ = ["HAND", "SAMPLED", "STEPPED", "Decision", "StepControl"]
+__all__ = ["HAND", "SAMPLED", "STEPPED", "ChosenBy", "Decision", "DecisionKind", "StepControl"]

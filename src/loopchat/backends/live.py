@@ -168,7 +168,7 @@ class LiveBackend:
 
     def load_file(self, spec: Any, path: Path) -> None:
         """Load a resolved model file on the worker (the model loaded before is closed)."""
-        from loopchat.engine.engine import EngineOptions
+        from loopchat.engine.options import EngineOptions
 
         factory = EngineOptions.from_spec(spec, path, verbose=self.verbose, threads=self.threads)
         self.spec = spec

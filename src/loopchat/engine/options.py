@@ -1,37 +1,22 @@
-"""What it takes to create an Engine: picklable options, and the default thread count.
+"""What it takes to create an Engine: picklable options, the factory a worker calls.
 
-Apart from engine.py (which re-exports both) so that a process that only builds options
-for a worker, such as the parent of `loopchat --host process`, need not import the
-engine, numpy and the sampler for them.
+The options build the Engine (this module imports engine.py; engine.py knows nothing of
+it), lazily: a process that only builds options for a worker, such as the parent of
+`loopchat --host process`, need not import the engine, numpy and the sampler for them.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loopchat.engine.cores import physical_cores  # noqa: F401 - importable from here too
 from loopchat.engine.thread_tuner import AUTO, Threads
 
 if TYPE_CHECKING:
     from loopchat.config import ModelSpec
     from loopchat.engine.engine import Engine
-
-
-def physical_cores() -> int:
-    """The machine's physical core count (llama-cpp-python's default is half the CPUs)."""
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # pragma: no cover - psutil is a dependency
-        n = None
-    try:
-        available = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        available = os.cpu_count() or 1
-    return max(1, min(n or available, available))
 
 
 @dataclass(frozen=True)

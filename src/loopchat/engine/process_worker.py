@@ -24,8 +24,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from loopchat.engine.engine import EngineOptions
 from loopchat.engine.host_commands import Cancel, ChangeSettings, ChildCommand, Close, Generate, Load
+from loopchat.engine.options import EngineOptions
 from loopchat.engine.worker import EngineWorker
 from loopchat.events import RunDone, WorkerError
 from loopchat.request import ReplyRequest

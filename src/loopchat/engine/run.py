@@ -1,0 +1,343 @@
+"""One reply, from its request to its Finish: the engine's loop as an object.
+
+An LLM writes one token per forward pass: run the model on the context, get a probability
+for every token of its vocabulary, draw one, append it, repeat. `ReplyRun.events()` is
+that loop, phase by phase:
+
+    open        the prompt fitted to the context: Start (and ContextTrimmed)
+    prefill     the prompt through the model, reusing the KV cache as far as it holds it
+    then one step per forward pass, until the reply ends:
+      draw        the sampler on the pass's logits (a branch's first token is given; in
+                  step mode, wait for the user's hand first: Pending events meanwhile)
+      record      the Step: the token, its text, both distributions, the times
+      feed back   the token through the model: the next pass's logits
+    finish      Finish
+
+The run's state lives in named collaborators, each usable without a model:
+`ReplySettings` (the live settings, the seed, the generator), `StepGate` (step mode),
+`Branch` (a reply prefix and a given first token), `PassThreads` (the thread tuner's record
+per pass), `ReplyText` (UTF-8 and stop strings), the DRY context (`dry.History`) and the
+repeat finder; its clocks in `RunClock`. The model is reached only through `RunHost`
+(run_host.py): the Engine, or a host that replays recorded logits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from loopchat.engine import dry
+from loopchat.engine.branch import Branch
+from loopchat.engine.pass_threads import PassThreads
+from loopchat.engine.repeats import RepeatFinder
+from loopchat.engine.reply_text import ReplyText
+from loopchat.engine.run_host import RunHost
+from loopchat.engine.run_settings import ReplySettings
+from loopchat.engine.sampler import SampleResult, sample
+from loopchat.engine.step_gate import Drawn, PendingDraw, StepGate
+from loopchat.errors import ContextOverflowError
+from loopchat.events import Candidate, Event, Finish, FinishReason, Pending, Prefill, Start, Step, decode_rate
+from loopchat.request import ReplyRequest
+from loopchat.settings import SamplingSettings, new_seed
+from loopchat.step_control import HAND, StepControl
+from loopchat.token_faces import partial_bytes
+
+
+@dataclass(slots=True)
+class RunClock:
+    """The run's clocks (perf_counter seconds) and the times its events report."""
+
+    request: float
+    first: float = 0.0  # the first step recorded
+    last: float = 0.0  # the latest step recorded
+    paused_first_s: float = 0.0  # the waits for the user before the first step
+    paused_last_s: float = 0.0  # ... and before the latest (a later one is not in decode_ms)
+    ttft_ms: float = 0.0
+    prefill_ms: float = 0.0
+    forward_ms: float = 0.0  # the pass behind the next step's logits (step 0: the prefill)
+    forward_tokens: int = 0
+
+    def decode_ms(self) -> float:
+        return (self.last - self.first - (self.paused_last_s - self.paused_first_s)) * 1000.0
+
+
+class ReplyRun:
+    """One reply's run on `host`. `live`: the settings source read before every draw (None:
+    the request's settings throughout); `control`: step mode (step_control.py)."""
+
+    def __init__(
+        self,
+        host: RunHost,
+        request: ReplyRequest,
+        live: Callable[[], SamplingSettings] | None = None,
+        control: StepControl | None = None,
+    ) -> None:
+        self.host = host
+        self.request = request
+        fixed = request.settings
+        self.settings = ReplySettings(live if live is not None else (lambda: fixed), new_seed())
+        self.gate = StepGate(control, host.cancelled)
+        self.clock = RunClock(time.perf_counter())
+        self.reason: FinishReason | None = None
+        self.error: str | None = None
+        self.steps = 0  # steps recorded by this run
+        self.completion = 0  # tokens of the reply so far, the prefix's included (not a stop token)
+        self.stopped = False  # a stop string ended the reply
+        # set by open(), prefill():
+        self.branch = Branch()
+        self.tokens: list[int] = []
+        self.context: dry.History = dry.History()
+        self.repeats = RepeatFinder()
+        self.text = ReplyText()
+        self.threads = PassThreads(None, 0)
+
+    # ---------------------------------------------------------------- driver ----
+    def events(self) -> Iterator[Event | Pending]:
+        """The reply's events: Start, [ContextTrimmed], Prefill, a Step per token
+        (Pendings before a draw in step mode), Finish."""
+        yield from self.open()
+        yield self.prefill()
+        while self.reason is None:
+            drawn = yield from self.draw()
+            if drawn is None:  # cancelled while waiting for the user
+                self.reason = FinishReason.CANCELLED
+                break
+            yield self.record(drawn)
+            if self.reason is not None:
+                break
+            self.feed_back(drawn.result.token_id)
+        yield self.finish()
+
+    # ---------------------------------------------------------------- phases ----
+    def open(self) -> Iterator[Event]:
+        """Fit the prompt to the context (EngineError, before any event, for input the model
+        cannot run); the Start event, and ContextTrimmed if the prompt was cut."""
+        host, request = self.host, self.request
+        prompt = host.fit_prompt(request.messages, self.settings.now.max_tokens)
+        self.branch = Branch.of(request, host.n_vocab)
+        self.tokens = prompt.tokens + list(self.branch.prefix)
+        if len(self.tokens) >= host.n_ctx:
+            raise ContextOverflowError(
+                f"the reply to continue does not fit the context: the prompt and the reply so far are "
+                f"{len(self.tokens)} tokens and the model's context holds {host.n_ctx}"
+            )
+        host.prefill_threads()  # auto threads: a measured count, never a probe's
+        yield Start(
+            model_name=host.name,
+            model_path=str(host.model_path),
+            model_size_bytes=host.model_size,
+            n_ctx=host.n_ctx,
+            n_vocab=host.n_vocab,
+            threads=host.threads,
+            threads_auto=host.threads_auto,
+            messages=prompt.messages,
+            prompt_text=prompt.text,
+            prompt_token_ids=tuple(prompt.tokens),
+            prompt_token_texts=host.token_texts(prompt.tokens),
+            prompt_special=tuple(i for i, t in enumerate(prompt.tokens) if host.is_control(t)),
+            settings=self.settings.now,
+            top_k_report=request.report_k,
+            stop=tuple(request.stop),
+            reply_prefix=self.branch.prefix,
+        )
+        if prompt.trimmed is not None:
+            yield prompt.trimmed
+
+    def prefill(self) -> Prefill:
+        """The prompt (and a branch's prefix) through the model in batches, after the
+        longest common prefix the KV cache already holds (at least one token is evaluated,
+        for fresh logits; `reuse_at_most` caps the reuse)."""
+        host, tokens = self.host, self.tokens
+        n_common = _common_prefix(host.cached_tokens(), tokens)
+        n_common = min(n_common, len(tokens) - 1)
+        if self.request.reuse_at_most is not None:
+            n_common = max(0, min(n_common, self.request.reuse_at_most))
+        host.keep_cached(n_common)
+        todo = tokens[n_common:]
+        batches = 0
+        t0 = time.perf_counter()
+        try:
+            for i in range(0, len(todo), host.n_batch):
+                if host.cancelled():
+                    self.reason = FinishReason.CANCELLED
+                    break
+                host.evaluate(todo[i : i + host.n_batch])
+                batches += 1
+            host.sync()
+        except RuntimeError as exc:
+            self.reason, self.error = host.decode_failure(exc)
+        clock = self.clock
+        clock.prefill_ms = clock.forward_ms = (time.perf_counter() - t0) * 1000.0
+        clock.forward_tokens = len(todo)
+        self._ready()
+        return Prefill(
+            prompt_tokens=len(tokens),
+            reused_tokens=n_common,
+            evaluated_tokens=len(todo) if self.reason is None else host.n_past - n_common,
+            batches=batches,
+            ms=clock.prefill_ms,
+        )
+
+    def _ready(self) -> None:
+        """The state the steps start from, once the prompt is in the context."""
+        host, prefix = self.host, self.branch.prefix
+        self.text = ReplyText(self.request.stop, b"".join(host.piece(t) for t in prefix))
+        self.context = dry.History(self.tokens, host)  # DRY finds the model's sequence breakers through it
+        self.repeats = RepeatFinder(prefix)  # the reply repeating itself (repeats.py): on each Step
+        self.threads = PassThreads(host.tuner, host.threads)
+        self.clock.first = self.clock.last = time.perf_counter()
+
+    def draw(self) -> Generator[Pending, None, Drawn | None]:
+        """The sampler on this pass's logits with the settings in force now. A branch's
+        first token is given (chosen_by "hand"); in step mode the loop may stop here and
+        wait for the user (Pending events; None: cancelled meanwhile)."""
+        settings = self.settings.refresh()
+        started = time.perf_counter()
+        logits = self.host.logits()
+        k = self.request.report_k
+        given = self.branch.given(self.steps)
+        if given is not None:
+            return Drawn(sample(logits, self.context, settings, self.settings.rng, k, force=given), HAND, started)
+        if self.gate.stops():
+            pending = PendingDraw(logits, self.context, k, self.host.n_vocab, self._pending)
+            return (yield from self.gate.hold(pending, self.settings, started))
+        chosen_by = self.gate.credit()
+        return Drawn(sample(logits, self.context, settings, self.settings.rng, k), chosen_by, started)
+
+    def record(self, drawn: Drawn) -> Step:
+        """The Step of the token drawn: its text, both distributions, the times; sets
+        `reason` if the reply ends with it."""
+        host, res, settings, clock = self.host, drawn.result, self.settings.now, self.clock
+        token = res.token_id
+        is_stop = (not self.request.ignore_eos) and host.is_eog(token)
+        if not is_stop:
+            self.completion += 1
+        ending = self._end_reason(is_stop, settings.max_tokens) is not None
+        text, self.stopped = self.text.feed(None if is_stop else host.piece(token), ending)
+        now = time.perf_counter()
+        sample_ms = (now - drawn.started) * 1000.0 if drawn.sample_ms is None else drawn.sample_ms
+        paused_s = self.gate.paused_s
+        if self.steps == 0:
+            clock.first, clock.paused_first_s = now, paused_s
+            clock.ttft_ms = (now - clock.request - paused_s) * 1000.0
+        clock.last, clock.paused_last_s = now, paused_s
+        self.context.append(token)
+        step = Step(
+            index=self.branch.base + self.steps,
+            token_id=token,
+            piece=host.piece_text(token),
+            piece_bytes=host.piece(token),
+            text=text,
+            is_stop=is_stop,
+            raw_top=self._candidates(res.raw_top_ids, res.raw_top_probs),
+            sampled_top=self._candidates(res.sampled_top_ids, res.sampled_top_probs),
+            raw_prob=res.raw_prob,
+            raw_rank=res.raw_rank,
+            sampled_prob=res.sampled_prob,
+            sampled_rank=res.sampled_rank,
+            raw_entropy=res.raw_entropy,
+            sampled_entropy=res.sampled_entropy,
+            candidates_kept=res.kept,
+            forward_ms=clock.forward_ms,
+            forward_tokens=clock.forward_tokens,
+            sample_ms=sample_ms,
+            settings=settings,
+            settings_changed=self.settings.changed(),
+            n_past=host.n_past + (0 if is_stop else 1),
+            elapsed_ms=(now - clock.request) * 1000.0,
+            threads=self.threads.threads,
+            threads_reason=self.threads.reason_to_record(),
+            probe_cut_ms=self.threads.cut_ms,
+            chosen_by=drawn.chosen_by,
+            repeat=None if (rep := self.repeats.feed(token)) is None else rep.as_tuple(),
+        )
+        self.steps += 1
+        self.settings.recorded()
+        # (a max_tokens change may have come meanwhile)
+        self.reason = (
+            FinishReason.STOP if self.stopped else self._end_reason(is_stop, self.settings.source().max_tokens)
+        )
+        return step
+
+    def feed_back(self, token: int) -> None:
+        """The token through the model: the next step's logits (a failed pass ends the reply)."""
+        self.threads.before_pass()
+        tf = time.perf_counter()
+        try:
+            self.host.forward(token)  # auto threads: timed and fed to the tuner there
+        except RuntimeError as exc:
+            self.reason, self.error = self.host.decode_failure(exc)
+            return
+        self.clock.forward_ms, self.clock.forward_tokens = (time.perf_counter() - tf) * 1000.0, 1
+        self.threads.after_pass(*self.host.pass_threads())
+
+    def finish(self) -> Finish:
+        host, clock = self.host, self.clock
+        text = self.text.close()
+        host.end_reply()
+        decode_ms = clock.decode_ms()
+        assert self.reason is not None  # the loop ends only with a reason
+        return Finish(
+            reason=self.reason,
+            prompt_tokens=len(self.tokens),
+            completion_tokens=self.completion,
+            steps=self.steps,
+            prefill_ms=clock.prefill_ms,
+            ttft_ms=clock.ttft_ms,
+            decode_ms=decode_ms,
+            total_ms=(time.perf_counter() - clock.request) * 1000.0,
+            tokens_per_s=decode_rate(self.steps, decode_ms),
+            text=text,
+            n_past=host.n_past,
+            n_ctx=host.n_ctx,
+            error=self.error,
+            paused_ms=self.gate.paused_s * 1000.0,
+        )
+
+    # --------------------------------------------------------------- helpers ----
+    def _end_reason(self, is_stop: bool, max_tokens: int) -> FinishReason | None:
+        """Why the reply ends at the step just drawn (None: it goes on)."""
+        if is_stop:
+            return FinishReason.STOP
+        if self.host.cancelled():
+            return FinishReason.CANCELLED
+        if self.branch.base + self.completion >= max_tokens:
+            return FinishReason.LENGTH
+        if self.host.n_past + 1 >= self.host.n_ctx:
+            return FinishReason.CONTEXT
+        return None
+
+    def _pending(self, res: SampleResult, settings: SamplingSettings, sample_ms: float) -> Pending:
+        clock = self.clock
+        return Pending(
+            index=self.branch.base + self.steps,
+            raw_top=self._candidates(res.raw_top_ids, res.raw_top_probs),
+            sampled_top=self._candidates(res.sampled_top_ids, res.sampled_top_probs),
+            raw_entropy=res.raw_entropy,
+            sampled_entropy=res.sampled_entropy,
+            candidates_kept=res.kept,
+            forward_ms=clock.forward_ms,
+            forward_tokens=clock.forward_tokens,
+            sample_ms=sample_ms,
+            settings=settings,
+            n_past=self.host.n_past,
+        )
+
+    def _candidates(self, ids: np.ndarray, probs: np.ndarray) -> tuple[Candidate, ...]:
+        piece = self.host.piece
+        return tuple(
+            Candidate(int(i), self.host.piece_text(int(i)), float(p), partial_bytes(piece(int(i))))
+            for i, p in zip(ids.tolist(), probs.tolist())
+        )
+
+
+def _common_prefix(cached: np.ndarray, tokens: list[int]) -> int:
+    """How many tokens at the start of `tokens` the cache already holds."""
+    limit = min(len(cached), len(tokens))
+    if not limit:
+        return 0
+    same = np.asarray(cached[:limit]) == np.asarray(tokens[:limit], dtype=cached.dtype)
+    return limit if same.all() else int(np.argmin(same))

@@ -1,0 +1,35 @@
+"""The engine's reply run gives the very events it gave before it became an object
+(engine/run.py): tests/data/run_trace.jsonl was recorded on the old engine (commit e1b2a7e,
+tests/data/record_run_trace.py) for each of tests/run_scenarios.py's scenarios (a free run
+with a live settings change, a branch with DRY and a stop string, step mode with a reshape,
+a pick, granted draws and a resume). Real default model, 1 llama thread, fixed seeds: every
+field of every event is equal, but for the clocks and the model file's place."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from run_scenarios import SCENARIOS, comparable, play, recorded
+
+from loopchat.engine.engine import Engine
+from loopchat.events import to_json_dict
+
+
+@pytest.fixture(scope="module")
+def one_thread(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    eng = Engine(model_path, n_ctx=512, threads=1, log_path=tmp_path_factory.mktemp("log") / "llama.log")
+    yield eng
+    eng.close()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_the_run_gives_the_events_the_old_engine_gave(one_thread: Engine, scenario) -> None:
+    events = play(lambda r, live, control: one_thread.run_reply(r, live=live, control=control), scenario)
+    got = [comparable(json.loads(json.dumps(to_json_dict(e)))) for e in events]
+    want = [comparable(w) for w in recorded(scenario.name)]
+    assert [e["kind"] for e in got] == [e["kind"] for e in want]
+    for g, w in zip(got, want):
+        assert g == w, {k: (g.get(k), w.get(k)) for k in set(g) | set(w) if g.get(k) != w.get(k)}
