@@ -15,8 +15,8 @@ from remote_servers import LoopchatServer
 from loopchat.backends.live import LiveBackend
 from loopchat.backends.remote import RemoteBackend
 from loopchat.backends.replay import ReplayBackend
-from loopchat.engine.options import EngineOptions
 from loopchat.engine.host_commands import Generate
+from loopchat.engine.options import EngineOptions
 from loopchat.engine.process_worker import ProcessEngineWorker
 from loopchat.engine.worker import EngineWorker
 from loopchat.events import (
