@@ -197,6 +197,18 @@ def cycle_breaches(modules: dict[str, Module], graph: dict[str, dict[str, int]])
     return out
 
 
+def _through_root(targets: dict[str, int], graph: dict[str, dict[str, int]], root: str) -> list[tuple[str, int, str]]:
+    """(imported module, line, how) for each import; an import of the package root itself
+    (`from loopchat import x`) brings in what the root's __init__ imports, as lint-imports sees it."""
+    out = []
+    for target, line in sorted(targets.items(), key=lambda t: t[1]):
+        if target == root:
+            out.extend((t, line, f"{root} (its __init__ imports) ") for t in sorted(graph.get(root, {})))
+        else:
+            out.append((target, line, ""))
+    return out
+
+
 def layer_breaches(modules: dict[str, Module], graph: dict[str, dict[str, int]], layers: Layers) -> list[str]:
     """Imports that climb a layer or cross between independent siblings, and modules in no layer."""
     out = []
@@ -208,15 +220,19 @@ def layer_breaches(modules: dict[str, Module], graph: dict[str, dict[str, int]],
         if here not in layers.index:
             unplaced.add(here)
             continue
-        for target, line in sorted(targets.items(), key=lambda t: t[1]):
+        for target, line, via in _through_root(targets, graph, layers.container):
             there = layers.of(target)
             if there is None or there == here or there not in layers.index:
                 continue
             mine, theirs = layers.index[here], layers.index[there]
             if theirs < mine:
-                out.append(f"{modules[name].path}:{line}: {name} imports {target}, a layer above it ({there} > {here})")
+                out.append(
+                    f"{modules[name].path}:{line}: {name} imports {via}{target}, a layer above it ({there} > {here})"
+                )
             elif theirs == mine and layers.independent[mine]:
-                out.append(f"{modules[name].path}:{line}: {name} imports {target}: {here} and {there} are independent")
+                out.append(
+                    f"{modules[name].path}:{line}: {name} imports {via}{target}: {here} and {there} are independent"
+                )
     for child in sorted(unplaced):
         out.append(
             f"{layers.container}.{child} is in no layer: add it to the layers contract in pyproject.toml "

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from loopchat import __version__
 from loopchat.errors import one_line
 from loopchat.events import (
     SCHEMA_VERSION,
@@ -26,6 +25,7 @@ from loopchat.events import (
     event_from_json_dict,
     to_json_dict,
 )
+from loopchat.version import __version__
 
 
 class TraceError(Exception):

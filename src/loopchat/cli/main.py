@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from loopchat import __version__
 from loopchat.errors import UsageError
 from loopchat.settings import SETTINGS
+from loopchat.version import __version__
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
