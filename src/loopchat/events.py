@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 from loopchat.settings import SamplingSettings
 
@@ -256,7 +256,7 @@ def decode_rate(steps: int, decode_ms: float) -> float:
     return (steps - 1) / (decode_ms / 1000.0) if steps > 1 and decode_ms > 0 else 0.0
 
 
-Event = Union[Start, ContextTrimmed, Prefill, Step, Finish]
+Event: TypeAlias = Start | ContextTrimmed | Prefill | Step | Finish
 
 # ---- what a host (the worker that owns the engine, or a trace player) says besides
 # the generation events; they are not written to traces.
@@ -317,7 +317,7 @@ class RunDone:
 
 
 #: Everything a backend hands to its sink.
-HostEvent = Union[Event, Pending, ModelLoading, ModelReady, WorkerError, WireReceived, RunDone]
+HostEvent: TypeAlias = Event | Pending | ModelLoading | ModelReady | WorkerError | WireReceived | RunDone
 
 _KINDS: dict[str, type] = {
     "start": Start,
