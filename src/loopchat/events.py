@@ -20,9 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from loopchat.settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 #: Bumped whenever a field is removed or changes meaning (adding fields does not).
 SCHEMA_VERSION = 1

@@ -226,11 +226,12 @@ class ReplyWire:
         rec = self.rec
         if rec.start is None:
             return
-        if not self.stream and rec.finish is None:  # blocking: one body, after the loop
-            return
-        if not self.stream and rec.finish.reason is FinishReason.CANCELLED:
-            self.cancelled = True  # the client went before the body: nothing was sent
-            return
+        if not self.stream:
+            if rec.finish is None:  # blocking: one body, after the loop
+                return
+            if rec.finish.reason is FinishReason.CANCELLED:
+                self.cancelled = True  # the client went before the body: nothing was sent
+                return
         if self._ser is None:
             self.options = o = request_options(rec)
             self._ser = WireSerializer(

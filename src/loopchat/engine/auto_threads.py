@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from loopchat.engine.probe_guard import PassGuard
+from loopchat.engine.probe_guard import Flag, PassGuard
 from loopchat.engine.thread_tuner import OtherCpuMeter, ThreadTuner
+
+if TYPE_CHECKING:
+    from loopchat.engine._llama_ffi import LlamaCalls
 
 ABORTED = 2  # llama_decode's code for a pass ended by the abort callback
 
@@ -25,7 +29,7 @@ class AutoThreads:
     """The tuner at work on one context: create it after the load, call it from the
     thread that owns the Llama."""
 
-    def __init__(self, calls, abort, cancelled: Callable[[], bool], tuner: ThreadTuner) -> None:
+    def __init__(self, calls: LlamaCalls, abort: Flag, cancelled: Callable[[], bool], tuner: ThreadTuner) -> None:
         self.tuner = tuner
         self._c = calls
         self.threads = tuner.threads  # the count llama.cpp has now

@@ -23,10 +23,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
 from loopchat.serve.cors import cors_origin, with_cors
+
+if TYPE_CHECKING:
+    import uvicorn
 
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 8
@@ -181,6 +186,7 @@ def serve_command(args: argparse.Namespace) -> int:
         print("loopchat serve: stopped while the model was loading", file=sys.stderr)
         return 0
 
+    assert ready.n_ctx is not None and ready.n_vocab is not None  # a local model gives both (a remote one may not)
     model = ServedModel(
         id=Path(model_path).name if spec.from_command_line else spec.name,
         file_name=Path(model_path).name,
@@ -213,19 +219,27 @@ def serve_command(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
         server_header=False,
     )
-    server = _server(config_, on_listening=listening, on_signal=one.stop)
+    signals: list[int] = []  # the first signal received
+
+    def stopping(sig: int) -> None:
+        signals.append(sig)
+        one.stop()
+
+    server = _server(config_, on_listening=listening, on_signal=stopping)
     try:
         server.run(sockets=[sock])
     finally:
         one.close()
         sock.close()
-    why = f" ({signal.Signals(server.signal).name})" if server.signal else ""
+    why = f" ({signal.Signals(signals[0]).name})" if signals else ""
     print(f"loopchat serve: stopped{why} after {one.runs} generations; the model is closed", file=sys.stderr)
     return 0
 
 
-def _server(config, *, on_listening: Callable[[], None], on_signal: Callable[[], None]):
-    """uvicorn's Server, told when it listens, cancelling the loop at the first signal,
+def _server(
+    config: uvicorn.Config, *, on_listening: Callable[[], None], on_signal: Callable[[int], None]
+) -> uvicorn.Server:
+    """uvicorn's Server, told when it listens, telling `on_signal` the first signal (to cancel the loop),
     and not re-raising the signal after the shutdown (uvicorn does, so that the default
     handler runs: a KeyboardInterrupt traceback and exit code 130 after a clean stop)."""
     import uvicorn
@@ -233,19 +247,19 @@ def _server(config, *, on_listening: Callable[[], None], on_signal: Callable[[],
     class Server(uvicorn.Server):
         signal = 0  # the first signal received
 
-        async def startup(self, sockets=None) -> None:
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if self.started:
                 on_listening()
 
-        def handle_exit(self, sig, frame) -> None:
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if not self.signal:
                 self.signal = sig
-                on_signal()
+                on_signal(sig)
             super().handle_exit(sig, frame)
 
         @contextlib.contextmanager
-        def capture_signals(self):
+        def capture_signals(self) -> Iterator[None]:
             handled = (signal.SIGINT, signal.SIGTERM)
             previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
             try:

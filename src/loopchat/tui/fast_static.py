@@ -15,6 +15,7 @@ padding, tint or opacity), at ~50 us a line less.
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -84,7 +85,7 @@ class FastStatic(Widget):
     }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         self._fast = render.fast()  # draw without the styles cache where it applies
         super().__init__(**kw)
         self._lines: list[Line] = []

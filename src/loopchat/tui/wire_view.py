@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from typing import Any
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -113,7 +114,7 @@ class WireView(Widget):
     class FoldToggled(Message):
         """The user clicked the view: fold / unfold the long values."""
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.border_title = "Wire"
         self.body = FastStatic()

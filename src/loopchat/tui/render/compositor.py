@@ -26,6 +26,8 @@ tests/test_compositor.py fails if a release changes them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.screen import Screen
@@ -103,6 +105,6 @@ class RowCroppingCompositor(Compositor):
 class LoopScreen(Screen):
     """The app's main screen, painted by `RowCroppingCompositor`."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._compositor = RowCroppingCompositor()

@@ -24,6 +24,8 @@ depend on (width, style, background, line filters) keys the cache.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
@@ -50,7 +52,7 @@ def vertical_scrollbar(widget: Widget) -> ScrollBar:
 
 
 class RowCachedScrollBar(ScrollBar):
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._rows: dict[Segment, Strip] = {}  # a row's segment -> its painted strip
         self._rows_key: tuple | None = None
@@ -82,8 +84,9 @@ class RowCachedScrollBar(ScrollBar):
         ).segments
         rows = self._rows
         get = rows.get
-        lines = [get(bar[y]) for y in range(height)] if len(bar) == height else [None]
-        if None in lines:
+        known = [get(segment) for segment in bar] if len(bar) == height else []
+        lines = [line for line in known if line is not None]
+        if len(bar) != height or len(lines) < height:
             # a row not seen yet: Textual paints the whole bar, and we learn its rows
             lines = super().render_lines(Region(0, 0, width, height))
             if len(bar) == height == len(lines):
