@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
@@ -219,27 +219,29 @@ def serve_command(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
         server_header=False,
     )
-    signals: list[int] = []  # the first signal received
-
-    def stopping(sig: int) -> None:
-        signals.append(sig)
-        one.stop()
-
-    server = _server(config_, on_listening=listening, on_signal=stopping)
+    server = _server(config_, on_listening=listening, on_signal=one.stop)
     try:
         server.run(sockets=[sock])
     finally:
         one.close()
         sock.close()
-    why = f" ({signal.Signals(signals[0]).name})" if signals else ""
+    why = f" ({signal.Signals(server.signal).name})" if server.signal else ""
     print(f"loopchat serve: stopped{why} after {one.runs} generations; the model is closed", file=sys.stderr)
     return 0
 
 
+class _SignalledServer(Protocol):
+    """What serve_command uses of the Server `_server` makes."""
+
+    signal: int  # the first signal received (0: none)
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None: ...
+
+
 def _server(
-    config: uvicorn.Config, *, on_listening: Callable[[], None], on_signal: Callable[[int], None]
-) -> uvicorn.Server:
-    """uvicorn's Server, told when it listens, telling `on_signal` the first signal (to cancel the loop),
+    config: uvicorn.Config, *, on_listening: Callable[[], None], on_signal: Callable[[], None]
+) -> _SignalledServer:
+    """uvicorn's Server, told when it listens, cancelling the loop at the first signal,
     and not re-raising the signal after the shutdown (uvicorn does, so that the default
     handler runs: a KeyboardInterrupt traceback and exit code 130 after a clean stop)."""
     import uvicorn
@@ -255,7 +257,7 @@ def _server(
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if not self.signal:
                 self.signal = sig
-                on_signal(sig)
+                on_signal()
             super().handle_exit(sig, frame)
 
         @contextlib.contextmanager
