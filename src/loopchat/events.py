@@ -30,18 +30,21 @@ if TYPE_CHECKING:
 #: Bumped whenever a field is removed or changes meaning (adding fields does not).
 SCHEMA_VERSION = 1
 
+T = TypeVar("T", bound="DataclassInstance")
 
-def _pickled_by_init(cls):
+
+def _pickled_by_init(cls: type[T]) -> type[T]:
     """Pickle `cls` as a call of its __init__ with its fields. The default pickling of
-    a frozen slots dataclass sets every field through a Python-level loop; a Step (two
-    top-K lists of Candidates) then took ~80 us to pickle and as long to unpickle, per
-    token, on its way from the engine process to the UI; this halves both."""
+    a frozen slots dataclass sets every field through a Python-level loop, per token on
+    a Step's way from the engine process to the UI; this halves the time to pickle and
+    to unpickle (docs/performance.md, "A step on its way to the UI")."""
     names = tuple(f.name for f in fields(cls) if f.init)
 
-    def __reduce__(self):
+    def __reduce__(self: object) -> tuple[type[T], tuple[Any, ...]]:
         return (cls, tuple([getattr(self, n) for n in names]))
 
-    cls.__reduce__ = __reduce__
+    # replacing the method is the point (how cls pickles): mypy forbids it on a type
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign]
     return cls
 
 

@@ -95,8 +95,8 @@ class AutoThreads:
     def calibrate(self, token: int, n_ctx: int, max_passes: int = 40) -> None:
         """The tuner's first measurement, run at load on passes of `token` at positions
         1, 2, ...: the first reply's prefill then already runs with a measured count (on
-        a busy machine, a prefill at the wrong count took 3 s for 29 tokens). The load
-        takes ~10 passes longer (~0.1-0.2 s on a quiet machine)."""
+        a busy machine, a prefill at the wrong count takes seconds). The load takes a
+        few passes longer (docs/performance.md, "Auto threads")."""
         for pos in range(1, min(max_passes, n_ctx - 1)):
             if not self.tuner.probing or self.decode(token, pos) != 0:
                 break

@@ -56,8 +56,8 @@ def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 
 
 #: At open, a log file larger than this is renamed to `<name>.1` (replacing the older
-#: one) and a new one is started: each model load logs ~215 KB, so the folder holds at
-#: most ~2 MB plus one load's worth.
+#: one) and a new one is started: the folder holds two files and one load's worth (a
+#: load's size: docs/performance.md, "llama.cpp's log").
 ROTATE_BYTES = 1_000_000
 
 

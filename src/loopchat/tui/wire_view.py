@@ -49,8 +49,8 @@ _NONE = Style()
 
 #: Replies whose wire is kept (a serializer and its lines); older ones are made again.
 KEEP_REPLIES = 4
-#: Events whose screen rows are kept (~7 KB each for a chunk with the extension); the
-#: rows of older ones are made again if they are shown again.
+#: Events whose screen rows are kept (their size: docs/performance.md, "A step on its
+#: way to the UI"); the rows of older ones are made again if they are shown again.
 KEEP_ROWS = 128
 #: Mouse wheel: rows per notch.
 SCROLL_ROWS = 3

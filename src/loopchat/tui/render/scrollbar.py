@@ -3,9 +3,9 @@
 While a reply streams, the transcript's scrollbar changes every few lines (the thumb
 shrinks as the reply grows, and moves as the view follows it). Textual repaints a
 scrollbar by rendering its renderable again and passing every row through the styles
-cache: ~2.6 ms for a 36-row bar on a 2-core EPYC, a few times a second. Measured by
-`benchmarks/render_ab.py --ab scrollbar` (a 1500-token reply at 100 tok/s): Textual's
-bar costs the UI thread 1.16x (1.09-1.27, by round) the CPU time per token.
+cache, a few times a second; `benchmarks/render_ab.py --ab scrollbar` measures what that
+costs the UI thread per token against this bar (see docs/performance.md, "Textual's drawing
+costs").
 
 A vertical bar is made of a handful of distinct rows (track above the thumb, track
 below it, thumb, and the two rows where a partial-cell glyph ends the thumb), and the
