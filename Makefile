@@ -33,7 +33,7 @@ WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION
 # Without node/npm the test is skipped and says so (pytest -rs prints the reason).
 NODE_CLIENTS := tests/clients/node_modules/.loopchat-installed
 
-.PHONY: run test bench clean
+.PHONY: run test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,23 @@ run: $(STAMP)
 
 test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS)
 	$(BIN)/python -m pytest -q -rs
+
+# `make test` runs the checks first (make merges this line's prerequisite after the set-up's).
+test: lint
+
+# The checks that keep the house in order (issue 23): ruff's lint and format, mypy, the
+# import rules (import-linter contracts in pyproject.toml) and the house rules
+# (tools/house_check.py). Every check runs; each that fails prints its own line at the end.
+LINT_PATHS := src tests benchmarks tools
+lint: $(STAMP)
+	@failed=""; \
+	$(BIN)/ruff check $(LINT_PATHS) || failed="$$failed\n  ruff check: lint errors above (many fix themselves: $(BIN)/ruff check --fix $(LINT_PATHS))"; \
+	$(BIN)/ruff format --check $(LINT_PATHS) || failed="$$failed\n  ruff format: files above are not formatted (run: $(BIN)/ruff format $(LINT_PATHS))"; \
+	$(BIN)/mypy || failed="$$failed\n  mypy: type errors above (settings: [tool.mypy] in pyproject.toml)"; \
+	$(BIN)/lint-imports || failed="$$failed\n  lint-imports: an import breaks a contract above (the layers: [tool.importlinter] in pyproject.toml)"; \
+	$(BIN)/python tools/house_check.py || failed="$$failed\n  house rules: breaches above (functions <= 80 lines, modules <= 450, no import cycle, no import climbs a layer)"; \
+	if [ -n "$$failed" ]; then printf "make lint failed:$$failed\n"; exit 1; fi; \
+	echo "make lint: ruff, ruff format, mypy, import contracts and house rules all pass"
 
 bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/loop_overhead.py

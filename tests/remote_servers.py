@@ -103,7 +103,7 @@ class LoopchatServer(_Child):
         super().__init__(
             [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", "1", *extra], marker="listening on http://"
         )
-        line = next((l for l in self.lines if "listening on http://" in l), "")
+        line = next((x for x in self.lines if "listening on http://" in x), "")
         if not line:
             raise RuntimeError(f"loopchat serve did not start: {self.log()[-2000:]}")
         self.url = line.split("listening on ")[1].split()[0]

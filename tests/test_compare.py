@@ -78,7 +78,7 @@ def test_passes_are_the_engines_own_count(engine) -> None:
     settings = SamplingSettings(temperature=0.0, seed=1, max_tokens=6)
     messages = [Message("user", "What is 482 * 194?")]
     engine.reset()
-    for n in (1, 2):
+    for _ in (1, 2):
         before = engine.passes
         (rec,) = _records(engine.generate(messages, settings, report_k=3))
         s = reply_stats(rec)
@@ -269,7 +269,7 @@ async def test_the_keys_and_the_two_texts_read_apart_at_80_and_120_columns(tmp_p
         async with app.run_test(size=size) as pilot:
             await _both_replies(pilot)
             await pilot.press("ctrl+g")
-            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 5, "the compare screen")
+            await wait_for(pilot, lambda app=app: isinstance(app.screen, CompareScreen), 5, "the compare screen")
             rows = [strip.text for strip in app.screen._compositor.render_strips()]
             assert "Esc closes" in rows[-1] and "…" not in rows[-1], rows[-1]
             if size == (120, 40):

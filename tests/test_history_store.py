@@ -291,7 +291,7 @@ def test_a_full_disk_is_reported_once_and_the_file_stays_sound(long_reply, tmp_p
         conv = writer.new_conversation(title="big", model_name="m")
         body = long_reply[1:-1]
         refs = []
-        for i in range(40):  # ~40 replies of 500 steps: far more than 3 MB
+        for _ in range(40):  # ~40 replies of 500 steps: far more than 3 MB
             reply = writer.begin_reply(conv, None, "stream", long_reply[0])
             refs.append(reply)
             for j in range(0, len(body), 25):

@@ -99,9 +99,9 @@ async def test_the_chat_tightens_an_open_history_file_once(tmp_path: Path) -> No
     for expected in (1, 0):
         app = LoopChatApp(FakeBackend(), prefs=Prefs(), prefs_path=tmp_path / "p.json", history_path=path)
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: app.history is not None, 10, "history on")
+            await wait_for(pilot, lambda app=app: app.history is not None, 10, "history on")
             # the writer thread opens the file and hands its notice over: awaited
-            await wait_for(pilot, lambda: len(notices(app)) >= expected, 10, "the History notice")
+            await wait_for(pilot, lambda app=app, n=expected: len(notices(app)) >= n, 10, "the History notice")
             said = notices(app)
             assert len(said) == expected
             if expected:

@@ -209,7 +209,7 @@ async def test_the_chat_panel_says_what_is_not_given(llama_server, tmp_path) -> 
             assert "server's logprobs" in text and "after sampling" not in text.split("drew")[0]
             assert "after sampling, entropy, tokens kept: not given" in text
             for label in ("prefill", "this pass", "threads", "context"):
-                line = next(l for l in text.splitlines() if l.strip().startswith(label))
+                line = next(x for x in text.splitlines() if x.strip().startswith(label))
                 assert "not given" in line, line
             last = rec.steps[-1]
             assert f"arrival gap {fmt_ms(last.arrival_ms)} between chunks" in text

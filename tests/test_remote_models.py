@@ -64,7 +64,7 @@ def test_a_url_entry_is_read_with_its_keys(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LOOPCHAT_TEST_KEY", "sk-1")
     assert spec.key() == "sk-1"
     listing = format_models_listing(config)
-    line = next(l for l in listing.splitlines() if "box" in l)
+    line = next(x for x in listing.splitlines() if "box" in x)
     assert "url http://10.0.0.2:8080 qwen" in line and "remote, key $LOOPCHAT_TEST_KEY" in line
     assert "n_ctx" not in line and "the box down the hall" in line
 

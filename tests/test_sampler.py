@@ -48,10 +48,11 @@ def reference_chain(logits: np.ndarray, recent: list[int], s: SamplingSettings) 
         order = order[: s.top_k]
     if s.top_p < 1.0:
         p = softmax(work[order])
-        cum, keep = 0.0, 0
-        for keep, pi in enumerate(p, 1):
+        cum, keep = 0.0, len(p)
+        for i, pi in enumerate(p, 1):
             cum += pi
             if cum >= s.top_p:
+                keep = i
                 break
         order = order[:keep]
     if s.min_p > 0:

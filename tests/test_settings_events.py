@@ -114,7 +114,7 @@ def test_the_knob_steps_and_the_panel_format_come_from_the_table() -> None:
 
 def test_settings_are_immutable_and_diffable() -> None:
     a = SamplingSettings()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         a.temperature = 1.0  # type: ignore[misc]
     b = a.replace(temperature=1.0, top_k=5)
     assert b.diff(a) == ("temperature", "top_k")

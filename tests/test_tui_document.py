@@ -430,7 +430,7 @@ async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend
         assert len(doc.doc.tokens) == n_prompt + len(rec.steps) > before  # the reply's steps, appended
         assert [t.token_id for t in doc.doc.tokens[n_prompt:]] == [s.token_id for s in rec.steps]
         await pilot.press("home")
-        for pos, tid in enumerate(rec.start.prompt_token_ids[:5]):
+        for tid in rec.start.prompt_token_ids[:5]:
             assert status(app).startswith(f"id {tid} · "), status(app)
             await pilot.press("right")
         # a second turn: the document is the new reply's, its prefill reused the cache

@@ -227,8 +227,8 @@ async def test_a_token_that_arrives_alone_is_drawn_by_the_next_frame(tmp_path, m
         app.backend.attach(emit)
         await pilot.press(*"hi", "enter")
         for n, word in enumerate(words, 1):
-            await wait_for(pilot, lambda: app.current is not None and len(app.current.steps) >= n, 10, f"step {n}")
-            await wait_for(pilot, lambda: word in drawn(), 10, f"{word!r} drawn while it is the last token")
+            await wait_for(pilot, lambda n=n: app.current is not None and len(app.current.steps) >= n, 10, f"step {n}")
+            await wait_for(pilot, lambda w=word: w in drawn(), 10, f"{word!r} drawn while it is the last token")
             assert not app.current.done
             go[n - 1].set()
         await wait_run(pilot)

@@ -544,7 +544,9 @@ async def test_a_loopchat_servers_bytes_as_received_in_both_modes(tmp_path) -> N
                 assert rec.finish is not None and rec.finish.text and app.last_error is None
                 received = [ev for ev, _ in rec.wire]
                 w = app.wire.wire_of(rec)
-                await wait_for(pilot, lambda: len(w.entries) == len(received), 5, "every event shown")
+                await wait_for(
+                    pilot, lambda w=w, received=received: len(w.entries) == len(received), 5, "every event shown"
+                )
                 assert w.remote and [e.text for e in w.entries] == [ev.text for ev in received]
                 text = wire_text(app)
                 assert f"as received from {server.url}/v1" in text

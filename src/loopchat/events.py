@@ -20,25 +20,31 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from loopchat.settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 #: Bumped whenever a field is removed or changes meaning (adding fields does not).
 SCHEMA_VERSION = 1
 
+T = TypeVar("T", bound="DataclassInstance")
 
-def _pickled_by_init(cls):
+
+def _pickled_by_init(cls: type[T]) -> type[T]:
     """Pickle `cls` as a call of its __init__ with its fields. The default pickling of
-    a frozen slots dataclass sets every field through a Python-level loop; a Step (two
-    top-K lists of Candidates) then took ~80 us to pickle and as long to unpickle, per
-    token, on its way from the engine process to the UI; this halves both."""
+    a frozen slots dataclass sets every field through a Python-level loop, per token on
+    a Step's way from the engine process to the UI; this halves the time to pickle and
+    to unpickle (docs/performance.md, "A step on its way to the UI")."""
     names = tuple(f.name for f in fields(cls) if f.init)
 
-    def __reduce__(self):
+    def __reduce__(self: object) -> tuple[type[T], tuple[Any, ...]]:
         return (cls, tuple([getattr(self, n) for n in names]))
 
-    cls.__reduce__ = __reduce__
+    # replacing the method is the point (how cls pickles): mypy forbids it on a type
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign]
     return cls
 
 
@@ -256,7 +262,7 @@ def decode_rate(steps: int, decode_ms: float) -> float:
     return (steps - 1) / (decode_ms / 1000.0) if steps > 1 and decode_ms > 0 else 0.0
 
 
-Event = Union[Start, ContextTrimmed, Prefill, Step, Finish]
+Event: TypeAlias = Start | ContextTrimmed | Prefill | Step | Finish
 
 # ---- what a host (the worker that owns the engine, or a trace player) says besides
 # the generation events; they are not written to traces.
@@ -317,7 +323,7 @@ class RunDone:
 
 
 #: Everything a backend hands to its sink.
-HostEvent = Union[Event, Pending, ModelLoading, ModelReady, WorkerError, WireReceived, RunDone]
+HostEvent: TypeAlias = Event | Pending | ModelLoading | ModelReady | WorkerError | WireReceived | RunDone
 
 _KINDS: dict[str, type] = {
     "start": Start,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import TextIO
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -40,7 +41,7 @@ def private_file(path: Path) -> Path:
     return Path(path)
 
 
-def open_private_append(path: Path):  # noqa: ANN201 - a text file object
+def open_private_append(path: Path) -> TextIO:
     """`open(path, "a")` for a file created 0600 (an existing one is tightened silently)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:

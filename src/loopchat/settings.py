@@ -24,7 +24,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 class SettingsError(ValueError):
@@ -139,6 +139,7 @@ class SettingSpec:
         """The knob's next value from `value`: one step up (direction 1) or down (-1),
         kept within the knob's range and rounded to what the panel shows."""
         assert self.knob_step is not None, f"{self.name} is not on the knob"
+        assert self.decimals is not None  # set by __post_init__
         lo = self.lo if self.knob_lo is None else self.knob_lo
         new = min(self.hi, max(lo, round(value + direction * self.knob_step, max(self.decimals, 2))))
         return self.type(new)
@@ -341,13 +342,20 @@ class SamplingSettings:
     seed for each reply (the engine draws it and records it in the reply's Start and Step
     events, so a replay is exact); a number pins the draws."""
 
+    if TYPE_CHECKING:
+        # The fields come from the SETTINGS table at run time (`_fields_from_table`), out of
+        # mypy's sight: for it, the constructor takes them by name and each reads as Any.
+        def __init__(self, **values: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
     def __post_init__(self) -> None:
         for spec in SETTINGS:
             object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
 
     def with_seed(self, seed: int) -> SamplingSettings:
         """These settings with the seed filled in if it is not pinned (self if it is)."""
-        return self if self.seed is not None else dataclasses.replace(self, seed=seed)
+        return self if self.seed is not None else self.replace(seed=seed)
 
     @property
     def greedy(self) -> bool:

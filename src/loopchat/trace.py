@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from loopchat import __version__
 from loopchat.errors import one_line
 from loopchat.events import (
     SCHEMA_VERSION,
@@ -26,6 +25,7 @@ from loopchat.events import (
     event_from_json_dict,
     to_json_dict,
 )
+from loopchat.version import __version__
 
 
 class TraceError(Exception):
@@ -174,6 +174,11 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[TracedEvent]]:
 def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
     """A Finish for a reply whose trace stops after `run` (its Start and what followed),
     every number computed from those events as the engine would have."""
+    return TracedEvent(run[-1].t_ms, cut_short_event(run), synthetic=True)
+
+
+def cut_short_event(run: list[TracedEvent]) -> Finish:
+    """The Finish event of `cut_short_finish`."""
     start = run[0].event
     assert isinstance(start, Start)
     prefill = next((t.event for t in run if isinstance(t.event, Prefill)), None)
@@ -183,7 +188,7 @@ def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
     last_ms = steps[-1].elapsed_ms if steps else 0.0
     decode_ms = last_ms - first_ms
     ids = start.prompt_token_ids  # None: a remote server's reply (not given)
-    finish = Finish(
+    return Finish(
         reason=FinishReason.ERROR,
         prompt_tokens=len(ids) if ids is not None else None,
         completion_tokens=sum(1 for s in steps if not s.is_stop),
@@ -203,7 +208,6 @@ def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
         n_ctx=start.n_ctx,
         error=CUT_SHORT,
     )
-    return TracedEvent(run[-1].t_ms, finish, synthetic=True)
 
 
 def _json_kind(value: Any) -> str:

@@ -65,8 +65,9 @@ def sse_line(obj: dict[str, Any]) -> str:
     return "data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n\n"
 
 
-def logprob(p: float) -> float:
-    return math.log(p) if p > 0.0 else NO_LOGPROB
+def logprob(p: float | None) -> float:
+    """ln p; NO_LOGPROB for a probability of 0 or one not given (None)."""
+    return math.log(p) if p is not None and p > 0.0 else NO_LOGPROB
 
 
 def token_bytes(text: str) -> list[int] | None:
@@ -144,7 +145,8 @@ class WireSerializer:
             self._events.append(data)
         if isinstance(event, Start):
             if data is not None:
-                data["model_path"] = os.path.basename(event.model_path)  # not the server's folders
+                # not the server's folders (None: a remote model's, not given)
+                data["model_path"] = event.model_path and os.path.basename(event.model_path)
                 self._pending["start"] = data
             if self.options.chat:
                 return [self._chunk({"role": "assistant", "content": ""})]
@@ -250,7 +252,7 @@ class WireSerializer:
         for c in step.raw_top[:n]:
             top.setdefault(c.text, logprob(c.prob))
         top.setdefault(step.piece, logprob(step.raw_prob))  # the sampled token is always there
-        item = {
+        item: dict[str, list[Any]] = {
             "tokens": [step.piece],
             "token_logprobs": [logprob(step.raw_prob)],
             "top_logprobs": [top],
@@ -265,10 +267,11 @@ class WireSerializer:
 
     def _usage(self, finish: Finish) -> dict[str, Any]:
         cached = self._prefill.reused_tokens if self._prefill is not None else 0
+        prompt, completion = finish.prompt_tokens, finish.completion_tokens
         return {
-            "prompt_tokens": finish.prompt_tokens,
-            "completion_tokens": finish.completion_tokens,
-            "total_tokens": finish.prompt_tokens + finish.completion_tokens,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion if prompt is not None and completion is not None else None,
             "prompt_tokens_details": {"cached_tokens": cached},
         }
 
@@ -296,6 +299,7 @@ class WireSerializer:
             "created": self.created,
             "model": self.model,
         }
+        lp: dict[str, Any] | None
         if self.options.chat:
             obj["system_fingerprint"] = None
             lp = {"content": self._logprobs, "refusal": None} if self.options.logprobs else None

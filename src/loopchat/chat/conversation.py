@@ -7,6 +7,7 @@ as they arrived (Start, ContextTrimmed, Prefill, Step*, Finish).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from loopchat.engine.chat_prompt import CHAT, COMPLETION
 from loopchat.events import (
@@ -140,7 +141,11 @@ class ReplyRecord:
     def live_tokens_per_s(self, window: int = 20) -> float | None:
         """Decode rate over the last `window` steps, from their forward + sampling times."""
         decode = self.steps[max(1, len(self.steps) - window) :]  # step 0's pass is the prefill
-        total_ms = sum(s.forward_ms + s.sample_ms for s in decode)
+        total_ms = 0.0
+        for s in decode:
+            if s.forward_ms is None or s.sample_ms is None:  # not given (a server's reply): no rate
+                return None
+            total_ms += s.forward_ms + s.sample_ms
         if not decode or total_ms <= 0:
             return None
         return len(decode) * 1000.0 / total_ms
@@ -202,7 +207,7 @@ class Conversation:
         doc = rec.prompt_document  # (not in line with the others: the document it continues)
         return [*(r for r in chain if r.turn_base < rec.turn_base and doc.startswith(r.prompt_document + r.text)), rec]
 
-    def new_reply(self, mode: str, messages: tuple[Message, ...], **kw) -> ReplyRecord:
+    def new_reply(self, mode: str, messages: tuple[Message, ...], **kw: Any) -> ReplyRecord:
         kw.setdefault("turn_base", len(self.turns))
         rec = ReplyRecord(number=len(self.replies) + 1, mode=mode, messages=messages, **kw)
         self.replies.append(rec)

@@ -14,14 +14,13 @@ from typing import Any
 #: Frames per second at which the UI drains events and redraws. The loop panel should
 #: update at least 15 times a second; Textual's timer drops a tick that comes a whole
 #: interval late (a busy machine), so the rate leaves that margin. On 2 cores every ms
-#: the UI spends is taken from the loop: at 16 fps the UI thread uses 5.3-5.9% of a core
-#: while a reply streams (README, Performance).
+#: the UI spends is taken from the loop (docs/performance.md, "The frame").
 FRAME_RATE = 16
 
 #: A streaming reply's new tokens reach the transcript every TEXT_EVERY-th frame (8 times
 #: a second): the loop panel shows every frame's latest pass, and text read by a person
-#: needs no more. Drawn every frame, it kept the UI thread at 6.3-7.0% of a core, not
-#: 5.5-6.1%.
+#: needs no more; drawn every frame, it cost the UI thread more (docs/performance.md,
+#: "The frame").
 TEXT_EVERY = 2
 
 

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loopchat import __version__
 from loopchat.events import SCHEMA_VERSION as TRACE_SCHEMA_VERSION
 from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step, to_json_dict
 from loopchat.history.replays import shown_path
 from loopchat.history.store import ConversationStore, StoredConversation, StoredNode, StoreError
 from loopchat.trace import TraceError, read_trace
+from loopchat.version import __version__
 
 #: The JSON export's own format version (bumped when a field is removed or changes meaning).
 JSON_FORMAT_VERSION = 1

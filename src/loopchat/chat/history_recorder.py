@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loopchat.chat.conversation import ReplyRecord
-from loopchat.events import DOCUMENT, Finish, FinishReason
-from loopchat.trace import TracedEvent, cut_short_finish
+from loopchat.events import DOCUMENT, Event, Finish, FinishReason
+from loopchat.trace import TracedEvent, cut_short_event
 
 if TYPE_CHECKING:
     from loopchat.history.writer import StoreWriter
@@ -52,7 +52,7 @@ def made_up_finish(rec: ReplyRecord, reason: FinishReason, error: str) -> Finish
     """A Finish for a reply that has none (failed, left, cut), every number computed
     from its events as `trace.read_trace` does for a cut trace."""
     run = [TracedEvent(0.0, e) for e in (rec.start, rec.prefill, *rec.steps) if e is not None]
-    finish = cut_short_finish(run).event
+    finish = cut_short_event(run)
     return dataclasses.replace(finish, reason=reason, error=error)
 
 
@@ -176,7 +176,9 @@ class HistoryRecorder:
     # ---- once per frame ----------------------------------------------------------------
     def sync(self, rec: ReplyRecord | None) -> None:
         """Write what `rec` received since the last call (one batch), and its end."""
-        s = self._replies.get(rec) if rec is not None else None
+        if rec is None:
+            return
+        s = self._replies.get(rec)
         if s is None or s.finished:
             return
         if rec.start is None:
@@ -203,7 +205,7 @@ class HistoryRecorder:
             if s.user is None:
                 s.user = w.add_message(self.conversation, s.before, s.role, s.user_text or "")
             s.node = w.begin_reply(self.conversation, s.user, rec.mode, rec.start)
-        batch: list = []
+        batch: list[Event] = []
         if rec.trimmed is not None and not s.trimmed_sent:
             s.trimmed_sent = True
             batch.append(rec.trimmed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from rich.cells import cell_len, set_cell_size
 
@@ -46,23 +47,25 @@ def sparkline(values: list[float | None], width: int) -> str:
     value given); an infinite value is a full cell and is left out of the scale."""
     if not values or width <= 0:
         return ""
-    gaps = None in values
+    known = [v for v in values if v is not None]
+    gaps = len(known) < len(values)
     if len(values) > width:
         buckets: list[float | None] = []
         n = len(values)
         for i in range(width):
             lo, hi = i * n // width, max(i * n // width + 1, (i + 1) * n // width)
-            if not gaps:
-                buckets.append(max(values[lo:hi]))
+            if not gaps:  # known is values
+                buckets.append(max(known[lo:hi]))
                 continue
             given = [v for v in values[lo:hi] if v is not None]
             buckets.append(max(given) if given else None)
         values = buckets
-    finite = [v for v in values if v is not None and v != math.inf] if gaps or math.inf in values else values
+        known = [v for v in values if v is not None]
+    finite = [v for v in known if v != math.inf] if math.inf in known else known
     return _scaled(values, min(finite, default=0.0), max(finite, default=0.0))
 
 
-def _scaled(values: list[float | None], lo: float, top: float) -> str:
+def _scaled(values: Sequence[float | None], lo: float, top: float) -> str:
     """One cell per value on the scale lo..top: None a blank cell, an infinite value a full
     one; a scale with nothing to show (top <= 0) or flat (within 5% of top) a low line
     rather than noise."""

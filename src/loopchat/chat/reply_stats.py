@@ -31,8 +31,14 @@ class Recorded(Protocol):
     prefill: Prefill | None
     steps: list[Step]
     finish: Finish | None
-    own_steps: list[Step]  # the steps of its run (a branch's follow its prefix's, not run by it)
-    text: str
+
+    @property
+    def own_steps(self) -> list[Step]:
+        """The steps of its run (a branch's follow its prefix's, not run by it)."""
+        ...
+
+    @property
+    def text(self) -> str: ...
 
 
 @dataclass(frozen=True)

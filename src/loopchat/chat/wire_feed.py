@@ -34,8 +34,9 @@ from loopchat.wire import (
     new_id,
 )
 
-#: Steps serialized per sync (one frame) at most: ~75 us each, so ~15 ms a frame while a
-#: long reply is caught up; a streaming reply adds far fewer per frame.
+#: Steps serialized per sync (one frame) at most, while a long reply is caught up (what
+#: that costs a frame: docs/performance.md, "A step on its way to the UI"); a streaming
+#: reply adds far fewer per frame.
 STEPS_PER_SYNC = 200
 
 _DONE_TEXT = DONE_LINE.rstrip("\n")
@@ -226,11 +227,12 @@ class ReplyWire:
         rec = self.rec
         if rec.start is None:
             return
-        if not self.stream and rec.finish is None:  # blocking: one body, after the loop
-            return
-        if not self.stream and rec.finish.reason is FinishReason.CANCELLED:
-            self.cancelled = True  # the client went before the body: nothing was sent
-            return
+        if not self.stream:
+            if rec.finish is None:  # blocking: one body, after the loop
+                return
+            if rec.finish.reason is FinishReason.CANCELLED:
+                self.cancelled = True  # the client went before the body: nothing was sent
+                return
         if self._ser is None:
             self.options = o = request_options(rec)
             self._ser = WireSerializer(

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, Literal, NoReturn
 
-from loopchat import __version__
 from loopchat.errors import UsageError
 from loopchat.settings import SETTINGS
+from loopchat.version import __version__
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def _threads(text: str):
+def _threads(text: str) -> int | Literal["auto"]:
     from loopchat.threads_setting import parse_threads
 
     try:
@@ -34,7 +34,7 @@ def _threads(text: str):
 
 def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     # On a subcommand the defaults are suppressed so `loopchat --model X run ...` keeps X.
-    d = {"default": argparse.SUPPRESS} if sub else {}
+    d: dict[str, Any] = {"default": argparse.SUPPRESS} if sub else {}
     p.add_argument("--config", metavar="PATH", help="models.toml to use (default: the user config dir)", **d)
     p.add_argument(
         "--model",
@@ -66,7 +66,7 @@ def _seconds(text: str) -> float:
 
 def _add_remote_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     """A model on an OpenAI-compatible server instead of one run here."""
-    d = {"default": argparse.SUPPRESS} if sub else {}
+    d: dict[str, Any] = {"default": argparse.SUPPRESS} if sub else {}
     p.add_argument(
         "--url",
         metavar="URL",

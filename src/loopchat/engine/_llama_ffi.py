@@ -45,6 +45,8 @@ class AbortFlag:
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c"))
             address = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+            if address is None:
+                raise OSError("libc's strlen has no address")
             # ggml_abort_callback: bool (*)(void * data), here pointing at strlen itself
             self.callback = llama_cpp.ggml_abort_callback(address)
         except (OSError, AttributeError):  # pragma: no cover - no libc strlen
@@ -69,7 +71,7 @@ class LlamaCalls:
     """The raw calls on one loaded `Llama`: create it after the load, call it from the
     thread that owns the Llama, and close it after closing the Llama."""
 
-    def __init__(self, llm) -> None:
+    def __init__(self, llm: llama_cpp.Llama) -> None:
         self._ctx = llm.ctx
         # llama_model_get_vocab: the vocabulary handle token_to_piece and is_eog take.
         self._vocab = llama_cpp.llama_model_get_vocab(llm.model)

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from loopchat.engine.probe_guard import PassGuard
+from loopchat.engine.probe_guard import Flag, PassGuard
 from loopchat.engine.thread_tuner import OtherCpuMeter, ThreadTuner
+
+if TYPE_CHECKING:
+    from loopchat.engine._llama_ffi import LlamaCalls
 
 ABORTED = 2  # llama_decode's code for a pass ended by the abort callback
 
@@ -25,7 +29,7 @@ class AutoThreads:
     """The tuner at work on one context: create it after the load, call it from the
     thread that owns the Llama."""
 
-    def __init__(self, calls, abort, cancelled: Callable[[], bool], tuner: ThreadTuner) -> None:
+    def __init__(self, calls: LlamaCalls, abort: Flag, cancelled: Callable[[], bool], tuner: ThreadTuner) -> None:
         self.tuner = tuner
         self._c = calls
         self.threads = tuner.threads  # the count llama.cpp has now
@@ -91,8 +95,8 @@ class AutoThreads:
     def calibrate(self, token: int, n_ctx: int, max_passes: int = 40) -> None:
         """The tuner's first measurement, run at load on passes of `token` at positions
         1, 2, ...: the first reply's prefill then already runs with a measured count (on
-        a busy machine, a prefill at the wrong count took 3 s for 29 tokens). The load
-        takes ~10 passes longer (~0.1-0.2 s on a quiet machine)."""
+        a busy machine, a prefill at the wrong count takes seconds). The load takes a
+        few passes longer (docs/performance.md, "Auto threads")."""
         for pos in range(1, min(max_passes, n_ctx - 1)):
             if not self.tuner.probing or self.decode(token, pos) != 0:
                 break

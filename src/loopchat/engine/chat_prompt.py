@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from loopchat.errors import ContextOverflowError, EngineError, ModelLoadError
 from loopchat.events import DOCUMENT, ContextTrimmed, Message
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_types import ChatCompletionRequestMessage
 
 CONTEXT_POLICY = (
     "drop the oldest messages (the system prompt is kept) until the prompt leaves room "
@@ -68,7 +72,9 @@ class ChatTemplate:
     def render(self, messages: Sequence[Message]) -> str:
         """The exact text the template renders for this conversation."""
         try:
-            return self._formatter(messages=[m.to_dict() for m in messages]).prompt
+            # {role, content} dicts, as templates read them (llama-cpp-python types them per role)
+            wanted = cast("list[ChatCompletionRequestMessage]", [m.to_dict() for m in messages])
+            return self._formatter(messages=wanted).prompt
         except Exception as exc:  # a template error is the user's (or the model's) to fix
             raise EngineError(f"the chat template failed to render: {exc}") from None
 

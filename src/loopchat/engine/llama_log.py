@@ -10,30 +10,40 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import TextIO
 
 import llama_cpp
 
 from loopchat.private_files import open_private_append, private_dir
 
 _lock = threading.Lock()
-_state: dict[str, object] = {"file": None, "echo": False, "callback": None}
+
+
+class _State:
+    """Where the log goes (guarded by _lock)."""
+
+    file: TextIO | None = None
+    echo: bool = False
+
+
+_state = _State()
 
 
 def _write(text: str) -> None:
     with _lock:
-        f = _state["file"]
+        f = _state.file
         if f is not None:
             try:
-                f.write(text)  # type: ignore[union-attr]
-                f.flush()  # type: ignore[union-attr]
+                f.write(text)
+                f.flush()
             except (OSError, ValueError):
                 pass
-        if _state["echo"]:
+        if _state.echo and sys.__stderr__ is not None:
             sys.__stderr__.write(text)
 
 
@@ -46,8 +56,8 @@ def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 
 
 #: At open, a log file larger than this is renamed to `<name>.1` (replacing the older
-#: one) and a new one is started: each model load logs ~215 KB, so the folder holds at
-#: most ~2 MB plus one load's worth.
+#: one) and a new one is started: the folder holds two files and one load's worth (a
+#: load's size: docs/performance.md, "llama.cpp's log").
 ROTATE_BYTES = 1_000_000
 
 
@@ -64,25 +74,25 @@ def route_llama_log(path: Path | None, *, echo: bool = False) -> Path | None:
     """Send every later llama.cpp log line to `path` (appended; rotated first if it is
     over ROTATE_BYTES); echo to stderr if asked."""
     with _lock:
-        old = _state["file"]
+        old = _state.file
         if old is not None:
             with contextlib.suppress(OSError):
-                old.close()  # type: ignore[union-attr]
-        _state["file"] = None
+                old.close()
+        _state.file = None
         if path is not None:
             try:
                 private_dir(path.parent)  # 0700, the log 0600: it can hold prompts (private_files.py)
                 rotate_log(path)
-                _state["file"] = open_private_append(path)
+                _state.file = open_private_append(path)
             except OSError:
                 path = None  # an unwritable log folder must not stop the model from loading
-        _state["echo"] = echo
+        _state.echo = echo
     llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
     return path
 
 
-class _Writer:
-    """A file-like object for redirect_stderr/stdout that feeds the llama log."""
+class _Writer(io.StringIO):
+    """A text stream for redirect_stderr/stdout that feeds the llama log (it keeps nothing)."""
 
     def write(self, text: str) -> int:
         _write(text)
@@ -93,8 +103,8 @@ class _Writer:
 
 
 @contextlib.contextmanager
-def python_prints_to_log() -> Iterator[IO[str]]:
+def python_prints_to_log() -> Iterator[TextIO]:
     """Send llama-cpp-python's print(..., file=sys.stderr) to the llama log meanwhile."""
     writer = _Writer()
-    with contextlib.redirect_stderr(writer), contextlib.redirect_stdout(writer):  # type: ignore[type-var]
-        yield writer  # type: ignore[misc]
+    with contextlib.redirect_stderr(writer), contextlib.redirect_stdout(writer):
+        yield writer

@@ -1,12 +1,13 @@
 """Ends a forward pass that runs past a deadline: the auto thread count's probes.
 
 A probe runs a few passes at a thread count not yet measured (thread_tuner.py). On a
-busy 2-core machine one such pass at 2 threads took 1-3.5 s against 20-30 ms at 1
-(llama.cpp's threads meet at an OpenMP barrier at every graph node; when the OS
-deschedules one, the other spins). The engine arms this guard before such a pass; if
-the pass is still running at the deadline, the guard sets the engine's abort flag
-(_llama_ffi.AbortFlag, which ggml reads at every graph node from C), llama_decode
-returns 2 within a node or two, and the engine redoes the pass at the safe count.
+busy 2-core machine one such pass at 2 threads can take far longer than one at 1
+(docs/performance.md, "Auto threads"; llama.cpp's threads meet at an OpenMP barrier at
+every graph node; when the OS deschedules one, the other spins). The engine arms this
+guard before such a pass; if the pass is still running at the deadline, the guard sets
+the engine's abort flag (_llama_ffi.AbortFlag, which ggml reads at every graph node from
+C), llama_decode returns 2 within a node or two, and the engine redoes the pass at the
+safe count.
 
 The abort flag is the one Esc's cancel sets too: the guard only ever sets it while a
 pass it armed runs, and clears it afterwards only if it set it and no cancel came

@@ -2,9 +2,9 @@
 
 Why: llama.cpp's threads meet at a barrier at every graph node, so one thread that the OS
 deschedules stalls all of them. On this project's 2-core machine, 2 threads run the
-default model at ~80 tok/s when the machine is quiet and ~20 tok/s as soon as one other
-CPU-bound program runs, where 1 thread keeps ~50. The count that wins depends on what
-else runs *now*, so it is measured, not configured.
+default model fastest when the machine is quiet and at a fraction of 1 thread's rate as
+soon as one other CPU-bound program runs (docs/performance.md, "Auto threads"). The
+count that wins depends on what else runs *now*, so it is measured, not configured.
 
 How (`ThreadTuner`, pure Python: it is fed forward-pass times and says which count the
 next pass uses; the engine applies it with llama_set_n_threads between passes):
@@ -19,9 +19,9 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   take a second). The count with the lowest mean wins; the one in force is kept unless
   another is `margin` faster.
   Means, not medians: the time a reply takes is the sum of its passes. Beside two
-  CPU-bound programs 2 threads ran most passes in 25 ms but one in ~50 took 1.2 s; the
-  median chose 2 threads (25 vs 34 ms at 1) and the reply ran at 25 tok/s, against 37
-  at 1 thread.
+  CPU-bound programs 2 threads ran most passes fast but stalled on a few; the median
+  chose 2 threads and the reply ran slower than at 1 (docs/performance.md, "Auto
+  threads").
 - **Lived.** A probe's few passes rarely see such a stall; the passes run while a count
   was in force do. Each count's mean over the passes it ran as the choice is kept, and
   a probe takes the worse of that and its own mean, until other programs' CPU use
@@ -36,8 +36,8 @@ next pass uses; the engine applies it with llama_set_n_threads between passes):
   that stops while 1 thread is in force does not make 1 thread faster, only 2. A probe
   costs the time its slower passes took beyond the best mean; the next re-check waits until that cost is at most `budget` of the passes run
   meanwhile (up to `max_recheck_ms`). On a busy 2-core machine one pass at 2 threads
-  can take 1-3 s against 20 ms at 1: re-checking every 10 s would cost a third of the
-  time, so it backs off to every 2 minutes there.
+  can take seconds against milliseconds at 1: re-checking every 10 s would cost a large
+  share of the time, so it backs off to every 2 minutes there.
 
 - **Guard.** No pass may stall the reply for more threads than a measured count below
   them: the engine ends it (llama.cpp's abort callback, probe_guard.py) once it runs

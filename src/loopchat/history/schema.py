@@ -13,6 +13,7 @@ v2: full-text search over message text and titles (two FTS5 tables kept in step 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 SCHEMA_VERSION = 2
 
@@ -110,7 +111,9 @@ def _v1_to_v2(conn: sqlite3.Connection) -> None:
 MIGRATIONS = {1: _v1_to_v2}
 
 
-def _run_in_transaction(conn: sqlite3.Connection, script_or_fn, version: int) -> None:
+def _run_in_transaction(
+    conn: sqlite3.Connection, script_or_fn: str | Callable[[sqlite3.Connection], None], version: int
+) -> None:
     """Run one step and set user_version, all in one transaction (the connection is in
     autocommit mode: isolation_level None)."""
     conn.execute("BEGIN IMMEDIATE")

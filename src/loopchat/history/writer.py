@@ -14,7 +14,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from loopchat.errors import one_line
 from loopchat.history.store import ConversationStore, StoreError
@@ -53,6 +53,10 @@ class Ref:
         return self._id
 
 
+#: what the writer's queue carries (None: stop)
+_Item: TypeAlias = tuple[str | Callable[[], object], tuple[Any, ...], Ref | None]
+
+
 def disk_problem(exc: BaseException, path: Path) -> str:
     """One line for a failed write, saying what to do."""
     text = one_line(str(exc))
@@ -84,7 +88,8 @@ class StoreWriter:
         self.on_error = on_error
         self.on_notice = on_notice
         self.failed: str | None = None  # the failure's line, once writes are dropped
-        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple, Ref | None] | None] = queue.SimpleQueue()
+        # (a store method's name, its arguments, the Ref it fills); flush's marker: (a callable, (), None)
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="loopchat-history", daemon=True)
         self._thread.start()

@@ -23,10 +23,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Protocol
 
 from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
 from loopchat.serve.cors import cors_origin, with_cors
+
+if TYPE_CHECKING:
+    import uvicorn
 
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 8
@@ -181,6 +186,7 @@ def serve_command(args: argparse.Namespace) -> int:
         print("loopchat serve: stopped while the model was loading", file=sys.stderr)
         return 0
 
+    assert ready.n_ctx is not None and ready.n_vocab is not None  # a local model gives both (a remote one may not)
     model = ServedModel(
         id=Path(model_path).name if spec.from_command_line else spec.name,
         file_name=Path(model_path).name,
@@ -224,7 +230,17 @@ def serve_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server(config, *, on_listening: Callable[[], None], on_signal: Callable[[], None]):
+class _SignalledServer(Protocol):
+    """What serve_command uses of the Server `_server` makes."""
+
+    signal: int  # the first signal received (0: none)
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None: ...
+
+
+def _server(
+    config: uvicorn.Config, *, on_listening: Callable[[], None], on_signal: Callable[[], None]
+) -> _SignalledServer:
     """uvicorn's Server, told when it listens, cancelling the loop at the first signal,
     and not re-raising the signal after the shutdown (uvicorn does, so that the default
     handler runs: a KeyboardInterrupt traceback and exit code 130 after a clean stop)."""
@@ -233,19 +249,19 @@ def _server(config, *, on_listening: Callable[[], None], on_signal: Callable[[],
     class Server(uvicorn.Server):
         signal = 0  # the first signal received
 
-        async def startup(self, sockets=None) -> None:
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if self.started:
                 on_listening()
 
-        def handle_exit(self, sig, frame) -> None:
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if not self.signal:
                 self.signal = sig
                 on_signal()
             super().handle_exit(sig, frame)
 
         @contextlib.contextmanager
-        def capture_signals(self):
+        def capture_signals(self) -> Iterator[None]:
             handled = (signal.SIGINT, signal.SIGTERM)
             previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
             try:

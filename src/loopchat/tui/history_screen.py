@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -213,7 +214,7 @@ class HistoryScreen(ModalScreen[int | None]):
         self.app.push_screen(ConfirmDelete(s), done)
 
 
-def _replace(s: ConversationSummary, **changes: object) -> ConversationSummary:
+def _replace(s: ConversationSummary, **changes: Any) -> ConversationSummary:
     import dataclasses
 
     return dataclasses.replace(s, **changes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from textual import events
 from textual.actions import parse
+from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
@@ -27,6 +28,7 @@ NEWLINE_KEYS = ("ctrl+j", "alt+enter", "shift+enter")
 IMMEDIATE_KEYS: dict[str, tuple[str, tuple]] = {
     key.strip(): (name, args)
     for binding in TextArea.BINDINGS
+    if isinstance(binding, Binding)
     for _, name, args in [parse(binding.action)]
     if name.startswith(("delete_", "cursor_"))
     for key in binding.key.split(",")

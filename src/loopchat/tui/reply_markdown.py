@@ -6,11 +6,14 @@ as line breaks."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markdown import ListItem, Markdown
 from rich.segment import Segment
+
+T = TypeVar("T")
 
 _BLOCK_START = re.compile(r"^\s*([-*+]\s|\d+[.)]\s|#|>|\||```|~~~)")
 
@@ -61,7 +64,7 @@ class ReplyMarkdown(Markdown):
         return _without_leading_blank_lines(super().__rich_console__(console, options))
 
 
-def _without_leading_blank_lines(segments: Iterable[object]) -> Iterable[object]:
+def _without_leading_blank_lines(segments: Iterable[T]) -> Iterator[T]:
     started = False
     for seg in segments:
         if not started and isinstance(seg, Segment) and seg.text == "\n":

@@ -215,7 +215,8 @@ class Transcript(ScrollView, can_focus=True):
         bottom = min(end - scroll_y, view.height)
         if bottom > top:
             # the lines only, not the scrollbar beside them (`size` includes it, and the
-            # compositor would repaint it with them: ~0.3 ms a frame)
+            # compositor would repaint it with them: docs/performance.md, "Textual's
+            # drawing costs")
             self.refresh(Region(0, top, view.width, bottom - top))
 
     def reflow(self, rerender: bool = False) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from typing import Any
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -48,8 +49,8 @@ _NONE = Style()
 
 #: Replies whose wire is kept (a serializer and its lines); older ones are made again.
 KEEP_REPLIES = 4
-#: Events whose screen rows are kept (~7 KB each for a chunk with the extension); the
-#: rows of older ones are made again if they are shown again.
+#: Events whose screen rows are kept (their size: docs/performance.md, "A step on its
+#: way to the UI"); the rows of older ones are made again if they are shown again.
 KEEP_ROWS = 128
 #: Mouse wheel: rows per notch.
 SCROLL_ROWS = 3
@@ -113,7 +114,7 @@ class WireView(Widget):
     class FoldToggled(Message):
         """The user clicked the view: fold / unfold the long values."""
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.border_title = "Wire"
         self.body = FastStatic()

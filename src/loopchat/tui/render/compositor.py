@@ -5,8 +5,8 @@ surrounds all of them and rendering every widget that box touches over that widg
 whole visible height. In this app a frame dirties a few lines at the bottom of the
 transcript (left) and a few lines of the loop panel (right): the surrounding box is then
 nearly the whole screen, and every frame re-rendered the full transcript, the panel and
-their containers (measured: 8 ms of the UI's ~10 ms a frame on a 2-core EPYC, median
-dirty box 3,978 of 4,800 cells at 120x40).
+their containers: most of the UI's time a frame (see docs/performance.md,
+"Textual's drawing costs").
 
 `RowCroppingCompositor` renders each group of dirty regions on its own, asks each widget
 only for the dirty rows inside it, and skips a widget whose pieces there are all painted
@@ -25,6 +25,8 @@ tests/test_compositor.py fails if a release changes them.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
@@ -103,6 +105,6 @@ class RowCroppingCompositor(Compositor):
 class LoopScreen(Screen):
     """The app's main screen, painted by `RowCroppingCompositor`."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._compositor = RowCroppingCompositor()

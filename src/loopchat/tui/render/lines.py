@@ -2,11 +2,11 @@
 
 For a widget with no border, outline, tint, opacity or vertical padding, Textual's
 styles cache only pads each line left and right and applies the app's line filters, yet
-it costs ~50 us a line. The transcript and the loop panel do that work themselves, once
-per line, on strips they keep (`tests/test_fast_lines.py` compares them with the styles
-cache, cell for cell). `plain_box` says when that applies; it reads rich's private
-`Style._link_id` and `_meta`, and `ScreenLines` pads with Textual's private
-`_segment_tools.line_pad`.
+it is not cheap per line (see docs/performance.md, "Textual's drawing costs"). The
+transcript and the loop panel do that work themselves, once per line, on strips they
+keep (`tests/test_fast_lines.py` compares them with the styles cache, cell for cell).
+`plain_box` says when that applies; it reads rich's private `Style._link_id` and
+`_meta`, and `ScreenLines` pads with Textual's private `_segment_tools.line_pad`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from textual.drivers.linux_driver import LinuxDriver
 ESC = "\x1b"
 
 
-def _send(inner: Generator, text: str, want: Any) -> Any:
+def _send(inner: Generator[Any, str, None], text: str, want: Any) -> Any:
     """Hand `text` to Textual's parser, one character at a time; its next request."""
     for char in text:
         want = inner.send(char)

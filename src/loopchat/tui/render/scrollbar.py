@@ -3,9 +3,9 @@
 While a reply streams, the transcript's scrollbar changes every few lines (the thumb
 shrinks as the reply grows, and moves as the view follows it). Textual repaints a
 scrollbar by rendering its renderable again and passing every row through the styles
-cache: ~2.6 ms for a 36-row bar on a 2-core EPYC, a few times a second. Measured by
-`benchmarks/render_ab.py --ab scrollbar` (a 1500-token reply at 100 tok/s): Textual's
-bar costs the UI thread 1.16x (1.09-1.27, by round) the CPU time per token.
+cache, a few times a second; `benchmarks/render_ab.py --ab scrollbar` measures what that
+costs the UI thread per token against this bar (see docs/performance.md, "Textual's drawing
+costs").
 
 A vertical bar is made of a handful of distinct rows (track above the thumb, track
 below it, thumb, and the two rows where a partial-cell glyph ends the thumb), and the
@@ -23,6 +23,8 @@ depend on (width, style, background, line filters) keys the cache.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.color import Color
 from rich.segment import Segment
@@ -50,7 +52,7 @@ def vertical_scrollbar(widget: Widget) -> ScrollBar:
 
 
 class RowCachedScrollBar(ScrollBar):
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._rows: dict[Segment, Strip] = {}  # a row's segment -> its painted strip
         self._rows_key: tuple | None = None
@@ -82,8 +84,9 @@ class RowCachedScrollBar(ScrollBar):
         ).segments
         rows = self._rows
         get = rows.get
-        lines = [get(bar[y]) for y in range(height)] if len(bar) == height else [None]
-        if None in lines:
+        known = [get(segment) for segment in bar] if len(bar) == height else []
+        lines = [line for line in known if line is not None]
+        if len(bar) != height or len(lines) < height:
             # a row not seen yet: Textual paints the whole bar, and we learn its rows
             lines = super().render_lines(Region(0, 0, width, height))
             if len(bar) == height == len(lines):

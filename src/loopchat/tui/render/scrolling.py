@@ -1,10 +1,11 @@
 """A scroll view that grows without a layout of the whole screen.
 
-Assigning `virtual_size` asks Textual for a layout of the screen (~13 ms with this app's
-widgets). When only the height changed and the vertical scrollbar neither appears nor
-goes, nothing else on screen moves: setting the reactive quietly and updating the scroll
-geometry is enough (Textual's private `Widget._scroll_update`, and its
-`_anchor_released` for a view the user scrolled away from the end).
+Assigning `virtual_size` asks Textual for a layout of the screen (costly with this app's
+widgets: see docs/performance.md, "Textual's drawing costs"). When only the height
+changed and the vertical scrollbar neither appears nor goes, nothing else on screen
+moves: setting the reactive quietly and updating the scroll geometry is enough
+(Textual's private `Widget._scroll_update`, and its `_anchor_released` for a view the
+user scrolled away from the end).
 """
 
 from __future__ import annotations
