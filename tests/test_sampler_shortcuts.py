@@ -36,7 +36,12 @@ def test_a_rank_inside_the_top_makes_no_pass_over_the_array(monkeypatch) -> None
     top = sampler_math.top_indices(x, 40)
     passes: list[int] = []
     real = sampler.scratch.get
-    monkeypatch.setattr(sampler.scratch, "get", lambda name, n, dtype: passes.append(n) or real(name, n, dtype))
+
+    def get(name: str, n: int, dtype: type) -> np.ndarray:
+        passes.append(n)
+        return real(name, n, dtype)
+
+    monkeypatch.setattr(sampler.scratch, "get", get)
     assert rank_of(x, int(top[7]), top) == full_rank(x, int(top[7]))
     assert passes == []
     assert rank_of(x, int(np.argmin(x)), top) == 262_144 - np.count_nonzero(x == x.min()) + 1
@@ -51,10 +56,19 @@ def test_top_p_reached_by_the_top_token_alone_needs_no_search(monkeypatch) -> No
     rng = np.random.default_rng(6)
     logits = rng.standard_normal(n).astype(np.float32)
     logits[[900, 77]] = 30.0  # two equal top logits, far above the rest
-    searched: list[int] = []
+    searched: list[str] = []
     real_top, real_bins = sampler_math.top_indices, sampler_math.top_p_bins
-    monkeypatch.setattr(sampler_math, "top_indices", lambda x, k: searched.append(k) or real_top(x, k))
-    monkeypatch.setattr(sampler_math, "top_p_bins", lambda x, q, t: searched.append(-1) or real_bins(x, q, t))
+
+    def top_indices(x: np.ndarray, k: int) -> np.ndarray:
+        searched.append(f"top {k}")
+        return real_top(x, k)
+
+    def top_p_bins(x: np.ndarray, q: np.ndarray, target: float) -> tuple[np.ndarray, float]:
+        searched.append("bins")
+        return real_bins(x, q, target)
+
+    monkeypatch.setattr(sampler_math, "top_indices", top_indices)
+    monkeypatch.setattr(sampler_math, "top_p_bins", top_p_bins)
     kept, share = sampler_math.top_p_set(logits, None, 0.3)
     assert searched == []
     assert kept.tolist() == [77]
