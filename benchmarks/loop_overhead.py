@@ -11,7 +11,7 @@ Optionally (c) llama.cpp's own `llama-bench` tg figure at the same thread count
 (build it with benchmarks/build_llama_bench.sh; pass --llama-bench PATH). Target b/c >= 0.95.
 
     .venv/bin/python benchmarks/loop_overhead.py [--tokens 256] [--rounds 5] [--llama-bench PATH]
-    .venv/bin/python benchmarks/loop_overhead.py --sweep [--model FILE.gguf]
+    .venv/bin/python benchmarks/loop_overhead.py --sweep [--model FILE.gguf | --model gemma]
 
 --sweep: the sampling chain's cost against the forward pass for each combination of
 settings (top-k on/off, top-p, min-p, temperature, --top-report 10/40, DRY off / 0.8 over
@@ -134,6 +134,22 @@ def sweep(model: Path, threads: int | None, tokens: int) -> None:
     engine.close()
 
 
+def model_path(name: str | None) -> Path:
+    """--model: a GGUF file; `gemma`: Gemma 3 270M as `make test` / `make bench` assemble it
+    (tests/gemma_model.py); none: the bundled model."""
+    if not name:
+        return builtin_model_path()
+    if name != "gemma":
+        return Path(name)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from gemma_model import gemma_path
+
+    try:
+        return gemma_path()
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
@@ -143,10 +159,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=physical_cores(), help="default: physical cores")
     ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench binary (same build flags)")
     ap.add_argument("--sweep", action="store_true", help="sample_ms / forward_ms for each combination of settings")
-    ap.add_argument("--model", metavar="FILE.gguf", help="another GGUF file (default: the bundled model)")
+    ap.add_argument(
+        "--model",
+        metavar="FILE.gguf",
+        help="another GGUF file, or `gemma`: the tests' Gemma 3 270M (default: the bundled model)",
+    )
     args = ap.parse_args()
 
-    model = Path(args.model) if args.model else builtin_model_path()
+    model = model_path(args.model)
     if args.sweep:
         sweep(model, args.threads, min(args.tokens, 64))
         return

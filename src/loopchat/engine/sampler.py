@@ -123,6 +123,18 @@ def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tupl
     return (pick if d.ids is None else int(d.ids[pick])), pick
 
 
+def rank_of(x: np.ndarray, i: int, top: np.ndarray) -> int:
+    """1 + how many entries of x are larger than x[i]. `top`: the positions of x's largest
+    entries, largest first (exact: nothing outside them is larger than the last). If i is
+    among them, only those before it can be larger: a pass over x saved."""
+    value = x[i]
+    where = np.flatnonzero(top == i)
+    if where.size:
+        return int(np.count_nonzero(x[top[: int(where[0])]] > value)) + 1
+    mask = scratch.get("mask", x.shape[0], np.bool_)
+    return int(np.count_nonzero(np.greater(x, value, out=mask))) + 1
+
+
 def entropy_bits(logits: np.ndarray) -> float:
     """Entropy in bits of softmax(logits), computed stably in float64."""
     z = logits.astype(np.float64, copy=False)
@@ -168,9 +180,7 @@ def sample(
     token_id, pick = _draw(d, rng, force)
 
     n_kept = d.probs.shape[0]
-    chosen_logit = logits[token_id]
-    mask = scratch.get("mask", max(n_vocab, n_kept), np.bool_)
-    raw_rank = int(np.count_nonzero(np.greater(logits, chosen_logit, out=mask[:n_vocab]))) + 1
+    raw_rank = rank_of(logits, token_id, raw_top_ids)
     if pick is None:
         sampled_rank = 0
     elif d.ids is None and c.work is logits:
@@ -178,7 +188,7 @@ def sample(
         # the ranks are the same (a pass over the vocabulary saved)
         sampled_rank = raw_rank
     else:
-        sampled_rank = int(np.count_nonzero(np.greater(d.probs, d.probs[pick], out=mask[:n_kept]))) + 1
+        sampled_rank = rank_of(d.probs, pick, d.top)
     return SampleResult(
         token_id=token_id,
         raw_top_ids=raw_top_ids,

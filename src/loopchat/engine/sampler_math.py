@@ -105,6 +105,11 @@ def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[
     np.exp(q, out=q)
     total = float(q.sum())
     target = top_p * total
+    if target <= 1.0:
+        # the most likely token alone holds top_p (its q is exp(0) = 1): the first of
+        # equal ones, as the sort puts them (a sharp distribution: no search at all)
+        top = int(np.argmax(src))
+        return np.array([top if cand is None else cand[top]], dtype=np.intp), 1.0 / total
     if m > _TOP_P_HEAD:
         pos = top_indices(src, _TOP_P_HEAD)
         ids = pos if cand is None else cand[pos]
@@ -137,13 +142,22 @@ def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) ->
     tokens of that bin are sorted. Also returns the kept tokens' mass (the sum of their q)."""
     c = x.shape[0]
     mx, lo = float(x.max()), float(x.min())
-    if mx > lo:
-        vals = scratch.get("f64a", c, np.float64)
-        vals[...] = x
-        vals -= lo  # the bin index (vals - lo) * (bins / (mx - lo)), in place
-        vals *= bins / (mx - lo)
+    if mx > lo and bins / (mx - lo) < 1e30:
+        # the bin index (x - lo) * (bins / (mx - lo)), in float32 as the logits come: each
+        # step rounds monotonically, so a higher bin still holds only larger logits
+        vals = scratch.get("f32a", c, np.float32)
+        np.subtract(x, np.float32(lo), out=vals)
+        np.multiply(vals, np.float32(bins / (mx - lo)), out=vals)
+        np.minimum(vals, np.float32(bins - 1), out=vals)
         idx = scratch.get("intp", c, np.intp)
         np.copyto(idx, vals, casting="unsafe")  # truncation, as astype(np.intp)
+    elif mx > lo:  # (a spread too narrow for float32's range: the same in float64)
+        vals64 = scratch.get("f64a", c, np.float64)
+        vals64[...] = x
+        vals64 -= lo
+        vals64 *= bins / (mx - lo)
+        idx = scratch.get("intp", c, np.intp)
+        np.copyto(idx, vals64, casting="unsafe")
         np.minimum(idx, bins - 1, out=idx)
     else:
         idx = np.zeros(c, dtype=np.intp)

@@ -36,7 +36,7 @@ from starlette.routing import Route
 from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
-from loopchat.serve.requests import RequestError, parse_chat, parse_completion, parse_json
+from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat, parse_completion, parse_json
 from loopchat.settings import SamplingSettings
 from loopchat.wire import DONE_LINE, WireSerializer, error_body, sse_line
 
@@ -105,14 +105,18 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-def create_app(
-    loop: OneLoop, model: ServedModel, *, api_key: str | None = None, log: Callable[[str], None] = print
-) -> Starlette:
-    def line(request: Request, status: int, text: str) -> None:
-        client = request.client.host if request.client else "-"
-        log(f"{client} {request.method} {request.url.path} {status} · {text}")
+class _Routes:
+    """The served state (the loop, the model, the API key, the log) and the routes over it."""
 
-    def denied(request: Request) -> JSONResponse | None:
+    def __init__(self, loop: OneLoop, model: ServedModel, api_key: str | None, log: Callable[[str], None]) -> None:
+        self.loop, self.model, self.api_key, self.log = loop, model, api_key, log
+
+    def line(self, request: Request, status: int, text: str) -> None:
+        client = request.client.host if request.client else "-"
+        self.log(f"{client} {request.method} {request.url.path} {status} · {text}")
+
+    def denied(self, request: Request) -> JSONResponse | None:
+        api_key, line = self.api_key, self.line
         if api_key is None:
             return None
         header = request.headers.get("authorization", "")
@@ -128,8 +132,9 @@ def create_app(
         line(request, 401, message)
         return _error(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    async def generate(request: Request, chat: bool) -> Response:
-        refusal = denied(request)
+    async def generate(self, request: Request, chat: bool) -> Response:
+        loop, model, line = self.loop, self.model, self.line
+        refusal = self.denied(request)
         if refusal is not None:
             return refusal
         try:
@@ -141,38 +146,10 @@ def create_app(
             return JSONResponse(exc.body(), status_code=exc.status)
         mode = "stream" if req.wire.stream else "blocking"
 
-        # wait for the loop; a client that leaves meanwhile leaves the queue
-        gone = asyncio.ensure_future(_disconnected(request))
-        turn = asyncio.ensure_future(loop.begin(req))
-        try:
-            await asyncio.wait({gone, turn}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            gone.cancel()
-            turn.cancel()
-            raise
-        if not turn.done():
-            turn.cancel()
-            with contextlib.suppress(asyncio.CancelledError, QueueFull, ShuttingDown):
-                run = await turn
-                loop.cancel(run)  # (it got its turn in the same instant)
-            line(request, 499, f"{mode}: the client disconnected while waiting for its turn")
-            return Response(status_code=499)
-        try:
-            run = turn.result()
-        except QueueFull:
-            gone.cancel()
-            message = (
-                f"the loop is busy and {loop.queue_limit} requests already wait for it (loopchat serve "
-                "runs one generation at a time; --queue sets how many may wait); retry shortly"
-            )
-            line(request, 429, message)
-            return _error(429, message, "rate_limit_exceeded", code="queue_full", headers={"Retry-After": "1"})
-        except ShuttingDown:
-            gone.cancel()
-            message = "loopchat serve is shutting down; retry against another server or after it restarts"
-            line(request, 503, message)
-            return _error(503, message, "server_error", code="shutting_down")
-
+        turn = await self.take_turn(request, req, mode)
+        if isinstance(turn, Response):
+            return turn
+        run, gone = turn
         run.on_done = lambda r: line(request, _status(r, req.wire.stream), _outcome(r, mode))
 
         def client_left(_: Any) -> None:
@@ -203,20 +180,58 @@ def create_app(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def chat_completions(request: Request) -> Response:
-        return await generate(request, chat=True)
+    async def take_turn(
+        self, request: Request, req: GenerationRequest, mode: str
+    ) -> tuple[Run, asyncio.Future[None]] | Response:
+        """Waits for the loop: (the run, a future done when the client goes), or the
+        response if the client left meanwhile (it leaves the queue) or no turn comes."""
+        loop, line = self.loop, self.line
+        gone = asyncio.ensure_future(_disconnected(request))
+        turn = asyncio.ensure_future(loop.begin(req))
+        try:
+            await asyncio.wait({gone, turn}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            gone.cancel()
+            turn.cancel()
+            raise
+        if not turn.done():
+            turn.cancel()
+            with contextlib.suppress(asyncio.CancelledError, QueueFull, ShuttingDown):
+                run = await turn
+                loop.cancel(run)  # (it got its turn in the same instant)
+            line(request, 499, f"{mode}: the client disconnected while waiting for its turn")
+            return Response(status_code=499)
+        try:
+            return turn.result(), gone
+        except QueueFull:
+            gone.cancel()
+            message = (
+                f"the loop is busy and {loop.queue_limit} requests already wait for it (loopchat serve "
+                "runs one generation at a time; --queue sets how many may wait); retry shortly"
+            )
+            line(request, 429, message)
+            return _error(429, message, "rate_limit_exceeded", code="queue_full", headers={"Retry-After": "1"})
+        except ShuttingDown:
+            gone.cancel()
+            message = "loopchat serve is shutting down; retry against another server or after it restarts"
+            line(request, 503, message)
+            return _error(503, message, "server_error", code="shutting_down")
 
-    async def completions(request: Request) -> Response:
-        return await generate(request, chat=False)
+    async def chat_completions(self, request: Request) -> Response:
+        return await self.generate(request, chat=True)
 
-    async def list_models(request: Request) -> Response:
-        refusal = denied(request)
+    async def completions(self, request: Request) -> Response:
+        return await self.generate(request, chat=False)
+
+    async def list_models(self, request: Request) -> Response:
+        refusal = self.denied(request)
         if refusal is not None:
             return refusal
-        return JSONResponse({"object": "list", "data": [model.card()]})
+        return JSONResponse({"object": "list", "data": [self.model.card()]})
 
-    async def get_model(request: Request) -> Response:
-        refusal = denied(request)
+    async def get_model(self, request: Request) -> Response:
+        model = self.model
+        refusal = self.denied(request)
         if refusal is not None:
             return refusal
         name = request.path_params["model_id"]
@@ -229,12 +244,13 @@ def create_app(
             )
         return JSONResponse(model.card())
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
+        loop = self.loop
         status = "stopping" if loop.closing else "ok"
         return JSONResponse(
             {
                 "status": status,
-                "model": model.id,
+                "model": self.model.id,
                 "generating": loop.busy,
                 "waiting": loop.waiting,
                 "queue": loop.queue_limit,
@@ -243,7 +259,7 @@ def create_app(
             status_code=503 if loop.closing else 200,
         )
 
-    async def http_error(request: Request, exc: Exception) -> Response:
+    async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
             message = f"there is no {request.method} {request.url.path} here: loopchat serve has {ENDPOINTS}"
@@ -251,31 +267,36 @@ def create_app(
             message = f"{request.method} is not allowed on {request.url.path}: loopchat serve has {ENDPOINTS}"
         else:
             message = str(exc.detail)
-        line(request, exc.status_code, message)
+        self.line(request, exc.status_code, message)
         return _error(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         # anyio loads its asyncio backend at its first use, a streaming response's task
         # group: ~30 ms of imports on the event loop's thread that competed with the
         # first request's prefill for the cores (its TTFT was ~35 ms longer). Load it now.
         await anyio.sleep(0)
-        loop.attach()
+        self.loop.attach()
         try:
             yield
         finally:
-            loop.detach()
+            self.loop.detach()
 
+
+def create_app(
+    loop: OneLoop, model: ServedModel, *, api_key: str | None = None, log: Callable[[str], None] = print
+) -> Starlette:
+    routes = _Routes(loop, model, api_key, log)
     return Starlette(
         routes=[
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", list_models, methods=["GET"]),
-            Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
-            Route("/health", health, methods=["GET"]),
+            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
+            Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/models", routes.list_models, methods=["GET"]),
+            Route("/v1/models/{model_id:path}", routes.get_model, methods=["GET"]),
+            Route("/health", routes.health, methods=["GET"]),
         ],
-        exception_handlers={HTTPException: http_error},
-        lifespan=lifespan,
+        exception_handlers={HTTPException: routes.http_error},
+        lifespan=routes.lifespan,
     )
 
 
