@@ -12,7 +12,7 @@ import math
 
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.plots import sparkline
-from loopchat.tui.fast_static import Line
+from loopchat.chat.views.lines import Line
 
 _SPARK_BLOCKS = 64  # the whole-reply sparkline is drawn from at most 2x this many maxima
 
