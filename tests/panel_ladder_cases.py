@@ -11,6 +11,7 @@ included). Run `python tests/panel_ladder_cases.py record` to record it again.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -26,9 +27,10 @@ REPLY_TRACE = DATA / "reply.jsonl"
 LADDER = DATA / "panel_ladder.json"
 
 
-def _events() -> list[Any]:
+@functools.cache
+def _events() -> tuple[Any, ...]:
     _, traced = read_trace(REPLY_TRACE)
-    return [t.event for t in traced]
+    return tuple(t.event for t in traced)
 
 
 def reply(done: bool = True, remote: bool = False) -> ReplyRecord:
