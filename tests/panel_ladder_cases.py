@@ -113,7 +113,9 @@ def _stopped(width: int, at: int, knob: str = "temperature") -> Callable[[int], 
     def view(height: int) -> Any:
         r = reply(done=False)
         p = pending(r, at)
-        return PanelView(record=r, step=None, live=p.settings, generating=True, width=width, height=height, knob=knob, pending=p)
+        return PanelView(
+            record=r, step=None, live=p.settings, generating=True, width=width, height=height, knob=knob, pending=p
+        )
 
     return view
 
@@ -167,6 +169,7 @@ def record() -> None:
             numbers = [_intern(table["lines"], seen_lines, line) for line in lines]
             heights[str(height)] = _intern(table["outputs"], seen_outputs, numbers)
         table["cases"][name] = heights
+
     def dump(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
