@@ -85,7 +85,7 @@ def _first_token_row(rows: _Rows, r: ReplyRecord, arrivals: bool) -> None:
 
 def _pass_rows(rows: _Rows, s: Step, arrivals: bool) -> None:
     compact = rows.compact
-    if arrivals:
+    if arrivals or s.forward_ms is None:  # (arrivals: forward_ms is None)
         rows.row("this pass", (NOT_GIVEN, DIM), *([(" (forward, sampling)", LABEL)] if not compact else []))
     else:
         fwd = "prefill" if s.index == 0 else fmt_ms(s.forward_ms)

@@ -16,7 +16,7 @@ def settings_block(v: PanelView, width: int, out: list[Line], caches: PanelCache
     # between replies the settings the next reply will use (the keys change them); during
     # a reply, or on a selected token, those in force at the pass shown
     ahead = s is None or (v.takes_messages and not v.generating and not v.pinned)
-    shown = v.live if ahead else s.settings
+    shown = v.live if ahead or s is None else s.settings  # (ahead when s is None)
     changes = caches.changes(r) if s is not None else {}
     key = (
         width,
@@ -75,7 +75,7 @@ def settings_block(v: PanelView, width: int, out: list[Line], caches: PanelCache
 def compact_settings(v: PanelView, caches: PanelCaches) -> list[Pieces]:
     s = v.step
     ahead = s is None or (v.takes_messages and not v.generating and not v.pinned)
-    shown = v.live if ahead else s.settings
+    shown = v.live if ahead or s is None else s.settings  # (ahead when s is None)
     changes = {} if ahead else caches.changes(v.record)
     lines: list[Pieces] = []
     t: Pieces = []
