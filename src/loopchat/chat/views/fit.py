@@ -28,7 +28,7 @@ from loopchat.chat.views.lines import Line
 FULL = "full"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Form:
     """A form a section takes at `priority`: its lines, or a function of the lines still
     over the height giving them, or FULL (its full lines again)."""
@@ -47,23 +47,25 @@ class Section:
 
 
 def _height(shown: list[Sequence[Line]]) -> int:
-    return sum(len(lines) for lines in shown)
+    return sum(map(len, shown))
 
 
 def fit(sections: Sequence[Section], height: int) -> list[Line]:
     """The sections' lines, each section in the form that fits the view into `height`
     lines (see the module's docstring)."""
     shown: list[Sequence[Line]] = [s.lines for s in sections]
-    if height > 0:
-        steps = sorted({f.priority for s in sections for f in s.forms})
-        for priority in steps:
-            if _height(shown) <= height:
-                break
+    if height > 0 and _height(shown) > height:  # (once per frame: the common case costs a sum)
+        for priority in sorted({f.priority for s in sections for f in s.forms}):
             for i, s in enumerate(sections):
                 for form in s.forms:
                     if form.priority == priority:
                         shown[i] = _take(form, s, _height(shown) - height)
-    return [line for lines in shown for line in lines]
+            if _height(shown) <= height:
+                break
+    out: list[Line] = []
+    for lines in shown:
+        out.extend(lines)
+    return out
 
 
 def _take(form: Form, section: Section, over: int) -> Sequence[Line]:

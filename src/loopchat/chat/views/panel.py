@@ -208,12 +208,15 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     fit_lines(latency(v, max(8, width - 30), caches), width, tail)
     tail.append(BLANK)
     settings_block(v, width, tail, caches)
+    title, table = fit_lines(_title(v), width), candidates(v, width)
+    if not v.height or len(title) + len(table) + len(tail) <= v.height:  # (most frames: nothing gives way)
+        return [*title, *table, *tail]
     n = len(v.step.raw_top)
     sections = [
-        Section(fit_lines(_title(v), width), name="title"),
+        Section(title, name="title"),
         # fewer candidates (down to 3) before anything below is cut (the settings the
         # keys change stay in view as long as they can)
-        Section(candidates(v, width), (Form(CANDIDATES, lambda over: candidates(v, width, k=max(3, n - over))),)),
+        Section(table, (Form(CANDIDATES, lambda over: candidates(v, width, k=max(3, n - over))),), name="candidates"),
         Section(tail, name="drawn, latency, settings"),
     ]
     return fit(sections, v.height)
