@@ -1,33 +1,19 @@
 """The document view (Ctrl+T): the transcript's place shows the exact text the model
-reads for one reply, token by token.
+reads for one reply, token by token; a cursor (←/→, ↑/↓, PgUp/PgDn, Home/End) walks the
+tokens and the line at the bottom names the one under it.
 
-The model does not see messages: it continues one text, the chat template's rendering
-with its control tokens. This view draws that text from the reply's Start event
-(`prompt_token_texts`: what each prompt token adds; joined, the exact text, BOS
-included), sets the template's control tokens apart (`prompt_special`), marks where the
-reply begins and follows it with the reply's own tokens (its steps' texts). Token
-boundaries are alternating backgrounds; a cursor (←/→, ↑/↓, PgUp/PgDn, Home/End) walks
-the tokens and the line at the bottom names the one under it: `id · 'piece' · position`.
-The header says how many tokens the prompt has, how many the prefill took from the KV
-cache and how many it evaluated, and what the context policy dropped.
-
-A trace from before `prompt_token_texts` was recorded: the prompt is shown as its text
-(`Start.prompt_text`) with no boundaries, and the header says so.
-
-Cheap: a reply's rows are made once for a width (`DocumentLines`) and a live reply only
-appends its new steps' tokens; the body is a line-API scroll view that turns only the
-rows on screen into Strips, keeps them, and on a cursor move repaints the rows of the
-two tokens concerned, so a 4,000-token context scrolls at the cost of one screen.
+What it shows is made without Textual in chat/views/ (document.py: the rows and the
+status line; document_header.py: the header); this module is the widgets: the body is a
+line-API scroll view that turns only the rows on screen into Strips, keeps them, and on a
+cursor move repaints the rows of the two tokens concerned, so a 4,000-token context
+scrolls at the cost of one screen; a live reply only appends its new steps' tokens.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from rich.cells import cell_len
 from rich.segment import Segment
-from rich.style import Style
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.geometry import Region, Size
@@ -37,206 +23,31 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from loopchat.chat.conversation import ReplyRecord
-from loopchat.chat.plots import fmt_ms
-from loopchat.events import Start, Step
-from loopchat.token_faces import byte_face, partial_character
-from loopchat.tui.fast_static import FastStatic, Line
-from loopchat.tui.prompt import TypedForTheBox, visible_controls
+from loopchat.chat.views.document import (
+    _FG,
+    CONTROL,
+    PREFIX,
+    PROMPT,
+    REPLY,
+    REPLY_MARK,
+    STOP,
+    TEXT,
+    VISIBLE,
+    DocToken,
+    DocumentLayout,
+    DocumentLines,
+    lay_out,
+    shown_form,
+    status_line,
+)
+from loopchat.chat.views.document_header import SHORT_VIEW, header_lines, short_header
+from loopchat.events import Start
+from loopchat.tui.fast_static import FastStatic
+from loopchat.tui.prompt import TypedForTheBox
 from loopchat.tui.step_mode import step_keys
 
-# token kinds
-PROMPT = "prompt"  # text of the prompt (the template's words and the messages)
-CONTROL = "control"  # a control token the chat template wrote (<|im_start|>, <bos>...)
-PREFIX = "prefix"  # a branch: the reply's first tokens, chosen earlier (texts not recorded)
-REPLY = "reply"  # a token the reply drew
-STOP = "stop"  # the end-of-generation token that ended the reply
-TEXT = "text"  # an older trace: the whole prompt as its text, no token boundaries
-
-_BG = ("#262d38", "#36405a")  # alternating token backgrounds (as F6 for replies)
-_FG = {
-    PROMPT: Style(color="#d0d0d0"),
-    CONTROL: Style(color="#ff87d7", bold=True),
-    PREFIX: Style(color="#87afd7", italic=True),
-    REPLY: Style(color="#ffaf5f"),
-    STOP: Style(color="#ff87d7", bold=True),
-    TEXT: Style(color="#d0d0d0"),
-}
-_CURSOR = Style(color="black", bgcolor="#ffaf00", bold=True)
-_MARK = Style(color="#ffaf5f", bold=True)
-_RULE = Style(color="#5f5f5f")
-HEAD = Style.parse("bold #87d7ff")
-LABEL = Style.parse("#8a8a8a")
-_NOTE = Style.parse("italic #ffd75f")
-_STATUS = Style.parse("#d0d0d0")
-_STATUS_KEY = Style.parse("bold #ffaf00")
-
-#: how a character that would not show is drawn (the others are drawn as they are)
-VISIBLE = {"\n": "↵", "\t": "→", "\r": "␍"}
-REPLY_MARK = "──▶ the reply begins here"
 #: rows PgUp / PgDn move the cursor when the view has no height yet
 _PAGE = 20
-#: a view of fewer rows than this (80x24: the panel under it) has the short header
-SHORT_VIEW = 16
-
-
-def shown_form(text: str) -> str:
-    """`text` as the view's rows show it once joined (DocumentLines.shown_text): each
-    newline drawn as ↵ and a break, tabs as arrows, other controls as symbols (␍, ␛...)."""
-    return visible_controls(text.replace("\n", "↵\n").replace("\t", "→"))
-
-
-@dataclass(slots=True)
-class DocToken:
-    text: str  # what it adds to the document
-    token_id: int | None
-    kind: str
-    position: int | None  # its place in the context (0 = the first token)
-    step: Step | None = None  # a reply token's step
-    first_row: int = 0
-    last_row: int = 0
-
-
-def _style(kind: str, index: int) -> Style:
-    fg = _FG[kind]
-    if kind == TEXT:
-        return fg
-    return fg + Style(bgcolor=_BG[index % 2])
-
-
-class DocumentLines:
-    """The document's rows at one width, made once; tokens are only appended.
-
-    A row is a list of (text, style, token index) pieces; `hard[r]` says row r ends at a
-    newline of the text (else the text wraps on to the next row); a marker row (the
-    reply's start) is not part of the text."""
-
-    def __init__(self, width: int) -> None:
-        self.width = max(4, width)
-        self.tokens: list[DocToken] = []
-        self.rows: list[list[tuple[str, Style, int]]] = [[]]
-        self.hard: list[bool] = [False]
-        self.markers: set[int] = set()
-        self._col = 0
-
-    def add(self, token: DocToken) -> None:
-        index = len(self.tokens)
-        self.tokens.append(token)
-        parts = [visible_controls(p.replace("\t", "→")) for p in token.text.split("\n")]
-        if self._col >= self.width:
-            self._new_row()
-        elif self._col and parts[0]:  # a token that fits a row but not the rest of this one: on the next
-            cells = len(parts[0]) if parts[0].isascii() else cell_len(parts[0])
-            if self._col + cells > self.width >= cells:
-                self._new_row()
-        token.first_row = len(self.rows) - 1
-        style = _style(token.kind, index)
-        for k, part in enumerate(parts):
-            if part:
-                self._put(part, style, index)
-            if k < len(parts) - 1:
-                self._put("↵", style, index)
-                self.hard[-1] = True
-                self._new_row()
-        if not token.text:  # nothing to show (a stop token's empty text): its piece
-            self._put("∅", style, index)
-        token.last_row = len(self.rows) - 1
-        if self._col == 0 and len(self.rows) > 1 and not self.rows[-1]:
-            token.last_row = len(self.rows) - 2  # its ↵ ended the row above
-
-    def mark(self, label: str) -> None:
-        """A marker row (not text): starts on a fresh row."""
-        if self._col:
-            self._new_row()
-        self.rows[-1].append((label, _MARK, -1))
-        self.markers.add(len(self.rows) - 1)
-        self._new_row()
-
-    def _new_row(self) -> None:
-        self.rows.append([])
-        self.hard.append(False)
-        self._col = 0
-
-    def _put(self, s: str, style: Style, index: int) -> None:
-        width = self.width
-        while s:
-            room = width - self._col
-            if room <= 0:
-                self._new_row()
-                room = width
-            if s.isascii():
-                chunk, s = s[:room], s[room:]
-                cells = len(chunk)
-            else:
-                cells = 0
-                n = 0
-                for ch in s:
-                    w = cell_len(ch)
-                    if cells + w > room:
-                        break
-                    cells += w
-                    n += 1
-                if n == 0:
-                    if self._col == 0:  # a wide character in a 1-cell view: take it anyway
-                        n, cells = 1, cell_len(s[0])
-                    else:
-                        self._new_row()
-                        continue
-                chunk, s = s[:n], s[n:]
-            self.rows[-1].append((chunk, style, index))
-            self._col += cells
-
-    @property
-    def height(self) -> int:
-        rows = len(self.rows)
-        return rows - 1 if rows > 1 and not self.rows[-1] else rows
-
-    def line(self, row: int, cursor: int | None) -> Line:
-        return tuple((s, _CURSOR if i == cursor and i >= 0 else style) for s, style, i in self.rows[row])
-
-    def shown_text(self) -> str:
-        """The rows' texts joined as the document (marker rows left out, a wrapped row
-        joined to the next): `shown_form(the document's text)`."""
-        out = []
-        for r in range(self.height):
-            if r in self.markers:
-                continue
-            out.append("".join(s for s, _, _ in self.rows[r]))
-            if self.hard[r]:
-                out.append("\n")
-        return "".join(out)
-
-    def token_at(self, row: int, col: int) -> int | None:
-        """The token drawn at (row, col), or the nearest on that row before it."""
-        if not (0 <= row < len(self.rows)):
-            return None
-        best = None
-        x = 0
-        for s, _, i in self.rows[row]:
-            if i >= 0:
-                if best is None or x <= col:
-                    best = i
-            x += cell_len(s)
-            if x > col and best is not None:
-                break
-        return best
-
-
-def prompt_tokens(start: Start) -> list[DocToken]:
-    ids = start.prompt_token_ids or ()
-    texts = start.prompt_token_texts
-    if texts and len(texts) == len(ids):
-        special = set(start.prompt_special)
-        return [DocToken(t, i, CONTROL if p in special else PROMPT, p) for p, (i, t) in enumerate(zip(ids, texts))]
-    if start.prompt_text is not None:
-        return [DocToken(start.prompt_text, None, TEXT, None)]
-    return []
-
-
-def step_token(start: Start | None, st: Step) -> DocToken:
-    n_prompt = len(start.prompt_token_ids or ()) if start is not None else 0
-    if st.is_stop:
-        return DocToken(st.piece, st.token_id, STOP, n_prompt + st.index, st)
-    return DocToken(st.text, st.token_id, REPLY, n_prompt + st.index, st)
 
 
 class DocumentBody(ScrollView, can_focus=True):
@@ -338,25 +149,9 @@ class DocumentBody(ScrollView, can_focus=True):
     def _to_row(self, row: int, step: int) -> None:
         """The cursor to the token at its column on `row`, else the next row's in the
         direction `step` (+1 down, -1 up); past the document's edge: its first / last token."""
-        doc = self.doc
-        if not doc.tokens:
-            return
-        cur = doc.tokens[self.cursor or 0]
-        row = max(0, min(row, doc.height - 1))
-        col = 0
-        x = 0
-        for s, _, i in doc.rows[cur.first_row]:
-            if i == self.cursor:
-                col = x
-                break
-            x += cell_len(s)
-        while 0 <= row < doc.height:
-            i = doc.token_at(row, col)
-            if i is not None and i != self.cursor:
-                self.set_cursor(i)
-                return
-            row += step
-        self.set_cursor(len(doc.tokens) - 1 if step > 0 else 0)
+        i = self.doc.token_toward(self.cursor, row, step)
+        if i is not None:
+            self.set_cursor(i)
 
     def action_row(self, by: int) -> None:
         self.follow_end = False  # the user's cursor: the view goes where it goes
@@ -464,9 +259,8 @@ class DocumentView(Widget):
         self.body = DocumentBody(id="doc-body")
         self.status = FastStatic(id="doc-status")
         self.record: ReplyRecord | None = None
-        self.reply_start = 0  # index of the reply's first token (its marker row is above it)
-        self.fallback = False  # an older trace: the prompt as its text, no boundaries
-        self._steps = 0  # the record's steps laid out so far
+        #: the rows shown, where the reply starts, the steps laid out so far (chat/views/document.py)
+        self.laid_out = DocumentLayout(self.body.doc)
         self._selected: int | None = None  # the transcript's selected step shown
         self._head_key: tuple | None = None
         self._start: Start | None = None  # the Start the rows were made from
@@ -489,6 +283,16 @@ class DocumentView(Widget):
         return self.body.doc
 
     @property
+    def reply_start(self) -> int:
+        """The index of the reply's first token (its marker row is above it)."""
+        return self.laid_out.reply_start
+
+    @property
+    def fallback(self) -> bool:
+        """An older trace: the prompt as its text, no boundaries."""
+        return self.laid_out.fallback
+
+    @property
     def cursor_token(self) -> DocToken | None:
         c = self.body.cursor
         return self.doc.tokens[c] if c is not None and c < len(self.doc.tokens) else None
@@ -503,14 +307,12 @@ class DocumentView(Widget):
             self._build()
         elif self._deferred:  # laid out whole once the body has its width
             pass
-        elif rec is not None and len(rec.steps) > self._steps:
+        elif rec is not None and len(rec.steps) > self.laid_out.steps:
             body = self.body
             first = self.doc.height - 1
             view_h = body.scrollable_content_region.height
             follow = body.scroll_offset.y + view_h >= self.doc.height  # the end was in view: it stays
-            for st in rec.steps[self._steps :]:
-                self.doc.add(step_token(rec.start, st))
-            self._steps = len(rec.steps)
+            self.laid_out.add_steps(rec)
             body.grew(max(0, first))
             body.follow_end = follow and bool(view_h)
             if body.follow_end:
@@ -527,7 +329,6 @@ class DocumentView(Widget):
         if not self.body.size.width:  # just shown: laid out once its width is known (on_resize)
             self._deferred = True
             self._start = rec.start if rec is not None else None
-            self._steps = len(rec.steps) if rec is not None else 0
             return
         self._deferred = False
         self._building = True  # the cursor placed here is not the user's: no StepUnderCursor
@@ -539,35 +340,14 @@ class DocumentView(Widget):
         self._header()
 
     def _lay_out(self, rec: ReplyRecord | None) -> None:
-        doc = DocumentLines(self.body.text_width)
-        self.fallback = False
-        self.reply_start = 0
-        self._steps = 0
+        layout = self.laid_out = lay_out(rec, self.body.text_width)
         self._start = rec.start if rec is not None else None
-        if rec is not None and rec.start is not None:
-            start = rec.start
-            for t in prompt_tokens(start):
-                doc.add(t)
-            self.fallback = bool(doc.tokens) and doc.tokens[0].kind == TEXT
-            doc.mark(
-                REPLY_MARK
-                + (f" (a branch: {len(start.reply_prefix)} tokens chosen earlier first)" if start.reply_prefix else "")
-            )
-            self.reply_start = len(doc.tokens)
-            n_prompt = len(start.prompt_token_ids or ())
-            # a branch in the chat holds the steps of its prefix (the reply it continues):
-            # they are shown as steps; a trace without them, as the ids fed
-            if not any(st.index < len(start.reply_prefix) for st in rec.steps):
-                for k, tid in enumerate(start.reply_prefix):
-                    doc.add(DocToken(f"⟨{tid}⟩", tid, PREFIX, n_prompt + k))
-            for st in rec.steps:
-                doc.add(step_token(start, st))
-            self._steps = len(rec.steps)
+        doc = layout.doc
         self.body.cursor = None
         self.body.follow_end = False
         self.body.set_doc(doc)
         if doc.tokens:
-            first = min(self.reply_start, len(doc.tokens) - 1)
+            first = min(layout.reply_start, len(doc.tokens) - 1)
             # a few rows of the prompt above the cursor, the reply's start below it (in a
             # view of few rows too: the rows after the cursor are the ones that grow)
             above = max(0, min(3, (self.body.scrollable_content_region.height or _PAGE) - 3))
@@ -577,11 +357,9 @@ class DocumentView(Widget):
             self._cursor_on_step(self._selected)
 
     def _cursor_on_step(self, index: int) -> None:
-        for i in range(self.reply_start, len(self.doc.tokens)):
-            st = self.doc.tokens[i].step
-            if st is not None and st.index == index:
-                self.body.set_cursor(i)
-                return
+        i = self.laid_out.step_at(index)
+        if i is not None:
+            self.body.set_cursor(i)
 
     def width_changed(self, width: int) -> None:
         if self._deferred or (width != self.doc.width and self.record is not None):
@@ -590,13 +368,14 @@ class DocumentView(Widget):
             if cursor is not None:
                 self.body.set_cursor(cursor)
         elif width != self.doc.width:
-            self.body.set_doc(DocumentLines(width))
+            self.laid_out = DocumentLayout(DocumentLines(width))
+            self.body.set_doc(self.laid_out.doc)
         self._header()  # at the view's width (when it was first shown it had none yet: 80)
 
     # ---- header and status --------------------------------------------------------------
     def _header(self) -> None:
         rec = self.record
-        short = 0 < self.size.height < SHORT_VIEW
+        short = short_header(self.size.height)
         key = (
             rec,
             self.head.content_size.width,
@@ -633,123 +412,23 @@ class DocumentView(Widget):
             self.post_message(self.StepUnderCursor(rec.number, t.step.index))
 
 
-def header_lines(
-    rec: ReplyRecord | None,
-    fallback: bool,
-    width: int,
-    stopped: int | None = None,
-    short: bool = False,
-) -> list[Line]:
-    """The view's header; `stopped`: the step the live reply's loop is stopped before;
-    `short`: a view of few rows (80x24), which keeps them for the text: the title and the
-    figures on one row, no "nothing dropped" and no legend."""
-    from loopchat.tui.figure_rows import figure_rows
-
-    rows: list[list[tuple[str, Style]]] = []
-    if rec is None:
-        rows.append(
-            [("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)]
-        )
-        return [r for p in rows for r in figure_rows(p, width)]
-    start = rec.start
-    if short:
-        rows.append([(f"Reply {rec.number} as the model reads it", HEAD), (" (Ctrl+T: back) · ", LABEL)])
-    else:
-        rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
-    if start is None:
-        rows.append([("waiting for the prompt…", _NOTE)])
-        return [r for p in rows for r in figure_rows(p, width)]
-    n_prompt = len(start.prompt_token_ids) if start.prompt_token_ids is not None else None
-    parts: list[tuple[str, Style]] = rows.pop() if short else []
-    if n_prompt is None:
-        parts.append(("prompt: not given by the server", LABEL))
-    else:
-        control = len(start.prompt_special)
-        parts.append((f"prompt {n_prompt:,} tokens" + (f" ({control} control)" if control else ""), _STATUS))
-    p, f = rec.prefill, rec.finish
-    if p is not None:
-        parts.append((f" · KV cache: {p.reused_tokens:,} reused, {p.evaluated_tokens:,} evaluated", _STATUS))
-    elif not rec.done:
-        parts.append((" · prefill running…", _NOTE))
-    elif f is not None and f.prefill_ms is not None:  # a server's own (llama.cpp's timings), as the panel shows it
-        parts.append((f" · prefill {fmt_ms(f.prefill_ms)} (the server's timing)", _STATUS))
-    else:
-        parts.append((" · prefill: not recorded", LABEL))
-    n_reply = sum(1 for s in rec.steps if not s.is_stop)
-    parts.append((f" · reply {n_reply:,} tokens" + ("" if rec.done else " so far"), _STATUS))
-    rows.append(parts)
-    if stopped is not None:
-        rows.append([(f"step mode: stopped before token {stopped + 1}, drawn at the end of this text (Enter)", _NOTE)])
-    t = rec.trimmed
-    if t is not None:
-        rows.append(
-            [
-                (
-                    f"context policy ({t.policy}): {t.dropped_messages} message(s) dropped, "
-                    f"{t.prompt_tokens_before:,} → {t.prompt_tokens_after:,} tokens (n_ctx {t.n_ctx:,})",
-                    _NOTE,
-                )
-            ]
-        )
-    elif not short:
-        rows.append([("context policy: nothing dropped", LABEL)])
-    if fallback:
-        rows.append(
-            [
-                (
-                    "an older trace: no per-token texts recorded, so the prompt is its text, "
-                    "without token boundaries or ids",
-                    _NOTE,
-                )
-            ]
-        )
-    elif n_prompt is None:
-        rows.append([("the server did not send the prompt it built: only the reply's tokens are shown", _NOTE)])
-    if not short:
-        rows.append(
-            [
-                ("control", _style(CONTROL, 0)),
-                (" ", LABEL),
-                ("prompt", _style(PROMPT, 1)),
-                (" ", LABEL),
-                ("reply", _style(REPLY, 0)),
-                (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL),
-            ]
-        )
-    return [r for p in rows for r in figure_rows(p, width)]
-
-
-def status_line(t: DocToken | None) -> Line:
-    if t is None:
-        return (("no token", LABEL),)
-    what = {
-        PROMPT: "prompt",
-        CONTROL: "control token",
-        PREFIX: "reply, chosen earlier",
-        REPLY: "reply",
-        STOP: "end of generation",
-        TEXT: "the prompt's text",
-    }[t.kind]
-    if t.kind == TEXT:
-        return (("the prompt as its text", _STATUS_KEY), (" · no token boundaries or ids in this trace", LABEL))
-    tid = "not given" if t.token_id is None else str(t.token_id)
-    raw = t.step.piece_bytes if t.step is not None else None
-    piece = (
-        byte_face(raw)
-        if raw is not None and partial_character(raw)
-        else repr(t.step.piece if t.step is not None else t.text)
-    )
-    out: list[tuple[str, Style]] = [
-        (f"id {tid}", _STATUS_KEY),
-        (f" · {piece} · ", _STATUS),
-        (f"position {t.position}" if t.position is not None else "position ?", _STATUS),
-        (f" · {what}", LABEL),
-    ]
-    if t.step is not None:
-        out.append((f" step {t.step.index}", LABEL))
-        if t.step.chosen_by == "hand":  # step mode: the user put it in
-            out.append((" · picked by hand", _STATUS_KEY))
-    return tuple(out)
-
-
-__all__ = ["DocumentView", "DocumentLines", "shown_form", "header_lines", "status_line"]
+#: the document's model, named here too (chat/views/document.py, document_header.py)
+__all__ = [
+    "CONTROL",
+    "PREFIX",
+    "PROMPT",
+    "REPLY",
+    "REPLY_MARK",
+    "SHORT_VIEW",
+    "STOP",
+    "TEXT",
+    "VISIBLE",
+    "_FG",
+    "DocToken",
+    "DocumentBody",
+    "DocumentLines",
+    "DocumentView",
+    "header_lines",
+    "shown_form",
+    "status_line",
+]

@@ -15,11 +15,9 @@ docs/performance.md, "Textual's drawing costs").
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from rich.cells import cell_len
-from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -30,38 +28,11 @@ from textual.strip import Strip
 from textual.style import Style as TextualStyle
 from textual.widget import Widget
 
+from loopchat.chat.views.lines import Line, lines_to_text, text_to_lines
 from loopchat.tui import render
 
-#: One screen line: (text, style) pieces, left to right.
-Line = tuple[tuple[str, Style], ...]
-
-_CONSOLE = Console(width=1000, file=io.StringIO(), color_system=None, legacy_windows=False)
-
-
-def line_to_text(line: Line) -> Text:
-    t = Text(end="")
-    for s, style in line:
-        t.append(s, style)
-    return t
-
-
-def lines_to_text(lines: list[Line]) -> Text:
-    """The lines as one Text (for tests and for code that reads what is shown)."""
-    t = Text()
-    for i, line in enumerate(lines):
-        if i:
-            t.append("\n")
-        for s, style in line:
-            t.append(s, style)
-    return t
-
-
-def text_to_lines(text: Text, width: int) -> list[Line]:
-    """`text` wrapped (or cut, if no_wrap) to `width` exactly as rich prints it, as Lines."""
-    out: list[Line] = []
-    for t in text.wrap(_CONSOLE, width):
-        out.append(tuple((seg.text, seg.style or Style.null()) for seg in t.render(_CONSOLE, end="") if seg.text))
-    return out
+#: Line and the conversions live with the views' models (Textual-free); named here too
+__all__ = ["FastStatic", "Line", "lines_to_text", "split_filters", "text_to_lines"]
 
 
 def split_filters(widget: Widget) -> tuple[ANSIToTruecolor | None, list[LineFilter]]:

@@ -8,7 +8,7 @@ from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
-from loopchat.tui.fast_static import Line, text_to_lines
+from loopchat.chat.views.lines import Line, text_to_lines
 
 SEP = " · "
 
