@@ -17,6 +17,7 @@ import test_tui_keys
 import test_tui_units
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar
+from textual.widgets import Input
 from tui_fixtures import REPLY_TRACE, fake_app, reply_to, wait_run
 
 from loopchat.chat.prefs import Prefs
@@ -77,6 +78,11 @@ async def _screen(monkeypatch, tmp_path, stock: bool, size: tuple[int, int], key
         assert (type(app.screen) is Screen) == stock
         app.clear_notifications()  # the stock paths' notice
         await pilot.press(*keys)
+        await pilot.pause()
+        # a text field's cursor blinks on a timer: held steady, the two paths are compared
+        # at the same blink state whenever the picture is taken
+        for field in app.screen.query(Input):
+            field.cursor_blink = False
         await pilot.pause()
         await pilot.pause()
         return _cells(app)

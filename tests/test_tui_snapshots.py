@@ -8,6 +8,7 @@ python tests/tui_fixtures.py record
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Input
 from tui_fixtures import REPLY_TRACE, wait_run
 
 from loopchat.chat.prefs import Prefs
@@ -48,6 +49,11 @@ def test_settings_dialog(snap_compare, tmp_path) -> None:
     async def open_dialog(pilot) -> None:
         await finished(pilot)
         await pilot.press("f2")
+        await pilot.pause()
+        # the focused field's cursor blinks on a timer: the picture depended on when it was
+        # taken (a loaded machine caught it off). Held steady, shown, as the user first sees it
+        for field in pilot.app.screen.query(Input):
+            field.cursor_blink = False
         await pilot.pause()
 
     assert snap_compare(replay_app(tmp_path), terminal_size=(80, 24), run_before=open_dialog)
