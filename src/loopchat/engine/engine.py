@@ -380,7 +380,7 @@ class Engine:
                 self._auto.close()
             llm.close()
             self._c.close()
-            self.llm = None  # type: ignore[assignment]
+            self.llm = None
 
     def __enter__(self) -> Engine:
         return self
