@@ -32,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from loopchat.engine.engine import Engine, physical_cores  # noqa: E402
+from loopchat.engine.cores import physical_cores  # noqa: E402
+from loopchat.engine.engine import Engine  # noqa: E402
 from loopchat.events import Finish, Message, Start  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.settings import SamplingSettings  # noqa: E402

@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from cpu_burners import cpu_burners  # noqa: E402
 
+from loopchat.engine.cores import physical_cores  # noqa: E402
 from loopchat.engine.engine import Engine  # noqa: E402
-from loopchat.engine.options import physical_cores  # noqa: E402
 from loopchat.events import Finish, Message, Pending, Step  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.settings import SamplingSettings  # noqa: E402

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from cpu_burners import cpu_burners
 
-from loopchat.engine.engine import Engine, physical_cores
+from loopchat.engine.cores import physical_cores
+from loopchat.engine.engine import Engine
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import Message, Start, Step
 from loopchat.settings import SamplingSettings

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from gc_check import cyclic_garbage
 
-from loopchat.engine.engine import ContextOverflowError, Engine, physical_cores
+from loopchat.engine.cores import physical_cores
+from loopchat.engine.engine import Engine
+from loopchat.errors import ContextOverflowError
 from loopchat.events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from loopchat.settings import LiveSettings, SamplingSettings
 
@@ -380,7 +382,7 @@ def test_a_context_size_llama_cpp_pads_is_used_as_asked(model_path, tmp_path) ->
 
 
 def test_an_invalid_chat_template_is_a_load_error_naming_it(model_path, tmp_path) -> None:
-    from loopchat.engine.engine import ModelLoadError
+    from loopchat.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError) as err:
         Engine(model_path, name="x", chat_template="{% if %}", log_path=tmp_path / "llama.log", warmup=False)

@@ -9,7 +9,7 @@ import re
 import httpx
 from test_serve import KEY, MODEL, Serve
 
-from loopchat.engine.engine import physical_cores
+from loopchat.engine.cores import physical_cores
 
 
 def steps(url: str, tokens: int) -> list[dict]:

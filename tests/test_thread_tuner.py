@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from loopchat.engine.thread_tuner import AUTO, ThreadTuner, parse_threads
+from loopchat.engine.thread_tuner import ThreadTuner
+from loopchat.threads_setting import AUTO, parse_threads
 
 QUIET = {1: 17.0, 2: 10.0}  # ms a pass: 2 threads win on an idle 2-core machine
 BUSY = {1: 20.0, 2: 50.0}  # one other CPU-bound program: 2 threads wait for each other

@@ -200,7 +200,7 @@ def cycle_breaches(modules: dict[str, Module], graph: dict[str, dict[str, int]])
 def _through_root(targets: dict[str, int], graph: dict[str, dict[str, int]], root: str) -> list[tuple[str, int, str]]:
     """(imported module, line, how) for each import; an import of the package root itself
     (`from loopchat import x`) brings in what the root's __init__ imports, as lint-imports sees it."""
-    out = []
+    out: list[tuple[str, int, str]] = []
     for target, line in sorted(targets.items(), key=lambda t: t[1]):
         if target == root:
             out.extend((t, line, f"{root} (its __init__ imports) ") for t in sorted(graph.get(root, {})))

@@ -84,8 +84,9 @@ def file_status(spec: ModelSpec) -> str:
         except ModelFileError:
             return "not installed"
         return "installed"
-    if spec.source == "path":
-        problem = gguf_problem(spec.local_path())
+    path = spec.local_path()  # None: the source is not "path"
+    if path is not None:
+        problem = gguf_problem(path)
         if problem is None:
             return "file present"
         return "file missing" if problem == "does not exist" else f"file {problem.split(' (')[0]}"

@@ -253,8 +253,9 @@ def chat_template_problem(template: str) -> str | None:
     """Why `template` does not compile as a chat template ("line 1: unexpected '}'"), or None.
 
     Compiled by llama-cpp-python's own Jinja2ChatFormatter (an ImmutableSandboxedEnvironment
-    with its options and extensions), exactly as the engine will: a few ms, plus importing
-    llama_cpp (~0.15 s) the first time, only for a config that sets a template. Errors that
+    with its options and extensions), exactly as the engine will; it imports llama_cpp the
+    first time (docs/performance.md, "Figures behind the code's choices", "Reading
+    models.toml"), only for a config that sets a template. Errors that
     only show when rendering (an undefined filter on a branch taken later) are reported by
     the engine when it renders the prompt."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter

@@ -85,8 +85,10 @@ class ModelSpec:
 
     def local_path(self) -> Path | None:
         """For source "path": the file it names (~ expanded, relative to base_dir)."""
-        if self.source != "path":
-            return None
+        return self._named_file() if self.source == "path" else None
+
+    def _named_file(self) -> Path:
+        """The file `location` names (~ expanded, relative to base_dir)."""
         path = Path(self.location).expanduser()
         if not path.is_absolute() and self.base_dir is not None:
             path = self.base_dir / path
@@ -103,7 +105,7 @@ class ModelSpec:
             elif self.source == "hf":
                 path = hf_download(self.location, progress=progress)
             else:
-                path = self.local_path()
+                path = self._named_file()
         except ModelFileError as exc:
             raise ModelFileError(f"{context}: {exc}") from None
         if self.from_command_line:

@@ -33,34 +33,74 @@ Sink = Callable[[HostEvent], None]
 
 @runtime_checkable
 class Backend(Protocol):
-    #: False for a source that only plays events (a trace): the chat then sends nothing
-    can_generate: bool
-    #: the model's name as the chat shows it ("" before any is known)
-    name: str
-    #: the model being loaded, if any
-    loading: str | None
-    #: the model loaded now (None: none, or a source without a model)
-    ready: ModelReady | None
-    #: the system prompt the current model's conversations start with (None: none)
-    system_prompt: str | None
-    #: the sampling settings a new chat starts from
-    default_settings: SamplingSettings
-    #: what a user may switch to (empty: no switching)
-    model_names: list[str]
-    #: a settings change reaches the reply in flight at its next step (False: a remote
-    #: server fixed the reply's settings when it was sent; a change waits for the next reply)
-    live_settings: bool
-    #: step mode: the loop can stop before a draw, draw on request, take a token by hand
-    can_step: bool
-    #: why not, when can_step is False (one line for a notice)
-    step_refusal: str
-    #: branches: a reply can continue from given first tokens (a past reply's, up to a
-    #: point, with maybe another candidate there), reusing the KV cache up to there
-    can_branch: bool
-    #: why not, when can_branch is False (one line for a notice)
-    branch_refusal: str
-    #: the reply in flight's step control (None: no reply in flight, or no step mode)
-    control: StepControl | None
+    """What the chat asks of a source of events; the values a backend states are read-only here."""
+
+    @property
+    def can_generate(self) -> bool:
+        """False for a source that only plays events (a trace): the chat then sends nothing."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The model's name as the chat shows it ("" before any is known)."""
+        ...
+
+    @property
+    def loading(self) -> str | None:
+        """The model being loaded, if any."""
+        ...
+
+    @property
+    def ready(self) -> ModelReady | None:
+        """The model loaded now (None: none, or a source without a model)."""
+        ...
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The system prompt the current model's conversations start with (None: none)."""
+        ...
+
+    @property
+    def default_settings(self) -> SamplingSettings:
+        """The sampling settings a new chat starts from."""
+        ...
+
+    @property
+    def model_names(self) -> list[str]:
+        """What a user may switch to (empty: no switching)."""
+        ...
+
+    @property
+    def live_settings(self) -> bool:
+        """A settings change reaches the reply in flight at its next step (False: a remote server fixed the reply's
+        settings when it was sent; a change waits for the next reply)."""
+        ...
+
+    @property
+    def can_step(self) -> bool:
+        """Step mode: the loop can stop before a draw, draw on request, take a token by hand."""
+        ...
+
+    @property
+    def step_refusal(self) -> str:
+        """Why not, when can_step is False (one line for a notice)."""
+        ...
+
+    @property
+    def can_branch(self) -> bool:
+        """Branches: a reply can continue from given first tokens (a past reply's, up to a point, with maybe another
+        candidate there), reusing the KV cache up to there."""
+        ...
+
+    @property
+    def branch_refusal(self) -> str:
+        """Why not, when can_branch is False (one line for a notice)."""
+        ...
+
+    @property
+    def control(self) -> StepControl | None:
+        """The reply in flight's step control (None: no reply in flight, or no step mode)."""
+        ...
 
     def vocabulary(self) -> list[str] | None:
         """Every token's text by id, for the step mode's search (None: not known)."""

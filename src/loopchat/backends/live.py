@@ -33,7 +33,8 @@ DEFAULT_HOST = "thread"
 
 #: The reader thread of the engine process's events waits this long (s) after each read:
 #: the app's frames read the pipe themselves (`flush`), so the thread only keeps the pipe
-#: from filling while the UI is busy elsewhere (the pipe holds ~1 s of steps).
+#: from filling while the UI is busy elsewhere (the pipe holds more steps than arrive in
+#: this time: docs/performance.md, "Figures behind the code's choices").
 READ_PERIOD = 0.25
 
 

@@ -72,7 +72,7 @@ class ModelsBackend:
         """`config`: models.toml as the caller parsed it (None: the built-in models); an
         unknown `model` raises ConfigError: the caller reports it."""
         self.config = config if config is not None else BUILTIN_CONFIG
-        self._local_args = dict(verbose=verbose, threads=threads, host=host)
+        self._local_args: tuple[bool, Threads | None, str] = (verbose, threads, host)
         self._local: LiveBackend | None = None
         self._remotes: dict[str, Any] = {}
         self._relay = _Relay()
@@ -91,8 +91,10 @@ class ModelsBackend:
                 self._remotes[spec.name] = backend
             return self._remotes[spec.name]
         if self._local is None:
-            self._local = LiveBackend(self.config, name or spec.name, **self._local_args)
-            self._local.attach(lambda ev, b=self._local: self._on(b, ev))
+            verbose, threads, host = self._local_args
+            local = LiveBackend(self.config, name or spec.name, verbose=verbose, threads=threads, host=host)
+            local.attach(lambda ev: self._on(local, ev))
+            self._local = local
         return self._local
 
     # ---- what the chat shows: the selected model's -------------------------------------
@@ -214,7 +216,7 @@ class ModelsBackend:
             self._relay.emit(ModelLoading(name=name, path=target.ready.path))
             self._relay.emit(target.ready)  # already there: the switch is instant
             self._previous = None
-        elif target is self._local:
+        elif self._local is not None and target is self._local:
             target.load(name)
         elif target.ready is None and target.loading is None:
             target.start()

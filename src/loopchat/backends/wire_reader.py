@@ -281,10 +281,10 @@ class WireReader:
         self.chunks += 1
         if EXTENSION_KEY in obj:
             self.extended = True
-            out = self._extension(obj, t_ms)
+            extended = self._extension(obj, t_ms)
             if self.finish is None:
                 raise WireError(f"the response's {EXTENSION_KEY!r} extension has no finish event")
-            return out
+            return extended
         self.extended = False
         choices = obj.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):

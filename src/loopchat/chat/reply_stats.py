@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from loopchat.events import DOCUMENT, Finish, Message, Prefill, Step
 
@@ -119,7 +119,10 @@ def reply_stats(rec: Recorded) -> ReplyStats:
     )
 
 
-def comparable(replies: Sequence[Recorded]) -> list[Recorded]:
+R = TypeVar("R", bound=Recorded)
+
+
+def comparable(replies: Sequence[R]) -> list[R]:
     """The replies that can be compared: those that finished (an error without a Finish,
     or the reply in flight, cannot)."""
     return [r for r in replies if r.finish is not None]

@@ -120,6 +120,7 @@ class ChatSession(EventSession):
         if self.generating:
             raise Refused("Still generating: press Esc to stop first")
         picked = self.conversation.reply(reply) if reply is not None else None
+        cur: ReplyRecord | None
         if picked is not None and not picked.hidden and picked.replay_of is None:
             cur = next((r for r in picked.siblings if not r.hidden), picked)
         else:

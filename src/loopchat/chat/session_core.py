@@ -198,6 +198,8 @@ class SessionCore:
         if not 1 <= rank <= len(p.raw_top):
             raise Refused(f"Only {len(p.raw_top)} candidates are listed")
         token = p.raw_top[rank - 1].token_id
+        if token is None:
+            raise Refused("This backend gives no token ids: a candidate cannot be picked by hand")
         self.pick(token)
         return token
 

@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     from loopchat.config import ConfigError
-    from loopchat.engine.engine import EngineError
+    from loopchat.errors import EngineError
     from loopchat.model_files import ModelFileError
     from loopchat.settings import SettingsError
     from loopchat.trace import TraceError

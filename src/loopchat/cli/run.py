@@ -126,7 +126,7 @@ def remote_for(args: argparse.Namespace, config: Any) -> Any:
     if url is not None and model is not None:
         raise UsageError("--model and --url both name a model: with --url, --model-id picks the server's model")
     spec = None if url is not None else config.get(model)
-    if url is None and not spec.remote:
+    if spec is not None and not spec.remote:  # spec is None: --url names the server
         for flag, name in (("--model-id", "model_id"), ("--api-key", "api_key"), ("--timeout", "timeout")):
             if getattr(args, name, None) is not None:
                 raise UsageError(f"{flag} is for a model on a server: give --url too (or a models.toml model with url)")

@@ -35,16 +35,17 @@ from loopchat.engine.chat_prompt import (
 )
 from loopchat.engine.cores import physical_cores
 from loopchat.engine.run import ReplyRun
-from loopchat.engine.thread_tuner import AUTO, Threads, ThreadTuner
-from loopchat.errors import ContextOverflowError, EngineError, ModelLoadError  # noqa: F401 - the engine's errors, importable from here
+from loopchat.engine.thread_tuner import ThreadTuner
+from loopchat.errors import ModelLoadError
 from loopchat.events import DOCUMENT, Event, FinishReason, Message, Pending
 from loopchat.model_files import gguf_problem
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import StepControl
+from loopchat.threads_setting import AUTO, Threads
 from loopchat.token_faces import vocabulary_text
 
-__all__ = ["ContextOverflowError", "Engine", "EngineError", "ModelLoadError", "physical_cores"]
+__all__ = ["Engine"]
 
 
 class Engine:
@@ -380,7 +381,7 @@ class Engine:
                 self._auto.close()
             llm.close()
             self._c.close()
-            self.llm = None  # type: ignore[assignment]
+            self.llm = None
 
     def __enter__(self) -> Engine:
         return self

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loopchat.engine.cores import physical_cores  # noqa: F401 - importable from here too
-from loopchat.engine.thread_tuner import AUTO, Threads
+from loopchat.threads_setting import AUTO, Threads
 
 if TYPE_CHECKING:
     from loopchat.config import ModelSpec

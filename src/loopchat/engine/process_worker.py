@@ -4,10 +4,10 @@ Why a process: a crash inside llama.cpp (a segfault or an abort in native code) 
 the child, not the app: the reader thread reports it, the user's text stays and the
 next load starts a new child. In one process the engine thread also shares the GIL with
 the UI thread; here it has its own interpreter and only CPU time is shared. The price:
-each Step is pickled and sent on the engine thread (measured: 0.27-0.33 ms a step
-outside the forward pass and sampling, against 0.10-0.14 ms in a thread);
-benchmarks/tui_throughput.py measures both hosts side by side, and `tui/backend.py` says
-which is the default and why.
+each Step is pickled and sent on the engine thread (the cost a step: docs/performance.md,
+"Figures behind the code's choices", "The engine in a child process");
+benchmarks/tui_throughput.py measures both hosts side by side, and `backends/live.py`
+(DEFAULT_HOST) says which is the default and why.
 
 Inside the child, an `EngineWorker` thread loads and owns the Engine exactly as in the
 single-process set-up; the child's main thread relays commands, settings changes and
@@ -175,14 +175,13 @@ class ProcessEngineWorker:
     def _read(self) -> None:
         """Hand the child's events to `emit`, in order.
 
-        Woken for each event, this thread cost the UI process ~0.3 ms of CPU per token
-        (2.7% of a core at ~80 tokens/s, measured on a 2-core VM): mostly the wake-up
-        itself, then unpickling. With a `read_period` it wakes at most once a period
-        and takes everything that has arrived (1.3-1.8% of a core at 1/30 s). The app
-        reads the pipe in each of its frames (`flush()`, on a thread that is awake then
-        anyway) and gives this thread a period of 0.25 s: 0.2% of a core. The pipe
-        holds ~100 steps, more than arrive in a period, so the engine does not wait
-        for it."""
+        Woken for each event, this thread cost the UI process CPU for every token: mostly
+        the wake-up itself, then unpickling. With a `read_period` it wakes at most once a
+        period and takes everything that has arrived. The app reads the pipe in each of
+        its frames (`flush()`, on a thread that is awake then anyway) and gives this
+        thread a longer period (READ_PERIOD). The pipe holds more steps than arrive in a
+        period, so the engine does not wait for it. The figures: docs/performance.md,
+        "Figures behind the code's choices", "The engine in a child process"."""
         period = self._read_period
         while True:
             try:

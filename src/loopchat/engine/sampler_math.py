@@ -15,10 +15,10 @@ class _Scratch(threading.local):
     """Arrays of the vocabulary's size, reused from step to step (one set per thread).
 
     A new array that large is new memory: glibc hands freed blocks of a few MB back to
-    the system, so each fresh one page-faults on every 4 KiB page it writes. On Gemma 3's
-    262,144-token vocabulary those faults cost more than the arithmetic: the top-k 40
-    chain took 1.6 ms a step with fresh arrays, 0.7 ms with memory kept. Every result
-    that leaves `sample` is a fresh (small) array, never one of these.
+    the system, so each fresh one page-faults on every 4 KiB page it writes. On a large
+    vocabulary those faults cost more than the arithmetic (docs/performance.md, "Figures
+    behind the code's choices", "The sampler's numpy"). Every result that leaves `sample`
+    is a fresh (small) array, never one of these.
     """
 
     def __init__(self) -> None:
@@ -64,8 +64,9 @@ def top_indices(x: np.ndarray, k: int) -> np.ndarray:
     return cand[order]
 
 
-#: Above this many candidates the chain does not sort them: with top-k off a full sort
-#: of the vocabulary cost ~6.5 ms a step on a 49,152-token model, a third of a pass.
+#: Above this many candidates the chain does not sort them: with top-k off a full sort of
+#: the vocabulary costs a large share of a pass (docs/performance.md, "Figures behind the
+#: code's choices", "The sampler's numpy").
 SORT_LIMIT = 1024
 
 
@@ -179,8 +180,9 @@ DRAW_BLOCK = 1024
 
 def draw_unsorted(probs: np.ndarray, u: float, block_sums: np.ndarray | None = None) -> int:
     """The index searchsorted(cumsum(probs), u, side="right") finds (the last one if
-    rounding leaves u past the end), without a cumulative sum of the whole array: on a
-    262,144-token vocabulary that sum alone cost 0.6 ms. Block sums point to the block
+    rounding leaves u past the end), without a cumulative sum of the whole array (its
+    cost on a large vocabulary: docs/performance.md, "Figures behind the code's choices",
+    "The sampler's numpy"). Block sums point to the block
     where the running total passes u, and only that block is summed one by one. (The
     sums are rounded in another order: a u within a few ulps of a boundary may pick the
     neighbour; the same logits and seed still draw the same token.)"""

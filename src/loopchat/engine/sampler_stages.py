@@ -151,7 +151,10 @@ class Candidates:
 
 
 class Stage(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """The stage's name in its StageReport."""
+        ...
 
     def apply(self, c: Candidates) -> StageReport: ...
 
@@ -206,8 +209,10 @@ class TopK:
         c.take_top(k)
         if k >= c.n_vocab:
             return c.report(self.name, entered, c.mass)
-        kept = c.logits64 if c.sorted else c.work[c.ids].astype(np.float64)
-        return c.report(self.name, entered, c.mass_of(kept))
+        if c.sorted:
+            assert c.logits64 is not None
+            return c.report(self.name, entered, c.mass_of(c.logits64))
+        return c.report(self.name, entered, c.mass_of(c.work[c.ids].astype(np.float64)))
 
 
 @dataclass(frozen=True, slots=True)

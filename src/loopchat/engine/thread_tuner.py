@@ -69,9 +69,6 @@ import statistics
 import time
 from collections import deque
 
-# the setting's type lives in the contract (threads_setting.py); named here too for the engine
-from loopchat.threads_setting import AUTO, Threads, parse_threads  # noqa: F401
-
 
 def _ms(v: float) -> str:
     return f"{v:.1f} ms" if v < 100 else f"{v:.0f} ms"

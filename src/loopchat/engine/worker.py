@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loopchat.engine.engine import ContextOverflowError, Engine, EngineError
+from loopchat.engine.engine import Engine
 from loopchat.engine.host_commands import Close, Generate, Load, WorkerCommand
+from loopchat.errors import ContextOverflowError, EngineError
 from loopchat.events import ModelLoading, ModelReady, RunDone, WorkerError
 from loopchat.request import ReplyRequest
 from loopchat.settings import LiveSettings

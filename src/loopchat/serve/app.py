@@ -273,8 +273,9 @@ class _Routes:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         # anyio loads its asyncio backend at its first use, a streaming response's task
-        # group: ~30 ms of imports on the event loop's thread that competed with the
-        # first request's prefill for the cores (its TTFT was ~35 ms longer). Load it now.
+        # group: imports on the event loop's thread that competed with the first request's
+        # prefill for the cores (docs/performance.md, "Figures behind the code's choices",
+        # "The server's first request"). Load it now.
         await anyio.sleep(0)
         self.loop.attach()
         try:

@@ -158,14 +158,14 @@ class LoopChatApp(ChatViewKeys):
         rec = self.ask(self.session.replay_other_mode)
         if rec is None:
             return
-        if self.history is not None:  # stored, so that a reopened conversation keeps the numbers
-            self.history.replayed(self.conversation.reply(rec.replay_of), rec)
+        original = self.conversation.reply(rec.replay_of) if rec.replay_of is not None else None
+        if self.history is not None and original is not None:  # stored: a reopened conversation keeps the numbers
+            self.history.replayed(original, rec)
         self.show_new_reply(rec)
-        original = self.conversation.reply(rec.replay_of or 0)
         start = original.start if original is not None else None
-        if start is not None and start.source:  # a server may ignore the seed: say so, compare after
+        if original is not None and start is not None and start.source:  # a server may ignore the seed: say so
             self.notify(
-                f"Replaying reply {original.number} with its seed {start.settings.seed} on {start.source}: a server "  # type: ignore[union-attr]
+                f"Replaying reply {original.number} with its seed {start.settings.seed} on {start.source}: a server "
                 "may not reproduce it; its tokens are compared with the original's when it ends",
                 timeout=6,
             )

@@ -6,12 +6,12 @@ Every key here is listed in help_screen.KEYS and docs/keys.md, and pressed by a 
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 #: the footer shows the raise / lower keys as one item
 _KNOB_KEYS = Binding.Group("Adjust", compact=True)
 
-BINDINGS = [
+BINDINGS: list[BindingType] = [
     # priority: the footer lists these first, and no focused widget takes them
     Binding("f1", "help", "Keys", priority=True),
     Binding("ctrl+q", "quit", "Quit", priority=True),

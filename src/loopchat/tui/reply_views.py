@@ -15,8 +15,8 @@ from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.prefs import Prefs
 from loopchat.chat.session import ChatSession
 from loopchat.events import Step
-from loopchat.tui.blocks import Block
-from loopchat.tui.transcript import ReplyView, Transcript
+from loopchat.tui.blocks import Block, ReplyView
+from loopchat.tui.transcript import Transcript
 
 
 class ReplyViews:

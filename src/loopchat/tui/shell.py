@@ -34,6 +34,7 @@ from loopchat.events import Step
 from loopchat.model_files import shown_model_name
 from loopchat.settings import SamplingSettings, SettingsError
 from loopchat.trace import CUT_SHORT
+from loopchat.tui.blocks import ReplyView
 from loopchat.tui.document_view import DocumentView
 from loopchat.tui.footer import WholeKeysFooter
 from loopchat.tui.loop_panel import LoopPanel, PanelView
@@ -43,7 +44,7 @@ from loopchat.tui.reply_views import ReplyViews
 from loopchat.tui.signals import exit_on_signals
 from loopchat.tui.step_mode import StepBar
 from loopchat.tui.token_styles import legend_text
-from loopchat.tui.transcript import ReplyView, Transcript
+from loopchat.tui.transcript import Transcript
 from loopchat.tui.wire_view import WireView
 
 #: Below this terminal width the loop panel moves under the transcript (compact form).

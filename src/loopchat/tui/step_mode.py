@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
@@ -52,8 +53,8 @@ class StepBar(Static, can_focus=True):
     """One line above the message box while in step mode; holds the focus while the loop
     is stopped, so digits and Enter reach step mode and not the message box."""
 
-    BINDINGS = step_keys()
-    _keys = frozenset(b.key for b in BINDINGS)
+    BINDINGS: ClassVar[list[BindingType]] = [*step_keys()]
+    _keys = frozenset(b.key for b in step_keys())
     _told = -1e9  # when a typed letter was last answered
     _state: tuple = ()  # what the bar last showed: (shown, stopped, the pending die)
 
@@ -165,7 +166,7 @@ def listed_faces(
     """The die's listed candidates for the search: token id -> (raw, after sampling; None
     for a candidate the sampled list does not hold)."""
     sampled = {c.token_id: c.prob for c in sampled_top or ()}
-    return {c.token_id: (c.prob, sampled.get(c.token_id)) for c in raw_top}
+    return {c.token_id: (c.prob, sampled.get(c.token_id)) for c in raw_top if c.token_id is not None}
 
 
 class TokenSearch(ModalScreen[int | None]):
@@ -274,7 +275,8 @@ class TokenSearch(ModalScreen[int | None]):
             self.dismiss(self.results[options.highlighted or 0])
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(int(event.option.id))
+        if event.option.id is not None:  # every option is made with its token id
+            self.dismiss(int(event.option.id))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -26,7 +26,7 @@ from textual.strip import Strip
 from loopchat.chat.conversation import Conversation, ReplyRecord
 from loopchat.chat.prefs import Prefs
 from loopchat.tui import render
-from loopchat.tui.blocks import Block, ReplyView, UserBlock  # noqa: F401  (ReplyView: imported from here by the app)
+from loopchat.tui.blocks import Block, ReplyView, UserBlock
 from loopchat.tui.document_block import DocumentBlock
 from loopchat.tui.prompt import TypedForTheBox
 
