@@ -61,7 +61,7 @@ def _title(v: PanelView) -> list[Pieces]:
     t: Pieces = [(f"Forward pass {s.index + 1}", HEAD)]
     if s.index == 0:
         t.append((" · over the prompt", LABEL))
-    if v.pinned:
+    if v.pinned and r is not None:
         t.append((f" · selected token of reply {r.number}", DRAWN))
     elif v.generating:
         t.append((" · generating", GENERATING))

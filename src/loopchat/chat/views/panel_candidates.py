@@ -81,12 +81,12 @@ def candidates(v: PanelView, width: int, k: int | None = None, bars: bool = True
         if bars:
             t.append((cell(f"rank {s.raw_rank}", bar_w), LABEL))
             t.append((" ", NONE))
-        t.append((cell(fmt_prob(s.raw_prob), 6, right=True), DRAWN))
+        t.append((cell(_prob(s.raw_prob), 6, right=True), DRAWN))
         t.append((" ", NONE))
         if bars:
             t.append((cell(f"rank {s.sampled_rank}", bar_w), LABEL))
             t.append((" ", NONE))
-        t.append((cell(fmt_prob(s.sampled_prob), 6, right=True), DRAWN))
+        t.append((cell(_prob(s.sampled_prob), 6, right=True), DRAWN))
         out.append(tuple(t))
     return out
 
@@ -129,3 +129,8 @@ def server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width:
         t.append((cell(fmt_prob(s.raw_prob) if s.raw_prob is not None else "–", 6, right=True), DRAWN))
         out.append(tuple(t))
     return out
+
+
+def _prob(p: float | None) -> str:
+    """A probability in a 6-wide cell; a dash where it is not given (a server without logprobs)."""
+    return fmt_prob(p) if p is not None else "—"

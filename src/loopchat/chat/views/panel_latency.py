@@ -194,7 +194,8 @@ def uncertainty(index: ReplyIndex, upto: int | None, spark_width: int, label_w: 
             ]
         )
         if label == "surprisal":
-            peak_pass = series.peak + 1 if upto is None else peak + 1  # steps count from pass 1
+            top = series.peak if upto is None and series.peak is not None else peak
+            peak_pass = top + 1  # steps count from pass 1
     if peak_pass is not None:
         # one line under the rows (the panel is spark_width + 30 wide: see panel_lines)
         caption = f"raw softmax · max surprisal: pass {peak_pass}"

@@ -45,11 +45,11 @@ def settings_block(v: PanelView, width: int, out: list[Line], caches: PanelCache
         ]
         at = changes.get(name)
         was = getattr(s.settings, name) if s is not None else value
-        if ahead and s is not None and was != value:
+        if ahead and s is not None and r is not None and was != value:
             t.append((f"  reply {r.number} had {fmt_value(name, was)}", PENDING))
         elif s is not None and name in s.settings_changed and s.index > 0:
             t.append(("  ◀ changed at this pass", CHANGED))
-        elif at is not None and (not v.pinned or at <= s.index):
+        elif at is not None and (not v.pinned or (s is not None and at <= s.index)):
             t.append((f"  changed at pass {at + 1}", CHANGED))
         pending = getattr(v.live, name)
         if s is not None and v.generating and not v.pinned and pending != value:
