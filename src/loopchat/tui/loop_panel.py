@@ -9,6 +9,8 @@ the lines that changed, without a screen re-layout).
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widget import Widget
@@ -38,7 +40,7 @@ class LoopPanel(Widget):
     }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.border_title = "Loop"
         self.view: PanelView | None = None

@@ -14,7 +14,7 @@ nothing here waits.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -193,7 +193,7 @@ class TokenSearch(ModalScreen[int | None]):
     def __init__(
         self,
         vocabulary: list[str],
-        probs,
+        probs: Callable[[Sequence[int]], list[tuple[float, float]] | None] | None,
         listed: dict[int, tuple[float, float | None]],
         *,
         not_sampled: str = "cut",
