@@ -33,7 +33,7 @@ WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION
 # Without node/npm the test is skipped and says so (pytest -rs prints the reason).
 NODE_CLIENTS := tests/clients/node_modules/.loopchat-installed
 
-.PHONY: run test bench clean
+.PHONY: run test test-fast bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,12 @@ run: $(STAMP)
 
 test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS)
 	$(BIN)/python -m pytest -q -rs
+
+# The tests that load no model and start no server (markers in pyproject.toml, checked in
+# tests/conftest.py): under 2 minutes, for the edit-run loop. `make test` stays the whole
+# suite and what CI runs.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -m "not model and not server and not slow"
 
 bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/loop_overhead.py

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fixtures import DATA, REPLY_TRACE, StepGate, loaded_live_backend, palette_pick, panel_text, wait_for, wait_run
+from tui_fixtures import DATA, REPLY_TRACE, StepGate, palette_pick, panel_text, wait_for, wait_run
 
 from loopchat.chat.conversation import STREAM, ReplyRecord
 from loopchat.chat.prefs import Prefs
@@ -384,8 +384,8 @@ def test_document_view_snapshot(snap_compare, tmp_path) -> None:
 
 # ---------------------------------------------------------------------- live ----
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def live_app(backend, tmp_path, max_tokens: int):

@@ -6,7 +6,7 @@ Real SQLite files in temporary folders; the real default model for what generate
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import FakeBackend, loaded_live_backend, palette_pick, panel_text, wait_for, wait_run
+from tui_fixtures import FakeBackend, palette_pick, panel_text, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.chat.session import REBUILT_NOTE
@@ -23,8 +23,8 @@ SIZE = (120, 40)
 
 
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def live_app(backend, tmp_path, store, **prefs):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from tui_fixtures import FakeBackend, StepGate, fake_app, loaded_live_backend, reply_to, wait_for, wait_run
+from tui_fixtures import FakeBackend, StepGate, fake_app, reply_to, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.events import FinishReason, Start
@@ -18,8 +18,8 @@ from loopchat.tui.launch import create_app
 
 
 @pytest.fixture(scope="module")
-def live():
-    yield from loaded_live_backend()
+def live(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 class StartGate:

@@ -16,7 +16,6 @@ from tui_fixtures import (
     FakeBackend,
     StepGate,
     fake_app,
-    loaded_live_backend,
     palette_pick,
     wait_for,
     wait_run,
@@ -90,8 +89,8 @@ def trace_record(mode: str = STREAM) -> ReplyRecord:
 
 # ---------------------------------------------------------------- the real model ----
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def live_app(backend, tmp_path, max_tokens: int = 24, **prefs) -> LoopChatApp:
