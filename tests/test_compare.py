@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 from tui_fixtures import COMPARE_QUESTIONS, COMPARE_TRACE, fake_app, palette_pick, reply_to, wait_for
 
 from loopchat.chat.conversation import STREAM, ReplyRecord
@@ -72,6 +73,7 @@ def test_figures_of_the_recorded_replies_are_computed_from_their_steps() -> None
     assert recs[1].prefill.reused_tokens > 0
 
 
+@pytest.mark.model
 def test_passes_are_the_engines_own_count(engine) -> None:
     """Forward passes as the engine counts its llama_decode calls, for a first reply and
     for a second one in the same conversation (its prefill reusing the KV cache)."""

@@ -23,6 +23,8 @@ from loopchat.trace import read_trace
 from loopchat.tui.loop_panel import PanelView, panel_renderable
 from loopchat.wire import extension_events
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 DRY = dict(dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3, dry_penalty_last_n=4096)
 
 

@@ -16,6 +16,8 @@ from loopchat.engine.engine import ContextOverflowError, Engine, physical_cores
 from loopchat.events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from loopchat.settings import LiveSettings, SamplingSettings
 
+pytestmark = pytest.mark.model
+
 SYSTEM = Message("system", "You are a helpful assistant.")
 
 

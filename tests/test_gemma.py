@@ -22,6 +22,8 @@ from loopchat.engine.engine import Engine
 from loopchat.events import Finish, Message, Start, Step
 from loopchat.settings import SamplingSettings
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 PROMPT = [Message("user", "The lighthouse keeper looked at the sea and")]
 
 

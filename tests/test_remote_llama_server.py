@@ -19,6 +19,8 @@ from loopchat.events import Finish, Message, ModelReady, RunDone, Step, WorkerEr
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 SETTINGS = SamplingSettings(temperature=0.7, seed=4, max_tokens=8)
 
 

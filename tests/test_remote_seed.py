@@ -16,6 +16,8 @@ from loopchat.chat.prefs import Prefs
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 RANDOM_SEED = SamplingSettings(temperature=1.0, max_tokens=12)  # seed None: random
 SIZE = (120, 40)
 

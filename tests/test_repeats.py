@@ -27,6 +27,8 @@ from loopchat.history.step_codec import decode_steps, encode_steps
 from loopchat.settings import SamplingSettings
 from loopchat.wire import WireOptions, WireSerializer, extension_events
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 #: the model card's settings (the bundled model's defaults before issue 22)
 CARD = SamplingSettings(temperature=0.2, top_p=0.9, top_k=50, min_p=0.0, repeat_penalty=1.0, seed=1, max_tokens=512)
 CAT = "Tell me a short story about a cat."

@@ -25,6 +25,8 @@ from loopchat.engine.engine import Engine
 from loopchat.events import Message
 from loopchat.settings import SamplingSettings
 
+pytestmark = pytest.mark.model
+
 PROMPT = [Message("user", "Write a story about a lighthouse keeper and a storm at sea.")]
 STEPS = 24
 SEEDS = (0, 1, 2)

@@ -33,6 +33,8 @@ from loopchat.events import Finish, Message, Start, Step
 from loopchat.stop_strings import StopStrings
 from loopchat.wire import DONE_LINE, WireOptions, WireSerializer, extension_events
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 PY = sys.executable
 KEY = "test-" + secrets.token_hex(8)
 MODEL = "smollm2-135m-instruct"

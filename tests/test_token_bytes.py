@@ -16,6 +16,8 @@ from loopchat.tui.launch import create_app
 from loopchat.tui.step_mode import TokenSearch
 from loopchat.wire import _top
 
+pytestmark = pytest.mark.model
+
 #: after an emoji's first bytes, the model's candidates are all continuation bytes
 EMOJI = "Emoji list: 😀 😃 😄 😁 😆 😅 🤣 😂 🙂 🙃 😉 😊 😇 🥰 😍 🤩 😘"
 

@@ -13,6 +13,8 @@ from loopchat.tui.app import LoopChatApp
 from loopchat.tui.branch_picker import BranchPicker, branch_choices
 from loopchat.tui.launch import create_app
 
+pytestmark = pytest.mark.model
+
 SIZE = (120, 40)
 
 

@@ -19,6 +19,8 @@ from loopchat.tui.document_view import CONTROL
 from loopchat.tui.history_screen import HistoryScreen
 from loopchat.tui.launch import create_app
 
+pytestmark = pytest.mark.model
+
 SIZE = (120, 40)
 TEXT = "The recipe for bread: flour, water,"
 

@@ -399,6 +399,7 @@ def live_app(backend, tmp_path, max_tokens: int):
     )
 
 
+@pytest.mark.model
 async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path, max_tokens=24)
     async with app.run_test(size=SIZE) as pilot:
@@ -438,6 +439,7 @@ async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend
         assert doc.doc.shown_text().startswith(shown_form(second.start.prompt_text))
 
 
+@pytest.mark.model
 async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back(backend, tmp_path) -> None:
     from loopchat.tui.step_mode import StepBar
 
@@ -465,6 +467,7 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
         await wait_run(pilot)
 
 
+@pytest.mark.model
 async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_focus(backend, tmp_path) -> None:
     from loopchat.tui.step_mode import StepBar
 
@@ -506,6 +509,7 @@ async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_f
         await wait_run(pilot)
 
 
+@pytest.mark.model
 async def test_a_live_reply_in_a_short_view_stays_in_sight(backend, tmp_path) -> None:
     """80x24: the view has a few rows; the reply's newest tokens stay in them as it grows
     (the view stayed where it was opened and the reply went on below it)."""

@@ -11,6 +11,8 @@ from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = pytest.mark.model
+
 SIZE = (120, 40)
 PROMPT = "Write a short poem about the sea."
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from tui_fixtures import wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
 from loopchat.chat.prefs import Prefs
 from loopchat.model_files import builtin_model_path
 from loopchat.tui.launch import create_app
+
+pytestmark = pytest.mark.model
 
 
 def write_config(tmp_path):

@@ -16,6 +16,8 @@ from loopchat.tui.launch import create_app
 from loopchat.tui.prompt import PromptArea
 from loopchat.tui.step_mode import DRAW_N, StepBar, TokenSearch
 
+pytestmark = pytest.mark.model
+
 SIZE = (120, 40)
 PROMPT = "Name a fruit."
 

@@ -142,6 +142,7 @@ async def stop_during_the_prompt_read(pilot, text: str, typed_since: str) -> Non
     await wait_run(pilot)
 
 
+@pytest.mark.model
 async def test_esc_during_the_prompt_read_gives_the_message_back_and_keeps_nothing(live, tmp_path) -> None:
     store = tmp_path / "h.sqlite3"
     app = create_app(
@@ -205,6 +206,7 @@ async def test_control_characters_are_drawn_as_symbols_and_sent_as_they_are(tmp_
         assert "│ A1 [␛[31mred] B2␇␡" in [you.line(i).text.rstrip() for i in range(you.height)]
 
 
+@pytest.mark.model
 async def test_completion_mode_adds_the_space_a_typed_word_needs_and_a_pref_turns_it_off(live, tmp_path) -> None:
     from test_tui_branch import notices
     from tui_fixtures import palette_pick
@@ -248,6 +250,7 @@ async def test_completion_mode_adds_the_space_a_typed_word_needs_and_a_pref_turn
         assert app.conversation.replies[2].messages[0].content == doc + "and"
 
 
+@pytest.mark.model
 async def test_the_document_view_draws_a_pasted_escape_as_a_symbol(live, tmp_path) -> None:
     from textual import events
 

@@ -13,6 +13,8 @@ from loopchat.engine.worker import EngineWorker
 from loopchat.events import Finish, FinishReason, Message, ModelReady, RunDone, Step, WorkerError
 from loopchat.settings import LiveSettings, SamplingSettings
 
+pytestmark = pytest.mark.model
+
 MESSAGES = (Message("system", "You are a helpful assistant."), Message("user", "List five animals."))
 
 
