@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from gemma_model import gemma_path as _gemma_path
+from serve_process import KEY, Serve
 from tui_fixtures import loaded_live_backend
 
 from loopchat.engine.engine import Engine
@@ -23,7 +24,7 @@ from loopchat.model_files import builtin_model_path
 
 #: the fixtures that load a model: a test using one (directly or through another fixture)
 #: must carry the `model` marker
-MODEL_FIXTURES = frozenset({"engine", "gemma_engine", "live_backend"})
+MODEL_FIXTURES = frozenset({"engine", "gemma_engine", "live_backend", "queue_one_server"})
 
 # A test run started in the background by a shell without job control (a script's `&`)
 # inherits SIGINT ignored, and so would every process it starts: the Ctrl+C tests would
@@ -77,6 +78,18 @@ def live_backend():
     """The default model in a LiveBackend (one llama thread), loaded once for every chat
     test module: each module's `backend` fixture hands it on (tui_fixtures.loaded_live_backend)."""
     yield from loaded_live_backend()
+
+
+@pytest.fixture(scope="session")
+def queue_one_server():
+    """`loopchat serve --queue 1` with the API key serve_process.KEY, started once for
+    test_serve and test_dry_settings (each request there says its own seed; the log
+    checks read from a mark taken before their request)."""
+    s = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
+    try:
+        yield s
+    finally:
+        s.stop()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
