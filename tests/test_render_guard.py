@@ -234,6 +234,7 @@ _MISSING = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", sorted(_MISSING))
 def test_a_textual_without_the_private_api_falls_back_instead_of_crashing(missing: str) -> None:
     """The guard says what is missing, and the app starts and streams a reply on the
