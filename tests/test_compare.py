@@ -171,6 +171,7 @@ async def _both_replies(pilot) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 async def test_ctrl_g_compares_the_last_two_replies_and_moves_a_side(tmp_path) -> None:
     app = _replay(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -209,6 +210,7 @@ async def test_ctrl_g_compares_the_last_two_replies_and_moves_a_side(tmp_path) -
         assert not isinstance(app.screen, CompareScreen)
 
 
+@pytest.mark.slow
 async def test_the_selected_tokens_reply_is_compared_with_the_one_before(tmp_path) -> None:
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -250,6 +252,7 @@ async def test_a_side_moves_past_the_other_sides_reply_never_onto_it(tmp_path) -
         assert screen.sides == [0, 2]
 
 
+@pytest.mark.slow
 async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:

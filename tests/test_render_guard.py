@@ -131,6 +131,7 @@ def outside_render() -> list[Path]:
     return [p for p in sorted(SRC.rglob("*.py")) if RENDER not in p.parents]
 
 
+@pytest.mark.slow
 def test_no_private_textual_api_outside_tui_render() -> None:
     files = outside_render()
     assert SRC / "tui" / "transcript.py" in files and len(files) > 20

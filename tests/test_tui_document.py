@@ -128,6 +128,7 @@ async def test_control_tokens_are_set_apart(tmp_path) -> None:
         assert bgs[0] != bgs[1] and bgs[0] == bgs[2] and bgs[1] == bgs[3]
 
 
+@pytest.mark.slow
 async def test_the_cursor_names_each_prompt_token_id(tmp_path) -> None:
     app = replay_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -253,6 +254,7 @@ async def test_the_selected_token_is_the_cursor(tmp_path) -> None:
         assert app.document.display
 
 
+@pytest.mark.slow
 async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_narrow_screen(tmp_path) -> None:
     from tui_fixtures import FakeBackend
 
@@ -288,6 +290,7 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
         assert app.transcript.display and app.focused is app.prompt
 
 
+@pytest.mark.slow
 async def test_the_command_palette_shows_the_document(tmp_path) -> None:
     app = replay_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:

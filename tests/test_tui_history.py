@@ -157,6 +157,7 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
     assert path[1].id == r2.id  # appended after the reply that was shown
 
 
+@pytest.mark.slow
 async def test_list_search_rename_and_delete_with_confirmation(tmp_path) -> None:
     store = tmp_path / "h.sqlite3"
     with ConversationStore.open(store) as s:
@@ -298,6 +299,7 @@ async def test_a_damaged_store_gives_one_notice_and_is_never_written(tmp_path, d
     assert not wal.exists() or wal.read_bytes() == before.get(wal.name, b"")
 
 
+@pytest.mark.slow
 async def test_a_write_failure_mid_session_gives_one_notice_and_the_chat_goes_on(tmp_path) -> None:
     """Another process holds the file's write lock for longer than the store waits."""
     import sqlite3

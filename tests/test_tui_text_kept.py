@@ -88,6 +88,7 @@ async def test_ctrl_q_with_a_draft_asks_once_then_quits(tmp_path) -> None:
     assert not app.is_running
 
 
+@pytest.mark.slow
 async def test_page_keys_in_the_box_scroll_the_transcript(tmp_path) -> None:
     backend = FakeBackend(tokens=[f"line {i}\n" for i in range(120)], delay=0.0)
     app = fake_app(tmp_path, backend)
