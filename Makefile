@@ -33,7 +33,7 @@ WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION
 # Without node/npm the test is skipped and says so (pytest -rs prints the reason).
 NODE_CLIENTS := tests/clients/node_modules/.loopchat-installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,12 @@ lint: $(STAMP)
 	$(BIN)/python tools/house_check.py || failed="$$failed\n  house rules: breaches above (functions <= 80 lines, modules <= 450, no import cycle, no import climbs a layer)"; \
 	if [ -n "$$failed" ]; then printf "make lint failed:$$failed\n"; exit 1; fi; \
 	echo "make lint: ruff, ruff format, mypy, import contracts and house rules all pass"
+
+# The tests that load no model and start no server (markers in pyproject.toml, checked in
+# tests/conftest.py): under 2 minutes, for the edit-run loop. `make test` stays the whole
+# suite and what CI runs.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -m "not model and not server and not slow"
 
 bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/loop_overhead.py

@@ -1,5 +1,12 @@
-"""Shared fixtures: the real default model, loaded once per session; the path of the
-second model (Gemma 3 270M, tests/gemma_model.py)."""
+"""Shared fixtures: the real default model, loaded once per session (as an Engine, and in
+a LiveBackend for the chat tests); the second model (Gemma 3 270M, tests/gemma_model.py),
+its path and an Engine on it, loaded once per session.
+
+The markers (registered in pyproject.toml) say what a test costs: `model` (it loads a
+model, here or in a child process), `server` (it starts a server or a `loopchat`
+process), `slow`. `make test-fast` runs the tests that carry none of them. A test that
+asks for a model fixture without the `model` marker is refused at collection, so the
+fast run never loads a model by accident."""
 
 from __future__ import annotations
 
@@ -9,9 +16,15 @@ from pathlib import Path
 
 import pytest
 from gemma_model import gemma_path as _gemma_path
+from serve_process import KEY, Serve
+from tui_fixtures import loaded_live_backend
 
 from loopchat.engine.engine import Engine
 from loopchat.model_files import builtin_model_path
+
+#: the fixtures that load a model: a test using one (directly or through another fixture)
+#: must carry the `model` marker
+MODEL_FIXTURES = frozenset({"engine", "gemma_engine", "live_backend", "queue_one_server"})
 
 # A test run started in the background by a shell without job control (a script's `&`)
 # inherits SIGINT ignored, and so would every process it starts: the Ctrl+C tests would
@@ -50,3 +63,43 @@ def engine(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine
     eng = Engine(model_path, n_ctx=2048, log_path=log)
     yield eng
     eng.close()
+
+
+@pytest.fixture(scope="session")
+def gemma_engine(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    """Gemma 3 270M in an Engine (n_ctx 512), loaded once for every module that reads it."""
+    eng = Engine(gemma_path, n_ctx=512, log_path=tmp_path_factory.mktemp("log") / "llama.log")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="session")
+def live_backend():
+    """The default model in a LiveBackend (one llama thread), loaded once for every chat
+    test module: each module's `backend` fixture hands it on (tui_fixtures.loaded_live_backend)."""
+    yield from loaded_live_backend()
+
+
+@pytest.fixture(scope="session")
+def queue_one_server():
+    """`loopchat serve --queue 1` with the API key serve_process.KEY, started once for
+    test_serve and test_dry_settings (each request there says its own seed; the log
+    checks read from a mark taken before their request)."""
+    s = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = [
+        item.nodeid
+        for item in items
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())) and item.get_closest_marker("model") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "these tests load a model but have no `model` marker (add `pytestmark = pytest.mark.model` to their "
+            "file): " + ", ".join(unmarked[:10])
+        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from openai import OpenAI
 
 PY = sys.executable
 LOG_WAIT = 60.0  # seconds a log line may take to appear (a busy 2-core machine)
+KEY = "test-" + secrets.token_hex(8)  # the API key of the servers the tests start (LOOPCHAT_API_KEY)
 
 
 class Serve:

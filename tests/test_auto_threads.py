@@ -18,6 +18,8 @@ from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import Message, Start, Step
 from loopchat.settings import SamplingSettings
 
+pytestmark = pytest.mark.model
+
 MESSAGES = [Message("user", "Tell me a long story about a lighthouse keeper.")]
 
 

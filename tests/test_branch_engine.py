@@ -3,9 +3,13 @@ up to there, maybe another candidate there) reuses the KV cache up to the branch
 
 from __future__ import annotations
 
+import pytest
+
 from loopchat.engine.engine import Engine
 from loopchat.events import Finish, Message, Prefill, Start, Step
 from loopchat.settings import SamplingSettings
+
+pytestmark = pytest.mark.model
 
 MESSAGES = (Message("user", "Name three animals that live in the sea."),)
 SETTINGS = SamplingSettings(temperature=0.8, top_k=40, top_p=0.95, seed=99, max_tokens=24)

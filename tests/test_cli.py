@@ -16,6 +16,8 @@ import pytest
 
 from loopchat.trace import read_trace
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 PY = sys.executable
 
 

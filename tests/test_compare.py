@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 from tui_fixtures import COMPARE_QUESTIONS, COMPARE_TRACE, fake_app, palette_pick, reply_to, wait_for
 
 from loopchat.chat.conversation import STREAM, ReplyRecord
@@ -72,6 +73,7 @@ def test_figures_of_the_recorded_replies_are_computed_from_their_steps() -> None
     assert recs[1].prefill.reused_tokens > 0
 
 
+@pytest.mark.model
 def test_passes_are_the_engines_own_count(engine) -> None:
     """Forward passes as the engine counts its llama_decode calls, for a first reply and
     for a second one in the same conversation (its prefill reusing the KV cache)."""
@@ -169,6 +171,7 @@ async def _both_replies(pilot) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 async def test_ctrl_g_compares_the_last_two_replies_and_moves_a_side(tmp_path) -> None:
     app = _replay(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -207,6 +210,7 @@ async def test_ctrl_g_compares_the_last_two_replies_and_moves_a_side(tmp_path) -
         assert not isinstance(app.screen, CompareScreen)
 
 
+@pytest.mark.slow
 async def test_the_selected_tokens_reply_is_compared_with_the_one_before(tmp_path) -> None:
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -248,6 +252,7 @@ async def test_a_side_moves_past_the_other_sides_reply_never_onto_it(tmp_path) -
         assert screen.sides == [0, 2]
 
 
+@pytest.mark.slow
 async def test_ctrl_g_needs_two_finished_replies(tmp_path) -> None:
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:

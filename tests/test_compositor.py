@@ -98,6 +98,7 @@ async def _stream_and_check(size: tuple[int, int], tmp_path: Any) -> Terminal:
         return term
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)])
 async def test_partial_repaints_match_a_full_render(size, tmp_path) -> None:
     term = await _stream_and_check(size, tmp_path)
@@ -107,6 +108,7 @@ async def test_partial_repaints_match_a_full_render(size, tmp_path) -> None:
     assert term.final == []
 
 
+@pytest.mark.slow
 async def test_the_check_catches_a_compositor_that_misses_lines(tmp_path, monkeypatch) -> None:
     """The same check fails for a compositor that drops the last dirty region."""
     original = RowCroppingCompositor.render_partial_update

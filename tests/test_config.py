@@ -136,6 +136,7 @@ def test_builtin_model_has_its_model_card_settings_and_a_repeat_penalty():
     assert (s.seed, s.max_tokens) == (SamplingSettings().seed, SamplingSettings().max_tokens)
 
 
+@pytest.mark.model
 def test_builtin_model_prompt_is_its_chatml_exactly(engine):
     from loopchat.events import Message
 
@@ -154,6 +155,7 @@ def test_builtin_model_prompt_is_its_chatml_exactly(engine):
     assert engine.is_eog(im_end)
 
 
+@pytest.mark.model
 def test_builtin_model_reply_ends_at_its_stop_token(engine):
     from loopchat.events import Finish, FinishReason, Message
 

@@ -168,6 +168,7 @@ def test_a_step_costs_little_on_a_long_context() -> None:
     assert best < 0.02, f"{best * 1000:.2f} ms"
 
 
+@pytest.mark.model
 def test_the_real_models_sampled_distribution_is_the_raw_one_minus_the_penalties(engine: Engine) -> None:
     """Temperature T over the whole vocabulary: the sampled distribution is
     softmax((logits - penalty) / T), so T log(sampled p) - log(raw p) + penalty is the

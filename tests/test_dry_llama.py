@@ -14,6 +14,8 @@ from remote_servers import start_llama_server
 from loopchat.engine import dry
 from loopchat.engine.engine import Engine
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 #: weaker than the default, so that the penalized tokens stay among the 10 reported after it
 DRY = dict(dry_multiplier=0.3, dry_base=1.1, dry_allowed_length=2, dry_penalty_last_n=1024)
 TEXT = (

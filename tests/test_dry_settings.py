@@ -23,6 +23,8 @@ from loopchat.trace import read_trace
 from loopchat.tui.loop_panel import PanelView, panel_renderable
 from loopchat.wire import extension_events
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 DRY = dict(dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3, dry_penalty_last_n=4096)
 
 
@@ -73,12 +75,8 @@ def test_the_panel_shows_dry_when_it_is_on() -> None:
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
-    try:
-        yield s
-    finally:
-        s.stop()
+def server(queue_one_server: Serve) -> Serve:
+    return queue_one_server  # the session's (conftest.py), the one test_serve reads
 
 
 def test_serve_takes_llama_servers_dry_fields(server: Serve) -> None:

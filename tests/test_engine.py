@@ -18,6 +18,8 @@ from loopchat.errors import ContextOverflowError
 from loopchat.events import ContextTrimmed, Finish, FinishReason, Message, Prefill, Start, Step
 from loopchat.settings import LiveSettings, SamplingSettings
 
+pytestmark = pytest.mark.model
+
 SYSTEM = Message("system", "You are a helpful assistant.")
 
 

@@ -159,6 +159,7 @@ def _bar_differences(bar) -> list[str]:
     )
 
 
+@pytest.mark.slow
 async def test_the_transcript_scrollbar_paints_what_textual_paints(tmp_path, monkeypatch) -> None:
     from textual.geometry import Offset
     from textual.scrollbar import ScrollBar

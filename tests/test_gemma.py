@@ -1,7 +1,7 @@
 """The second model, Gemma 3 270M base (issue 11): nothing like the default one.
 
 262,144 tokens of vocabulary (5x), another architecture and quantization, BOS added,
-no chat template in the file. The engine loads it once for this module (~250 MB).
+no chat template in the file. The engine loads it once per session (~250 MB; conftest.py).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from loopchat.engine.engine import Engine
 from loopchat.events import Finish, Message, Start, Step
 from loopchat.settings import SamplingSettings
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 PROMPT = [Message("user", "The lighthouse keeper looked at the sea and")]
 
 
 @pytest.fixture(scope="module")
-def gemma(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
-    eng = Engine(gemma_path, n_ctx=512, log_path=tmp_path_factory.mktemp("log") / "llama.log")
-    yield eng
-    eng.close()
+def gemma(gemma_engine: Engine) -> Engine:
+    return gemma_engine  # the session's (conftest.py): loaded once for every module that reads Gemma
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from loopchat.cli.main import main
 from loopchat.history.store import ConversationStore
 from loopchat.trace import read_trace
 
+pytestmark = pytest.mark.server
+
 TRACE = Path(__file__).parent / "data" / "reply.jsonl"
 
 

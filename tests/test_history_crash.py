@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from test_tui_terminal import read_until
 from tui_fixtures import FakeBackend, wait_for
 
@@ -19,6 +20,8 @@ from loopchat.chat.prefs import Prefs
 from loopchat.events import FinishReason, Step
 from loopchat.history.store import CUT, ConversationStore
 from loopchat.tui.app import LoopChatApp
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
 
 PROMPT = b"Tell me a very long story about a dragon and a knight."
 

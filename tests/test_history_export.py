@@ -24,6 +24,8 @@ from loopchat.events import Finish, FinishReason, Message, RunDone, Start, Step,
 from loopchat.history.store import CUT, ConversationStore, StoreError
 from loopchat.trace import CUT_SHORT, TraceWriter, read_trace
 
+pytestmark = pytest.mark.model
+
 
 @pytest.fixture(scope="module")
 def replies(engine: Engine) -> dict[str, list]:

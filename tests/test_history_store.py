@@ -34,6 +34,8 @@ from loopchat.history.store import (
 from loopchat.history.writer import StoreWriter
 from loopchat.settings import SamplingSettings
 
+pytestmark = pytest.mark.model
+
 
 @pytest.fixture(scope="module")
 def long_reply(engine: Engine) -> list:

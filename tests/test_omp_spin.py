@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 # the engine's first import of llama.cpp's library, as Engine() makes it
 CHECK = (
     "import os, sys; import loopchat.engine.engine; assert 'llama_cpp' not in sys.modules; from llama_cpp import Llama; "

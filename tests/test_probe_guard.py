@@ -24,6 +24,8 @@ from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import Finish, FinishReason, Message, Step
 from loopchat.settings import SamplingSettings
 
+pytestmark = pytest.mark.model
+
 MESSAGES = [Message("user", "Tell me a long story about a lighthouse keeper.")]
 SETTINGS = SamplingSettings(seed=7, temperature=0.9, max_tokens=160)
 

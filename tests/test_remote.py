@@ -33,6 +33,8 @@ from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 SETTINGS = SamplingSettings(temperature=0.7, seed=5, max_tokens=12)
 MESSAGES = (Message("user", "Name three colours."),)
 

@@ -32,6 +32,8 @@ from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = pytest.mark.server
+
 MESSAGES = (Message("user", "Hello?"),)
 SETTINGS = SamplingSettings(temperature=0.5, seed=9, max_tokens=16)
 

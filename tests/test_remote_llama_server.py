@@ -20,6 +20,8 @@ from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 SETTINGS = SamplingSettings(temperature=0.7, seed=4, max_tokens=8)
 
 

@@ -30,6 +30,8 @@ from loopchat.trace import read_trace
 from loopchat.tui.launch import create_app
 from loopchat.wire import extension_events
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 SETTINGS = SamplingSettings(temperature=0.8, seed=11, max_tokens=10)
 MESSAGES = (Message("user", "Name three colours."),)
 

@@ -19,6 +19,8 @@ from loopchat.config import ConfigError, format_models_listing, load_config
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 
 @pytest.fixture(scope="module")
 def server():

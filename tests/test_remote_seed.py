@@ -17,6 +17,8 @@ from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 RANDOM_SEED = SamplingSettings(temperature=1.0, max_tokens=12)  # seed None: random
 SIZE = (120, 40)
 

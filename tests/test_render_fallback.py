@@ -25,6 +25,8 @@ from loopchat.tui import render
 from loopchat.tui.fast_static import FastStatic
 from loopchat.tui.launch import create_app
 
+pytestmark = pytest.mark.slow
+
 #: tests that check a property of the fast paths themselves
 FAST_PATHS_ONLY = {"test_frames_leave_no_strips_for_the_cycle_collector"}
 

@@ -131,6 +131,7 @@ def outside_render() -> list[Path]:
     return [p for p in sorted(SRC.rglob("*.py")) if RENDER not in p.parents]
 
 
+@pytest.mark.slow
 def test_no_private_textual_api_outside_tui_render() -> None:
     files = outside_render()
     assert SRC / "tui" / "transcript.py" in files and len(files) > 20
@@ -234,6 +235,7 @@ _MISSING = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", sorted(_MISSING))
 def test_a_textual_without_the_private_api_falls_back_instead_of_crashing(missing: str) -> None:
     """The guard says what is missing, and the app starts and streams a reply on the

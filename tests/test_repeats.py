@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 
 import httpx
 import pytest
-from tui_fixtures import loaded_live_backend, panel_text, wait_for, wait_run
+from tui_fixtures import panel_text, wait_for, wait_run
 
 from loopchat.config import SMOLLM2_SYSTEM_PROMPT
 from loopchat.engine.engine import Engine
@@ -27,6 +26,8 @@ from loopchat.events import Message, Step, event_from_json_dict, to_json_dict
 from loopchat.history.step_codec import decode_steps, encode_steps
 from loopchat.settings import SamplingSettings
 from loopchat.wire import WireOptions, WireSerializer, extension_events
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
 
 #: the model card's settings (the bundled model's defaults before issue 22)
 CARD = SamplingSettings(temperature=0.2, top_p=0.9, top_k=50, min_p=0.0, repeat_penalty=1.0, seed=1, max_tokens=512)
@@ -182,8 +183,8 @@ def test_a_loopchat_server_sends_the_repeat_in_its_extension() -> None:
 
 # ---- the chat: the panel and the info line say so, the transcript marks the tokens ------
 @pytest.fixture(scope="module")
-def backend() -> Iterator:
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 async def test_the_chat_shows_the_loop(backend, tmp_path) -> None:

@@ -25,6 +25,8 @@ from loopchat.engine.engine import Engine
 from loopchat.events import Message
 from loopchat.settings import SamplingSettings
 
+pytestmark = pytest.mark.model
+
 PROMPT = [Message("user", "Write a story about a lighthouse keeper and a storm at sea.")]
 STEPS = 24
 SEEDS = (0, 1, 2)
@@ -70,12 +72,8 @@ def smol_rows(engine: Engine) -> list[tuple[np.ndarray, list[int]]]:
 
 
 @pytest.fixture(scope="module")
-def gemma_rows(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[np.ndarray, list[int]]]:
-    eng = Engine(gemma_path, n_ctx=512, log_path=tmp_path_factory.mktemp("log") / "llama.log")
-    try:
-        return record(eng, 12)
-    finally:
-        eng.close()
+def gemma_rows(gemma_engine: Engine) -> list[tuple[np.ndarray, list[int]]]:
+    return record(gemma_engine, 12)
 
 
 def S(**kw: float) -> SamplingSettings:

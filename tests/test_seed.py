@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loopchat.engine.engine import Engine
 from loopchat.events import Message, Prefill, Start, Step
 from loopchat.settings import LiveSettings, SamplingSettings, SettingsError
+
+pytestmark = pytest.mark.model
 
 MESSAGES = (Message("user", "Write one sentence about cats."),)
 

@@ -1,8 +1,8 @@
 """`loopchat serve`: a real server in a child process on 127.0.0.1 at a free port, driven
 by the official `openai` client (and httpx for the raw bytes). No mocked HTTP.
 
-One server serves the module (--queue 1, the API key from LOOPCHAT_API_KEY); the
-Ctrl+C tests and the start-up errors start their own.
+One server serves the module (--queue 1, the API key from LOOPCHAT_API_KEY; conftest.py's
+queue_one_server, shared with test_dry_settings); the Ctrl+C tests and the start-up errors start their own.
 """
 
 from __future__ import annotations
@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import math
 import re
-import secrets
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
-from serve_process import Serve
+from serve_process import KEY, Serve
 
 from loopchat.config import SMOLLM2_SAMPLING
 from loopchat.engine.engine import Engine
@@ -33,8 +31,9 @@ from loopchat.events import Finish, Message, Start, Step
 from loopchat.stop_strings import StopStrings
 from loopchat.wire import DONE_LINE, WireOptions, WireSerializer, extension_events
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 PY = sys.executable
-KEY = "test-" + secrets.token_hex(8)
 MODEL = "smollm2-135m-instruct"
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -44,12 +43,8 @@ DOCUMENT = "Once upon a time, in a small village by the sea, there lived"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Serve]:
-    s = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
-    try:
-        yield s
-    finally:
-        s.stop()
+def server(queue_one_server: Serve) -> Serve:
+    return queue_one_server  # the session's (conftest.py): one launch for this module and test_dry_settings
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ from loopchat.events import Message, ModelReady, RunDone, Start
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 KEY = "test-" + secrets.token_hex(8)
 SERVED = "tiny"  # the models.toml entry served: what every response's `model` must say
 FILE_STEM = "SmolLM2-135M-Instruct.Q4_1"

@@ -7,9 +7,12 @@ import json
 import re
 
 import httpx
+import pytest
 from test_serve import KEY, MODEL, Serve
 
 from loopchat.engine.cores import physical_cores
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
 
 
 def steps(url: str, tokens: int) -> list[dict]:

@@ -15,6 +15,8 @@ from loopchat.events import Finish, FinishReason, Message, Pending, Step
 from loopchat.settings import LiveSettings, SamplingSettings
 from loopchat.step_control import HAND, SAMPLED, STEPPED, StepControl
 
+pytestmark = pytest.mark.model
+
 MESSAGES = (Message("user", "Tell me a short story about a cat."),)
 SETTINGS = SamplingSettings(temperature=1.0, top_k=40, top_p=0.95, min_p=0.0, seed=1234, max_tokens=10)
 WAIT = 60.0

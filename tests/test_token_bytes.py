@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import Input, OptionList
-from tui_fixtures import loaded_live_backend, panel_text, wait_for
+from tui_fixtures import panel_text, wait_for
 
 from loopchat.chat.prefs import Prefs
 from loopchat.events import DOCUMENT, Message, Step, event_from_json_dict, to_json_dict
@@ -15,6 +15,8 @@ from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 from loopchat.tui.step_mode import TokenSearch
 from loopchat.wire import _top
+
+pytestmark = pytest.mark.model
 
 #: after an emoji's first bytes, the model's candidates are all continuation bytes
 EMOJI = "Emoji list: 😀 😃 😄 😁 😆 😅 🤣 😂 🙂 🙃 😉 😊 😇 🥰 😍 🤩 😘"
@@ -46,8 +48,8 @@ def test_a_piece_of_a_character_carries_its_bytes_through_trace_history_and_wire
 
 
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 async def test_the_die_and_the_search_show_the_pieces_bytes(backend, engine, tmp_path) -> None:

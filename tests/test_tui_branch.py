@@ -5,7 +5,7 @@ conversation goes on from."""
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import FakeBackend, StepGate, loaded_live_backend, reply_to, wait_for, wait_run
+from tui_fixtures import FakeBackend, StepGate, reply_to, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.settings import SamplingSettings
@@ -13,12 +13,14 @@ from loopchat.tui.app import LoopChatApp
 from loopchat.tui.branch_picker import BranchPicker, branch_choices
 from loopchat.tui.launch import create_app
 
+pytestmark = pytest.mark.model
+
 SIZE = (120, 40)
 
 
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def make_app(backend, tmp_path):

@@ -7,7 +7,7 @@ The real default model (and Gemma 3 270M base, which has no chat template) with 
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import drawn, fake_app, loaded_live_backend, palette_pick, panel_text, wait_for, wait_run
+from tui_fixtures import drawn, fake_app, palette_pick, panel_text, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.engine.chat_prompt import NO_TEMPLATE_NOTE
@@ -19,13 +19,15 @@ from loopchat.tui.document_view import CONTROL
 from loopchat.tui.history_screen import HistoryScreen
 from loopchat.tui.launch import create_app
 
+pytestmark = pytest.mark.model
+
 SIZE = (120, 40)
 TEXT = "The recipe for bread: flour, water,"
 
 
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def live_app(backend, tmp_path, history=False):

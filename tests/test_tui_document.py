@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fixtures import DATA, REPLY_TRACE, StepGate, loaded_live_backend, palette_pick, panel_text, wait_for, wait_run
+from tui_fixtures import DATA, REPLY_TRACE, StepGate, palette_pick, panel_text, wait_for, wait_run
 
 from loopchat.chat.conversation import STREAM, ReplyRecord
 from loopchat.chat.prefs import Prefs
@@ -128,6 +128,7 @@ async def test_control_tokens_are_set_apart(tmp_path) -> None:
         assert bgs[0] != bgs[1] and bgs[0] == bgs[2] and bgs[1] == bgs[3]
 
 
+@pytest.mark.slow
 async def test_the_cursor_names_each_prompt_token_id(tmp_path) -> None:
     app = replay_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -260,6 +261,7 @@ async def test_the_selected_token_is_the_cursor(tmp_path) -> None:
         assert app.document.display
 
 
+@pytest.mark.slow
 async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_narrow_screen(tmp_path) -> None:
     from tui_fixtures import FakeBackend
 
@@ -295,6 +297,7 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
         assert app.transcript.display and app.focused is app.prompt
 
 
+@pytest.mark.slow
 async def test_the_command_palette_shows_the_document(tmp_path) -> None:
     app = replay_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -391,8 +394,8 @@ def test_document_view_snapshot(snap_compare, tmp_path) -> None:
 
 # ---------------------------------------------------------------------- live ----
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def live_app(backend, tmp_path, max_tokens: int):
@@ -406,6 +409,7 @@ def live_app(backend, tmp_path, max_tokens: int):
     )
 
 
+@pytest.mark.model
 async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path, max_tokens=24)
     async with app.run_test(size=SIZE) as pilot:
@@ -445,6 +449,7 @@ async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend
         assert doc.doc.shown_text().startswith(shown_form(second.start.prompt_text))
 
 
+@pytest.mark.model
 async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back(backend, tmp_path) -> None:
     from loopchat.tui.step_mode import StepBar
 
@@ -472,6 +477,7 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
         await wait_run(pilot)
 
 
+@pytest.mark.model
 async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_focus(backend, tmp_path) -> None:
     from loopchat.tui.step_mode import StepBar
 
@@ -513,6 +519,7 @@ async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_f
         await wait_run(pilot)
 
 
+@pytest.mark.model
 async def test_a_live_reply_in_a_short_view_stays_in_sight(backend, tmp_path) -> None:
     """80x24: the view has a few rows; the reply's newest tokens stay in them as it grows
     (the view stayed where it was opened and the reply went on below it)."""

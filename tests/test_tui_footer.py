@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from tui_fixtures import fake_app, palette_pick, wait_for
 
 
@@ -33,6 +34,7 @@ async def test_the_footer_leaves_out_keys_it_would_cut_and_shows_them_when_wide(
         )
 
 
+@pytest.mark.slow
 async def test_the_footer_still_fits_after_a_palette_command_and_the_keys_list(tmp_path) -> None:
     """The footer's keys are made again when a screen closes: after a command picked in
     the palette they were all shown, the last one cut ("f5 Regener")."""

@@ -6,7 +6,7 @@ Real SQLite files in temporary folders; the real default model for what generate
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import FakeBackend, loaded_live_backend, palette_pick, panel_text, wait_for, wait_run
+from tui_fixtures import FakeBackend, palette_pick, panel_text, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.chat.session import REBUILT_NOTE
@@ -23,8 +23,8 @@ SIZE = (120, 40)
 
 
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def live_app(backend, tmp_path, store, **prefs):
@@ -54,6 +54,7 @@ def notices(app, title: str) -> list[str]:
     return [n.message for n in app.notices if n.title == title]
 
 
+@pytest.mark.model
 async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backend, tmp_path) -> None:
     store = tmp_path / "history.sqlite3"
     app = live_app(backend, tmp_path, store)
@@ -156,6 +157,7 @@ async def test_stored_as_it_runs_then_opened_continued_and_stepped_through(backe
     assert path[1].id == r2.id  # appended after the reply that was shown
 
 
+@pytest.mark.slow
 async def test_list_search_rename_and_delete_with_confirmation(tmp_path) -> None:
     store = tmp_path / "h.sqlite3"
     with ConversationStore.open(store) as s:
@@ -221,6 +223,7 @@ async def test_the_command_palette_opens_the_list(tmp_path) -> None:
         assert "No conversation stored yet" in str(app.screen.options.get_option_at_index(0).prompt)
 
 
+@pytest.mark.model
 async def test_no_history_and_the_pref_off_keep_nothing(backend, tmp_path, monkeypatch) -> None:
     data = tmp_path / "data"
     monkeypatch.setenv("LOOPCHAT_DATA_DIR", str(data))
@@ -296,6 +299,7 @@ async def test_a_damaged_store_gives_one_notice_and_is_never_written(tmp_path, d
     assert not wal.exists() or wal.read_bytes() == before.get(wal.name, b"")
 
 
+@pytest.mark.slow
 async def test_a_write_failure_mid_session_gives_one_notice_and_the_chat_goes_on(tmp_path) -> None:
     """Another process holds the file's write lock for longer than the store waits."""
     import sqlite3
@@ -323,6 +327,7 @@ async def test_a_write_failure_mid_session_gives_one_notice_and_the_chat_goes_on
         assert "\n" not in line and "history not saved" in line
 
 
+@pytest.mark.model
 async def test_a_reply_left_by_ctrl_n_is_stored_as_stopped_and_says_why_once(backend, tmp_path) -> None:
     from tui_fixtures import StepGate
 
@@ -347,6 +352,7 @@ async def test_a_reply_left_by_ctrl_n_is_stored_as_stopped_and_says_why_once(bac
     assert f"stopped (cancelled): {LEFT_UNFINISHED}" in line and line.count("stopped") == 1, line
 
 
+@pytest.mark.model
 async def test_reply_numbers_are_the_same_when_the_conversation_is_reopened(backend, tmp_path) -> None:
     """F9's replay was numbered live but not stored: the reply after it was reply 3 live
     and reply 2 reopened. The replay is stored beside the reply it replays, and shown

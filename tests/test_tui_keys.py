@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from textual import events
 from tui_fixtures import FakeBackend, palette_pick, panel_text, reply_to, wait_for, wait_run
 
@@ -167,6 +168,7 @@ async def test_settings_changed_between_replies_show_in_the_panel(tmp_path) -> N
         assert "(at this pass)" in panel_text(app)
 
 
+@pytest.mark.slow
 async def test_f2_enter_applies_the_dialog_and_keeps_the_draft(tmp_path) -> None:
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -301,6 +303,7 @@ async def test_f4_f6_f7_toggle_and_are_remembered(tmp_path) -> None:
         assert legend.display is not shown
 
 
+@pytest.mark.slow
 async def test_ctrl_p_opens_the_command_palette(tmp_path) -> None:
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:

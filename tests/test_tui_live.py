@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import StepGate, drawn, loaded_live_backend, panel_text, wait_for, wait_run
+from tui_fixtures import StepGate, drawn, panel_text, wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
 from loopchat.chat.prefs import Prefs
@@ -11,13 +11,15 @@ from loopchat.events import FinishReason
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 
+pytestmark = pytest.mark.model
+
 SIZE = (120, 40)
 PROMPT = "Write a short poem about the sea."
 
 
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def make_app(backend, tmp_path, **settings):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from tui_fixtures import wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
@@ -9,6 +10,8 @@ from loopchat.chat.prefs import Prefs
 from loopchat.config import load_config
 from loopchat.model_files import builtin_model_path
 from loopchat.tui.launch import create_app
+
+pytestmark = pytest.mark.model
 
 
 def write_config(tmp_path):

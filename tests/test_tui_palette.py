@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.widgets import HelpPanel
 from tui_fixtures import fake_app, palette_pick, record_notices, wait_for
 
 from loopchat.tui.help_screen import HelpScreen
 
 
+@pytest.mark.slow
 async def test_the_palettes_keys_opens_f1s_list_and_esc_closes_it(tmp_path) -> None:
     """It opened Textual's generic key panel (not F1's list), and Esc did not close it."""
     app = fake_app(tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import Input, OptionList
-from tui_fixtures import REPLY_TRACE, StepGate, drawn, loaded_live_backend, panel_text, wait_for, wait_run
+from tui_fixtures import REPLY_TRACE, StepGate, drawn, panel_text, wait_for, wait_run
 
 from loopchat.backends.live import LiveBackend
 from loopchat.chat.plots import fmt_ms, fmt_prob, fmt_rate, show_token
@@ -16,13 +16,15 @@ from loopchat.tui.launch import create_app
 from loopchat.tui.prompt import PromptArea
 from loopchat.tui.step_mode import DRAW_N, StepBar, TokenSearch
 
+pytestmark = pytest.mark.model
+
 SIZE = (120, 40)
 PROMPT = "Name a fruit."
 
 
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def make_app(backend, tmp_path, **settings):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
 TRACE = Path(__file__).parent / "data" / "reply.jsonl"
 
 ALT_SCREEN_ON, ALT_SCREEN_OFF = b"\x1b[?1049h", b"\x1b[?1049l"

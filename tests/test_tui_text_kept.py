@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from tui_fixtures import FakeBackend, StepGate, fake_app, loaded_live_backend, reply_to, wait_for, wait_run
+from tui_fixtures import FakeBackend, StepGate, fake_app, reply_to, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.events import FinishReason, Start
@@ -18,8 +18,8 @@ from loopchat.tui.launch import create_app
 
 
 @pytest.fixture(scope="module")
-def live():
-    yield from loaded_live_backend()
+def live(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 class StartGate:
@@ -88,6 +88,7 @@ async def test_ctrl_q_with_a_draft_asks_once_then_quits(tmp_path) -> None:
     assert not app.is_running
 
 
+@pytest.mark.slow
 async def test_page_keys_in_the_box_scroll_the_transcript(tmp_path) -> None:
     backend = FakeBackend(tokens=[f"line {i}\n" for i in range(120)], delay=0.0)
     app = fake_app(tmp_path, backend)
@@ -142,6 +143,7 @@ async def stop_during_the_prompt_read(pilot, text: str, typed_since: str) -> Non
     await wait_run(pilot)
 
 
+@pytest.mark.model
 async def test_esc_during_the_prompt_read_gives_the_message_back_and_keeps_nothing(live, tmp_path) -> None:
     store = tmp_path / "h.sqlite3"
     app = create_app(
@@ -205,6 +207,7 @@ async def test_control_characters_are_drawn_as_symbols_and_sent_as_they_are(tmp_
         assert "│ A1 [␛[31mred] B2␇␡" in [you.line(i).text.rstrip() for i in range(you.height)]
 
 
+@pytest.mark.model
 async def test_completion_mode_adds_the_space_a_typed_word_needs_and_a_pref_turns_it_off(live, tmp_path) -> None:
     from test_tui_branch import notices
     from tui_fixtures import palette_pick
@@ -248,6 +251,7 @@ async def test_completion_mode_adds_the_space_a_typed_word_needs_and_a_pref_turn
         assert app.conversation.replies[2].messages[0].content == doc + "and"
 
 
+@pytest.mark.model
 async def test_the_document_view_draws_a_pasted_escape_as_a_symbol(live, tmp_path) -> None:
     from textual import events
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from gc_check import cyclic_garbage
 from tui_fixtures import FakeBackend, fake_app, panel_text, reply_to, wait_for, wait_run
 
@@ -108,6 +109,7 @@ async def test_knob_keys(tmp_path) -> None:
         assert app.session.in_force().temperature == 0.0
 
 
+@pytest.mark.slow
 async def test_transcript_follows_the_reply_until_the_user_scrolls_up(tmp_path) -> None:
     words = [f" word{i}" if i % 9 else f"\nline{i}" for i in range(1500)]
     backend = FakeBackend(tokens=words, delay=0.004)
@@ -182,6 +184,7 @@ async def test_typing_in_the_document_view_goes_to_the_message_box(tmp_path) -> 
         assert app.conversation.turns[-2].content == "next"
 
 
+@pytest.mark.slow
 async def test_ctrl_c_stops_a_reply_and_keeps_what_the_user_typed(tmp_path) -> None:
     backend = FakeBackend(tokens=[f" t{i}" for i in range(2000)], delay=0.005)
     app = LoopChatApp(backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
@@ -235,6 +238,7 @@ async def test_a_token_that_arrives_alone_is_drawn_by_the_next_frame(tmp_path, m
         assert "One two three" in drawn()
 
 
+@pytest.mark.slow
 async def test_frames_leave_no_strips_for_the_cycle_collector(tmp_path) -> None:
     """A collection pauses the UI thread (and, with the engine in a thread, the loop).
     Painted lines must be freed by reference counting: Textual's Strip.divide and

@@ -16,7 +16,6 @@ from tui_fixtures import (
     FakeBackend,
     StepGate,
     fake_app,
-    loaded_live_backend,
     palette_pick,
     wait_for,
     wait_run,
@@ -90,8 +89,8 @@ def trace_record(mode: str = STREAM) -> ReplyRecord:
 
 # ---------------------------------------------------------------- the real model ----
 @pytest.fixture(scope="module")
-def backend():
-    yield from loaded_live_backend()
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
 
 
 def live_app(backend, tmp_path, max_tokens: int = 24, **prefs) -> LoopChatApp:
@@ -110,6 +109,7 @@ async def send(pilot, text: str) -> None:
     await pilot.press(*text, "enter")
 
 
+@pytest.mark.model
 async def test_streaming_shows_what_the_serializer_sends_as_the_steps_come(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path, wire_folded=False)
     # unfolded, one step's chunk is ~50 rows at this width: tall enough for the last one whole
@@ -152,6 +152,7 @@ async def test_streaming_shows_what_the_serializer_sends_as_the_steps_come(backe
         assert f"{fmt_chunk_rate(chunks / span_s)} · {fmt_byte_rate(nbytes / span_s)}" in flat
 
 
+@pytest.mark.model
 async def test_blocking_shows_nothing_until_the_one_body(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path, streaming=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -200,6 +201,7 @@ async def test_blocking_shows_nothing_until_the_one_body(backend, tmp_path) -> N
         assert shown_events(app)[0].startswith('{"id":"chatcmpl-')
 
 
+@pytest.mark.model
 async def test_the_key_during_a_reply_and_nothing_serialized_while_hidden(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path, max_tokens=40, wire_view=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -523,6 +525,8 @@ def test_snapshot_of_the_wire_view(snap_compare, tmp_path, monkeypatch, size) ->
 
 
 # ------------------------------------------------------------- a real server ----
+@pytest.mark.model
+@pytest.mark.server
 async def test_a_loopchat_servers_bytes_as_received_in_both_modes(tmp_path) -> None:
     """The chat on `loopchat serve` (the remote backend, a real server on a free port):
     the view shows the very texts received, streaming and blocking."""

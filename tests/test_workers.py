@@ -14,6 +14,8 @@ from loopchat.events import Finish, FinishReason, Message, ModelReady, RunDone, 
 from loopchat.request import ReplyRequest
 from loopchat.settings import LiveSettings, SamplingSettings
 
+pytestmark = pytest.mark.model
+
 MESSAGES = (Message("system", "You are a helpful assistant."), Message("user", "List five animals."))
 
 
