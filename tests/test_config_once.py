@@ -15,6 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.model, pytest.mark.server]  # loopchat processes, one loading the model
+
 CHILD = r"""
 import contextlib, io, json, os, sys
 
@@ -37,6 +41,7 @@ counts["chat"] = len(opened)
 app.backend.close()
 
 from loopchat.cli.main import main
+
 
 del opened[:]
 with contextlib.redirect_stdout(io.StringIO()):

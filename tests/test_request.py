@@ -53,6 +53,8 @@ EVERY_FIELD = ReplyRequest(
     step_paused=True,
 )
 
+pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve
+
 
 def until_done(q: queue.Queue, timeout: float = 120) -> list:
     out = []

@@ -17,6 +17,8 @@ from run_scenarios import SCENARIOS, comparable, play, recorded
 from loopchat.engine.engine import Engine
 from loopchat.events import to_json_dict
 
+pytestmark = pytest.mark.model  # the engine on the default model against the recorded trace
+
 
 @pytest.fixture(scope="module")
 def one_thread(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from textual.widgets import Input
 from tui_fixtures import fake_app, wait_for
 
@@ -152,6 +153,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.server  # a child Python process
 def test_a_new_row_is_all_a_new_setting_needs(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
