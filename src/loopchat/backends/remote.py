@@ -27,6 +27,7 @@ import queue
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 from loopchat import __version__
@@ -55,6 +56,27 @@ from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 #: Seconds to wait for the server: for the next bytes of a stream, or for a blocking
 #: reply's whole body (and for a connection, at most CONNECT_TIMEOUT).
 DEFAULT_TIMEOUT = 120.0
+
+
+# What the backend's own thread is asked to do (typed, as the engine hosts' commands are).
+@dataclass(frozen=True, slots=True)
+class _Connect:
+    name: str | None  # the server's model id (None: the first of its GET /models)
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    run_id: int
+    request: ReplyRequest
+    cancel: threading.Event
+
+
+@dataclass(frozen=True, slots=True)
+class _Close:
+    pass
+
+
+_Command = _Connect | _Send | _Close
 
 
 class RemoteBackend:
@@ -108,7 +130,7 @@ class RemoteBackend:
         self._meta: dict[str, ModelMeta] = {}  # and what each entry's `meta` says (llama-server's)
         self.meta = ModelMeta()  # the model in use's
         self._relay = _Relay()
-        self._commands: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._commands: queue.Queue[_Command] = queue.Queue()
         self._busy = threading.Event()
         self._run_id = 0
         self._cancel: threading.Event | None = None  # the run in flight's
@@ -161,7 +183,7 @@ class RemoteBackend:
     def start(self) -> None:
         if self.ready is None and self.loading is None:
             self.loading = self.name or self.base
-            self._commands.put(("connect", self.model_id))
+            self._commands.put(_Connect(self.model_id))
 
     def load(self, name: str) -> None:
         if self.entry is not None or name not in self.served:
@@ -169,7 +191,7 @@ class RemoteBackend:
             self._emit(WorkerError(f"{self.base} serves no model {name!r} (it serves: {known})", during="load"))
             return
         self.loading = name
-        self._commands.put(("connect", name))
+        self._commands.put(_Connect(name))
 
     def _connect(self, model_id: str | None) -> None:
         label = self.entry or model_id or self.base
@@ -238,7 +260,7 @@ class RemoteBackend:
         with self._lock:
             self._cancel = cancel
         self._busy.set()
-        self._commands.put(("generate", (self._run_id, request, cancel)))
+        self._commands.put(_Send(self._run_id, request, cancel))
         return self._run_id
 
     def set_settings(self, settings: SamplingSettings) -> None:
@@ -255,32 +277,33 @@ class RemoteBackend:
     def close(self) -> None:
         self.attach(None)
         self.cancel()
-        self._commands.put(("close", None))
+        self._commands.put(_Close())
         self._thread.join(5)
         self._client.close()
 
     # ---- the thread -----------------------------------------------------------------------
     def _main(self) -> None:
         while True:
-            command, args = self._commands.get()
-            if command == "close":
+            command = self._commands.get()
+            if isinstance(command, _Close):
                 return
             try:
-                if command == "connect":
-                    self._connect(args)
-                elif command == "generate":
-                    self._generate(*args)
+                match command:
+                    case _Connect(name):
+                        self._connect(name)
+                    case _Send(run_id, request, cancel):
+                        self._generate(run_id, request, cancel)
             except Exception as exc:  # a bug: one line, and the thread goes on
                 detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
                 self._emit(
                     WorkerError(
                         f"internal error while talking to {self.base}: {detail}; this is a bug: please report it",
-                        during="load" if command == "connect" else "generate",
+                        during="load" if isinstance(command, _Connect) else "generate",
                         internal=True,
                     )
                 )
-                if command == "generate":
-                    self._end_run(args[0])
+                if isinstance(command, _Send):
+                    self._end_run(command.run_id)
 
     def _end_run(self, run_id: int) -> None:
         if self._commands.empty():
