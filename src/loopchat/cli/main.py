@@ -6,6 +6,7 @@ Bad input gives one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Literal, NoReturn
@@ -180,6 +181,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+
+
+def entry() -> None:
+    """The `loopchat` command (and `python -m loopchat`): `main`, then exit with its code.
+
+    Interrupted, the process exits with os._exit(130) once its output is flushed: CPython
+    3.11 turns the exit into a death by SIGINT (-2 to the parent, not 130) when the Ctrl+C
+    landed inside an exec() of a string, which `dataclasses` runs to build each class's
+    methods while modules load, even though main() caught the KeyboardInterrupt. Everything
+    is closed by then (the backend, the trace): only the interpreter's teardown is skipped."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
 
 
 def _main(argv: Sequence[str] | None) -> int:
