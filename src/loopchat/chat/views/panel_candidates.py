@@ -57,12 +57,7 @@ def candidates(v: PanelView, width: int, k: int | None = None, bars: bool = True
         drawn_listed |= drawn
         sp = probs.get(c.token_id)
         style = DRAWN if drawn else None
-        t: Pieces = [
-            ("▶" if drawn else " ", DRAWN),
-            (" ", NONE),
-            (cell(token_face(c.text, c.piece_bytes), token_w), style or TOKEN),
-            (" ", NONE),
-        ]
+        t = _row_start(c, drawn, token_w)
         if bars:
             t.append((bar(c.prob, bar_w), RAW_BAR))
             t.append((" ", NONE))
@@ -111,12 +106,7 @@ def server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width:
         drawn = is_drawn(c, s)
         drawn_listed |= drawn
         style = DRAWN if drawn else None
-        t: Pieces = [
-            ("▶" if drawn else " ", DRAWN),
-            (" ", NONE),
-            (cell(token_face(c.text, c.piece_bytes), token_w), style or TOKEN),
-            (" ", NONE),
-        ]
+        t = _row_start(c, drawn, token_w)
         if bars:
             t += [(bar(c.prob, bar_w), RAW_BAR), (" ", NONE)]
         t.append((cell(fmt_prob(c.prob), 6, right=True), style or NONE))
@@ -134,3 +124,13 @@ def server_candidates(v: PanelView, s: Step, rows: tuple[Candidate, ...], width:
 def _prob(p: float | None) -> str:
     """A probability in a 6-wide cell; a dash where it is not given (a server without logprobs)."""
     return fmt_prob(p) if p is not None else "—"
+
+
+def _row_start(c: Candidate, drawn: bool, token_w: int) -> Pieces:
+    """A candidate's row up to its bars: the drawn mark and the token's face."""
+    return [
+        ("▶" if drawn else " ", DRAWN),
+        (" ", NONE),
+        (cell(token_face(c.text, c.piece_bytes), token_w), DRAWN if drawn else TOKEN),
+        (" ", NONE),
+    ]
