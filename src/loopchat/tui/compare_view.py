@@ -24,8 +24,8 @@ from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.plots import fmt_ms, fmt_ms_range, fmt_rate, sparklines_same_scale
 from loopchat.chat.replay_check import replay_rows
 from loopchat.chat.reply_stats import ReplyStats, ratio, reply_stats
+from loopchat.event_lines import NOT_GIVEN
 
-NOT_GIVEN = "not given"
 _FINISH = {
     "stop": "end of reply",
     "length": "max_tokens",

@@ -36,13 +36,13 @@ from loopchat.chat.views.panel_view import (
     HEAD,
     LABEL,
     NONE,
-    NOT_GIVEN,
     WELCOME,
     PanelView,
     remote,
 )
 from loopchat.chat.views.repeat_lines import repeat_lines
 from loopchat.chat.views.reply_index import PanelCaches
+from loopchat.event_lines import NOT_GIVEN
 
 _WELCOME_TEXT = (
     "Each reply is made one token at a time: the model runs a forward pass over the "

@@ -11,12 +11,12 @@ from loopchat.chat.views.panel_view import (
     DRAWN,
     LABEL,
     NONE,
-    NOT_GIVEN,
     RAW_BAR,
     SAMPLED_BAR,
     TOKEN,
     PanelView,
 )
+from loopchat.event_lines import NOT_GIVEN
 from loopchat.events import Candidate, Step
 
 

@@ -11,8 +11,9 @@ from rich.style import Style
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.plots import fmt_bits_range, fmt_ms, fmt_ms_range, fmt_rate, sparkline
 from loopchat.chat.views.lines import Pieces, rstrip
-from loopchat.chat.views.panel_view import DIM, LABEL, NONE, NOT_GIVEN, SPARK, UNSURE, PanelView
+from loopchat.chat.views.panel_view import DIM, LABEL, NONE, SPARK, UNSURE, PanelView
 from loopchat.chat.views.reply_index import PanelCaches, ReplyIndex, Series
+from loopchat.event_lines import NOT_GIVEN
 from loopchat.events import Prefill, Step
 
 _SHORT_LATENCY = {

@@ -27,7 +27,6 @@ WELCOME = Style.parse("#bcbcbc")
 DIM = Style.parse("dim")
 BOLD = Style.parse("bold")
 NONE = Style()
-NOT_GIVEN = "not given"
 
 
 @dataclass
