@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -232,18 +233,12 @@ class ReplyRun:
             piece_bytes=host.piece(token),
             text=text,
             is_stop=is_stop,
-            raw_top=self._candidates(res.raw_top_ids, res.raw_top_probs),
-            sampled_top=self._candidates(res.sampled_top_ids, res.sampled_top_probs),
             raw_prob=res.raw_prob,
             raw_rank=res.raw_rank,
             sampled_prob=res.sampled_prob,
             sampled_rank=res.sampled_rank,
-            raw_entropy=res.raw_entropy,
-            sampled_entropy=res.sampled_entropy,
-            candidates_kept=res.kept,
-            forward_ms=clock.forward_ms,
-            forward_tokens=clock.forward_tokens,
             sample_ms=sample_ms,
+            **self._die(res),
             settings=settings,
             settings_changed=self.settings.changed(),
             n_past=host.n_past + (0 if is_stop else 1),
@@ -311,20 +306,26 @@ class ReplyRun:
         return None
 
     def _pending(self, res: SampleResult, settings: SamplingSettings, sample_ms: float) -> Pending:
-        clock = self.clock
         return Pending(
             index=self.branch.base + self.steps,
-            raw_top=self._candidates(res.raw_top_ids, res.raw_top_probs),
-            sampled_top=self._candidates(res.sampled_top_ids, res.sampled_top_probs),
-            raw_entropy=res.raw_entropy,
-            sampled_entropy=res.sampled_entropy,
-            candidates_kept=res.kept,
-            forward_ms=clock.forward_ms,
-            forward_tokens=clock.forward_tokens,
             sample_ms=sample_ms,
             settings=settings,
             n_past=self.host.n_past,
+            **self._die(res),
         )
+
+    def _die(self, res: SampleResult) -> dict[str, Any]:
+        """What a Step and a Pending both say of the die: its two distributions and the
+        forward pass that gave the logits."""
+        return {
+            "raw_top": self._candidates(res.raw_top_ids, res.raw_top_probs),
+            "sampled_top": self._candidates(res.sampled_top_ids, res.sampled_top_probs),
+            "raw_entropy": res.raw_entropy,
+            "sampled_entropy": res.sampled_entropy,
+            "candidates_kept": res.kept,
+            "forward_ms": self.clock.forward_ms,
+            "forward_tokens": self.clock.forward_tokens,
+        }
 
     def _candidates(self, ids: np.ndarray, probs: np.ndarray) -> tuple[Candidate, ...]:
         piece = self.host.piece
