@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sampler_paths import built_kernel
 
-from loopchat.engine import sampler, sampler_math
+from loopchat.engine import sampler, sampler_fused, sampler_math
 from loopchat.engine.sampler import rank_of
 from loopchat.settings import SamplingSettings
 
@@ -31,6 +32,8 @@ def test_a_rank_from_the_reported_top_is_the_rank_over_the_whole_array(k: int) -
 
 
 def test_a_rank_inside_the_top_makes_no_pass_over_the_array(monkeypatch) -> None:
+    """(The numpy path, whose pass takes a scratch mask; the kernel's: the test below.)"""
+    monkeypatch.setattr(sampler_fused, "kernel", None)
     rng = np.random.default_rng(5)
     x = rng.standard_normal(262_144).astype(np.float32)
     top = sampler_math.top_indices(x, 40)
@@ -42,6 +45,25 @@ def test_a_rank_inside_the_top_makes_no_pass_over_the_array(monkeypatch) -> None
         return real(name, n, dtype)
 
     monkeypatch.setattr(sampler.scratch, "get", get)
+    assert rank_of(x, int(top[7]), top) == full_rank(x, int(top[7]))
+    assert passes == []
+    assert rank_of(x, int(np.argmin(x)), top) == 262_144 - np.count_nonzero(x == x.min()) + 1
+    assert passes == [262_144]
+
+
+def test_a_rank_inside_the_top_makes_no_pass_over_the_array_on_the_kernel(monkeypatch) -> None:
+    monkeypatch.setattr(sampler_fused, "kernel", built_kernel())
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(262_144).astype(np.float32)
+    top = sampler_math.top_indices(x, 40)
+    passes: list[int] = []
+    real = sampler_fused.count_greater
+
+    def count_greater(a: np.ndarray, i: int) -> int:
+        passes.append(a.shape[0])
+        return real(a, i)
+
+    monkeypatch.setattr(sampler_fused, "count_greater", count_greater)
     assert rank_of(x, int(top[7]), top) == full_rank(x, int(top[7]))
     assert passes == []
     assert rank_of(x, int(np.argmin(x)), top) == 262_144 - np.count_nonzero(x == x.min()) + 1

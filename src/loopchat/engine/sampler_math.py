@@ -6,33 +6,10 @@ cumulative sum of the vocabulary, and scratch arrays kept from step to step.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-
-class _Scratch(threading.local):
-    """Arrays of the vocabulary's size, reused from step to step (one set per thread).
-
-    A new array that large is new memory: glibc hands freed blocks of a few MB back to
-    the system, so each fresh one page-faults on every 4 KiB page it writes. On a large
-    vocabulary those faults cost more than the arithmetic (docs/performance.md, "Figures
-    behind the code's choices", "The sampler's numpy"). Every result that leaves `sample`
-    is a fresh (small) array, never one of these.
-    """
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, n: int, dtype: type) -> np.ndarray:
-        """An uninitialised array of n entries: a view of this thread's `name` buffer."""
-        a = self.arrays.get(name)
-        if a is None or a.shape[0] < n:
-            a = self.arrays[name] = np.empty(n, dtype=dtype)
-        return a[:n]
-
-
-scratch = _Scratch()
+from loopchat.engine import sampler_fused
+from loopchat.engine.sampler_scratch import scratch
 
 
 def top_indices(x: np.ndarray, k: int) -> np.ndarray:
@@ -94,17 +71,16 @@ def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[
     _TOP_P_DEEP reach (a flat one: a base model, or a high temperature that drifted the
     text), used only if those tokens do hold top_p of the mass (summed exactly): all
     tokens below it are then below the cut-off. Else, or within that set, the bins of
-    top_p_bins find it. The float64 arrays are scratch memory (see _Scratch).
+    top_p_bins find it. The float64 arrays are scratch memory (see sampler_scratch).
 
     Returns the kept candidates and the share of the candidates' softmax mass they hold
     (both sums in float64, found on the way)."""
     src = work if cand is None else work[cand]  # float32
     m = src.shape[0]
     mx = float(src.max())
-    # q = exp(float64(logit) - max): one pass from float32 to float64 (the same bits)
-    q = np.subtract(src, mx, out=scratch.get("f64b", m, np.float64), dtype=np.float64)
-    np.exp(q, out=q)
-    total = float(q.sum())
+    # q = exp(float64(logit) - max), one pass (sampler_fused)
+    q = scratch.get("f64b", m, np.float64)
+    total = sampler_fused.exp_sum(src, mx, q)
     target = top_p * total
     if target <= 1.0:
         # the most likely token alone holds top_p (its q is exp(0) = 1): the first of

@@ -29,7 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
-from loopchat.engine import dry
+from loopchat.engine import dry, sampler_fused
 from loopchat.engine.sampler_math import SORT_LIMIT, scratch, top_indices, top_p_set, top_set
 from loopchat.settings import SamplingSettings
 
@@ -52,7 +52,9 @@ class Candidates:
     sum of exp(work - raw_max) over the vocabulary (the mass unit); `mass`: the share of
     it the candidates hold. Sorted form: `ids` and `logits64` (float64), largest first.
     `z`: once a stage has scaled them, the candidates' float64 logits minus their max,
-    divided by the temperature (None: not yet computed)."""
+    divided by the temperature in the sorted form (None: not yet computed); `t`: the
+    temperature the unsorted form's z is still to be divided by (the distribution divides
+    it in the same pass as its exp, sampler_fused)."""
 
     __slots__ = (
         "logits",
@@ -67,6 +69,7 @@ class Candidates:
         "sorted",
         "logits64",
         "z",
+        "t",
         "mass",
     )
 
@@ -88,6 +91,7 @@ class Candidates:
         self.sorted = False
         self.logits64: np.ndarray | None = None
         self.z: np.ndarray | None = None
+        self.t = 1.0
         self.mass = 1.0
 
     @property
@@ -278,14 +282,10 @@ class MinP:
             return c.report(self.name, entered, c.mass * float(w[:n_keep].sum()) / float(w.sum()))
         src = c.source()
         mx = float(src.max())
-        z = scratch.get("f64a", src.shape[0], np.float64)
-        z[...] = src
-        keep = np.greater_equal(z, mx + math.log(self.min_p), out=scratch.get("mask", src.shape[0], np.bool_))
-        c.ids = np.flatnonzero(keep) if c.ids is None else c.ids[keep]
-        z = z[keep]
-        z -= mx
+        kept, z, w_sum = sampler_fused.min_p_keep(src, mx + math.log(self.min_p), mx)
+        c.ids = kept if c.ids is None else c.ids[kept]
         c.z = z  # the candidates' logits minus their max, at temperature 1 so far
-        return c.report(self.name, entered, float(np.exp(z).sum()) * math.exp(mx - c.raw_max) / c.norm)
+        return c.report(self.name, entered, w_sum * math.exp(mx - c.raw_max) / c.norm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +297,9 @@ class Temperature:
 
     def apply(self, c: Candidates) -> StageReport:
         if self.t != 1.0:  # (dividing by 1 changes nothing)
+            if not c.sorted:
+                c.t = self.t  # divided in the distribution's pass over the candidates
+                return c.report(self.name, c.count, c.mass)
             if c.z is None:
                 c.z = scaled(c)
             c.z /= self.t
@@ -304,13 +307,10 @@ class Temperature:
 
 
 def scaled(c: Candidates) -> np.ndarray:
-    """The candidates' float64 logits minus their max (a new array in the sorted form,
-    scratch memory in the unsorted one, computed in one pass from float32)."""
-    if c.sorted:
-        assert c.logits64 is not None
-        return c.logits64 - c.logits64[0]
-    src = c.source()
-    return np.subtract(src, float(src.max()), out=scratch.get("f64a", src.shape[0], np.float64), dtype=np.float64)
+    """The sorted candidates' float64 logits minus their max (a new array; the unsorted
+    form's are computed in the distribution's own pass, sampler_fused)."""
+    assert c.sorted and c.logits64 is not None
+    return c.logits64 - c.logits64[0]
 
 
 @functools.lru_cache(maxsize=64)
