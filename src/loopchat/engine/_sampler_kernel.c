@@ -22,6 +22,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define KERNEL_AVX2 1
+#include <immintrin.h>
 #else
 #define KERNEL_CLONES
 #endif
@@ -82,8 +84,10 @@ static double exp_sum_f32(const float *src, double shift, double *q, Py_ssize_t 
     return s;
 }
 
-/* One block of the distribution: w[i] = exp(z) with z = (x[i] - shift) / t (no division
-   when t is 1); returns the block's sum of w, adds sum(w * z) to *wz. */
+/* One block of the distribution: w[i] = exp(z) with z = (x[i] - shift) / t (times 1 / t,
+   a vector division costs 0.13 ms on 262,144 tokens: z within 1.5 ulp of the quotient, so w
+   within |z| * 3.3e-16 relative of numpy's, ~1e-14 on real logits; nothing when t is 1);
+   returns the block's sum of w, adds sum(w * z) to *wz. */
 #define BLOCK_BODY(LOAD)                                  \
     double s = 0.0, a = 0.0;                              \
     if (t == 1.0) {                                       \
@@ -96,9 +100,10 @@ static double exp_sum_f32(const float *src, double shift, double *q, Py_ssize_t 
             a += e * z;                                   \
         }                                                 \
     } else {                                              \
+        double inv_t = 1.0 / t;                           \
         _Pragma("omp simd reduction(+ : s, a)")           \
         for (Py_ssize_t i = 0; i < n; i++) {              \
-            double z = ((LOAD) - shift) / t;              \
+            double z = ((LOAD) - shift) * inv_t;          \
             double e = kexp(z);                           \
             w[i] = e;                                     \
             s += e;                                       \
@@ -127,12 +132,50 @@ static double sum_exp_f64(const double *z, Py_ssize_t n) {
     return s;
 }
 
+/* The positions i of x with x[i] >= v, in order, into ids; returns how many (branchless:
+   every position is written, the count moves on only for those kept). */
+static Py_ssize_t at_least_f32(const float *x, float v, int64_t *ids, Py_ssize_t n) {
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ids[k] = i;
+        k += x[i] >= v;
+    }
+    return k;
+}
+
+#ifdef KERNEL_AVX2
+/* The same, eight at a time: a compare and its bit mask, then one step per position kept
+   (a few percent of them): 0.2 ns a token against the loop's 0.8. */
+__attribute__((target("avx2,bmi"))) static Py_ssize_t at_least_avx2(const float *x, float v, int64_t *ids,
+                                                                     Py_ssize_t n) {
+    __m256 vv = _mm256_set1_ps(v);
+    Py_ssize_t k = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_GE_OQ));
+        while (m) {
+            ids[k++] = i + __builtin_ctz(m);
+            m &= m - 1;
+        }
+    }
+    for (; i < n; i++) {
+        ids[k] = i;
+        k += x[i] >= v;
+    }
+    return k;
+}
+#endif
+
 /* How many of x are greater than v. */
 KERNEL_CLONES
 static Py_ssize_t count_greater_f32(const float *x, float v, Py_ssize_t n) {
     Py_ssize_t c = 0;
-#pragma omp simd reduction(+ : c)
-    for (Py_ssize_t i = 0; i < n; i++) c += x[i] > v;
+    for (Py_ssize_t first = 0; first < n; first += 1 << 30) { /* 32-bit counts: 8 lanes a vector */
+        Py_ssize_t m = n - first < (1 << 30) ? n - first : (1 << 30);
+        unsigned int part = 0;
+#pragma omp simd reduction(+ : part)
+        for (Py_ssize_t i = 0; i < m; i++) part += x[first + i] > v;
+        c += part;
+    }
     return c;
 }
 
@@ -341,12 +384,45 @@ static PyObject *py_count_greater(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(c);
 }
 
+static Py_ssize_t at_least(const float *x, float v, int64_t *ids, Py_ssize_t n) {
+#ifdef KERNEL_AVX2
+    if (__builtin_cpu_supports("avx2")) return at_least_avx2(x, v, ids, n);
+#endif
+    return at_least_f32(x, v, ids, n);
+}
+
+PyDoc_STRVAR(at_least_doc,
+             "at_least(x, v, ids) -> k: the k positions i of float32 x with x[i] >= float32(v), in order,\n"
+             "into ids[:k] (int64, x's length).");
+
+static PyObject *py_at_least(PyObject *self, PyObject *args) {
+    PyObject *xo, *io;
+    double v;
+    Py_buffer x, ib;
+    if (!PyArg_ParseTuple(args, "OdO", &xo, &v, &io)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (get_buf(io, &ib, 1, 'q') < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0], k = 0;
+    if (check_len(&ib, n) == 0) {
+        Py_BEGIN_ALLOW_THREADS k = at_least((const float *)x.buf, (float)v, (int64_t *)ib.buf, n);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&ib);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(k);
+}
+
 static PyMethodDef methods[] = {
     {"exp", py_exp, METH_VARARGS, exp_doc},
     {"exp_sum", py_exp_sum, METH_VARARGS, exp_sum_doc},
     {"distribution", py_distribution, METH_VARARGS, distribution_doc},
     {"min_p", py_min_p, METH_VARARGS, min_p_doc},
     {"count_greater", py_count_greater, METH_VARARGS, count_greater_doc},
+    {"at_least", py_at_least, METH_VARARGS, at_least_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -90,3 +90,11 @@ def count_greater(x: np.ndarray, i: int) -> int:
         return int(kernel.count_greater(x, i))
     mask = scratch.get("mask", x.shape[0], np.bool_)
     return int(np.count_nonzero(np.greater(x, x[i], out=mask)))
+
+
+def at_least(src: np.ndarray, threshold: np.float32) -> np.ndarray:
+    """The positions of float32 src at or above threshold (a float32), in order (a fresh array)."""
+    if kernel is not None:
+        ids = scratch.get("ids", src.shape[0], np.int64)
+        return ids[: kernel.at_least(src, float(threshold), ids)].astype(np.intp)
+    return np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", src.shape[0], np.bool_)))

@@ -30,8 +30,11 @@ def top_indices(x: np.ndarray, k: int) -> np.ndarray:
         if sample.shape[0] > k:
             threshold = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
             cand = np.flatnonzero(np.greater_equal(x, threshold, out=scratch.get("mask", n, np.bool_)))
-    if cand is None:
-        cand = np.arange(n)
+    return _top_of(x, np.arange(n) if cand is None else cand, k)
+
+
+def _top_of(x: np.ndarray, cand: np.ndarray, k: int) -> np.ndarray:
+    """The k largest of x among the positions cand (which hold them all), largest first."""
     sub = x[cand]
     if sub.shape[0] > k:
         part = np.argpartition(sub, sub.shape[0] - k)[sub.shape[0] - k :]
@@ -87,24 +90,31 @@ def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[
         # equal ones, as the sort puts them (a sharp distribution: no search at all)
         top = int(np.argmax(src))
         return np.array([top if cand is None else cand[top]], dtype=np.intp), 1.0 / total
+    deep = None
     if m > _TOP_P_HEAD:
-        pos = top_indices(src, _TOP_P_HEAD)
+        sample = src[::_TOP_P_STRIDE]
+        s, j = sample.shape[0], _TOP_P_DEEP // _TOP_P_STRIDE
+        if s > 4 * j:
+            # one partition of the sample gives the deep set's threshold and the head's (as
+            # top_indices takes it), one pass the deep set (in id order), which holds the
+            # head's candidates: top_indices(src, _TOP_P_HEAD) without its own passes
+            above = np.partition(sample, s - 1 - j)[s - 1 - j :]  # the sample's j + 1 largest
+            deep = sampler_fused.at_least(src, above[0])
+            head_threshold = np.partition(above, j + 1 - _TOP_P_HEAD)[j + 1 - _TOP_P_HEAD]
+            pos = _top_of(src, deep[src[deep] >= head_threshold], _TOP_P_HEAD)
+        else:
+            pos = top_indices(src, _TOP_P_HEAD)
         ids = pos if cand is None else cand[pos]
         order = np.lexsort((ids, -src[pos]))  # largest first, equal ones by id
         cum = np.cumsum(q[pos[order]])
         n_keep = int(np.searchsorted(cum, target, side="left")) + 1
         if n_keep < _TOP_P_HEAD:  # reached inside the head (its last entry may tie with the next)
             return ids[order[:n_keep]], float(cum[n_keep - 1]) / total
-    sample = src[::_TOP_P_STRIDE]
-    j = _TOP_P_DEEP // _TOP_P_STRIDE
-    if sample.shape[0] > 4 * j:
-        threshold = np.partition(sample, sample.shape[0] - 1 - j)[sample.shape[0] - 1 - j]
-        mask = np.greater_equal(src, threshold, out=scratch.get("mask", m, np.bool_))
-        sub = np.flatnonzero(mask)  # in id order
-        q_sub = q[sub]
+    if deep is not None:
+        q_sub = q[deep]
         if float(q_sub.sum()) >= target:
-            kept, mass = top_p_bins(src[sub], q_sub, target)
-            kept = sub[kept]
+            kept, mass = top_p_bins(src[deep], q_sub, target)
+            kept = deep[kept]
             return (kept if cand is None else cand[kept]), mass / total
     kept, mass = top_p_bins(src, q, target)
     return (kept if cand is None else cand[kept]), mass / total
