@@ -90,18 +90,16 @@ def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[
         # equal ones, as the sort puts them (a sharp distribution: no search at all)
         top = int(np.argmax(src))
         return np.array([top if cand is None else cand[top]], dtype=np.intp), 1.0 / total
-    deep = None
+    above = None
     if m > _TOP_P_HEAD:
         sample = src[::_TOP_P_STRIDE]
         s, j = sample.shape[0], _TOP_P_DEEP // _TOP_P_STRIDE
         if s > 4 * j:
             # one partition of the sample gives the deep set's threshold and the head's (as
-            # top_indices takes it), one pass the deep set (in id order), which holds the
-            # head's candidates: top_indices(src, _TOP_P_HEAD) without its own passes
+            # top_indices takes it: the same candidates, in a pass of sampler_fused)
             above = np.partition(sample, s - 1 - j)[s - 1 - j :]  # the sample's j + 1 largest
-            deep = sampler_fused.at_least(src, above[0])
             head_threshold = np.partition(above, j + 1 - _TOP_P_HEAD)[j + 1 - _TOP_P_HEAD]
-            pos = _top_of(src, deep[src[deep] >= head_threshold], _TOP_P_HEAD)
+            pos = _top_of(src, sampler_fused.at_least(src, head_threshold), _TOP_P_HEAD)
         else:
             pos = top_indices(src, _TOP_P_HEAD)
         ids = pos if cand is None else cand[pos]
@@ -110,7 +108,8 @@ def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[
         n_keep = int(np.searchsorted(cum, target, side="left")) + 1
         if n_keep < _TOP_P_HEAD:  # reached inside the head (its last entry may tie with the next)
             return ids[order[:n_keep]], float(cum[n_keep - 1]) / total
-    if deep is not None:
+    if above is not None:
+        deep = sampler_fused.at_least(src, above[0])  # in id order
         q_sub = q[deep]
         if float(q_sub.sum()) >= target:
             kept, mass = top_p_bins(src[deep], q_sub, target)
