@@ -145,6 +145,19 @@ def test_each_fused_pass_gives_what_the_numpy_passes_give(name: str) -> None:
         got, want = both(sampler_fused.at_least, x, np.float32(threshold))
         assert got.dtype == want.dtype and np.array_equal(got, want), threshold
 
+    lo = float(x.min())
+    if np.isfinite(lo) and mx > lo:  # top-p's bins (which refuse -inf, as before): the same bins, the same sums
+        q = np.exp(x.astype(np.float64) - mx)
+        scale = np.float32(2048 / (mx - lo))
+        (k_idx, k_hist), (n_idx, n_hist) = both(
+            lambda: [a.copy() for a in sampler_fused.bin_masses(x, np.float32(lo), scale, 2048, q)]
+        )
+        assert np.array_equal(k_idx, n_idx) and np.array_equal(k_hist, n_hist)
+        for b in {0, int(n_idx[0]), int(n_idx.max()), 2047}:
+            got = sampler_fused.bin_split(k_idx, b)  # the kernel's int32 bins
+            want = sampler_fused.bin_split(n_idx, b)  # numpy's
+            assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want, strict=True))
+
     for i in {0, n // 2, n - 1, int(np.argmax(x)), int(np.argmin(x))}:
         for arr in (x, x.astype(np.float64)):
             got, want = both(sampler_fused.count_greater, arr, i)

@@ -165,6 +165,23 @@ __attribute__((target("avx2,bmi"))) static Py_ssize_t at_least_avx2(const float 
 }
 #endif
 
+/* top-p's bins: idx[i] = (int)min((x[i] - lo) * scale, top), every step in float32 as
+   numpy does it (truncated as numpy's cast), and hist[b] the sum of q over bin b, added in
+   order as np.bincount does (the same sums, bit for bit). */
+KERNEL_CLONES
+static void bin_index(const float *x, float lo, float scale, float top, int32_t *idx, Py_ssize_t n) {
+#pragma omp simd
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v = (x[i] - lo) * scale;
+        idx[i] = (int32_t)(v < top ? v : top);
+    }
+}
+
+static void bin_sums(const int32_t *idx, const double *q, double *hist, Py_ssize_t bins, Py_ssize_t n) {
+    memset(hist, 0, (size_t)bins * sizeof(double));
+    for (Py_ssize_t i = 0; i < n; i++) hist[idx[i]] += q[i];
+}
+
 /* How many of x are greater than v. */
 KERNEL_CLONES
 static Py_ssize_t count_greater_f32(const float *x, float v, Py_ssize_t n) {
@@ -189,7 +206,8 @@ static Py_ssize_t count_greater_f64(const double *x, double v, Py_ssize_t n) {
 
 /* ---- the Python side: buffers in, numbers out ------------------------------------- */
 
-/* A contiguous 1-D buffer of `fmt` ('f': float32, 'd': float64, 'q': int64; 0: 'f' or 'd'). */
+/* A contiguous 1-D buffer of `fmt` ('f': float32, 'd': float64, 'q': int64, 'i': int32;
+   0: 'f' or 'd'). */
 static int get_buf(PyObject *obj, Py_buffer *view, int writable, char fmt) {
     int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
@@ -198,7 +216,7 @@ static int get_buf(PyObject *obj, Py_buffer *view, int writable, char fmt) {
     char got = f[0];
     if (got == 'l' && view->itemsize == 8) got = 'q';
     int ok = f[0] && !f[1] && view->ndim == 1 && (fmt ? got == fmt : (got == 'f' || got == 'd'));
-    ok = ok && ((got == 'f' && view->itemsize == 4) || (got != 'f' && view->itemsize == 8));
+    ok = ok && (((got == 'f' || got == 'i') && view->itemsize == 4) || ((got == 'd' || got == 'q') && view->itemsize == 8));
     if (!ok) {
         PyBuffer_Release(view);
         PyErr_Format(PyExc_TypeError, "expected a contiguous 1-D array of format '%c'", fmt ? fmt : 'f');
@@ -416,6 +434,75 @@ static PyObject *py_at_least(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(k);
 }
 
+PyDoc_STRVAR(bin_masses_doc,
+             "bin_masses(x, lo, scale, bins, q, idx, hist): idx[i] = int(min((x[i] - lo) * scale, bins - 1))\n"
+             "in float32 (x float32, idx int32), hist (float64, bins) the sums of q (float64) by bin.");
+
+static PyObject *py_bin_masses(PyObject *self, PyObject *args) {
+    PyObject *xo, *qo, *io, *ho;
+    double lo, scale;
+    Py_ssize_t bins;
+    Py_buffer x, q, ib, h;
+    if (!PyArg_ParseTuple(args, "OddnOOO", &xo, &lo, &scale, &bins, &qo, &io, &ho)) return NULL;
+    if (bins <= 0 || bins > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "bins out of range");
+        return NULL;
+    }
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (get_buf(qo, &q, 0, 'd') < 0) goto fail_x;
+    if (get_buf(io, &ib, 1, 'i') < 0) goto fail_q;
+    if (get_buf(ho, &h, 1, 'd') < 0) goto fail_i;
+    Py_ssize_t n = x.shape[0];
+    if (check_len(&q, n) == 0 && check_len(&ib, n) == 0 && check_len(&h, bins) == 0) {
+        Py_BEGIN_ALLOW_THREADS bin_index((const float *)x.buf, (float)lo, (float)scale, (float)(bins - 1),
+                                         (int32_t *)ib.buf, n);
+        bin_sums((const int32_t *)ib.buf, (const double *)q.buf, (double *)h.buf, bins, n);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&h);
+fail_i:
+    PyBuffer_Release(&ib);
+fail_q:
+    PyBuffer_Release(&q);
+fail_x:
+    PyBuffer_Release(&x);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(bin_split_doc,
+             "bin_split(idx, b, above, inside) -> (n_above, n_inside): the positions of int32 idx above b\n"
+             "and at b, each in order, into above and inside (int64, idx's length).");
+
+static PyObject *py_bin_split(PyObject *self, PyObject *args) {
+    PyObject *io, *ao, *no;
+    Py_ssize_t b;
+    Py_buffer ib, a, in;
+    if (!PyArg_ParseTuple(args, "OnOO", &io, &b, &ao, &no)) return NULL;
+    if (get_buf(io, &ib, 0, 'i') < 0) return NULL;
+    if (get_buf(ao, &a, 1, 'q') < 0) goto fail_i;
+    if (get_buf(no, &in, 1, 'q') < 0) goto fail_a;
+    Py_ssize_t n = ib.shape[0], na = 0, ni = 0;
+    if (check_len(&a, n) == 0 && check_len(&in, n) == 0) {
+        const int32_t *idx = (const int32_t *)ib.buf;
+        int64_t *above = (int64_t *)a.buf, *inside = (int64_t *)in.buf;
+        Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
+            if (idx[i] > b)
+                above[na++] = i;
+            else if (idx[i] == b)
+                inside[ni++] = i;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&in);
+fail_a:
+    PyBuffer_Release(&a);
+fail_i:
+    PyBuffer_Release(&ib);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(nn)", na, ni);
+}
+
 static PyMethodDef methods[] = {
     {"exp", py_exp, METH_VARARGS, exp_doc},
     {"exp_sum", py_exp_sum, METH_VARARGS, exp_sum_doc},
@@ -423,6 +510,8 @@ static PyMethodDef methods[] = {
     {"min_p", py_min_p, METH_VARARGS, min_p_doc},
     {"count_greater", py_count_greater, METH_VARARGS, count_greater_doc},
     {"at_least", py_at_least, METH_VARARGS, at_least_doc},
+    {"bin_masses", py_bin_masses, METH_VARARGS, bin_masses_doc},
+    {"bin_split", py_bin_split, METH_VARARGS, bin_split_doc},
     {NULL, NULL, 0, NULL},
 };
 

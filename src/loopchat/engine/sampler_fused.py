@@ -98,3 +98,36 @@ def at_least(src: np.ndarray, threshold: np.float32) -> np.ndarray:
         ids = scratch.get("ids", src.shape[0], np.int64)
         return ids[: kernel.at_least(src, float(threshold), ids)].astype(np.intp)
     return np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", src.shape[0], np.bool_)))
+
+
+def bin_masses(
+    x: np.ndarray, lo: np.float32, scale: np.float32, bins: int, q: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """top-p's bins (sampler_math.top_p_bins): each float32 logit's bin, (x - lo) * scale
+    capped at bins - 1 and truncated, every step in float32 (scratch memory), and the sums
+    of q (float64) by bin, added in order as np.bincount does."""
+    n = x.shape[0]
+    if kernel is not None:
+        idx32 = scratch.get("bins32", n, np.int32)
+        hist = np.empty(bins, dtype=np.float64)
+        kernel.bin_masses(x, float(lo), float(scale), bins, q, idx32, hist)
+        return idx32, hist
+    vals = scratch.get("f32a", n, np.float32)
+    np.subtract(x, lo, out=vals)
+    np.multiply(vals, scale, out=vals)
+    np.minimum(vals, np.float32(bins - 1), out=vals)
+    idx = scratch.get("intp", n, np.intp)
+    np.copyto(idx, vals, casting="unsafe")  # truncation, as astype(np.intp)
+    return idx, np.bincount(idx, weights=q, minlength=bins)
+
+
+def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of idx above b and at b, each in order (fresh arrays)."""
+    n = idx.shape[0]
+    if kernel is not None and idx.dtype == np.int32:
+        above, inside = scratch.get("ids", n, np.int64), scratch.get("ids2", n, np.int64)
+        n_above, n_inside = kernel.bin_split(idx, b, above, inside)
+        return above[:n_above].astype(np.intp), inside[:n_inside].astype(np.intp)
+    mask = scratch.get("mask", n, np.bool_)
+    inside = np.flatnonzero(np.equal(idx, b, out=mask))
+    return np.flatnonzero(np.greater(idx, b, out=mask)), inside

@@ -128,15 +128,11 @@ def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) ->
     tokens of that bin are sorted. Also returns the kept tokens' mass (the sum of their q)."""
     c = x.shape[0]
     mx, lo = float(x.max()), float(x.min())
+    hist = None
     if mx > lo and bins / (mx - lo) < 1e30:
         # the bin index (x - lo) * (bins / (mx - lo)), in float32 as the logits come: each
         # step rounds monotonically, so a higher bin still holds only larger logits
-        vals = scratch.get("f32a", c, np.float32)
-        np.subtract(x, np.float32(lo), out=vals)
-        np.multiply(vals, np.float32(bins / (mx - lo)), out=vals)
-        np.minimum(vals, np.float32(bins - 1), out=vals)
-        idx = scratch.get("intp", c, np.intp)
-        np.copyto(idx, vals, casting="unsafe")  # truncation, as astype(np.intp)
+        idx, hist = sampler_fused.bin_masses(x, np.float32(lo), np.float32(bins / (mx - lo)), bins, q)
     elif mx > lo:  # (a spread too narrow for float32's range: the same in float64)
         vals64 = scratch.get("f64a", c, np.float64)
         vals64[...] = x
@@ -147,15 +143,16 @@ def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) ->
         np.minimum(idx, bins - 1, out=idx)
     else:
         idx = np.zeros(c, dtype=np.intp)
-    from_top = np.cumsum(np.bincount(idx, weights=q, minlength=bins)[::-1])
+    if hist is None:
+        hist = np.bincount(idx, weights=q, minlength=bins)
+    from_top = np.cumsum(hist[::-1])
     b = bins - 1 - min(int(np.searchsorted(from_top, target, side="left")), bins - 1)
     mass_above = float(from_top[bins - 2 - b]) if b < bins - 1 else 0.0
-    mask = scratch.get("mask", c, np.bool_)
-    inside = np.flatnonzero(np.equal(idx, b, out=mask))
+    above, inside = sampler_fused.bin_split(idx, b)
     order = inside[np.argsort(-x[inside], kind="stable")]
     cum = mass_above + np.cumsum(q[order])
     n_keep = min(int(np.searchsorted(cum, target, side="left")) + 1, order.shape[0])
-    kept = np.concatenate([np.flatnonzero(np.greater(idx, b, out=mask)), order[:n_keep]])
+    kept = np.concatenate([above, order[:n_keep]])
     return kept, float(cum[n_keep - 1])
 
 
