@@ -102,4 +102,4 @@ bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/serve_overhead.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info tests/clients/node_modules
+	rm -rf $(VENV) build src/*.egg-info src/loopchat/engine/_sampler_kernel*.so tests/clients/node_modules

@@ -16,7 +16,8 @@ to cost a small fraction of a forward pass whatever the settings: the exact top-
 selection avoids a full sort, with top-k off (or very large) the candidates are never
 sorted whole, and the arrays of the vocabulary's size are scratch memory kept from step
 to step (on Gemma 3's 262,144 tokens fresh ones cost more than the arithmetic: see
-sampler_scratch).
+sampler_scratch). The float64 passes over the vocabulary are one call each of
+sampler_fused: the optional C kernel (_sampler_kernel.c) or numpy, the same numbers.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The numeric pieces the sampler's stages are built from, each written to cost a small
 fraction of a forward pass on a large vocabulary: an exact top-K that does not sort the
 vocabulary, the top-p cut-off found without sorting the candidates, a draw without a
-cumulative sum of the vocabulary, and scratch arrays kept from step to step.
+cumulative sum of the vocabulary. Their passes over the whole vocabulary are
+sampler_fused's (the C kernel or numpy), their arrays scratch memory (sampler_scratch).
 """
 
 from __future__ import annotations
