@@ -119,3 +119,34 @@ def test_the_bins_in_float32_keep_what_a_full_sort_keeps(spread: float) -> None:
         n_keep = int(np.searchsorted(cum, target, side="left")) + 1
         assert sorted(kept.tolist()) == sorted(order[:n_keep].tolist()), top_p
         assert mass == pytest.approx(float(cum[n_keep - 1]), rel=1e-12)
+
+
+def test_the_work_max_is_known_through_the_penalties() -> None:
+    """Candidates.work_max follows the repeat penalty's and DRY's changes (None where the
+    token that held it changed): where known, it is the penalized logits' max exactly, so
+    top-p, min-p and the distribution take it instead of a pass over the vocabulary."""
+    from loopchat.engine.sampler_stages import Candidates, chain_for
+
+    rng = np.random.default_rng(8)
+    n = 5000
+    known = 0
+    for trial in range(60):
+        logits = (rng.standard_normal(n) * 3).astype(np.float32)
+        top = int(np.argmax(logits))
+        context = [int(t) for t in rng.integers(0, n, 40)]
+        if trial % 3 == 0:
+            context.append(top)  # the top token penalized: its max not known
+        if trial % 4 == 0:
+            logits[context[5]] = logits.max() + 1.0  # ... or a penalized token still the top
+        penalty = (1.1, 0.5, 1.5)[trial % 3]  # (0.5 raises the context's logits)
+        s = SamplingSettings(repeat_penalty=penalty, repeat_last_n=64, dry_multiplier=0.8, top_k=0)
+        raw_top = sampler_math.top_indices(logits, 10)
+        c = Candidates(logits, context, float(logits.max()), 1.0, raw_top, 10)
+        for stage in chain_for(s)[:2]:  # the repeat penalty, DRY
+            stage.apply(c)
+        if c.work_max is not None:
+            known += 1
+            assert c.work_max == float(c.work.max())
+            assert c.work[c.work_max_id] == c.work.max()
+        assert c.source_max(c.source()) == float(c.work.max())
+    assert 10 < known < 60  # both cases were met

@@ -93,7 +93,7 @@ def _unsorted_distribution(c: Candidates) -> _Distribution:
         weights, blocks, norm, wz = sampler_fused.distribution(c.z, 0.0, c.t, DRAW_BLOCK)
     else:
         src = c.source()
-        weights, blocks, norm, wz = sampler_fused.distribution(src, float(src.max()), c.t, DRAW_BLOCK)
+        weights, blocks, norm, wz = sampler_fused.distribution(src, c.source_max(src), c.t, DRAW_BLOCK)
     entropy = (math.log(norm) - wz / norm) * _LOG2E if weights.shape[0] > 1 else 0.0
     # only the reported candidates are sorted. Every token kept: the probabilities rise
     # with the logits, so the top logits (float32, half the bytes) are the top

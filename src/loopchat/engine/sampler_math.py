@@ -64,7 +64,9 @@ _TOP_P_DEEP = 8192
 _TOP_P_STRIDE = 32
 
 
-def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[np.ndarray, float]:
+def top_p_set(
+    work: np.ndarray, cand: np.ndarray | None, top_p: float, known_max: float | None = None
+) -> tuple[np.ndarray, float]:
     """The top-p candidates of `cand` (unsorted; None: the whole vocabulary): what a sort
     by logit, largest first (equal logits in id order), keeps up to and including the
     token at which the softmax mass reaches top_p, found without sorting them all.
@@ -78,10 +80,11 @@ def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[
     top_p_bins find it. The float64 arrays are scratch memory (see sampler_scratch).
 
     Returns the kept candidates and the share of the candidates' softmax mass they hold
-    (both sums in float64, found on the way)."""
+    (both sums in float64, found on the way). `known_max`: the candidates' largest logit,
+    if the caller knows it."""
     src = work if cand is None else work[cand]  # float32
     m = src.shape[0]
-    mx = float(src.max())
+    mx = float(src.max()) if known_max is None else known_max
     # q = exp(float64(logit) - max), one pass (sampler_fused)
     q = scratch.get("f64b", m, np.float64)
     total = sampler_fused.exp_sum(src, mx, q)

@@ -71,6 +71,8 @@ class Candidates:
         "z",
         "t",
         "mass",
+        "work_max",
+        "work_max_id",
     )
 
     def __init__(
@@ -93,6 +95,10 @@ class Candidates:
         self.z: np.ndarray | None = None
         self.t = 1.0
         self.mass = 1.0
+        # the largest of `work` and a token that holds it (None: not known), kept through
+        # the penalties' few changes: a pass over the vocabulary saved at each stage
+        self.work_max: float | None = raw_max if raw_top_ids.shape[0] else None
+        self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
 
     @property
     def count(self) -> int:
@@ -102,6 +108,11 @@ class Candidates:
         """The candidates' logits (float32), in the order of `ids`."""
         return self.work if self.ids is None else self.work[self.ids]
 
+    def source_max(self, src: np.ndarray) -> float:
+        """The largest of `src` (the candidates' logits, from source()): known, for the
+        whole vocabulary, without a pass over it."""
+        return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
+
     def change_logits(self, ids: np.ndarray, values: np.ndarray) -> None:
         """Give the tokens `ids` (distinct) new logits, on a copy of the model's, and move
         the mass unit with them (before any stage has narrowed the candidates)."""
@@ -110,8 +121,15 @@ class Candidates:
             np.copyto(self.work, self.logits)
         before = np.exp(self.work[ids].astype(np.float64) - self.raw_max)
         self.work[ids] = values
-        after = np.exp(self.work[ids].astype(np.float64) - self.raw_max)
+        stored = self.work[ids]
+        after = np.exp(stored.astype(np.float64) - self.raw_max)
         self.norm += float(after.sum()) - float(before.sum())
+        if self.work_max is not None:
+            if np.any(ids == self.work_max_id):
+                self.work_max = None  # the token that held it changed: not known
+            elif stored.shape[0] and float(stored.max()) > self.work_max:
+                top = int(np.argmax(stored))
+                self.work_max, self.work_max_id = float(stored[top]), int(ids[top])
 
     def take_top(self, k: int) -> None:
         """Keep the k largest logits (k <= n_vocab): sorted if k <= SORT_LIMIT, else
@@ -253,7 +271,7 @@ class TopP:
             c.keep_first(n_keep)
             share = float(cum[n_keep - 1])
         else:
-            c.ids, share = top_p_set(c.work, c.ids, self.p)
+            c.ids, share = top_p_set(c.work, c.ids, self.p, c.work_max if c.ids is None else None)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
         return c.report(self.name, entered, c.mass * share)
@@ -281,7 +299,7 @@ class MinP:
             c.keep_first(n_keep)
             return c.report(self.name, entered, c.mass * float(w[:n_keep].sum()) / float(w.sum()))
         src = c.source()
-        mx = float(src.max())
+        mx = c.source_max(src)
         kept, z, w_sum = sampler_fused.min_p_keep(src, mx + math.log(self.min_p), mx)
         c.ids = kept if c.ids is None else c.ids[kept]
         c.z = z  # the candidates' logits minus their max, at temperature 1 so far
