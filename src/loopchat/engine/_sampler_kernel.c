@@ -1,14 +1,16 @@
-/* The sampler's float64 passes over the vocabulary, fused (issue 23, item 3).
+/* The sampler's passes over the vocabulary, fused (issue 23, item 3): the float64 exps
+ * (top-p's total, the unsorted distribution, min-p's kept mass), the rank count, top-p's
+ * threshold sets and its bins.
  *
  * An optional C extension: sampler_fused.py calls it when it was built and falls back to
  * numpy (the same arithmetic, pass by pass) when it was not. Each function reads and
  * writes numpy arrays through the buffer protocol (no numpy headers) and does in one
- * pass what numpy does in three to five: numpy 2.4 has no vectorised float64 exp for
+ * pass what numpy does in two to five: numpy 2.4 has no vectorised float64 exp for
  * AVX2 (6.3 ns a token), and each numpy call costs a pass over memory and a Python call.
  *
  * The exp (kexp) is a Cody-Waite reduction and a degree-13 Taylor polynomial, written so
  * that gcc vectorises it (-O3 -fno-trapping-math, with an AVX2+FMA clone chosen at run time
- * on x86-64; 1.7 ns a token against numpy's 6.3 for float64 here): within 2 ulp of the
+ * on x86-64; 1.7-2.0 ns a token against numpy's 6.3 for float64 here): within 2 ulp of the
  * correctly rounded exp on x <= 0 (the only arguments the sampler passes: logits minus
  * their maximum), exp(-inf) = 0, NaN stays NaN (tests/test_sampler_kernel.py).
  * Sums are taken in another order than numpy's (several accumulators), so totals differ

@@ -1,12 +1,13 @@
-"""The sampler's passes over the vocabulary in float64, each one call: the C kernel
+"""The sampler's passes over the whole vocabulary, each one call: the C kernel
 (_sampler_kernel.c, built by setup.py when a compiler is there) or, without it, numpy.
 
 Both paths compute the same numbers: the numpy one is the arithmetic the chain did before
 the kernel, pass by pass; the kernel fuses the passes and uses its own exp (within 2 ulp of
-numpy's) and its own order of summation, so its totals differ from numpy's in the last bits
-(tests/test_sampler_kernel.py; tests/test_sampler_chain.py runs the chain both ways against
-tests/reference_sampler.py). `LOOPCHAT_SAMPLER_KERNEL=0` in the environment keeps the numpy
-path (a benchmark's "before"); `PATH` says which one runs.
+numpy's), multiplies by 1/t where numpy divides by t, and adds in its own order, so its
+floats differ from numpy's in the last bits; its positions, bins and bins' sums are numpy's
+bit for bit (tests/test_sampler_kernel.py; tests/test_sampler_chain.py runs the chain both
+ways against tests/reference_sampler.py). `LOOPCHAT_SAMPLER_KERNEL=0` in the environment
+keeps the numpy path (a benchmark's "before"); `PATH` says which one runs.
 """
 
 from __future__ import annotations
