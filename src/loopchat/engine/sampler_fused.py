@@ -1,0 +1,134 @@
+"""The sampler's passes over the whole vocabulary, each one call: the C kernel
+(_sampler_kernel.c, built by setup.py when a compiler is there) or, without it, numpy.
+
+Both paths compute the same numbers: the numpy one is the arithmetic the chain did before
+the kernel, pass by pass; the kernel fuses the passes and uses its own exp (within 2 ulp of
+numpy's), multiplies by 1/t where numpy divides by t, and adds in its own order, so its
+floats differ from numpy's in the last bits; its positions, bins and bins' sums are numpy's
+bit for bit (tests/test_sampler_kernel.py; tests/test_sampler_chain.py runs the chain both
+ways against tests/reference_sampler.py). `LOOPCHAT_SAMPLER_KERNEL=0` in the environment
+keeps the numpy path (a benchmark's "before"); `PATH` says which one runs.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import numpy as np
+
+from loopchat.engine.sampler_scratch import scratch
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("LOOPCHAT_SAMPLER_KERNEL", "1") == "0":
+        return None
+    try:
+        from loopchat.engine import _sampler_kernel
+    except ImportError:
+        return None
+    return _sampler_kernel
+
+
+#: the C kernel, or None: the numpy path (tests set it to None to run that path)
+kernel: ModuleType | None = _load()
+PATH = "kernel" if kernel is not None else "numpy"
+
+
+def exp_sum(src: np.ndarray, shift: float, out: np.ndarray) -> float:
+    """out = exp(float64(src) - shift) for float32 src (out: float64, src's length); their sum."""
+    if kernel is not None:
+        return float(kernel.exp_sum(src, shift, out))
+    q = np.subtract(src, shift, out=out, dtype=np.float64)  # one pass from float32 (the same bits)
+    np.exp(q, out=q)
+    return float(q.sum())
+
+
+def distribution(x: np.ndarray, shift: float, t: float, block: int) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """For float32 or float64 x, z = (x - shift) / t in float64 (no division when t is 1):
+    (weights exp(z), a scratch array; the sums of their blocks of `block`; the weights'
+    sum; the sum of weights * z)."""
+    n = x.shape[0]
+    weights = scratch.get("f64b", n, np.float64)
+    if kernel is not None:
+        blocks = np.empty((n + block - 1) // block, dtype=np.float64)
+        norm, wz = kernel.distribution(x, shift, t, weights, blocks, block)
+        return weights, blocks, norm, wz
+    if x.dtype == np.float64 and shift == 0.0:
+        z = x if t == 1.0 else x / t  # (min-p's z: already shifted)
+    else:
+        z = np.subtract(x, shift, out=scratch.get("f64a", n, np.float64), dtype=np.float64)
+        if t != 1.0:
+            z /= t
+    np.exp(z, out=weights)
+    # the sum from the draw's block sums (one pass serves both: see draw_unsorted). einsum
+    # sums the products without a temporary array and without BLAS (np.dot would call
+    # BLAS, whose threads spin against llama.cpp's)
+    blocks = np.add.reduceat(weights, np.arange(0, n, block))
+    return weights, blocks, float(blocks.sum()), float(np.einsum("i,i->", weights, z))
+
+
+def min_p_keep(src: np.ndarray, floor: float, shift: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """The positions of float32 src whose float64 value is at least floor (a fresh array,
+    in order), their float64 values minus shift (scratch memory), the sum of exp of those."""
+    n = src.shape[0]
+    z = scratch.get("f64a", n, np.float64)
+    if kernel is not None:
+        ids = scratch.get("ids", n, np.int64)
+        k, mass = kernel.min_p(src, floor, shift, ids, z)
+        return ids[:k].astype(np.intp), z[:k], mass
+    z[...] = src
+    keep = np.greater_equal(z, floor, out=scratch.get("mask", n, np.bool_))
+    kept = np.flatnonzero(keep)
+    z = z[keep]
+    z -= shift
+    return kept, z, float(np.exp(z).sum())
+
+
+def count_greater(x: np.ndarray, i: int) -> int:
+    """How many entries of x (float32 or float64) are greater than x[i]."""
+    if kernel is not None:
+        return int(kernel.count_greater(x, i))
+    mask = scratch.get("mask", x.shape[0], np.bool_)
+    return int(np.count_nonzero(np.greater(x, x[i], out=mask)))
+
+
+def at_least(src: np.ndarray, threshold: np.float32) -> np.ndarray:
+    """The positions of float32 src at or above threshold (a float32), in order (a fresh array)."""
+    if kernel is not None:
+        ids = scratch.get("ids", src.shape[0], np.int64)
+        return ids[: kernel.at_least(src, float(threshold), ids)].astype(np.intp)
+    return np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", src.shape[0], np.bool_)))
+
+
+def bin_masses(
+    x: np.ndarray, lo: np.float32, scale: np.float32, bins: int, q: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """top-p's bins (sampler_math.top_p_bins): each float32 logit's bin, (x - lo) * scale
+    capped at bins - 1 and truncated, every step in float32 (scratch memory), and the sums
+    of q (float64) by bin, added in order as np.bincount does."""
+    n = x.shape[0]
+    if kernel is not None:
+        idx32 = scratch.get("bins32", n, np.int32)
+        hist = np.empty(bins, dtype=np.float64)
+        kernel.bin_masses(x, float(lo), float(scale), bins, q, idx32, hist)
+        return idx32, hist
+    vals = scratch.get("f32a", n, np.float32)
+    np.subtract(x, lo, out=vals)
+    np.multiply(vals, scale, out=vals)
+    np.minimum(vals, np.float32(bins - 1), out=vals)
+    idx = scratch.get("intp", n, np.intp)
+    np.copyto(idx, vals, casting="unsafe")  # truncation, as astype(np.intp)
+    return idx, np.bincount(idx, weights=q, minlength=bins)
+
+
+def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of idx above b and at b, each in order (fresh arrays)."""
+    n = idx.shape[0]
+    if kernel is not None and idx.dtype == np.int32:
+        above, inside = scratch.get("ids", n, np.int64), scratch.get("ids2", n, np.int64)
+        n_above, n_inside = kernel.bin_split(idx, b, above, inside)
+        return above[:n_above].astype(np.intp), inside[:n_inside].astype(np.intp)
+    mask = scratch.get("mask", n, np.bool_)
+    inside = np.flatnonzero(np.equal(idx, b, out=mask))
+    return np.flatnonzero(np.greater(idx, b, out=mask)), inside

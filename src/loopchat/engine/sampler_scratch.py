@@ -1,0 +1,31 @@
+"""Scratch arrays of the vocabulary's size, kept from step to step (the sampler's)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+
+class _Scratch(threading.local):
+    """Arrays of the vocabulary's size, reused from step to step (one set per thread).
+
+    A new array that large is new memory: glibc hands freed blocks of a few MB back to
+    the system, so each fresh one page-faults on every 4 KiB page it writes. On a large
+    vocabulary those faults cost more than the arithmetic (docs/performance.md, "Figures
+    behind the code's choices", "The sampler's numpy"). Every result that leaves `sample`
+    is a fresh (small) array, never one of these.
+    """
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, n: int, dtype: type) -> np.ndarray:
+        """An uninitialised array of n entries: a view of this thread's `name` buffer."""
+        a = self.arrays.get(name)
+        if a is None or a.shape[0] < n:
+            a = self.arrays[name] = np.empty(n, dtype=dtype)
+        return a[:n]
+
+
+scratch = _Scratch()
