@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tui_fixtures import fake_app, record_notices, reply_to, wait_for, wait_run
+from tui_fixtures import fake_app, panel_text, record_notices, reply_to, wait_for, wait_run
 
 from loopchat.browser import WEB_URL_ENV
 from loopchat.tui.help_screen import IN_A_BROWSER, KEYS
@@ -43,13 +43,16 @@ def test_the_key_docs_browser_column_is_f1s() -> None:
     assert {"Ctrl+T", "Ctrl+N", "F5", "F12"} <= set(IN_A_BROWSER)
 
 
-async def test_alt_t_opens_and_closes_the_document_view(tmp_path) -> None:
+async def test_alt_t_opens_and_closes_the_document_view(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(WEB_URL_ENV, "http://127.0.0.1:8000")  # a browser tab's chat
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "hello")
         await pilot.press("alt+t")
         await wait_for(pilot, lambda: bool(app.document.display), 5, "the document view")
         assert not app.transcript.display
+        head = "\n".join("".join(text for text, _ in line) for line in app.document.head.lines)
+        assert "Alt+T: back" in head and "Ctrl+T" not in head  # its hint names the key that works
         await pilot.press("alt+t")
         await wait_for(pilot, lambda: bool(app.transcript.display), 5, "the transcript")
         assert not app.document.display
@@ -88,11 +91,12 @@ async def test_alt_backspace_deletes_a_word_in_the_message_box(tmp_path) -> None
 
 
 @pytest.mark.model
-async def test_alt_s_arms_step_mode_and_runs_freely_again(live_backend, tmp_path) -> None:
+async def test_alt_s_arms_step_mode_and_runs_freely_again(live_backend, tmp_path, monkeypatch) -> None:
     from loopchat.chat.prefs import Prefs
     from loopchat.settings import SamplingSettings
     from loopchat.tui.launch import create_app
 
+    monkeypatch.setenv(WEB_URL_ENV, "http://127.0.0.1:8000")  # a browser tab's chat
     app = create_app(
         backend=live_backend,
         prefs=Prefs(markdown=False),
@@ -104,10 +108,13 @@ async def test_alt_s_arms_step_mode_and_runs_freely_again(live_backend, tmp_path
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         await pilot.press("alt+s")
         assert app.session.step_armed and app.step_bar.display
+        assert "(Alt+S disarms)" in str(app.step_bar.render())  # the hints name the key that works
         await pilot.press(*"Name a fruit.", "enter")
         s = app.session
         await wait_for(pilot, lambda: s.stopped and s.pending.index == 0, 30, "stopped before the first draw")
         assert app.current.steps == []
+        assert "Alt+S runs freely" in str(app.step_bar.render()) and "F12" not in str(app.step_bar.render())
+        assert "Alt+S runs" in panel_text(app)
         await pilot.press("alt+s")  # run freely to the end
         await wait_run(pilot)
         assert app.current.steps and not s.stopped

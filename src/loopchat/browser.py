@@ -11,10 +11,25 @@ from urllib.parse import urlsplit
 #: set by `loopchat web` for each tab's process: the URL the browser opened
 WEB_URL_ENV = "LOOPCHAT_WEB_URL"
 
+#: the chat's keys (Textual's names) that most browsers keep for themselves (a tab never
+#: sees them), each with the second key that does the same there
+BROWSER_KEYS: dict[str, str] = {"ctrl+t": "alt+t", "ctrl+n": "alt+n", "f5": "alt+r", "f12": "alt+s"}
+
 
 def web_url() -> str | None:
     """The page's URL when this process runs a browser tab's chat, else None."""
     return os.environ.get(WEB_URL_ENV) or None
+
+
+def shown_key(key: str) -> str:
+    """A Textual key name as the chat writes it: ctrl+t -> Ctrl+T, f12 -> F12."""
+    return "+".join(part.upper() if len(part) == 1 else part.capitalize() for part in key.split("+"))
+
+
+def key_here(key: str) -> str:
+    """`key` (Textual's name) as the chat's hints name it: in a browser tab, the key that
+    works there (F12 -> Alt+S)."""
+    return shown_key(BROWSER_KEYS.get(key, key) if web_url() else key)
 
 
 def clipboard_allowed(url: str) -> bool:

@@ -10,8 +10,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from loopchat.browser import BROWSER_KEYS, shown_key
 from loopchat.settings_text import knob_order_text, knob_steps_text
-from loopchat.tui.keys import BROWSER_KEYS
 
 #: (keys, what they do), in the order docs/keys.md shows them
 KEYS: tuple[tuple[str, str], ...] = (
@@ -99,16 +99,11 @@ KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _shown(key: str) -> str:
-    """A Textual key name as F1 writes it: ctrl+t -> Ctrl+T, f12 -> F12."""
-    return "+".join(part.upper() if len(part) == 1 else part.capitalize() for part in key.split("+"))
-
-
 #: F1's "In a browser" column (a tab of `loopchat web`): the key that works there where the
 #: browser keeps the row's key for itself, and what a browser changes (docs/keys.md: the
 #: table's third column)
 IN_A_BROWSER: dict[str, str] = {
-    **{_shown(key): _shown(second) for key, second in BROWSER_KEYS.items()},
+    **{shown_key(key): shown_key(second) for key, second in BROWSER_KEYS.items()},
     "Ctrl+Y": "Ctrl+Y (https:// or this machine's pages)",
 }
 

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 from textual.binding import Binding, BindingType
 
-from loopchat.browser import web_url
-
-#: the app's keys that most browsers keep for themselves (a tab of `loopchat web` never sees
-#: them), each with a second key that does the same there: F1's "In a browser" column
-BROWSER_KEYS: dict[str, str] = {"ctrl+t": "alt+t", "ctrl+n": "alt+n", "f5": "alt+r", "f12": "alt+s"}
+from loopchat.browser import BROWSER_KEYS, web_url
 
 
 def _keys(key: str) -> str:
