@@ -13,6 +13,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
 from web_browser import CHROMIUM, CHROMIUM_ARGS, HOOK, Web, open_tab, send, terminal_text, wait_text, wait_until
 
@@ -118,6 +119,13 @@ def test_two_tabs_converse_at_once_and_both_are_in_the_history(web, browser) -> 
     assert titles == ["Name a fruit.", "Name a river."], titles
     first.close()
     wait_until("the first tab's chat to end", lambda: web.logged(r"tab 1 closed \(1 of 4"), 30, web.tail)
+    # stopped with a tab open (Ctrl+C, SIGTERM): the tab is told at once, its chat quits
+    chats = [p for p in psutil.Process(web.proc.pid).children(recursive=True) if "loopchat" in " ".join(p.cmdline())]
+    assert chats, "the second tab's chat process"
+    web.proc.terminate()
+    assert web.proc.wait(15) == 0, web.tail()  # (aiohttp alone waits ~20 s for the open tab)
+    assert not [p for p in chats if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert web.logged(r"tab 2 closed \(0 of 4"), web.tail()
 
 
 async def _websocket_over_the_limit(url: str) -> tuple[str, bool]:

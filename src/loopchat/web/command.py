@@ -116,10 +116,12 @@ def _check_model(args: argparse.Namespace) -> str:
     """The model the tabs will run (its name), looked up now: a bad --model or config fails
     at start, in one line."""
     if getattr(args, "url", None):
-        from loopchat.urls import api_base
+        from loopchat.urls import URLProblem, api_base
 
-        api_base(args.url)  # a malformed URL: one line now
-        return args.url
+        try:
+            return api_base(args.url)  # a malformed URL: one line now, not in every tab
+        except URLProblem as exc:
+            raise UsageError(f"--url: {exc}") from None
     from loopchat.config import load_config
 
     spec = load_config(getattr(args, "config", None)).get(getattr(args, "model", None))
@@ -158,9 +160,8 @@ def web_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    sock.listen(128)
     tabs = "1 tab" if args.max_sessions == 1 else f"up to {args.max_sessions} tabs"
-    print(f"loopchat web: open {url} in a browser ({tabs} at once, {model}; Ctrl+C stops)", flush=True)
-    server.serve()
+    line = f"loopchat web: open {url} in a browser ({tabs} at once, {model}; Ctrl+C stops)"
+    server.serve(on_listening=lambda: print(line, flush=True))
     print("loopchat web: stopped", file=sys.stderr, flush=True)
     return 0

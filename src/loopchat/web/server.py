@@ -16,9 +16,10 @@ import html
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
@@ -81,12 +82,19 @@ class WebServer(Server):
         self.max_sessions = max_sessions
         self.sessions = 0  # tabs whose chat process runs
         self.opened = 0  # tabs opened since the start (numbers them in the log)
+        self.open_sockets: set[web.WebSocketResponse] = set()
 
     def initialize_logging(self) -> None:
         """No banner and no access log: the lines loopchat prints are its own."""
 
     async def on_startup(self, app: web.Application) -> None:
         """(the start line is printed by the command once the socket listens)"""
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        """Ctrl+C or SIGTERM: every tab's websocket is closed, so each tab's chat is told to
+        quit at once (aiohttp would otherwise wait for them until its shutdown timeout)."""
+        for websocket in list(self.open_sockets):
+            await websocket.close(code=WSCloseCode.GOING_AWAY, message=b"loopchat web stopped")
 
     async def handle_index(self, request: web.Request) -> web.StreamResponse:
         if self.sessions >= self.max_sessions:
@@ -108,6 +116,7 @@ class WebServer(Server):
             _log(f"a tab turned away: {self.sessions} of {self.max_sessions} sessions in use")
             return websocket
         self.sessions += 1
+        self.open_sockets.add(websocket)
         self.opened += 1
         number = self.opened
         _log(f"tab {number} opened ({self.sessions} of {self.max_sessions} sessions)")
@@ -128,13 +137,15 @@ class WebServer(Server):
             _log(f"tab {number}: {type(exc).__name__}: {exc}")
         finally:
             await service.stop()
+            self.open_sockets.discard(websocket)
             self.sessions -= 1
             _log(f"tab {number} closed ({self.sessions} of {self.max_sessions} sessions)")
         return websocket
 
-    def serve(self, debug: bool = False) -> None:
+    def serve(self, debug: bool = False, on_listening: Callable[[], None] = lambda: None) -> None:
         """Serve until Ctrl+C or SIGTERM (textual-serve's handlers: a graceful exit that
-        tells every tab's app to quit)."""
+        tells every tab's app to quit). `on_listening`: called once the socket listens and
+        the signals are handled (a SIGTERM right after the start line stops cleanly)."""
         import signal
 
         from aiohttp.web_runner import GracefulExit
@@ -146,4 +157,6 @@ class WebServer(Server):
         asyncio.set_event_loop(loop)
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, leave)
+        self.sock.listen(128)
+        on_listening()
         web.run_app(self._make_app(), sock=self.sock, handle_signals=False, loop=loop, print=lambda *args: None)
