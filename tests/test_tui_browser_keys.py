@@ -12,12 +12,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from textual import events
 from tui_fixtures import fake_app, panel_text, record_notices, reply_to, wait_for, wait_run
 
 from loopchat.browser import WEB_URL_ENV
 from loopchat.tui.help_screen import IN_A_BROWSER, KEYS
 
 ROOT = Path(__file__).parent.parent
+
+
+async def alt(pilot, letter: str) -> None:
+    """Alt+letter as a terminal or xterm.js sends it (Esc, then the letter): Textual reads
+    the key "alt+n" with the character "n" (Pilot's press() gives no character)."""
+    pilot.app.post_message(events.Key(f"alt+{letter}", letter))
+    await pilot.pause()
+
+
 KEYS_DOC = ROOT / "docs" / "keys.md"
 
 
@@ -48,12 +58,12 @@ async def test_alt_t_opens_and_closes_the_document_view(tmp_path, monkeypatch) -
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "hello")
-        await pilot.press("alt+t")
+        await alt(pilot, "t")
         await wait_for(pilot, lambda: bool(app.document.display), 5, "the document view")
         assert not app.transcript.display
         head = "\n".join("".join(text for text, _ in line) for line in app.document.head.lines)
         assert "Alt+T: back" in head and "Ctrl+T" not in head  # its hint names the key that works
-        await pilot.press("alt+t")
+        await alt(pilot, "t")
         await wait_for(pilot, lambda: bool(app.transcript.display), 5, "the transcript")
         assert not app.document.display
 
@@ -63,9 +73,9 @@ async def test_alt_n_starts_a_new_conversation(tmp_path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "hello")
         assert app.conversation.replies
-        await pilot.press("alt+n")
-        await pilot.pause()
-        assert app.conversation.replies == [] and app.conversation.turns == []
+        await alt(pilot, "n")
+        await wait_for(pilot, lambda: not app.conversation.replies, 5, "a new conversation")
+        assert app.conversation.turns == [] and app.prompt.value == ""  # (no "n" typed in the box)
         assert not app.transcript.blocks
 
 
@@ -73,9 +83,10 @@ async def test_alt_r_regenerates_the_last_reply(tmp_path) -> None:
     app = fake_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "Say hi.")
-        await pilot.press("alt+r")
+        await alt(pilot, "r")
         await wait_for(pilot, lambda: len(app.conversation.replies) == 2, 5, "the second reply")
         await wait_run(pilot)
+        assert app.prompt.value == ""
         first, second = app.conversation.replies
         assert first.replaced_by == 2 and second.messages == first.messages
         (view,) = app.transcript.reply_views()
@@ -106,7 +117,7 @@ async def test_alt_s_arms_step_mode_and_runs_freely_again(live_backend, tmp_path
     )
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press("alt+s")
+        await alt(pilot, "s")
         assert app.session.step_armed and app.step_bar.display
         assert "(Alt+S disarms)" in str(app.step_bar.render())  # the hints name the key that works
         await pilot.press(*"Name a fruit.", "enter")
@@ -115,7 +126,7 @@ async def test_alt_s_arms_step_mode_and_runs_freely_again(live_backend, tmp_path
         assert app.current.steps == []
         assert "Alt+S runs freely" in str(app.step_bar.render()) and "F12" not in str(app.step_bar.render())
         assert "Alt+S runs" in panel_text(app)
-        await pilot.press("alt+s")  # run freely to the end
+        await alt(pilot, "s")  # run freely to the end
         await wait_run(pilot)
         assert app.current.steps and not s.stopped
 

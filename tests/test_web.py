@@ -74,6 +74,12 @@ def test_a_reply_streams_and_alt_s_stops_the_loop(web, browser, tmp_path) -> Non
     wait_text(page, "tokens and the loop panel's forward pass", lambda t: "Forward pass" in t, 60)
     wait_text(page, "the end of the reply", lambda t: " tok/s · " in t, 90)
     assert "Assistant · reply 1" in terminal_text(page)
+    # Ctrl+Y: the reply reaches the browser's clipboard (xterm.js takes the chat's OSC 52)
+    browser.grant_permissions(["clipboard-read", "clipboard-write"], origin=web.url)
+    page.keyboard.press("Control+y")
+    wait_text(page, "the copy's notice", lambda t: "to the browser's clipboard" in t, 30)
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied and copied.split()[0] in terminal_text(page), copied
     # Alt+S (F12 in a terminal): the next reply stops before its first draw, and stays so
     page.keyboard.press("Alt+s")
     send(page, "Name a colour.")
@@ -89,6 +95,8 @@ def test_a_reply_streams_and_alt_s_stops_the_loop(web, browser, tmp_path) -> Non
         Path(os.environ[SCREENSHOT_ENV]).write_bytes(shot.read_bytes())
     page.keyboard.press("Alt+s")  # run freely to the end
     wait_text(page, "the second reply's end", lambda t: t.count(" tok/s · ") == 2, 90)
+    page.keyboard.press("Alt+n")  # a new conversation (Ctrl+N is the browser's new window)
+    wait_text(page, "a new conversation", lambda t: "Assistant · reply" not in t, 30)
 
 
 def _history(web: Web) -> list[dict]:
