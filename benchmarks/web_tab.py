@@ -13,8 +13,9 @@ longer reply costs a little less per token):
   textual-serve sets it), `loopchat web` itself (it relays the tab's bytes), and
   chromium's processes (xterm.js drawing; headless, --disable-gpu).
 
-RSS: each chat process once its model is loaded and one reply is done; `loopchat web`'s
-own; chromium's summed. Medians are printed.
+RSS (and USS: what a process alone holds; RSS also counts the model file's pages, shared
+through the page cache by every process that maps it): each chat process after its
+replies; `loopchat web`'s own; chromium's summed. Medians are printed.
 
     .venv/bin/python benchmarks/web_tab.py [--replies 5]
 """
@@ -53,6 +54,12 @@ def cpu(procs: list[psutil.Process]) -> float:
 
 def rss_mb(procs: list[psutil.Process]) -> float:
     return sum(p.memory_info().rss for p in procs if p.is_running()) / 2**20
+
+
+def uss_mb(procs: list[psutil.Process]) -> float:
+    """Memory the processes alone hold (RSS counts the model file's pages, which every
+    process mapping the file shares through the page cache)."""
+    return sum(p.memory_full_info().uss for p in procs if p.is_running()) / 2**20
 
 
 def summaries(text: str) -> list[tuple[int, float]]:
@@ -148,6 +155,10 @@ def main() -> None:
             print(
                 f"RSS MB: terminal chat {rss_mb(terminal.chat):.0f}, tab chat {rss_mb(tab.chat):.0f}, "
                 f"loopchat web {rss_mb([tab.server]):.0f}, chromium {rss_mb(tab.browser):.0f}"
+            )
+            print(
+                f"USS MB: terminal chat {uss_mb(terminal.chat):.0f}, tab chat {uss_mb(tab.chat):.0f}, "
+                f"loopchat web {uss_mb([tab.server]):.0f}, chromium {uss_mb(tab.browser):.0f}"
             )
         finally:
             terminal.close()
