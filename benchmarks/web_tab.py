@@ -105,7 +105,7 @@ class Terminal:
 
 class Tab:
     def __init__(self, home: Path, playwright: object) -> None:
-        self.web = Web(home)
+        self.web = Web(home, max_tokens=None)  # the default model's own settings, as the terminal's
         self.context = playwright.chromium.launch_persistent_context(  # type: ignore[attr-defined]
             tempfile.mkdtemp(),
             executable_path=str(CHROMIUM),

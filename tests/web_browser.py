@@ -69,9 +69,17 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float, last: Callab
 
 
 class Web:
-    """`loopchat web --port 0` in a child process, its data in `home` (history, config)."""
+    """`loopchat web --port 0` in a child process, its data in `home` (history, config).
+    `max_tokens`: the replies' length (a models.toml of its own in `home`; short replies
+    stay whole on the tab's screen); None: the default model's own settings."""
 
-    def __init__(self, home: Path, *args: str, timeout: float = 60.0) -> None:
+    def __init__(self, home: Path, *args: str, max_tokens: int | None = 40, timeout: float = 60.0) -> None:
+        if max_tokens is not None:
+            (home / "config").mkdir(parents=True, exist_ok=True)
+            (home / "config" / "models.toml").write_text(
+                'default = "smollm2"\n[models.smollm2]\nbuiltin = "smollm2-135m-instruct"\n'
+                f"[models.smollm2.sampling]\nmax_tokens = {max_tokens}\n"
+            )
         self.env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
