@@ -33,7 +33,13 @@ WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION
 # Without node/npm the test is skipped and says so (pytest -rs prints the reason).
 NODE_CLIENTS := tests/clients/node_modules/.loopchat-installed
 
-.PHONY: run test test-fast lint bench clean
+# loopchat web's browser tests (tests/test_web.py) drive Debian's chromium through Playwright
+# (Playwright's own browser download cannot work here): installed when missing and we can
+# (root, apt-get); otherwise one line says those tests will be skipped. (APT::Sandbox::User=root:
+# in some containers apt's _apt user cannot open /dev/null, and every signature check fails.)
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: run test test-fast lint bench clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,10 +71,21 @@ $(NODE_CLIENTS): tests/clients/package.json tests/clients/package-lock.json
 		echo "npm not found: OpenAI's Node SDK test (tests/test_serve_clients.py) will be skipped; install Node.js 20+ to run it"; \
 	fi
 
+chromium:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing Debian's chromium for loopchat web's browser tests (tests/test_web.py)..."; \
+		{ apt-get -q -o APT::Sandbox::User=root update >/dev/null && \
+		  apt-get -q -y -o APT::Sandbox::User=root install chromium >/dev/null; } || \
+		echo "apt-get could not install chromium: loopchat web's browser tests (tests/test_web.py) will be skipped"; \
+	else \
+		echo "no $(CHROMIUM) and no way to install it here (root and apt-get): loopchat web's browser tests (tests/test_web.py) will be skipped"; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/loopchat
 
-test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS)
+test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS) chromium
 	$(BIN)/python -m pytest -q -rs
 
 # `make test` runs the checks first (make merges this line's prerequisite after the set-up's).

@@ -1,4 +1,5 @@
-"""Command line: `loopchat` (the chat TUI), `loopchat run`, `loopchat serve`, `loopchat models`, `loopchat replay`.
+"""Command line: `loopchat` (the chat TUI), `loopchat run`, `loopchat serve`, `loopchat web`, `loopchat models`,
+`loopchat replay`.
 
 Bad input gives one line on stderr and exit code 2, never a traceback.
 """
@@ -157,8 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--config", metavar="PATH", help="models.toml to use", default=argparse.SUPPRESS)
 
     from loopchat.serve.command import add_serve_parser
+    from loopchat.web.command import add_web_parser
 
     add_serve_parser(sub, _add_model_options)
+    add_web_parser(sub, _add_model_options, _add_remote_options)
 
     replay = sub.add_parser("replay", help="play a recorded trace in the chat app")
     replay.add_argument("trace_file", metavar="FILE.jsonl")
@@ -224,6 +227,10 @@ def _main(argv: Sequence[str] | None) -> int:
             from loopchat.serve.command import serve_command
 
             return serve_command(args)
+        if args.command == "web":
+            from loopchat.web.command import web_command
+
+            return web_command(args)
         if args.command == "history":
             from loopchat.cli.history import history_command
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
+from loopchat.listen import bind, port_number, socket_url
 from loopchat.serve.cors import cors_origin, with_cors
 
 if TYPE_CHECKING:
@@ -35,16 +36,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 8
-
-
-def port_number(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535; 0 picks a free port)") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535; 0 picks a free port)")
-    return port
 
 
 def queue_size(text: str) -> int:
@@ -108,31 +99,6 @@ def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callabl
     )
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise UsageError(
-            f"cannot listen on {host!r}: {exc.strerror}; give --host an address such as 127.0.0.1"
-        ) from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        hint = "pick another --port (0 picks a free one)" if exc.errno in (98, 48) else "check --host and --port"
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; {hint}") from None
-    sock.set_inheritable(False)
-    return sock
-
-
-def _url(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 def _log(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
@@ -167,7 +133,7 @@ def serve_command(args: argparse.Namespace) -> int:
     config = load_config(getattr(args, "config", None))
     spec = config.get(getattr(args, "model", None))
     model_path = spec.resolve_file()
-    sock = _bind(args.bind, args.port)
+    sock = bind(args.bind, args.port)
 
     one = OneLoop(queue_limit=args.queue)
     options = EngineOptions.from_spec(
@@ -196,7 +162,7 @@ def serve_command(args: argparse.Namespace) -> int:
         strict=args.strict_model,
     )
     app = with_cors(create_app(one, model, api_key=api_key, log=_log), args.cors_origin, _log)
-    url = _url(sock)
+    url = socket_url(sock)
     threads = f"threads {options.threads}"
     if options.threads in (None, "auto"):  # one engine, one tuner for every request: what it chose at load
         threads = f"threads auto: {ready.threads_reason}"

@@ -17,6 +17,7 @@ from textual.actions import parse as parse_action
 from textual.app import SystemCommand
 from textual.screen import Screen
 
+from loopchat.browser import browser_copy_refusal, clipboard_allowed, web_url
 from loopchat.chat.conversation import BLOCKING, STREAM, with_space
 from loopchat.settings import KNOBS, SETTING, SamplingSettings
 from loopchat.tui.branch_picker import BranchChoice, BranchPicker
@@ -215,8 +216,13 @@ class LoopChatApp(ChatViewKeys):
         if rec is None:
             self.notify("No reply to copy yet", severity="warning")
             return
-        self.copy_to_clipboard(rec.text)
-        self.notify(f"Copied reply {rec.number} ({len(rec.text)} characters)", timeout=2)
+        page = web_url()
+        if page is not None and not clipboard_allowed(page):
+            self.notify(browser_copy_refusal(page), severity="warning", timeout=8)
+            return
+        self.copy_to_clipboard(rec.text)  # (in a browser tab: xterm.js hands it to the browser's clipboard)
+        where = " to the browser's clipboard" if page is not None else ""
+        self.notify(f"Copied reply {rec.number} ({len(rec.text)} characters){where}", timeout=2)
 
     def switch_model(self, name: str) -> None:
         if not self.allowed(lambda: self.session.switch_model(name)):

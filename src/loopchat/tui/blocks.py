@@ -20,6 +20,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
+from loopchat.browser import key_here
 from loopchat.chat.conversation import BLOCKING, ReplyRecord, finish_label
 from loopchat.chat.plots import fmt_ms, fmt_rate, visible_controls
 from loopchat.chat.prefs import Prefs
@@ -351,7 +352,7 @@ class ReplyView(Block):
                 if r.mode == BLOCKING
                 else "before the first draw"
             )
-            self._status = Text(f"step mode: stopped {what} · Enter draws, F12 runs freely", style=_WAIT)
+            self._status = Text(f"step mode: stopped {what} · Enter draws, {key_here('f12')} runs freely", style=_WAIT)
         elif r.mode == BLOCKING:
             self._status = Text(f"{frame} waiting for the whole reply (blocking mode) · {elapsed:.1f} s", style=_WAIT)
         elif not any(s.text and not s.is_stop for s in r.steps):

@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from loopchat.browser import BROWSER_KEYS, shown_key
 from loopchat.settings_text import knob_order_text, knob_steps_text
 
 #: (keys, what they do), in the order docs/keys.md shows them
@@ -98,12 +99,23 @@ KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: F1's "In a browser" column (a tab of `loopchat web`): the key that works there where the
+#: browser keeps the row's key for itself, and what a browser changes (docs/keys.md: the
+#: table's third column)
+IN_A_BROWSER: dict[str, str] = {
+    **{shown_key(key): shown_key(second) for key, second in BROWSER_KEYS.items()},
+    "Ctrl+Y": "Ctrl+Y (https:// or this machine's pages)",
+}
+
+
 def keys_table() -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold #ffaf00", no_wrap=True)
     table.add_column()
+    table.add_column(style="#ffaf00", max_width=14)
+    table.add_row("", "", "In a browser")
     for keys, what in KEYS:
-        table.add_row(keys, what)
+        table.add_row(keys, what, IN_A_BROWSER.get(keys, ""))
     return table
 
 
@@ -119,7 +131,7 @@ class HelpScreen(ModalScreen[None]):
         align: center middle;
     }
     HelpScreen > VerticalScroll {
-        width: 96;
+        width: 112;
         max-width: 100%;
         height: auto;
         max-height: 100%;
@@ -140,7 +152,9 @@ class HelpScreen(ModalScreen[None]):
             yield Static(keys_table(), id="help-keys")
             yield Static(
                 "In the message box the usual editing keys work too (Ctrl+A/E line start/end, "
-                "Ctrl+W delete word, Ctrl+Z undo…). F1 or Esc closes this list.",
+                "Ctrl+W or Alt+Backspace delete word, Ctrl+Z undo…). In a browser (loopchat web) the "
+                "browser keeps Ctrl+T, Ctrl+N, Ctrl+W, F5, F11 and F12 for itself: the last column "
+                "gives the key that works there. F1 or Esc closes this list.",
                 id="help-foot",
             )
 

@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from textual.binding import Binding, BindingType
 
+from loopchat.browser import BROWSER_KEYS, web_url
+
+
+def _keys(key: str) -> str:
+    """`key` and its second key; in a browser tab the second first (the footer shows the first)."""
+    second = BROWSER_KEYS[key]
+    return f"{second},{key}" if web_url() else f"{key},{second}"
+
+
 #: the footer shows the raise / lower keys as one item
 _KNOB_KEYS = Binding.Group("Adjust", compact=True)
 
@@ -21,15 +30,15 @@ BINDINGS: list[BindingType] = [
     Binding("f8", "next_knob", "Knob", show=False),
     Binding("f2", "settings", "Settings"),
     Binding("f3", "toggle_streaming", "Mode"),
-    Binding("f5", "regenerate", "Regenerate"),
+    Binding(_keys("f5"), "regenerate", "Regenerate"),
     Binding("f9", "replay_other_mode", "Other mode", show=False),
     Binding("f10", "toggle_wire", "Wire", show=False),
     # the document view (document_view.py); Ctrl+T: free in the message box (a TextArea)
     # and in terminals (F11 is often their full screen, Ctrl+E the box's line end)
-    Binding("ctrl+t", "toggle_document", "Document", priority=True),
+    Binding(_keys("ctrl+t"), "toggle_document", "Document", priority=True),
     # step mode (step_mode.py); priority: the message box and the search box do not take it
-    Binding("f12", "step_mode", "Step mode", priority=True),
-    Binding("ctrl+n", "new_conversation", "New"),
+    Binding(_keys("f12"), "step_mode", "Step mode", priority=True),
+    Binding(_keys("ctrl+n"), "new_conversation", "New"),
     # completion mode (Ctrl+L: free in the message box, whose Ctrl+E is the line's end)
     Binding("ctrl+l", "toggle_completion", "Completion mode", show=False),
     Binding("ctrl+o", "history", "Conversations", show=False),

@@ -128,6 +128,11 @@ class PromptArea(TextArea):
             event.prevent_default()
             self.action_newline()
             return
+        if event.key.startswith("alt+") and event.is_printable:
+            # Alt+N, Alt+R (a browser tab's keys) arrive as ("alt+n", "n"): not text for
+            # TextArea to type, but keys for the app's bindings
+            event.prevent_default()
+            return
         if event.key in SCROLL_KEYS:
             event.stop()
             event.prevent_default()

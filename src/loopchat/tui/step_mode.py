@@ -28,6 +28,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from loopchat.browser import key_here
 from loopchat.chat.plots import fmt_prob, listed_face
 from loopchat.chat.session import ChatSession
 from loopchat.events import Candidate
@@ -107,7 +108,7 @@ class StepBar(Static, can_focus=True):
             self._told = now
             self.app.notify(
                 "The loop is stopped (step mode): typing does not go to the message box. "
-                f"Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs freely · Esc stops",
+                f"Enter draws · n draws {DRAW_N} · 1–9 pick · / search · {key_here('f12')} runs freely · Esc stops",
                 timeout=4,
             )
 
@@ -284,20 +285,21 @@ class TokenSearch(ModalScreen[int | None]):
 
 def bar_forms(s: ChatSession) -> tuple[str, ...]:
     """The die bar's text, longest first (the bar shows the first that fits)."""
+    f12 = key_here("f12")  # (Alt+S in a browser tab)
     if s.stopped and s.pending is not None:
         n = s.pending.index + 1
         return (
             f"Step mode · stopped before token {n} · Enter draws · n draws {DRAW_N} · "
-            "1–9 pick · / search · F12 runs freely · Esc stops",
-            f"Stopped before token {n} · Enter draws · n draws {DRAW_N} · 1–9 pick · / search · F12 runs · Esc stops",
-            f"Before token {n} · Enter draw · n ×{DRAW_N} · 1–9 pick · / search · F12 run freely",
-            f"Token {n} · Enter · n ×{DRAW_N} · 1–9 · / · F12",
+            f"1–9 pick · / search · {f12} runs freely · Esc stops",
+            f"Stopped before token {n} · Enter draws · n draws {DRAW_N} · 1–9 pick · / search · {f12} runs · Esc stops",
+            f"Before token {n} · Enter draw · n ×{DRAW_N} · 1–9 pick · / search · {f12} run freely",
+            f"Token {n} · Enter · n ×{DRAW_N} · 1–9 · / · {f12}",
         )
     if s.stepping:
-        return ("Step mode · drawing… · F12 runs freely · Esc stops",)
+        return (f"Step mode · drawing… · {f12} runs freely · Esc stops",)
     if s.step_armed:
         return (
-            "Step mode armed: the next reply stops before its first draw (F12 disarms)",
-            "Step mode armed: the next reply stops first (F12 disarms)",
+            f"Step mode armed: the next reply stops before its first draw ({f12} disarms)",
+            f"Step mode armed: the next reply stops first ({f12} disarms)",
         )
     return ("",)

@@ -5,6 +5,7 @@ one row, no "nothing dropped" and no legend."""
 
 from __future__ import annotations
 
+from loopchat.browser import key_here
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.plots import fmt_ms
 from loopchat.chat.views.document import CONTROL, HEAD, LABEL, NOTE, PROMPT, REPLY, STATUS, token_style
@@ -91,14 +92,15 @@ def header_lines(
     """The view's header at `width`; `stopped`: the step the live reply's loop is stopped
     before; `short`: a view of few rows (see the module's docstring)."""
     rows: list[Pieces] = []
+    back = key_here("ctrl+t")  # (Alt+T in a browser tab)
     if rec is None:
         rows.append(
-            [("The text the model reads", HEAD), (" · no reply yet: send a message (Ctrl+T: back to the chat)", LABEL)]
+            [("The text the model reads", HEAD), (f" · no reply yet: send a message ({back}: back to the chat)", LABEL)]
         )
     elif short:
-        rows.append([(f"Reply {rec.number} as the model reads it", HEAD), (" (Ctrl+T: back) · ", LABEL)])
+        rows.append([(f"Reply {rec.number} as the model reads it", HEAD), (f" ({back}: back) · ", LABEL)])
     else:
-        rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (" · Ctrl+T: back to the chat", LABEL)])
+        rows.append([(f"Reply {rec.number} · the text the model reads", HEAD), (f" · {back}: back to the chat", LABEL)])
     if rec is not None and rec.start is None:
         rows.append([("waiting for the prompt…", NOTE)])
     elif rec is not None:

@@ -10,6 +10,7 @@ back if it fits); the key list again; candidates (down to 3); the entropy; the l
 
 from __future__ import annotations
 
+from loopchat.browser import key_here
 from loopchat.chat.plots import bar, cell, fmt_prob, token_face
 from loopchat.chat.views.fit import FULL, Form, Section, fit
 from loopchat.chat.views.lines import BLANK, Line, Pieces, fit_line, fit_lines, width_of
@@ -33,7 +34,7 @@ from loopchat.settings import KNOBS, SETTING, SamplingSettings, fmt_value
 BLANKS, KEYS, SETTINGS, KEYS_AGAIN, CANDIDATES, ENTROPY, LAST_DRAW = range(1, 8)
 
 #: the keys of the die bar, as the stopped panel lists them
-STOPPED_KEYS = "Enter draws · n draws 10 · 1–9 pick · / search · F12 runs · Esc stops"
+STOPPED_KEYS = "Enter draws · n draws 10 · 1–9 pick · / search · {f12} runs · Esc stops"
 
 
 def last_draw(v: PanelView) -> Pieces | None:
@@ -143,7 +144,7 @@ def pending_lines(v: PanelView, width: int) -> list[Line]:
     sections = [
         Section(fit_lines([[(f"Stopped before the draw of token {p.index + 1}", HEAD)]], width), name="head"),
         Section(
-            fit_lines([[(STOPPED_KEYS, PENDING)]], width),
+            fit_lines([[(STOPPED_KEYS.format(f12=key_here("f12")), PENDING)]], width),
             (Form(KEYS, ()), Form(SETTINGS, FULL), Form(KEYS_AGAIN, ())),
             name="keys",
         ),

@@ -1,0 +1,1 @@
+"""`loopchat web`: the chat served to a browser, a process per tab (textual-serve)."""
