@@ -139,6 +139,11 @@ class Prefill:
     evaluated_tokens: int  # actually run through the model now
     batches: int
     ms: float
+    #: asked for (ReplyRequest.prompt_logprobs): each prompt token's natural-log probability
+    #: given the tokens before it (raw softmax, temperature 1; the first token's: None),
+    #: and the model's top guesses at its position (the first token's: ()). None: not asked
+    prompt_logprobs: tuple[float | None, ...] | None = None
+    prompt_top: tuple[tuple[Candidate, ...], ...] | None = None
     kind: str = field(default="prefill", init=False)
 
 
@@ -377,15 +382,9 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
         elif f.name == "messages":
             value = tuple(Message(**m) for m in value)
         elif f.name in ("raw_top", "sampled_top") and value is not None:
-            value = tuple(
-                Candidate(
-                    None if c[0] is None else int(c[0]),
-                    str(c[1]),
-                    float(c[2]),
-                    bytes.fromhex(c[3]) if len(c) > 3 else None,
-                )
-                for c in value
-            )
+            value = _candidates(value)
+        elif f.name == "prompt_top" and value is not None:
+            value = tuple(_candidates(c) for c in value)
         elif f.name == "piece_bytes" and value is not None:
             value = bytes.fromhex(value)
         elif f.name == "reason":
@@ -394,3 +393,15 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
             value = tuple(value)
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+def _candidates(value: list[list[Any]]) -> tuple[Candidate, ...]:
+    return tuple(
+        Candidate(
+            None if c[0] is None else int(c[0]),
+            str(c[1]),
+            float(c[2]),
+            bytes.fromhex(c[3]) if len(c) > 3 else None,
+        )
+        for c in value
+    )

@@ -34,6 +34,7 @@ from loopchat.engine.chat_prompt import (
     opening_mode,
 )
 from loopchat.engine.cores import physical_cores
+from loopchat.engine.prompt_scores import ScoreMemory
 from loopchat.engine.run import ReplyRun
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.errors import ModelLoadError
@@ -105,6 +106,7 @@ class Engine:
         self._control: StepControl | None = None  # the reply in flight's step mode, if any
         self._run: ReplyRun | None = None  # the reply in flight (pending_probs reads its step gate)
         self.passes = 0  # llama_decode calls so far (prefill batches and steps): tests count them
+        self.prompt_memory = ScoreMemory()  # the cached tokens' prompt logprobs (prompt_scores.py)
         self._open_template(chat_template, mode)
         self.add_bos = self._metadata_flag("tokenizer.ggml.add_bos_token", default=False)
         if warmup:
@@ -223,6 +225,7 @@ class Engine:
         """Forget the KV cache (the next turn evaluates its whole prompt)."""
         self.llm.reset()
         self._c.forget_from(0)
+        self.prompt_memory.clear()
 
     # ------------------------------------- what a reply run needs of the model (run_host.py) ----
     def evaluate(self, tokens: Sequence[int]) -> None:
@@ -272,6 +275,27 @@ class Engine:
 
     def keep_cached(self, n: int) -> None:
         self.llm.n_tokens = n
+        self.prompt_memory.keep(n)
+
+    def evaluate_scored(self, tokens: Sequence[int]) -> np.ndarray:
+        """A chunk of a prompt through the model with every position's logits kept
+        (prompt_scores.py): the rows (len(tokens) x n_vocab), valid until the next decode."""
+        llm, n, n0 = self.llm, len(tokens), int(self.llm.n_tokens)
+        self._c.forget_from(n0)  # as Llama.eval does: nothing cached past n_tokens
+        self.passes += 1
+        rc = self._c.decode_all(list(tokens), n0)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        llm.input_ids[n0 : n0 + n] = tokens
+        llm.n_tokens = n0 + n
+        first = self._c.logits_row_address(0)  # (llama_get_logits_ith waits for the decode)
+        if self._c.logits_row_address(n - 1) == first + (n - 1) * self.n_vocab * 4:  # rows in order, contiguous
+            return np.frombuffer((ctypes.c_float * (n * self.n_vocab)).from_address(first), np.float32).reshape(n, -1)
+        return np.stack([self._row(i) for i in range(n)])
+
+    def _row(self, i: int) -> np.ndarray:
+        address = self._c.logits_row_address(i)
+        return np.frombuffer((ctypes.c_float * self.n_vocab).from_address(address), dtype=np.float32)
 
     def is_control(self, token_id: int) -> bool:
         return bool(self._c.is_control(token_id))

@@ -33,6 +33,7 @@ import numpy as np
 from loopchat.engine import dry
 from loopchat.engine.branch import Branch
 from loopchat.engine.pass_threads import PassThreads
+from loopchat.engine.prompt_scores import PlainFeed, ScoredFeed
 from loopchat.engine.repeats import RepeatFinder
 from loopchat.engine.reply_text import ReplyText
 from loopchat.engine.run_host import RunHost
@@ -152,20 +153,22 @@ class ReplyRun:
         longest common prefix the KV cache already holds (at least one token is evaluated,
         for fresh logits; `reuse_at_most` caps the reuse)."""
         host, tokens = self.host, self.tokens
+        feed = self._feed()  # plain, or scoring each prompt token (prompt_scores.py)
         n_common = _common_prefix(host.cached_tokens(), tokens)
         n_common = min(n_common, len(tokens) - 1)
         if self.request.reuse_at_most is not None:
             n_common = max(0, min(n_common, self.request.reuse_at_most))
+        n_common = feed.reuse(n_common)
         host.keep_cached(n_common)
         todo = tokens[n_common:]
         batches = 0
         t0 = time.perf_counter()
         try:
-            for i in range(0, len(todo), host.n_batch):
+            for i in range(0, len(todo), feed.chunk):
                 if host.cancelled():
                     self.reason = FinishReason.CANCELLED
                     break
-                host.evaluate(todo[i : i + host.n_batch])
+                feed.evaluate(n_common + i, todo[i : i + feed.chunk])
                 batches += 1
             host.sync()
         except RuntimeError as exc:
@@ -180,7 +183,14 @@ class ReplyRun:
             evaluated_tokens=len(todo) if self.reason is None else host.n_past - n_common,
             batches=batches,
             ms=clock.prefill_ms,
+            **feed.fields(),
         )
+
+    def _feed(self) -> PlainFeed:
+        k = self.request.prompt_logprobs
+        if k is None:
+            return PlainFeed(self.host)
+        return ScoredFeed(self.host, self.tokens, k, lambda ids, lps: self._candidates(np.asarray(ids), np.exp(lps)))
 
     def _ready(self) -> None:
         """The state the steps start from, once the prompt is in the context."""
