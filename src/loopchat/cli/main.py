@@ -152,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="end the reply before this text, which is not printed (up to 4; also with --url)",
     )
     run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as JSON lines (docs/trace-format.md)")
+    run.add_argument(
+        "--prompt-logprobs",
+        action="store_true",
+        help="print each prompt token's surprisal and the model's top guess there, and the prompt's "
+        "perplexity, on stderr before the reply (a model run here)",
+    )
 
     models = sub.add_parser("models", help="list the configured models and the config file in use")
     models.add_argument("--config", metavar="PATH", help="models.toml to use", default=argparse.SUPPRESS)

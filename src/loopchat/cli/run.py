@@ -206,7 +206,20 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         settings = settings_from_args(spec.sampling, args)
         model_path = spec.resolve_file()
     messages = _messages(args, prompt, spec, remote)
-    request = ReplyRequest(messages, settings, stop=stop, report_k=args.top_report, stream=not args.blocking)
+    scored = getattr(args, "prompt_logprobs", False)
+    if scored and remote is not None:
+        raise UsageError(
+            "--prompt-logprobs needs a model run here: a server's prompt logprobs come from its "
+            "completions with echo and logprobs (curl), not from `loopchat run --url`"
+        )
+    request = ReplyRequest(
+        messages,
+        settings,
+        stop=stop,
+        report_k=args.top_report,
+        stream=not args.blocking,
+        prompt_logprobs=1 if scored else None,
+    )
     return remote, spec, model_path, request
 
 
