@@ -51,6 +51,7 @@ EVERY_FIELD = ReplyRequest(
     ignore_eos=True,
     stream=False,
     step_paused=True,
+    prompt_logprobs=2,
 )
 
 pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve
