@@ -362,8 +362,15 @@ def to_json_dict(event: Event) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": event.kind}
     for f in fields(event):
         if f.name != "kind":
-            out[f.name] = _plain(getattr(event, f.name))
+            value = getattr(event, f.name)
+            if value is None and f.name in _LEFT_OUT_WHEN_NONE:
+                continue
+            out[f.name] = _plain(value)
     return out
+
+
+#: fields a trace leaves out when not asked for (None): a trace without them is as before
+_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top"})
 
 
 def event_from_json_dict(data: dict[str, Any]) -> Event:

@@ -102,6 +102,7 @@ class ChatViewKeys(ChatShell):
         doc = self.document
         on = not doc.display
         doc.display = on
+        self.session.read_prompt = on  # the replies sent meanwhile: their prompts scored
         self.transcript.display = not on
         self.query_one("#legend").display = self.prefs.prob_colours and not on
         if on:
