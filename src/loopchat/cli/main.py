@@ -131,6 +131,11 @@ def _add_run_parser(sub: Any) -> None:
         help="print each prompt token's surprisal and the model's top guess there, and the prompt's "
         "perplexity, on stderr before the reply (a model run here)",
     )
+    run.add_argument(
+        "--lens",
+        action="store_true",
+        help="print each pass's logit lens on stderr: what each layer would have said (a model run here)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -206,11 +206,11 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         settings = settings_from_args(spec.sampling, args)
         model_path = spec.resolve_file()
     messages = _messages(args, prompt, spec, remote)
-    scored = getattr(args, "prompt_logprobs", False)
-    if scored and remote is not None:
+    scored, lens = getattr(args, "prompt_logprobs", False), getattr(args, "lens", False)
+    if (scored or lens) and remote is not None:
         raise UsageError(
-            "--prompt-logprobs needs a model run here: a server's prompt logprobs come from its "
-            "completions with echo and logprobs (curl), not from `loopchat run --url`"
+            f"{'--prompt-logprobs' if scored else '--lens'} needs a model run here, not one on a server "
+            "(a server's prompt logprobs: its completions with echo and logprobs)"
         )
     request = ReplyRequest(
         messages,
@@ -219,6 +219,7 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         report_k=args.top_report,
         stream=not args.blocking,
         prompt_logprobs=1 if scored else None,
+        lens=bool(lens),
     )
     return remote, spec, model_path, request
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from loopchat.engine import dry
 from loopchat.engine.branch import Branch
+from loopchat.engine.lens_run import NoLens
 from loopchat.engine.pass_threads import PassThreads
 from loopchat.engine.prompt_scores import PlainFeed, ScoredFeed
 from loopchat.engine.repeats import RepeatFinder
@@ -95,6 +96,7 @@ class ReplyRun:
         self.repeats = RepeatFinder()
         self.text = ReplyText()
         self.threads = PassThreads(None, 0)
+        self.lens: NoLens = NoLens()  # the logit lens of each pass, when asked (lens_run.py)
 
     # ---------------------------------------------------------------- driver ----
     def events(self) -> Iterator[Event | Pending]:
@@ -127,6 +129,8 @@ class ReplyRun:
                 f"{len(self.tokens)} tokens and the model's context holds {host.n_ctx}"
             )
         host.prefill_threads()  # auto threads: a measured count, never a probe's
+        lens = host.open_lens() if request.lens else NoLens()
+        self.lens, lens_note = (NoLens(), lens) if isinstance(lens, str) else (lens, None)
         yield Start(
             model_name=host.name,
             model_path=str(host.model_path),
@@ -144,6 +148,7 @@ class ReplyRun:
             top_k_report=request.report_k,
             stop=tuple(request.stop),
             reply_prefix=self.branch.prefix,
+            lens_note=lens_note,
         )
         if prompt.trimmed is not None:
             yield prompt.trimmed
@@ -199,6 +204,7 @@ class ReplyRun:
         self.context = dry.History(self.tokens, host)  # DRY finds the model's sequence breakers through it
         self.repeats = RepeatFinder(prefix)  # the reply repeating itself (repeats.py): on each Step
         self.threads = PassThreads(host.tuner, host.threads)
+        self.lens.start(self.tokens)
         self.clock.first = self.clock.last = time.perf_counter()
 
     def draw(self) -> Generator[Pending, None, Drawn | None]:
@@ -235,6 +241,8 @@ class ReplyRun:
             clock.first, clock.paused_first_s = now, paused_s
             clock.ttft_ms = (now - clock.request - paused_s) * 1000.0
         clock.last, clock.paused_last_s = now, paused_s
+        lens = self.lens.rows(token)  # (its time is the run's, in no pass's ms)
+        self.lens.fed(token)
         self.context.append(token)
         step = Step(
             index=self.branch.base + self.steps,
@@ -258,6 +266,7 @@ class ReplyRun:
             probe_cut_ms=self.threads.cut_ms,
             chosen_by=drawn.chosen_by,
             repeat=None if (rep := self.repeats.feed(token)) is None else rep.as_tuple(),
+            lens=lens,
         )
         self.steps += 1
         self.settings.recorded()

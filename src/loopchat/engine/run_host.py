@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -76,6 +76,10 @@ class RunHost(Protocol):
     prompt_memory: ScoreMemory
 
     def evaluate_scored(self, tokens: Sequence[int]) -> np.ndarray: ...
+
+    def open_lens(self) -> Any:
+        """The logit lens (lens_run.py: a PassLens, or a str: why this model has none)."""
+        ...
 
     def logits(self) -> np.ndarray:
         """The last pass's logits (valid until the next pass)."""
