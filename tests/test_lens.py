@@ -99,3 +99,37 @@ def test_another_architecture_gets_a_one_line_notice(tmp_path: Path) -> None:
     assert head.problem.startswith("no lens for this architecture (rwkv7): ") and "\n" not in head.problem
     missing = LensHead(_gguf(tmp_path / "n.gguf", "llama", {"token_embd.weight": f32}))
     assert missing.problem == "no lens for this model: its file has no output_norm.weight (llama)"
+
+
+@pytest.mark.model
+def test_the_lens_rows_round_trip_through_a_trace(engine: Engine) -> None:
+    from loopchat.events import event_from_json_dict, to_json_dict
+
+    _, steps = _lens_run(engine)
+    assert event_from_json_dict(to_json_dict(steps[0])) == steps[0]
+    assert "lens" not in to_json_dict([e for e in engine.generate(DOC, SETTINGS) if isinstance(e, Step)][0])
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_run_lens_prints_a_row_per_layer_for_each_pass(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from loopchat.trace import read_trace
+
+    trace = tmp_path / "t.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "loopchat", "run", "--lens", "--max-tokens", "2", "--seed", "1", "--trace", str(trace), "Hi"],
+        capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL, env=dict(os.environ),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    steps = [t.event for t in read_trace(trace)[1] if isinstance(t.event, Step)]
+    lines = proc.stderr.splitlines()
+    for step in steps:
+        title = next(i for i, line in enumerate(lines) if line.startswith(f"lens of pass {step.index} "))
+        rows = lines[title + 1 : title + 1 + len(step.lens)]
+        for line, r in zip(rows, step.lens):
+            assert line.startswith(f"  layer {r.layer:3d}  top {r.top_text!r}") and f"rank {r.drawn_rank:6d}" in line
+        assert len(step.lens) == 30  # SmolLM2-135M's layers
