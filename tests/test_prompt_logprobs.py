@@ -101,3 +101,22 @@ def test_prompt_scores_round_trip_through_json(engine: Engine) -> None:
     engine.reset()
     _, prefill = _start_prefill(engine, CHAT, prompt_logprobs=2)
     assert event_from_json_dict(to_json_dict(prefill)) == prefill
+
+
+def test_gemma_in_chunks_of_32_equals_a_fresh_evaluation(gemma_engine: Engine) -> None:
+    text = "The quick brown fox jumps over the lazy dog. " * 6  # > 32 tokens: several chunks
+    gemma_engine.reset()
+    events = list(gemma_engine.generate((Message("document", text),), ONE, prompt_logprobs=1))
+    start = next(e for e in events if isinstance(e, Start))
+    prefill = next(e for e in events if isinstance(e, Prefill))
+    tokens = start.prompt_token_ids
+    assert CHUNK_FLOATS // gemma_engine.n_vocab == 32 and prefill.batches == math.ceil(len(tokens) / 32) > 1
+    # Gemma's Q4_K matmuls round differently by how a prefix is batched: the same prefix
+    # evaluated whole and as (all but one) + one differ by up to 0.046 bits, and a chunk's
+    # row against a fresh evaluation by up to 0.13 bits (measured; docs/trace-format.md).
+    # A score from the wrong position or a stale one is off by bits, not hundredths
+    worst = 0.0
+    for i in range(1, len(tokens)):
+        fresh = _fresh_logprobs(gemma_engine, tokens, i)
+        worst = max(worst, abs(prefill.prompt_logprobs[i] - fresh[tokens[i]]) / math.log(2))
+    assert worst < 0.25
