@@ -95,3 +95,31 @@ def test_bad_requests_are_400(client: OpenAI, call: str, needle: str, param: str
             extra = {"loopchat": {"prompt_logprobs": 21}}
             client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2, extra_body=extra)
     assert needle in info.value.message and info.value.param == param
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_loopchat_s_own_client_asks_for_them_and_reads_them(queue_one_server: Serve, stream: bool) -> None:
+    import queue
+
+    from loopchat.backends.remote import RemoteBackend
+    from loopchat.events import ModelReady, RunDone
+    from loopchat.request import ReplyRequest
+
+    backend = RemoteBackend(queue_one_server.url, api_key=KEY)
+    q: queue.Queue = queue.Queue()
+    backend.attach(q.put)
+    try:
+        backend.start()
+        while not isinstance(q.get(timeout=30), ModelReady):
+            pass
+        request = ReplyRequest((Message("user", "Hi there"),), SamplingSettings(seed=1, max_tokens=2), stream=stream)
+        backend.generate(request.with_(prompt_logprobs=1))
+        events = []
+        while not isinstance(ev := q.get(timeout=60), RunDone):
+            events.append(ev)
+    finally:
+        backend.close()
+    start = next(e for e in events if isinstance(e, Start))
+    prefill = next(e for e in events if isinstance(e, Prefill))
+    assert len(prefill.prompt_logprobs) == len(start.prompt_token_ids) and prefill.prompt_logprobs[0] is None
+    assert all(len(t) == 1 for t in prefill.prompt_top[1:])
