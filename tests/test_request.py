@@ -52,6 +52,7 @@ EVERY_FIELD = ReplyRequest(
     stream=False,
     step_paused=True,
     prompt_logprobs=2,
+    lens=True,
 )
 
 pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve
