@@ -82,3 +82,17 @@ def test_tokens_are_told_apart_system_user_template() -> None:
     kinds = token_kinds(start)
     assert kinds[3:5] == (SYSTEM, SYSTEM) and kinds[10:12] == (USER, USER)
     assert {kinds[i] for i in (0, 1, 2, 5, 6, 7, 8, 9, 12, 13)} == {TEMPLATE}
+
+
+def test_a_branch_s_prefix_scored_too_leaves_the_prompt_s_colours() -> None:
+    from loopchat.chat.views.document_surprisal import scored_prompt
+
+    texts = ("Hi", " there", " you")
+    start = Start(
+        "m", None, None, None, None, None, (Message("document", "Hi there you"),), "Hi there you",
+        (1, 2, 3), SamplingSettings(), 10, reply_prefix=(4,), prompt_token_texts=texts,
+    )  # fmt: skip
+    lp = (None, -math.log(2), -2 * math.log(2), -5.0)  # the prefix's token scored last
+    scored = scored_prompt(start, Prefill(4, 0, 4, 1, 1.0, lp, ((),) * 4))
+    assert scored is not None and [b for b, _, _ in scored] == pytest.approx([None, 1.0, 2.0]) if scored else False
+    assert scored_prompt(start, Prefill(4, 0, 2, 1, 1.0, lp[:2], ((),) * 2)) is None  # cancelled mid-prefill

@@ -42,8 +42,10 @@ def scored_prompt(start: Start, prefill: Prefill | None) -> list[tuple[float | N
     """Each prompt token's (surprisal in bits, the model's top guess at its position, its
     kind: system / user / template); None when the prefill carries no prompt logprobs."""
     bits = surprisals(prefill)
-    if bits is None or prefill is None or len(bits) != len(start.prompt_token_ids or ()):
+    n = len(start.prompt_token_ids or ())
+    if bits is None or prefill is None or len(bits) < n:  # (a cancelled prefill: not all scored)
         return None
+    bits = bits[:n]  # (a branch's prefix is scored too: its tokens are the reply's here)
     top = prefill.prompt_top or ()
     kinds = token_kinds(start)
     out = []
