@@ -96,3 +96,13 @@ def test_a_branch_s_prefix_scored_too_leaves_the_prompt_s_colours() -> None:
     scored = scored_prompt(start, Prefill(4, 0, 4, 1, 1.0, lp, ((),) * 4))
     assert scored is not None and [b for b, _, _ in scored] == pytest.approx([None, 1.0, 2.0]) if scored else False
     assert scored_prompt(start, Prefill(4, 0, 2, 1, 1.0, lp[:2], ((),) * 2)) is None  # cancelled mid-prefill
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("flag", ["--prompt-logprobs", "--lens"])
+def test_with_a_server_the_flags_are_one_line_and_exit_2(flag: str) -> None:
+    proc = _run("Hi", flag, "--url", "http://127.0.0.1:9")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"loopchat: {flag} needs a model run here, not one on a server " + (
+        "(a server's prompt logprobs: its completions with echo and logprobs)"
+    )
