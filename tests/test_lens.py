@@ -133,3 +133,12 @@ def test_run_lens_prints_a_row_per_layer_for_each_pass(tmp_path: Path) -> None:
         for line, r in zip(rows, step.lens):
             assert line.startswith(f"  layer {r.layer:3d}  top {r.top_text!r}") and f"rank {r.drawn_rank:6d}" in line
         assert len(step.lens) == 30  # SmolLM2-135M's layers
+
+
+def test_a_file_cut_short_is_a_one_line_error_not_a_traceback(tmp_path: Path) -> None:
+    f32 = np.zeros((8, 32), dtype=np.float32)
+    whole = _gguf(tmp_path / "m.gguf", "llama", {"token_embd.weight": f32}).read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[:40])
+    with pytest.raises(ValueError, match="its GGUF header could not be read"):
+        LensHead(cut)

@@ -39,22 +39,24 @@ class LensHead:
     def __init__(self, path: Path) -> None:
         import gguf  # (only when a lens is asked for)
 
-        reader = gguf.GGUFReader(str(path))
-        self.arch = str(_field(reader, "general.architecture") or "?")
-        tensors = {t.name: t for t in reader.tensors}
-        self.problem = lens_problem(self.arch, reader, tensors)
+        from loopchat.engine.gguf_tensors import GGUFHeader
+
+        header = GGUFHeader(Path(path))
+        fields, tensors = header.fields, header.tensors
+        self.arch = str(fields.get("general.architecture") or "?")
+        self.problem = lens_problem(self.arch, fields, tensors)
         if self.problem:
             return
-        self.eps = float(_field(reader, f"{self.arch}.attention.layer_norm_rms_epsilon") or 1e-6)
-        self.n_layer = int(_field(reader, f"{self.arch}.block_count") or 0)
-        self.norm = np.asarray(tensors["output_norm.weight"].data, dtype=np.float32).reshape(-1)
+        self.eps = float(fields.get(f"{self.arch}.attention.layer_norm_rms_epsilon") or 1e-6)
+        self.n_layer = int(fields.get(f"{self.arch}.block_count") or 0)
+        self.norm = np.asarray(tensors["output_norm.weight"].data).view(np.float32).reshape(-1).copy()
         head = tensors.get("output.weight") or tensors["token_embd.weight"]
-        self._head, self._type = head, head.tensor_type
-        self.n_vocab, self.n_embd = int(head.shape[-1]), int(head.shape[0])
+        self._head, self._type = head, head.type
+        self.n_vocab, self.n_embd = int(head.shape[1]), int(head.shape[0])
         self._dequantize = gguf.quants.dequantize
         #: the head's activations are rounded to Q8_0 blocks by ggml (the vec_dot type of
         #: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 weights): the lens rounds them the same way
-        self.q8 = head.tensor_type.name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+        self.q8 = head.type.name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
         self._kept: np.ndarray | None = None
         if self.n_vocab * self.n_embd <= _KEEP_ELEMENTS:
             self._kept = self._rows(0, self.n_vocab)
@@ -102,7 +104,7 @@ def q8_rounded(h: np.ndarray) -> np.ndarray:
     return (q * scale.astype(np.float16).astype(np.float32)[:, :, None]).reshape(n, d).astype(np.float32)
 
 
-def lens_problem(arch: str, reader: object, tensors: Mapping[str, object]) -> str:
+def lens_problem(arch: str, fields: Mapping[str, object], tensors: Mapping[str, object]) -> str:
     """'' when the lens can read this model; else the one-line notice."""
     if arch not in ARCHITECTURES:
         return (
@@ -112,21 +114,11 @@ def lens_problem(arch: str, reader: object, tensors: Mapping[str, object]) -> st
     missing = [n for n in ("output_norm.weight",) if n not in tensors]
     if "output.weight" not in tensors and "token_embd.weight" not in tensors:
         missing.append("output.weight")
-    if "output_norm.bias" in tensors or _field(reader, f"{arch}.final_logit_softcapping") is not None:
+    if "output_norm.bias" in tensors or fields.get(f"{arch}.final_logit_softcapping") is not None:
         return f"no lens for this model ({arch} with a norm bias or a logit softcap the lens does not apply)"
     if missing:
         return f"no lens for this model: its file has no {', '.join(missing)} ({arch})"
     return ""
-
-
-def _field(reader: object, key: str) -> str | float | int | None:
-    f = getattr(reader, "fields", {}).get(key)
-    if f is None:
-        return None
-    value = f.parts[f.data[0]]
-    if f.types and f.types[0].name == "STRING":
-        return bytes(value).decode("utf-8", errors="replace")
-    return value.tolist()[0] if hasattr(value, "tolist") else value
 
 
 def lens_rows(

@@ -11,6 +11,7 @@ and the head's matmul per layer for each step (docs/performance.md).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,7 +62,7 @@ def open_lens(llm: Any, path: Any, n_ctx: int, threads: int, piece: Callable[[in
 
     try:
         head = LensHead(path)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, struct.error) as exc:
         return f"no lens for this model: its file could not be read for the head ({exc})"
     if head.problem:
         return head.problem
