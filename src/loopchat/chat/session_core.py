@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from loopchat.backends import Backend
 from loopchat.chat.conversation import BLOCKING, Conversation, ReplyRecord
@@ -77,6 +78,8 @@ class SessionCore:
         self.step_armed = False
         #: the document view is open: each reply's prompt is scored (its tokens' surprisals)
         self.read_prompt = False
+        #: the logit lens asked for last (session_lens.py; None: none)
+        self.lens_probe: Any = None
         #: the user chose the mode (the mode key, --mode): a model that loads keeps it
         self.mode_chosen = mode is not None
         if mode is not None:

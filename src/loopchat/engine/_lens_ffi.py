@@ -86,9 +86,14 @@ class LensContext:
         self.hidden[int(name[len(_LAYER) :])] = np.array(row, dtype=np.float32)
         return True
 
-    def capture(self, tokens: Sequence[int]) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    def capture(
+        self, tokens: Sequence[int], singly_from: int | None = None
+    ) -> tuple[dict[int, np.ndarray], np.ndarray]:
         """The hidden state after each layer at the last of `tokens`, and that position's
-        logits (the model's own output), after the cache's common prefix."""
+        logits (the model's own output), after the tokens cached. `singly_from`: the tokens
+        from there on are evaluated one at a time, as the loop fed them (ggml's kernels
+        round a batch's rows and a single row differently: the lens of a reply's pass
+        re-read later is batched as the reply was: its prompt whole, its tokens singly)."""
         # only tokens appended to those cached are evaluated alone (a run's next pass); else
         # all again: dropping the end of a sequence is not exact on every cache (Gemma 3's
         # sliding-window cache gave other logits after llama_memory_seq_rm)
@@ -97,13 +102,14 @@ class LensContext:
             llama_cpp.llama_memory_clear(self._memory, True)
             n_common = 0
         self._cached = list(tokens[:n_common])
-        todo = list(tokens[n_common:])
         self.hidden, self.problem = {}, None
-        for i in range(0, len(todo), 512):
-            chunk = todo[i : i + 512]
-            self.capturing = i + 512 >= len(todo)  # the last batch only: its last position
+        single = len(tokens) if singly_from is None else max(singly_from, n_common)
+        chunks = [list(tokens[i : min(i + 512, single)]) for i in range(n_common, single, 512)]
+        chunks += [[t] for t in tokens[max(single, n_common) :]]
+        for k, chunk in enumerate(chunks):
+            self.capturing = k == len(chunks) - 1  # the last batch only: its last position
             try:
-                self._decode(chunk, n_common + i)
+                self._decode(chunk, len(self._cached))
             finally:
                 self.capturing = False
             self._cached += chunk

@@ -19,7 +19,7 @@ from loopchat.events import LensRow
 
 
 class NoLens:
-    def start(self, tokens: Sequence[int]) -> None:
+    def start(self, tokens: Sequence[int], n_prompt: int = 0) -> None:
         pass
 
     def rows(self, drawn: int) -> tuple[LensRow, ...] | None:
@@ -35,15 +35,17 @@ class PassLens(NoLens):
     def __init__(self, head: Any, context: Any, piece: Callable[[int], str]) -> None:
         self.head, self.context, self.piece = head, context, piece
         self.tokens: list[int] = []
+        self.n_prompt = 0
 
-    def start(self, tokens: Sequence[int]) -> None:
-        self.tokens = list(tokens)
+    def start(self, tokens: Sequence[int], n_prompt: int = 0) -> None:
+        """A run over `tokens` (its prompt's `n_prompt` first, then a branch's prefix)."""
+        self.tokens, self.n_prompt = list(tokens), n_prompt
 
     def rows(self, drawn: int) -> tuple[LensRow, ...] | None:
         """The lens of the pass over the tokens so far, `drawn` the token drawn from it."""
         from loopchat.engine.lens import lens_rows
 
-        hidden, _ = self.context.capture(self.tokens)
+        hidden, _ = self.context.capture(self.tokens, self.n_prompt)
         if len(hidden) != self.head.n_layer or self.context.problem:
             return None
         return lens_rows(self.head, hidden, drawn, self.piece)

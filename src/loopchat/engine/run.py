@@ -204,7 +204,7 @@ class ReplyRun:
         self.context = dry.History(self.tokens, host)  # DRY finds the model's sequence breakers through it
         self.repeats = RepeatFinder(prefix)  # the reply repeating itself (repeats.py): on each Step
         self.threads = PassThreads(host.tuner, host.threads)
-        self.lens.start(self.tokens)
+        self.lens.start(self.tokens, len(self.tokens) - len(prefix))
         self.clock.first = self.clock.last = time.perf_counter()
 
     def draw(self) -> Generator[Pending, None, Drawn | None]:

@@ -119,6 +119,17 @@ class ChatViewKeys(ChatShell):
                     back = self.transcript if self.prompt.disabled else self.prompt  # a replay: no box
                 back.focus()
 
+    def action_lens(self) -> None:
+        """F11: the logit lens of the pass the panel shows, computed now (session_lens.py)."""
+        from loopchat.tui.lens_screen import LensScreen
+
+        try:
+            probe = self.session.lens(self.selection)
+        except Refused as exc:
+            self.notify(str(exc), timeout=4)
+            return
+        self.push_screen(LensScreen(probe, self.session))
+
     def action_help(self) -> None:
         from loopchat.tui.help_screen import HelpScreen
 
