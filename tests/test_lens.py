@@ -142,3 +142,11 @@ def test_a_file_cut_short_is_a_one_line_error_not_a_traceback(tmp_path: Path) ->
     cut.write_bytes(whole[:40])
     with pytest.raises(ValueError, match="its GGUF header could not be read"):
         LensHead(cut)
+
+
+@pytest.mark.model
+def test_the_history_s_step_codec_keeps_the_lens_rows(engine: Engine) -> None:
+    from loopchat.history.step_codec import decode_steps, encode_steps
+
+    _, steps = _lens_run(engine)
+    assert decode_steps(encode_steps(steps)) == steps
