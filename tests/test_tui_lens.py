@@ -45,7 +45,9 @@ async def test_f11_shows_each_layer_of_the_selected_pass(backend, tmp_path) -> N
         rows = screen.probe.rows
         assert rows is not None and len(rows) == 30  # SmolLM2-135M's layers
         last = rows[-1]
-        assert last.top_id == step.raw_top[0].token_id and last.top_prob == pytest.approx(step.raw_top[0].prob, abs=1e-5)
+        assert last.top_id == step.raw_top[0].token_id and last.top_prob == pytest.approx(
+            step.raw_top[0].prob, abs=1e-5
+        )
         assert last.drawn_rank == step.raw_rank and last.drawn_prob == pytest.approx(step.raw_prob, abs=1e-5)
         text = screen.text
         assert f"reply {reply}, pass {index + 1} · drew {step.piece!r}" in text
