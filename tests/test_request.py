@@ -51,6 +51,8 @@ EVERY_FIELD = ReplyRequest(
     ignore_eos=True,
     stream=False,
     step_paused=True,
+    prompt_logprobs=2,
+    lens=True,
 )
 
 pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from loopchat.settings import SamplingSettings
 
@@ -83,6 +83,18 @@ class Candidate:
     piece_bytes: bytes | None = None
 
 
+class LensRow(NamedTuple):
+    """The logit lens (engine/lens.py): what one layer would have said at a pass."""
+
+    layer: int  # 0 = the first layer's output
+    top_id: int  # the layer's most likely token
+    top_text: str
+    top_prob: float
+    drawn_rank: int  # the drawn token's rank at this layer (1 = its top)
+    drawn_prob: float
+    entropy: float  # bits
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     """What is about to run: enough to re-check the run without loopchat.
@@ -115,6 +127,8 @@ class Start:
     #: loopchat serve: the request's `seed` when it was not used as given (-1: random, the
     #: seed drawn is settings.seed; a 64-bit seed: settings.seed is its low 32 bits)
     seed_requested: int | None = None
+    #: the logit lens was asked for and this model has none: why, in one line
+    lens_note: str | None = None
     kind: str = field(default="start", init=False)
 
 
@@ -139,6 +153,11 @@ class Prefill:
     evaluated_tokens: int  # actually run through the model now
     batches: int
     ms: float
+    #: asked for (ReplyRequest.prompt_logprobs): each prompt token's natural-log probability
+    #: given the tokens before it (raw softmax, temperature 1; the first token's: None),
+    #: and the model's top guesses at its position (the first token's: ()). None: not asked
+    prompt_logprobs: tuple[float | None, ...] | None = None
+    prompt_top: tuple[tuple[Candidate, ...], ...] | None = None
     kind: str = field(default="prefill", init=False)
 
 
@@ -197,6 +216,8 @@ class Step:
     #: auto threads: ms a probe's pass at an unmeasured count ran before it was cut (it
     #: ran past its bound) and redone at `threads`; part of `forward_ms`. 0.0: none was
     probe_cut_ms: float = 0.0
+    #: asked for (ReplyRequest.lens): the logit lens of the pass behind this step, a row per layer
+    lens: tuple[LensRow, ...] | None = None
     kind: str = field(default="step", init=False)
 
 
@@ -357,8 +378,15 @@ def to_json_dict(event: Event) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": event.kind}
     for f in fields(event):
         if f.name != "kind":
-            out[f.name] = _plain(getattr(event, f.name))
+            value = getattr(event, f.name)
+            if value is None and f.name in _LEFT_OUT_WHEN_NONE:
+                continue
+            out[f.name] = _plain(value)
     return out
+
+
+#: fields a trace leaves out when not asked for (None): a trace without them is as before
+_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note"})
 
 
 def event_from_json_dict(data: dict[str, Any]) -> Event:
@@ -377,15 +405,11 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
         elif f.name == "messages":
             value = tuple(Message(**m) for m in value)
         elif f.name in ("raw_top", "sampled_top") and value is not None:
-            value = tuple(
-                Candidate(
-                    None if c[0] is None else int(c[0]),
-                    str(c[1]),
-                    float(c[2]),
-                    bytes.fromhex(c[3]) if len(c) > 3 else None,
-                )
-                for c in value
-            )
+            value = _candidates(value)
+        elif f.name == "lens" and value is not None:
+            value = tuple(LensRow(*r) for r in value)
+        elif f.name == "prompt_top" and value is not None:
+            value = tuple(_candidates(c) for c in value)
         elif f.name == "piece_bytes" and value is not None:
             value = bytes.fromhex(value)
         elif f.name == "reason":
@@ -394,3 +418,15 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
             value = tuple(value)
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+def _candidates(value: list[list[Any]]) -> tuple[Candidate, ...]:
+    return tuple(
+        Candidate(
+            None if c[0] is None else int(c[0]),
+            str(c[1]),
+            float(c[2]),
+            bytes.fromhex(c[3]) if len(c) > 3 else None,
+        )
+        for c in value
+    )

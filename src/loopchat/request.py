@@ -47,6 +47,11 @@ class ReplyRequest:
     stream: bool = True
     #: start in step mode: the loop stops before its first draw
     step_paused: bool = False
+    #: the prompt's own logprobs (prompt_scores.py): None, not computed; k >= 0: each prompt
+    #: token's logprob and the model's top max(k, 1) guesses at its position, in the Prefill
+    prompt_logprobs: int | None = None
+    #: the logit lens of each pass (engine/lens.py), in each Step: a row per layer
+    lens: bool = False
     # Room for what comes next (issues 24-26) lands here as fields with defaults:
     # a constraint (grammar / JSON schema), a draft source, a logit lens.
 

@@ -49,6 +49,7 @@ from loopchat.events import (
     event_from_json_dict,
     to_json_dict,
 )
+from loopchat.wire_echo import PromptEcho
 
 #: The key of loopchat's own fields in a chunk or body.
 EXTENSION_KEY = "loopchat"
@@ -101,6 +102,7 @@ class WireOptions:
     extension: bool = True  # add the `loopchat` extension objects
     prompt: bool = True  # the start record with the prompt (loopchat serve: only when asked)
     seed_requested: int | None = None  # the request's seed, when not used as given (-1, beyond 32 bits)
+    echo: bool = False  # completions: the prompt first, and with logprobs its tokens' (wire_echo.py)
 
 
 class WireSerializer:
@@ -130,6 +132,7 @@ class WireSerializer:
         self._finish: Finish | None = None
         self._prefill: Prefill | None = None
         self._tail = ""  # text released by the stop token's step: sent with the finish chunk
+        self._echo: PromptEcho | None = None  # echo: the prompt, sent after the Prefill
 
     # ---- the stream -------------------------------------------------------------
     def lines(self, event: Event) -> list[str]:
@@ -139,6 +142,8 @@ class WireSerializer:
         # the event's trace form, made once (it is the costliest part of a chunk); the
         # body's list of every event is kept only when there will be a body
         if isinstance(event, Start):
+            if self.options.echo:
+                self._echo = PromptEcho(event)
             event = self._start_record(event)
         data: Any = to_json_dict(event) if self.options.extension else None
         if data is not None and not self.options.stream:
@@ -159,7 +164,7 @@ class WireSerializer:
             self._prefill = event
             if data is not None:
                 self._pending["prefill"] = data
-            return []
+            return self._echo_chunk(event) if self._echo is not None else []
         if isinstance(event, Step):
             if data is not None:
                 self._pending["step"] = data
@@ -261,6 +266,19 @@ class WireSerializer:
         for key, values in item.items():
             self._legacy[key].extend(values)
         return item
+
+    def _echo_chunk(self, prefill: Prefill) -> list[dict[str, Any]]:
+        """echo: the prompt as the first text, and with logprobs its tokens' entries (the
+        completion's text_offset then counts from the prompt's end)."""
+        assert self._echo is not None
+        text, item = self._echo.text, None
+        if self.options.logprobs:
+            item = self._echo.legacy(prefill, self.options.top_logprobs)
+            for key, values in item.items():
+                self._legacy[key].extend(values)
+        self._text.append(text)
+        self._offset = len(text)
+        return [self._chunk({"content": text}, item)]
 
     def _finish_chunk(self, finish: Finish) -> dict[str, Any]:
         return self._chunk({"content": self._tail} if self._tail else {}, None, finish_reason(finish.reason))

@@ -11,7 +11,8 @@ What is asked for: `logprobs` with `top_logprobs` (the request's report_k, at mo
 `stream_options.include_usage`, the settings `temperature`, `top_p`, `max_tokens`, `seed`
 (the pinned one, else one the client draws for the reply), plus `top_k`, `min_p`,
 `repeat_penalty`, `repeat_last_n`, DRY's four (settings.EXTENSION_KEYS) and `loopchat:
-{"prompt": true}` (loopchat serve's start record with the prompt's tokens, for Ctrl+T),
+{"prompt": true}` (loopchat serve's start record with the prompt's tokens, for Ctrl+T;
+with `"prompt_logprobs": K` when the request asks for the prompt's logprobs),
 which OpenAI's API does not have (`extensions = false` in models.toml leaves them out for
 a server that refuses unknown fields). A server fixes a request's settings when it
 starts: a change made mid-reply applies to the next reply (`live_settings` is False).
@@ -337,6 +338,8 @@ class RemoteBackend:
             body["stop"] = list(req.stop)
         if self.extensions:
             body["loopchat"] = {"prompt": True}
+            if req.prompt_logprobs is not None:  # the prompt's logprobs in the prefill record
+                body["loopchat"]["prompt_logprobs"] = min(req.prompt_logprobs, MAX_TOP_LOGPROBS)
         return url, body, k
 
     def _trace(self, name: str, info: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from loopchat.chat.conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from loopchat.chat.session_core import REBUILT_NOTE, Refused, Update
 from loopchat.chat.session_events import EventSession
+from loopchat.chat.session_lens import LensProbe, lens_request
 from loopchat.engine.chat_prompt import CHAT, COMPLETION
 from loopchat.events import Step
 from loopchat.request import ReplyRequest
@@ -208,6 +209,17 @@ class ChatSession(EventSession):
         self.backend.load(name)
 
     # ---- what the app reads --------------------------------------------------------
+    def lens(self, selection: tuple[int, int] | None) -> LensProbe:
+        """The logit lens of the pass the panel shows (session_lens.py), asked of the
+        engine; the probe fills in when its run's events come (Refused: it cannot)."""
+        self.check_can_run()
+        rec, step, _ = self.shown_step(selection)
+        request = lens_request(self.backend, rec, step)
+        assert rec is not None and step is not None  # (lens_request refuses otherwise)
+        probe = self.lens_probe = LensProbe(rec.number, step.index)
+        probe.run_id = self.backend.generate(request)
+        return probe
+
     def shown_step(self, selection: tuple[int, int] | None) -> tuple[ReplyRecord | None, Step | None, bool]:
         """What the loop panel shows: (reply, step, pinned). The selected token's step
         (pinned), else the latest step of the reply in flight or of the last reply."""

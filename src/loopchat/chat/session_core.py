@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from loopchat.backends import Backend
 from loopchat.chat.conversation import BLOCKING, Conversation, ReplyRecord
@@ -75,6 +76,10 @@ class SessionCore:
         self.pending: Pending | None = None
         #: step mode armed: the next reply stops before its first draw
         self.step_armed = False
+        #: the document view is open: each reply's prompt is scored (its tokens' surprisals)
+        self.read_prompt = False
+        #: the logit lens asked for last (session_lens.py; None: none)
+        self.lens_probe: Any = None
         #: the user chose the mode (the mode key, --mode): a model that loads keeps it
         self.mode_chosen = mode is not None
         if mode is not None:
@@ -208,6 +213,8 @@ class SessionCore:
         `request` as the caller built it, streamed unless `mode` is blocking, stopped
         before its first draw when step mode is armed."""
         request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed)
+        if self.read_prompt and request.prompt_logprobs is None:
+            request = request.with_(prompt_logprobs=1)
         rec = self.conversation.new_reply(mode, request.messages, **kw)
         rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
         self.current = rec

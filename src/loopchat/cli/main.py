@@ -92,35 +92,8 @@ def _add_remote_options(p: argparse.ArgumentParser, *, sub: bool = False) -> Non
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="loopchat",
-        description="A terminal chat that shows the generation loop of a language model while it runs. "
-        "With no command: open the chat.",
-    )
-    parser.add_argument("--version", action="version", version=f"loopchat {__version__}")
-    _add_model_options(parser)
-    _add_remote_options(parser)
-    parser.add_argument(
-        "--host",
-        choices=("thread", "process"),
-        help="where the chat runs the model: a thread of the app (the default: the faster on "
-        "2 cores) or a child process (a crash inside llama.cpp then cannot take the app down)",
-    )
-    parser.add_argument(
-        "--mode",
-        choices=("chat", "completion"),
-        help="open the chat in this mode: chat (messages through the chat template) or completion (a "
-        "document the model continues, no template); default: the model's (models.toml's mode; a model "
-        "with no chat template opens in completion mode); Ctrl+L switches",
-    )
-    parser.add_argument(
-        "--no-history",
-        action="store_true",
-        help="keep nothing: this run's conversations are not stored (no history file is created or written)",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
+def _add_run_parser(sub: Any) -> None:
+    """`loopchat run`: its prompt, the model or server, the sampling flags and what to print."""
     run = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
     run.add_argument("prompt", help="the user message; - reads it from stdin")
     _add_model_options(run, sub=True)
@@ -153,6 +126,49 @@ def build_parser() -> argparse.ArgumentParser:
         help="end the reply before this text, which is not printed (up to 4; also with --url)",
     )
     run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as JSON lines (docs/trace-format.md)")
+    run.add_argument(
+        "--prompt-logprobs",
+        action="store_true",
+        help="print each prompt token's surprisal and the model's top guess there, and the prompt's "
+        "perplexity, on stderr before the reply (a model run here)",
+    )
+    run.add_argument(
+        "--lens",
+        action="store_true",
+        help="print each pass's logit lens on stderr: what each layer would have said (a model run here)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="loopchat",
+        description="A terminal chat that shows the generation loop of a language model while it runs. "
+        "With no command: open the chat.",
+    )
+    parser.add_argument("--version", action="version", version=f"loopchat {__version__}")
+    _add_model_options(parser)
+    _add_remote_options(parser)
+    parser.add_argument(
+        "--host",
+        choices=("thread", "process"),
+        help="where the chat runs the model: a thread of the app (the default: the faster on "
+        "2 cores) or a child process (a crash inside llama.cpp then cannot take the app down)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("chat", "completion"),
+        help="open the chat in this mode: chat (messages through the chat template) or completion (a "
+        "document the model continues, no template); default: the model's (models.toml's mode; a model "
+        "with no chat template opens in completion mode); Ctrl+L switches",
+    )
+    parser.add_argument(
+        "--no-history",
+        action="store_true",
+        help="keep nothing: this run's conversations are not stored (no history file is created or written)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    _add_run_parser(sub)
 
     models = sub.add_parser("models", help="list the configured models and the config file in use")
     models.add_argument("--config", metavar="PATH", help="models.toml to use", default=argparse.SUPPRESS)

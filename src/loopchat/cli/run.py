@@ -206,7 +206,21 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         settings = settings_from_args(spec.sampling, args)
         model_path = spec.resolve_file()
     messages = _messages(args, prompt, spec, remote)
-    request = ReplyRequest(messages, settings, stop=stop, report_k=args.top_report, stream=not args.blocking)
+    scored, lens = getattr(args, "prompt_logprobs", False), getattr(args, "lens", False)
+    if (scored or lens) and remote is not None:
+        raise UsageError(
+            f"{'--prompt-logprobs' if scored else '--lens'} needs a model run here, not one on a server "
+            "(a server's prompt logprobs: its completions with echo and logprobs)"
+        )
+    request = ReplyRequest(
+        messages,
+        settings,
+        stop=stop,
+        report_k=args.top_report,
+        stream=not args.blocking,
+        prompt_logprobs=1 if scored else None,
+        lens=bool(lens),
+    )
     return remote, spec, model_path, request
 
 

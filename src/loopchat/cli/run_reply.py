@@ -13,6 +13,8 @@ from typing import Any, TextIO
 
 from loopchat.event_lines import step_line, summary_line, threads_text
 from loopchat.events import ContextTrimmed, Finish, ModelReady, Prefill, RunDone, Start, Step, WorkerError
+from loopchat.lens_lines import lens_lines
+from loopchat.prompt_read import prompt_lines
 from loopchat.request import ReplyRequest
 from loopchat.trace import TraceError, TraceWriter
 
@@ -86,6 +88,7 @@ class ReplyReader:
         self.args, self.backend, self.request, self.output = args, backend, request, output
         self.trace = trace
         self.trace_error: str | None = None
+        self.start: Start | None = None
         self.prefill: Prefill | None = None
         self.finish: Finish | None = None
         self.error: WorkerError | None = None
@@ -131,7 +134,12 @@ class ReplyReader:
             self.record(event)
             if isinstance(event, Prefill):
                 self.prefill = event
+                if self.start is not None and event.prompt_logprobs is not None:
+                    print("\n".join(prompt_lines(self.start, event)), file=sys.stderr)
             elif isinstance(event, Start):
+                self.start = event
+                if event.lens_note:
+                    print(f"loopchat: note: {event.lens_note}", file=sys.stderr)
                 self.threads_auto = event.threads_auto
                 self.server = event.source
             elif isinstance(event, Step):
@@ -141,6 +149,8 @@ class ReplyReader:
         return False
 
     def _step(self, event: Step) -> None:
+        if event.lens:
+            print("\n".join(lens_lines(event)), file=sys.stderr)
         self.client_times = self.client_times or event.forward_ms is None
         if event.threads:
             self.threads_used.append(event.threads)

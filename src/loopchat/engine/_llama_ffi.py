@@ -86,6 +86,9 @@ class LlamaCalls:
         self._batch.seq_id[0][0] = 0  # sequence 0, the one Llama.eval uses
         self._batch.logits[0] = True
         self._token = self._batch.token
+        # a batch with logits for every position (decode_all), made on first use, grown as needed
+        self._wide: llama_cpp.llama_batch | None = None
+        self._wide_size = 0
 
     def set_abort_callback(self, flag: AbortFlag) -> None:
         """llama_set_abort_callback: ggml asks `flag` at every graph node whether to stop
@@ -141,8 +144,38 @@ class LlamaCalls:
         `_ctx.kv_cache_seq_rm` wraps."""
         llama_cpp.llama_memory_seq_rm(self._memory, -1, pos, -1)
 
+    def decode_all(self, tokens: list[int], pos: int) -> int:
+        """llama_decode of `tokens` at positions pos, pos+1, ... with the `logits` flag set
+        for every one of them (prompt logprobs, prompt_scores.py): llama.cpp then keeps a
+        row of logits per position, read with `logits_address(i)`. Llama.eval flags only
+        the last position (or all of the context with logits_all, n_ctx x n_vocab floats):
+        a batch of our own flags exactly the chunk. Same return codes as decode_one."""
+        n = len(tokens)
+        if self._wide is None or self._wide_size < n:
+            if self._wide is not None:
+                llama_cpp.llama_batch_free(self._wide)
+            # llama_batch_init(n, 0, 1): token ids (not embeddings), one sequence id per token
+            self._wide, self._wide_size = llama_cpp.llama_batch_init(n, 0, 1), n
+        b = self._wide
+        b.n_tokens = n
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0  # sequence 0, as every other call here
+            b.logits[i] = True  # int8 flag: keep this position's logits
+        return llama_cpp.llama_decode(self._ctx, b)
+
+    def logits_row_address(self, i: int) -> int:
+        """The address of the n_vocab float logits of the i-th output of the last decode
+        (outputs numbered in batch order among the flagged positions)."""
+        return _logits_ith(self._ctx, i)
+
     def close(self) -> None:
-        """llama_batch_free of the one-token batch."""
+        """llama_batch_free of the one-token batch (and of the wide one, if made)."""
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
+        if self._wide is not None:
+            llama_cpp.llama_batch_free(self._wide)
+            self._wide = None

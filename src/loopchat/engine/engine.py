@@ -34,11 +34,12 @@ from loopchat.engine.chat_prompt import (
     opening_mode,
 )
 from loopchat.engine.cores import physical_cores
+from loopchat.engine.llama_load import load_llama
+from loopchat.engine.prompt_scores import ScoreMemory
 from loopchat.engine.run import ReplyRun
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.errors import ModelLoadError
 from loopchat.events import DOCUMENT, Event, FinishReason, Message, Pending
-from loopchat.model_files import gguf_problem
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import StepControl
@@ -79,7 +80,7 @@ class Engine:
         self._tuner = (thread_tuner or ThreadTuner(physical_cores())) if self.threads_auto else None
         self._pinned = self._tuner.threads if self._tuner else int(threads)  # type: ignore[arg-type]
         self._auto: AutoThreads | None = None
-        self.llm = _load_llama(self.model_path, n_ctx, n_batch, self._pinned, gpu_layers, log_path, verbose)
+        self.llm = load_llama(self.model_path, n_ctx, n_batch, self._pinned, gpu_layers, log_path, verbose)
         self.model_size = self.model_path.stat().st_size
         self._c = LlamaCalls(self.llm)  # the raw llama.cpp calls (_llama_ffi.py)
         self._logits_address: int | None = None
@@ -105,6 +106,8 @@ class Engine:
         self._control: StepControl | None = None  # the reply in flight's step mode, if any
         self._run: ReplyRun | None = None  # the reply in flight (pending_probs reads its step gate)
         self.passes = 0  # llama_decode calls so far (prefill batches and steps): tests count them
+        self.prompt_memory = ScoreMemory()  # the cached tokens' prompt logprobs (prompt_scores.py)
+        self._lens: Any = None  # the logit lens (lens_run.py), opened when first asked for
         self._open_template(chat_template, mode)
         self.add_bos = self._metadata_flag("tokenizer.ggml.add_bos_token", default=False)
         if warmup:
@@ -223,6 +226,7 @@ class Engine:
         """Forget the KV cache (the next turn evaluates its whole prompt)."""
         self.llm.reset()
         self._c.forget_from(0)
+        self.prompt_memory.clear()
 
     # ------------------------------------- what a reply run needs of the model (run_host.py) ----
     def evaluate(self, tokens: Sequence[int]) -> None:
@@ -272,6 +276,27 @@ class Engine:
 
     def keep_cached(self, n: int) -> None:
         self.llm.n_tokens = n
+        self.prompt_memory.keep(n)
+
+    def evaluate_scored(self, tokens: Sequence[int]) -> np.ndarray:
+        """A chunk of a prompt through the model with every position's logits kept
+        (prompt_scores.py): the rows (len(tokens) x n_vocab), valid until the next decode."""
+        llm, n, n0 = self.llm, len(tokens), int(self.llm.n_tokens)
+        self._c.forget_from(n0)  # as Llama.eval does: nothing cached past n_tokens
+        self.passes += 1
+        rc = self._c.decode_all(list(tokens), n0)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        llm.input_ids[n0 : n0 + n] = tokens
+        llm.n_tokens = n0 + n
+        first = self._c.logits_row_address(0)  # (llama_get_logits_ith waits for the decode)
+        if self._c.logits_row_address(n - 1) == first + (n - 1) * self.n_vocab * 4:  # rows in order, contiguous
+            return np.frombuffer((ctypes.c_float * (n * self.n_vocab)).from_address(first), np.float32).reshape(n, -1)
+        return np.stack([self._row(i) for i in range(n)])
+
+    def _row(self, i: int) -> np.ndarray:
+        address = self._c.logits_row_address(i)
+        return np.frombuffer((ctypes.c_float * self.n_vocab).from_address(address), dtype=np.float32)
 
     def is_control(self, token_id: int) -> bool:
         return bool(self._c.is_control(token_id))
@@ -374,9 +399,19 @@ class Engine:
         """Every token's text, by id (special tokens spelled out; a piece of a character: `<e2 82>`)."""
         return [vocabulary_text(self.piece(i)) for i in range(self.n_vocab)]
 
+    def open_lens(self) -> Any:
+        """The logit lens on this model (lens_run.py: a PassLens, or the line saying why none)."""
+        if self._lens is None:
+            from loopchat.engine.lens_run import open_lens
+
+            self._lens = open_lens(self.llm, self.model_path, self.n_ctx, self.threads, self.piece_text)
+        return self._lens
+
     def close(self) -> None:
         llm = getattr(self, "llm", None)
         if llm is not None:
+            if self._lens is not None and not isinstance(self._lens, str):
+                self._lens.close()
             if self._auto is not None:
                 self._auto.close()
             llm.close()
@@ -388,37 +423,3 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _load_llama(
-    path: Path, n_ctx: int, n_batch: int, threads: int, gpu_layers: int, log_path: Path | None, verbose: bool
-) -> Any:
-    """The `Llama` for a GGUF file (ModelLoadError, one line, for a file it cannot load)."""
-    from llama_cpp import Llama
-
-    from loopchat.engine.llama_log import python_prints_to_log, route_llama_log
-
-    problem = gguf_problem(path)
-    if problem is not None:
-        raise ModelLoadError(f"{path} {problem}; point the model's `path` at a .gguf model file")
-    log_path = route_llama_log(log_path, echo=verbose)  # None if the log cannot be written
-    try:
-        with python_prints_to_log():
-            llm = Llama(
-                model_path=str(path),
-                n_ctx=n_ctx,
-                n_batch=n_batch,
-                n_threads=threads,
-                n_threads_batch=threads,
-                n_gpu_layers=gpu_layers,  # ignored by a CPU-only build of llama.cpp
-                logits_all=False,
-                verbose=True,  # verbose=False dup2()s fds 1 and 2; our callback logs instead
-            )
-    except (ValueError, RuntimeError, OSError) as exc:
-        where = f" (details in {log_path})" if log_path else ""
-        raise ModelLoadError(
-            f"llama.cpp could not load {path}: {str(exc).splitlines()[0]}{where}; "
-            "check that it is a complete, uncorrupted GGUF file"
-        ) from None
-    llm.verbose = False  # no more prints from llama-cpp-python after the load
-    return llm

@@ -32,7 +32,9 @@ import numpy as np
 
 from loopchat.engine import dry
 from loopchat.engine.branch import Branch
+from loopchat.engine.lens_run import NoLens
 from loopchat.engine.pass_threads import PassThreads
+from loopchat.engine.prompt_scores import PlainFeed, ScoredFeed
 from loopchat.engine.repeats import RepeatFinder
 from loopchat.engine.reply_text import ReplyText
 from loopchat.engine.run_host import RunHost
@@ -94,6 +96,7 @@ class ReplyRun:
         self.repeats = RepeatFinder()
         self.text = ReplyText()
         self.threads = PassThreads(None, 0)
+        self.lens: NoLens = NoLens()  # the logit lens of each pass, when asked (lens_run.py)
 
     # ---------------------------------------------------------------- driver ----
     def events(self) -> Iterator[Event | Pending]:
@@ -126,6 +129,8 @@ class ReplyRun:
                 f"{len(self.tokens)} tokens and the model's context holds {host.n_ctx}"
             )
         host.prefill_threads()  # auto threads: a measured count, never a probe's
+        lens = host.open_lens() if request.lens else NoLens()
+        self.lens, lens_note = (NoLens(), lens) if isinstance(lens, str) else (lens, None)
         yield Start(
             model_name=host.name,
             model_path=str(host.model_path),
@@ -143,6 +148,7 @@ class ReplyRun:
             top_k_report=request.report_k,
             stop=tuple(request.stop),
             reply_prefix=self.branch.prefix,
+            lens_note=lens_note,
         )
         if prompt.trimmed is not None:
             yield prompt.trimmed
@@ -152,20 +158,22 @@ class ReplyRun:
         longest common prefix the KV cache already holds (at least one token is evaluated,
         for fresh logits; `reuse_at_most` caps the reuse)."""
         host, tokens = self.host, self.tokens
+        feed = self._feed()  # plain, or scoring each prompt token (prompt_scores.py)
         n_common = _common_prefix(host.cached_tokens(), tokens)
         n_common = min(n_common, len(tokens) - 1)
         if self.request.reuse_at_most is not None:
             n_common = max(0, min(n_common, self.request.reuse_at_most))
+        n_common = feed.reuse(n_common)
         host.keep_cached(n_common)
         todo = tokens[n_common:]
         batches = 0
         t0 = time.perf_counter()
         try:
-            for i in range(0, len(todo), host.n_batch):
+            for i in range(0, len(todo), feed.chunk):
                 if host.cancelled():
                     self.reason = FinishReason.CANCELLED
                     break
-                host.evaluate(todo[i : i + host.n_batch])
+                feed.evaluate(n_common + i, todo[i : i + feed.chunk])
                 batches += 1
             host.sync()
         except RuntimeError as exc:
@@ -180,7 +188,14 @@ class ReplyRun:
             evaluated_tokens=len(todo) if self.reason is None else host.n_past - n_common,
             batches=batches,
             ms=clock.prefill_ms,
+            **feed.fields(),
         )
+
+    def _feed(self) -> PlainFeed:
+        k = self.request.prompt_logprobs
+        if k is None:
+            return PlainFeed(self.host)
+        return ScoredFeed(self.host, self.tokens, k, lambda ids, lps: self._candidates(np.asarray(ids), np.exp(lps)))
 
     def _ready(self) -> None:
         """The state the steps start from, once the prompt is in the context."""
@@ -189,6 +204,7 @@ class ReplyRun:
         self.context = dry.History(self.tokens, host)  # DRY finds the model's sequence breakers through it
         self.repeats = RepeatFinder(prefix)  # the reply repeating itself (repeats.py): on each Step
         self.threads = PassThreads(host.tuner, host.threads)
+        self.lens.start(self.tokens, len(self.tokens) - len(prefix))
         self.clock.first = self.clock.last = time.perf_counter()
 
     def draw(self) -> Generator[Pending, None, Drawn | None]:
@@ -225,6 +241,8 @@ class ReplyRun:
             clock.first, clock.paused_first_s = now, paused_s
             clock.ttft_ms = (now - clock.request - paused_s) * 1000.0
         clock.last, clock.paused_last_s = now, paused_s
+        lens = self.lens.rows(token)  # (its time is the run's, in no pass's ms)
+        self.lens.fed(token)
         self.context.append(token)
         step = Step(
             index=self.branch.base + self.steps,
@@ -248,6 +266,7 @@ class ReplyRun:
             probe_cut_ms=self.threads.cut_ms,
             chosen_by=drawn.chosen_by,
             repeat=None if (rep := self.repeats.feed(token)) is None else rep.as_tuple(),
+            lens=lens,
         )
         self.steps += 1
         self.settings.recorded()

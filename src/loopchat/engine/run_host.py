@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from loopchat.engine.chat_prompt import FittedPrompt
+from loopchat.engine.prompt_scores import ScoreMemory
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import FinishReason, Message
 
@@ -69,6 +70,16 @@ class RunHost(Protocol):
         ...
 
     def sync(self) -> None: ...
+
+    #: the cached tokens' prompt logprobs, and a chunk through the model with every
+    #: position's logits kept (prompt_scores.py; only a request asking for prompt logprobs)
+    prompt_memory: ScoreMemory
+
+    def evaluate_scored(self, tokens: Sequence[int]) -> np.ndarray: ...
+
+    def open_lens(self) -> Any:
+        """The logit lens (lens_run.py: a PassLens, or a str: why this model has none)."""
+        ...
 
     def logits(self) -> np.ndarray:
         """The last pass's logits (valid until the next pass)."""

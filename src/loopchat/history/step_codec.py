@@ -27,7 +27,7 @@ from typing import Any
 
 import msgpack
 
-from loopchat.events import Candidate, Step
+from loopchat.events import Candidate, LensRow, Step
 from loopchat.settings import SamplingSettings
 
 #: The Step fields each format stores, in row order.
@@ -64,6 +64,7 @@ FIELDS[2] = FIELDS[1] + ("chosen_by",)  # step mode (issue 13): sampled / step /
 # issue 22: the reply repeating itself ((start, period) or None); auto threads: a probe's
 # pass cut; a candidate that is a piece of a character stores its bytes in its text's slot
 FIELDS[3] = FIELDS[2] + ("repeat", "probe_cut_ms")
+FIELDS[4] = FIELDS[3] + ("lens",)  # issue 26: the logit lens of the pass (None: not asked for)
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
@@ -165,6 +166,8 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = settings[value]
             elif name == "settings_changed" or (name == "repeat" and value is not None):
                 value = tuple(value)
+            elif name == "lens" and value is not None:
+                value = tuple(LensRow(*r) for r in value)
             kwargs[name] = value
         steps.append(Step(**kwargs))
     return steps

@@ -31,7 +31,7 @@ both: `settings.seed` the seed drawn with, `seed_requested` the request's value.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loopchat.events import DOCUMENT, Message
@@ -131,7 +131,13 @@ def parse_completion(body: dict[str, Any], base: SamplingSettings) -> Generation
             "(the chat endpoint gives up to 20 with top_logprobs)",
             param="logprobs",
         )
-    return _request(body, base, (Message(DOCUMENT, prompt),), chat=False, logprobs=n is not None, top=n or 0)
+    echo = bool(_optional(body, "echo", bool, "true or false (the prompt sent back before the completion)"))
+    request = _request(body, base, (Message(DOCUMENT, prompt),), chat=False, logprobs=n is not None, top=n or 0)
+    if not echo:
+        return request
+    # echo + logprobs: the prompt's own logprobs too, computed during the prefill
+    reply = request.reply.with_(prompt_logprobs=n) if n is not None else request.reply
+    return replace(request, reply=reply, wire=replace(request.wire, echo=True))
 
 
 def _request(
@@ -146,7 +152,7 @@ def _request(
         include_usage = bool(
             _optional(options, "include_usage", bool, "true or false", param="stream_options.include_usage")
         )
-    extension, prompt = _extension(body.get("loopchat"))
+    extension, prompt, prompt_logprobs = _extension(body.get("loopchat"))
     cache_prompt = _optional(body, "cache_prompt", bool, "true or false")
     ignore_eos = _optional(body, "ignore_eos", bool, "true or false")
     model = body.get("model")
@@ -166,6 +172,7 @@ def _request(
         reuse_at_most=0 if cache_prompt is False else None,  # cache_prompt: false evaluates the whole prompt
         ignore_eos=bool(ignore_eos),
         stream=stream,
+        prompt_logprobs=prompt_logprobs,
     )
     return GenerationRequest(
         reply=reply,
@@ -183,15 +190,25 @@ def _request(
     )
 
 
-def _extension(value: Any) -> tuple[bool, bool]:
-    """The request's `loopchat` key: (extension objects on, the prompt in the start record)."""
-    what = 'true, false or {"prompt": true} (the prompt\'s messages, text and tokens in the start record)'
+def _extension(value: Any) -> tuple[bool, bool, int | None]:
+    """The request's `loopchat` key: (extension objects on, the prompt in the start record,
+    the prompt's logprobs in the prefill record: the top guesses per position, or None)."""
+    what = (
+        'true, false or an object: {"prompt": true} (the prompt\'s messages, text and tokens in the start '
+        'record), {"prompt_logprobs": K} (each prompt token\'s logprob and the top K guesses, 0 to '
+        f"{MAX_TOP_LOGPROBS}, in the prefill record)"
+    )
     if value is None or isinstance(value, bool):
-        return value is not False, False
-    if not isinstance(value, dict) or set(value) - {"prompt"}:
+        return value is not False, False, None
+    if not isinstance(value, dict) or set(value) - {"prompt", "prompt_logprobs"}:
         raise RequestError(f"loopchat must be {what}, got {json.dumps(value)}", param="loopchat")
     prompt = _optional(value, "prompt", bool, "true or false", param="loopchat.prompt")
-    return True, bool(prompt)
+    k = _optional(value, "prompt_logprobs", int, f"0 to {MAX_TOP_LOGPROBS}", param="loopchat.prompt_logprobs")
+    if k is not None and not 0 <= k <= MAX_TOP_LOGPROBS:
+        raise RequestError(
+            f"loopchat.prompt_logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {k}", param="loopchat.prompt_logprobs"
+        )
+    return True, bool(prompt), k
 
 
 def _seed(value: Any) -> tuple[int | None, int | None]:
@@ -324,8 +341,8 @@ def _refuse_unsupported(body: dict[str, Any], *, chat: bool) -> None:
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         refuse("response_format", 'response_format must be {"type": "text"}: JSON modes and schemas are not supported')
-    if body.get("echo"):
-        refuse("echo", "echo is not supported: the prompt is not sent back; the client has it")
+    if chat and body.get("echo"):
+        refuse("echo", "echo is for /v1/completions: the chat's prompt is its messages, which the client has")
     if body.get("suffix"):
         refuse("suffix", "suffix (insertion) is not supported: the model continues the prompt's end")
     if body.get("logit_bias"):

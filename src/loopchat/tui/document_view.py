@@ -41,7 +41,7 @@ from loopchat.chat.views.document import (
     status_line,
 )
 from loopchat.chat.views.document_header import SHORT_VIEW, header_lines, short_header
-from loopchat.events import Start
+from loopchat.events import Prefill, Start
 from loopchat.tui.fast_static import FastStatic
 from loopchat.tui.prompt import TypedForTheBox
 from loopchat.tui.step_mode import step_keys
@@ -263,7 +263,8 @@ class DocumentView(Widget):
         self.laid_out = DocumentLayout(self.body.doc)
         self._selected: int | None = None  # the transcript's selected step shown
         self._head_key: tuple | None = None
-        self._start: Start | None = None  # the Start the rows were made from
+        # the Start and Prefill the rows were made from (a Prefill's prompt surprisals colour them)
+        self._start: tuple[Start | None, Prefill | None] = (None, None)
         self._deferred = False  # rows to make once the body has its width
         self.return_focus: Widget | None = None  # what had the focus before Ctrl+T showed it
         #: step mode: the live reply's loop is stopped before the draw of this step (else None)
@@ -301,7 +302,9 @@ class DocumentView(Widget):
     def show(self, rec: ReplyRecord | None, selected: int | None = None) -> None:
         """Show the document of `rec` (None: no reply yet), laid out once, then only its
         new steps; `selected`: a step index to put the cursor on."""
-        if rec is not self.record or (rec is not None and rec.start is not self._start):
+        if rec is not self.record or (
+            rec is not None and (rec.start is not self._start[0] or rec.prefill is not self._start[1])
+        ):
             self.record = rec
             self._selected = None
             self._build()
@@ -328,7 +331,7 @@ class DocumentView(Widget):
         rec = self.record
         if not self.body.size.width:  # just shown: laid out once its width is known (on_resize)
             self._deferred = True
-            self._start = rec.start if rec is not None else None
+            self._start = (rec.start, rec.prefill) if rec is not None else (None, None)
             return
         self._deferred = False
         self._building = True  # the cursor placed here is not the user's: no StepUnderCursor
@@ -341,7 +344,7 @@ class DocumentView(Widget):
 
     def _lay_out(self, rec: ReplyRecord | None) -> None:
         layout = self.laid_out = lay_out(rec, self.body.text_width)
-        self._start = rec.start if rec is not None else None
+        self._start = (rec.start, rec.prefill) if rec is not None else (None, None)
         doc = layout.doc
         self.body.cursor = None
         self.body.follow_end = False

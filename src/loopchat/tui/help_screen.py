@@ -61,7 +61,11 @@ KEYS: tuple[tuple[str, str], ...] = (
     ),
     (
         "Ctrl+T",
-        "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position",
+        "Document view ⇄ transcript: the exact text the model reads for the selected token's reply (or the last): the chat template's control tokens set apart, token boundaries, where the reply begins, the KV cache's reuse, what the context policy dropped; ←/→ ↑/↓ PgUp/PgDn Home/End move a cursor that names each token's id and position. A reply sent while the view is open has its prompt scored: each prompt token on its surprisal's background (bits: <1, 1–3, 3–6, 6–10, ≥10), the system prompt, your words and the template's in three colours, the cursor line gives the token's surprisal and the model's top guess there, the header the prompt's perplexity and most surprising token",
+    ),
+    (
+        "F11",
+        "The logit lens of the pass the panel shows (a selected token's, else the last): what each layer would have said, its output through the model's final norm and head; computed for that pass when asked (Esc closes it)",
     ),
     ("F5", "Regenerate the last reply, as a new version of it (a new random seed; a pinned seed moves to the next)"),
     (

@@ -102,6 +102,7 @@ class ChatViewKeys(ChatShell):
         doc = self.document
         on = not doc.display
         doc.display = on
+        self.session.read_prompt = on  # the replies sent meanwhile: their prompts scored
         self.transcript.display = not on
         self.query_one("#legend").display = self.prefs.prob_colours and not on
         if on:
@@ -117,6 +118,17 @@ class ChatViewKeys(ChatShell):
                 if back is None or not (back.is_attached and back.display and back.focusable):
                     back = self.transcript if self.prompt.disabled else self.prompt  # a replay: no box
                 back.focus()
+
+    def action_lens(self) -> None:
+        """F11: the logit lens of the pass the panel shows, computed now (session_lens.py)."""
+        from loopchat.tui.lens_screen import LensScreen
+
+        try:
+            probe = self.session.lens(self.selection)
+        except Refused as exc:
+            self.notify(str(exc), timeout=4)
+            return
+        self.push_screen(LensScreen(probe, self.session))
 
     def action_help(self) -> None:
         from loopchat.tui.help_screen import HelpScreen

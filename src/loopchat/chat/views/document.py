@@ -27,8 +27,9 @@ from rich.style import Style
 
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.plots import visible_controls
+from loopchat.chat.views.document_surprisal import scored_prompt, status_pieces, surprisal_style
 from loopchat.chat.views.lines import Line
-from loopchat.events import Start, Step
+from loopchat.events import Candidate, Prefill, Start, Step
 from loopchat.token_faces import byte_face, partial_character
 
 # token kinds
@@ -77,6 +78,11 @@ class DocToken:
     step: Step | None = None  # a reply token's step
     first_row: int = 0
     last_row: int = 0
+    #: a scored prompt (document_surprisal.py): its surprisal in bits (None: the first
+    #: token), the model's top guess at its position, and its role (system, user, template)
+    bits: float | None = None
+    guess: Candidate | None = None
+    role: str = ""
 
 
 def token_style(kind: str, index: int) -> Style:
@@ -113,6 +119,8 @@ class DocumentLines:
                 self._new_row()
         token.first_row = len(self.rows) - 1
         style = token_style(token.kind, index)
+        if token.role:  # a scored prompt: coloured by surprisal and role
+            style = surprisal_style(_FG[token.kind], token.role, token.bits, index, token.kind == CONTROL)
         for k, part in enumerate(parts):
             if part:
                 self._put(part, style, index)
@@ -228,12 +236,15 @@ class DocumentLines:
         return len(self.tokens) - 1 if step > 0 else 0
 
 
-def prompt_tokens(start: Start) -> list[DocToken]:
+def prompt_tokens(start: Start, prefill: Prefill | None = None) -> list[DocToken]:
     ids = start.prompt_token_ids or ()
     texts = start.prompt_token_texts
     if texts and len(texts) == len(ids):
         special = set(start.prompt_special)
-        return [DocToken(t, i, CONTROL if p in special else PROMPT, p) for p, (i, t) in enumerate(zip(ids, texts))]
+        out = [DocToken(t, i, CONTROL if p in special else PROMPT, p) for p, (i, t) in enumerate(zip(ids, texts))]
+        for t, (bits, guess, role) in zip(out, scored_prompt(start, prefill) or ()):
+            t.bits, t.guess, t.role = bits, guess, role
+        return out
     if start.prompt_text is not None:
         return [DocToken(start.prompt_text, None, TEXT, None)]
     return []
@@ -281,7 +292,7 @@ def lay_out(rec: ReplyRecord | None, width: int) -> DocumentLayout:
     if rec is None or rec.start is None:
         return layout
     doc, start = layout.doc, rec.start
-    for t in prompt_tokens(start):
+    for t in prompt_tokens(start, rec.prefill):
         doc.add(t)
     layout.fallback = bool(doc.tokens) and doc.tokens[0].kind == TEXT
     branch = f" (a branch: {len(start.reply_prefix)} tokens chosen earlier first)" if start.reply_prefix else ""
@@ -323,6 +334,8 @@ def status_line(t: DocToken | None) -> Line:
         (f"position {t.position}" if t.position is not None else "position ?", STATUS),
         (f" · {what}", LABEL),
     ]
+    if t.role:
+        out += status_pieces(t.bits, t.guess, t.role)
     if t.step is not None:
         out.append((f" step {t.step.index}", LABEL))
         if t.step.chosen_by == "hand":  # step mode: the user put it in

@@ -9,6 +9,7 @@ from loopchat.browser import key_here
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.plots import fmt_ms
 from loopchat.chat.views.document import CONTROL, HEAD, LABEL, NOTE, PROMPT, REPLY, STATUS, token_style
+from loopchat.chat.views.document_surprisal import header_row, legend
 from loopchat.chat.views.figure_rows import figure_rows
 from loopchat.chat.views.lines import Line, Pieces
 
@@ -68,7 +69,12 @@ def _notes(rec: ReplyRecord, fallback: bool, stopped: int | None, short: bool) -
         rows.append([(older, NOTE)])
     elif rec.start is not None and rec.start.prompt_token_ids is None:
         rows.append([("the server did not send the prompt it built: only the reply's tokens are shown", NOTE)])
-    if not short:
+    read = header_row(rec)
+    if read is not None and not short:
+        rows.append(read)
+    if not short and rec.prefill is not None and rec.prefill.prompt_logprobs is not None:
+        rows.append([*legend(), (" · cursor: ←/→ ↑/↓ PgUp/PgDn Home/End", LABEL)])
+    elif not short:
         rows.append(
             [
                 ("control", token_style(CONTROL, 0)),

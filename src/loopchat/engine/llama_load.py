@@ -1,0 +1,43 @@
+"""Loading a GGUF file into llama-cpp-python's `Llama`, as the Engine does (engine.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loopchat.errors import ModelLoadError
+from loopchat.model_files import gguf_problem
+
+
+def load_llama(
+    path: Path, n_ctx: int, n_batch: int, threads: int, gpu_layers: int, log_path: Path | None, verbose: bool
+) -> Any:
+    """The `Llama` for a GGUF file (ModelLoadError, one line, for a file it cannot load)."""
+    from llama_cpp import Llama
+
+    from loopchat.engine.llama_log import python_prints_to_log, route_llama_log
+
+    problem = gguf_problem(path)
+    if problem is not None:
+        raise ModelLoadError(f"{path} {problem}; point the model's `path` at a .gguf model file")
+    log_path = route_llama_log(log_path, echo=verbose)  # None if the log cannot be written
+    try:
+        with python_prints_to_log():
+            llm = Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_threads=threads,
+                n_threads_batch=threads,
+                n_gpu_layers=gpu_layers,  # ignored by a CPU-only build of llama.cpp
+                logits_all=False,
+                verbose=True,  # verbose=False dup2()s fds 1 and 2; our callback logs instead
+            )
+    except (ValueError, RuntimeError, OSError) as exc:
+        where = f" (details in {log_path})" if log_path else ""
+        raise ModelLoadError(
+            f"llama.cpp could not load {path}: {str(exc).splitlines()[0]}{where}; "
+            "check that it is a complete, uncorrupted GGUF file"
+        ) from None
+    llm.verbose = False  # no more prints from llama-cpp-python after the load
+    return llm

@@ -1,0 +1,59 @@
+"""F11: the logit lens of the pass the panel shows, in the chat (issue 26, part 1): the pass
+re-read with the lens when asked, on a screen of its own; its last layer is the pass's own
+raw softmax; the conversation is left as it was. Through Textual's Pilot, the real model."""
+
+from __future__ import annotations
+
+import pytest
+from tui_fixtures import wait_for, wait_run
+
+from loopchat.chat.prefs import Prefs
+from loopchat.settings import SamplingSettings
+from loopchat.tui.launch import create_app
+from loopchat.tui.lens_screen import LensScreen
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
+
+
+async def test_f11_shows_each_layer_of_the_selected_pass(backend, tmp_path) -> None:
+    app = create_app(
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=4, max_tokens=5, temperature=0.7),
+        history=False,
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press(*"The capital of France is", "enter")
+        await wait_run(pilot)
+        rec = app.conversation.replies[0]
+        steps_before = list(rec.steps)
+        await pilot.press("alt+left", "alt+left")  # the reply's last token but one
+        await pilot.pause()
+        reply, index = app.selection
+        step = next(s for s in rec.steps if s.index == index)
+        await pilot.press("f11")
+        await wait_for(pilot, lambda: isinstance(app.screen, LensScreen), 5, "the lens screen")
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.probe.done and screen.shown_done, 60, "the lens")
+        rows = screen.probe.rows
+        assert rows is not None and len(rows) == 30  # SmolLM2-135M's layers
+        last = rows[-1]
+        assert last.top_id == step.raw_top[0].token_id and last.top_prob == pytest.approx(
+            step.raw_top[0].prob, abs=1e-5
+        )
+        assert last.drawn_rank == step.raw_rank and last.drawn_prob == pytest.approx(step.raw_prob, abs=1e-5)
+        text = screen.text
+        assert f"reply {reply}, pass {index + 1} · drew {step.piece!r}" in text
+        assert f"   29  {last.top_text!r:<18}{last.top_prob:6.3f}" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, LensScreen)
+        # the probe's run is not a reply: the conversation is as it was
+        assert len(app.conversation.replies) == 1 and rec.steps == steps_before
