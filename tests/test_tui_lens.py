@@ -57,3 +57,12 @@ async def test_f11_shows_each_layer_of_the_selected_pass(backend, tmp_path) -> N
         assert not isinstance(app.screen, LensScreen)
         # the probe's run is not a reply: the conversation is as it was
         assert len(app.conversation.replies) == 1 and rec.steps == steps_before
+        # Alt+L, the same (F11 is the full screen of many terminals and of browsers)
+        await pilot.press("alt+l")
+        await wait_for(pilot, lambda: isinstance(app.screen, LensScreen), 5, "the lens screen (Alt+L)")
+        again = app.screen
+        await wait_for(pilot, lambda: again.probe.done and again.shown_done, 60, "the lens (Alt+L)")
+        assert again.probe.rows is not None and again.probe.rows[-1].top_id == last.top_id
+        await pilot.press("alt+l")
+        await pilot.pause()
+        assert not isinstance(app.screen, LensScreen)

@@ -13,7 +13,7 @@ WEB_URL_ENV = "LOOPCHAT_WEB_URL"
 
 #: the chat's keys (Textual's names) that most browsers keep for themselves (a tab never
 #: sees them), each with the second key that does the same there
-BROWSER_KEYS: dict[str, str] = {"ctrl+t": "alt+t", "ctrl+n": "alt+n", "f5": "alt+r", "f12": "alt+s"}
+BROWSER_KEYS: dict[str, str] = {"ctrl+t": "alt+t", "ctrl+n": "alt+n", "f5": "alt+r", "f11": "alt+l", "f12": "alt+s"}
 
 
 def web_url() -> str | None:

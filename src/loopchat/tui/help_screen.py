@@ -65,7 +65,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ),
     (
         "F11",
-        "The logit lens of the pass the panel shows (a selected token's, else the last): what each layer would have said, its output through the model's final norm and head; computed for that pass when asked (Esc closes it)",
+        "The logit lens of the pass the panel shows (a selected token's, else the last): what each layer would have said, its output through the model's final norm and head; computed for that pass when asked (Esc closes it). Also Alt+L: many terminals keep F11 for full screen",
     ),
     ("F5", "Regenerate the last reply, as a new version of it (a new random seed; a pinned seed moves to the next)"),
     (

@@ -33,7 +33,7 @@ BINDINGS: list[BindingType] = [
     Binding(_keys("f5"), "regenerate", "Regenerate"),
     Binding("f9", "replay_other_mode", "Other mode", show=False),
     Binding("f10", "toggle_wire", "Wire", show=False),
-    Binding("f11", "lens", "Logit lens", show=False),
+    Binding(_keys("f11"), "lens", "Logit lens", show=False),  # Alt+L: F11 is many terminals' full screen
     # the document view (document_view.py); Ctrl+T: free in the message box (a TextArea)
     # and in terminals (F11 is often their full screen, Ctrl+E the box's line end)
     Binding(_keys("ctrl+t"), "toggle_document", "Document", priority=True),
@@ -72,7 +72,7 @@ def command_table(*, completion: bool, completion_space: bool, history: bool) ->
         ("Probability colours", "Colour tokens by their probability (F7)", "toggle_colours"),
         ("Document view", "The exact text the model reads, token by token ⇄ the chat (Ctrl+T)", "toggle_document"),
         ("Wire view", "The side panel: the loop ⇄ the SSE lines on the wire (F10)", "toggle_wire"),
-        ("Logit lens", "What each layer would have said at the pass the panel shows (F11)", "lens"),
+        ("Logit lens", "What each layer would have said at the pass the panel shows (F11 or Alt+L)", "lens"),
         (
             "Wire view: fold long values",
             "Fold / unfold the loopchat extension and top_logprobs (or click the view)",

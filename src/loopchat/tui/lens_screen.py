@@ -17,7 +17,7 @@ from loopchat.chat.views.lines import lines_to_text
 
 
 class LensScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,f11", "dismiss", "Back")]
+    BINDINGS = [Binding("escape,f11,alt+l", "dismiss", "Back")]
     DEFAULT_CSS = """
     LensScreen { align: center middle; }
     LensScreen > VerticalScroll { width: 90; height: 90%; border: round $accent; padding: 0 1; background: $surface; }
