@@ -100,8 +100,13 @@ def top_p_set(
     src = work if cand is None else work[cand]  # float32
     m = src.shape[0]
     mx = float(src.max()) if known_max is None else known_max
-    head = _Head(src, mx) if m > _TOP_P_HEAD and approx is not None else None
-    store = approx is None or head is None or not head.holds(top_p * approx[0] * math.exp(approx[1] - mx) * _MARGIN)
+    head, store = None, approx is None or m <= _TOP_P_HEAD
+    if approx is not None:
+        target_estimate = top_p * approx[0] * math.exp(approx[1] - mx)
+        # (the most likely token alone surely holds top_p: neither head nor masses needed)
+        if target_estimate * _MARGIN > 1.0 and m > _TOP_P_HEAD:
+            head = _Head(src, mx)
+            store = not head.holds(target_estimate * _MARGIN)
     # q = exp(float64(logit) - max), one pass (sampler_fused), stored only if needed
     q = scratch.get("f64b", m, np.float64) if store else None
     total = sampler_fused.exp_sum(src, mx, q)
