@@ -60,14 +60,34 @@ class SampleResult:
 class _Distribution:
     """What the chain left, to draw from: `probs` over `ids` (None: the whole vocabulary,
     a token's index its id), still to be divided by `norm`; `top`: the positions of the
-    reported candidates, most likely first; `blocks`: the unsorted form's block sums."""
+    reported candidates, most likely first; `blocks`: the unsorted form's block sums.
+    `probs` None: the weights were not stored (every token kept, sampler_fused's
+    distribution_sums); they are exp((source - shift) / t), recomputed where needed."""
 
     ids: np.ndarray | None
-    probs: np.ndarray
+    probs: np.ndarray | None
     norm: float
     entropy: float
     top: np.ndarray
     blocks: np.ndarray | None
+    n: int
+    source: np.ndarray | None = None
+    shift: float = 0.0
+    t: float = 1.0
+
+    def weights(self, pos: np.ndarray) -> np.ndarray:
+        """The (unnormalised) weights at these positions."""
+        if self.probs is not None:
+            return self.probs[pos]
+        assert self.source is not None
+        return sampler_fused.weights_of(self.source[pos], self.shift, self.t)
+
+    def block(self, first: int, stop: int) -> np.ndarray:
+        """The weights of positions first..stop (a draw's block)."""
+        if self.probs is not None:
+            return self.probs[first:stop]
+        assert self.source is not None
+        return sampler_fused.weights_of(self.source[first:stop], self.shift, self.t)
 
 
 def _sorted_distribution(c: Candidates) -> _Distribution:
@@ -78,7 +98,7 @@ def _sorted_distribution(c: Candidates) -> _Distribution:
     nz = probs[probs > 0]
     entropy = float(-(nz * np.log2(nz)).sum()) if nz.shape[0] > 1 else 0.0
     assert c.ids is not None
-    return _Distribution(c.ids, probs, 1.0, entropy, np.arange(min(c.report_k, c.ids.shape[0])), None)
+    return _Distribution(c.ids, probs, 1.0, entropy, np.arange(min(c.report_k, c.ids.shape[0])), None, probs.shape[0])
 
 
 def _unsorted_distribution(c: Candidates) -> _Distribution:
@@ -91,25 +111,35 @@ def _unsorted_distribution(c: Candidates) -> _Distribution:
     sampler_fused."""
     if c.z is not None:  # min-p's: the logits minus their max already
         weights, blocks, norm, wz = sampler_fused.distribution(c.z, 0.0, c.t, DRAW_BLOCK)
+        n = weights.shape[0]
+    elif c.ids is None:
+        # every token kept: the weights are not stored (2 bytes a float32 logit more
+        # written and read again), only recomputed where a report or the draw needs them
+        src, shift, weights = c.work, c.source_max(c.work), None
+        blocks, norm, wz = sampler_fused.distribution_sums(src, shift, c.t, DRAW_BLOCK)
+        n = c.n_vocab
     else:
         src = c.source()
         weights, blocks, norm, wz = sampler_fused.distribution(src, c.source_max(src), c.t, DRAW_BLOCK)
-    entropy = (math.log(norm) - wz / norm) * _LOG2E if weights.shape[0] > 1 else 0.0
+        n = weights.shape[0]
+    entropy = (math.log(norm) - wz / norm) * _LOG2E if n > 1 else 0.0
     # only the reported candidates are sorted. Every token kept: the probabilities rise
     # with the logits, so the top logits (float32, half the bytes) are the top
     # probabilities, and without a penalty they are the raw top already
-    if c.ids is not None:
+    if weights is not None and c.ids is not None:
         top = top_indices(weights, c.report_k)
     elif c.work is c.logits:
         top = c.raw_top_ids
     else:
         top = top_indices(c.work, c.report_k)
-    return _Distribution(c.ids, weights, norm, max(entropy, 0.0), top, blocks)
+    if weights is None:
+        return _Distribution(None, None, norm, max(entropy, 0.0), top, blocks, n, c.work, shift, c.t)
+    return _Distribution(c.ids, weights, norm, max(entropy, 0.0), top, blocks, n)
 
 
 def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:
     """(the token, its position in d; None: a forced token the filters cut)."""
-    n_kept = d.probs.shape[0]
+    n_kept = d.n
     if force is not None:
         token_id = int(force)
         if d.ids is None:
@@ -119,8 +149,9 @@ def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tupl
     if n_kept == 1:
         pick = 0
     elif d.blocks is not None:
-        pick = draw_unsorted(d.probs, rng.random() * d.norm, d.blocks)
+        pick = draw_unsorted(d.probs, rng.random() * d.norm, d.blocks, d.block)
     else:
+        assert d.probs is not None
         u = rng.random()
         pick = min(int(np.searchsorted(np.cumsum(d.probs), u, side="right")), n_kept - 1)
     return (pick if d.ids is None else int(d.ids[pick])), pick
@@ -135,6 +166,33 @@ def rank_of(x: np.ndarray, i: int, top: np.ndarray) -> int:
     if where.size:
         return int(np.count_nonzero(x[top[: int(where[0])]] > value)) + 1
     return sampler_fused.count_greater(x, i) + 1
+
+
+#: below this (in bits of a weight's exponent: exp(-700)) or for a logit this close to 0,
+#: the weights' order may not be the logits' (see _sampled_rank)
+_RANK_Z_FLOOR = -700.0
+_RANK_TINY_LOGIT = 1e-3
+
+
+def _sampled_rank(d: _Distribution, pick: int, pick_weight: float, top_weights: np.ndarray) -> int:
+    """The drawn token's rank in the distribution sampled from: among the reported top if
+    it is there, else a count over the weights. Weights not stored (every token kept,
+    penalized logits): the count is over the float32 logits they came from, the same
+    order: two different float32 logits x, y (|x| >= 1e-3) differ by at least 1.2e-10
+    relatively, their weights exp((x - shift) / t) by far more than the kernel's 2-ulp
+    exp error, and none underflows above z = -700. Outside that, the weights are
+    computed whole."""
+    where = np.flatnonzero(d.top == pick)
+    if where.size:
+        return int(np.count_nonzero(top_weights[: int(where[0])] > pick_weight)) + 1
+    if d.probs is not None:
+        return sampler_fused.count_greater(d.probs, pick) + 1
+    assert d.source is not None
+    x = float(d.source[pick])
+    if abs(x) >= _RANK_TINY_LOGIT and (x - d.shift) / d.t > _RANK_Z_FLOOR:
+        return sampler_fused.count_greater(d.source, pick) + 1
+    d.probs = sampler_fused.distribution(d.source, d.shift, d.t, DRAW_BLOCK)[0]
+    return sampler_fused.count_greater(d.probs, pick) + 1
 
 
 def entropy_bits(logits: np.ndarray) -> float:
@@ -181,8 +239,9 @@ def sample(
     d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
     token_id, pick = _draw(d, rng, force)
 
-    n_kept = d.probs.shape[0]
     raw_rank = rank_of(logits, token_id, raw_top_ids)
+    top_weights = d.weights(d.top)
+    pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
     if pick is None:
         sampled_rank = 0
     elif d.ids is None and c.work is logits:
@@ -190,19 +249,19 @@ def sample(
         # the ranks are the same (a pass over the vocabulary saved)
         sampled_rank = raw_rank
     else:
-        sampled_rank = rank_of(d.probs, pick, d.top)
+        sampled_rank = _sampled_rank(d, pick, pick_weight, top_weights)
     return SampleResult(
         token_id=token_id,
         raw_top_ids=raw_top_ids,
         raw_top_probs=raw_top_probs,
         sampled_top_ids=d.top if d.ids is None else d.ids[d.top],
-        sampled_top_probs=d.probs[d.top] / d.norm,
+        sampled_top_probs=top_weights / d.norm,
         raw_prob=float(e[token_id]) / total,  # as raw_top_probs: the same token, the same number
         raw_rank=raw_rank,
-        sampled_prob=0.0 if pick is None else float(d.probs[pick]) / d.norm,
+        sampled_prob=pick_weight / d.norm,
         sampled_rank=sampled_rank,
         raw_entropy=float(raw_entropy),
         sampled_entropy=d.entropy,
-        kept=int(n_kept),
+        kept=d.n,
         stages=reports,
     )

@@ -35,10 +35,13 @@ kernel: ModuleType | None = _load()
 PATH = "kernel" if kernel is not None else "numpy"
 
 
-def exp_sum(src: np.ndarray, shift: float, out: np.ndarray) -> float:
-    """out = exp(float64(src) - shift) for float32 src (out: float64, src's length); their sum."""
+def exp_sum(src: np.ndarray, shift: float, out: np.ndarray | None) -> float:
+    """out = exp(float64(src) - shift) for float32 src (out: float64, src's length; None: not
+    kept, and the kernel does not store them); their sum."""
     if kernel is not None:
         return float(kernel.exp_sum(src, shift, out))
+    if out is None:
+        out = scratch.get("f64b", src.shape[0], np.float64)
     q = np.subtract(src, shift, out=out, dtype=np.float64)  # one pass from float32 (the same bits)
     np.exp(q, out=q)
     return float(q.sum())
@@ -66,6 +69,33 @@ def distribution(x: np.ndarray, shift: float, t: float, block: int) -> tuple[np.
     # BLAS, whose threads spin against llama.cpp's)
     blocks = np.add.reduceat(weights, np.arange(0, n, block))
     return weights, blocks, float(blocks.sum()), float(np.einsum("i,i->", weights, z))
+
+
+def distribution_sums(x: np.ndarray, shift: float, t: float, block: int) -> tuple[np.ndarray, float, float]:
+    """distribution's sums, the weights not kept: (the sums of the blocks of `block`; the
+    weights' sum; the sum of weights * z). The kernel does not store the weights; numpy
+    computes them as distribution does (the same numbers) and drops them."""
+    if kernel is not None:
+        blocks = np.empty((x.shape[0] + block - 1) // block, dtype=np.float64)
+        norm, wz = kernel.distribution(x, shift, t, None, blocks, block)
+        return blocks, norm, wz
+    _, blocks, norm, wz = distribution(x, shift, t, block)
+    return blocks, norm, wz
+
+
+def weights_of(x: np.ndarray, shift: float, t: float) -> np.ndarray:
+    """distribution's weights exp((x - shift) / t) of a few float32 logits (a gathered copy
+    or a slice: a fresh float64 array), computed as distribution computes them: the kernel's
+    own block pass (one block), or numpy's float64 subtract, divide and exp."""
+    n = x.shape[0]
+    weights = np.empty(n, dtype=np.float64)
+    if kernel is not None:
+        kernel.distribution(np.ascontiguousarray(x), shift, t, weights, np.empty(1, dtype=np.float64), max(n, 1))
+        return weights
+    z = np.subtract(x, shift, out=weights, dtype=np.float64)
+    if t != 1.0:
+        z /= t
+    return np.exp(z, out=z)
 
 
 def min_p_keep(src: np.ndarray, floor: float, shift: float) -> tuple[np.ndarray, np.ndarray, float]:

@@ -271,7 +271,9 @@ class TopP:
             c.keep_first(n_keep)
             share = float(cum[n_keep - 1])
         else:
-            c.ids, share = top_p_set(c.work, c.ids, self.p, c.work_max if c.ids is None else None)
+            # the whole vocabulary: its mass unit estimates the total (float32 exps: to ~1e-6)
+            known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, None)
+            c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
         return c.report(self.name, entered, c.mass * share)
