@@ -85,8 +85,17 @@ chromium:
 run: $(STAMP)
 	$(BIN)/loopchat
 
+# The suite in two pytest runs (issue 23, item 8): the tests not marked `alone` on two
+# workers (pytest-xdist; a file's tests stay on one worker, so its module fixtures are made
+# once), then the `alone` tests by themselves (they measure the machine's load: CPU burners,
+# a quiet machine). Both always run; tests/suite_tally.py then prints each run's exit code
+# and one closing line for the whole suite, and fails if either run failed or none passed.
+PYTEST_PARALLEL := -n 2 --dist loadfile
 test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS) chromium
-	$(BIN)/python -m pytest -q -rs
+	@tally=$$(mktemp); \
+	LOOPCHAT_SUITE_TALLY=$$tally $(BIN)/python -m pytest -q -rs $(PYTEST_PARALLEL) -m "not alone"; par=$$?; \
+	LOOPCHAT_SUITE_TALLY=$$tally $(BIN)/python -m pytest -q -rs -m alone; alone=$$?; \
+	$(BIN)/python tests/suite_tally.py $$tally $$par $$alone; rc=$$?; rm -f $$tally; exit $$rc
 
 # `make test` runs the checks first (make merges this line's prerequisite after the set-up's).
 test: lint
@@ -106,10 +115,11 @@ lint: $(STAMP)
 	echo "make lint: ruff, ruff format, mypy, import contracts and house rules all pass"
 
 # The tests that load no model and start no server (markers in pyproject.toml, checked in
-# tests/conftest.py): under 2 minutes, for the edit-run loop. `make test` stays the whole
-# suite and what CI runs.
+# tests/conftest.py): about a minute on two workers, for the edit-run loop (no `alone`
+# test is among them: each is `model` or `slow` too). `make test` stays the whole suite
+# and what CI runs.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -rs -m "not model and not server and not slow"
+	$(BIN)/python -m pytest -q -rs $(PYTEST_PARALLEL) -m "not model and not server and not slow"
 
 bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/loop_overhead.py

@@ -4,7 +4,9 @@ its path and an Engine on it, loaded once per session.
 
 The markers (registered in pyproject.toml) say what a test costs: `model` (it loads a
 model, here or in a child process), `server` (it starts a server or a `loopchat`
-process), `slow`. `make test-fast` runs the tests that carry none of them. A test that
+process), `slow`. `make test-fast` runs the tests that carry none of them. `alone`: the
+test measures the machine's load; `make test` runs it after the two-worker run, by
+itself (suite_tally.py), and it must carry `model` or `slow` too. A test that
 asks for a model fixture without the `model` marker is refused at collection, so the
 fast run never loads a model by accident."""
 
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 from gemma_model import gemma_path as _gemma_path
 from serve_process import KEY, Serve
+from suite_tally import alone_without_cost_marker, record
 from tui_fixtures import loaded_live_backend
 
 from loopchat.engine.engine import Engine
@@ -83,8 +86,9 @@ def live_backend():
 @pytest.fixture(scope="session")
 def queue_one_server():
     """`loopchat serve --queue 1` with the API key serve_process.KEY, started once for
-    test_serve and test_dry_settings (each request there says its own seed; the log
-    checks read from a mark taken before their request)."""
+    test_serve, test_dry_settings and test_repeats (each request there says its own seed;
+    the log checks read from a mark taken before their request). Under `make test` there
+    is one per worker that runs one of those modules."""
     s = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
     try:
         yield s
@@ -103,3 +107,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "these tests load a model but have no `model` marker (add `pytestmark = pytest.mark.model` to their "
             "file): " + ", ".join(unmarked[:10])
         )
+    stray = alone_without_cost_marker(items)
+    if stray:
+        raise pytest.UsageError("these `alone` tests need a `model` or `slow` marker too: " + ", ".join(stray[:10]))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """`make test`'s two pytest runs each leave their counts for its closing line (suite_tally.py)."""
+    record(terminalreporter, exitstatus, config)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import socket
@@ -364,12 +365,17 @@ def start_llama_server(model_path: Path, n_ctx: int) -> _Child:
     """llama.cpp's llama-server (built once by benchmarks/build_llama_bench.sh) on a free
     port with `model_path`, 1 thread; its `url` set. Stop it with `.stop()`."""
     root = Path(__file__).resolve().parents[1]
-    build = subprocess.run(
-        ["bash", str(root / "benchmarks" / "build_llama_bench.sh"), "llama-server"],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
+    cache = Path.home() / ".cache" / "loopchat"
+    cache.mkdir(parents=True, exist_ok=True)
+    # `make test` runs on two workers: the first to get here builds it, the other waits
+    with open(cache / "build_llama_bench.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build = subprocess.run(
+            ["bash", str(root / "benchmarks" / "build_llama_bench.sh"), "llama-server"],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
     assert build.returncode == 0, build.stderr[-2000:]
     binary = build.stdout.strip().splitlines()[-1]
     port = free_port()

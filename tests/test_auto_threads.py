@@ -18,7 +18,7 @@ from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import Message, Start, Step
 from loopchat.settings import SamplingSettings
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.alone]  # a quiet machine, then CPU burners: run by itself
 
 MESSAGES = [Message("user", "Tell me a long story about a lighthouse keeper.")]
 

@@ -499,11 +499,11 @@ def test_a_trace_cut_short_ends_its_reply_with_an_error_finish(tmp_path: Path) -
         assert getattr(f, name) == getattr(real, name), name
     for name in ("ttft_ms", "decode_ms"):  # from the steps' clock readings
         assert getattr(f, name) == pytest.approx(getattr(real, name), abs=5), name
-    # the total ends at the last step's clock reading: short of the real one by the time the
-    # reply took to finish after its last step (the trace's own times say how long that was;
-    # a loaded machine made it 9 ms)
+    # the total ends at the last step's clock reading, short of the real one by the time the reply took to
+    # finish after it (the trace's gap; 50 ms slack: beside a second test worker the trace read the step late)
+    assert f.total_ms == [te.event for te in whole if te.event.kind == "step"][-1].elapsed_ms
     after_last_step = whole[-1].t_ms - whole[-2].t_ms
-    assert -1 <= real.total_ms - f.total_ms <= after_last_step + 1, (real.total_ms, f.total_ms, after_last_step)
+    assert -1 <= real.total_ms - f.total_ms <= after_last_step + 50, (real.total_ms, f.total_ms, after_last_step)
 
     mid_line = tmp_path / "mid.jsonl"
     mid_line.write_text("".join(lines[:-2]) + lines[-2][: len(lines[-2]) // 2])  # cut inside a step

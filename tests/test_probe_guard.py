@@ -82,6 +82,7 @@ def test_a_cut_probe_pass_is_redone_and_the_reply_is_bit_identical(model_path: P
     assert [[getattr(s, f) for f in fields] for s in got] == [[getattr(s, f) for f in fields] for s in want]
 
 
+@pytest.mark.alone  # CPU burners beside it: not beside another test worker
 def test_beside_a_cpu_bound_process_no_probe_pass_stalls_the_reply(model_path: Path, tmp_path: Path) -> None:
     cores = physical_cores()
     if cores < 2:

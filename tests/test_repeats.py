@@ -10,6 +10,7 @@ import random
 
 import httpx
 import pytest
+from serve_process import KEY, Serve
 from tui_fixtures import panel_text, wait_for, wait_run
 
 from loopchat.config import SMOLLM2_SYSTEM_PROMPT
@@ -140,45 +141,40 @@ def test_the_repeat_survives_history_traces_and_the_wire(cat_story: list) -> Non
     assert [s.repeat for s in got] == [s.repeat for s in steps if not s.is_stop]
 
 
-def test_a_loopchat_server_sends_the_repeat_in_its_extension() -> None:
-    from test_serve import KEY, Serve
-
-    server = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
-    try:
-        body = {
-            "model": "smollm2-135m-instruct",
-            "stream": True,
-            "seed": 1,
-            "max_tokens": 160,
-            "messages": [{"role": "system", "content": SMOLLM2_SYSTEM_PROMPT}, {"role": "user", "content": CAT}],
-            "temperature": 0.2,
-            "top_p": 0.9,
-            "top_k": 50,
-            "min_p": 0.0,
-            "repeat_penalty": 1.0,
-            "dry_multiplier": 0.0,
-        }
-        repeats = []
-        with httpx.stream(
-            "POST",
-            server.url + "/v1/chat/completions",
-            json=body,
-            timeout=120,
-            headers={"Authorization": f"Bearer {KEY}"},
-        ) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    step = json.loads(line[6:]).get("loopchat", {}).get("step")
-                    if step is not None:
-                        assert "repeat" in step
-                        repeats.append((step["index"], step["repeat"]))
-        assert len(repeats) == 160
-        assert any(rep is not None for _, rep in repeats)
-        # the same numbers the engine gives on this machine for the same request
-        r = longest_of(repeats)
-        assert r is not None and r.length >= MIN_TOKENS
-    finally:
-        server.stop()
+def test_a_loopchat_server_sends_the_repeat_in_its_extension(queue_one_server: Serve) -> None:
+    server = queue_one_server  # the session's `loopchat serve --queue 1` (conftest.py)
+    body = {
+        "model": "smollm2-135m-instruct",
+        "stream": True,
+        "seed": 1,
+        "max_tokens": 160,
+        "messages": [{"role": "system", "content": SMOLLM2_SYSTEM_PROMPT}, {"role": "user", "content": CAT}],
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "top_k": 50,
+        "min_p": 0.0,
+        "repeat_penalty": 1.0,
+        "dry_multiplier": 0.0,
+    }
+    repeats = []
+    with httpx.stream(
+        "POST",
+        server.url + "/v1/chat/completions",
+        json=body,
+        timeout=120,
+        headers={"Authorization": f"Bearer {KEY}"},
+    ) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                step = json.loads(line[6:]).get("loopchat", {}).get("step")
+                if step is not None:
+                    assert "repeat" in step
+                    repeats.append((step["index"], step["repeat"]))
+    assert len(repeats) == 160
+    assert any(rep is not None for _, rep in repeats)
+    # the same numbers the engine gives on this machine for the same request
+    r = longest_of(repeats)
+    assert r is not None and r.length >= MIN_TOKENS
 
 
 # ---- the chat: the panel and the info line say so, the transcript marks the tokens ------

@@ -141,6 +141,8 @@ def test_others_cpu_use_changing_starts_a_probe_at_once() -> None:
     )
 
 
+@pytest.mark.slow
+@pytest.mark.alone  # a CPU burner: not beside another test worker
 def test_other_cpu_meter_sees_a_cpu_bound_process() -> None:
     import time
 

@@ -28,16 +28,44 @@ def collect_until(q: queue.Queue, kind: type, timeout: float = 120) -> list:
             return out
 
 
-@pytest.fixture(params=["thread", "process"])
-def worker_and_queue(request, model_path: Path):
-    q: queue.Queue = queue.Queue()
-    cls = EngineWorker if request.param == "thread" else ProcessEngineWorker
-    w = cls(q.put)
+def started(kind: str, put, model_path: Path) -> EngineWorker | ProcessEngineWorker:
+    """A host of `kind` ("thread" or "process") with the default model loaded."""
+    w = (EngineWorker if kind == "thread" else ProcessEngineWorker)(put)
     w.load(EngineOptions(str(model_path), n_ctx=1024), "smollm2", model_path)
+    return w
+
+
+@pytest.fixture(scope="module", params=["thread", "process"])
+def host(request, model_path: Path):
+    """One host of each kind for the module (a process host's start and load took 3-6 s of
+    set-up on a busy machine); its events go to the queue of the test in hand."""
+    sink: list[queue.Queue] = [queue.Queue()]
+    w = started(request.param, lambda event: sink[0].put(event), model_path)
+    ready = collect_until(sink[0], (ModelReady, WorkerError))[-1]
+    assert isinstance(ready, ModelReady), ready
+    yield w, sink
+    w.close()
+
+
+@pytest.fixture(params=["thread", "process"])
+def fresh_worker_and_queue(request, model_path: Path):
+    """A host of its own: a host that has run replies may answer the same request from its
+    KV cache, and its logits then differ in the last bits from a fresh engine's."""
+    q: queue.Queue = queue.Queue()
+    w = started(request.param, q.put, model_path)
     ready = collect_until(q, (ModelReady, WorkerError))[-1]
     assert isinstance(ready, ModelReady), ready
     yield w, q
     w.close()
+
+
+@pytest.fixture
+def worker_and_queue(host):
+    """The module's host with a fresh queue: each test below reads its runs to RunDone."""
+    w, sink = host
+    assert not w.busy, "the test before left a run going"
+    sink[0] = queue.Queue()
+    yield w, sink[0]
 
 
 def test_generate_with_a_live_settings_change(worker_and_queue) -> None:
@@ -64,8 +92,8 @@ def test_generate_with_a_live_settings_change(worker_and_queue) -> None:
     assert not w.busy
 
 
-def test_same_tokens_from_either_host(worker_and_queue, model_path: Path) -> None:
-    w, q = worker_and_queue
+def test_same_tokens_from_either_host(fresh_worker_and_queue, model_path: Path) -> None:
+    w, q = fresh_worker_and_queue
     s = SamplingSettings(seed=5, max_tokens=20, temperature=0.8)
     w.generate(ReplyRequest(MESSAGES, s))
     events = collect_until(q, RunDone)
@@ -91,6 +119,7 @@ def test_cancel_and_go_on(worker_and_queue) -> None:
     collect_until(q, RunDone)
     w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=3, seed=1)))
     assert collect_until(q, Finish)[-1].reason in (FinishReason.LENGTH, FinishReason.STOP)
+    collect_until(q, RunDone)
 
 
 @pytest.mark.parametrize("cls", [EngineWorker, ProcessEngineWorker])
