@@ -6,6 +6,7 @@ paths against tests/reference_sampler.py: test_sampler_chain.py and test_sampler
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -41,6 +42,8 @@ def assert_numpys_bits(row: np.ndarray) -> None:
 
 def test_the_fused_raw_pass_passed_its_probe_here() -> None:
     """This CPU has AVX2 and FMA and numpy is 2.4: the kernel matched, the chain uses it."""
+    if os.environ.get("LOOPCHAT_SAMPLER_KERNEL") == "0":
+        pytest.skip("LOOPCHAT_SAMPLER_KERNEL=0: the numpy path only")
     assert sampler_raw.RAW_FUSED
 
 
@@ -117,6 +120,8 @@ def test_the_sampler_takes_the_fused_pass_and_reports_numpys_numbers(monkeypatch
     called); with RAW_FUSED off it calls numpy's passes; the reports are the same."""
     k = built_kernel()
     monkeypatch.setattr(sampler_fused, "kernel", k)
+    monkeypatch.setattr(sampler_raw, "RAW_FUSED", sampler_raw.probe(k))  # (as on import, the kernel on)
+    assert sampler_raw.RAW_FUSED
     row = (np.random.default_rng(3).standard_normal(262_144) * 3).astype(np.float32)
     calls: list[int] = []
     real = k.raw_sums
