@@ -7,7 +7,9 @@ temperature 2: a flatter text), then runs `sampler.sample` on each recorded row 
 combination of the sweep's settings (top-k 40/off, top-p 0.95/1, min-p 0.05/0, temperature
 0.7/2, 10/40 candidates reported, DRY off/0.8) and prints the median thread CPU time per
 step, the worst first, and the worst of each class (against the forward pass measured while
-recording). `LOOPCHAT_SAMPLER_KERNEL=0` runs the chain's numpy path instead of its C kernel.
+recording), then the raw softmax's pass alone (sampler_raw: the kernel's fused pass and
+numpy's, where the tree has it). `LOOPCHAT_SAMPLER_KERNEL=0` runs the chain's numpy path
+instead of its C kernel.
 
     .venv/bin/python benchmarks/sampler_cpu.py [--model FILE.gguf | --model gemma] [--steps 32]
 
@@ -93,6 +95,28 @@ def main() -> None:
     ):
         worst = max(ms for ms, c in results if pick(c))
         print(f"worst, {name}: {worst:.3f} ms ({worst / forward_ms:.3f} of the forward pass above)")
+    raw_pass(rows)
+
+
+def raw_pass(rows: list) -> None:
+    """The raw softmax alone (sampler_raw), the median thread CPU time per row: fused, numpy."""
+    try:
+        from loopchat.engine import sampler_raw
+    except ImportError:
+        return
+    line = []
+    for fused in (True, False):
+        if fused and not sampler_raw.RAW_FUSED:
+            continue
+        saved, sampler_raw.RAW_FUSED = sampler_raw.RAW_FUSED, fused
+        times = []
+        for logits, _ in rows:
+            t0 = time.thread_time()
+            sampler_raw.raw_softmax(logits, float(logits.max()))
+            times.append((time.thread_time() - t0) * 1e3)
+        sampler_raw.RAW_FUSED = saved
+        line.append(f"{'fused' if fused else 'numpy'} {statistics.median(times):.3f} ms")
+    print("raw softmax alone (CPU, median a row): " + ", ".join(line))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from sampler_paths import built_kernel
 
 from loopchat.engine import sampler, sampler_fused, sampler_math
 from loopchat.engine.sampler import rank_of
+from loopchat.engine.sampler_scratch import scratch
 from loopchat.settings import SamplingSettings
 
 
@@ -38,13 +39,13 @@ def test_a_rank_inside_the_top_makes_no_pass_over_the_array(monkeypatch) -> None
     x = rng.standard_normal(262_144).astype(np.float32)
     top = sampler_math.top_indices(x, 40)
     passes: list[int] = []
-    real = sampler.scratch.get
+    real = scratch.get
 
     def get(name: str, n: int, dtype: type) -> np.ndarray:
         passes.append(n)
         return real(name, n, dtype)
 
-    monkeypatch.setattr(sampler.scratch, "get", get)
+    monkeypatch.setattr(scratch, "get", get)
     assert rank_of(x, int(top[7]), top) == full_rank(x, int(top[7]))
     assert passes == []
     assert rank_of(x, int(np.argmin(x)), top) == 262_144 - np.count_nonzero(x == x.min()) + 1

@@ -17,7 +17,8 @@ selection avoids a full sort, with top-k off (or very large) the candidates are 
 sorted whole, and the arrays of the vocabulary's size are scratch memory kept from step
 to step (on Gemma 3's 262,144 tokens fresh ones cost more than the arithmetic: see
 sampler_scratch). The float64 passes over the vocabulary are one call each of
-sampler_fused: the optional C kernel (_sampler_kernel.c) or numpy, the same numbers.
+sampler_fused: the optional C kernel (_sampler_kernel.c) or numpy, the same numbers; the
+raw softmax's float32 passes one call of sampler_raw (the kernel's fused pass, numpy's bits).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 
 from loopchat.engine import sampler_fused
 from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, top_indices
-from loopchat.engine.sampler_scratch import scratch
+from loopchat.engine.sampler_raw import raw_softmax
 from loopchat.engine.sampler_stages import Candidates, StageReport, chain_for, scaled
 from loopchat.settings import SamplingSettings
 
@@ -221,17 +222,13 @@ def sample(
     `force`: the token is this one (picked by hand in step mode), not drawn: `rng` is
     not used, and the token's probabilities and ranks are reported as for a drawn one
     (a token the filters cut has sampled_prob 0 and sampled_rank 0)."""
-    n_vocab = logits.shape[0]
-
     # --- raw softmax over the whole vocabulary ---------------------------------
     raw_max = float(logits.max())
-    shifted = np.subtract(logits, np.float32(raw_max), out=scratch.get("shifted", n_vocab, np.float32))
-    e = np.exp(shifted, out=scratch.get("exp", n_vocab, np.float32))
-    total = float(e.sum())
-    # (einsum, not np.dot: a BLAS call, whose threads would spin against llama.cpp's)
-    raw_entropy = (math.log(total) - float(np.einsum("i,i->", e, shifted)) / total) * _LOG2E
+    raw = raw_softmax(logits, raw_max)  # (sampler_raw: one fused pass or numpy's, the same bits)
+    total = raw.total
+    raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
     raw_top_ids = top_indices(logits, report_k)
-    raw_top_probs = e[raw_top_ids].astype(np.float64) / total
+    raw_top_probs = raw.exp_at(raw_top_ids).astype(np.float64) / total
 
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k)
@@ -256,7 +253,8 @@ def sample(
         raw_top_probs=raw_top_probs,
         sampled_top_ids=d.top if d.ids is None else d.ids[d.top],
         sampled_top_probs=top_weights / d.norm,
-        raw_prob=float(e[token_id]) / total,  # as raw_top_probs: the same token, the same number
+        raw_prob=float(raw.exp_at(np.array([token_id]))[0])
+        / total,  # as raw_top_probs: the same token, the same number
         raw_rank=raw_rank,
         sampled_prob=pick_weight / d.norm,
         sampled_rank=sampled_rank,

@@ -1,0 +1,112 @@
+"""The raw softmax over the whole vocabulary, in float32: the numbers `sampler.sample` reports
+first (the raw probabilities of the top tokens and of the one drawn, the raw entropy).
+
+They are numpy's float32 passes, as tests/reference_sampler.py computes them:
+    s = logits - float32(max); e = np.exp(s); total = e.sum(); dot = np.einsum("i,i->", e, s)
+The C kernel's `raw_sums` (_sampler_kernel.c) does them in one pass and stores nothing, with
+numpy 2.4's own arithmetic (its AVX2+FMA float32 exp, the pairwise sum of np.add.reduce,
+einsum's lanes and buffers), so the same bits; `raw_exp` gives the few e[i] reported. That
+holds only for the numpy and the CPU it was written against, so on first import the kernel
+is checked against numpy on a probe set (a sweep of the exp's arguments, special values,
+sums of many lengths) and used only if every bit matches: `RAW_FUSED` says whether it is.
+Otherwise (or with sampler_fused's kernel off) numpy's passes run, into scratch memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+
+from loopchat.engine import sampler_fused
+from loopchat.engine.sampler_scratch import scratch
+
+#: the exp's probe: float32 arguments from 0 down to -104.5 (below numpy's -103.97 cutoff),
+#: every _SWEEP_STEP-th float32 there, plus the values where its branches change
+_SWEEP_STEP = 4099
+_SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, -1e-45, -1e-38, -1e-7, -87.33654, -87.3, -88.0, -103.97208]
+_SPECIAL += [-103.972084, -103.97209, -104.0, 1e-45, 88.0, 88.72283935546875, 89.0, -3.4e38]
+#: the sums' probe: these lengths (the leaves and halves of the pairwise sum, einsum's groups
+#: of 16 and its buffers of 8192, both models' vocabularies), random rows
+_LENGTHS = [*range(1, 301), 1000, 8191, 8192, 8193, 16400, 49152, 151936, 262144]
+
+
+def _rows(rng: np.random.Generator) -> list[np.ndarray]:
+    rows = [(rng.standard_normal(n) * (0.5 + 10 * rng.random())).astype(np.float32) for n in _LENGTHS]
+    tied = np.full(300, 2.5, dtype=np.float32)
+    tied[::7] = -np.inf
+    rows += [tied, np.full(257, -50.0, dtype=np.float32), np.linspace(-200, 0, 999, dtype=np.float32)]
+    return rows
+
+
+def _numpy_sums(row: np.ndarray, m: float) -> tuple[float, float]:
+    s = row - np.float32(m)
+    e = np.exp(s)
+    return float(e.sum()), float(np.einsum("i,i->", e, s))
+
+
+def _same(a: float, b: float) -> bool:
+    return np.float64(a).tobytes() == np.float64(b).tobytes()
+
+
+def probe(k: ModuleType) -> bool:
+    """Whether k's raw_exp and raw_sums give numpy's bits on the probe set."""
+    try:
+        lo = int(np.array([-104.5], dtype=np.float32).view(np.uint32)[0])
+        x = np.arange(0x80000000, lo + 1, _SWEEP_STEP, dtype=np.uint32).view(np.float32)
+        x = np.concatenate([x, np.array(_SPECIAL, dtype=np.float32)])
+        got = np.empty_like(x)
+        k.raw_exp(x, 0.0, got)
+        with np.errstate(all="ignore"):
+            if not np.array_equal(got.view(np.uint32), np.exp(x).view(np.uint32)):
+                return False
+            for row in _rows(np.random.default_rng(23)):
+                m = float(row.max())
+                total, dot = k.raw_sums(row, m)
+                want_total, want_dot = _numpy_sums(row, m)
+                if not (_same(total, want_total) and _same(dot, want_dot)):
+                    return False
+    except (AttributeError, RuntimeError, TypeError):  # an older kernel, a CPU without AVX2+FMA
+        return False
+    return True
+
+
+_KERNEL = sampler_fused.kernel
+#: whether the kernel's fused raw pass gives numpy's bits here (and so is used)
+RAW_FUSED = _KERNEL is not None and probe(_KERNEL)
+
+
+@dataclass(slots=True)
+class RawSoftmax:
+    """total: the sum of e = exp(logits - max) (float32, then float); dot: sum(e * (logits -
+    max)) (the same); exp_at(ids): e at those positions (float32: the fused pass recomputes
+    them, numpy's kept them)."""
+
+    total: float
+    dot: float
+    logits: np.ndarray
+    shift: float
+    e: np.ndarray | None
+
+    def exp_at(self, ids: np.ndarray) -> np.ndarray:
+        if self.e is not None:
+            return self.e[ids]
+        out = np.empty(ids.shape[0], dtype=np.float32)
+        sampler_fused.kernel.raw_exp(np.ascontiguousarray(self.logits[ids]), self.shift, out)  # type: ignore[union-attr]
+        return out
+
+
+def raw_softmax(logits: np.ndarray, raw_max: float) -> RawSoftmax:
+    """The raw softmax's sums over float32 logits whose max is raw_max: one fused pass where
+    RAW_FUSED (and the kernel is on), numpy's passes otherwise; the same bits."""
+    fusable = logits.dtype == np.float32 and logits.flags.c_contiguous and math.isfinite(raw_max)
+    if RAW_FUSED and sampler_fused.kernel is not None and fusable:  # (an infinite max: numpy's warnings)
+        total, dot = sampler_fused.kernel.raw_sums(logits, raw_max)
+        return RawSoftmax(total, dot, logits, raw_max, None)
+    n = logits.shape[0]
+    shifted = np.subtract(logits, np.float32(raw_max), out=scratch.get("shifted", n, np.float32))
+    e = np.exp(shifted, out=scratch.get("exp", n, np.float32))
+    # (einsum, not np.dot: a BLAS call, whose threads would spin against llama.cpp's)
+    return RawSoftmax(float(e.sum()), float(np.einsum("i,i->", e, shifted)), logits, raw_max, e)
