@@ -85,12 +85,13 @@ chromium:
 run: $(STAMP)
 	$(BIN)/loopchat
 
-# The suite in two pytest runs (issue 23, item 8): the tests not marked `alone` on two
+# The suite in two pytest runs (issue 23, item 8): the tests not marked `alone` on three
 # workers (pytest-xdist; a file's tests stay on one worker, so its module fixtures are made
-# once), then the `alone` tests by themselves (they measure the machine's load: CPU burners,
+# once; three on two cores: many tests wait on a server, a process or a lock, and the third
+# worker fills those waits: 5:50 against 7:13 with two, docs/performance.md), then the `alone` tests by themselves (they measure the machine's load: CPU burners,
 # a quiet machine). Both always run; tests/suite_tally.py then prints each run's exit code
 # and one closing line for the whole suite, and fails if either run failed or none passed.
-PYTEST_PARALLEL := -n 2 --dist loadfile
+PYTEST_PARALLEL := -n 3 --dist loadfile
 test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS) chromium
 	@tally=$$(mktemp); \
 	LOOPCHAT_SUITE_TALLY=$$tally $(BIN)/python -m pytest -q -rs $(PYTEST_PARALLEL) -m "not alone"; par=$$?; \
