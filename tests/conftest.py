@@ -110,36 +110,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     stray = alone_without_cost_marker(items)
     if stray:
         raise pytest.UsageError("these `alone` tests need a `model` or `slow` marker too: " + ", ".join(stray[:10]))
-    heavy_files_first(items)
-
-
-#: the files that take longest (the slowest tests of `pytest --durations`, docs/performance.md's
-#: suite section), run first: pytest-xdist hands each worker a whole file (--dist loadfile) in
-#: collection order, so a long file collected last keeps one worker busy after the others end
-HEAVY_FIRST = (
-    "test_cli.py",
-    "test_render_fallback.py",
-    "test_repeats.py",
-    "test_serve_clients.py",
-    "test_prompt_logprobs.py",
-    "test_tui_branch.py",
-    "test_sampler_chain.py",
-    "test_tui_history.py",
-    "test_tui_step.py",
-    "test_tui_live.py",
-    "test_web.py",
-    "test_tui_document.py",
-    "test_serve.py",
-    "test_workers.py",
-    "test_lens.py",
-)
-
-
-def heavy_files_first(items: list[pytest.Item]) -> None:
-    """Reorder the items in place: HEAVY_FIRST's files first, in its order; the rest, and the
-    tests inside each file, as collected (a stable sort)."""
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FIRST)))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
