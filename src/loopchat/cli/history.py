@@ -22,19 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loopchat.arg_types import whole_number
 from loopchat.errors import UsageError
 
 FORMATS = {"md": ".md", "trace": ".jsonl", "json": ".json"}
 
 
-def _id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"not a conversation id: {text!r}, a number from `loopchat history list`")
-    return value
+_id = whole_number(1, "not a conversation id: {text}, a number from `loopchat history list`")
 
 
 def add_history_parser(sub: Any) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
+from loopchat.arg_types import whole_number
 from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
 from loopchat.listen import bind, port_number, socket_url
@@ -38,14 +39,7 @@ DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 8
 
 
-def queue_size(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: --queue is how many requests may wait, 0 or more")
-    return n
+queue_size = whole_number(0, "{text}: --queue is how many requests may wait, 0 or more")
 
 
 def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callable[..., None]) -> None:

@@ -17,6 +17,7 @@ import socket
 import sys
 from collections.abc import Callable
 
+from loopchat.arg_types import whole_number
 from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
 from loopchat.listen import bind, port_number, socket_url
@@ -25,14 +26,7 @@ DEFAULT_PORT = 8000
 DEFAULT_MAX_SESSIONS = 4
 
 
-def _sessions(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: --max-sessions is how many tabs may run at once, 1 or more")
-    return n
+_sessions = whole_number(1, "{text}: --max-sessions is how many tabs may run at once, 1 or more")
 
 
 def add_web_parser(
