@@ -1,4 +1,4 @@
-"""`make test` runs the suite in two pytest invocations: the parallel part (`-n 2`, the
+"""`make test` runs the suite in two pytest invocations: the parallel part (xdist, the
 tests not marked `alone`), then the `alone` part by itself (the tests that measure the
 machine's load). Each invocation appends its counts to the file named by
 LOOPCHAT_SUITE_TALLY (conftest.py's pytest_terminal_summary calls `record`); then
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     path, codes = Path(argv[0]), [int(c) for c in argv[1:]]
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     parts = [json.loads(line) for line in text.splitlines() if line.strip()]
-    names = ("parallel part (-n 2, not alone)", "alone part (by itself)")
+    names = ("parallel part (xdist workers, not alone)", "alone part (by itself)")
     for name, code in zip(names, codes):
         print(f"{name}: pytest exit {code}{'' if code == 0 else ' (failed)'}")
     problems = []

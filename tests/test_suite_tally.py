@@ -43,7 +43,11 @@ def test_both_parts_passing_end_with_one_closing_line_for_the_suite(tmp_path: Pa
     ("parts", "codes", "why"),
     [
         ([part(850), part(6, failed=1, exitstatus=1)], (0, 1), "alone part (by itself): pytest exit 1 (failed)"),
-        ([part(849, error=1, exitstatus=1), part(7)], (1, 0), "parallel part (-n 2, not alone): pytest exit 1"),
+        (
+            [part(849, error=1, exitstatus=1), part(7)],
+            (1, 0),
+            "parallel part (xdist workers, not alone): pytest exit 1",
+        ),
         ([part(850)], (0, 0), "2 pytest runs but 1 tallies"),  # a run killed before its summary
         ([part(0, exitstatus=5), part(0, exitstatus=5)], (5, 5), "no test passed"),
     ],
