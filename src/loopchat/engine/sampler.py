@@ -76,7 +76,7 @@ class _Distribution:
     shift: float = 0.0
     t: float = 1.0
 
-    def weights(self, pos: np.ndarray) -> np.ndarray:
+    def weights(self, pos: np.ndarray | slice) -> np.ndarray:
         """The (unnormalised) weights at these positions."""
         if self.probs is not None:
             return self.probs[pos]
@@ -85,10 +85,7 @@ class _Distribution:
 
     def block(self, first: int, stop: int) -> np.ndarray:
         """The weights of positions first..stop (a draw's block)."""
-        if self.probs is not None:
-            return self.probs[first:stop]
-        assert self.source is not None
-        return sampler_fused.weights_of(self.source[first:stop], self.shift, self.t)
+        return self.weights(slice(first, stop))
 
 
 def _sorted_distribution(c: Candidates) -> _Distribution:

@@ -123,9 +123,10 @@ def count_greater(x: np.ndarray, i: int) -> int:
     return int(np.count_nonzero(np.greater(x, x[i], out=mask)))
 
 
-def at_least(src: np.ndarray, threshold: np.float32) -> np.ndarray:
-    """The positions of float32 src at or above threshold (a float32), in order (a fresh array)."""
-    if kernel is not None:
+def at_least(src: np.ndarray, threshold: np.floating) -> np.ndarray:
+    """The positions of src at or above threshold (of src's type), in order (a fresh array):
+    the kernel's pass for float32, numpy's for any."""
+    if kernel is not None and src.dtype == np.float32:
         ids = scratch.get("ids", src.shape[0], np.int64)
         return ids[: kernel.at_least(src, float(threshold), ids)].astype(np.intp)
     return np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", src.shape[0], np.bool_)))

@@ -33,9 +33,7 @@ def top_indices(x: np.ndarray, k: int) -> np.ndarray:
         sample = x[::32]
         if sample.shape[0] > k:
             threshold = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
-            cand = sampler_fused.at_least(x, threshold) if x.dtype == np.float32 else None
-            if cand is None:
-                cand = np.flatnonzero(np.greater_equal(x, threshold, out=scratch.get("mask", n, np.bool_)))
+            cand = sampler_fused.at_least(x, threshold)
     return _top_of(x, np.arange(n) if cand is None else cand, k)
 
 

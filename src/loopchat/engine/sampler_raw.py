@@ -41,10 +41,15 @@ def _rows(rng: np.random.Generator) -> list[np.ndarray]:
     return rows
 
 
-def _numpy_sums(row: np.ndarray, m: float) -> tuple[float, float]:
-    s = row - np.float32(m)
-    e = np.exp(s)
-    return float(e.sum()), float(np.einsum("i,i->", e, s))
+def _numpy_pass(logits: np.ndarray, m: float, keep: bool = True) -> tuple[float, float, np.ndarray]:
+    """numpy's float32 passes (the reference's): the sum of e = exp(logits - m), the sum of
+    e * (logits - m), and e (scratch memory; `keep` False: fresh arrays, as the import's
+    probe wants, on a thread that may never sample)."""
+    n = logits.shape[0]
+    shifted = np.subtract(logits, np.float32(m), out=scratch.get("shifted", n, np.float32) if keep else None)
+    e = np.exp(shifted, out=scratch.get("exp", n, np.float32) if keep else None)
+    # (einsum, not np.dot: a BLAS call, whose threads would spin against llama.cpp's)
+    return float(e.sum()), float(np.einsum("i,i->", e, shifted)), e
 
 
 def _same(a: float, b: float) -> bool:
@@ -65,7 +70,7 @@ def probe(k: ModuleType) -> bool:
             for row in _rows(np.random.default_rng(23)):
                 m = float(row.max())
                 total, dot = k.raw_sums(row, m)
-                want_total, want_dot = _numpy_sums(row, m)
+                want_total, want_dot, _ = _numpy_pass(row, m, keep=False)
                 if not (_same(total, want_total) and _same(dot, want_dot)):
                     return False
     except (AttributeError, RuntimeError, TypeError):  # an older kernel, a CPU without AVX2+FMA
@@ -105,8 +110,5 @@ def raw_softmax(logits: np.ndarray, raw_max: float) -> RawSoftmax:
     if RAW_FUSED and sampler_fused.kernel is not None and fusable:  # (an infinite max: numpy's warnings)
         total, dot = sampler_fused.kernel.raw_sums(logits, raw_max)
         return RawSoftmax(total, dot, logits, raw_max, None)
-    n = logits.shape[0]
-    shifted = np.subtract(logits, np.float32(raw_max), out=scratch.get("shifted", n, np.float32))
-    e = np.exp(shifted, out=scratch.get("exp", n, np.float32))
-    # (einsum, not np.dot: a BLAS call, whose threads would spin against llama.cpp's)
-    return RawSoftmax(float(e.sum()), float(np.einsum("i,i->", e, shifted)), logits, raw_max, e)
+    total, dot, e = _numpy_pass(logits, raw_max)
+    return RawSoftmax(total, dot, logits, raw_max, e)
