@@ -261,7 +261,7 @@ class Engine:
         address = self._c.logits_address()
         if address != self._logits_address:
             self._logits_address = address
-            self._logits_view = np.frombuffer((ctypes.c_float * self.n_vocab).from_address(address), dtype=np.float32)
+            self._logits_view = _floats_at(address, self.n_vocab)
         return self._logits_view
 
     def sync(self) -> None:
@@ -291,12 +291,8 @@ class Engine:
         llm.n_tokens = n0 + n
         first = self._c.logits_row_address(0)  # (llama_get_logits_ith waits for the decode)
         if self._c.logits_row_address(n - 1) == first + (n - 1) * self.n_vocab * 4:  # rows in order, contiguous
-            return np.frombuffer((ctypes.c_float * (n * self.n_vocab)).from_address(first), np.float32).reshape(n, -1)
-        return np.stack([self._row(i) for i in range(n)])
-
-    def _row(self, i: int) -> np.ndarray:
-        address = self._c.logits_row_address(i)
-        return np.frombuffer((ctypes.c_float * self.n_vocab).from_address(address), dtype=np.float32)
+            return _floats_at(first, n * self.n_vocab).reshape(n, -1)
+        return np.stack([_floats_at(self._c.logits_row_address(i), self.n_vocab) for i in range(n)])
 
     def is_control(self, token_id: int) -> bool:
         return bool(self._c.is_control(token_id))
@@ -423,3 +419,10 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _floats_at(address: int, count: int) -> np.ndarray:
+    """A float32 view of `count` floats of llama.cpp's memory at `address` (valid while
+    llama.cpp keeps them there)."""
+    floats: Any = (ctypes.c_float * count).from_address(address)  # (a buffer numpy's stubs do not list)
+    return np.frombuffer(floats, dtype=np.float32)
