@@ -4,8 +4,9 @@ The `gguf` package's GGUFReader parses every metadata array element by element: 
 tokenizer's strings (49,152 on the default model, 262,144 on Gemma) took 6 s and 23 s.
 The lens needs a few scalars and two tensors, so this reads the header (GGUF v2/v3:
 magic, version, tensor count, key-value count; each key-value; each tensor's name,
-dimensions, type and offset), steps over arrays by their sizes, and maps the tensors'
-bytes with numpy.memmap. Dequantizing stays with `gguf.quants`.
+dimensions, type and offset) from the file's numpy.memmap, steps over arrays by their
+sizes, and takes the tensors' bytes from the same mapping. Dequantizing stays with
+`gguf.quants`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from loopchat.model_files import GGUF_MAGIC
 
 # GGUF value types -> struct format (8: string, 9: array are read apart)
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -36,9 +39,10 @@ class GGUFHeader:
 
         self.fields: dict[str, Any] = {}
         self.tensors: dict[str, Tensor] = {}
-        with open(path, "rb") as f:
-            self._buf = f.read(64 * 1024 * 1024) if path.stat().st_size > 0 else b""
-        if self._buf[:4] != b"GGUF":
+        # the header is read from the file's mapping too: no copy, and no size it must fit in
+        mm = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size > 0 else np.zeros(0, np.uint8)
+        self._buf = mm.data  # (a memoryview of the mapping)
+        if bytes(self._buf[:4]) != GGUF_MAGIC:
             raise ValueError(f"{path} is not a GGUF file")
         self._at = 4
         try:
@@ -47,7 +51,6 @@ class GGUFHeader:
             raise ValueError(f"{path}: its GGUF header could not be read ({exc})") from None
         align = int(self.fields.get("general.alignment") or 32)
         start = (self._at + align - 1) // align * align
-        mm = np.memmap(path, dtype=np.uint8, mode="r")
         for name, dims, type_id, offset in infos:
             qtype = gguf.GGMLQuantizationType(type_id)
             block, size = gguf.GGML_QUANT_SIZES[qtype]
@@ -80,7 +83,7 @@ class GGUFHeader:
 
     def _string(self) -> str:
         n = self._unpack("Q")
-        s = self._buf[self._at : self._at + n].decode("utf-8", errors="replace")
+        s = bytes(self._buf[self._at : self._at + n]).decode("utf-8", errors="replace")
         self._at += n
         return s
 
