@@ -47,6 +47,7 @@ EVERY_FIELD = ReplyRequest(
     reuse_at_most=0,
     reply_prefix=(13, 15),
     first_token=2,
+    forced=(330, 411),
     report_k=5,
     ignore_eos=True,
     stream=False,
@@ -146,7 +147,12 @@ def test_both_hosts_run_every_field_of_the_request(model_path: Path) -> None:
         assert prefill.reused_tokens == 0 and prefill.evaluated_tokens >= len(first.prompt_token_ids)
         # first_token: the end of turn, by hand; ignore_eos: it does not end the reply
         assert steps[0].token_id == request.first_token and steps[0].chosen_by == HAND and not steps[0].is_stop
-        assert finish.reason == FinishReason.LENGTH and steps[-1].index == SETTINGS.max_tokens - 1
+        # forced: the steps after the first token's take these, by hand too
+        assert [(s.token_id, s.chosen_by) for s in steps[1:3]] == [(t, HAND) for t in request.forced]
+        # a forced run ends with its last given token (here before max_tokens)
+        given = 1 + len(request.forced)
+        assert len(request.reply_prefix) + given < SETTINGS.max_tokens
+        assert finish.reason == FinishReason.LENGTH and len(steps) == given
         ran[host] = _what_ran(events)
     assert ran["thread"] == ran["process"]
 

@@ -137,7 +137,15 @@ def test_a_branch_takes_its_first_token_once_and_refuses_tokens_outside_the_voca
     b = Branch.of(request, n_vocab=10)
     assert (b.base, b.given(0), b.given(1)) == (3, 9, None)
     assert Branch.of(request.with_(first_token=None), 10).given(0) is None
-    for bad in (request.with_(reply_prefix=(5, 10)), request.with_(first_token=-1)):
+    # forced: the tokens of the steps after the first token (or from the first, without one)
+    forced = Branch.of(request.with_(forced=(1, 2)), 10)
+    assert [forced.given(i) for i in range(4)] == [9, 1, 2, None]
+    assert [Branch.of(request.with_(first_token=None, forced=(4,)), 10).given(i) for i in (0, 1)] == [4, None]
+    # a forced run ends with its last given token, whatever max_tokens says; others at max_tokens
+    assert [forced.ends(n, max_tokens=1) for n in (2, 3)] == [False, True]
+    assert forced.ends(3, max_tokens=99)
+    assert [b.ends(n, max_tokens=5) for n in (1, 2)] == [False, True]
+    for bad in (request.with_(reply_prefix=(5, 10)), request.with_(first_token=-1), request.with_(forced=(3, 10))):
         with pytest.raises(EngineError, match="not of this model's vocabulary"):
             Branch.of(bad, n_vocab=10)
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 from tui_fixtures import wait_for, wait_run
 
+from loopchat.chat.lens_depth import lens_depth
 from loopchat.chat.prefs import Prefs
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app
 from loopchat.tui.lens_screen import LensScreen
+from loopchat.tui.token_styles import depth_colour
 
 pytestmark = pytest.mark.model
 
@@ -66,3 +68,72 @@ async def test_f11_shows_each_layer_of_the_selected_pass(backend, tmp_path) -> N
         await pilot.press("alt+l")
         await pilot.pause()
         assert not isinstance(app.screen, LensScreen)
+
+
+def _colours(view) -> set[str]:
+    """The foreground colours of a reply view's rendered lines."""
+    out = set()
+    for i in range(view.height):
+        for seg in view.line(i):
+            if seg.style is not None and seg.style.color is not None:
+                out.add(seg.style.color.name)
+    return out
+
+
+async def test_shift_f7_colours_each_token_by_its_lens_depth_and_a_message_goes_first(backend, tmp_path) -> None:
+    app = create_app(
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=4, max_tokens=6, temperature=0.7),
+        history=False,
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press(*"The capital of France is", "enter")
+        await wait_run(pilot)
+        rec = app.conversation.replies[0]
+        tokens = [s for s in rec.steps if not s.is_stop]
+        await pilot.press("shift+f7")
+        assert app.prefs.lens_colours and not app.prefs.prob_colours
+        probe = app.depth_probe
+        await wait_for(pilot, lambda: probe.done and not probe.changed, 60, "the lens depths")
+        assert rec.lens_layers == 30 and sorted(rec.lens_depths) == [s.index for s in tokens]
+        legend = app.query_one("#legend")
+        assert legend.display and "top from layer" in str(legend.render())
+        # each token in its depth's colour
+        want = {depth_colour(rec.lens_depths[s.index], 30) for s in tokens}
+        assert want <= _colours(app.replies.get(rec))
+        # a depth is F11's rows' (the pass read alone, as F11 reads it)
+        await pilot.press("alt+left")
+        await pilot.pause()
+        index = app.selection[1]
+        await pilot.press("f11")
+        await wait_for(pilot, lambda: isinstance(app.screen, LensScreen), 5, "the lens screen")
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.probe.done, 60, "the lens")
+        assert lens_depth(screen.probe.rows) == rec.lens_depths[index]
+        await pilot.press("escape", "alt+right")  # (off the end: nothing selected)
+        # a longer reply: its depths are read once it ends; a message sent meanwhile goes
+        # first (the reading stops; its depths so far stay) and nothing typed is lost
+        assert app.set_setting(max_tokens=60)
+        await pilot.press(*"Tell me a story", "enter")
+        await wait_run(pilot)
+        second = app.conversation.replies[-1]
+        await wait_for(pilot, lambda: len(second.lens_depths) >= 1, 60, "the second reply's first depths")
+        reading = app.depth_probe
+        assert reading.rec is second
+        app.set_setting(max_tokens=3)
+        await pilot.press(*"Thanks", "enter")
+        await wait_for(pilot, lambda: len(app.conversation.replies) == 3, 10, "the third reply")
+        await wait_run(pilot)
+        third = app.conversation.replies[-1]
+        assert third.messages[-1].content == "Thanks" and third.finish is not None
+        assert reading.done and len(second.lens_depths) < len([s for s in second.steps if not s.is_stop])
+        assert "stopped" in reading.status
+        # the third reply's depths are read once it ended
+        await wait_for(pilot, lambda: app.depth_probe.rec is third and app.depth_probe.done, 60, "the third's depths")
+        assert len(third.lens_depths) == len([s for s in third.steps if not s.is_stop])
+        await pilot.press("shift+f7")  # off: no colours, no legend
+        assert not app.prefs.lens_colours and not legend.display
+        assert not want & _colours(app.replies.get(rec))

@@ -39,6 +39,10 @@ class ReplyRequest:
     reply_prefix: tuple[int, ...] = ()
     #: the run's first step takes this token instead of drawing one (chosen_by "hand")
     first_token: int | None = None
+    #: the run's steps take these tokens in turn instead of drawing (chosen_by "hand"): a
+    #: finished reply's passes read again (the lens depth of each of its tokens); with
+    #: first_token set, it comes first
+    forced: tuple[int, ...] = ()
     #: the size of the top-K lists each step reports (raw and sampled-from)
     report_k: int = 10
     #: keep going past end-of-generation tokens (benchmarks: a fixed number of tokens)
@@ -57,7 +61,7 @@ class ReplyRequest:
 
     def __post_init__(self) -> None:
         # callers may pass lists; the request stays hashable and immutable
-        for name in ("messages", "stop", "reply_prefix"):
+        for name in ("messages", "stop", "reply_prefix", "forced"):
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))

@@ -62,6 +62,11 @@ class ReplyRecord:
     #: the later turns, each with its (in_history, in_turns), and the later turns' messages
     tail: list[tuple[ReplyRecord, bool, bool]] = field(default_factory=list)
     tail_turns: list[Message] = field(default_factory=list)
+    #: the lens depth of its tokens, read when asked (chat/lens_depth.py): step index ->
+    #: the first layer from which on the lens ranks the drawn token first (None: not even
+    #: the last); `lens_layers`: the model's layer count
+    lens_depths: dict[int, int | None] = field(default_factory=dict)
+    lens_layers: int = 0
 
     def __post_init__(self) -> None:
         if self not in self.siblings:  # a new list, or the versions it joins

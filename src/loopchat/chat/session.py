@@ -16,6 +16,7 @@ gc freeze, settings, step mode), session_events.py (`consume`), and here the req
 from __future__ import annotations
 
 from loopchat.chat.conversation import BLOCKING, STREAM, Conversation, ReplyRecord
+from loopchat.chat.lens_depth import DepthProbe, depth_request
 from loopchat.chat.session_core import REBUILT_NOTE, Refused, Update
 from loopchat.chat.session_events import EventSession
 from loopchat.chat.session_lens import LensProbe, lens_request
@@ -217,6 +218,20 @@ class ChatSession(EventSession):
         request = lens_request(self.backend, rec, step)
         assert rec is not None and step is not None  # (lens_request refuses otherwise)
         probe = self.lens_probe = LensProbe(rec.number, step.index)
+        probe.run_id = self.backend.generate(request)
+        return probe
+
+    def lens_depths(self, selection: tuple[int, int] | None) -> DepthProbe | None:
+        """The lens depth of the shown reply's tokens (lens_depth.py), asked of the engine
+        for those not known yet (None: all are; Refused: they cannot be read)."""
+        self.check_can_run()
+        rec, _, _ = self.shown_step(selection)
+        asked = depth_request(self.backend, rec)
+        if asked is None:
+            return None
+        assert rec is not None  # (depth_request refuses otherwise)
+        request, total = asked
+        probe = self.lens_probe = DepthProbe(rec, total)
         probe.run_id = self.backend.generate(request)
         return probe
 

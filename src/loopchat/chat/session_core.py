@@ -213,6 +213,9 @@ class SessionCore:
         `request` as the caller built it, streamed unless `mode` is blocking, stopped
         before its first draw when step mode is armed."""
         request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed)
+        probe = self.lens_probe
+        if probe is not None and not probe.done and probe.stops_for_a_reply:
+            self.backend.cancel()  # the lens depths being read (lens_depth.py): the reply goes first
         if self.read_prompt and request.prompt_logprobs is None:
             request = request.with_(prompt_logprobs=1)
         rec = self.conversation.new_reply(mode, request.messages, **kw)

@@ -12,7 +12,7 @@ Its events are the probe's (`LensProbe.take`), never a reply of the conversation
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.session_core import Refused
@@ -30,6 +30,8 @@ class LensProbe:
     rows: tuple[LensRow, ...] | None = None
     note: str | None = None  # why there are no rows (the model's architecture, an error)
     done: bool = False
+    #: a reply asked for meanwhile waits for this one pass (lens_depth.DepthProbe: stops it)
+    stops_for_a_reply: ClassVar[bool] = False
 
     def take(self, event: Any) -> bool:
         """Whether `event` is this probe's run's (then it is used here, not by the chat)."""

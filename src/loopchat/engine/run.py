@@ -318,7 +318,7 @@ class ReplyRun:
             return FinishReason.STOP
         if self.host.cancelled():
             return FinishReason.CANCELLED
-        if self.branch.base + self.completion >= max_tokens:
+        if self.branch.ends(self.completion, max_tokens):
             return FinishReason.LENGTH
         if self.host.n_past + 1 >= self.host.n_ctx:
             return FinishReason.CONTEXT

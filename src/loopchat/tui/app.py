@@ -19,6 +19,7 @@ from textual.screen import Screen
 
 from loopchat.browser import browser_copy_refusal, clipboard_allowed, web_url
 from loopchat.chat.conversation import BLOCKING, STREAM, with_space
+from loopchat.events import Step
 from loopchat.settings import KNOBS, SETTING, SamplingSettings
 from loopchat.tui.branch_picker import BranchChoice, BranchPicker
 from loopchat.tui.document_view import DocumentView
@@ -256,6 +257,12 @@ class LoopChatApp(ChatViewKeys):
             self.notify(note, timeout=4)
         self.change_made_after_steps = self.steps_emitted()
         self._refresh_panel()
+
+    def steps_emitted(self) -> int:
+        """Steps of the current reply the engine has emitted so far (drawn or queued)."""
+        self.backend.flush()
+        drawn = len(self.current.steps) if self.current is not None else 0
+        return drawn + sum(1 for e in self.pump.snapshot() if isinstance(e, Step))
 
     def action_settings(self) -> None:
         from loopchat.tui.settings_dialog import SettingsDialog

@@ -27,7 +27,7 @@ from loopchat.chat.prefs import Prefs
 from loopchat.engine.repeats import longest_of
 from loopchat.events import FinishReason, Step
 from loopchat.tui.reply_markdown import reply_markdown
-from loopchat.tui.token_styles import token_style
+from loopchat.tui.token_styles import depth_colour, token_style
 
 
 class BlockHolder(Protocol):
@@ -235,7 +235,11 @@ class ReplyView(Block):
 
     def _style_of(self, step: Step, n: int, selected: bool) -> Style | None:
         """The style of a reply's token (its `n`th shown)."""
-        return token_style(step, n, self.prefs, selected)
+        rec = self.record
+        lens = None
+        if self.prefs.lens_colours and step.index in rec.lens_depths:
+            lens = depth_colour(rec.lens_depths[step.index], rec.lens_layers)
+        return token_style(step, n, self.prefs, selected, lens)
 
     def _live_text(self) -> Text:
         """What a live reply shows so far (re-wrapped on a resize, a selection...)."""

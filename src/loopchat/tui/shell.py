@@ -30,13 +30,13 @@ from loopchat.chat.history_recorder import HistoryRecorder
 from loopchat.chat.prefs import Prefs, load_prefs, save_prefs
 from loopchat.chat.replay_check import check_replay
 from loopchat.chat.session import ChatSession, Refused, Update
-from loopchat.events import Step
 from loopchat.model_files import shown_model_name
 from loopchat.settings import SamplingSettings, SettingsError
 from loopchat.trace import CUT_SHORT
 from loopchat.tui.blocks import ReplyView
 from loopchat.tui.document_view import DocumentView
 from loopchat.tui.footer import WholeKeysFooter
+from loopchat.tui.lens_colours import depth_frame, legend_for
 from loopchat.tui.loop_panel import LoopPanel, PanelView
 from loopchat.tui.prompt import PromptArea
 from loopchat.tui.render import default_screen, driver_class, fallback_reason
@@ -107,6 +107,8 @@ class ChatShell(App[int]):
         self.frames_rendered = 0
         self.last_error: str | None = None
         self.change_made_after_steps: int | None = None
+        self.depth_probe: Any = None  # the lens depths being read (Shift+F7, lens_colours.py)
+        self.depth_asked: set[int] = set()  # replies whose depths were asked for
 
     # ------------------------------------------------------------- layout ----
     def get_default_screen(self) -> Screen:
@@ -183,8 +185,8 @@ class ChatShell(App[int]):
             exit_on_signals(self.quit_now)
         self.backend.attach(self.pump.emit)
         self.store.start(self.prefs.history)
-        self.query_one("#legend").display = self.prefs.prob_colours
         self.document.display = False
+        self.show_legend()
         self.show_wire_view(self.prefs.wire_view)
         self.set_interval(1 / FRAME_RATE, self._frame, name="frame")
         self.prompt.focus()
@@ -273,6 +275,14 @@ class ChatShell(App[int]):
         return True
 
     # ------------------------------------------------------------- frames ----
+    def show_legend(self) -> None:
+        """The colours' legend above the transcript, for the colouring on (if any)."""
+        legend = legend_for(self.prefs, self.depth_probe, self.session.last_done_reply())
+        w = self.query_one("#legend", Static)
+        w.display = legend is not None and not self.document.display
+        if legend is not None:
+            w.update(legend)
+
     def _frame(self) -> None:
         try:
             self._frame_body()
@@ -286,6 +296,7 @@ class ChatShell(App[int]):
         self.backend.flush()  # what the engine process sent since the last frame
         self.store.poll()
         events = self.pump.drain()
+        depth_frame(self)  # Shift+F7's lens depths that came, and the next reply's asked for
         if not events:
             self.replies.add_steps(self.session.take_text())  # tokens held back by the last frame (a slow model)
             view = self.replies.get(self.current) if self.generating else None
@@ -397,12 +408,6 @@ class ChatShell(App[int]):
             self.prompt.placeholder = "No model loaded — pick one with Ctrl+P → Switch model (you can type already)"
             self._update_subtitle()
             self._panel_dirty = True
-
-    def steps_emitted(self) -> int:
-        """Steps of the current reply the engine has emitted so far (drawn or queued)."""
-        self.backend.flush()
-        drawn = len(self.current.steps) if self.current is not None else 0
-        return drawn + sum(1 for e in self.pump.snapshot() if isinstance(e, Step))
 
     def set_setting(self, **changes: Any) -> bool:
         """Change settings (validated): the next reply's, and the reply in flight's."""

@@ -1,5 +1,5 @@
-"""How a reply's token looks in the transcript: its probability colour (F7), the token
-boundaries (F6), the selection, a token picked by hand (underlined), and a token at which
+"""How a reply's token looks in the transcript: its probability colour (F7) or its lens
+depth's (Shift+F7), the token boundaries (F6), the selection, a token picked by hand (underlined), and a token at which
 the reply repeats itself (Step.repeat, repeats.py: a dark plum background)."""
 
 from __future__ import annotations
@@ -33,6 +33,43 @@ def prob_colour(p: float) -> str:
     return PROB_BANDS[-1][1]
 
 
+#: the lens depth's colours (chat/lens_depth.py), from the first layers to the last: the
+#: depth's share of the layers before the last, in quarters; then the last layer alone,
+#: and a token the last layer does not rank first
+DEPTH_BANDS: tuple[str, ...] = ("#5fd7ff", "#5fafff", "#af87ff", "#d75fd7", "#ff5f87")
+NOT_TOP = "#808080"
+
+
+def depth_colour(depth: int | None, layers: int) -> str:
+    """The colour of a token whose lens depth is `depth` in a model of `layers` layers."""
+    if depth is None:
+        return NOT_TOP
+    if depth >= layers - 1:
+        return DEPTH_BANDS[-1]
+    return DEPTH_BANDS[min(3, 4 * depth // max(1, layers - 1))]
+
+
+def depth_bands(layers: int) -> list[tuple[str, str]]:
+    """(label, colour) of each band: the layers it covers."""
+    out = []
+    for q in range(4):
+        lo, hi = -(-q * (layers - 1) // 4), -(-(q + 1) * (layers - 1) // 4) - 1
+        if lo <= hi:
+            out.append((f"{lo}–{hi}" if hi > lo else f"{lo}", DEPTH_BANDS[q]))
+    out.append((f"{layers - 1} (last)", DEPTH_BANDS[-1]))
+    return out
+
+
+def lens_legend_text(layers: int, status: str) -> Text:
+    t = Text("top from layer: ", style="dim", no_wrap=True, overflow="ellipsis")
+    for label, colour in depth_bands(layers) if layers else []:
+        t.append("■" + label + " ", style=colour)
+    t.append("■not its top", style=NOT_TOP)
+    if status:
+        t.append(" ·" + status, style="dim")
+    return t
+
+
 def legend_text() -> Text:
     t = Text("p when drawn: ", style="dim", no_wrap=True, overflow="ellipsis")
     labels = ("≥90%", "60–90", "30–60", "10–30", "<10%")
@@ -41,11 +78,12 @@ def legend_text() -> Text:
     return t
 
 
-def token_style(step: Step, n: int, prefs: Prefs, selected: bool) -> Style | None:
+def token_style(step: Step, n: int, prefs: Prefs, selected: bool, lens: str | None = None) -> Style | None:
+    """`lens`: the token's lens depth colour (when that mode is on and its depth is known)."""
     # a remote server that does not say what it sampled from: no colour (not given)
     p = step.sampled_prob
     return _token_style(
-        prob_colour(p) if prefs.prob_colours and p is not None else None,
+        lens if lens is not None else prob_colour(p) if prefs.prob_colours and p is not None else None,
         n % 2 if prefs.token_boundaries else None,
         selected,
         step.chosen_by == "hand",

@@ -65,10 +65,36 @@ class ChatViewKeys(ChatShell):
 
     def action_toggle_colours(self) -> None:
         self.prefs.prob_colours = not self.prefs.prob_colours
-        if self.prefs.prob_colours and self.prefs.markdown:
+        self.prefs.lens_colours = False  # one colouring at a time
+        self._colours_changed(self.prefs.prob_colours)
+
+    def action_toggle_lens_colours(self) -> None:
+        """Shift+F7: colour tokens by their lens depth (chat/lens_depth.py), read now for the
+        shown reply (the selected token's, else the last), then for each new reply."""
+        self.prefs.lens_colours = not self.prefs.lens_colours
+        self.prefs.prob_colours = False
+        if self.prefs.lens_colours:
+            self.read_lens_depths(self.selection)
+        self._colours_changed(self.prefs.lens_colours)
+
+    def read_lens_depths(self, selection: tuple[int, int] | None, quiet: bool = False) -> None:
+        """Ask for the lens depths of the shown reply's tokens not known yet (lens_colours.py)."""
+        try:
+            probe = self.session.lens_depths(selection)
+        except Refused as exc:
+            if not quiet:
+                self.notify(str(exc), timeout=4)
+            return
+        if probe is not None:
+            self.depth_probe = probe
+            self.depth_asked.add(probe.rec.number)
+        self.show_legend()
+
+    def _colours_changed(self, on: bool) -> None:
+        if on and self.prefs.markdown:
             self.notify("Colours show on plain replies: F4 turns Markdown off", timeout=4)
         self.save_prefs()
-        self.query_one("#legend").display = self.prefs.prob_colours
+        self.show_legend()
         self.replies.rebuild_all()
 
     def action_toggle_completion_space(self) -> None:
@@ -104,7 +130,7 @@ class ChatViewKeys(ChatShell):
         doc.display = on
         self.session.read_prompt = on  # the replies sent meanwhile: their prompts scored
         self.transcript.display = not on
-        self.query_one("#legend").display = self.prefs.prob_colours and not on
+        self.show_legend()
         if on:
             doc.return_focus = self.focused  # the message box, or the step mode's die bar
             self._refresh_panel()
