@@ -23,8 +23,8 @@ def test_the_depth_is_where_the_drawn_token_became_first_and_stayed_first() -> N
 
 def test_the_colours_split_the_layers_before_the_last_in_quarters() -> None:
     # SmolLM2-135M: 30 layers; Gemma 3 270M: 18
-    assert [label for label, _ in depth_bands(30)] == ["0–7", "8–14", "15–21", "22–28", "29 (last)"]
-    assert [label for label, _ in depth_bands(18)] == ["0–4", "5–8", "9–12", "13–16", "17 (last)"]
+    assert [label for label, _ in depth_bands(30)] == ["0–7", "8–14", "15–21", "22–28", "29 last"]
+    assert [label for label, _ in depth_bands(18)] == ["0–4", "5–8", "9–12", "13–16", "17 last"]
     for layers in (2, 5, 18, 30):
         bands = depth_bands(layers)
         for depth in range(layers):

@@ -121,8 +121,14 @@ async def test_shift_f7_colours_each_token_by_its_lens_depth_and_a_message_goes_
         await wait_run(pilot)
         second = app.conversation.replies[-1]
         await wait_for(pilot, lambda: len(second.lens_depths) >= 1, 60, "the second reply's first depths")
+        # off and on again while it reads: the reading stops (its run's last events are still
+        # its own, not a turn of the conversation) and a new one goes on from there
+        first_reading = app.depth_probe
+        await pilot.press("shift+f7", "shift+f7")
         reading = app.depth_probe
-        assert reading.rec is second
+        assert reading is not first_reading and reading.rec is second and app.prefs.lens_colours
+        await wait_for(pilot, lambda: first_reading.done, 30, "the first reading's end")
+        assert len(app.conversation.replies) == 2 and not reading.done
         app.set_setting(max_tokens=3)
         await pilot.press(*"Thanks", "enter")
         await wait_for(pilot, lambda: len(app.conversation.replies) == 3, 10, "the third reply")

@@ -82,9 +82,9 @@ class DepthProbe:
             return self.note
         if have >= self.total:
             return ""
-        return f" reply {self.rec.number}: {have}/{self.total} passes read" + (
-            " (stopped: Shift+F7 twice goes on)" if self.done else " …"
-        )
+        if self.done:
+            return f"reply {self.rec.number} stopped at {have}/{self.total} (Shift+F7 twice goes on)"
+        return f"reading reply {self.rec.number}: {have}/{self.total} …"
 
 
 def depth_request(backend: Any, rec: ReplyRecord | None) -> tuple[ReplyRequest, int] | None:

@@ -217,9 +217,7 @@ class ChatSession(EventSession):
         rec, step, _ = self.shown_step(selection)
         request = lens_request(self.backend, rec, step)
         assert rec is not None and step is not None  # (lens_request refuses otherwise)
-        probe = self.lens_probe = LensProbe(rec.number, step.index)
-        probe.run_id = self.backend.generate(request)
-        return probe
+        return self.ask_probe(LensProbe(rec.number, step.index), request)
 
     def lens_depths(self, selection: tuple[int, int] | None) -> DepthProbe | None:
         """The lens depth of the shown reply's tokens (lens_depth.py), asked of the engine
@@ -231,9 +229,7 @@ class ChatSession(EventSession):
             return None
         assert rec is not None  # (depth_request refuses otherwise)
         request, total = asked
-        probe = self.lens_probe = DepthProbe(rec, total)
-        probe.run_id = self.backend.generate(request)
-        return probe
+        return self.ask_probe(DepthProbe(rec, total), request)
 
     def shown_step(self, selection: tuple[int, int] | None) -> tuple[ReplyRecord | None, Step | None, bool]:
         """What the loop panel shows: (reply, step, pinned). The selected token's step

@@ -79,7 +79,9 @@ class SessionCore:
         #: the document view is open: each reply's prompt is scored (its tokens' surprisals)
         self.read_prompt = False
         #: the logit lens asked for last (session_lens.py; None: none)
-        self.lens_probe: Any = None
+        #: the lenses asked for whose runs have not ended, oldest first: their runs' events
+        #: are theirs (session_lens.py, lens_depth.py)
+        self.probes: list[Any] = []
         #: the user chose the mode (the mode key, --mode): a model that loads keeps it
         self.mode_chosen = mode is not None
         if mode is not None:
@@ -213,9 +215,7 @@ class SessionCore:
         `request` as the caller built it, streamed unless `mode` is blocking, stopped
         before its first draw when step mode is armed."""
         request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed)
-        probe = self.lens_probe
-        if probe is not None and not probe.done and probe.stops_for_a_reply:
-            self.backend.cancel()  # the lens depths being read (lens_depth.py): the reply goes first
+        self.stop_lens_depths()  # the reply goes first
         if self.read_prompt and request.prompt_logprobs is None:
             request = request.with_(prompt_logprobs=1)
         rec = self.conversation.new_reply(mode, request.messages, **kw)
@@ -227,6 +227,19 @@ class SessionCore:
         rec.run_id = self.backend.generate(request)
         self._freeze(rec.run_id)  # its events and its RunDone are consumed on this thread, later
         return rec
+
+    def stop_lens_depths(self) -> None:
+        """Stop the lens depths being read (lens_depth.py), if that is what runs; the
+        depths read so far stay."""
+        running = next((p for p in self.probes if not p.done), None)
+        if running is not None and running.stops_for_a_reply:
+            self.backend.cancel()
+
+    def ask_probe(self, probe: Any, request: ReplyRequest) -> Any:
+        """Ask the engine for a lens's run; its events go to `probe`."""
+        self.probes = [p for p in self.probes if not p.done] + [probe]
+        probe.run_id = self.backend.generate(request)
+        return probe
 
     def _freeze(self, run_id: int) -> None:
         """The cycle collector would rescan every object the app holds (the conversation,

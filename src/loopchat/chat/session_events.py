@@ -41,8 +41,9 @@ class EventSession(SessionCore):
     def consume(self, events: Iterable[HostEvent]) -> Update:
         u = Update()
         for ev in events:
-            probe = self.lens_probe  # a lens asked for (session_lens.py): its run's events are its own
-            if probe is not None and not probe.done and probe.take(ev):
+            # a lens asked for (session_lens.py, lens_depth.py): its run's events are its own
+            probe = next((p for p in self.probes if not p.done), None)
+            if probe is not None and probe.take(ev):
                 continue
             rec = self.current
             match ev:

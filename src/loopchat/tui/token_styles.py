@@ -56,17 +56,19 @@ def depth_bands(layers: int) -> list[tuple[str, str]]:
         lo, hi = -(-q * (layers - 1) // 4), -(-(q + 1) * (layers - 1) // 4) - 1
         if lo <= hi:
             out.append((f"{lo}–{hi}" if hi > lo else f"{lo}", DEPTH_BANDS[q]))
-    out.append((f"{layers - 1} (last)", DEPTH_BANDS[-1]))
+    out.append((f"{layers - 1} last", DEPTH_BANDS[-1]))
     return out
 
 
 def lens_legend_text(layers: int, status: str) -> Text:
-    t = Text("top from layer: ", style="dim", no_wrap=True, overflow="ellipsis")
+    """The lens depth's legend: the progress of a reading first (it is cut last), then the bands."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    if status:
+        t.append(status + " · ", style="dim")
+    t.append("top from layer ", style="dim")
     for label, colour in depth_bands(layers) if layers else []:
         t.append("■" + label + " ", style=colour)
-    t.append("■not its top", style=NOT_TOP)
-    if status:
-        t.append(" ·" + status, style="dim")
+    t.append("■not top", style=NOT_TOP)
     return t
 
 

@@ -75,6 +75,8 @@ class ChatViewKeys(ChatShell):
         self.prefs.prob_colours = False
         if self.prefs.lens_colours:
             self.read_lens_depths(self.selection)
+        else:
+            self.session.stop_lens_depths()
         self._colours_changed(self.prefs.lens_colours)
 
     def read_lens_depths(self, selection: tuple[int, int] | None, quiet: bool = False) -> None:
