@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from loopchat.settings import SamplingSettings
+from loopchat.watch import WatchedToken
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -129,6 +130,8 @@ class Start:
     seed_requested: int | None = None
     #: the logit lens was asked for and this model has none: why, in one line
     lens_note: str | None = None
+    #: tokens on watch (watch.py): each string asked for and its first token's id (None: none)
+    watch: tuple[tuple[str, int], ...] | None = None
     kind: str = field(default="start", init=False)
 
 
@@ -218,6 +221,8 @@ class Step:
     probe_cut_ms: float = 0.0
     #: asked for (ReplyRequest.lens): the logit lens of the pass behind this step, a row per layer
     lens: tuple[LensRow, ...] | None = None
+    #: the tokens on watch (Start.watch) at this step, in their order (None: none asked for)
+    watched: tuple[WatchedToken, ...] | None = None
     kind: str = field(default="step", init=False)
 
 
@@ -386,7 +391,7 @@ def to_json_dict(event: Event) -> dict[str, Any]:
 
 
 #: fields a trace leaves out when not asked for (None): a trace without them is as before
-_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note"})
+_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched"})
 
 
 def event_from_json_dict(data: dict[str, Any]) -> Event:
@@ -408,6 +413,10 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
             value = _candidates(value)
         elif f.name == "lens" and value is not None:
             value = tuple(LensRow(*r) for r in value)
+        elif f.name == "watched" and value is not None:
+            value = tuple(WatchedToken(*w) for w in value)
+        elif f.name == "watch" and value is not None:
+            value = tuple((str(t), int(i)) for t, i in value)
         elif f.name == "prompt_top" and value is not None:
             value = tuple(_candidates(c) for c in value)
         elif f.name == "piece_bytes" and value is not None:

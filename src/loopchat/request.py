@@ -56,12 +56,14 @@ class ReplyRequest:
     prompt_logprobs: int | None = None
     #: the logit lens of each pass (engine/lens.py), in each Step: a row per layer
     lens: bool = False
+    #: tokens on watch (watch.py): the first token of each string, followed in every Step
+    watch: tuple[str, ...] = ()
     # Room for what comes next (issues 24-26) lands here as fields with defaults:
     # a constraint (grammar / JSON schema), a draft source, a logit lens.
 
     def __post_init__(self) -> None:
         # callers may pass lists; the request stays hashable and immutable
-        for name in ("messages", "stop", "reply_prefix", "forced"):
+        for name in ("messages", "stop", "reply_prefix", "forced", "watch"):
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))

@@ -82,6 +82,7 @@ class SessionCore:
         #: the lenses asked for whose runs have not ended, oldest first: their runs' events
         #: are theirs (session_lens.py, lens_depth.py)
         self.probes: list[Any] = []
+        self.watch: tuple[str, ...] = ()  # tokens on watch in the next replies (watch.py)
         #: the user chose the mode (the mode key, --mode): a model that loads keeps it
         self.mode_chosen = mode is not None
         if mode is not None:
@@ -214,7 +215,7 @@ class SessionCore:
         """A new reply record (`kw`: its fields), and its run asked of the backend:
         `request` as the caller built it, streamed unless `mode` is blocking, stopped
         before its first draw when step mode is armed."""
-        request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed)
+        request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed, watch=self.watch)
         self.stop_lens_depths()  # the reply goes first
         if self.read_prompt and request.prompt_logprobs is None:
             request = request.with_(prompt_logprobs=1)

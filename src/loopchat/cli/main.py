@@ -133,6 +133,13 @@ def _add_run_parser(sub: Any) -> None:
         "perplexity, on stderr before the reply (a model run here)",
     )
     run.add_argument(
+        "--watch",
+        action="append",
+        metavar="TEXT",
+        help="follow this text's first token at every pass: its raw and sampled probability and rank, "
+        "printed with --show-steps and recorded in --trace (up to 8; a model run here)",
+    )
+    run.add_argument(
         "--lens",
         action="store_true",
         help="print each pass's logit lens on stderr: what each layer would have said (a model run here)",

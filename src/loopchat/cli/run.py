@@ -24,6 +24,7 @@ from loopchat.events import DOCUMENT, Message
 from loopchat.request import ReplyRequest
 from loopchat.settings import SETTINGS, SamplingSettings
 from loopchat.stop_strings import MAX_STOP_STRINGS
+from loopchat.watch import WatchError, check_watch
 
 
 def read_prompt(prompt: str, stdin: TextIO | None) -> str:
@@ -207,9 +208,14 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         model_path = spec.resolve_file()
     messages = _messages(args, prompt, spec, remote)
     scored, lens = getattr(args, "prompt_logprobs", False), getattr(args, "lens", False)
-    if (scored or lens) and remote is not None:
+    try:
+        watch = check_watch(tuple(getattr(args, "watch", None) or ()))
+    except WatchError as exc:
+        raise UsageError(f"--watch: {exc}") from None
+    if (scored or lens or watch) and remote is not None:
+        asked = "--prompt-logprobs" if scored else "--lens" if lens else "--watch"
         raise UsageError(
-            f"{'--prompt-logprobs' if scored else '--lens'} needs a model run here, not one on a server "
+            f"{asked} needs a model run here, not one on a server "
             "(a server's prompt logprobs: its completions with echo and logprobs)"
         )
     request = ReplyRequest(
@@ -220,6 +226,7 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         stream=not args.blocking,
         prompt_logprobs=1 if scored else None,
         lens=bool(lens),
+        watch=watch,
     )
     return remote, spec, model_path, request
 

@@ -17,6 +17,7 @@ from loopchat.lens_lines import lens_lines
 from loopchat.prompt_read import prompt_lines
 from loopchat.request import ReplyRequest
 from loopchat.trace import TraceError, TraceWriter
+from loopchat.watch import watched_line
 
 _ENGINE_EVENTS = (Start, ContextTrimmed, Prefill, Step, Finish)
 
@@ -156,6 +157,8 @@ class ReplyReader:
             self.threads_used.append(event.threads)
         if self.args.show_steps:
             ok = self.output.write(step_line(event) + "\n")
+            if event.watched and self.start is not None and self.start.watch:
+                ok = self.output.write(watched_line(event.watched, self.start.watch) + "\n") and ok
         elif event.text and not self.args.blocking:  # blocking: the whole text at the end
             ok = self.output.write(event.text)
         else:

@@ -40,6 +40,7 @@ from loopchat.engine.reply_text import ReplyText
 from loopchat.engine.run_host import RunHost
 from loopchat.engine.run_settings import ReplySettings
 from loopchat.engine.sampler import SampleResult, sample
+from loopchat.engine.sampler_watch import watched
 from loopchat.engine.step_gate import Drawn, PendingDraw, StepGate
 from loopchat.errors import ContextOverflowError
 from loopchat.events import Candidate, Event, Finish, FinishReason, Pending, Prefill, Start, Step, decode_rate
@@ -91,6 +92,7 @@ class ReplyRun:
         self.stopped = False  # a stop string ended the reply
         # set by open(), prefill():
         self.branch = Branch()
+        self.watch: tuple[tuple[str, int], ...] = ()  # tokens on watch: (the string, its first token)
         self.tokens: list[int] = []
         self.context: dry.History = dry.History()
         self.repeats = RepeatFinder()
@@ -129,6 +131,7 @@ class ReplyRun:
                 f"{len(self.tokens)} tokens and the model's context holds {host.n_ctx}"
             )
         host.prefill_threads()  # auto threads: a measured count, never a probe's
+        self.watch = tuple((text, t) for text in request.watch if (t := host.first_token(text)) is not None)
         lens = host.open_lens() if request.lens else NoLens()
         self.lens, lens_note = (NoLens(), lens) if isinstance(lens, str) else (lens, None)
         yield Start(
@@ -149,6 +152,7 @@ class ReplyRun:
             stop=tuple(request.stop),
             reply_prefix=self.branch.prefix,
             lens_note=lens_note,
+            watch=self.watch or None,
         )
         if prompt.trimmed is not None:
             yield prompt.trimmed
@@ -233,6 +237,7 @@ class ReplyRun:
         if not is_stop:
             self.completion += 1
         ending = self._end_reason(is_stop, settings.max_tokens) is not None
+        seen = watched(res, [t for _, t in self.watch]) if self.watch else None  # (in the draw's time)
         text, self.stopped = self.text.feed(None if is_stop else host.piece(token), ending)
         now = time.perf_counter()
         sample_ms = (now - drawn.started) * 1000.0 if drawn.sample_ms is None else drawn.sample_ms
@@ -267,6 +272,7 @@ class ReplyRun:
             chosen_by=drawn.chosen_by,
             repeat=None if (rep := self.repeats.feed(token)) is None else rep.as_tuple(),
             lens=lens,
+            watched=seen,
         )
         self.steps += 1
         self.settings.recorded()

@@ -47,6 +47,10 @@ class RunHost(Protocol):
 
     def is_eog(self, token_id: int) -> bool: ...
 
+    def first_token(self, text: str) -> int | None:
+        """The first token of `text` as the tokenizer splits it alone (no BOS, no special
+        tokens parsed); None: it has none."""
+
     # ---- the context and the forward passes ----
     @property
     def n_past(self) -> int:

@@ -55,6 +55,9 @@ class SampleResult:
     sampled_entropy: float  # bits
     kept: int  # candidates with non-zero probability in the sampled-from distribution
     stages: tuple[StageReport, ...] = ()  # what each stage of the chain did, in order
+    #: what the figures of other tokens are read from, until the next draw (sampler_watch.py):
+    #: (the logits, the raw pass, its total, the distribution drawn from, the top's weights)
+    basis: tuple | None = None
 
 
 @dataclass(slots=True)
@@ -259,4 +262,5 @@ def sample(
         sampled_entropy=d.entropy,
         kept=d.n,
         stages=reports,
+        basis=(logits, raw, total, d, top_weights),
     )

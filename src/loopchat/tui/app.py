@@ -295,6 +295,20 @@ class LoopChatApp(ChatViewKeys):
         self.ask(lambda: self.session.pick_rank(rank), severity="information", timeout=2)
         self.sync_step_mode()
 
+    def action_watch(self) -> None:
+        """The palette's "Tokens on watch" (watch_screen.py): followed in the next replies."""
+        from loopchat.tui.watch_screen import WatchScreen
+
+        def done(watch: tuple[str, ...] | None) -> None:
+            if watch is not None:
+                self.session.watch = watch
+                said = ", ".join(repr(t) for t in watch)
+                self.notify(f"Watching {said} from the next reply" if watch else "Nothing on watch", timeout=3)
+                if watch and not self.backend.can_branch:
+                    self.notify("Tokens on watch need a model run here: a server does not send them", timeout=5)
+
+        self.push_screen(WatchScreen(self.session.watch), done)
+
     def action_step_search(self) -> None:
         s = self.session
         p = s.pending

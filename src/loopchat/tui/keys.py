@@ -79,6 +79,7 @@ def command_table(*, completion: bool, completion_space: bool, history: bool) ->
         ("Document view", "The exact text the model reads, token by token ⇄ the chat (Ctrl+T)", "toggle_document"),
         ("Wire view", "The side panel: the loop ⇄ the SSE lines on the wire (F10)", "toggle_wire"),
         ("Logit lens", "What each layer would have said at the pass the panel shows (F11 or Alt+L)", "lens"),
+        ("Tokens on watch", "Follow your own tokens' probability and rank at every pass of the next replies", "watch"),
         (
             "Wire view: fold long values",
             "Fold / unfold the loopchat extension and top_logprobs (or click the view)",

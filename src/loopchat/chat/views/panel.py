@@ -40,6 +40,7 @@ from loopchat.chat.views.panel_view import (
     PanelView,
     remote,
 )
+from loopchat.chat.views.panel_watch import watch_lines
 from loopchat.chat.views.repeat_lines import repeat_lines
 from loopchat.chat.views.reply_index import PanelCaches
 from loopchat.event_lines import NOT_GIVEN
@@ -52,6 +53,7 @@ _WELCOME_TEXT = (
 _LATENCY_HEAD: Line = (("Latency", HEAD),)
 #: on a short panel the candidates give way first (down to 3), then the screen cuts the end
 CANDIDATES = 1
+WATCH = 2
 
 
 def _title(v: PanelView) -> list[Pieces]:
@@ -165,6 +167,7 @@ def _compact(v: PanelView, caches: PanelCaches) -> list[Line]:
     left_v = PanelView(**{**v.__dict__, "width": half})
     left = fit_lines(_title(v), left_w)
     left.extend(candidates(left_v, left_w, k=5, bars=False))
+    fit_lines(watch_lines(v, spark=0), left_w, left)
     right = fit_lines(latency(left_v, max(8, half - 22), caches), right_w, no_wrap=True)
     fit_lines(compact_settings(v, caches), right_w, right)
     out: list[Line] = []
@@ -203,20 +206,29 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     if v.compact:
         return _compact(v, caches)
     tail = fit_lines(_drawn(v), width)
+    watching = fit_lines(watch_lines(v), width)
     tail.append(BLANK)
     tail.append(_LATENCY_HEAD)
     fit_lines(latency(v, max(8, width - 30), caches), width, tail)
     tail.append(BLANK)
     settings_block(v, width, tail, caches)
     title, table = fit_lines(_title(v), width), candidates(v, width)
-    if not v.height or len(title) + len(table) + len(tail) <= v.height:  # (most frames: nothing gives way)
-        return [*title, *table, *tail]
+    if watching:
+        watching.insert(0, BLANK)
+    if not v.height or len(title) + len(table) + len(watching) + len(tail) <= v.height:  # (most frames)
+        return [*title, *table, *watching, *tail]
     n = len(v.step.raw_top)
     sections = [
         Section(title, name="title"),
         # fewer candidates (down to 3) before anything below is cut (the settings the
         # keys change stay in view as long as they can)
         Section(table, (Form(CANDIDATES, lambda over: candidates(v, width, k=max(3, n - over))),), name="candidates"),
+        # the tokens on watch: their sparklines go, then the rows (after the candidates shrank)
+        Section(
+            watching,
+            (Form(WATCH, fit_lines(watch_lines(v, spark=0), width)), Form(WATCH + 1, [])),
+            name="watching",
+        ),
         Section(tail, name="drawn, latency, settings"),
     ]
     return fit(sections, v.height)
