@@ -223,12 +223,9 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
         # fewer candidates (down to 3) before anything below is cut (the settings the
         # keys change stay in view as long as they can)
         Section(table, (Form(CANDIDATES, lambda over: candidates(v, width, k=max(3, n - over))),), name="candidates"),
-        # the tokens on watch: their sparklines go, then the rows (after the candidates shrank)
-        Section(
-            watching,
-            (Form(WATCH, fit_lines(watch_lines(v, spark=0), width)), Form(WATCH + 1, [])),
-            name="watching",
-        ),
+        # the tokens on watch (the user asked for them): their sparklines go after the
+        # candidates shrank, the rows stay (the screen cuts the end of the panel first)
+        Section(watching, (Form(WATCH, fit_lines(watch_lines(v, spark=0), width)),), name="watching"),
         Section(tail, name="drawn, latency, settings"),
     ]
     return fit(sections, v.height)
