@@ -192,6 +192,67 @@ __attribute__((noinline)) static double pass4_f64(const double *x, double shift,
     if (w) return pass4(x, 0, shift, 0, 1.0, w, 1, n, NULL, 0);
     return pass4(x, 0, shift, 0, 1.0, NULL, 0, n, NULL, 0);
 }
+/* LUT[m]: the 32-bit lanes that move the 64-bit lanes set in the 4-bit mask m to the front. */
+static int32_t compress_lut[16][8];
+
+static void compress_lut_init(void) {
+    for (int m = 0; m < 16; m++) {
+        int k = 0;
+        for (int j = 0; j < 4; j++)
+            if (m >> j & 1) {
+                compress_lut[m][2 * k] = 2 * j;
+                compress_lut[m][2 * k + 1] = 2 * j + 1;
+                k++;
+            }
+        for (; k < 4; k++) compress_lut[m][2 * k] = compress_lut[m][2 * k + 1] = 0;
+    }
+}
+
+/* Four positions (from i) and their exps e, those of the mask m moved to ids + k and qs + k
+   (four lanes written, the count kept returned: the caller's arrays have room). */
+static inline __attribute__((always_inline)) Py_ssize_t compress4(unsigned m, Py_ssize_t i, __m256d e, int64_t *ids,
+                                                                    double *qs) {
+    __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
+    __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)i), _mm256_set_epi64x(3, 2, 1, 0));
+    _mm256_storeu_si256((__m256i *)ids, _mm256_permutevar8x32_epi32(pos, perm));
+    _mm256_storeu_pd(qs, _mm256_castsi256_pd(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(e), perm)));
+    return __builtin_popcount(m);
+}
+
+/* exp_sum_above's pass in one loop: the exps in registers, the positions at or above v and
+   their exps moved out by a table of permutations (no branch per position kept). */
+__attribute__((noinline)) static double exp_sum_above4(const float *x, double shift, float v, int64_t *ids,
+                                                       double *qs, Py_ssize_t n, Py_ssize_t *kout) {
+    __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
+    __m256 vv = _mm256_set1_ps(v);
+    Py_ssize_t i = 0, k = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x8 = _mm256_loadu_ps(x + i);
+        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x8, vv, _CMP_GE_OQ));
+        if (m) { /* (a branch: most groups of eight on a large vocabulary hold none) */
+            k += compress4(m & 15, i, e0, ids + k, qs + k);
+            k += compress4(m >> 4, i + 4, e1, ids + k, qs + k);
+        }
+    }
+    double ls[4];
+    _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
+    double total = (ls[0] + ls[1]) + (ls[2] + ls[3]);
+    if (i < n) { /* the tail: its exps by the padded pass, then picked one by one */
+        double w[8];
+        total += pass4_f32(x + i, shift, 1.0, w, n - i, NULL);
+        for (Py_ssize_t j = 0; j < n - i; j++)
+            if (x[i + j] >= v) {
+                ids[k] = i + j;
+                qs[k++] = w[j];
+            }
+    }
+    *kout = k;
+    return total;
+}
 #pragma GCC pop_options
 #define FMA_PASS(CALL) \
     if (kernel_fma) return CALL
@@ -836,6 +897,7 @@ static double exp_sum_above(const float *x, double shift, float v, int64_t *ids,
     double w[ABOVE_BLOCK], total = 0.0;
     Py_ssize_t k = 0;
 #ifdef KERNEL_AVX2
+    if (kernel_fma) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
     int avx2 = __builtin_cpu_supports("avx2");
 #endif
     for (Py_ssize_t first = 0; first < n; first += ABOVE_BLOCK) {
@@ -1183,6 +1245,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sampler_kernel",
 PyMODINIT_FUNC PyInit__sampler_kernel(void) {
 #ifdef KERNEL_AVX2
     kernel_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    compress_lut_init();
 #endif
     return PyModule_Create(&module);
 }
