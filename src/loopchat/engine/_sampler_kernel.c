@@ -20,6 +20,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -62,8 +63,211 @@ static inline double kexp(double x) {
     return x != x ? x : y;
 }
 
+/* ---- the float64 exp, four lanes at a time, by hand (AVX2 + FMA) -----------------------
+ * gcc's vectorisation of kexp spills its constants and partial results to the stack (some
+ * 75 instructions for four exps); written out with intrinsics, the same reduction (Cody-Waite,
+ * k rounded by the 1.5 * 2^52 trick) and the same degree-13 Taylor polynomial (Estrin's
+ * scheme, FMAs) take some 30: 0.9 ns a token against 1.6 on this machine
+ * (docs/performance.md). The scaling by 2^n is an addition to the exponent's bits where the
+ * result is normal (x >= -708), else kexp's two products (a subnormal result, rounded once).
+ * Within 2 ulp of numpy's exp on x <= 0 like kexp (tests/test_sampler_kernel.py); every pass
+ * below uses it where the CPU has AVX2 and FMA (kernel_fma), kexp otherwise, so the passes of
+ * one machine agree with each other bit for bit (a tail of fewer than four lanes is padded:
+ * a value's bits do not depend on its lane). */
+static int kernel_fma = 0;
+
+#ifdef KERNEL_AVX2
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+static inline __attribute__((always_inline)) __m256d exp4(__m256d x) {
+    __m256d xc = _mm256_max_pd(_mm256_set1_pd(-746.0), x); /* (NaN: x, its second operand) */
+    __m256d k = _mm256_fmadd_pd(xc, _mm256_set1_pd(LOG2E), _mm256_set1_pd(ROUNDER));
+    __m256d n = _mm256_sub_pd(k, _mm256_set1_pd(ROUNDER));
+    __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_HI), xc);
+    r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_LO), r);
+    /* kexp's polynomial, by Estrin's scheme (Horner's chain of 13 dependent FMAs is slower) */
+    __m256d r2 = _mm256_mul_pd(r, r), r4 = _mm256_mul_pd(r2, r2), r8 = _mm256_mul_pd(r4, r4);
+    __m256d c0 = _mm256_add_pd(_mm256_set1_pd(1.0), r);
+    __m256d c1 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 6.0), _mm256_set1_pd(0.5));
+    __m256d c2 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 120.0), _mm256_set1_pd(1.0 / 24.0));
+    __m256d c3 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 5040.0), _mm256_set1_pd(1.0 / 720.0));
+    __m256d c4 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 362880.0), _mm256_set1_pd(1.0 / 40320.0));
+    __m256d c5 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 39916800.0), _mm256_set1_pd(1.0 / 3628800.0));
+    __m256d c6 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 6227020800.0), _mm256_set1_pd(1.0 / 479001600.0));
+    __m256d d0 = _mm256_fmadd_pd(r2, c1, c0), d1 = _mm256_fmadd_pd(r2, c3, c2), d2 = _mm256_fmadd_pd(r2, c5, c4);
+    __m256d e0 = _mm256_fmadd_pd(r4, d1, d0), e1 = _mm256_fmadd_pd(r4, c6, d2);
+    __m256d p = _mm256_fmadd_pd(r8, e1, e0);
+    __m256i kb = _mm256_castpd_si256(k); /* its low bits hold n */
+    __m256d y;
+    if (!_mm256_movemask_pd(_mm256_cmp_pd(xc, _mm256_set1_pd(-708.0), _CMP_LT_OQ))) {
+        y = _mm256_castsi256_pd(_mm256_add_epi64(_mm256_castpd_si256(p), _mm256_slli_epi64(kb, 52)));
+    } else { /* 2^(n + 64), a normal number for n in [-1077, 0], then 2^-64: one rounding */
+        __m256i ni = _mm256_sub_epi64(kb, _mm256_set1_epi64x(0x4338000000000000LL));
+        __m256i sb = _mm256_slli_epi64(_mm256_add_epi64(ni, _mm256_set1_epi64x(1023 + 64)), 52);
+        y = _mm256_mul_pd(_mm256_mul_pd(p, _mm256_castsi256_pd(sb)), _mm256_set1_pd(0x1p-64));
+    }
+    return _mm256_blendv_pd(y, x, _mm256_cmp_pd(x, x, _CMP_UNORD_Q));
+}
+
+/* The passes' loop: z = (x[i] - shift) (times inv_t if SCALED), e = exp4(z), e stored into w
+   (if W), s += e (returned), a += e * z (into *wz, if WZ); x float32 (F32) or float64. */
+static inline __attribute__((always_inline)) double pass4(const void *xv, int F32, double shift, int SCALED,
+                                                          double inv_t, double *w, int W, Py_ssize_t n,
+                                                          double *wz, int WZ) {
+    const float *x32 = (const float *)xv;
+    const double *x64 = (const double *)xv;
+    __m256d vs = _mm256_set1_pd(shift), vt = _mm256_set1_pd(inv_t);
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0, a0 = s0, a1 = s0;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256d z0, z1;
+        if (F32) {
+            __m256 v = _mm256_loadu_ps(x32 + i);
+            z0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vs);
+            z1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vs);
+        } else {
+            z0 = _mm256_sub_pd(_mm256_loadu_pd(x64 + i), vs);
+            z1 = _mm256_sub_pd(_mm256_loadu_pd(x64 + i + 4), vs);
+        }
+        if (SCALED) {
+            z0 = _mm256_mul_pd(z0, vt);
+            z1 = _mm256_mul_pd(z1, vt);
+        }
+        __m256d e0 = exp4(z0), e1 = exp4(z1);
+        if (W) {
+            _mm256_storeu_pd(w + i, e0);
+            _mm256_storeu_pd(w + i + 4, e1);
+        }
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+        if (WZ) {
+            a0 = _mm256_add_pd(a0, _mm256_mul_pd(e0, z0));
+            a1 = _mm256_add_pd(a1, _mm256_mul_pd(e1, z1));
+        }
+    }
+    double ls[4], la[4], s, a;
+    _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
+    _mm256_storeu_pd(la, _mm256_add_pd(a0, a1));
+    s = (ls[0] + ls[1]) + (ls[2] + ls[3]);
+    a = (la[0] + la[1]) + (la[2] + la[3]);
+    for (; i < n; i += 4) { /* the tail, padded to four lanes */
+        double tx[4] = {0.0, 0.0, 0.0, 0.0}, te[4], tz[4];
+        Py_ssize_t m = n - i < 4 ? n - i : 4;
+        for (Py_ssize_t j = 0; j < m; j++) tx[j] = F32 ? (double)x32[i + j] : x64[i + j];
+        __m256d z = _mm256_sub_pd(_mm256_loadu_pd(tx), vs);
+        if (SCALED) z = _mm256_mul_pd(z, vt);
+        _mm256_storeu_pd(te, exp4(z));
+        _mm256_storeu_pd(tz, z);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (W) w[i + j] = te[j];
+            s += te[j];
+            if (WZ) a += te[j] * tz[j];
+        }
+    }
+    if (WZ) *wz += a;
+    return s;
+}
+
+/* pass4 with its flags as constants (one loop each). */
+__attribute__((noinline)) static double pass4_f32(const float *x, double shift, double t, double *w, Py_ssize_t n,
+                                                  double *wz) {
+    int scaled = t != 1.0;
+    double inv_t = 1.0 / t;
+    if (w && wz)
+        return scaled ? pass4(x, 1, shift, 1, inv_t, w, 1, n, wz, 1) : pass4(x, 1, shift, 0, 1.0, w, 1, n, wz, 1);
+    if (wz)
+        return scaled ? pass4(x, 1, shift, 1, inv_t, NULL, 0, n, wz, 1) : pass4(x, 1, shift, 0, 1.0, NULL, 0, n, wz, 1);
+    if (w) return pass4(x, 1, shift, 0, 1.0, w, 1, n, NULL, 0);
+    return pass4(x, 1, shift, 0, 1.0, NULL, 0, n, NULL, 0);
+}
+
+__attribute__((noinline)) static double pass4_f64(const double *x, double shift, double t, double *w, Py_ssize_t n,
+                                                  double *wz) {
+    int scaled = t != 1.0;
+    double inv_t = 1.0 / t;
+    if (w && wz)
+        return scaled ? pass4(x, 0, shift, 1, inv_t, w, 1, n, wz, 1) : pass4(x, 0, shift, 0, 1.0, w, 1, n, wz, 1);
+    if (wz)
+        return scaled ? pass4(x, 0, shift, 1, inv_t, NULL, 0, n, wz, 1) : pass4(x, 0, shift, 0, 1.0, NULL, 0, n, wz, 1);
+    if (w) return pass4(x, 0, shift, 0, 1.0, w, 1, n, NULL, 0);
+    return pass4(x, 0, shift, 0, 1.0, NULL, 0, n, NULL, 0);
+}
+/* LUT[m]: the 32-bit lanes that move the 64-bit lanes set in the 4-bit mask m to the front. */
+static int32_t compress_lut[16][8];
+
+static void compress_lut_init(void) {
+    for (int m = 0; m < 16; m++) {
+        int k = 0;
+        for (int j = 0; j < 4; j++)
+            if (m >> j & 1) {
+                compress_lut[m][2 * k] = 2 * j;
+                compress_lut[m][2 * k + 1] = 2 * j + 1;
+                k++;
+            }
+        for (; k < 4; k++) compress_lut[m][2 * k] = compress_lut[m][2 * k + 1] = 0;
+    }
+}
+
+/* Four positions (from i) and their exps e, those of the mask m moved to ids + k and qs + k
+   (four lanes written, the count kept returned: the caller's arrays have room). */
+static inline __attribute__((always_inline)) Py_ssize_t compress4(unsigned m, Py_ssize_t i, __m256d e, int64_t *ids,
+                                                                    double *qs) {
+    __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
+    __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)i), _mm256_set_epi64x(3, 2, 1, 0));
+    _mm256_storeu_si256((__m256i *)ids, _mm256_permutevar8x32_epi32(pos, perm));
+    _mm256_storeu_pd(qs, _mm256_castsi256_pd(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(e), perm)));
+    return __builtin_popcount(m);
+}
+
+/* exp_sum_above's pass in one loop: the exps in registers, the positions at or above v and
+   their exps moved out by a table of permutations (no branch per position kept). */
+__attribute__((noinline)) static double exp_sum_above4(const float *x, double shift, float v, int64_t *ids,
+                                                       double *qs, Py_ssize_t n, Py_ssize_t *kout) {
+    __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
+    __m256 vv = _mm256_set1_ps(v);
+    Py_ssize_t i = 0, k = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x8 = _mm256_loadu_ps(x + i);
+        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x8, vv, _CMP_GE_OQ));
+        if (m) { /* (a branch: most groups of eight on a large vocabulary hold none) */
+            k += compress4(m & 15, i, e0, ids + k, qs + k);
+            k += compress4(m >> 4, i + 4, e1, ids + k, qs + k);
+        }
+    }
+    double ls[4];
+    _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
+    double total = (ls[0] + ls[1]) + (ls[2] + ls[3]);
+    if (i < n) { /* the tail: its exps by the padded pass, then picked one by one */
+        double w[8];
+        total += pass4_f32(x + i, shift, 1.0, w, n - i, NULL);
+        for (Py_ssize_t j = 0; j < n - i; j++)
+            if (x[i + j] >= v) {
+                ids[k] = i + j;
+                qs[k++] = w[j];
+            }
+    }
+    *kout = k;
+    return total;
+}
+#pragma GCC pop_options
+#define FMA_PASS(CALL) \
+    if (kernel_fma) return CALL
+#else
+#define FMA_PASS(CALL)
+#endif
+
 KERNEL_CLONES
 static void exp_many(const double *x, double *out, Py_ssize_t n) {
+#ifdef KERNEL_AVX2
+    if (kernel_fma) {
+        pass4_f64(x, 0.0, 1.0, out, n, NULL);
+        return;
+    }
+#endif
 #pragma omp simd
     for (Py_ssize_t i = 0; i < n; i++) out[i] = kexp(x[i]);
 }
@@ -71,6 +275,7 @@ static void exp_many(const double *x, double *out, Py_ssize_t n) {
 /* q[i] = exp(double(src[i]) - shift) (stored if q is not NULL); returns their sum. */
 KERNEL_CLONES
 static double exp_sum_f32(const float *src, double shift, double *q, Py_ssize_t n) {
+    FMA_PASS(pass4_f32(src, shift, 1.0, q, n, NULL));
     double s = 0.0;
     if (q) {
 #pragma omp simd reduction(+ : s)
@@ -119,27 +324,32 @@ static double exp_sum_f32(const float *src, double shift, double *q, Py_ssize_t 
 
 KERNEL_CLONES
 static double block_f32(const float *x, double shift, double t, double *w, Py_ssize_t n, double *wz) {
+    FMA_PASS(pass4_f32(x, shift, t, w, n, wz));
     BLOCK_BODY((double)x[i], w[i] = e)
 }
 
 KERNEL_CLONES
 static double block_f32_sums(const float *x, double shift, double t, Py_ssize_t n, double *wz) {
+    FMA_PASS(pass4_f32(x, shift, t, NULL, n, wz));
     BLOCK_BODY((double)x[i], (void)0)
 }
 
 KERNEL_CLONES
 static double block_f64(const double *x, double shift, double t, double *w, Py_ssize_t n, double *wz) {
+    FMA_PASS(pass4_f64(x, shift, t, w, n, wz));
     BLOCK_BODY(x[i], w[i] = e)
 }
 
 KERNEL_CLONES
 static double block_f64_sums(const double *x, double shift, double t, Py_ssize_t n, double *wz) {
+    FMA_PASS(pass4_f64(x, shift, t, NULL, n, wz));
     BLOCK_BODY(x[i], (void)0)
 }
 
 /* The sum of exp(z[i]). */
 KERNEL_CLONES
 static double sum_exp_f64(const double *z, Py_ssize_t n) {
+    FMA_PASS(pass4_f64(z, 0.0, 1.0, NULL, n, NULL));
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
     for (Py_ssize_t i = 0; i < n; i++) s += kexp(z[i]);
@@ -632,6 +842,108 @@ static Py_ssize_t at_least(const float *x, float v, int64_t *ids, Py_ssize_t n) 
     return at_least_f32(x, v, ids, n);
 }
 
+/* top-p's pass over the vocabulary (issue 23, item 3): the sum of q = exp(double(x[i]) - shift)
+   over every i, and the positions with x[i] >= v (float32, as at_least) with their q, in order,
+   into ids and qs (the deep set: a few percent of the vocabulary); nothing else stored. The
+   exps are computed a block at a time into a buffer in L1 (vectorised, the same kexp as
+   exp_sum's: the same bits), then the block's positions at or above v are picked from it. */
+#define ABOVE_BLOCK 512
+
+KERNEL_CLONES
+static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t n) {
+    FMA_PASS(pass4_f32(x, shift, 1.0, w, n, NULL));
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double e = kexp((double)x[i] - shift);
+        w[i] = e;
+        s += e;
+    }
+    return s;
+}
+
+static Py_ssize_t pick_above(const float *x, float v, const double *w, Py_ssize_t first, int64_t *ids, double *qs,
+                             Py_ssize_t n) {
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ids[k] = first + i;
+        qs[k] = w[i];
+        k += x[i] >= v;
+    }
+    return k;
+}
+
+#ifdef KERNEL_AVX2
+__attribute__((target("avx2,bmi"))) static Py_ssize_t pick_above_avx2(const float *x, float v, const double *w,
+                                                                       Py_ssize_t first, int64_t *ids, double *qs,
+                                                                       Py_ssize_t n) {
+    __m256 vv = _mm256_set1_ps(v);
+    Py_ssize_t k = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_GE_OQ));
+        while (m) {
+            Py_ssize_t j = i + __builtin_ctz(m);
+            ids[k] = first + j;
+            qs[k++] = w[j];
+            m &= m - 1;
+        }
+    }
+    return k + pick_above(x + i, v, w + i, first + i, ids + k, qs + k, n - i);
+}
+#endif
+
+static double exp_sum_above(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
+                            Py_ssize_t *kout) {
+    double w[ABOVE_BLOCK], total = 0.0;
+    Py_ssize_t k = 0;
+#ifdef KERNEL_AVX2
+    if (kernel_fma) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
+    int avx2 = __builtin_cpu_supports("avx2");
+#endif
+    for (Py_ssize_t first = 0; first < n; first += ABOVE_BLOCK) {
+        Py_ssize_t m = n - first < ABOVE_BLOCK ? n - first : ABOVE_BLOCK;
+        total += exp_block_f32(x + first, shift, w, m);
+#ifdef KERNEL_AVX2
+        if (avx2) {
+            k += pick_above_avx2(x + first, v, w, first, ids + k, qs + k, m);
+            continue;
+        }
+#endif
+        k += pick_above(x + first, v, w, first, ids + k, qs + k, m);
+    }
+    *kout = k;
+    return total;
+}
+
+PyDoc_STRVAR(exp_sum_above_doc,
+             "exp_sum_above(x, shift, v, ids, q) -> (total, k): for float32 x, the sum of exp(float64(x[i]) - shift)\n"
+             "over every i, and the k positions with x[i] >= float32(v), in order, into ids[:k] (int64) with\n"
+             "their exps into q[:k] (float64; both x's length).");
+
+static PyObject *py_exp_sum_above(PyObject *self, PyObject *args) {
+    PyObject *xo, *io, *qo;
+    double shift, v;
+    Py_buffer x, ib, qb;
+    if (!PyArg_ParseTuple(args, "OddOO", &xo, &shift, &v, &io, &qo)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (get_buf(io, &ib, 1, 'q') < 0) goto fail_x;
+    if (get_buf(qo, &qb, 1, 'd') < 0) goto fail_i;
+    Py_ssize_t n = x.shape[0], k = 0;
+    double total = 0.0;
+    if (check_len(&ib, n) == 0 && check_len(&qb, n) == 0) {
+        Py_BEGIN_ALLOW_THREADS total =
+            exp_sum_above((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n, &k);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&qb);
+fail_i:
+    PyBuffer_Release(&ib);
+fail_x:
+    PyBuffer_Release(&x);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(dn)", total, k);
+}
+
 PyDoc_STRVAR(at_least_doc,
              "at_least(x, v, ids) -> k: the k positions i of float32 x with x[i] >= float32(v), in order,\n"
              "into ids[:k] (int64, x's length).");
@@ -691,6 +1003,117 @@ fail_x:
     PyBuffer_Release(&x);
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
+}
+
+/* top-p's whole cut-off by the bins (sampler_math.top_p_bins) in one call, its numpy steps
+   one for one: the float32 bins of (x - lo) * scale, their masses summed in order, summed
+   again from the top bin down, the bin where the target is reached, the positions above it
+   (in order), and that bin's positions sorted by logit, largest first (equal ones in order),
+   their masses summed in that order until the target is reached. Returns the count kept
+   (into kept) and their mass, or -1 where numpy's own path must run (a non-finite logit, one
+   value only, a spread too narrow for float32's scale). */
+typedef struct {
+    float v;
+    int64_t pos;
+} cut_entry;
+
+static int cut_cmp(const void *a, const void *b) {
+    const cut_entry *p = (const cut_entry *)a, *q = (const cut_entry *)b;
+    if (p->v != q->v) return p->v > q->v ? -1 : 1;
+    return p->pos < q->pos ? -1 : (p->pos > q->pos);
+}
+
+static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
+                            int64_t *kept, Py_ssize_t n, double *mass) {
+    float mx = x[0], lo = x[0];
+    for (Py_ssize_t i = 1; i < n; i++) {
+        mx = x[i] > mx ? x[i] : mx;
+        lo = x[i] < lo ? x[i] : lo;
+    }
+    double span = (double)mx - (double)lo;
+    if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
+    double *hist = (double *)malloc((size_t)bins * sizeof(double));
+    if (!hist) return -2;
+    bin_index(x, lo, (float)((double)bins / span), (float)(bins - 1), idx, n);
+    bin_sums(idx, q, hist, bins, n);
+    /* from_top = cumsum(hist[::-1]) (in place); first = searchsorted(from_top, target, "left") */
+    for (Py_ssize_t i = 0; i < bins / 2; i++) {
+        double t = hist[i];
+        hist[i] = hist[bins - 1 - i];
+        hist[bins - 1 - i] = t;
+    }
+    for (Py_ssize_t i = 1; i < bins; i++) hist[i] = hist[i - 1] + hist[i];
+    Py_ssize_t lo_i = 0, hi_i = bins; /* (numpy's binary search: the first i with hist[i] >= target) */
+    while (lo_i < hi_i) {
+        Py_ssize_t mid = lo_i + (hi_i - lo_i) / 2;
+        if (hist[mid] < target) lo_i = mid + 1;
+        else hi_i = mid;
+    }
+    Py_ssize_t b = bins - 1 - (lo_i < bins - 1 ? lo_i : bins - 1);
+    double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
+    free(hist);
+    Py_ssize_t na = 0, ni = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (idx[i] > b) kept[na++] = i;
+        else if (idx[i] == b) ni++;
+    }
+    cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
+    if (!in) return -2;
+    for (Py_ssize_t i = 0, j = 0; i < n; i++)
+        if (idx[i] == b) in[j++] = (cut_entry){x[i], i};
+    qsort(in, (size_t)ni, sizeof(cut_entry), cut_cmp);
+    double part = 0.0, cum = 0.0;
+    Py_ssize_t keep = ni;
+    for (Py_ssize_t j = 0; j < ni; j++) {
+        part += q[in[j].pos];
+        cum = mass_above + part;
+        if (cum >= target) {
+            keep = j + 1;
+            break;
+        }
+    }
+    for (Py_ssize_t j = 0; j < keep; j++) kept[na + j] = in[j].pos;
+    free(in);
+    *mass = cum;
+    return na + keep;
+}
+
+PyDoc_STRVAR(top_p_cut_doc,
+             "top_p_cut(x, q, target, bins, idx, kept) -> (k, mass): sampler_math.top_p_bins in one call for\n"
+             "float32 x and float64 q (idx: int32 scratch, kept: int64, both x's length): the k positions kept\n"
+             "into kept[:k] (those above the cut-off's bin in order, then that bin's, largest first) and their\n"
+             "mass; k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow).");
+
+static PyObject *py_top_p_cut(PyObject *self, PyObject *args) {
+    PyObject *xo, *qo, *io, *ko;
+    double target, mass = 0.0;
+    Py_ssize_t bins, k = -1;
+    Py_buffer x, q, ib, kb;
+    if (!PyArg_ParseTuple(args, "OOdnOO", &xo, &qo, &target, &bins, &io, &ko)) return NULL;
+    if (bins <= 1 || bins > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "bins out of range");
+        return NULL;
+    }
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (get_buf(qo, &q, 0, 'd') < 0) goto fail_x;
+    if (get_buf(io, &ib, 1, 'i') < 0) goto fail_q;
+    if (get_buf(ko, &kb, 1, 'q') < 0) goto fail_i;
+    Py_ssize_t n = x.shape[0];
+    if (n > 0 && check_len(&q, n) == 0 && check_len(&ib, n) == 0 && check_len(&kb, n) == 0) {
+        Py_BEGIN_ALLOW_THREADS k = top_p_cut((const float *)x.buf, (const double *)q.buf, target, bins,
+                                             (int32_t *)ib.buf, (int64_t *)kb.buf, n, &mass);
+        Py_END_ALLOW_THREADS
+        if (k == -2) PyErr_NoMemory();
+    }
+    PyBuffer_Release(&kb);
+fail_i:
+    PyBuffer_Release(&ib);
+fail_q:
+    PyBuffer_Release(&q);
+fail_x:
+    PyBuffer_Release(&x);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(nd)", k, mass);
 }
 
 PyDoc_STRVAR(bin_split_doc,
@@ -806,8 +1229,10 @@ static PyMethodDef methods[] = {
     {"min_p", py_min_p, METH_VARARGS, min_p_doc},
     {"count_greater", py_count_greater, METH_VARARGS, count_greater_doc},
     {"at_least", py_at_least, METH_VARARGS, at_least_doc},
+    {"exp_sum_above", py_exp_sum_above, METH_VARARGS, exp_sum_above_doc},
     {"bin_masses", py_bin_masses, METH_VARARGS, bin_masses_doc},
     {"bin_split", py_bin_split, METH_VARARGS, bin_split_doc},
+    {"top_p_cut", py_top_p_cut, METH_VARARGS, top_p_cut_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
     {NULL, NULL, 0, NULL},
@@ -817,4 +1242,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sampler_kernel",
                                     "The sampler's float64 passes over the vocabulary, fused (see the C file).",
                                     -1, methods};
 
-PyMODINIT_FUNC PyInit__sampler_kernel(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__sampler_kernel(void) {
+#ifdef KERNEL_AVX2
+    kernel_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    compress_lut_init();
+#endif
+    return PyModule_Create(&module);
+}

@@ -47,6 +47,21 @@ def exp_sum(src: np.ndarray, shift: float, out: np.ndarray | None) -> float:
     return float(q.sum())
 
 
+def exp_sum_above(src: np.ndarray, shift: float, threshold: np.floating) -> tuple[float, np.ndarray, np.ndarray]:
+    """One pass over float32 src: the sum of exp(float64(src) - shift) over every entry (as
+    exp_sum, nothing stored), and the positions at or above threshold (of src's type), in
+    order (a fresh array), with their exps (scratch memory): top-p's deep set."""
+    n = src.shape[0]
+    if kernel is not None:
+        ids, q = scratch.get("ids", n, np.int64), scratch.get("deep_q", n, np.float64)
+        total, k = kernel.exp_sum_above(src, shift, float(threshold), ids, q)
+        return float(total), ids[:k].astype(np.intp), q[:k]
+    q = scratch.get("f64b", n, np.float64)
+    total = exp_sum(src, shift, q)
+    deep = np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", n, np.bool_)))
+    return total, deep, q[deep]
+
+
 def distribution(x: np.ndarray, shift: float, t: float, block: int) -> tuple[np.ndarray, np.ndarray, float, float]:
     """For float32 or float64 x, z = (x - shift) / t in float64 (no division when t is 1):
     (weights exp(z), a scratch array; the sums of their blocks of `block`; the weights'
@@ -151,6 +166,19 @@ def bin_masses(
     idx = scratch.get("intp", n, np.intp)
     np.copyto(idx, vals, casting="unsafe")  # truncation, as astype(np.intp)
     return idx, np.bincount(idx, weights=q, minlength=bins)
+
+
+def top_p_cut(x: np.ndarray, q: np.ndarray, target: float, bins: int) -> tuple[np.ndarray, float] | None:
+    """sampler_math.top_p_bins in one call of the kernel (its steps one for one: the same
+    positions in the same order, the same mass): (the kept positions, a fresh array; their
+    mass), or None where numpy's steps must run (no kernel; a non-finite logit, a single
+    value, a spread too narrow for float32's scale)."""
+    n = x.shape[0]
+    if kernel is None or n == 0 or x.dtype != np.float32 or q.dtype != np.float64:
+        return None
+    kept = scratch.get("ids2", n, np.int64)
+    k, mass = kernel.top_p_cut(x, np.ascontiguousarray(q), target, bins, scratch.get("bins32", n, np.int32), kept)
+    return None if k < 0 else (kept[:k].astype(np.intp), float(mass))
 
 
 def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:

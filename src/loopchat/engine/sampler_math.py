@@ -84,105 +84,112 @@ def top_p_set(
     _TOP_P_DEEP reach (a flat one: a base model, or a high temperature that drifted the
     text), used only if those tokens do hold top_p of the mass (summed exactly): all
     tokens below it are then below the cut-off. Else, or within that set, the bins of
-    top_p_bins find it. The float64 arrays are scratch memory (see sampler_scratch).
+    top_p_bins find it. On a large vocabulary one pass (sampler_fused.exp_sum_above) sums
+    the masses and keeps the deep set's with their positions: the head is found inside it,
+    and the vocabulary's masses are stored (a second pass) only where the deep set does not
+    hold top_p. The float64 arrays are scratch memory (see sampler_scratch).
 
     `approx`: (an estimate of the candidates' total mass exp(logit - shift) to 1e-5, the
-    shift): where it says the head or the deep set holds top_p, the masses of the
-    vocabulary are summed and not stored (2 MB not written on Gemma 3), the head's and the
-    deep set's recomputed (a few thousand exps); else, or if the estimate was wrong, they
-    are stored. Either way the same numbers: the estimate only chooses what is kept.
+    shift): where it says the most likely token alone holds top_p, the total is summed
+    with no deep set or search (if the estimate was wrong, the search follows). Either way
+    the same numbers: the estimate only chooses what is computed.
 
     Returns the kept candidates and the share of the candidates' softmax mass they hold
     (both sums in float64, found on the way). `known_max`: the candidates' largest logit,
     if the caller knows it."""
     src = work if cand is None else work[cand]  # float32
-    m = src.shape[0]
     mx = float(src.max()) if known_max is None else known_max
-    head, store = None, approx is None or m <= _TOP_P_HEAD
-    if approx is not None:
-        target_estimate = top_p * approx[0] * math.exp(approx[1] - mx)
-        # (the most likely token alone surely holds top_p: neither head nor masses needed)
-        if target_estimate * _MARGIN > 1.0 and m > _TOP_P_HEAD:
-            head = _Head(src, mx)
-            store = not head.holds(target_estimate * _MARGIN)
-    # q = exp(float64(logit) - max), one pass (sampler_fused), stored only if needed
-    q = scratch.get("f64b", m, np.float64) if store else None
-    total = sampler_fused.exp_sum(src, mx, q)
-    target = top_p * total
-    if target <= 1.0:
-        # the most likely token alone holds top_p (its q is exp(0) = 1): the first of
-        # equal ones, as the sort puts them (a sharp distribution: no search at all)
-        top = int(np.argmax(src))
-        return np.array([top if cand is None else cand[top]], dtype=np.intp), 1.0 / total
-    if head is None and m > _TOP_P_HEAD:
-        head = _Head(src, mx)
-    if head is not None:
-        ids = head.pos if cand is None else cand[head.pos]
-        order = np.lexsort((ids, -src[head.pos]))  # largest first, equal ones by id
-        cum = np.cumsum(head.q(q)[order])
-        n_keep = int(np.searchsorted(cum, target, side="left")) + 1
-        if n_keep < _TOP_P_HEAD:  # reached inside the head (its last entry may tie with the next)
-            return ids[order[:n_keep]], float(cum[n_keep - 1]) / total
-        if head.above is not None:
-            deep, q_sub = head.deep(q)  # in id order
-            if float(q_sub.sum()) >= target:
-                kept, mass = top_p_bins(src[deep], q_sub, target)
-                kept = deep[kept]
-                return (kept if cand is None else cand[kept]), mass / total
-    if q is None:  # (the estimate was wrong: the masses after all)
-        q = scratch.get("f64b", m, np.float64)
-        sampler_fused.exp_sum(src, mx, q)
-    kept, mass = top_p_bins(src, q, target)
+    if approx is not None and top_p * approx[0] * math.exp(approx[1] - mx) * _MARGIN <= 1.0:
+        total = sampler_fused.exp_sum(src, mx, None)
+        if top_p * total <= 1.0:  # (a sharp distribution: no search at all)
+            return _first_max(src, cand), 1.0 / total
+    above = _deep_sample(src)
+    if above is None:
+        kept, mass, total = _top_p_stored(src, cand, top_p, mx)
+    else:
+        kept, mass, total = _top_p_deep(src, cand, top_p, mx, above)
     return (kept if cand is None else cand[kept]), mass / total
 
 
-#: an estimate's margin: it must say the head or the deep set holds more than this times
-#: the target (the estimate from float32 exps is within 1e-5 of the total: see TopP)
+#: an estimate's margin: it must say the most likely token holds more than this times the
+#: target (the estimate from float32 exps is within 1e-5 of the total: see TopP)
 _MARGIN = 1.0 + 1e-4
 
 
-class _Head:
-    """top-p's head (the exact top _TOP_P_HEAD of src, in no order) and, on a large
-    vocabulary, the deep set's threshold (`above[0]`), with their masses exp(x - mx)
-    taken from the stored q or recomputed (sampler_fused.weights_of)."""
+def _first_max(src: np.ndarray, cand: np.ndarray | None) -> np.ndarray:
+    """The most likely token alone (its q is exp(0) = 1): the first of equal ones, as the
+    sort puts them."""
+    top = int(np.argmax(src))
+    return np.array([top if cand is None else cand[top]], dtype=np.intp)
 
-    def __init__(self, src: np.ndarray, mx: float) -> None:
-        self.src, self.mx = src, mx
-        sample = src[::_TOP_P_STRIDE]
-        s, j = sample.shape[0], _TOP_P_DEEP // _TOP_P_STRIDE
-        self.above: np.ndarray | None = None
-        if s > 4 * j:
-            # one partition of the sample gives the deep set's threshold and the head's (as
-            # top_indices takes it: the same candidates, in a pass of sampler_fused)
-            self.above = np.partition(sample, s - 1 - j)[s - 1 - j :]  # the sample's j + 1 largest
-            head_threshold = np.partition(self.above, j + 1 - _TOP_P_HEAD)[j + 1 - _TOP_P_HEAD]
-            self.pos = _top_of(src, sampler_fused.at_least(src, head_threshold), _TOP_P_HEAD)
-        else:
-            self.pos = top_indices(src, _TOP_P_HEAD)
-        self._q: np.ndarray | None = None
-        self._deep: tuple[np.ndarray, np.ndarray] | None = None
 
-    def q(self, q: np.ndarray | None) -> np.ndarray:
-        if q is not None:
-            return q[self.pos]
-        if self._q is None:
-            self._q = sampler_fused.weights_of(self.src[self.pos], self.mx, 1.0)
-        return self._q
+def _deep_sample(src: np.ndarray) -> np.ndarray | None:
+    """The j + 1 largest of a strided sample of src (j = _TOP_P_DEEP / _TOP_P_STRIDE), the
+    first of them the deep set's threshold; None: src too small for a deep set."""
+    sample = src[::_TOP_P_STRIDE]
+    s, j = sample.shape[0], _TOP_P_DEEP // _TOP_P_STRIDE
+    return np.partition(sample, s - 1 - j)[s - 1 - j :] if s > 4 * j else None
 
-    def deep(self, q: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """The deep set's positions (in order) and their masses."""
-        assert self.above is not None
-        if self._deep is None:
-            deep = sampler_fused.at_least(self.src, self.above[0])
-            q_sub = q[deep] if q is not None else sampler_fused.weights_of(self.src[deep], self.mx, 1.0)
-            self._deep = deep, q_sub
-        return self._deep
 
-    def holds(self, target: float) -> bool:
-        """Whether the head's or the deep set's mass (recomputed) is at least target."""
-        if float(self.q(None).sum()) >= target:
-            return True
-        return self.above is not None and float(self.deep(None)[1].sum()) >= target
+def _head_cut(
+    src: np.ndarray, cand: np.ndarray | None, pos: np.ndarray, q: np.ndarray, target: float
+) -> tuple[np.ndarray, float] | None:
+    """The cut-off inside the head (`pos`: the exact top _TOP_P_HEAD of src, q their
+    masses): (the kept positions, their mass), or None where the head does not reach it."""
+    ids = pos if cand is None else cand[pos]
+    order = np.lexsort((ids, -src[pos]))  # largest first, equal ones by id
+    cum = np.cumsum(q[order])
+    n_keep = int(np.searchsorted(cum, target, side="left")) + 1
+    if n_keep < _TOP_P_HEAD:  # reached inside the head (its last entry may tie with the next)
+        return pos[order[:n_keep]], float(cum[n_keep - 1])
+    return None
+
+
+def _top_p_stored(
+    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float
+) -> tuple[np.ndarray, float, float]:
+    """top_p_set without a deep set: the masses stored, the head, then the bins.
+    (kept positions of src, their mass, the total)."""
+    q = scratch.get("f64b", src.shape[0], np.float64)
+    total = sampler_fused.exp_sum(src, mx, q)
+    target = top_p * total
+    if target <= 1.0:
+        return _first_max(src, None), 1.0, total
+    if src.shape[0] > _TOP_P_HEAD:
+        pos = top_indices(src, _TOP_P_HEAD)
+        cut = _head_cut(src, cand, pos, q[pos], target)
+        if cut is not None:
+            return (*cut, total)
+    kept, mass = top_p_bins(src, q, target)
+    return kept, mass, total
+
+
+def _top_p_deep(
+    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, above: np.ndarray
+) -> tuple[np.ndarray, float, float]:
+    """top_p_set on a large vocabulary: one pass for the total and the deep set (the
+    positions at or above above[0], with their masses), the head found inside it (the
+    positions at or above the sample's top _TOP_P_HEAD-th: as top_indices takes them),
+    the bins inside it where it holds top_p, else over everything (the masses stored)."""
+    total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[0])
+    target = top_p * total
+    x_deep = src[deep]
+    if target <= 1.0:  # (every token of the largest logit is in the deep set, in order)
+        return deep[int(np.argmax(x_deep)) : int(np.argmax(x_deep)) + 1], 1.0, total
+    if target <= _TOP_P_HEAD:  # (each mass is at most 1: a head holds no more than its size)
+        j = above.shape[0] - _TOP_P_HEAD
+        head = np.flatnonzero(x_deep >= np.partition(above, j)[j])
+        at = _top_of(x_deep, head, _TOP_P_HEAD)
+        cut = _head_cut(src, cand, deep[at], q_deep[at], target)
+        if cut is not None:
+            return (*cut, total)
+    if float(q_deep.sum()) >= target:
+        kept, mass = top_p_bins(x_deep, q_deep, target)
+        return deep[kept], mass, total
+    q = scratch.get("f64b", src.shape[0], np.float64)
+    sampler_fused.exp_sum(src, mx, q)
+    kept, mass = top_p_bins(src, q, target)
+    return kept, mass, total
 
 
 def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) -> tuple[np.ndarray, float]:
@@ -191,7 +198,11 @@ def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) ->
     The logits go into bins of equal width (a bin index is monotone in the logit, so a
     higher bin holds only larger logits); the bins' masses, summed from the top, point
     to the bin where the target is reached; every token above it is kept, and only the
-    tokens of that bin are sorted. Also returns the kept tokens' mass (the sum of their q)."""
+    tokens of that bin are sorted. Also returns the kept tokens' mass (the sum of their q).
+    The kernel does it all in one call (sampler_fused.top_p_cut), the same steps."""
+    fused = sampler_fused.top_p_cut(x, q, target, bins)
+    if fused is not None:
+        return fused
     c = x.shape[0]
     mx, lo = float(x.max()), float(x.min())
     hist = None
