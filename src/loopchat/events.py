@@ -129,6 +129,9 @@ class Start:
     seed_requested: int | None = None
     #: the logit lens was asked for and this model has none: why, in one line
     lens_note: str | None = None
+    #: flash attention in the model's context as llama.cpp resolved it: "on" or "off" (None:
+    #: not known: a server's reply, or a trace from before it was recorded)
+    flash_attn: str | None = None
     kind: str = field(default="start", init=False)
 
 
