@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.errors import one_line
+from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn, parse_flash_attn
 from loopchat.model_files import BUILTIN_MODELS, ModelFileError, parse_hf_spec
 from loopchat.model_spec import (
     BUILTIN_CONFIG,
@@ -30,7 +31,7 @@ from loopchat.threads_setting import AUTO, Threads
 from loopchat.urls import URLProblem, api_base
 
 #: what only a model run here has, and what only a remote model has
-_LOCAL_KEYS = ("n_ctx", "threads", "gpu_layers", "chat_template")
+_LOCAL_KEYS = ("n_ctx", "threads", "gpu_layers", "chat_template", "flash_attn")
 _REMOTE_KEYS = ("model", "api_key", "api_key_env", "timeout", "extensions")
 _MODEL_KEYS = (*SOURCES, "description", *_LOCAL_KEYS, "system_prompt", "mode", "sampling", *_REMOTE_KEYS)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -125,6 +126,7 @@ class Reader:
             location=location,
             n_ctx=self.integer(raw, key, "n_ctx", 4096, N_CTX_MIN, N_CTX_MAX, "the context window in tokens"),
             threads=self.threads(raw, key),
+            flash_attn=self.flash_attn(raw, key),
             gpu_layers=self.integer(
                 raw, key, "gpu_layers", 0, -1, 100_000, "layers to offload to a GPU: -1 for all, 0 for none"
             ),
@@ -235,6 +237,18 @@ class Reader:
             )
         hint = 'threads = "auto" (the default) lets loopchat choose'
         return self.integer(raw, key, "threads", AUTO, 1, THREADS_MAX, hint)
+
+    def flash_attn(self, raw: dict[str, Any], key: str) -> FlashAttn:
+        """`flash_attn`: "auto" (the default), true or false."""
+        try:
+            return parse_flash_attn(raw.get("flash_attn", DEFAULT_FLASH_ATTN))
+        except ValueError:
+            self.fail(
+                f"{key}.flash_attn",
+                f'must be "auto", true or false, got {_kind(raw["flash_attn"])} {raw["flash_attn"]!r}',
+                'e.g. flash_attn = "auto" (llama.cpp decides); edit the file',
+            )
+            raise
 
     def sampling(self, raw: Any, key: str) -> SamplingSettings:
         if not isinstance(raw, dict):

@@ -132,6 +132,9 @@ class Start:
     lens_note: str | None = None
     #: tokens on watch (watch.py): each string asked for and its first token's id (None: none)
     watch: tuple[tuple[str, int], ...] | None = None
+    #: flash attention in the model's context as llama.cpp resolved it: "on" or "off" (None:
+    #: not known: a server's reply, or a trace from before it was recorded)
+    flash_attn: str | None = None
     kind: str = field(default="start", init=False)
 
 

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
 from loopchat.model_files import ModelFileError, builtin_model_path, check_gguf, hf_download
 from loopchat.paths import default_config_path
 from loopchat.settings import SamplingSettings
@@ -46,6 +47,7 @@ class ModelSpec:
     n_ctx: int = 4096
     threads: Threads = AUTO  # "auto": the engine chooses from its own passes (thread_tuner.py)
     gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (-1: all); needs a GPU build
+    flash_attn: FlashAttn = DEFAULT_FLASH_ATTN  # "auto" | "on" | "off" (engine/flash_attn.py)
     chat_template: str | None = None  # Jinja2 override of the model's own template
     system_prompt: str | None = None  # None: no system message
     #: "chat" | "completion" | None: not set (chat, or completion for a model whose GGUF

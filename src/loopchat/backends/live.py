@@ -17,6 +17,7 @@ from typing import Any
 
 from loopchat.backends import Sink
 from loopchat.events import HostEvent, ModelReady, WorkerError
+from loopchat.flash_attn_setting import FlashAttn
 from loopchat.model_spec import BUILTIN_CONFIG, Config
 from loopchat.request import ReplyRequest
 from loopchat.settings import LiveSettings, SamplingSettings
@@ -77,6 +78,7 @@ class LiveBackend:
         verbose: bool = False,
         threads: Threads | None = None,
         host: str = DEFAULT_HOST,
+        flash_attn: FlashAttn | None = None,
     ) -> None:
         """`config`: models.toml as the caller parsed it (config.load_config; None: the
         built-in models); `model`: its entry's name or a GGUF file's path (None: the
@@ -87,6 +89,7 @@ class LiveBackend:
         self.spec = self.config.get(model)
         self.verbose = verbose
         self.threads = threads  # overrides the model's `threads` (--threads, tests, benchmarks)
+        self.flash_attn = flash_attn  # overrides the model's `flash_attn` (--flash-attn)
         self.ready: ModelReady | None = None  # the model loaded now
         self.loading: str | None = None
         self._relay = _Relay()
@@ -171,7 +174,9 @@ class LiveBackend:
         """Load a resolved model file on the worker (the model loaded before is closed)."""
         from loopchat.engine.options import EngineOptions
 
-        factory = EngineOptions.from_spec(spec, path, verbose=self.verbose, threads=self.threads)
+        factory = EngineOptions.from_spec(
+            spec, path, verbose=self.verbose, threads=self.threads, flash_attn=self.flash_attn
+        )
         self.spec = spec
         self.ready = None
         self.loading = spec.name

@@ -18,6 +18,7 @@ from typing import Any
 from loopchat.backends import Backend, Sink
 from loopchat.backends.live import DEFAULT_HOST, LiveBackend, _Relay
 from loopchat.events import ModelLoading, ModelReady, RunDone, WireReceived, WorkerError
+from loopchat.flash_attn_setting import FlashAttn
 from loopchat.model_spec import BUILTIN_CONFIG, Config
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
@@ -68,11 +69,12 @@ class ModelsBackend:
         verbose: bool = False,
         threads: Threads | None = None,
         host: str = DEFAULT_HOST,
+        flash_attn: FlashAttn | None = None,
     ) -> None:
         """`config`: models.toml as the caller parsed it (None: the built-in models); an
         unknown `model` raises ConfigError: the caller reports it."""
         self.config = config if config is not None else BUILTIN_CONFIG
-        self._local_args: tuple[bool, Threads | None, str] = (verbose, threads, host)
+        self._local_args: tuple[bool, Threads | None, str, FlashAttn | None] = (verbose, threads, host, flash_attn)
         self._local: LiveBackend | None = None
         self._remotes: dict[str, Any] = {}
         self._relay = _Relay()
@@ -91,8 +93,10 @@ class ModelsBackend:
                 self._remotes[spec.name] = backend
             return self._remotes[spec.name]
         if self._local is None:
-            verbose, threads, host = self._local_args
-            local = LiveBackend(self.config, name or spec.name, verbose=verbose, threads=threads, host=host)
+            verbose, threads, host, flash_attn = self._local_args
+            local = LiveBackend(
+                self.config, name or spec.name, verbose=verbose, threads=threads, host=host, flash_attn=flash_attn
+            )
             local.attach(lambda ev: self._on(local, ev))
             self._local = local
         return self._local

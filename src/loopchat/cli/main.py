@@ -34,6 +34,15 @@ def _threads(text: str) -> int | Literal["auto"]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _flash_attn(text: str) -> Literal["auto", "on", "off"]:
+    from loopchat.flash_attn_setting import parse_flash_attn
+
+    try:
+        return parse_flash_attn(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     # On a subcommand the defaults are suppressed so `loopchat --model X run ...` keeps X.
     d: dict[str, Any] = {"default": argparse.SUPPRESS} if sub else {}
@@ -51,6 +60,14 @@ def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None
         metavar="auto|N",
         help='llama.cpp threads: "auto" measures and picks the fastest count now (the default, '
         "unless models.toml pins one); N pins it",
+        **d,
+    )
+    p.add_argument(
+        "--flash-attn",
+        type=_flash_attn,
+        metavar="auto|on|off",
+        help='flash attention in llama.cpp: "auto" lets llama.cpp decide (on wherever it can run it: '
+        "the default, unless models.toml sets flash_attn)",
         **d,
     )
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)
@@ -272,6 +289,7 @@ def _main(argv: Sequence[str] | None) -> int:
             verbose=args.verbose,
             host=args.host,
             threads=args.threads,
+            flash_attn=args.flash_attn,
             url=args.url,
             api_key=args.api_key,
             model_id=args.model_id,

@@ -134,6 +134,8 @@ def remote_for(args: argparse.Namespace, config: Any) -> Any:
         return None
     if getattr(args, "threads", None) is not None:
         raise UsageError("--threads has no meaning for a model on a server: the server chooses its threads")
+    if getattr(args, "flash_attn", None) is not None:
+        raise UsageError("--flash-attn has no meaning for a model on a server: the server chooses it")
     if args.top_report > MAX_TOP_LOGPROBS:
         raise UsageError(f"--top-report can be at most {MAX_TOP_LOGPROBS} for a server (OpenAI's top_logprobs limit)")
     timeout = getattr(args, "timeout", None)
@@ -259,4 +261,5 @@ def _local_backend(args: argparse.Namespace) -> Any:
         verbose=bool(getattr(args, "verbose", False)),
         threads=getattr(args, "threads", None),
         host="thread",
+        flash_attn=getattr(args, "flash_attn", None),
     )

@@ -40,6 +40,7 @@ from loopchat.engine.run import ReplyRun
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.errors import ModelLoadError
 from loopchat.events import DOCUMENT, Event, FinishReason, Message, Pending
+from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import StepControl
@@ -47,6 +48,8 @@ from loopchat.threads_setting import AUTO, Threads
 from loopchat.token_faces import vocabulary_text
 
 __all__ = ["Engine"]
+
+_RESOLVED = {1: "on", 0: "off"}  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_ENABLED, _DISABLED
 
 
 class Engine:
@@ -67,6 +70,7 @@ class Engine:
         log_path: Path | None = None,
         verbose: bool = False,
         warmup: bool = True,
+        flash_attn: FlashAttn = DEFAULT_FLASH_ATTN,
     ) -> None:
         from loopchat.engine._llama_ffi import AbortFlag, LlamaCalls
         from loopchat.engine.auto_threads import AutoThreads
@@ -80,7 +84,9 @@ class Engine:
         self._tuner = (thread_tuner or ThreadTuner(physical_cores())) if self.threads_auto else None
         self._pinned = self._tuner.threads if self._tuner else int(threads)  # type: ignore[arg-type]
         self._auto: AutoThreads | None = None
-        self.llm = load_llama(self.model_path, n_ctx, n_batch, self._pinned, gpu_layers, log_path, verbose)
+        self.llm = load_llama(self.model_path, n_ctx, n_batch, self._pinned, gpu_layers, log_path, verbose, flash_attn)
+        #: flash attention as llama.cpp resolved it: "on", "off" (None: its log did not say)
+        self.flash_attn = _RESOLVED.get(self.llm.context_params.flash_attn_type)
         self.model_size = self.model_path.stat().st_size
         self._c = LlamaCalls(self.llm)  # the raw llama.cpp calls (_llama_ffi.py)
         self._logits_address: int | None = None

@@ -6,23 +6,36 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.errors import ModelLoadError
+from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
 from loopchat.model_files import gguf_problem
 
 
 def load_llama(
-    path: Path, n_ctx: int, n_batch: int, threads: int, gpu_layers: int, log_path: Path | None, verbose: bool
+    path: Path,
+    n_ctx: int,
+    n_batch: int,
+    threads: int,
+    gpu_layers: int,
+    log_path: Path | None,
+    verbose: bool,
+    flash_attn: FlashAttn = DEFAULT_FLASH_ATTN,
 ) -> Any:
-    """The `Llama` for a GGUF file (ModelLoadError, one line, for a file it cannot load)."""
+    """The `Llama` for a GGUF file (ModelLoadError, one line, for a file it cannot load).
+
+    `flash_attn` goes to llama.cpp's context params; afterwards `llm.context_params.flash_attn_type`
+    holds what llama.cpp resolved it to (ENABLED or DISABLED, read from its log: flash_attn.py;
+    AUTO only if the log did not say), so a second context on the model (the lens's) copies it."""
     from llama_cpp import Llama
 
-    from loopchat.engine.llama_log import python_prints_to_log, route_llama_log
+    from loopchat.engine.flash_attn import FLASH_ATTN_TYPES, context_created_with, resolved_from_log
+    from loopchat.engine.llama_log import captured_log, python_prints_to_log, route_llama_log
 
     problem = gguf_problem(path)
     if problem is not None:
         raise ModelLoadError(f"{path} {problem}; point the model's `path` at a .gguf model file")
     log_path = route_llama_log(log_path, echo=verbose)  # None if the log cannot be written
     try:
-        with python_prints_to_log():
+        with python_prints_to_log(), context_created_with(flash_attn), captured_log() as log:
             llm = Llama(
                 model_path=str(path),
                 n_ctx=n_ctx,
@@ -40,4 +53,7 @@ def load_llama(
             "check that it is a complete, uncorrupted GGUF file"
         ) from None
     llm.verbose = False  # no more prints from llama-cpp-python after the load
+    resolved = resolved_from_log("".join(log))
+    if resolved is not None:
+        llm.context_params.flash_attn_type = FLASH_ATTN_TYPES[resolved]
     return llm

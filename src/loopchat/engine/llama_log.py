@@ -29,6 +29,7 @@ class _State:
 
     file: TextIO | None = None
     echo: bool = False
+    captured: list[str] | None = None  # the lines kept meanwhile (captured_log)
 
 
 _state = _State()
@@ -36,6 +37,8 @@ _state = _State()
 
 def _write(text: str) -> None:
     with _lock:
+        if _state.captured is not None:
+            _state.captured.append(text)
         f = _state.file
         if f is not None:
             try:
@@ -108,3 +111,17 @@ def python_prints_to_log() -> Iterator[TextIO]:
     writer = _Writer()
     with contextlib.redirect_stderr(writer), contextlib.redirect_stdout(writer):
         yield writer
+
+
+@contextlib.contextmanager
+def captured_log() -> Iterator[list[str]]:
+    """The llama.cpp log text written meanwhile (as well as to the file): what a load says
+    that llama.cpp has no call for, such as the flash attention it resolved (flash_attn.py)."""
+    kept: list[str] = []
+    with _lock:
+        _state.captured = kept
+    try:
+        yield kept
+    finally:
+        with _lock:
+            _state.captured = None

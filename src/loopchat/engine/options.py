@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
 from loopchat.threads_setting import AUTO, Threads
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ class EngineOptions:
     mode: str | None = None  # models.toml's `mode` (None: chosen by the model's template)
     log_path: str | None = None
     verbose: bool = False
+    flash_attn: FlashAttn = DEFAULT_FLASH_ATTN  # "auto" | "on" | "off" (engine/flash_attn.py)
 
     @classmethod
     def from_spec(
@@ -44,9 +46,10 @@ class EngineOptions:
         verbose: bool = False,
         threads: Threads | None = None,
         log_path: str | Path | None = None,
+        flash_attn: FlashAttn | None = None,
     ) -> EngineOptions:
         """The options for configured model `spec`, whose file is at `path` (its resolve_file()).
-        None: the spec's threads, and llama.cpp's log in paths.llama_log_path()."""
+        None: the spec's threads and flash_attn, and llama.cpp's log in paths.llama_log_path()."""
         if log_path is None:
             from loopchat.paths import llama_log_path
 
@@ -61,6 +64,7 @@ class EngineOptions:
             mode=spec.mode,
             log_path=str(log_path),
             verbose=verbose,
+            flash_attn=flash_attn if flash_attn is not None else spec.flash_attn,
         )
 
     def __call__(self) -> Engine:
@@ -77,4 +81,5 @@ class EngineOptions:
             mode=self.mode,
             log_path=Path(self.log_path) if self.log_path else None,
             verbose=self.verbose,
+            flash_attn=self.flash_attn,
         )

@@ -142,6 +142,7 @@ class ReplyRun:
             n_vocab=host.n_vocab,
             threads=host.threads,
             threads_auto=host.threads_auto,
+            flash_attn=host.flash_attn,
             messages=prompt.messages,
             prompt_text=prompt.text,
             prompt_token_ids=tuple(prompt.tokens),

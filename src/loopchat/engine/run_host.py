@@ -28,6 +28,7 @@ class RunHost(Protocol):
     model_path: Path
     model_size: int
     threads_auto: bool
+    flash_attn: str | None  # "on" | "off" as llama.cpp resolved it (None: not known)
 
     @property
     def threads(self) -> int:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loopchat.arg_types import whole_number
 from loopchat.config import API_KEY_ENV
@@ -111,6 +111,15 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """What the command line overrides of the model's models.toml entry."""
+    return {
+        "verbose": bool(getattr(args, "verbose", False)),
+        "threads": getattr(args, "threads", None),
+        "flash_attn": getattr(args, "flash_attn", None),
+    }
+
+
 def serve_command(args: argparse.Namespace) -> int:
     """Run the server until Ctrl+C or SIGTERM; returns the exit code (0 after a clean
     stop). Bad start-up input raises UsageError/ConfigError/... (one line, exit 2)."""
@@ -130,9 +139,7 @@ def serve_command(args: argparse.Namespace) -> int:
     sock = bind(args.bind, args.port)
 
     one = OneLoop(queue_limit=args.queue)
-    options = EngineOptions.from_spec(
-        spec, model_path, verbose=bool(getattr(args, "verbose", False)), threads=getattr(args, "threads", None)
-    )
+    options = EngineOptions.from_spec(spec, model_path, **_engine_overrides(args))
     try:
         with _sigterm_as_interrupt():
             ready = one.load(options, spec.name, str(model_path))

@@ -9,6 +9,7 @@ from pathlib import Path
 from loopchat.backends import Backend
 from loopchat.chat.prefs import Prefs
 from loopchat.errors import UsageError
+from loopchat.flash_attn_setting import FlashAttn
 from loopchat.settings import SamplingSettings
 from loopchat.threads_setting import Threads
 from loopchat.tui.app import LoopChatApp
@@ -27,6 +28,7 @@ def create_app(
     settings: SamplingSettings | None = None,
     host: str | None = None,
     threads: Threads | None = None,
+    flash_attn: FlashAttn | None = None,
     url: str | None = None,
     api_key: str | None = None,
     model_id: str | None = None,
@@ -49,7 +51,7 @@ def create_app(
 
             backend = ReplayBackend(replay, speed=replay_speed)
         elif url is not None:
-            backend = _server(url, api_key, model_id, timeout, model=model, threads=threads)
+            backend = _server(url, api_key, model_id, timeout, model=model, threads=threads, flash_attn=flash_attn)
         else:
             from loopchat.backends.live import DEFAULT_HOST
             from loopchat.backends.models_backend import configured_backend
@@ -62,7 +64,9 @@ def create_app(
             from loopchat.config import load_config
 
             config = load_config(config_path)  # the one parse of models.toml for this launch
-            backend = configured_backend(config, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads)
+            backend = configured_backend(
+                config, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads, flash_attn=flash_attn
+            )
     store = None
     if history is not False and backend.can_generate:
         from loopchat.history.store import default_store_path
@@ -90,6 +94,8 @@ def _server(url: str, api_key: str | None, model_id: str | None, timeout: float 
         raise UsageError("--model and --url both name a model: with --url, --model-id picks the server's model")
     if local.get("threads") is not None:
         raise UsageError("--threads has no meaning for a model on a server: the server chooses its threads")
+    if local.get("flash_attn") is not None:
+        raise UsageError("--flash-attn has no meaning for a model on a server: the server chooses it")
     try:
         return RemoteBackend(
             url, model_id=model_id, api_key=api_key or os.environ.get(API_KEY_ENV), timeout=timeout or DEFAULT_TIMEOUT
@@ -107,6 +113,7 @@ def run_tui(
     verbose: bool = False,
     host: str | None = None,
     threads: Threads | None = None,
+    flash_attn: FlashAttn | None = None,
     url: str | None = None,
     api_key: str | None = None,
     model_id: str | None = None,
@@ -124,6 +131,7 @@ def run_tui(
             verbose=verbose,
             host=host,
             threads=threads,
+            flash_attn=flash_attn,
             url=url,
             api_key=api_key,
             model_id=model_id,

@@ -90,6 +90,7 @@ def chat_command(args: argparse.Namespace) -> list[str]:
         ("--config", "config"),
         ("--model", "model"),
         ("--threads", "threads"),
+        ("--flash-attn", "flash_attn"),
         ("--url", "url"),
         ("--model-id", "model_id"),
         ("--timeout", "timeout"),
