@@ -57,9 +57,8 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                 for spec in SETTINGS:
                     name = spec.name
                     yield Label(spec.label, classes="setting-name")
-                    value = getattr(self.current, name)
                     yield Input(
-                        "" if value is None else str(value),
+                        spec.text(getattr(self.current, name)),
                         id=f"set-{name}",
                         classes="setting-input",
                         compact=True,
