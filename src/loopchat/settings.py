@@ -275,7 +275,8 @@ class SamplingSettings:
         return tuple(f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name))
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field; a setting of its own kind only when set (a trace without a bias is as before)."""
+        return {s.name: v for s in SETTINGS if (v := getattr(self, s.name)) != () or s.kind is None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:

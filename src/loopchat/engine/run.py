@@ -342,6 +342,7 @@ class ReplyRun:
             "raw_entropy": res.raw_entropy,
             "sampled_entropy": res.sampled_entropy,
             "candidates_kept": res.kept,
+            "stages": res.stages,
             "forward_ms": self.clock.forward_ms,
             "forward_tokens": self.clock.forward_tokens,
         }
