@@ -34,4 +34,3 @@ def cut_of_top(top: np.ndarray, k: int) -> int:
     """The first token a sorted top-`k` cut: top[k] (`top` holds at least k + 1, largest
     first), or -1 when `top` holds only k."""
     return int(top[k]) if top.shape[0] > k else -1
-

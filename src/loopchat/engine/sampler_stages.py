@@ -314,6 +314,9 @@ class TopP:
             cut = first_cut(c.work, before, c.ids)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
+            if before is None:  # (share: of the float64 total; the kept mass is in the mass unit)
+                kept64 = c.logits64 if c.logits64 is not None else c.work[c.ids].astype(np.float64)
+                return c.report(self.name, entered, c.mass_of(kept64), cut)
         return c.report(self.name, entered, c.mass * share, cut)
 
 
