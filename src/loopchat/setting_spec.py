@@ -30,7 +30,7 @@ class SettingSpec:
 
     name: str  # the field of SamplingSettings, the models.toml key, the trace's key
     type: type  # int or float
-    default: int | float | None
+    default: int | float | tuple[()] | None  # (a tuple: a setting of its own kind, its empty value)
     lo: int | float  # the lowest value allowed (inclusive unless above_lo)
     hi: int | float  # the highest value allowed (inclusive)
     hint: str  # what the value means: error messages, `describe`, `loopchat run --help`
@@ -100,13 +100,13 @@ class SettingSpec:
             return f"must be between {fmt_limit(self.lo)} and {fmt_limit(self.hi)}, got {value!r}"
         return None
 
-    def check(self, value: Any) -> int | float | None:
+    def check(self, value: Any) -> Any:
         """`value` as this setting's type; SettingsError if it is not allowed."""
         problem = self.problem(value)
         if problem is not None:
             raise SettingsError(f"{self.name} {problem} ({self.hint})", problem)
         if self.kind is not None:
-            return self.kind.check(value)  # type: ignore[no-any-return]
+            return self.kind.check(value)
         return value if value is None else self.type(value)
 
     def parse(self, text: str, first_token: Callable[[str], int] | None = None) -> Any:
@@ -135,7 +135,7 @@ class SettingSpec:
     def text(self, value: Any) -> str:
         """The value as the F2 dialog's field holds it ('' for an unpinned seed)."""
         if self.kind is not None:
-            return self.kind.text(value)  # type: ignore[no-any-return]
+            return self.kind.text(value)
         return "" if value is None else str(value)
 
     def wire_form(self, value: Any) -> Any:

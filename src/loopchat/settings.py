@@ -185,7 +185,7 @@ def fmt_value(name: str, value: int | float | None) -> str:
     numbers plain, other numbers with the row's decimals (0.70)."""
     spec = SETTING[name]
     if spec.kind is not None:
-        return spec.kind.text(value) or "none"  # type: ignore[no-any-return]
+        return spec.kind.text(value) or "none"
     if value is None:
         return "random"
     if spec.type is int:

@@ -27,6 +27,8 @@ class StageReport(NamedTuple):
     #: the mass it moved: the total variation distance between the softmax before and after it
     changed: int = 0
     moved_mass: float = 0.0
+    #: the cut token's text as the panel shows it (its bytes decoded; the engine fills it in, "" unknown)
+    cut_text: str = ""
 
     @property
     def did_nothing(self) -> bool:

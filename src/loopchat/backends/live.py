@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +211,12 @@ class LiveBackend:
     def vocabulary(self) -> list[str] | None:
         engine = self._engine()
         return engine.vocabulary() if engine is not None else None
+
+    def first_token(self) -> Callable[[str], int] | None:
+        """The model's tokenizer for a text's first token (the F2 dialog's logit bias), or
+        None where the engine is not in this process."""
+        engine = self._engine()
+        return engine.first_token if engine is not None else None
 
     def pending_probs(self, token_ids: Sequence[int]) -> list[tuple[float, float]] | None:
         engine = self._engine()

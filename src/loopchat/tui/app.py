@@ -269,7 +269,14 @@ class LoopChatApp(ChatViewKeys):
 
         s = self.session
         self.push_screen(
-            SettingsDialog(s.settings, generating=self.generating, live=self.backend.live_settings, stopped=s.stopped),
+            SettingsDialog(
+                s.settings,
+                generating=self.generating,
+                live=self.backend.live_settings,
+                stopped=s.stopped,
+                # the model's tokenizer where it runs in this process (a logit bias typed as text)
+                first_token=getattr(self.backend, "first_token", lambda: None)(),
+            ),
             done,
         )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
@@ -25,10 +28,13 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         generating: bool = False,
         live: bool = True,
         stopped: bool = False,
+        first_token: Callable[[str], int] | None = None,
     ) -> None:
         """`live`: the backend's replies take a change mid-reply (False: a server's);
-        `stopped`: the reply is stopped before a draw in step mode."""
+        `stopped`: the reply is stopped before a draw in step mode; `first_token`: the
+        model's tokenizer, for a logit bias typed as text (None: token ids only)."""
         super().__init__()
+        self.first_token = first_token
         self.current = current
         self.generating = generating
         self.live = live
@@ -69,15 +75,15 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                 yield Button("Apply (Enter)", variant="primary", id="apply", compact=True)
                 yield Button("Cancel (Esc)", id="cancel", compact=True)
 
-    def _collect(self) -> tuple[dict[str, int | float | None], bool]:
-        values: dict[str, int | float | None] = {}
+    def _collect(self) -> tuple[dict[str, Any], bool]:
+        values: dict[str, Any] = {}
         ok = True
         for spec in SETTINGS:
             name = spec.name
             raw = self.query_one(f"#set-{name}", Input).value
             err = self.query_one(f"#err-{name}", Static)
             try:
-                values[name] = spec.parse(raw)  # type and range checked; an empty seed is None
+                values[name] = spec.parse(raw, self.first_token)  # type and range checked; an empty seed is None
                 err.update(spec.dialog_hint)
                 err.remove_class("-error")
             except SettingsError as exc:

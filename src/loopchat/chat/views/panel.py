@@ -40,6 +40,7 @@ from loopchat.chat.views.panel_view import (
     PanelView,
     remote,
 )
+from loopchat.chat.views.panel_waterfall import waterfall_lines, waterfall_short
 from loopchat.chat.views.repeat_lines import repeat_lines
 from loopchat.chat.views.reply_index import PanelCaches
 from loopchat.event_lines import NOT_GIVEN
@@ -50,8 +51,9 @@ _WELCOME_TEXT = (
     "draws one. Send a message to watch it happen."
 )
 _LATENCY_HEAD: Line = (("Latency", HEAD),)
-#: on a short panel the candidates give way first (down to 3), then the screen cuts the end
-CANDIDATES = 1
+#: on a short panel the sampler's waterfall gives way first (to one line), then the
+#: candidates (down to 3), then the screen cuts the end
+WATERFALL, CANDIDATES = 0, 1
 
 
 def _title(v: PanelView) -> list[Pieces]:
@@ -209,14 +211,18 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     tail.append(BLANK)
     settings_block(v, width, tail, caches)
     title, table = fit_lines(_title(v), width), candidates(v, width)
-    if not v.height or len(title) + len(table) + len(tail) <= v.height:  # (most frames: nothing gives way)
-        return [*title, *table, *tail]
+    falls = waterfall_lines(v.step, width)
+    if falls:
+        falls.append(BLANK)
+    if not v.height or len(title) + len(table) + len(falls) + len(tail) <= v.height:  # (most frames: nothing gives way)
+        return [*title, *table, *falls, *tail]
     n = len(v.step.raw_top)
     sections = [
         Section(title, name="title"),
         # fewer candidates (down to 3) before anything below is cut (the settings the
         # keys change stay in view as long as they can)
         Section(table, (Form(CANDIDATES, lambda over: candidates(v, width, k=max(3, n - over))),), name="candidates"),
+        Section(falls, (Form(WATERFALL, waterfall_short(v.step, width)),), name="waterfall"),
         Section(tail, name="drawn, latency, settings"),
     ]
     return fit(sections, v.height)
