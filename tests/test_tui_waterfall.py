@@ -42,6 +42,16 @@ async def test_the_panel_shows_the_waterfall_and_f2_sets_the_logit_bias(backend,
         assert f"{'top-k 40':<14}{top_k.kept:>7,} {fmt_prob(top_k.removed_mass):>7}  " in text, text
         assert "min-p 0       did nothing" in text and "temp 0.8      divides the logits by 0.8" in text
         first = app.conversation.replies[-1].steps[0]
+        # a selected token's pass shows its own waterfall
+        await pilot.press("alt+left", "alt+left")
+        await pilot.pause()
+        shown = app.panel.view.step
+        assert shown is not None and shown.index < step.index and app.panel.view.pinned
+        top_k = next(r for r in shown.stages if r.stage == "top_k")
+        assert f"{'top-k 40':<14}{top_k.kept:>7,} {fmt_prob(top_k.removed_mass):>7}  " in panel_text(app)
+        await pilot.press("alt+right", "alt+right")  # off the end: the live pass again
+        await pilot.pause()
+        assert not app.panel.view.pinned
         # F2: the logit bias, typed: a token id banned, a text boosted (the model's first token of it)
         await pilot.press("f2")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
