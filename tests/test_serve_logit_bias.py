@@ -4,12 +4,17 @@ the `loopchat` extension shows the bias stage, and a bad value is a 400 in OpenA
 
 from __future__ import annotations
 
+import queue
+
 import openai
 import pytest
 from serve_process import Serve
 from test_serve import KEY, MESSAGES, MODEL
 
-from loopchat.events import Step
+from loopchat.backends.remote import RemoteBackend
+from loopchat.events import Message, ModelReady, RunDone, Step
+from loopchat.request import ReplyRequest
+from loopchat.settings import SamplingSettings
 from loopchat.wire import extension_events
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -57,3 +62,26 @@ def test_a_bad_logit_bias_is_a_400_in_openais_shape(server: Serve, bias: dict, s
         server.client(KEY).chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, logit_bias=bias)
     body = err.value.body
     assert isinstance(body, dict) and body.get("param") == "logit_bias" and says in body["message"], body
+
+
+def test_a_loopchat_client_sends_the_bias_and_reads_the_waterfall_back(server: Serve) -> None:
+    """`--url` (RemoteBackend): the settings' logit_bias goes out as OpenAI's field, and the
+    steps that come back carry the server's waterfall, the bias stage in it."""
+    backend = RemoteBackend(server.url, api_key=KEY)
+    events: queue.Queue = queue.Queue()
+    backend.attach(events.put)
+    try:
+        backend.start()
+        while not isinstance(events.get(timeout=60), ModelReady):
+            pass
+        settings = SamplingSettings(seed=3, max_tokens=3, logit_bias={"504": -100})
+        backend.generate(ReplyRequest((Message("user", "Name a colour."),), settings))
+        got = []
+        while not isinstance(ev := events.get(timeout=120), RunDone):
+            got.append(ev)
+    finally:
+        backend.close()
+    steps = [e for e in got if isinstance(e, Step)]
+    assert steps and all(s.settings.logit_bias == ((504, -100.0),) for s in steps)
+    assert all(s.stages[2].stage == "logit_bias" and s.stages[2].changed == 1 for s in steps)
+    assert 504 not in [s.token_id for s in steps]
