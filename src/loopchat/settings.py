@@ -26,10 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from loopchat import settings_bias
 from loopchat.setting_spec import SettingsError as SettingsError
 from loopchat.setting_spec import SettingSpec as SettingSpec
 from loopchat.setting_spec import fmt_limit as fmt_limit
+from loopchat.settings_bias import HINT as BIAS_HINT
+from loopchat.settings_bias import KIND as BIAS
 
 #: The sampling settings, in the order the panel and the F2 dialog show them.
 SETTINGS: tuple[SettingSpec, ...] = (
@@ -163,13 +164,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
         (),
         -100,
         100,
-        settings_bias.HINT,
+        BIAS_HINT,
         '"TEXT"=BIAS or ID=BIAS, comma between · -100 bans',
         short="bias",
         openai=True,
-        summary=lambda s: settings_bias.summary(s.logit_bias),
+        summary=lambda s: BIAS.summary(s.logit_bias),
         wraps=True,
-        kind=settings_bias,
+        kind=BIAS,
     ),
 )
 

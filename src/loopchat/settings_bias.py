@@ -120,3 +120,16 @@ def summary(value: Bias) -> str:
     if not value:
         return ""
     return f"bias {len(value)} token{'s' if len(value) != 1 else ''}"
+
+
+class _Kind:
+    """The logit bias's forms, as its row of settings.SETTINGS holds them (SettingSpec.kind)."""
+
+    check = staticmethod(check)
+    parse = staticmethod(parse)
+    text = staticmethod(text)
+    wire = staticmethod(wire)
+    summary = staticmethod(summary)
+
+
+KIND = _Kind()
