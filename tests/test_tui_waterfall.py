@@ -63,8 +63,13 @@ async def test_the_panel_shows_the_waterfall_and_f2_sets_the_logit_bias(backend,
         await pilot.pause()
         await pilot.press("enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsDialog), 5, "the dialog to close")
-        banana = backend.first_token()(" banana")
+        banana = backend.tokenizer().first_token(" banana")
         assert app.session.in_force().logit_bias == tuple(sorted([(first.token_id, -100.0), (banana, 5.0)]))
+        await pilot.press("f2")  # the field shows the tokens by their texts where they round-trip
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
+        assert '" banana"=5' in app.screen.query_one("#set-logit_bias").value
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsDialog), 5, "the dialog to close")
         await reply_to(pilot, "Name a fruit.")
         steps = app.conversation.replies[-1].steps
         assert steps[0].settings.logit_bias and steps[0].token_id != first.token_id  # banned at the first pass

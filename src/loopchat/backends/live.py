@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,11 +212,10 @@ class LiveBackend:
         engine = self._engine()
         return engine.vocabulary() if engine is not None else None
 
-    def first_token(self) -> Callable[[str], int] | None:
-        """The model's tokenizer for a text's first token (the F2 dialog's logit bias), or
-        None where the engine is not in this process."""
-        engine = self._engine()
-        return engine.first_token if engine is not None else None
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (the engine: its `first_token(text)` and `piece_text(id)`,
+        for a logit bias typed as text), or None where the engine is not in this process."""
+        return self._engine()
 
     def pending_probs(self, token_ids: Sequence[int]) -> list[tuple[float, float]] | None:
         engine = self._engine()

@@ -38,7 +38,8 @@ def with_bias(request: ReplyRequest, values: list[str] | None, backend: Any) -> 
     pairs = cli_pairs(values)
     if not pairs:
         return request
-    first_token = getattr(backend, "first_token", lambda: None)()
+    tokenizer = getattr(backend, "tokenizer", lambda: None)()
+    first_token = tokenizer.first_token if tokenizer is not None else None
     if first_token is None:
         raise UsageError("--logit-bias needs the model's tokenizer: use it with a model run here, not --url")
     ids = []

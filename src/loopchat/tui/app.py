@@ -275,7 +275,7 @@ class LoopChatApp(ChatViewKeys):
                 live=self.backend.live_settings,
                 stopped=s.stopped,
                 # the model's tokenizer where it runs in this process (a logit bias typed as text)
-                first_token=getattr(self.backend, "first_token", lambda: None)(),
+                tokenizer=getattr(self.backend, "tokenizer", lambda: None)(),
             ),
             done,
         )

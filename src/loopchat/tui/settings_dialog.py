@@ -28,13 +28,15 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         generating: bool = False,
         live: bool = True,
         stopped: bool = False,
-        first_token: Callable[[str], int] | None = None,
+        tokenizer: Any = None,
     ) -> None:
         """`live`: the backend's replies take a change mid-reply (False: a server's);
-        `stopped`: the reply is stopped before a draw in step mode; `first_token`: the
-        model's tokenizer, for a logit bias typed as text (None: token ids only)."""
+        `stopped`: the reply is stopped before a draw in step mode; `tokenizer`: the
+        model's (its first_token(text), piece_text(id)), for a logit bias typed as text
+        (None: token ids only)."""
         super().__init__()
-        self.first_token = first_token
+        self.first_token: Callable[[str], int] | None = tokenizer.first_token if tokenizer is not None else None
+        self.tokenizer = tokenizer
         self.current = current
         self.generating = generating
         self.live = live
@@ -64,7 +66,7 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                     name = spec.name
                     yield Label(spec.label, classes="setting-name")
                     yield Input(
-                        spec.text(getattr(self.current, name)),
+                        self._text(spec, getattr(self.current, name)),
                         id=f"set-{name}",
                         classes="setting-input",
                         compact=True,
@@ -74,6 +76,22 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
             with Horizontal(id="settings-buttons"):
                 yield Button("Apply (Enter)", variant="primary", id="apply", compact=True)
                 yield Button("Cancel (Esc)", id="cancel", compact=True)
+
+    def _text(self, spec: Any, value: Any) -> str:
+        """A field's text: a logit bias's tokens as their texts where the tokenizer gives
+        them back ("TEXT"=BIAS), else by id."""
+        if spec.kind is None or self.tokenizer is None or self.first_token is None:
+            return str(spec.text(value))
+        first, piece = self.first_token, self.tokenizer.piece_text
+
+        def as_text(token: int) -> str | None:
+            text = piece(token)
+            try:
+                return text if text and first(text) == token else None
+            except ValueError:
+                return None
+
+        return str(spec.kind.text(value, as_text))
 
     def _collect(self) -> tuple[dict[str, Any], bool]:
         values: dict[str, Any] = {}
