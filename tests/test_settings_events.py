@@ -61,7 +61,7 @@ def test_the_dataclass_fields_are_the_rows_of_the_table() -> None:
     assert len({s.flag for s in SETTINGS}) == len({s.short for s in SETTINGS}) == len(SETTINGS)
 
 
-@pytest.mark.parametrize("spec", SETTINGS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", [s for s in SETTINGS if s.kind is None], ids=lambda s: s.name)
 def test_every_setting_is_checked_against_its_row(spec) -> None:
     base = SamplingSettings()
     top = base.replace(**{spec.name: spec.hi})
@@ -79,6 +79,24 @@ def test_every_setting_is_checked_against_its_row(spec) -> None:
     if spec.optional:
         assert getattr(base.replace(**{spec.name: None}), spec.name) is None
     assert spec.range_text() in SamplingSettings.describe(spec.name)
+
+
+@pytest.mark.parametrize("spec", [s for s in SETTINGS if s.kind is not None], ids=lambda s: s.name)
+def test_a_setting_of_its_own_kind_is_checked_by_its_kind(spec) -> None:  # the logit bias
+    base = SamplingSettings()
+    top = base.replace(**{spec.name: {"7": spec.hi, "3": spec.lo}})
+    assert getattr(top, spec.name) == ((3, float(spec.lo)), (7, float(spec.hi)))  # sorted by token id
+    assert getattr(base.replace(**{spec.name: [[7, 1], [7, 2]]}), spec.name) == ((7, 2.0),)  # the last wins
+    for value in ({"7": spec.hi + 1}, {"7": spec.lo - 1}, "1", True, {"x": 1}, {"-1": 1}, [[1, 2, 3]], {"7": "1"}):
+        with pytest.raises(SettingsError) as err:
+            base.replace(**{spec.name: value})
+        assert str(err.value).startswith(spec.name) and spec.hint in str(err.value), err.value
+        assert err.value.problem in str(err.value) and spec.name not in err.value.problem
+    assert spec.parse('7=5, "x"=-1', first_token=lambda text: 42) == ((7, 5.0), (42, -1.0))
+    for typed, problem in [('"x"=1', "no tokenizer"), ("7=500", "between -100 and 100"), ("7=hot", "not a number")]:
+        with pytest.raises(SettingsError) as err:
+            spec.parse(typed)
+        assert problem in err.value.problem, err.value.problem
 
 
 def test_typed_values_are_parsed_by_the_row() -> None:  # the F2 dialog's fields

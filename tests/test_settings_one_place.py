@@ -36,6 +36,8 @@ BASE = SamplingSettings(dry_multiplier=0.8, seed=7)
 
 def changed(spec) -> SamplingSettings:
     """BASE with this row's setting at another allowed value."""
+    if spec.kind is not None:  # a setting of its own kind (the logit bias): a value of that kind
+        return BASE.replace(**{spec.name: spec.kind.check({"7": spec.hi})})
     value = spec.hi if getattr(BASE, spec.name) != spec.hi else spec.lo
     return BASE.replace(**{spec.name: spec.type(value)})
 
@@ -50,7 +52,7 @@ def test_the_remote_backend_sends_every_setting_and_serve_reads_it_back() -> Non
                 sent = spec.openai or extensions
                 assert (spec.wire in body) is sent, (spec.name, extensions, body)
                 if sent:
-                    assert body[spec.wire] == getattr(settings, spec.name)
+                    assert body[spec.wire] == spec.wire_form(getattr(settings, spec.name))
                 got = parse_chat(body, SamplingSettings(seed=7)).reply.settings
                 want = (
                     settings
@@ -69,7 +71,7 @@ def test_serve_takes_each_setting_by_its_wire_name_and_aliases() -> None:
     for spec in SETTINGS:
         settings = changed(spec)
         for key in (spec.wire, *spec.wire_aliases):
-            body = {"messages": [{"role": "user", "content": "hi"}], key: getattr(settings, spec.name)}
+            body = {"messages": [{"role": "user", "content": "hi"}], key: spec.wire_form(getattr(settings, spec.name))}
             assert parse_chat(body, BASE).reply.settings == settings, (spec.name, key)
 
 
@@ -93,7 +95,8 @@ async def test_the_f2_dialog_has_a_field_for_every_setting(tmp_path: Path) -> No
         for spec in SETTINGS:
             field = app.screen.query_one(f"#set-{spec.name}", Input)
             value = getattr(app.session.in_force(), spec.name)
-            assert field.value == ("" if value is None else str(value)), spec.name
+            assert field.value == spec.text(value), spec.name
+            assert field.value == ("" if value is None else str(value)) or spec.kind is not None, spec.name
 
 
 CHILD = r'''

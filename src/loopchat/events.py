@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from loopchat.settings import SamplingSettings
+from loopchat.stage_report import StageReport, stage_reports
 from loopchat.watch import WatchedToken
 
 if TYPE_CHECKING:
@@ -224,6 +225,8 @@ class Step:
     probe_cut_ms: float = 0.0
     #: asked for (ReplyRequest.lens): the logit lens of the pass behind this step, a row per layer
     lens: tuple[LensRow, ...] | None = None
+    #: what each stage of the sampler did at this step, in the order they ran (the waterfall; () not recorded)
+    stages: tuple[StageReport, ...] = ()
     #: the tokens on watch (Start.watch) at this step, in their order (None: none asked for)
     watched: tuple[WatchedToken, ...] | None = None
     kind: str = field(default="step", init=False)
@@ -249,6 +252,7 @@ class Pending:
     sample_ms: float
     settings: SamplingSettings
     n_past: int  # tokens in the context before the pending token
+    stages: tuple[StageReport, ...] = ()  # as a Step's
     kind: str = field(default="pending", init=False)
 
 
@@ -387,13 +391,14 @@ def to_json_dict(event: Event) -> dict[str, Any]:
     for f in fields(event):
         if f.name != "kind":
             value = getattr(event, f.name)
-            if value is None and f.name in _LEFT_OUT_WHEN_NONE:
+            if (value is None and f.name in _LEFT_OUT_WHEN_NONE) or (f.name == "stages" and not value):
                 continue
             out[f.name] = _plain(value)
     return out
 
 
 #: fields a trace leaves out when not asked for (None): a trace without them is as before
+#: (so are a Step's stages when none were recorded: a remote server's, an older trace's)
 _LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched"})
 
 
@@ -416,6 +421,8 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
             value = _candidates(value)
         elif f.name == "lens" and value is not None:
             value = tuple(LensRow(*r) for r in value)
+        elif f.name == "stages":
+            value = stage_reports(value)
         elif f.name == "watched" and value is not None:
             value = tuple(WatchedToken(*w) for w in value)
         elif f.name == "watch" and value is not None:

@@ -26,124 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-
-class SettingsError(ValueError):
-    """An out-of-range or mistyped sampling setting; the message says what is allowed.
-
-    `problem` is the short form, without the setting's name or hint ("must be between
-    0 and 5, got 9.0"), for a form that shows it beside the field."""
-
-    def __init__(self, message: str, problem: str | None = None) -> None:
-        super().__init__(message)
-        self.problem = problem or message
-
-
-def fmt_limit(x: float) -> str:
-    """A limit as a person writes it: 1000000, 4294967295, 0.1 (never 1e+06)."""
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-
-@dataclass(frozen=True)
-class SettingSpec:
-    """One sampling setting: everything the program needs to know about it."""
-
-    name: str  # the field of SamplingSettings, the models.toml key, the trace's key
-    type: type  # int or float
-    default: int | float | None
-    lo: int | float  # the lowest value allowed (inclusive unless above_lo)
-    hi: int | float  # the highest value allowed (inclusive)
-    hint: str  # what the value means: error messages, `describe`, `loopchat run --help`
-    dialog_hint: str  # the F2 dialog's short line beside the field
-    short: str  # the compact panel's label
-    label: str = ""  # the panel's label (default: the name)
-    flag: str = ""  # `loopchat run`'s option (default: --name-with-dashes)
-    knob_step: int | float | None = None  # the Ctrl+Up/Down step; None: not on the knob
-    knob_lo: int | float | None = None  # the knob's floor when it is above `lo`
-    above_lo: bool = False  # `lo` itself is not allowed (top_p must be above 0)
-    optional: bool = False  # None is allowed (seed: a fresh random seed per reply)
-    decimals: int | None = None  # digits shown after the point (default: 2 for floats, 0 for ints)
-    spoken: str = ""  # its name in running text: the F1 help, the branch picker (default: top-p for top_p)
-    symbol: str = ""  # its shortest form in running text (the branch picker's "T"; default: spoken)
-    wire: str = ""  # its request field, OpenAI's or llama-server's name (default: the name)
-    wire_aliases: tuple[str, ...] = ()  # other request fields `loopchat serve` takes for it (the last given wins)
-    openai: bool = False  # in OpenAI's own API (else an extension, sent only with `extensions = true`)
-    #: its item in the panel's summary line under the knobs ("max 512"; "" leaves it out);
-    #: None: not there (a knob has its own row; a setting shown in another's item)
-    summary: Callable[[SamplingSettings], str] | None = None
-    wraps: bool = False  # its summary item goes on a second line when one line is too narrow
-
-    def __post_init__(self) -> None:
-        if not self.label:
-            object.__setattr__(self, "label", self.name)
-        if not self.flag:
-            object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
-        if self.decimals is None:
-            object.__setattr__(self, "decimals", 0 if self.type is int else 2)
-        if not self.spoken:
-            object.__setattr__(self, "spoken", self.name.replace("_", "-"))
-        if not self.symbol:
-            object.__setattr__(self, "symbol", self.spoken)
-        if not self.wire:
-            object.__setattr__(self, "wire", self.name)
-
-    @property
-    def annotation(self) -> Any:
-        """The dataclass field's type."""
-        return self.type | None if self.optional else self.type
-
-    def range_text(self) -> str:
-        """The allowed values, as in `describe` and `--help`: '0 to 5', 'above 0, up to 1'."""
-        if self.above_lo:
-            return f"above {fmt_limit(self.lo)}, up to {fmt_limit(self.hi)}"
-        return f"{fmt_limit(self.lo)} to {fmt_limit(self.hi)}"
-
-    def problem(self, value: Any) -> str | None:
-        """What is wrong with `value` for this setting ("must be ..., got ..."), or None."""
-        if value is None and self.optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"must be a number, got {value!r}"
-        if self.type is int and not float(value).is_integer():
-            return f"must be a whole number, got {value!r}"
-        if self.above_lo and not self.lo < value <= self.hi:
-            return f"must be above {fmt_limit(self.lo)} and at most {fmt_limit(self.hi)}, got {value!r}"
-        if not self.lo <= value <= self.hi:
-            return f"must be between {fmt_limit(self.lo)} and {fmt_limit(self.hi)}, got {value!r}"
-        return None
-
-    def check(self, value: Any) -> int | float | None:
-        """`value` as this setting's type; SettingsError if it is not allowed."""
-        problem = self.problem(value)
-        if problem is not None:
-            raise SettingsError(f"{self.name} {problem} ({self.hint})", problem)
-        return value if value is None else self.type(value)
-
-    def parse(self, text: str) -> int | float | None:
-        """A typed-in value (the F2 dialog), checked: '' is None for an optional setting."""
-        text = text.strip()
-        if not text:
-            if self.optional:
-                return None
-            raise SettingsError(f"{self.name} is empty ({self.hint})", "is empty")
-        try:
-            value: int | float = int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                problem = f"{text!r} is not a number"
-                raise SettingsError(f"{self.name}: {problem} ({self.hint})", problem) from None
-        return self.check(value)
-
-    def nudge(self, value: int | float, direction: int) -> int | float:
-        """The knob's next value from `value`: one step up (direction 1) or down (-1),
-        kept within the knob's range and rounded to what the panel shows."""
-        assert self.knob_step is not None, f"{self.name} is not on the knob"
-        assert self.decimals is not None  # set by __post_init__
-        lo = self.lo if self.knob_lo is None else self.knob_lo
-        new = min(self.hi, max(lo, round(value + direction * self.knob_step, max(self.decimals, 2))))
-        return self.type(new)
-
+from loopchat.setting_spec import SettingsError as SettingsError
+from loopchat.setting_spec import SettingSpec as SettingSpec
+from loopchat.setting_spec import fmt_limit as fmt_limit
+from loopchat.settings_bias import HINT as BIAS_HINT
+from loopchat.settings_bias import KIND as BIAS
 
 #: The sampling settings, in the order the panel and the F2 dialog show them.
 SETTINGS: tuple[SettingSpec, ...] = (
@@ -271,6 +158,20 @@ SETTINGS: tuple[SettingSpec, ...] = (
         wire_aliases=("max_completion_tokens",),  # OpenAI's newer name
         summary=lambda s: f"max {s.max_tokens}",
     ),
+    SettingSpec(
+        "logit_bias",
+        tuple,
+        (),
+        -100,
+        100,
+        BIAS_HINT,
+        '"TEXT"=BIAS or ID=BIAS, comma between · -100 bans',
+        short="bias",
+        openai=True,
+        summary=lambda s: BIAS.summary(s.logit_bias),
+        wraps=True,
+        kind=BIAS,
+    ),
 )
 
 #: name -> its row
@@ -283,9 +184,11 @@ KNOBS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.knob_step is not No
 def fmt_value(name: str, value: int | float | None) -> str:
     """A setting's value as the panel shows it: 'random' for an unpinned seed, whole
     numbers plain, other numbers with the row's decimals (0.70)."""
+    spec = SETTING[name]
+    if spec.kind is not None:
+        return spec.kind.text(value) or "none"
     if value is None:
         return "random"
-    spec = SETTING[name]
     if spec.type is int:
         return str(int(value))
     return f"{value:.{spec.decimals}f}"
@@ -299,9 +202,9 @@ def wire_values(settings: SamplingSettings, extensions: bool = True) -> dict[str
     """The request fields that carry `settings` to a server, by their wire names: OpenAI's
     own, and the extensions too when `extensions` (an unpinned seed is left out)."""
     return {
-        spec.wire: value
+        spec.wire: spec.wire_form(value)
         for spec in SETTINGS
-        if (spec.openai or extensions) and (value := getattr(settings, spec.name)) is not None
+        if (spec.openai or extensions) and (value := getattr(settings, spec.name)) not in (None, ())
     }
 
 
@@ -373,7 +276,8 @@ class SamplingSettings:
         return tuple(f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name))
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field; a setting of its own kind only when set (a trace without a bias is as before)."""
+        return {s.name: v for s in SETTINGS if (v := getattr(self, s.name)) != () or s.kind is None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:

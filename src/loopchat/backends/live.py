@@ -217,6 +217,11 @@ class LiveBackend:
         engine = self._engine()
         return engine.vocabulary() if engine is not None else None
 
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (the engine: its `first_token(text)` and `piece_text(id)`,
+        for a logit bias typed as text), or None where the engine is not in this process."""
+        return self._engine()
+
     def pending_probs(self, token_ids: Sequence[int]) -> list[tuple[float, float]] | None:
         engine = self._engine()
         return engine.pending_probs(token_ids) if engine is not None else None

@@ -123,6 +123,9 @@ def _add_run_parser(sub: Any) -> None:
         "template (the natural mode for a base model)",
     )
     for spec in SETTINGS:  # one flag per sampling setting; unset: the model's from models.toml
+        if spec.kind is not None:  # a setting of its own kind (the logit bias): repeatable, typed as text
+            run.add_argument(spec.flag, dest=spec.name, action="append", metavar="TEXT=BIAS", help=spec.hint)
+            continue
         run.add_argument(
             spec.flag,
             dest=spec.name,
@@ -135,6 +138,11 @@ def _add_run_parser(sub: Any) -> None:
     )
     run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
     run.add_argument("--show-steps", action="store_true", help="print one line per step as it runs, then the text")
+    run.add_argument(
+        "--show-stages",
+        action="store_true",
+        help="--show-steps with the sampler's waterfall under each step: what each stage removed and kept",
+    )
     run.add_argument(
         "--stop",
         action="append",

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from loopchat.cli.run_stages import cli_pairs
 from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
 from loopchat.events import DOCUMENT, Message
@@ -112,7 +113,11 @@ def check_utf8(text: str, what: str) -> None:
 
 def settings_from_args(base: SamplingSettings, args: argparse.Namespace) -> SamplingSettings:
     """`base` (the model's settings) with the flags given on the command line."""
-    changes = {s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name, None) is not None}
+    changes = {
+        s.name: getattr(args, s.name)
+        for s in SETTINGS
+        if getattr(args, s.name, None) is not None and s.kind is None  # (the bias: run_stages.with_bias)
+    }
     return base.replace(**changes)
 
 
@@ -192,6 +197,8 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
     from loopchat.config import load_config
 
     prompt = read_prompt(args.prompt, stdin)
+    if getattr(args, "show_stages", False):
+        args.show_steps = True  # (the steps' lines, the waterfall under each)
     if args.system is not None:
         check_utf8(args.system, "the --system text")
     config = load_config(getattr(args, "config", None))
@@ -201,6 +208,8 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
     if len(stop) > MAX_STOP_STRINGS or "" in stop:
         raise UsageError(f"--stop takes a text that is not empty, up to {MAX_STOP_STRINGS} times")
     remote = remote_for(args, config)
+    if cli_pairs(getattr(args, "logit_bias", None)) and remote is not None:
+        raise UsageError("--logit-bias TEXT=BIAS needs the model's tokenizer: use it with a model run here, not --url")
     spec = None if getattr(args, "url", None) else config.get(getattr(args, "model", None))
     if remote is not None:
         settings, model_path = settings_from_args(remote.default_settings, args), None

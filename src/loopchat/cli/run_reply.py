@@ -11,6 +11,7 @@ import queue
 import sys
 from typing import Any, TextIO
 
+from loopchat.cli.run_stages import stage_lines, with_bias
 from loopchat.event_lines import step_line, summary_line, threads_text
 from loopchat.events import ContextTrimmed, Finish, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from loopchat.lens_lines import lens_lines
@@ -123,6 +124,7 @@ class ReplyReader:
         if isinstance(event, ModelReady):
             if event.template_note and not self.request.is_document:
                 print(f"loopchat: note: {event.template_note}", file=sys.stderr)
+            self.request = with_bias(self.request, getattr(self.args, "logit_bias", None), self.backend)
             self.backend.generate(self.request)
             self.generating = True
         elif isinstance(event, WorkerError):
@@ -156,7 +158,8 @@ class ReplyReader:
         if event.threads:
             self.threads_used.append(event.threads)
         if self.args.show_steps:
-            ok = self.output.write(step_line(event) + "\n")
+            more = stage_lines(event) if getattr(self.args, "show_stages", False) else []
+            ok = self.output.write("\n".join([step_line(event), *more]) + "\n")
             if event.watched and self.start is not None and self.start.watch:
                 ok = self.output.write(watched_line(event.watched, self.start.watch) + "\n") and ok
         elif event.text and not self.args.blocking:  # blocking: the whole text at the end

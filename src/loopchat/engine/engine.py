@@ -176,6 +176,14 @@ class Engine:
             tokens.insert(0, bos)
         return tokens
 
+    def first_token(self, text: str) -> int:
+        """The first token of `text` as the model's tokenizer writes it (no BOS, no special
+        tokens parsed): what a logit bias given as text biases. ValueError for no token."""
+        tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        if not tokens:
+            raise ValueError(f"{text!r} has no token")
+        return int(tokens[0])
+
     def piece(self, token_id: int) -> bytes:
         """The bytes of one token (special tokens spelled out), cached."""
         b = self._pieces.get(token_id)

@@ -349,6 +349,9 @@ class ReplyRun:
             "raw_entropy": res.raw_entropy,
             "sampled_entropy": res.sampled_entropy,
             "candidates_kept": res.kept,
+            "stages": tuple(
+                r._replace(cut_text=self.host.piece_text(r.cut_id)) if r.cut_id >= 0 else r for r in res.stages
+            ),
             "forward_ms": self.clock.forward_ms,
             "forward_tokens": self.clock.forward_tokens,
         }

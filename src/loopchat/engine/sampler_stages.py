@@ -1,17 +1,20 @@
 """The sampler's stages: small objects, each narrowing the candidates and saying what it did.
 
 The chain of a step is data, built from the settings in one place (`chain_for`), in
-llama.cpp's order: repeat penalty -> DRY -> top-k -> top-p -> min-p -> temperature; at
-temperature 0: repeat penalty -> DRY -> greedy. `sampler.sample` runs it over a `Candidates`,
-then makes the distribution and draws. Every stage is in its chain whatever its
-setting; one that is off passes everything on. Adding a stage is a class with a `name`
+llama.cpp's order: repeat penalty -> DRY -> logit bias -> top-k -> top-p -> min-p ->
+temperature; at temperature 0: repeat penalty -> DRY -> logit bias -> greedy. `sampler.sample`
+runs it over a `Candidates`, then makes the distribution and draws. Every stage is in its
+chain whatever its setting (one that is off passes everything on), but for the logit bias:
+in the chain only when some token has one. Adding a stage is a class with a `name`
 and `apply(c) -> StageReport`, and a line in `chain_for`.
 
-A stage's report (StageReport) counts the candidates it removed and the probability
-they held, all stages measured in one distribution: the softmax, at temperature 1, of
-the logits after the penalties (repeat penalty and DRY), over the whole vocabulary (docs/trace-format.md,
+A stage's report (StageReport, loopchat/stage_report.py) counts the candidates it removed
+and the probability they held, and names the most likely of them, all stages measured in
+one distribution: the softmax, at temperature 1, of the logits after the stages that change
+logits (repeat penalty, DRY, logit bias), over the whole vocabulary (docs/trace-format.md,
 "Sampler stages"). The removed masses of a step therefore add up: 1 minus their sum is
-the last report's kept_mass.
+the last report's kept_mass. A stage that changes logits reports how many it changed and
+the mass it moved (the total variation distance between the softmax before and after it).
 
 The candidates take one of two forms, chosen for cost (see sampler_math): sorted (ids
 largest logit first, at most SORT_LIMIT of them, with their float64 logits), or
@@ -30,19 +33,12 @@ from typing import Protocol
 import numpy as np
 
 from loopchat.engine import dry, sampler_fused
+from loopchat.engine.sampler_cuts import cut_of_top, first_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, scratch, top_indices, top_p_set, top_set
 from loopchat.settings import SamplingSettings
+from loopchat.stage_report import StageReport
 
-
-@dataclass(frozen=True, slots=True)
-class StageReport:
-    """What one stage did at one step (masses: see the module's docstring)."""
-
-    stage: str  # the stage's name: repeat_penalty, dry, top_k, top_p, min_p, temperature, greedy
-    removed: int  # candidates it removed
-    removed_mass: float  # the probability they held
-    kept: int  # candidates left after it
-    kept_mass: float  # the probability those held
+__all__ = ["Candidates", "Stage", "StageReport", "chain_for", "scaled"]
 
 
 class Candidates:
@@ -113,36 +109,50 @@ class Candidates:
         whole vocabulary, without a pass over it."""
         return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
 
-    def change_logits(self, ids: np.ndarray, values: np.ndarray) -> None:
+    def change_logits(self, ids: np.ndarray, values: np.ndarray) -> tuple[int, float]:
         """Give the tokens `ids` (distinct) new logits, on a copy of the model's, and move
-        the mass unit with them (before any stage has narrowed the candidates)."""
+        the mass unit with them (before any stage has narrowed the candidates). Returns how
+        many logits changed and the mass moved: the total variation distance between the
+        softmax before and after (the other tokens all scale by the same factor)."""
         if self.work is self.logits:
             self.work = scratch.get("work", self.n_vocab, np.float32)
             np.copyto(self.work, self.logits)
-        before = np.exp(self.work[ids].astype(np.float64) - self.raw_max)
+        old = self.work[ids]
+        before = np.exp(old.astype(np.float64) - self.raw_max)
         self.work[ids] = values
         stored = self.work[ids]
         after = np.exp(stored.astype(np.float64) - self.raw_max)
-        self.norm += float(after.sum()) - float(before.sum())
+        norm0, before_sum = self.norm, float(before.sum())
+        self.norm += float(after.sum()) - before_sum
+        rest = max(norm0 - before_sum, 0.0)
+        moved = float(np.abs(after / self.norm - before / norm0).sum()) + abs(rest / norm0 - rest / self.norm)
+        changed = int(np.count_nonzero(stored != old))
         if self.work_max is not None:
             if np.any(ids == self.work_max_id):
                 self.work_max = None  # the token that held it changed: not known
             elif stored.shape[0] and float(stored.max()) > self.work_max:
                 top = int(np.argmax(stored))
                 self.work_max, self.work_max_id = float(stored[top]), int(ids[top])
+        return changed, 0.5 * moved if changed else 0.0
 
-    def take_top(self, k: int) -> None:
+    def take_top(self, k: int) -> int:
         """Keep the k largest logits (k <= n_vocab): sorted if k <= SORT_LIMIT, else
-        unsorted, never sorted whole (ids None if k is the whole vocabulary)."""
+        unsorted, never sorted whole (ids None if k is the whole vocabulary). Returns the
+        most likely token cut (the k+1-th largest; -1: none)."""
         if k > SORT_LIMIT:
-            self.ids = None if k >= self.n_vocab else top_set(self.work, k)
-            return
-        if self.work is self.logits and k <= self.report_k:
-            self.ids = self.raw_top_ids[:k]
+            if k >= self.n_vocab:
+                self.ids = None
+                return -1
+            self.ids = top_set(self.work, k)  # (its order is the draw's: see _unsorted_distribution)
+            return first_cut(self.work, None, self.ids)
+        if self.work is self.logits and k < self.report_k:
+            top = self.raw_top_ids
         else:
-            self.ids = top_indices(self.work, k)
+            top = top_indices(self.work, k + 1)
+        self.ids = top[:k]
         self.sorted = True
         self.logits64 = self.work[self.ids].astype(np.float64)
+        return cut_of_top(top, k)
 
     def sort(self) -> None:
         """The unsorted candidates in the sorted form (largest first, a stable sort)."""
@@ -162,14 +172,22 @@ class Candidates:
         """The share of the mass unit these (float64) logits hold."""
         return float(np.exp(logits64 - self.raw_max).sum()) / self.norm
 
-    def report(self, stage: str, entered: int, kept_mass: float) -> StageReport:
-        """A stage's report; the candidates now hold kept_mass (when it removed any)."""
+    def report(
+        self, stage: str, entered: int, kept_mass: float, cut: int = -1, changed: int = 0, moved: float = 0.0
+    ) -> StageReport:
+        """A stage's report; the candidates now hold kept_mass (when it removed any); `cut`:
+        the most likely token it removed (-1: none); `changed`, `moved`: see change_logits."""
         removed = entered - self.count
         removed_mass = 0.0
         if removed:
             removed_mass = max(self.mass - kept_mass, 0.0)
             self.mass = kept_mass
-        return StageReport(stage, removed, removed_mass, self.count, self.mass)
+        cut_prob = 0.0
+        if removed and cut >= 0:
+            cut_prob = math.exp(float(self.work[cut]) - self.raw_max) / self.norm
+        else:
+            cut = -1
+        return StageReport(stage, removed, removed_mass, self.count, self.mass, cut, cut_prob, changed, moved)
 
 
 class Stage(Protocol):
@@ -195,11 +213,12 @@ class RepeatPenalty:
         if self.penalty == 1.0 or self.last_n <= 0 or not c.context:
             return c.report(self.name, c.count, c.mass)
         recent = {t for t in c.context[-self.last_n :] if 0 <= t < c.n_vocab}
+        changed, moved = 0, 0.0
         if recent:
             ids = np.fromiter(recent, dtype=np.intp, count=len(recent))
             v = c.work[ids]
-            c.change_logits(ids, np.where(v > 0, v / self.penalty, v * self.penalty))
-        return c.report(self.name, c.count, c.mass)
+            changed, moved = c.change_logits(ids, np.where(v > 0, v / self.penalty, v * self.penalty))
+        return c.report(self.name, c.count, c.mass, changed=changed, moved=moved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +232,25 @@ class Dry:
 
     def apply(self, c: Candidates) -> StageReport:
         ids, pen = dry.step_penalties(c.context, self.settings, c.n_vocab)
-        if ids.size:
-            c.change_logits(ids, c.work[ids] - pen)
-        return c.report(self.name, c.count, c.mass)
+        changed, moved = c.change_logits(ids, c.work[ids] - pen) if ids.size else (0, 0.0)
+        return c.report(self.name, c.count, c.mass, changed=changed, moved=moved)
+
+
+@dataclass(frozen=True, slots=True)
+class LogitBias:
+    """Adds each listed token's bias to its logit, in float32 as the logits come (OpenAI's
+    logit_bias: -100 in effect bans the token, +100 in effect forces it). Removes none."""
+
+    bias: tuple[tuple[int, float], ...]
+    name: str = "logit_bias"
+
+    def apply(self, c: Candidates) -> StageReport:
+        pairs = [(t, b) for t, b in self.bias if 0 <= t < c.n_vocab]
+        changed, moved = 0, 0.0
+        if pairs:
+            ids = np.array([t for t, _ in pairs], dtype=np.intp)
+            changed, moved = c.change_logits(ids, c.work[ids] + np.array([b for _, b in pairs], dtype=np.float32))
+        return c.report(self.name, c.count, c.mass, changed=changed, moved=moved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,13 +263,13 @@ class TopK:
     def apply(self, c: Candidates) -> StageReport:
         entered = c.count
         k = self.k if 0 < self.k <= c.n_vocab else c.n_vocab
-        c.take_top(k)
+        cut = c.take_top(k)
         if k >= c.n_vocab:
             return c.report(self.name, entered, c.mass)
         if c.sorted:
             assert c.logits64 is not None
-            return c.report(self.name, entered, c.mass_of(c.logits64))
-        return c.report(self.name, entered, c.mass_of(c.work[c.ids].astype(np.float64)))
+            return c.report(self.name, entered, c.mass_of(c.logits64), cut)
+        return c.report(self.name, entered, c.mass_of(c.work[c.ids].astype(np.float64)), cut)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,9 +280,9 @@ class Greedy:
 
     def apply(self, c: Candidates) -> StageReport:
         entered = c.count
-        c.take_top(1)
+        cut = c.take_top(1)
         assert c.logits64 is not None
-        return c.report(self.name, entered, c.mass_of(c.logits64))
+        return c.report(self.name, entered, c.mass_of(c.logits64), cut)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,15 +303,21 @@ class TopP:
             cum /= cum[-1]
             n_keep = int(np.searchsorted(cum, self.p, side="left")) + 1
             n_keep = min(max(n_keep, 1), entered)
+            cut = int(c.ids[n_keep]) if n_keep < entered else -1  # type: ignore[index]
             c.keep_first(n_keep)
             share = float(cum[n_keep - 1])
         else:
             # the whole vocabulary: its mass unit estimates the total (float32 exps: to ~1e-6)
             known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, None)
+            before = c.ids
             c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
+            cut = first_cut(c.work, before, c.ids)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
-        return c.report(self.name, entered, c.mass * share)
+            if before is None:  # (share: of the float64 total; the kept mass is in the mass unit)
+                kept64 = c.logits64 if c.logits64 is not None else c.work[c.ids].astype(np.float64)
+                return c.report(self.name, entered, c.mass_of(kept64), cut)
+        return c.report(self.name, entered, c.mass * share, cut)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,14 +339,17 @@ class MinP:
             if n_keep == entered:
                 return c.report(self.name, entered, c.mass)
             w = np.exp(c.logits64 - c.logits64[0])
+            cut = int(c.ids[n_keep])  # type: ignore[index]
             c.keep_first(n_keep)
-            return c.report(self.name, entered, c.mass * float(w[:n_keep].sum()) / float(w.sum()))
+            return c.report(self.name, entered, c.mass * float(w[:n_keep].sum()) / float(w.sum()), cut)
         src = c.source()
         mx = c.source_max(src)
         kept, z, w_sum = sampler_fused.min_p_keep(src, mx + math.log(self.min_p), mx)
+        before = c.ids
         c.ids = kept if c.ids is None else c.ids[kept]
         c.z = z  # the candidates' logits minus their max, at temperature 1 so far
-        return c.report(self.name, entered, w_sum * math.exp(mx - c.raw_max) / c.norm)
+        cut = first_cut(c.work, before, c.ids)
+        return c.report(self.name, entered, w_sum * math.exp(mx - c.raw_max) / c.norm, cut)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +381,9 @@ def scaled(c: Candidates) -> np.ndarray:
 def chain_for(settings: SamplingSettings) -> tuple[Stage, ...]:
     """The stages of a step under these settings, in order (the same objects for equal
     settings: they are immutable)."""
-    penalties = (RepeatPenalty(settings.repeat_penalty, settings.repeat_last_n), Dry(settings))
+    penalties: tuple[Stage, ...] = (RepeatPenalty(settings.repeat_penalty, settings.repeat_last_n), Dry(settings))
+    if settings.logit_bias:
+        penalties += (LogitBias(settings.logit_bias),)
     if settings.greedy:
         return (*penalties, Greedy())
     return (

@@ -29,6 +29,7 @@ import msgpack
 
 from loopchat.events import Candidate, LensRow, Step
 from loopchat.settings import SamplingSettings
+from loopchat.stage_report import stage_reports
 from loopchat.watch import WatchedToken
 
 #: The Step fields each format stores, in row order.
@@ -66,7 +67,8 @@ FIELDS[2] = FIELDS[1] + ("chosen_by",)  # step mode (issue 13): sampled / step /
 # pass cut; a candidate that is a piece of a character stores its bytes in its text's slot
 FIELDS[3] = FIELDS[2] + ("repeat", "probe_cut_ms")
 FIELDS[4] = FIELDS[3] + ("lens",)  # issue 26: the logit lens of the pass (None: not asked for)
-FIELDS[5] = FIELDS[4] + ("watched",)  # issue 24: the tokens on watch (None: none asked for)
+FIELDS[5] = FIELDS[4] + ("stages",)  # issue 24: each sampler stage's report (the waterfall)
+FIELDS[6] = FIELDS[5] + ("watched",)  # issue 24: the tokens on watch (None: none asked for)
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
@@ -170,6 +172,8 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = tuple(value)
             elif name == "lens" and value is not None:
                 value = tuple(LensRow(*r) for r in value)
+            elif name == "stages":
+                value = stage_reports(value)
             elif name == "watched" and value is not None:
                 value = tuple(WatchedToken(*w) for w in value)
             kwargs[name] = value

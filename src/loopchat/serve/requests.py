@@ -345,8 +345,6 @@ def _refuse_unsupported(body: dict[str, Any], *, chat: bool) -> None:
         refuse("echo", "echo is for /v1/completions: the chat's prompt is its messages, which the client has")
     if body.get("suffix"):
         refuse("suffix", "suffix (insertion) is not supported: the model continues the prompt's end")
-    if body.get("logit_bias"):
-        refuse("logit_bias", "logit_bias is not supported: loopchat's sampler does not bias tokens")
     for key in ("presence_penalty", "frequency_penalty"):
         value = body.get(key)
         if value not in (None, 0, 0.0):

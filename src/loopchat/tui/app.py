@@ -276,7 +276,14 @@ class LoopChatApp(ChatViewKeys):
 
         s = self.session
         self.push_screen(
-            SettingsDialog(s.settings, generating=self.generating, live=self.backend.live_settings, stopped=s.stopped),
+            SettingsDialog(
+                s.settings,
+                generating=self.generating,
+                live=self.backend.live_settings,
+                stopped=s.stopped,
+                # the model's tokenizer where it runs in this process (a logit bias typed as text)
+                tokenizer=getattr(self.backend, "tokenizer", lambda: None)(),
+            ),
             done,
         )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
@@ -25,10 +28,15 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         generating: bool = False,
         live: bool = True,
         stopped: bool = False,
+        tokenizer: Any = None,
     ) -> None:
         """`live`: the backend's replies take a change mid-reply (False: a server's);
-        `stopped`: the reply is stopped before a draw in step mode."""
+        `stopped`: the reply is stopped before a draw in step mode; `tokenizer`: the
+        model's (its first_token(text), piece_text(id)), for a logit bias typed as text
+        (None: token ids only)."""
         super().__init__()
+        self.first_token: Callable[[str], int] | None = tokenizer.first_token if tokenizer is not None else None
+        self.tokenizer = tokenizer
         self.current = current
         self.generating = generating
         self.live = live
@@ -57,9 +65,8 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                 for spec in SETTINGS:
                     name = spec.name
                     yield Label(spec.label, classes="setting-name")
-                    value = getattr(self.current, name)
                     yield Input(
-                        "" if value is None else str(value),
+                        self._text(spec, getattr(self.current, name)),
                         id=f"set-{name}",
                         classes="setting-input",
                         compact=True,
@@ -70,15 +77,31 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                 yield Button("Apply (Enter)", variant="primary", id="apply", compact=True)
                 yield Button("Cancel (Esc)", id="cancel", compact=True)
 
-    def _collect(self) -> tuple[dict[str, int | float | None], bool]:
-        values: dict[str, int | float | None] = {}
+    def _text(self, spec: Any, value: Any) -> str:
+        """A field's text: a logit bias's tokens as their texts where the tokenizer gives
+        them back ("TEXT"=BIAS), else by id."""
+        if spec.kind is None or self.tokenizer is None or self.first_token is None:
+            return str(spec.text(value))
+        first, piece = self.first_token, self.tokenizer.piece_text
+
+        def as_text(token: int) -> str | None:
+            text = piece(token)
+            try:
+                return text if text and first(text) == token else None
+            except ValueError:
+                return None
+
+        return str(spec.kind.text(value, as_text))
+
+    def _collect(self) -> tuple[dict[str, Any], bool]:
+        values: dict[str, Any] = {}
         ok = True
         for spec in SETTINGS:
             name = spec.name
             raw = self.query_one(f"#set-{name}", Input).value
             err = self.query_one(f"#err-{name}", Static)
             try:
-                values[name] = spec.parse(raw)  # type and range checked; an empty seed is None
+                values[name] = spec.parse(raw, self.first_token)  # type and range checked; an empty seed is None
                 err.update(spec.dialog_hint)
                 err.remove_class("-error")
             except SettingsError as exc:

@@ -41,6 +41,7 @@ from loopchat.chat.views.panel_view import (
     remote,
 )
 from loopchat.chat.views.panel_watch import watch_lines
+from loopchat.chat.views.panel_waterfall import waterfall_lines, waterfall_short
 from loopchat.chat.views.repeat_lines import repeat_lines
 from loopchat.chat.views.reply_index import PanelCaches
 from loopchat.event_lines import NOT_GIVEN
@@ -51,9 +52,9 @@ _WELCOME_TEXT = (
     "draws one. Send a message to watch it happen."
 )
 _LATENCY_HEAD: Line = (("Latency", HEAD),)
-#: on a short panel the candidates give way first (down to 3), then the screen cuts the end
-CANDIDATES = 1
-WATCH = 2
+#: on a short panel the sampler's waterfall gives way first (to one line), then the
+#: candidates (down to 3), then the watched tokens' sparklines, then the screen cuts the end
+WATERFALL, CANDIDATES, WATCH = 0, 1, 2
 
 
 def _title(v: PanelView) -> list[Pieces]:
@@ -213,16 +214,20 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     tail.append(BLANK)
     settings_block(v, width, tail, caches)
     title, table = fit_lines(_title(v), width), candidates(v, width)
+    falls = waterfall_lines(v.step, width)
+    if falls:
+        falls.append(BLANK)
     if watching:
         watching.insert(0, BLANK)
-    if not v.height or len(title) + len(table) + len(watching) + len(tail) <= v.height:  # (most frames)
-        return [*title, *table, *watching, *tail]
+    if not v.height or len(title) + len(table) + len(falls) + len(watching) + len(tail) <= v.height:  # (most frames)
+        return [*title, *table, *falls, *watching, *tail]
     n = len(v.step.raw_top)
     sections = [
         Section(title, name="title"),
         # fewer candidates (down to 3) before anything below is cut (the settings the
         # keys change stay in view as long as they can)
         Section(table, (Form(CANDIDATES, lambda over: candidates(v, width, k=max(3, n - over))),), name="candidates"),
+        Section(falls, (Form(WATERFALL, waterfall_short(v.step, width)),), name="waterfall"),
         # the tokens on watch (the user asked for them): their sparklines go after the
         # candidates shrank, the rows stay (the screen cuts the end of the panel first)
         Section(watching, (Form(WATCH, fit_lines(watch_lines(v, spark=0), width)),), name="watching"),
