@@ -397,8 +397,7 @@ def to_json_dict(event: Event) -> dict[str, Any]:
     return out
 
 
-#: fields a trace leaves out when not asked for (None): a trace without them is as before
-#: (so are a Step's stages when none were recorded: a remote server's, an older trace's)
+#: fields a trace leaves out when not asked for (None; a Step's stages when none were recorded)
 _LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched"})
 
 

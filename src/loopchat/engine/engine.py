@@ -311,10 +311,6 @@ class Engine:
     def is_control(self, token_id: int) -> bool:
         return bool(self._c.is_control(token_id))
 
-    def first_token(self, text: str) -> int | None:
-        tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        return int(tokens[0]) if tokens else None
-
     def prefill_threads(self) -> None:
         if self._auto is not None:  # the prefill runs at a measured count, never a probe's
             self._auto.prefill_threads()

@@ -131,7 +131,7 @@ class ReplyRun:
                 f"{len(self.tokens)} tokens and the model's context holds {host.n_ctx}"
             )
         host.prefill_threads()  # auto threads: a measured count, never a probe's
-        self.watch = tuple((text, t) for text in request.watch if (t := host.first_token(text)) is not None)
+        self.watch = tuple((text, host.first_token(text)) for text in request.watch)  # (texts not empty: watch.py)
         lens = host.open_lens() if request.lens else NoLens()
         self.lens, lens_note = (NoLens(), lens) if isinstance(lens, str) else (lens, None)
         yield Start(

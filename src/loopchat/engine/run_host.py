@@ -48,9 +48,9 @@ class RunHost(Protocol):
 
     def is_eog(self, token_id: int) -> bool: ...
 
-    def first_token(self, text: str) -> int | None:
+    def first_token(self, text: str) -> int:
         """The first token of `text` as the tokenizer splits it alone (no BOS, no special
-        tokens parsed); None: it has none."""
+        tokens parsed); ValueError: it has none."""
 
     # ---- the context and the forward passes ----
     @property
