@@ -54,6 +54,7 @@ EVERY_FIELD = ReplyRequest(
     step_paused=True,
     prompt_logprobs=2,
     lens=True,
+    watch=(" Paris", "zebra"),
 )
 
 pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve
@@ -147,6 +148,8 @@ def test_both_hosts_run_every_field_of_the_request(model_path: Path) -> None:
         assert prefill.reused_tokens == 0 and prefill.evaluated_tokens >= len(first.prompt_token_ids)
         # first_token: the end of turn, by hand; ignore_eos: it does not end the reply
         assert steps[0].token_id == request.first_token and steps[0].chosen_by == HAND and not steps[0].is_stop
+        # watch: each step follows the texts' first tokens
+        assert [t for t, _ in start.watch] == list(request.watch) and all(len(s.watched) == 2 for s in steps)
         # forced: the steps after the first token's take these, by hand too
         assert [(s.token_id, s.chosen_by) for s in steps[1:3]] == [(t, HAND) for t in request.forced]
         # a forced run ends with its last given token (here before max_tokens)
