@@ -1116,6 +1116,75 @@ fail_x:
     return Py_BuildValue("(nd)", k, mass);
 }
 
+/* The k largest of x[::stride] (float32), largest first, into out: the values np.partition
+   of the strided sample gives (an order statistic is one value, however found), by a min-heap
+   of k over one pass of the sample (few values enter it) instead of a copy and a partition of
+   the whole sample. Returns -1 where numpy's partition must decide (a NaN: numpy's order). */
+static void heap_down(float *h, Py_ssize_t k, Py_ssize_t i) {
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < k && h[l] < h[m]) m = l;
+        if (r < k && h[r] < h[m]) m = r;
+        if (m == i) return;
+        float t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static int float_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x > y ? -1 : (x < y);
+}
+
+static int sample_top(const float *x, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t k, float *h) {
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i += stride) {
+        float v = x[i];
+        if (v != v) return -1;
+        if (m < k) {
+            h[m++] = v;
+            if (m == k)
+                for (Py_ssize_t j = k / 2; j-- > 0;) heap_down(h, k, j);
+        } else if (v > h[0]) {
+            h[0] = v;
+            heap_down(h, k, 0);
+        }
+    }
+    qsort(h, (size_t)m, sizeof(float), float_desc);
+    return 0;
+}
+
+PyDoc_STRVAR(sample_top_doc,
+             "sample_top(x, stride, out) -> ok: the len(out) largest of float32 x[::stride], largest first, into\n"
+             "float32 out (fewer than len(out) sampled: all of them); False where x holds a NaN (numpy's order).");
+
+static PyObject *py_sample_top(PyObject *self, PyObject *args) {
+    PyObject *xo, *oo;
+    Py_ssize_t stride;
+    Py_buffer x, o;
+    int ok = -1;
+    if (!PyArg_ParseTuple(args, "OnO", &xo, &stride, &oo)) return NULL;
+    if (stride <= 0) {
+        PyErr_SetString(PyExc_ValueError, "stride must be positive");
+        return NULL;
+    }
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (get_buf(oo, &o, 1, 'f') < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0], k = o.shape[0];
+    if (k > 0) {
+        Py_BEGIN_ALLOW_THREADS ok = sample_top((const float *)x.buf, n, stride, k, (float *)o.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&o);
+    return PyBool_FromLong(ok == 0);
+}
+
 PyDoc_STRVAR(bin_split_doc,
              "bin_split(idx, b, above, inside) -> (n_above, n_inside): the positions of int32 idx above b\n"
              "and at b, each in order, into above and inside (int64, idx's length).");
@@ -1233,6 +1302,7 @@ static PyMethodDef methods[] = {
     {"bin_masses", py_bin_masses, METH_VARARGS, bin_masses_doc},
     {"bin_split", py_bin_split, METH_VARARGS, bin_split_doc},
     {"top_p_cut", py_top_p_cut, METH_VARARGS, top_p_cut_doc},
+    {"sample_top", py_sample_top, METH_VARARGS, sample_top_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
     {NULL, NULL, 0, NULL},
