@@ -143,9 +143,7 @@ def _head_cut(
     return None
 
 
-def _top_p_stored(
-    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float
-) -> tuple[np.ndarray, float, float]:
+def _top_p_stored(src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float) -> tuple[np.ndarray, float, float]:
     """top_p_set without a deep set: the masses stored, the head, then the bins.
     (kept positions of src, their mass, the total)."""
     q = scratch.get("f64b", src.shape[0], np.float64)
