@@ -844,14 +844,13 @@ static Py_ssize_t at_least(const float *x, float v, int64_t *ids, Py_ssize_t n) 
 
 /* top-p's pass over the vocabulary (issue 23, item 3): the sum of q = exp(double(x[i]) - shift)
    over every i, and the positions with x[i] >= v (float32, as at_least) with their q, in order,
-   into ids and qs (the deep set: a few percent of the vocabulary); nothing else stored. The
-   exps are computed a block at a time into a buffer in L1 (vectorised, the same kexp as
-   exp_sum's: the same bits), then the block's positions at or above v are picked from it. */
+   into ids and qs (the deep set: a few percent of the vocabulary); nothing else stored. With
+   AVX2 and FMA one loop (exp_sum_above4); otherwise a block's exps into a buffer in L1
+   (exp_sum's kexp, vectorised), then the block's positions at or above v picked from it. */
 #define ABOVE_BLOCK 512
 
 KERNEL_CLONES
 static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t n) {
-    FMA_PASS(pass4_f32(x, shift, 1.0, w, n, NULL));
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -862,54 +861,21 @@ static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t 
     return s;
 }
 
-static Py_ssize_t pick_above(const float *x, float v, const double *w, Py_ssize_t first, int64_t *ids, double *qs,
-                             Py_ssize_t n) {
-    Py_ssize_t k = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        ids[k] = first + i;
-        qs[k] = w[i];
-        k += x[i] >= v;
-    }
-    return k;
-}
-
-#ifdef KERNEL_AVX2
-__attribute__((target("avx2,bmi"))) static Py_ssize_t pick_above_avx2(const float *x, float v, const double *w,
-                                                                       Py_ssize_t first, int64_t *ids, double *qs,
-                                                                       Py_ssize_t n) {
-    __m256 vv = _mm256_set1_ps(v);
-    Py_ssize_t k = 0, i = 0;
-    for (; i + 8 <= n; i += 8) {
-        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_GE_OQ));
-        while (m) {
-            Py_ssize_t j = i + __builtin_ctz(m);
-            ids[k] = first + j;
-            qs[k++] = w[j];
-            m &= m - 1;
-        }
-    }
-    return k + pick_above(x + i, v, w + i, first + i, ids + k, qs + k, n - i);
-}
-#endif
-
 static double exp_sum_above(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
                             Py_ssize_t *kout) {
-    double w[ABOVE_BLOCK], total = 0.0;
-    Py_ssize_t k = 0;
 #ifdef KERNEL_AVX2
     if (kernel_fma) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
-    int avx2 = __builtin_cpu_supports("avx2");
 #endif
+    double w[ABOVE_BLOCK], total = 0.0;
+    Py_ssize_t k = 0;
     for (Py_ssize_t first = 0; first < n; first += ABOVE_BLOCK) {
         Py_ssize_t m = n - first < ABOVE_BLOCK ? n - first : ABOVE_BLOCK;
         total += exp_block_f32(x + first, shift, w, m);
-#ifdef KERNEL_AVX2
-        if (avx2) {
-            k += pick_above_avx2(x + first, v, w, first, ids + k, qs + k, m);
-            continue;
+        for (Py_ssize_t i = 0; i < m; i++) { /* (branchless: every position written, kept or not) */
+            ids[k] = first + i;
+            qs[k] = w[i];
+            k += x[first + i] >= v;
         }
-#endif
-        k += pick_above(x + first, v, w, first, ids + k, qs + k, m);
     }
     *kout = k;
     return total;
