@@ -3,7 +3,9 @@ loaded machine does not move much (`loop_overhead.py --sweep` times the chain in
 engine, in wall time, against a forward pass that a busy machine slows far more).
 
 Records `--steps` passes of two replies (the defaults at temperature 0.7, and top-k off at
-temperature 2: a flatter text), then runs `sampler.sample` on each recorded row for every
+temperature 2: a flatter text; `--text worst`: both replies drawn at the sweep's worst
+combination instead, top-k off, top-p 0.95, temperature 2, DRY 0.8: the rows the sweep's
+worst steps see), then runs `sampler.sample` on each recorded row for every
 combination of the sweep's settings (top-k 40/off, top-p 0.95/1, min-p 0.05/0, temperature
 0.7/2, 10/40 candidates reported, DRY off/0.8) and prints the median thread CPU time per
 step, the worst first, and the worst of each class (against the forward pass measured while
@@ -11,7 +13,7 @@ recording), then the raw softmax's pass alone (sampler_raw: the kernel's fused p
 numpy's, where the tree has it). `LOOPCHAT_SAMPLER_KERNEL=0` runs the chain's numpy path
 instead of its C kernel.
 
-    .venv/bin/python benchmarks/sampler_cpu.py [--model FILE.gguf | --model gemma] [--steps 32]
+    .venv/bin/python benchmarks/sampler_cpu.py [--model FILE.gguf | --model gemma] [--steps 32] [--text worst]
 
 To compare two versions of the chain, run this file from each tree (it imports the
 `src/` beside it).
@@ -38,16 +40,24 @@ from loopchat.settings import SamplingSettings  # noqa: E402
 GRID = list(itertools.product((40, 0), (0.95, 1.0), (0.05, 0.0), (0.7, 2.0), (10, 40), (0.0, 0.8)))
 
 
-def record(model: Path, steps: int) -> tuple[list, float]:
+#: the sweep's worst combination (docs/performance.md): the text `--text worst` records
+WORST = SamplingSettings(
+    seed=1, top_k=0, top_p=0.95, min_p=0.0, temperature=2.0, dry_multiplier=0.8, dry_penalty_last_n=2048
+)
+
+
+def record(model: Path, steps: int, text: str = "mixed") -> tuple[list, float]:
     """(rows of (logits, context), the median forward pass in ms while recording)."""
     engine = Engine(model, n_ctx=2048, threads=2, log_path=Path("/dev/null"))
     rows, forward = [], []
-    for s in (SamplingSettings(seed=1, temperature=0.7), SamplingSettings(seed=1, top_k=0, top_p=1.0, min_p=0.0)):
-        s = s.replace(temperature=0.7 if s.top_k else 2.0)
+    replies = (SamplingSettings(seed=1, temperature=0.7), SamplingSettings(seed=1, top_k=0, top_p=1.0, min_p=0.0))
+    for s in replies if text == "mixed" else (WORST, WORST.replace(seed=2)):
+        if text == "mixed":
+            s = s.replace(temperature=0.7 if s.top_k else 2.0)
         engine.reset()
         context = list(engine.fit_prompt(MESSAGES, steps).tokens)
         engine._eval(context)
-        rng = sampler.make_rng(1)
+        rng = sampler.make_rng(s.seed)
         for _ in range(steps):
             row = engine._logits().copy()
             rows.append((row, list(context)))
@@ -65,9 +75,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", metavar="FILE.gguf", help="a GGUF file, or `gemma` (default: the bundled model)")
     ap.add_argument("--steps", type=int, default=32, help="passes recorded per reply (two replies)")
+    ap.add_argument("--text", choices=("mixed", "worst"), default="mixed", help="the replies recorded (above)")
     args = ap.parse_args()
     model = model_path(args.model)
-    rows, forward_ms = record(model, args.steps)
+    rows, forward_ms = record(model, args.steps, args.text)
     path = getattr(getattr(sampler, "sampler_fused", None), "PATH", "numpy")
     print(
         f"model {model.name}, {len(rows)} rows, chain path {path}; forward pass while recording: median {forward_ms:.1f} ms (wall)"

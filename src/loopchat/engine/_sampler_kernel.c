@@ -844,14 +844,13 @@ static Py_ssize_t at_least(const float *x, float v, int64_t *ids, Py_ssize_t n) 
 
 /* top-p's pass over the vocabulary (issue 23, item 3): the sum of q = exp(double(x[i]) - shift)
    over every i, and the positions with x[i] >= v (float32, as at_least) with their q, in order,
-   into ids and qs (the deep set: a few percent of the vocabulary); nothing else stored. The
-   exps are computed a block at a time into a buffer in L1 (vectorised, the same kexp as
-   exp_sum's: the same bits), then the block's positions at or above v are picked from it. */
+   into ids and qs (the deep set: a few percent of the vocabulary); nothing else stored. With
+   AVX2 and FMA one loop (exp_sum_above4); otherwise a block's exps into a buffer in L1
+   (exp_sum's kexp, vectorised), then the block's positions at or above v picked from it. */
 #define ABOVE_BLOCK 512
 
 KERNEL_CLONES
 static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t n) {
-    FMA_PASS(pass4_f32(x, shift, 1.0, w, n, NULL));
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -862,54 +861,21 @@ static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t 
     return s;
 }
 
-static Py_ssize_t pick_above(const float *x, float v, const double *w, Py_ssize_t first, int64_t *ids, double *qs,
-                             Py_ssize_t n) {
-    Py_ssize_t k = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        ids[k] = first + i;
-        qs[k] = w[i];
-        k += x[i] >= v;
-    }
-    return k;
-}
-
-#ifdef KERNEL_AVX2
-__attribute__((target("avx2,bmi"))) static Py_ssize_t pick_above_avx2(const float *x, float v, const double *w,
-                                                                       Py_ssize_t first, int64_t *ids, double *qs,
-                                                                       Py_ssize_t n) {
-    __m256 vv = _mm256_set1_ps(v);
-    Py_ssize_t k = 0, i = 0;
-    for (; i + 8 <= n; i += 8) {
-        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_GE_OQ));
-        while (m) {
-            Py_ssize_t j = i + __builtin_ctz(m);
-            ids[k] = first + j;
-            qs[k++] = w[j];
-            m &= m - 1;
-        }
-    }
-    return k + pick_above(x + i, v, w + i, first + i, ids + k, qs + k, n - i);
-}
-#endif
-
 static double exp_sum_above(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
                             Py_ssize_t *kout) {
-    double w[ABOVE_BLOCK], total = 0.0;
-    Py_ssize_t k = 0;
 #ifdef KERNEL_AVX2
     if (kernel_fma) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
-    int avx2 = __builtin_cpu_supports("avx2");
 #endif
+    double w[ABOVE_BLOCK], total = 0.0;
+    Py_ssize_t k = 0;
     for (Py_ssize_t first = 0; first < n; first += ABOVE_BLOCK) {
         Py_ssize_t m = n - first < ABOVE_BLOCK ? n - first : ABOVE_BLOCK;
         total += exp_block_f32(x + first, shift, w, m);
-#ifdef KERNEL_AVX2
-        if (avx2) {
-            k += pick_above_avx2(x + first, v, w, first, ids + k, qs + k, m);
-            continue;
+        for (Py_ssize_t i = 0; i < m; i++) { /* (branchless: every position written, kept or not) */
+            ids[k] = first + i;
+            qs[k] = w[i];
+            k += x[first + i] >= v;
         }
-#endif
-        k += pick_above(x + first, v, w, first, ids + k, qs + k, m);
     }
     *kout = k;
     return total;
@@ -1116,6 +1082,75 @@ fail_x:
     return Py_BuildValue("(nd)", k, mass);
 }
 
+/* The k largest of x[::stride] (float32), largest first, into out: the values np.partition
+   of the strided sample gives (an order statistic is one value, however found), by a min-heap
+   of k over one pass of the sample (few values enter it) instead of a copy and a partition of
+   the whole sample. Returns -1 where numpy's partition must decide (a NaN: numpy's order). */
+static void heap_down(float *h, Py_ssize_t k, Py_ssize_t i) {
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < k && h[l] < h[m]) m = l;
+        if (r < k && h[r] < h[m]) m = r;
+        if (m == i) return;
+        float t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static int float_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x > y ? -1 : (x < y);
+}
+
+static int sample_top(const float *x, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t k, float *h) {
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i += stride) {
+        float v = x[i];
+        if (v != v) return -1;
+        if (m < k) {
+            h[m++] = v;
+            if (m == k)
+                for (Py_ssize_t j = k / 2; j-- > 0;) heap_down(h, k, j);
+        } else if (v > h[0]) {
+            h[0] = v;
+            heap_down(h, k, 0);
+        }
+    }
+    qsort(h, (size_t)m, sizeof(float), float_desc);
+    return 0;
+}
+
+PyDoc_STRVAR(sample_top_doc,
+             "sample_top(x, stride, out) -> ok: the len(out) largest of float32 x[::stride], largest first, into\n"
+             "float32 out (fewer than len(out) sampled: all of them); False where x holds a NaN (numpy's order).");
+
+static PyObject *py_sample_top(PyObject *self, PyObject *args) {
+    PyObject *xo, *oo;
+    Py_ssize_t stride;
+    Py_buffer x, o;
+    int ok = -1;
+    if (!PyArg_ParseTuple(args, "OnO", &xo, &stride, &oo)) return NULL;
+    if (stride <= 0) {
+        PyErr_SetString(PyExc_ValueError, "stride must be positive");
+        return NULL;
+    }
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (get_buf(oo, &o, 1, 'f') < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0], k = o.shape[0];
+    if (k > 0) {
+        Py_BEGIN_ALLOW_THREADS ok = sample_top((const float *)x.buf, n, stride, k, (float *)o.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&o);
+    return PyBool_FromLong(ok == 0);
+}
+
 PyDoc_STRVAR(bin_split_doc,
              "bin_split(idx, b, above, inside) -> (n_above, n_inside): the positions of int32 idx above b\n"
              "and at b, each in order, into above and inside (int64, idx's length).");
@@ -1233,6 +1268,7 @@ static PyMethodDef methods[] = {
     {"bin_masses", py_bin_masses, METH_VARARGS, bin_masses_doc},
     {"bin_split", py_bin_split, METH_VARARGS, bin_split_doc},
     {"top_p_cut", py_top_p_cut, METH_VARARGS, top_p_cut_doc},
+    {"sample_top", py_sample_top, METH_VARARGS, sample_top_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
     {NULL, NULL, 0, NULL},

@@ -147,6 +147,19 @@ def at_least(src: np.ndarray, threshold: np.floating) -> np.ndarray:
     return np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", src.shape[0], np.bool_)))
 
 
+def sample_top(x: np.ndarray, stride: int, k: int) -> np.ndarray:
+    """The k largest of the strided sample x[::stride] (k < its size), largest first (a fresh
+    array of x's type): the values np.partition of the sample gives, found by the kernel's
+    one pass over the sample (a heap of k) for float32, by numpy's partition otherwise."""
+    if kernel is not None and x.dtype == np.float32:
+        out = np.empty(k, dtype=np.float32)
+        if kernel.sample_top(x, stride, out):
+            return out
+    sample = x[::stride]
+    s = sample.shape[0]
+    return np.sort(np.partition(sample, s - k)[s - k :])[::-1]
+
+
 def bin_masses(
     x: np.ndarray, lo: np.float32, scale: np.float32, bins: int, q: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:

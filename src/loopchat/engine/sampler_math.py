@@ -29,11 +29,9 @@ def top_indices(x: np.ndarray, k: int) -> np.ndarray:
     if k <= 0:
         return np.empty(0, dtype=np.intp)
     cand: np.ndarray | None = None
-    if n > 4096:
-        sample = x[::32]
-        if sample.shape[0] > k:
-            threshold = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
-            cand = sampler_fused.at_least(x, threshold)
+    if n > 4096 and (n + 31) // 32 > k:
+        # (the sample's k-th largest: the kernel's heap over x[::32], or numpy's partition)
+        cand = sampler_fused.at_least(x, sampler_fused.sample_top(x, 32, k)[k - 1])
     return _top_of(x, np.arange(n) if cand is None else cand, k)
 
 
@@ -124,11 +122,11 @@ def _first_max(src: np.ndarray, cand: np.ndarray | None) -> np.ndarray:
 
 
 def _deep_sample(src: np.ndarray) -> np.ndarray | None:
-    """The j + 1 largest of a strided sample of src (j = _TOP_P_DEEP / _TOP_P_STRIDE), the
-    first of them the deep set's threshold; None: src too small for a deep set."""
-    sample = src[::_TOP_P_STRIDE]
-    s, j = sample.shape[0], _TOP_P_DEEP // _TOP_P_STRIDE
-    return np.partition(sample, s - 1 - j)[s - 1 - j :] if s > 4 * j else None
+    """The j + 1 largest of a strided sample of src (j = _TOP_P_DEEP / _TOP_P_STRIDE),
+    largest first: the last the deep set's threshold, the _TOP_P_HEAD-th the head's; None:
+    src too small for a deep set."""
+    s, j = (src.shape[0] + _TOP_P_STRIDE - 1) // _TOP_P_STRIDE, _TOP_P_DEEP // _TOP_P_STRIDE
+    return sampler_fused.sample_top(src, _TOP_P_STRIDE, j + 1) if s > 4 * j else None
 
 
 def _head_cut(
@@ -166,17 +164,16 @@ def _top_p_deep(
     src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, above: np.ndarray
 ) -> tuple[np.ndarray, float, float]:
     """top_p_set on a large vocabulary: one pass for the total and the deep set (the
-    positions at or above above[0], with their masses), the head found inside it (the
+    positions at or above above[-1], with their masses), the head found inside it (the
     positions at or above the sample's top _TOP_P_HEAD-th: as top_indices takes them),
     the bins inside it where it holds top_p, else over everything (the masses stored)."""
-    total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[0])
+    total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1])
     target = top_p * total
     x_deep = src[deep]
     if target <= 1.0:  # (every token of the largest logit is in the deep set, in order)
         return deep[int(np.argmax(x_deep)) : int(np.argmax(x_deep)) + 1], 1.0, total
     if target <= _TOP_P_HEAD:  # (each mass is at most 1: a head holds no more than its size)
-        j = above.shape[0] - _TOP_P_HEAD
-        head = np.flatnonzero(x_deep >= np.partition(above, j)[j])
+        head = np.flatnonzero(x_deep >= above[_TOP_P_HEAD - 1])
         at = _top_of(x_deep, head, _TOP_P_HEAD)
         cut = _head_cut(src, cand, deep[at], q_deep[at], target)
         if cut is not None:
