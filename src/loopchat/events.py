@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
+from loopchat.constraint import ConstraintReport
 from loopchat.settings import SamplingSettings
 
 if TYPE_CHECKING:
@@ -218,6 +219,8 @@ class Step:
     probe_cut_ms: float = 0.0
     #: asked for (ReplyRequest.lens): the logit lens of the pass behind this step, a row per layer
     lens: tuple[LensRow, ...] | None = None
+    #: a reply under a constraint (ReplyRequest.constraint): what it did at this pass (constraint.py)
+    constraint: ConstraintReport | None = None
     kind: str = field(default="step", init=False)
 
 
@@ -268,6 +271,9 @@ class Finish:
     #: step mode: how long the loop waited for the user, stopped before a draw; left out of
     #: ttft_ms, decode_ms and tokens_per_s (they are the loop's own time), in total_ms
     paused_ms: float = 0.0
+    #: a reply under a constraint: whether the grammar accepts the reply as it ends (False: cut, by
+    #: max_tokens say, before the structure closed); None: no constraint
+    constraint_closed: bool | None = None
     kind: str = field(default="finish", init=False)
 
 
@@ -386,7 +392,7 @@ def to_json_dict(event: Event) -> dict[str, Any]:
 
 
 #: fields a trace leaves out when not asked for (None): a trace without them is as before
-_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note"})
+_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note", "constraint", "constraint_closed"})
 
 
 def event_from_json_dict(data: dict[str, Any]) -> Event:
@@ -408,6 +414,8 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
             value = _candidates(value)
         elif f.name == "lens" and value is not None:
             value = tuple(LensRow(*r) for r in value)
+        elif f.name == "constraint" and value is not None:
+            value = ConstraintReport(*value)
         elif f.name == "prompt_top" and value is not None:
             value = tuple(_candidates(c) for c in value)
         elif f.name == "piece_bytes" and value is not None:

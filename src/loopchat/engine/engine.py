@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from loopchat.constraint import Constraint
 from loopchat.engine import sampler
 from loopchat.engine.chat_prompt import (
     CHATML_TEMPLATE,
@@ -402,6 +403,12 @@ class Engine:
 
             self._lens = open_lens(self.llm, self.model_path, self.n_ctx, self.threads, self.piece_text)
         return self._lens
+
+    def open_constraint(self, spec: Constraint) -> Any:
+        """A reply's constraint stage on this model's vocabulary (sampler_constraint.py)."""
+        from loopchat.engine.sampler_constraint import open_stage
+
+        return open_stage(self.llm, spec, self.n_vocab, self.piece_text)
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

@@ -133,7 +133,11 @@ class Candidates:
 
     def take_top(self, k: int) -> None:
         """Keep the k largest logits (k <= n_vocab): sorted if k <= SORT_LIMIT, else
-        unsorted, never sorted whole (ids None if k is the whole vocabulary)."""
+        unsorted, never sorted whole (ids None if k is the whole vocabulary). Candidates an
+        earlier stage narrowed (the constraint: ids set): the k largest of them."""
+        if self.ids is not None:
+            self._take_top_of_ids(k)
+            return
         if k > SORT_LIMIT:
             self.ids = None if k >= self.n_vocab else top_set(self.work, k)
             return
@@ -141,6 +145,25 @@ class Candidates:
             self.ids = self.raw_top_ids[:k]
         else:
             self.ids = top_indices(self.work, k)
+        self.sorted = True
+        self.logits64 = self.work[self.ids].astype(np.float64)
+
+    def _take_top_of_ids(self, k: int) -> None:
+        assert self.ids is not None
+        n = self.ids.shape[0]
+        if self.sorted:
+            if k < n:
+                self.keep_first(k)
+            return
+        if k >= n:
+            if n <= SORT_LIMIT:
+                self.sort()
+            return
+        src = self.work[self.ids]
+        if k > SORT_LIMIT:
+            self.ids = self.ids[top_set(src, k)]
+            return
+        self.ids = self.ids[top_indices(src, k)]
         self.sorted = True
         self.logits64 = self.work[self.ids].astype(np.float64)
 
@@ -347,3 +370,10 @@ def chain_for(settings: SamplingSettings) -> tuple[Stage, ...]:
         MinP(settings.min_p),
         Temperature(settings.temperature),
     )
+
+
+def with_constraint(chain: tuple[Stage, ...], stage: Stage) -> tuple[Stage, ...]:
+    """The chain with a reply's constraint stage (sampler_constraint) in its place: after the
+    penalties and the logit bias, before the first stage that narrows (top-k, or greedy)."""
+    at = next((i for i, s in enumerate(chain) if s.name in ("top_k", "greedy")), len(chain))
+    return (*chain[:at], stage, *chain[at:])
