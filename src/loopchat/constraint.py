@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from loopchat.errors import EngineError, one_line
@@ -81,3 +82,17 @@ class ConstraintReport(NamedTuple):
     top_forbidden_text: str  # that token's text ("" when none)
     top_forbidden_prob: float  # its raw probability (0.0 when none)
     forced: bool  # exactly one token was allowed: the model had no say
+
+
+def reply_summary(label: str, reports: Iterable[ConstraintReport]) -> str:
+    """A reply's constraint in one phrase (the info line, `loopchat run`'s summary): how many
+    passes were forced, and the forbidden raw mass summed over its passes."""
+    shown = [r for r in reports]
+    forced = sum(1 for r in shown if r.forced)
+    total = sum(r.forbidden_mass for r in shown)
+    return f"{label}: {forced} of {len(shown)} passes forced, forbidden mass {total:.3f} in all"
+
+
+def cut_note(label: str) -> str:
+    """The line for a reply cut (by max_tokens, the context) before its structure closed."""
+    return f"the reply was cut before the {label} closed: it is incomplete (raise max_tokens)"

@@ -23,8 +23,8 @@ from loopchat.errors import one_line
 
 #: Lark errors start "LINE(COLUMN): ..."
 _LARK_AT = re.compile(r"^(\d+)\((\d+)\):\s*")
-#: gbnf_to_lark's errors end "at line N, 'before' ^ 'after'"
-_GBNF_AT = re.compile(r"\s+at line (\d+), (.*)$")
+#: gbnf_to_lark's errors without a position: a rule used and not defined
+_MISSING_RULE = re.compile(r"^Rule '([^']+)' not found$")
 
 
 def _fail(c: Constraint, message: str) -> ConstraintError:
@@ -38,6 +38,25 @@ def _lark_message(text: str) -> str:
     if at:
         return f"line {at.group(1)}, column {at.group(2)}: {first[at.end() :]}"
     return first
+
+
+def _at(text: str, pos: int) -> str:
+    line = text.count("\n", 0, pos) + 1
+    return f"line {line}, column {pos - (text.rfind(chr(10), 0, pos) + 1) + 1}"
+
+
+def _gbnf_message(text: str, exc: Exception) -> str:
+    """gbnf_to_lark's error with its position as 'line L, column C' (a rule used and not
+    defined: where it is first used)."""
+    pos = getattr(getattr(exc, "pos", None), "pos", None)
+    if isinstance(pos, int):
+        return f"{_at(text, pos)}: {str(exc).split(' at line ')[0]}"
+    missing = _MISSING_RULE.match(str(exc))
+    if missing:
+        use = re.search(rf"(?<![\w-]){re.escape(missing.group(1))}(?![\w-])(?!\s*::=)", text)
+        if use:
+            return f"{_at(text, use.start())}: rule {missing.group(1)!r} is used and not defined"
+    return str(exc)
 
 
 def _schema(c: Constraint) -> dict[str, Any]:
@@ -67,11 +86,7 @@ def grammar_of(c: Constraint) -> str:
         try:
             text = any_to_lark(text)  # GBNF -> Lark (Lark is left as it is)
         except Exception as exc:  # gbnf_to_lark raises plain Exceptions for missing rules
-            message = str(exc)
-            at = _GBNF_AT.search(message)
-            if at:
-                message = f"line {at.group(1)} (at {at.group(2)}): {message[: at.start()]}"
-            raise _fail(c, message) from None
+            raise _fail(c, _gbnf_message(c.text, exc)) from None
     return str(LLMatcher.grammar_from_lark(text))
 
 
