@@ -32,7 +32,17 @@ from loopchat.urls import URLProblem, api_base
 #: what only a model run here has, and what only a remote model has
 _LOCAL_KEYS = ("n_ctx", "threads", "gpu_layers", "chat_template")
 _REMOTE_KEYS = ("model", "api_key", "api_key_env", "timeout", "extensions")
-_MODEL_KEYS = (*SOURCES, "description", *_LOCAL_KEYS, "system_prompt", "mode", "sampling", *_REMOTE_KEYS, "grammar", "json_schema")
+_MODEL_KEYS = (
+    *SOURCES,
+    "description",
+    *_LOCAL_KEYS,
+    "system_prompt",
+    "mode",
+    "sampling",
+    *_REMOTE_KEYS,
+    "grammar",
+    "json_schema",
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HF_EXAMPLE = 'hf = "Qwen/Qwen2.5-0.5B-Instruct-GGUF:qwen2.5-0.5b-instruct-q4_k_m.gguf"'
 
@@ -137,7 +147,7 @@ class Reader:
             **self.constraint_files(raw, key),
         )
 
-    def constraint_files(self, raw: dict[str, Any], key: str) -> dict[str, str | None]:
+    def constraint_files(self, raw: dict[str, Any], key: str) -> dict[str, Any]:
         """`grammar` / `json_schema`: a file every reply of the model follows (one of them)."""
         if "grammar" in raw and "json_schema" in raw:
             self.fail(key, "has both grammar and json_schema", "keep one: a reply follows one constraint")

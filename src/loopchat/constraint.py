@@ -12,10 +12,11 @@ the schema), "json" (any JSON object: no text).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from loopchat.errors import EngineError, one_line
 
@@ -96,3 +97,19 @@ def reply_summary(label: str, reports: Iterable[ConstraintReport]) -> str:
 def cut_note(label: str) -> str:
     """The line for a reply cut (by max_tokens, the context) before its structure closed."""
     return f"the reply was cut before the {label} closed: it is incomplete (raise max_tokens)"
+
+
+def wire_fields(c: Constraint | None) -> dict[str, Any]:
+    """The request fields that ask a remote server for this constraint (`--url`): OpenAI's
+    `response_format` for JSON (llama-server, vLLM and loopchat serve take it), llama.cpp's
+    `grammar` for a grammar (loopchat serve reads Lark too), vLLM's `guided_regex` for a regex."""
+    if c is None:
+        return {}
+    if c.kind == "json":
+        return {"response_format": {"type": "json_object"}}
+    if c.kind == "json_schema":
+        schema = {"name": "reply", "schema": json.loads(c.text), "strict": True}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    if c.kind == "regex":
+        return {"guided_regex": c.text}
+    return {"grammar": c.text}

@@ -231,7 +231,6 @@ class ReplyReader:
             return _fail("the engine ended the run without a reply; this is a bug: please report it", 1)
         return 0
 
-
     def _constraint_lines(self, finish: Finish) -> None:
         """A reply under a constraint: its figures, and a line if it was cut before its structure closed."""
         spec = self.request.constraint

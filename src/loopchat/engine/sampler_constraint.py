@@ -113,7 +113,6 @@ class ConstraintStage:
         return bool(self.matcher.is_stopped())
 
 
-
 #: each loaded model's llguidance tokenizer (built from its vocab once: ~0.5 s on 49,152 tokens)
 _TOKENIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 

@@ -103,7 +103,13 @@ class StepGate:
     @staticmethod
     def _sample(draw: PendingDraw, settings: ReplySettings, force: int | None, ts: float) -> tuple[SampleResult, float]:
         res = sample(
-            draw.logits, draw.context, settings.now, settings.rng, draw.report_k, force=force, constraint=draw.constraint
+            draw.logits,
+            draw.context,
+            settings.now,
+            settings.rng,
+            draw.report_k,
+            force=force,
+            constraint=draw.constraint,
         )
         return res, _ms_since(ts)
 
