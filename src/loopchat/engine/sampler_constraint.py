@@ -24,6 +24,7 @@ the stage's own numpy costs a few passes over the vocabulary's bytes, not its fl
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any
 
@@ -124,5 +125,8 @@ def open_stage(llm: Any, spec: Constraint, n_vocab: int, piece_text: Any) -> Con
         import llama_cpp
         from llguidance.llamacpp import lltokenizer_from_vocab
 
-        tokenizer = _TOKENIZERS[llm] = lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(llm.model))
+        with warnings.catch_warnings():  # (it calls llama_token_get_attr, deprecated, per token)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            tokenizer = lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(llm.model))
+        _TOKENIZERS[llm] = tokenizer
     return ConstraintStage(spec, tokenizer, n_vocab, piece_text)
