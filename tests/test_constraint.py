@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ctypes
 import json
+import subprocess
+import sys
 
 import llama_cpp
 import numpy as np
@@ -173,3 +175,30 @@ def test_a_bad_grammar_is_one_line_with_the_position(tmp_path) -> None:
     with pytest.raises(ConstraintError) as info:
         check(read_constraint("json_schema", schema))
     assert str(info.value).startswith(f"JSON schema {schema}: line 2, column 16: not valid JSON")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "loopchat", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_run_refuses_a_bad_grammar_file_in_one_line_before_any_reply(tmp_path) -> None:
+    bad = tmp_path / "bad.gbnf"
+    bad.write_text('root ::= "yes" | answer\n')
+    proc = _run("--grammar", str(bad), "Hello")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"loopchat: grammar {bad}: line 1, column 18: rule 'answer' is used and not defined\n"
+
+
+def test_run_says_a_reply_was_cut_before_its_structure_closed() -> None:
+    proc = _run("--json", "--max-tokens", "2", "--seed", "1", "Describe Paris as JSON.")
+    assert proc.returncode == 0, proc.stderr
+    assert "finish: length" in proc.stderr
+    assert "loopchat: note: the reply was cut before its structure closed (any JSON object)" in proc.stderr
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(proc.stdout)

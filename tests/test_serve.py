@@ -228,7 +228,7 @@ def test_logprobs_equal_the_engine_s_step_records(
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be from 0 to 20", "top_logprobs"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "up to 4 strings", "stop"),
         ({"response_format": {"type": "xml"}}, "response_format", "response_format"),
-        ({"grammar": "root ::= foo"}, "line 1, column 10", "grammar"),
+        ({"extra_body": {"grammar": "root ::= foo"}}, "line 1, column 10", "grammar"),
         ({"frequency_penalty": 0.5}, "repeat_penalty", "frequency_penalty"),
     ],
 )

@@ -96,7 +96,7 @@ def reply_summary(label: str, reports: Iterable[ConstraintReport]) -> str:
 
 def cut_note(label: str) -> str:
     """The line for a reply cut (by max_tokens, the context) before its structure closed."""
-    return f"the reply was cut before the {label} closed: it is incomplete (raise max_tokens)"
+    return f"the reply was cut before its structure closed ({label}): it is incomplete; raise max_tokens"
 
 
 def wire_fields(c: Constraint | None) -> dict[str, Any]:
