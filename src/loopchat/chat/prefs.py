@@ -21,6 +21,7 @@ PREFS_FILE = "tui-prefs.json"
 class Prefs:
     token_boundaries: bool = False  # alternate backgrounds show where each token starts
     prob_colours: bool = False  # colour each token by the probability it was drawn with
+    forced_marks: bool = False  # mark the tokens a constraint forced (the only one allowed at their pass)
     markdown: bool = True  # render completed replies as Markdown
     streaming: bool = True  # False: blocking mode (whole reply shown at the end)
     wire_view: bool = False  # the side panel shows the wire (SSE lines) instead of the loop

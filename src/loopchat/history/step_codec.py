@@ -27,6 +27,7 @@ from typing import Any
 
 import msgpack
 
+from loopchat.constraint import ConstraintReport
 from loopchat.events import Candidate, LensRow, Step
 from loopchat.settings import SamplingSettings
 
@@ -168,6 +169,8 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = tuple(value)
             elif name == "lens" and value is not None:
                 value = tuple(LensRow(*r) for r in value)
+            elif name == "constraint" and value is not None:
+                value = ConstraintReport(*value)
             kwargs[name] = value
         steps.append(Step(**kwargs))
     return steps

@@ -47,6 +47,7 @@ BINDINGS: list[BindingType] = [
     # priority: the message box (a TextArea) binds F6/F7 to select line / select all
     Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
     Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
+    Binding("f19", "toggle_forced", "Forced tokens", show=False, priority=True),  # Shift+F7 (xterm's F19)
     Binding("ctrl+r", "branch", "Branch", show=False),  # (not Ctrl+B: tmux's prefix)
     Binding("alt+pageup", "version(-1)", "Previous version", show=False, priority=True),
     Binding("alt+pagedown", "version(1)", "Next version", show=False, priority=True),
@@ -70,6 +71,8 @@ def command_table(*, completion: bool, completion_space: bool, history: bool) ->
         ("Markdown", "Render finished replies as Markdown (F4)", "toggle_markdown"),
         ("Token boundaries", "Show where each token starts (F6)", "toggle_boundaries"),
         ("Probability colours", "Colour tokens by their probability (F7)", "toggle_colours"),
+        ("Forced tokens", "Mark the tokens a grammar or schema forced: one token allowed (Shift+F7)", "toggle_forced"),
+        ("Constraint…", "A grammar or JSON schema the next replies follow, or none", "constraint"),
         ("Document view", "The exact text the model reads, token by token ⇄ the chat (Ctrl+T)", "toggle_document"),
         ("Wire view", "The side panel: the loop ⇄ the SSE lines on the wire (F10)", "toggle_wire"),
         ("Logit lens", "What each layer would have said at the pass the panel shows (F11 or Alt+L)", "lens"),
