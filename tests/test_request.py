@@ -32,6 +32,7 @@ from loopchat.events import (
     WireReceived,
     WorkerError,
 )
+from loopchat.constraint import Constraint
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import HAND
@@ -53,6 +54,7 @@ EVERY_FIELD = ReplyRequest(
     step_paused=True,
     prompt_logprobs=2,
     lens=True,
+    constraint=Constraint("regex", "(?s:.*)", "any text"),  # (the prefix and the hand's <|im_end|> fit it)
 )
 
 pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve

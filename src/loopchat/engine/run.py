@@ -282,7 +282,7 @@ class ReplyRun:
         self.reason = (
             FinishReason.STOP if self.stopped else self._end_reason(is_stop, self.settings.source().max_tokens)
         )
-        if self.constraint is not None and not is_stop:
+        if self.constraint is not None and not host.is_eog(token):  # (an end token is no text of the grammar's)
             self._constrain(token)
         return step
 
