@@ -147,7 +147,7 @@ def test_llama_cpp_grammar_sampler_allows_the_same_tokens_at_every_step(engine) 
         stage = engine.open_constraint(c)
         try:
             for s in steps:
-                ours = stage.allowed_bits().astype(bool) & ~eog
+                ours = stage.allowed_bits() & ~eog
                 theirs = _llama_allowed(smpl, engine.n_vocab) & ~eog
                 assert int(ours.sum()) == s.constraint.allowed  # (the recorded pass's count)
                 assert not (ours & ~theirs).any(), (s.index, np.flatnonzero(ours & ~theirs)[:10])

@@ -39,6 +39,9 @@ from loopchat.engine.sampler_math import SORT_LIMIT
 from loopchat.engine.sampler_stages import Candidates, StageReport
 
 
+_LANES = np.arange(32)
+
+
 class ConstraintStage:
     """One reply's constraint: its matcher, and the report of the latest pass it masked."""
 
@@ -57,14 +60,29 @@ class ConstraintStage:
 
     # ------------------------------------------------------------------ the mask ----
     def allowed_bits(self) -> np.ndarray:
-        """One uint8 per token of the vocabulary: 1 if the grammar allows it next."""
+        """One bool per token of the vocabulary: True if the grammar allows it next."""
         fill_next_token_bitmask(self.matcher, self._bitmask)
-        return np.unpackbits(self._bitmask[0].view(np.uint8), count=self.n_vocab, bitorder="little")
+        return self._unpacked()
+
+    def _unpacked(self) -> np.ndarray:
+        return np.unpackbits(self._bitmask[0].view(np.uint8), count=self.n_vocab, bitorder="little").view(bool)
+
+    def _allowed(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the allowed ids, ascending; the mask as bools, None when few are allowed: their
+        32-bit words alone are unpacked, not the vocabulary's bits)."""
+        fill_next_token_bitmask(self.matcher, self._bitmask)
+        words = self._bitmask[0]
+        set_words = np.flatnonzero(words)
+        if set_words.shape[0] * 64 > self.n_vocab:  # many: the whole mask
+            bits = self._unpacked()
+            return np.flatnonzero(bits), bits
+        sub = np.unpackbits(words[set_words].view(np.uint8).reshape(-1, 4), axis=1, bitorder="little").view(bool)
+        ids = (set_words[:, None] * 32 + _LANES)[sub]
+        return ids[ids < self.n_vocab], None
 
     def apply(self, c: Candidates) -> StageReport:
         entered = c.count
-        bits = self.allowed_bits()
-        allowed = np.flatnonzero(bits)
+        allowed, bits = self._allowed()
         n = int(allowed.shape[0])
         if n == 0:  # the matcher failed (it allows nothing): the candidates are left as they are
             self.error = self.matcher.get_error() or "the grammar allows no token here"
@@ -73,6 +91,9 @@ class ConstraintStage:
         if n >= c.n_vocab:
             self.report = ConstraintReport(n, 0.0, -1, "", 0.0, False)
             return c.report(self.name, entered, c.mass)
+        if bits is None:
+            bits = np.zeros(c.n_vocab, dtype=bool)
+            bits[allowed] = True
         self.report, kept_mass = self._measure(c, bits, allowed)
         c.ids = allowed
         if n <= SORT_LIMIT:
@@ -84,15 +105,17 @@ class ConstraintStage:
         logits, m = c.logits, c.raw_max
         total = sampler_fused.exp_sum(logits, m, None)
         few_allowed = allowed.shape[0] * 2 <= c.n_vocab
-        side = allowed if few_allowed else np.flatnonzero(bits == 0)  # the fewer: one gather
+        side = allowed if few_allowed else np.flatnonzero(~bits)  # the fewer: one gather
         side_sum = sampler_fused.exp_sum(logits[side], m, None)
         forbidden = max(total - side_sum, 0.0) if few_allowed else side_sum
         # the chain's unit (the penalized logits, c.norm): the same sum when nothing was penalized
         work_sum = side_sum if c.work is logits else sampler_fused.exp_sum(c.work[side], m, None)
         kept = work_sum / c.norm if few_allowed else c.mass - work_sum / c.norm
         top = next((int(i) for i in c.raw_top_ids if not bits[i]), -1)
-        if top < 0:  # the raw top-K all allowed: the largest forbidden logit
-            top = int(np.argmax(np.where(bits.view(bool), np.float32(-np.inf), logits)))
+        if top < 0 and not few_allowed:  # the raw top-K all allowed: the largest forbidden logit
+            top = int(side[np.argmax(logits[side])])  # (ascending ids: the lowest of equal ones)
+        elif top < 0:
+            top = int(np.argmax(np.where(bits, np.float32(-np.inf), logits)))
         p_top = float(np.exp(np.float64(logits[top]) - m)) / total
         report = ConstraintReport(
             int(allowed.shape[0]), forbidden / total, top, self._piece_text(top), p_top, allowed.shape[0] == 1

@@ -372,6 +372,7 @@ def chain_for(settings: SamplingSettings) -> tuple[Stage, ...]:
     )
 
 
+@functools.lru_cache(maxsize=64)  # (one reply's stage, a few chains: the same tuple each pass)
 def with_constraint(chain: tuple[Stage, ...], stage: Stage) -> tuple[Stage, ...]:
     """The chain with a reply's constraint stage (sampler_constraint) in its place: after the
     penalties and the logit bias, before the first stage that narrows (top-k, or greedy)."""
