@@ -15,6 +15,7 @@ from remote_servers import LoopchatServer
 from loopchat.backends.live import LiveBackend
 from loopchat.backends.remote import RemoteBackend
 from loopchat.backends.replay import ReplayBackend
+from loopchat.constraint import Constraint
 from loopchat.engine.host_commands import Generate
 from loopchat.engine.options import EngineOptions
 from loopchat.engine.process_worker import ProcessEngineWorker
@@ -32,7 +33,6 @@ from loopchat.events import (
     WireReceived,
     WorkerError,
 )
-from loopchat.constraint import Constraint
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import HAND

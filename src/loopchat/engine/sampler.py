@@ -24,8 +24,9 @@ raw softmax's float32 passes one call of sampler_raw (the kernel's fused pass, n
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -231,7 +232,9 @@ def sample(
 
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k)
-    chain = chain_for(settings) if constraint is None else with_constraint(chain_for(settings), constraint)
+    chain = (
+        chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
+    )
     reports = tuple(stage.apply(c) for stage in chain)
     d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
     token_id, pick = _draw(d, rng, force)

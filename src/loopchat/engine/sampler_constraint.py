@@ -38,7 +38,6 @@ from loopchat.engine.constraint_grammar import check
 from loopchat.engine.sampler_math import SORT_LIMIT
 from loopchat.engine.sampler_stages import Candidates, StageReport
 
-
 _LANES = np.arange(32)
 
 

@@ -25,7 +25,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -373,7 +373,7 @@ def chain_for(settings: SamplingSettings) -> tuple[Stage, ...]:
 
 
 @functools.lru_cache(maxsize=64)  # (one reply's stage, a few chains: the same tuple each pass)
-def with_constraint(chain: tuple[Stage, ...], stage: Stage) -> tuple[Stage, ...]:
+def with_constraint(chain: tuple[Stage, ...], stage: Any) -> tuple[Stage, ...]:
     """The chain with a reply's constraint stage (sampler_constraint) in its place: after the
     penalties and the logit bias, before the first stage that narrows (top-k, or greedy)."""
     at = next((i for i, s in enumerate(chain) if s.name in ("top_k", "greedy")), len(chain))
