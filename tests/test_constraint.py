@@ -202,3 +202,23 @@ def test_run_says_a_reply_was_cut_before_its_structure_closed() -> None:
     assert "loopchat: note: the reply was cut before its structure closed (any JSON object)" in proc.stderr
     with pytest.raises(json.JSONDecodeError):
         json.loads(proc.stdout)
+
+
+def test_the_constraint_row_survives_the_trace_the_history_and_the_pipe() -> None:
+    import pickle
+    from dataclasses import replace
+
+    from tui_fixtures import REPLY_TRACE
+
+    from loopchat.constraint import ConstraintReport
+    from loopchat.events import event_from_json_dict, to_json_dict
+    from loopchat.history.step_codec import decode_steps, encode_steps
+    from loopchat.trace import read_trace
+
+    steps = [t.event for t in read_trace(REPLY_TRACE)[1] if isinstance(t.event, Step)][:3]
+    rows = [ConstraintReport(1, 0.75, 5, "x", 0.5, True), ConstraintReport(40, 0.0, -1, "", 0.0, False), None]
+    shaped = [replace(s, constraint=r) for s, r in zip(steps, rows)]
+    assert decode_steps(encode_steps(shaped)) == shaped
+    assert [event_from_json_dict(json.loads(json.dumps(to_json_dict(s)))) for s in shaped] == shaped
+    assert "constraint" not in to_json_dict(shaped[2])  # none: left out of the trace, as before
+    assert pickle.loads(pickle.dumps(shaped[0])) == shaped[0]

@@ -66,6 +66,7 @@ FIELDS[2] = FIELDS[1] + ("chosen_by",)  # step mode (issue 13): sampled / step /
 # pass cut; a candidate that is a piece of a character stores its bytes in its text's slot
 FIELDS[3] = FIELDS[2] + ("repeat", "probe_cut_ms")
 FIELDS[4] = FIELDS[3] + ("lens",)  # issue 26: the logit lens of the pass (None: not asked for)
+FIELDS[5] = FIELDS[4] + ("constraint",)  # issue 24: what a grammar or schema did at the pass (None: none)
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
