@@ -222,3 +222,17 @@ def test_the_constraint_row_survives_the_trace_the_history_and_the_pipe() -> Non
     assert [event_from_json_dict(json.loads(json.dumps(to_json_dict(s)))) for s in shaped] == shaped
     assert "constraint" not in to_json_dict(shaped[2])  # none: left out of the trace, as before
     assert pickle.loads(pickle.dumps(shaped[0])) == shaped[0]
+
+
+def test_models_toml_gives_a_model_its_constraint(tmp_path) -> None:
+    from loopchat.config import ConfigError, load_config
+
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    toml = tmp_path / "models.toml"
+    toml.write_text('[models.shaped]\nbuiltin = "smollm2-135m-instruct"\njson_schema = "s.json"\n')
+    spec = load_config(toml).get("shaped")
+    c = spec.constraint()
+    assert c == Constraint("json_schema", json.dumps(SCHEMA), str(tmp_path / "s.json"))
+    toml.write_text('[models.shaped]\nbuiltin = "smollm2-135m-instruct"\njson_schema = "s.json"\ngrammar = "g.gbnf"\n')
+    with pytest.raises(ConfigError, match="has both grammar and json_schema"):
+        load_config(toml)

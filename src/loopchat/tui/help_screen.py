@@ -97,6 +97,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F4", "Finished replies as Markdown ⇄ plain tokens"),
     ("F6", "Show token boundaries (alternating backgrounds)"),
     ("F7", "Colour each token by the probability it was drawn with (legend on top)"),
+    ("Shift+F7", "Mark the tokens a grammar or JSON schema forced (the only token allowed at their pass)"),
     ("Ctrl+P", "Command palette: switch model, every toggle above"),
     ("F1", "Show / hide this list of keys"),
     ("Ctrl+Q", "Quit (with a draft in the message box it says so first: Ctrl+Q again quits)"),
