@@ -97,7 +97,10 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F4", "Finished replies as Markdown ⇄ plain tokens"),
     ("F6", "Show token boundaries (alternating backgrounds)"),
     ("F7", "Colour each token by the probability it was drawn with (legend on top)"),
-    ("Shift+F7", "Mark the tokens a grammar or JSON schema forced (the only token allowed at their pass)"),
+    (
+        "Shift+F7",
+        "Mark the tokens a grammar or JSON schema forced (blue italics: the only token the constraint allowed at their pass; the palette's Constraint… sets a grammar or schema file for the next replies, `json` any JSON object, empty none)",
+    ),
     ("Ctrl+P", "Command palette: switch model, every toggle above"),
     ("F1", "Show / hide this list of keys"),
     ("Ctrl+Q", "Quit (with a draft in the message box it says so first: Ctrl+Q again quits)"),
