@@ -236,3 +236,24 @@ def test_models_toml_gives_a_model_its_constraint(tmp_path) -> None:
     toml.write_text('[models.shaped]\nbuiltin = "smollm2-135m-instruct"\njson_schema = "s.json"\ngrammar = "g.gbnf"\n')
     with pytest.raises(ConfigError, match="has both grammar and json_schema"):
         load_config(toml)
+
+
+def test_the_info_line_says_a_reply_was_cut_before_its_structure_closed() -> None:
+    from dataclasses import replace
+
+    from tui_fixtures import REPLY_TRACE
+
+    from loopchat.chat.views.panel_constraint import constraint_part
+    from loopchat.constraint import ConstraintReport
+    from loopchat.trace import read_trace
+
+    events = [t.event for t in read_trace(REPLY_TRACE)[1]]
+    steps = [e for e in events if isinstance(e, Step)][:2]
+    finish = next(e for e in events if isinstance(e, Finish))
+    assert constraint_part(steps, finish) is None  # no constraint: nothing said
+    rows = [ConstraintReport(1, 0.25, 3, "x", 0.2, True), ConstraintReport(9, 0.5, 4, "y", 0.1, False)]
+    shaped = [replace(s, constraint=r) for s, r in zip(steps, rows)]
+    closed = constraint_part(shaped, replace(finish, constraint_closed=True))
+    assert closed == "constraint: 1 of 2 passes forced, forbidden mass 0.750 in all"
+    cut = constraint_part(shaped, replace(finish, reason=FinishReason.LENGTH, constraint_closed=False))
+    assert cut == closed + " · cut before its structure closed"

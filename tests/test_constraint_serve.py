@@ -65,6 +65,17 @@ def test_json_object_mode_parses_and_sends_the_figures(client: OpenAI) -> None:
     assert finish.constraint_closed is True and finish.text == reply.choices[0].message.content
 
 
+def test_llama_cpp_grammar_field_constrains_the_reply(client: OpenAI) -> None:
+    grammar = 'root ::= "The answer is " ("yes" | "no") "."'
+    reply = client.chat.completions.create(
+        model="any", messages=MESSAGES, extra_body={"grammar": grammar}, max_tokens=20, seed=2
+    )
+    assert reply.choices[0].message.content in ("The answer is yes.", "The answer is no.")
+    assert reply.choices[0].finish_reason == "stop"
+    steps = [e for e in extension_events(reply.to_dict()) if isinstance(e, Step)]
+    assert any(s.constraint.forced for s in steps) and all(s.constraint.allowed >= 1 for s in steps)
+
+
 def test_a_reply_cut_by_max_tokens_says_its_structure_is_open(client: OpenAI) -> None:
     schema = {"type": "object", "properties": {"words": {"type": "array", "items": {"type": "string"}}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}
