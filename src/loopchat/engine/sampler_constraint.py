@@ -97,6 +97,8 @@ class ConstraintStage:
         c.ids = allowed
         if n <= SORT_LIMIT:
             c.sort()
+        elif bits is not None and n * 2 > c.n_vocab:
+            c.allowed = bits  # (top-k then looks among the largest logits: sampler_stages)
         return c.report(self.name, entered, kept_mass)
 
     def _measure(self, c: Candidates, bits: np.ndarray, allowed: np.ndarray) -> tuple[ConstraintReport, float]:

@@ -73,6 +73,7 @@ class Candidates:
         "mass",
         "work_max",
         "work_max_id",
+        "allowed",
     )
 
     def __init__(
@@ -99,6 +100,9 @@ class Candidates:
         # the penalties' few changes: a pass over the vocabulary saved at each stage
         self.work_max: float | None = raw_max if raw_top_ids.shape[0] else None
         self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
+        #: a constraint that narrowed the candidates to most of the vocabulary: its mask (one
+        #: bool per token), so that top-k looks among the largest logits, not at every id
+        self.allowed: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -158,6 +162,20 @@ class Candidates:
         if k >= n:
             if n <= SORT_LIMIT:
                 self.sort()
+            return
+        if self.allowed is not None and k <= SORT_LIMIT:
+            # most of the vocabulary allowed: the k largest allowed are among the largest
+            # k + (the forbidden ones) logits; a few more than k is nearly always enough
+            want = min(self.n_vocab, 2 * k + 16)
+            while True:
+                top = top_indices(self.work, want)
+                top = top[self.allowed[top]]
+                if top.shape[0] >= k or want >= self.n_vocab:
+                    break
+                want = min(self.n_vocab, want * 4)
+            self.ids = top[:k]
+            self.sorted = True
+            self.logits64 = self.work[self.ids].astype(np.float64)
             return
         src = self.work[self.ids]
         if k > SORT_LIMIT:
@@ -295,7 +313,8 @@ class TopP:
             share = float(cum[n_keep - 1])
         else:
             # the whole vocabulary: its mass unit estimates the total (float32 exps: to ~1e-6)
-            known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, None)
+            # (the candidates' mass in the unit's terms: an estimate for top_p_set, as the whole vocabulary's)
+            known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, (c.norm * c.mass, c.raw_max))
             c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
