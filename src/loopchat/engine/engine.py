@@ -382,13 +382,13 @@ class Engine:
         if probe is None:
             return None
         logits, history, settings = probe
-        rng = sampler.make_rng(0)  # not used by a forced token
+        rng, cons = sampler.make_rng(0), run.constraint  # (the rng: not used by a forced token)
         out = []
         for t in token_ids:
             if not 0 <= int(t) < self.n_vocab:
                 out.append((0.0, 0.0))
                 continue
-            res = sampler.sample(logits, history, settings, rng, 1, force=int(t))
+            res = sampler.sample(logits, history, settings, rng, 1, force=int(t), constraint=cons)
             out.append((float(res.raw_prob), float(res.sampled_prob or 0.0)))
         return out
 
