@@ -379,7 +379,7 @@ class Engine:
         Safe from another thread while the loop waits (it reads, the loop does not run)."""
         run = self._run
         probe = None if run is None else run.gate.probe
-        if probe is None:
+        if run is None or probe is None:
             return None
         logits, history, settings = probe
         rng, cons = sampler.make_rng(0), run.constraint  # (the rng: not used by a forced token)
