@@ -11,13 +11,15 @@ Optionally (c) llama.cpp's own `llama-bench` tg figure at the same thread count
 (build it with benchmarks/build_llama_bench.sh; pass --llama-bench PATH). Target b/c >= 0.95.
 
     .venv/bin/python benchmarks/loop_overhead.py [--tokens 256] [--rounds 5] [--llama-bench PATH]
-    .venv/bin/python benchmarks/loop_overhead.py --sweep [--model FILE.gguf | --model gemma]
+    .venv/bin/python benchmarks/loop_overhead.py --sweep [--model FILE.gguf | --model gemma] [--json-schema FILE]
 
 --sweep: the sampling chain's cost against the forward pass for each combination of
 settings (top-k on/off, top-p, min-p, temperature, --top-report 10/40, DRY off / 0.8 over
 the whole context): the median of
 sample_ms / forward_ms over the decode steps of one reply each. Target: every
-combination < 0.10.
+combination < 0.10. With --json-schema (e.g. benchmarks/story_schema.json) every reply
+follows that schema (the constraint stage in the chain, issue 24), and the mask alone
+(llguidance's bitmask and its unpacking, per pass over the replies' tokens) is timed too.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from loopchat.constraint import Constraint, read_constraint  # noqa: E402
 from loopchat.engine.cores import physical_cores  # noqa: E402
 from loopchat.engine.engine import Engine  # noqa: E402
 from loopchat.events import Finish, Message, Start  # noqa: E402
@@ -100,14 +103,34 @@ def llama_bench_rate(binary: str, model: Path, threads: int, n: int, reps: int) 
     return float(rows[0]["avg_ts"])
 
 
-def sweep(model: Path, threads: int | None, tokens: int) -> None:
+def mask_times(engine: Engine, constraint: Constraint, replies: list[list[int]]) -> tuple[list[float], list[float]]:
+    """ms of the constraint's mask alone at each pass of these replies (their tokens replayed
+    through a fresh matcher: the mask depends on the grammar's state only): (each reply's
+    first pass, the others)."""
+    first, later = [], []
+    for tokens in replies:
+        stage = engine.open_constraint(constraint)
+        for i, t in enumerate(tokens):
+            t0 = time.perf_counter()
+            stage.allowed_bits()
+            (later if i else first).append((time.perf_counter() - t0) * 1000.0)
+            if engine.is_eog(t) or not stage.consume(t) or stage.stopped:
+                break
+    return first, later
+
+
+def sweep(model: Path, threads: int | None, tokens: int, schema: Path | None = None) -> None:
     """sample_ms / forward_ms for each combination (median over a reply's decode steps)."""
     import itertools
 
     from loopchat.events import Step
 
     engine = Engine(model, n_ctx=2048, threads=threads, log_path=Path("/dev/null"))
+    constraint = read_constraint("json_schema", schema) if schema else None
+    replies: list[list[int]] = []
     print(f"model {model.name}, vocabulary {engine.n_vocab}, threads {engine.threads}, {tokens} tokens per reply")
+    if constraint is not None:
+        print(f"every reply follows {constraint.label()}")
     print(
         f"{'top_k':>6} {'top_p':>6} {'min_p':>6} {'temp':>5} {'report':>6} {'dry':>4}  {'sample ms':>9} {'forward ms':>10}  ratio"
     )
@@ -124,7 +147,10 @@ def sweep(model: Path, threads: int | None, tokens: int) -> None:
             dry_multiplier=dry,
             dry_penalty_last_n=2048,
         )
-        steps = [e for e in engine.generate(MESSAGES, s, report_k=report, ignore_eos=True) if isinstance(e, Step)][1:]
+        events = engine.generate(MESSAGES, s, report_k=report, ignore_eos=True, constraint=constraint)
+        every = [e for e in events if isinstance(e, Step)]
+        replies.append([st.token_id for st in every])
+        steps = every[1:]
         sample = statistics.median(st.sample_ms for st in steps)
         forward = statistics.median(st.forward_ms for st in steps)
         worst = max(worst, sample / forward)
@@ -132,6 +158,12 @@ def sweep(model: Path, threads: int | None, tokens: int) -> None:
             f"{top_k:>6} {top_p:>6} {min_p:>6} {temp:>5} {report:>6} {dry:>4}  {sample:9.2f} {forward:10.1f}  {sample / forward:.3f}"
         )
     print(f"worst ratio {worst:.3f} (target < 0.10)")
+    if constraint is not None:
+        first, later = mask_times(engine, constraint, replies)
+        print(
+            f"the mask alone: median {statistics.median(later):.3f} ms, worst {max(later):.3f} ms over {len(later)} passes"
+        )
+        print(f"  a reply's first pass (the matcher's first mask): median {statistics.median(first):.3f} ms")
     engine.close()
 
 
@@ -160,6 +192,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=physical_cores(), help="default: physical cores")
     ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench binary (same build flags)")
     ap.add_argument("--sweep", action="store_true", help="sample_ms / forward_ms for each combination of settings")
+    ap.add_argument("--json-schema", metavar="FILE", type=Path, help="--sweep: every reply follows this schema")
     ap.add_argument(
         "--model",
         metavar="FILE.gguf",
@@ -169,7 +202,7 @@ def main() -> None:
 
     model = model_path(args.model)
     if args.sweep:
-        sweep(model, args.threads, min(args.tokens, 64))
+        sweep(model, args.threads, min(args.tokens, 64), args.json_schema)
         return
     engine = Engine(model, n_ctx=2048, threads=args.threads, log_path=Path("/dev/null"))
     settings = SamplingSettings(seed=1)

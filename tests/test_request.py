@@ -15,6 +15,7 @@ from remote_servers import LoopchatServer
 from loopchat.backends.live import LiveBackend
 from loopchat.backends.remote import RemoteBackend
 from loopchat.backends.replay import ReplayBackend
+from loopchat.constraint import Constraint
 from loopchat.engine.host_commands import Generate
 from loopchat.engine.options import EngineOptions
 from loopchat.engine.process_worker import ProcessEngineWorker
@@ -55,6 +56,7 @@ EVERY_FIELD = ReplyRequest(
     prompt_logprobs=2,
     lens=True,
     watch=(" Paris", "zebra"),
+    constraint=Constraint("regex", "(?s:.*)", "any text"),  # (the prefix and the hand's <|im_end|> fit it)
 )
 
 pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve

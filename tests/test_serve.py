@@ -227,7 +227,8 @@ def test_logprobs_equal_the_engine_s_step_records(
         ({"top_p": 0}, "top_p must be above 0", "top_p"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be from 0 to 20", "top_logprobs"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "up to 4 strings", "stop"),
-        ({"response_format": {"type": "json_object"}}, "response_format", "response_format"),
+        ({"response_format": {"type": "xml"}}, "response_format", "response_format"),
+        ({"extra_body": {"grammar": "root ::= foo"}}, "line 1, column 10", "grammar"),
         ({"frequency_penalty": 0.5}, "repeat_penalty", "frequency_penalty"),
     ],
 )

@@ -33,7 +33,17 @@ from loopchat.urls import URLProblem, api_base
 #: what only a model run here has, and what only a remote model has
 _LOCAL_KEYS = ("n_ctx", "threads", "gpu_layers", "chat_template", "flash_attn")
 _REMOTE_KEYS = ("model", "api_key", "api_key_env", "timeout", "extensions")
-_MODEL_KEYS = (*SOURCES, "description", *_LOCAL_KEYS, "system_prompt", "mode", "sampling", *_REMOTE_KEYS)
+_MODEL_KEYS = (
+    *SOURCES,
+    "description",
+    *_LOCAL_KEYS,
+    "system_prompt",
+    "mode",
+    "sampling",
+    *_REMOTE_KEYS,
+    "grammar",
+    "json_schema",
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HF_EXAMPLE = 'hf = "Qwen/Qwen2.5-0.5B-Instruct-GGUF:qwen2.5-0.5b-instruct-q4_k_m.gguf"'
 
@@ -136,7 +146,14 @@ class Reader:
             sampling=self.sampling(raw.get("sampling", {}), f"{key}.sampling"),
             description=self.string(raw, key, "description", ""),
             base_dir=self.path.parent,
+            **self.constraint_files(raw, key),
         )
+
+    def constraint_files(self, raw: dict[str, Any], key: str) -> dict[str, Any]:
+        """`grammar` / `json_schema`: a file every reply of the model follows (one of them)."""
+        if "grammar" in raw and "json_schema" in raw:
+            self.fail(key, "has both grammar and json_schema", "keep one: a reply follows one constraint")
+        return {k: self.string(raw, key, k, None) or None for k in ("grammar", "json_schema")}
 
     def mode(self, raw: dict[str, Any], key: str) -> str | None:
         value = raw.get("mode")
@@ -197,6 +214,7 @@ class Reader:
             description=self.string(raw, key, "description", ""),
             base_dir=self.path.parent,
             model_id=self.string(raw, key, "model", None, required=True) if "model" in raw else None,
+            **self.constraint_files(raw, key),
             api_key=self.string(raw, key, "api_key", None) or None,
             api_key_env=env,
             timeout=float(timeout) if timeout is not None else None,

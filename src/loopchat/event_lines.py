@@ -5,9 +5,9 @@ request's summary with the same words."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from loopchat.events import Finish, Prefill, Step
+from loopchat.events import Finish, Prefill, Start, Step
 
 
 def threads_text(auto: bool, used: Sequence[int]) -> str:
@@ -77,3 +77,10 @@ def _server_step_line(step: Step) -> str:
         p = f"p={NOT_GIVEN} (server logprob p {step.raw_prob:.3f}, {rank})"
     gap = f"arrived +{step.arrival_ms:.1f} ms" if step.arrival_ms is not None else f"arrival {NOT_GIVEN}"
     return f"{step.index:>4}  {step.piece!r:<16} {p}  | {alts}  | {gap} (forward {NOT_GIVEN})"
+
+
+def prefix_text(start: Start | None, steps: Iterable[Step]) -> str:
+    """A branch's text before its run: that of its steps within `start.reply_prefix` (a
+    run's Finish holds its own text only). '' for a reply from its start."""
+    n = len(start.reply_prefix) if start is not None else 0
+    return "".join(s.text for s in steps if s.index < n and not s.is_stop) if n else ""

@@ -17,11 +17,12 @@ never an estimate. A loopchat server sends its engine's very events (wire.py), s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
+from loopchat.constraint import ConstraintReport
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport, stage_reports
 from loopchat.watch import WatchedToken
@@ -229,6 +230,8 @@ class Step:
     stages: tuple[StageReport, ...] = ()
     #: the tokens on watch (Start.watch) at this step, in their order (None: none asked for)
     watched: tuple[WatchedToken, ...] | None = None
+    #: a reply under a constraint (ReplyRequest.constraint): what it did at this pass (constraint.py)
+    constraint: ConstraintReport | None = None
     kind: str = field(default="step", init=False)
 
 
@@ -280,14 +283,10 @@ class Finish:
     #: step mode: how long the loop waited for the user, stopped before a draw; left out of
     #: ttft_ms, decode_ms and tokens_per_s (they are the loop's own time), in total_ms
     paused_ms: float = 0.0
+    #: a reply under a constraint: whether the grammar accepts the reply as it ends (False: cut, by
+    #: max_tokens say, before the structure closed); None: no constraint
+    constraint_closed: bool | None = None
     kind: str = field(default="finish", init=False)
-
-
-def prefix_text(start: Start | None, steps: Iterable[Step]) -> str:
-    """A branch's text before its run: that of its steps within `start.reply_prefix` (a
-    run's Finish holds its own text only). '' for a reply from its start."""
-    n = len(start.reply_prefix) if start is not None else 0
-    return "".join(s.text for s in steps if s.index < n and not s.is_stop) if n else ""
 
 
 def decode_rate(steps: int, decode_ms: float) -> float:
@@ -368,9 +367,7 @@ _KINDS: dict[str, type] = {
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, SamplingSettings):
-        return value.to_dict()
-    if isinstance(value, (Message,)):
+    if isinstance(value, (SamplingSettings, Message)):
         return value.to_dict()
     if isinstance(value, Candidate):
         out = [value.token_id, value.text, value.prob]
@@ -398,7 +395,9 @@ def to_json_dict(event: Event) -> dict[str, Any]:
 
 
 #: fields a trace leaves out when not asked for (None; a Step's stages when none were recorded)
-_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched"})
+_LEFT_OUT_WHEN_NONE = frozenset(
+    {"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched", "constraint", "constraint_closed"}
+)
 
 
 def event_from_json_dict(data: dict[str, Any]) -> Event:
@@ -412,30 +411,30 @@ def event_from_json_dict(data: dict[str, Any]) -> Event:
         if f.name == "kind" or f.name not in data:
             continue
         value = data[f.name]
-        if f.name == "settings":
-            value = SamplingSettings.from_dict(value)
-        elif f.name == "messages":
-            value = tuple(Message(**m) for m in value)
-        elif f.name in ("raw_top", "sampled_top") and value is not None:
-            value = _candidates(value)
-        elif f.name == "lens" and value is not None:
-            value = tuple(LensRow(*r) for r in value)
-        elif f.name == "stages":
-            value = stage_reports(value)
-        elif f.name == "watched" and value is not None:
-            value = tuple(WatchedToken(*w) for w in value)
-        elif f.name == "watch" and value is not None:
-            value = tuple((str(t), int(i)) for t, i in value)
-        elif f.name == "prompt_top" and value is not None:
-            value = tuple(_candidates(c) for c in value)
-        elif f.name == "piece_bytes" and value is not None:
-            value = bytes.fromhex(value)
-        elif f.name == "reason":
-            value = FinishReason(value)
+        decode = _DECODERS.get(f.name)
+        if decode is not None and (value is not None or f.name == "stages"):
+            value = decode(value)
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+#: how a field's JSON value becomes the event's (any other list: a tuple; None stays None)
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "settings": SamplingSettings.from_dict,
+    "messages": lambda v: tuple(Message(**m) for m in v),
+    "raw_top": lambda v: _candidates(v),
+    "sampled_top": lambda v: _candidates(v),
+    "prompt_top": lambda v: tuple(_candidates(c) for c in v),
+    "lens": lambda v: tuple(LensRow(*r) for r in v),
+    "stages": stage_reports,
+    "watched": lambda v: tuple(WatchedToken(*w) for w in v),
+    "watch": lambda v: tuple((str(t), int(i)) for t, i in v),
+    "constraint": lambda v: ConstraintReport(*v),
+    "piece_bytes": bytes.fromhex,
+    "reason": FinishReason,
+}
 
 
 def _candidates(value: list[list[Any]]) -> tuple[Candidate, ...]:

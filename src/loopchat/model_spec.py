@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loopchat.constraint import Constraint, read_constraint
 from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
 from loopchat.model_files import ModelFileError, builtin_model_path, check_gguf, hf_download
 from loopchat.paths import default_config_path
@@ -63,6 +64,18 @@ class ModelSpec:
     api_key_env: str | None = None  # the environment variable that holds the key
     timeout: float | None = None  # seconds (None: backends.remote.DEFAULT_TIMEOUT)
     extensions: bool = True  # send top_k, min_p, repeat_penalty, repeat_last_n, dry_* too
+    #: a grammar (GBNF or Lark) or a JSON schema file every reply of this model follows
+    #: (issue 24; a relative path starts in the config file's folder); None: none
+    grammar: str | None = None
+    json_schema: str | None = None
+
+    def constraint(self) -> Constraint | None:
+        """The constraint models.toml gives this model's replies (ConstraintError: unreadable)."""
+        kind, name = ("grammar", self.grammar) if self.grammar else ("json_schema", self.json_schema)
+        if not name:
+            return None
+        path = Path(name).expanduser()
+        return read_constraint(kind, path if path.is_absolute() or self.base_dir is None else self.base_dir / path)
 
     @property
     def remote(self) -> bool:

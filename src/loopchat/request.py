@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loopchat.constraint import Constraint
 from loopchat.events import DOCUMENT, Message, _pickled_by_init
 from loopchat.settings import SamplingSettings
 
@@ -58,8 +59,11 @@ class ReplyRequest:
     lens: bool = False
     #: tokens on watch (watch.py): the first token of each string, followed in every Step
     watch: tuple[str, ...] = ()
+    #: a grammar or JSON schema the reply must follow (constraint.py): the engine builds its
+    #: matcher for the reply and masks each pass with it; None: unconstrained
+    constraint: Constraint | None = None
     # Room for what comes next (issues 24-26) lands here as fields with defaults:
-    # a constraint (grammar / JSON schema), a draft source, a logit lens.
+    # a draft source.
 
     def __post_init__(self) -> None:
         # callers may pass lists; the request stays hashable and immutable

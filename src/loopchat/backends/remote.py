@@ -41,6 +41,7 @@ from loopchat.backends.remote_http import list_models, read_body, read_stream, s
 from loopchat.backends.remote_http import read_some as _read_some
 from loopchat.backends.remote_problems import CONNECT_TIMEOUT, status_problem, transport_problem
 from loopchat.backends.wire_reader import ServerError, WireError, WireReader
+from loopchat.constraint import wire_fields
 from loopchat.errors import one_line
 from loopchat.events import (
     FinishReason,
@@ -336,6 +337,7 @@ class RemoteBackend:
             body["stream_options"] = {"include_usage": True}
         if req.stop:
             body["stop"] = list(req.stop)
+        body.update(wire_fields(req.constraint))  # a grammar or schema: response_format / grammar
         if self.extensions:
             body["loopchat"] = {"prompt": True}
             if req.prompt_logprobs is not None:  # the prompt's logprobs in the prefill record

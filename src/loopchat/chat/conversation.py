@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopchat.engine.chat_prompt import CHAT, COMPLETION
+from loopchat.event_lines import prefix_text
 from loopchat.events import (
     DOCUMENT,
     ContextTrimmed,
@@ -20,7 +21,6 @@ from loopchat.events import (
     Start,
     Step,
     WireReceived,
-    prefix_text,
 )
 from loopchat.step_control import SAMPLED
 

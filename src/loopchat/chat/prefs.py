@@ -23,6 +23,7 @@ class Prefs:
     prob_colours: bool = False  # colour each token by the probability it was drawn with
     #: colour each token by its lens depth (chat/lens_depth.py; read for each reply when asked)
     lens_colours: bool = False
+    forced_marks: bool = False  # mark the tokens a constraint forced (the only one allowed at their pass)
     markdown: bool = True  # render completed replies as Markdown
     streaming: bool = True  # False: blocking mode (whole reply shown at the end)
     wire_view: bool = False  # the side panel shows the wire (SSE lines) instead of the loop

@@ -14,6 +14,7 @@ from typing import Any
 
 from loopchat.backends import Backend
 from loopchat.chat.conversation import BLOCKING, Conversation, ReplyRecord
+from loopchat.constraint import Constraint
 from loopchat.events import ModelLoading, ModelReady, Pending, Step, WorkerError
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
@@ -63,6 +64,8 @@ class SessionCore:
         #: what the reply in flight reads at its next step (None: no reply in flight)
         self.run_settings: SamplingSettings | None = None
         self.conversation = Conversation(system_prompt=backend.system_prompt)
+        #: a grammar or JSON schema the next replies follow (constraint.py; None: none)
+        self.constraint: Constraint | None = None
         self.current: ReplyRecord | None = None
         self.pending_prompt: str | None = None
         self.model_ready = False
@@ -217,6 +220,8 @@ class SessionCore:
         before its first draw when step mode is armed."""
         request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed, watch=self.watch)
         self.stop_lens_depths()  # the reply goes first
+        if self.constraint is not None and request.constraint is None:  # (set in the palette: Constraint…)
+            request = request.with_(constraint=self.constraint)
         if self.read_prompt and request.prompt_logprobs is None:
             request = request.with_(prompt_logprobs=1)
         rec = self.conversation.new_reply(mode, request.messages, **kw)

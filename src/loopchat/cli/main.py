@@ -169,6 +169,10 @@ def _add_run_parser(sub: Any) -> None:
         action="store_true",
         help="print each pass's logit lens on stderr: what each layer would have said (a model run here)",
     )
+    shape = run.add_mutually_exclusive_group()  # a constraint (issue 24): the reply follows it
+    shape.add_argument("--grammar", metavar="FILE.gbnf", help="the reply follows this grammar (GBNF or Lark)")
+    shape.add_argument("--json-schema", metavar="FILE.json", help="the reply is JSON that matches this schema")
+    shape.add_argument("--json", action="store_true", help="the reply is a JSON object (any)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from loopchat.cli.run_stages import cli_pairs
 from loopchat.config import API_KEY_ENV
+from loopchat.constraint import Constraint, ConstraintError, read_constraint
 from loopchat.errors import UsageError
 from loopchat.events import DOCUMENT, Message
 from loopchat.request import ReplyRequest
@@ -238,8 +239,30 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         prompt_logprobs=1 if scored else None,
         lens=bool(lens),
         watch=watch,
+        constraint=constraint_from_args(args, spec),
     )
     return remote, spec, model_path, request
+
+
+def constraint_from_args(args: argparse.Namespace, spec: Any) -> Constraint | None:
+    """--grammar, --json-schema or --json, else the model's from models.toml; checked before
+    any reply (UsageError: one line naming the file and the position)."""
+    from loopchat.engine.constraint_grammar import check
+
+    try:
+        if getattr(args, "grammar", None):
+            constraint: Constraint | None = read_constraint("grammar", args.grammar)
+        elif getattr(args, "json_schema", None):
+            constraint = read_constraint("json_schema", args.json_schema)
+        elif getattr(args, "json", False):
+            constraint = Constraint.any_json("--json")
+        else:
+            constraint = spec.constraint() if spec is not None else None
+        if constraint is not None:
+            check(constraint)
+    except ConstraintError as exc:
+        raise UsageError(str(exc)) from None
+    return constraint
 
 
 def _messages(args: argparse.Namespace, prompt: str, spec: Any, remote: Any) -> tuple[Message, ...]:

@@ -12,6 +12,7 @@ import sys
 from typing import Any, TextIO
 
 from loopchat.cli.run_stages import stage_lines, with_bias
+from loopchat.constraint import ConstraintReport, cut_note, reply_summary
 from loopchat.event_lines import step_line, summary_line, threads_text
 from loopchat.events import ContextTrimmed, Finish, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from loopchat.lens_lines import lens_lines
@@ -100,6 +101,7 @@ class ReplyReader:
         self.server = ""
         self.client_times = False  # a server that sends no per-step timings: the times are ours, on arrival
         self.threads_used: list[int] = []
+        self.constraint_reports: list[ConstraintReport] = []
 
     def read(self, events: queue.Queue[Any]) -> None:
         """Handle the backend's events until the run ends (its RunDone, or an error);
@@ -157,6 +159,8 @@ class ReplyReader:
         self.client_times = self.client_times or event.forward_ms is None
         if event.threads:
             self.threads_used.append(event.threads)
+        if event.constraint is not None:
+            self.constraint_reports.append(event.constraint)
         if self.args.show_steps:
             more = stage_lines(event) if getattr(self.args, "show_stages", False) else []
             ok = self.output.write("\n".join([step_line(event), *more]) + "\n")
@@ -207,6 +211,7 @@ class ReplyReader:
             output.write(text + ("" if finish.text.endswith("\n") else "\n"))
             threads = threads_text(self.threads_auto, self.threads_used)
             print(summary_line(self.prefill, finish, threads, self.server, self.client_times), file=sys.stderr)
+            self._constraint_lines(finish)
         elif output.line_open:  # a partial reply, ended by an error: end its line
             output.write("\n")
         if self.error is not None:
@@ -231,6 +236,16 @@ class ReplyReader:
         if finish is None:  # pragma: no cover - the worker always ends a run with an error or a Finish
             return _fail("the engine ended the run without a reply; this is a bug: please report it", 1)
         return 0
+
+    def _constraint_lines(self, finish: Finish) -> None:
+        """A reply under a constraint: its figures, and a line if it was cut before its structure closed."""
+        spec = self.request.constraint
+        if spec is None:
+            return
+        if self.constraint_reports:
+            print(f"loopchat: constraint {reply_summary(spec.label(), self.constraint_reports)}", file=sys.stderr)
+        if finish.constraint_closed is False or (finish.constraint_closed is None and finish.reason == "length"):
+            print(f"loopchat: note: {cut_note(spec.label())}", file=sys.stderr)
 
 
 def _next(events: queue.Queue[Any]) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from loopchat.constraint import Constraint
 from loopchat.engine import sampler
 from loopchat.engine.chat_prompt import (
     CHATML_TEMPLATE,
@@ -392,16 +393,16 @@ class Engine:
         Safe from another thread while the loop waits (it reads, the loop does not run)."""
         run = self._run
         probe = None if run is None else run.gate.probe
-        if probe is None:
+        if run is None or probe is None:
             return None
         logits, history, settings = probe
-        rng = sampler.make_rng(0)  # not used by a forced token
+        rng, cons = sampler.make_rng(0), run.constraint  # (the rng: not used by a forced token)
         out = []
         for t in token_ids:
             if not 0 <= int(t) < self.n_vocab:
                 out.append((0.0, 0.0))
                 continue
-            res = sampler.sample(logits, history, settings, rng, 1, force=int(t))
+            res = sampler.sample(logits, history, settings, rng, 1, force=int(t), constraint=cons)
             out.append((float(res.raw_prob), float(res.sampled_prob or 0.0)))
         return out
 
@@ -416,6 +417,12 @@ class Engine:
 
             self._lens = open_lens(self.llm, self.model_path, self.n_ctx, self.threads, self.piece_text)
         return self._lens
+
+    def open_constraint(self, spec: Constraint) -> Any:
+        """A reply's constraint stage on this model's vocabulary (sampler_constraint.py)."""
+        from loopchat.engine.sampler_constraint import open_stage
+
+        return open_stage(self.llm, spec, self.n_vocab, self.piece_text)
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

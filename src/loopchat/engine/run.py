@@ -99,6 +99,7 @@ class ReplyRun:
         self.text = ReplyText()
         self.threads = PassThreads(None, 0)
         self.lens: NoLens = NoLens()  # the logit lens of each pass, when asked (lens_run.py)
+        self.constraint: Any = None  # the constraint stage, when asked (sampler_constraint.py)
 
     # ---------------------------------------------------------------- driver ----
     def events(self) -> Iterator[Event | Pending]:
@@ -130,6 +131,8 @@ class ReplyRun:
                 f"the reply to continue does not fit the context: the prompt and the reply so far are "
                 f"{len(self.tokens)} tokens and the model's context holds {host.n_ctx}"
             )
+        if request.constraint is not None:  # (ConstraintError: a grammar it cannot use, before any event)
+            self.constraint = host.open_constraint(request.constraint)
         host.prefill_threads()  # auto threads: a measured count, never a probe's
         self.watch = tuple((text, host.first_token(text)) for text in request.watch)  # (texts not empty: watch.py)
         lens = host.open_lens() if request.lens else NoLens()
@@ -210,6 +213,9 @@ class ReplyRun:
         self.repeats = RepeatFinder(prefix)  # the reply repeating itself (repeats.py): on each Step
         self.threads = PassThreads(host.tuner, host.threads)
         self.lens.start(self.tokens, len(self.tokens) - len(prefix))
+        if self.constraint is not None:
+            for t in prefix:  # a branch's prefix: the grammar moves on by it
+                self.constraint.consume(t)
         self.clock.first = self.clock.last = time.perf_counter()
 
     def draw(self) -> Generator[Pending, None, Drawn | None]:
@@ -219,15 +225,16 @@ class ReplyRun:
         settings = self.settings.refresh()
         started = time.perf_counter()
         logits = self.host.logits()
-        k = self.request.report_k
+        k, cons = self.request.report_k, self.constraint
         given = self.branch.given(self.steps)
         if given is not None:
-            return Drawn(sample(logits, self.context, settings, self.settings.rng, k, force=given), HAND, started)
+            res = sample(logits, self.context, settings, self.settings.rng, k, force=given, constraint=cons)
+            return Drawn(res, HAND, started)
         if self.gate.stops():
-            pending = PendingDraw(logits, self.context, k, self.host.n_vocab, self._pending)
+            pending = PendingDraw(logits, self.context, k, self.host.n_vocab, self._pending, cons)
             return (yield from self.gate.hold(pending, self.settings, started))
         chosen_by = self.gate.credit()
-        return Drawn(sample(logits, self.context, settings, self.settings.rng, k), chosen_by, started)
+        return Drawn(sample(logits, self.context, settings, self.settings.rng, k, constraint=cons), chosen_by, started)
 
     def record(self, drawn: Drawn) -> Step:
         """The Step of the token drawn: its text, both distributions, the times; sets
@@ -274,6 +281,7 @@ class ReplyRun:
             repeat=None if (rep := self.repeats.feed(token)) is None else rep.as_tuple(),
             lens=lens,
             watched=seen,
+            constraint=None if self.constraint is None else self.constraint.report,
         )
         self.steps += 1
         self.settings.recorded()
@@ -281,7 +289,18 @@ class ReplyRun:
         self.reason = (
             FinishReason.STOP if self.stopped else self._end_reason(is_stop, self.settings.source().max_tokens)
         )
+        if self.constraint is not None and not host.is_eog(token):  # (an end token is no text of the grammar's)
+            self._constrain(token)
         return step
+
+    def _constrain(self, token: int) -> None:
+        """The grammar moves on by the token: the reply ends where the grammar does (STOP), or
+        with an error where the grammar could not go on (a token picked by hand it forbids)."""
+        cons = self.constraint
+        if not cons.consume(token) or cons.error is not None:
+            self.reason, self.error = FinishReason.ERROR, f"the {cons.spec.label()} constraint: {cons.error}"
+        elif cons.stopped and self.reason in (None, FinishReason.LENGTH):
+            self.reason = FinishReason.STOP
 
     def feed_back(self, token: int) -> None:
         """The token through the model: the next step's logits (a failed pass ends the reply)."""
@@ -316,6 +335,7 @@ class ReplyRun:
             n_ctx=host.n_ctx,
             error=self.error,
             paused_ms=self.gate.paused_s * 1000.0,
+            constraint_closed=None if self.constraint is None else bool(self.constraint.matcher.is_accepting()),
         )
 
     # --------------------------------------------------------------- helpers ----

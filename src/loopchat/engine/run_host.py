@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from loopchat.constraint import Constraint
 from loopchat.engine.chat_prompt import FittedPrompt
 from loopchat.engine.prompt_scores import ScoreMemory
 from loopchat.engine.thread_tuner import ThreadTuner
@@ -84,6 +85,11 @@ class RunHost(Protocol):
 
     def open_lens(self) -> Any:
         """The logit lens (lens_run.py: a PassLens, or a str: why this model has none)."""
+        ...
+
+    def open_constraint(self, spec: Constraint) -> Any:
+        """The reply's constraint stage (sampler_constraint.ConstraintStage) on this model's
+        vocabulary (ConstraintError: a grammar or schema it cannot use)."""
         ...
 
     def logits(self) -> np.ndarray:

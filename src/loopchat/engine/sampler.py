@@ -24,15 +24,16 @@ raw softmax's float32 passes one call of sampler_raw (the kernel's fused pass, n
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from loopchat.engine import sampler_fused
 from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, top_indices
 from loopchat.engine.sampler_raw import raw_softmax
-from loopchat.engine.sampler_stages import Candidates, StageReport, chain_for, scaled
+from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled, with_constraint
 from loopchat.settings import SamplingSettings
 
 __all__ = ["SampleResult", "StageReport", "chain_for", "entropy_bits", "make_rng", "sample", "top_indices"]
@@ -216,12 +217,14 @@ def sample(
     rng: np.random.Generator,
     report_k: int = 10,
     force: int | None = None,
+    constraint: Stage | None = None,
 ) -> SampleResult:
     """Run the chain on one row of logits (float32, n_vocab) and report everything.
 
     `force`: the token is this one (picked by hand in step mode), not drawn: `rng` is
     not used, and the token's probabilities and ranks are reported as for a drawn one
-    (a token the filters cut has sampled_prob 0 and sampled_rank 0)."""
+    (a token the filters cut has sampled_prob 0 and sampled_rank 0). `constraint`: the
+    reply's grammar stage (sampler_constraint), run after the penalties, before top-k."""
     # --- raw softmax over the whole vocabulary ---------------------------------
     raw_max = float(logits.max())
     raw = raw_softmax(logits, raw_max)  # (sampler_raw: one fused pass or numpy's, the same bits)
@@ -232,7 +235,10 @@ def sample(
 
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k)
-    reports = tuple(stage.apply(c) for stage in chain_for(settings))
+    chain = (
+        chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
+    )
+    reports = tuple(stage.apply(c) for stage in chain)
     d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
     token_id, pick = _draw(d, rng, force)
 

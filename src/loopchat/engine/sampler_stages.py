@@ -28,7 +28,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -69,6 +69,7 @@ class Candidates:
         "mass",
         "work_max",
         "work_max_id",
+        "allowed",
     )
 
     def __init__(
@@ -95,6 +96,9 @@ class Candidates:
         # the penalties' few changes: a pass over the vocabulary saved at each stage
         self.work_max: float | None = raw_max if raw_top_ids.shape[0] else None
         self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
+        #: a constraint that narrowed the candidates to most of the vocabulary: its mask (one
+        #: bool per token), so that top-k looks among the largest logits, not at every id
+        self.allowed: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -137,8 +141,15 @@ class Candidates:
 
     def take_top(self, k: int) -> int:
         """Keep the k largest logits (k <= n_vocab): sorted if k <= SORT_LIMIT, else
-        unsorted, never sorted whole (ids None if k is the whole vocabulary). Returns the
+        unsorted, never sorted whole (ids None if k is the whole vocabulary). Candidates an
+        earlier stage narrowed (the constraint: ids set): the k largest of them. Returns the
         most likely token cut (the k+1-th largest; -1: none)."""
+        if self.ids is not None:
+            before, was_sorted = self.ids, self.sorted
+            self._take_top_of_ids(k)
+            if self.ids.shape[0] >= before.shape[0]:
+                return -1
+            return int(before[k]) if was_sorted else first_cut(self.work, before, self.ids)
         if k > SORT_LIMIT:
             if k >= self.n_vocab:
                 self.ids = None
@@ -153,6 +164,39 @@ class Candidates:
         self.sorted = True
         self.logits64 = self.work[self.ids].astype(np.float64)
         return cut_of_top(top, k)
+
+    def _take_top_of_ids(self, k: int) -> None:
+        assert self.ids is not None
+        n = self.ids.shape[0]
+        if self.sorted:
+            if k < n:
+                self.keep_first(k)
+            return
+        if k >= n:
+            if n <= SORT_LIMIT:
+                self.sort()
+            return
+        if self.allowed is not None and k <= SORT_LIMIT:
+            # most of the vocabulary allowed: the k largest allowed are among the largest
+            # k + (the forbidden ones) logits; a few more than k is nearly always enough
+            want = min(self.n_vocab, 2 * k + 16)
+            while True:
+                top = top_indices(self.work, want)
+                top = top[self.allowed[top]]
+                if top.shape[0] >= k or want >= self.n_vocab:
+                    break
+                want = min(self.n_vocab, want * 4)
+            self.ids = top[:k]
+            self.sorted = True
+            self.logits64 = self.work[self.ids].astype(np.float64)
+            return
+        src = self.work[self.ids]
+        if k > SORT_LIMIT:
+            self.ids = self.ids[top_set(src, k)]
+            return
+        self.ids = self.ids[top_indices(src, k)]
+        self.sorted = True
+        self.logits64 = self.work[self.ids].astype(np.float64)
 
     def sort(self) -> None:
         """The unsorted candidates in the sorted form (largest first, a stable sort)."""
@@ -308,7 +352,8 @@ class TopP:
             share = float(cum[n_keep - 1])
         else:
             # the whole vocabulary: its mass unit estimates the total (float32 exps: to ~1e-6)
-            known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, None)
+            # (the candidates' mass in the unit's terms: an estimate for top_p_set, as the whole vocabulary's)
+            known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, (c.norm * c.mass, c.raw_max))
             before = c.ids
             c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
             cut = first_cut(c.work, before, c.ids)
@@ -393,3 +438,11 @@ def chain_for(settings: SamplingSettings) -> tuple[Stage, ...]:
         MinP(settings.min_p),
         Temperature(settings.temperature),
     )
+
+
+@functools.lru_cache(maxsize=64)  # (one reply's stage, a few chains: the same tuple each pass)
+def with_constraint(chain: tuple[Stage, ...], stage: Any) -> tuple[Stage, ...]:
+    """The chain with a reply's constraint stage (sampler_constraint) in its place: after the
+    penalties and the logit bias, before the first stage that narrows (top-k, or greedy)."""
+    at = next((i for i, s in enumerate(chain) if s.name in ("top_k", "greedy")), len(chain))
+    return (*chain[:at], stage, *chain[at:])

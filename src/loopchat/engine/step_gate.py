@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,7 @@ class PendingDraw:
     n_vocab: int
     #: the Pending event for a result (settings, sample_ms): the run fills in its place
     show: Callable[[SampleResult, SamplingSettings, float], Pending]
+    constraint: Any = None  # the reply's constraint stage (sampler_constraint), if any
 
 
 def _ms_since(t: float) -> float:
@@ -100,7 +102,15 @@ class StepGate:
 
     @staticmethod
     def _sample(draw: PendingDraw, settings: ReplySettings, force: int | None, ts: float) -> tuple[SampleResult, float]:
-        res = sample(draw.logits, draw.context, settings.now, settings.rng, draw.report_k, force=force)
+        res = sample(
+            draw.logits,
+            draw.context,
+            settings.now,
+            settings.rng,
+            draw.report_k,
+            force=force,
+            constraint=draw.constraint,
+        )
         return res, _ms_since(ts)
 
     def _pending(self, draw: PendingDraw, res: SampleResult, s: SamplingSettings, sample_ms: float) -> Pending:

@@ -27,6 +27,7 @@ from typing import Any
 
 import msgpack
 
+from loopchat.constraint import ConstraintReport
 from loopchat.events import Candidate, LensRow, Step
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import stage_reports
@@ -69,6 +70,7 @@ FIELDS[3] = FIELDS[2] + ("repeat", "probe_cut_ms")
 FIELDS[4] = FIELDS[3] + ("lens",)  # issue 26: the logit lens of the pass (None: not asked for)
 FIELDS[5] = FIELDS[4] + ("stages",)  # issue 24: each sampler stage's report (the waterfall)
 FIELDS[6] = FIELDS[5] + ("watched",)  # issue 24: the tokens on watch (None: none asked for)
+FIELDS[7] = FIELDS[6] + ("constraint",)  # issue 24: what a grammar or schema did at the pass (None: none)
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
@@ -176,6 +178,8 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = stage_reports(value)
             elif name == "watched" and value is not None:
                 value = tuple(WatchedToken(*w) for w in value)
+            elif name == "constraint" and value is not None:
+                value = ConstraintReport(*value)
             kwargs[name] = value
         steps.append(Step(**kwargs))
     return steps

@@ -36,6 +36,7 @@ from typing import Any
 
 from loopchat.events import DOCUMENT, Message
 from loopchat.request import ReplyRequest
+from loopchat.serve.constraints import FormatProblem, constraint_of
 from loopchat.settings import SETTING, SETTINGS, SamplingSettings, SettingsError
 from loopchat.stop_strings import MAX_STOP_STRINGS
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, WireOptions, error_body
@@ -173,6 +174,7 @@ def _request(
         ignore_eos=bool(ignore_eos),
         stream=stream,
         prompt_logprobs=prompt_logprobs,
+        constraint=_constraint(body),
     )
     return GenerationRequest(
         reply=reply,
@@ -188,6 +190,14 @@ def _request(
         ),
         model=model,
     )
+
+
+def _constraint(body: dict[str, Any]) -> Any:
+    """response_format / grammar / json_schema (serve/constraints.py) as the request's constraint."""
+    try:
+        return constraint_of(body)
+    except FormatProblem as exc:
+        raise RequestError(str(exc), param=exc.param) from None
 
 
 def _extension(value: Any) -> tuple[bool, bool, int | None]:
@@ -338,9 +348,6 @@ def _refuse_unsupported(body: dict[str, Any], *, chat: bool) -> None:
     for key in ("tool_choice", "function_call"):
         if body.get(key) not in (None, "none"):
             refuse(key, f"{key} is not supported: loopchat serve has no tool or function calling")
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        refuse("response_format", 'response_format must be {"type": "text"}: JSON modes and schemas are not supported')
     if chat and body.get("echo"):
         refuse("echo", "echo is for /v1/completions: the chat's prompt is its messages, which the client has")
     if body.get("suffix"):

@@ -24,6 +24,7 @@ from loopchat.browser import key_here
 from loopchat.chat.conversation import BLOCKING, ReplyRecord, finish_label
 from loopchat.chat.plots import fmt_ms, fmt_rate, visible_controls
 from loopchat.chat.prefs import Prefs
+from loopchat.chat.views.panel_constraint import constraint_part
 from loopchat.engine.repeats import longest_of
 from loopchat.events import FinishReason, Step
 from loopchat.tui.reply_markdown import reply_markdown
@@ -191,6 +192,8 @@ class ReplyView(Block):
             style = _WARN
             label = f"{label} ({f.reason.value})" + (f": {f.error}" if f.error else "")
         parts.append(label)
+        if (shaped := constraint_part(r.steps, f)) is not None:
+            parts.append(shaped)  # a grammar or schema: forced passes, forbidden mass
         if (rep := longest_of((s.index, s.repeat) for s in r.steps)) is not None:
             parts.append(rep.describe())  # the reply repeated itself (repeats.py)
         if r.is_branch and r.prefill is not None:

@@ -101,6 +101,10 @@ KEYS: tuple[tuple[str, str], ...] = (
         "Shift+F7",
         "Colour each token by its lens depth: the first layer from which on the logit lens ranks it first (early: the model knew it from the first layers; the last: it decided late; grey: not its top even at the last layer). The shown reply's passes are read with the lens when turned on, then each new reply's once it ends (legend on top, with the progress; a message sent meanwhile goes first)",
     ),
+    (
+        "Ctrl+F7",
+        "Mark the tokens a grammar or JSON schema forced (blue italics: the only token the constraint allowed at their pass; the palette's Constraint… sets a grammar or schema file for the next replies, `json` any JSON object, empty none)",
+    ),
     ("Ctrl+P", "Command palette: switch model, every toggle above"),
     ("F1", "Show / hide this list of keys"),
     ("Ctrl+Q", "Quit (with a draft in the message box it says so first: Ctrl+Q again quits)"),

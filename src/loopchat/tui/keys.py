@@ -48,6 +48,7 @@ BINDINGS: list[BindingType] = [
     Binding("f6", "toggle_boundaries", "Token boundaries", show=False, priority=True),
     Binding("f7", "toggle_colours", "Probability colours", show=False, priority=True),
     Binding("shift+f7", "toggle_lens_colours", "Lens depth colours", show=False, priority=True),
+    Binding("ctrl+f7", "toggle_forced", "Forced tokens", show=False, priority=True),
     Binding("ctrl+r", "branch", "Branch", show=False),  # (not Ctrl+B: tmux's prefix)
     Binding("alt+pageup", "version(-1)", "Previous version", show=False, priority=True),
     Binding("alt+pagedown", "version(1)", "Next version", show=False, priority=True),
@@ -76,6 +77,8 @@ def command_table(*, completion: bool, completion_space: bool, history: bool) ->
             "Colour tokens by the layer from which the logit lens ranks them first (Shift+F7)",
             "toggle_lens_colours",
         ),
+        ("Forced tokens", "Mark the tokens a grammar or schema forced: one token allowed (Ctrl+F7)", "toggle_forced"),
+        ("Constraint…", "A grammar or JSON schema the next replies follow, or none", "constraint"),
         ("Document view", "The exact text the model reads, token by token ⇄ the chat (Ctrl+T)", "toggle_document"),
         ("Wire view", "The side panel: the loop ⇄ the SSE lines on the wire (F10)", "toggle_wire"),
         ("Logit lens", "What each layer would have said at the pass the panel shows (F11 or Alt+L)", "lens"),

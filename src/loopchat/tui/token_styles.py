@@ -1,6 +1,7 @@
 """How a reply's token looks in the transcript: its probability colour (F7) or its lens
-depth's (Shift+F7), the token boundaries (F6), the selection, a token picked by hand (underlined), and a token at which
-the reply repeats itself (Step.repeat, repeats.py: a dark plum background)."""
+depth's (Shift+F7), a token a constraint forced (Ctrl+F7), the token boundaries (F6), the
+selection, a token picked by hand (underlined), and a token at which the reply repeats
+itself (Step.repeat, repeats.py: a dark plum background)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ PROB_BANDS: tuple[tuple[float, str], ...] = (
     (0.0, "#ff5f5f"),
 )
 _BOUNDARY_BG = ("#2b3340", "#3a4456")
+#: a token a constraint forced (the panel's "forced" mark: chat/views/panel_constraint.FORCED)
+FORCED_COLOUR = "#87afff"
 #: the background of a token at which the reply is repeating itself (over the boundaries')
 REPEAT_BG = "#5f2f5f"
 
@@ -90,16 +93,25 @@ def token_style(step: Step, n: int, prefs: Prefs, selected: bool, lens: str | No
         selected,
         step.chosen_by == "hand",
         step.repeat is not None,
+        prefs.forced_marks and step.constraint is not None and step.constraint.forced,
     )
 
 
 @lru_cache(maxsize=64)  # a few dozen combinations, each an immutable Style
 def _token_style(
-    colour: str | None, parity: int | None, selected: bool, hand: bool = False, repeat: bool = False
+    colour: str | None,
+    parity: int | None,
+    selected: bool,
+    hand: bool = False,
+    repeat: bool = False,
+    forced: bool = False,
 ) -> Style:
     """A token's style; a token picked by hand in step mode is underlined, a token at
-    which the reply repeats itself has REPEAT_BG behind it."""
+    which the reply repeats itself has REPEAT_BG behind it, a token a constraint forced
+    (forced marks on, Ctrl+F7) is FORCED_COLOUR in italics, over its probability colour."""
     if selected:
         return Style(color="black", bgcolor="#ffaf00", bold=True, underline=hand or None)
     bg = REPEAT_BG if repeat else _BOUNDARY_BG[parity] if parity is not None else None
+    if forced:
+        return Style(color=FORCED_COLOUR, bgcolor=bg, italic=True, underline=hand or None)
     return Style(color=colour, bgcolor=bg, underline=hand or None)

@@ -99,6 +99,25 @@ class ChatViewKeys(ChatShell):
         self.show_legend()
         self.replies.rebuild_all()
 
+    def action_toggle_forced(self) -> None:
+        self.prefs.forced_marks = not self.prefs.forced_marks
+        self.save_prefs()
+        self.replies.rebuild_all()
+        on = "marked (blue italics): one token allowed, the model had no say" if self.prefs.forced_marks else "unmarked"
+        self.notify(f"Tokens a constraint forced: {on}", timeout=3)
+        if self.prefs.forced_marks and self.prefs.markdown:
+            self.notify("The marks show on plain replies: F4 turns Markdown off", timeout=4)
+
+    def action_constraint(self) -> None:
+        from loopchat.tui.constraint_dialog import ConstraintDialog
+
+        def done(picked: tuple | None) -> None:
+            if picked is not None:
+                c = self.session.constraint = picked[0]
+                self.notify(f"Next replies follow: {c.label()}" if c else "Next replies: no constraint", timeout=3)
+
+        self.push_screen(ConstraintDialog(self.session.constraint), done)
+
     def action_toggle_completion_space(self) -> None:
         self.prefs.completion_space = not self.prefs.completion_space
         self.save_prefs()

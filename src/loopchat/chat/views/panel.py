@@ -25,6 +25,7 @@ from loopchat.chat.plots import fmt_prob, token_face
 from loopchat.chat.views.fit import Form, Section, fit
 from loopchat.chat.views.lines import BLANK, Line, Pieces, fit_lines, lines_to_text, width_of
 from loopchat.chat.views.panel_candidates import candidates
+from loopchat.chat.views.panel_constraint import constraint_lines
 from loopchat.chat.views.panel_latency import latency, prefill_text
 from loopchat.chat.views.panel_pending import pending_lines
 from loopchat.chat.views.panel_settings import compact_settings, settings_block
@@ -206,7 +207,8 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
         return _no_step(v, caches)
     if v.compact:
         return _compact(v, caches)
-    tail = fit_lines(_drawn(v), width)
+    n_vocab = v.record.start.n_vocab if v.record.start is not None else None
+    tail = fit_lines(_drawn(v) + constraint_lines(v.step, n_vocab), width)  # (a constraint's rows: its own module)
     watching = fit_lines(watch_lines(v), width)
     tail.append(BLANK)
     tail.append(_LATENCY_HEAD)

@@ -1,0 +1,156 @@
+"""The constraint as a stage of the sampler's chain: a grammar's or a JSON schema's mask.
+
+At each pass llguidance's matcher (built per reply from the request's Constraint,
+constraint_grammar.py) fills the bitmask of the tokens the grammar allows next; the stage
+keeps those alone as the candidates (the unsorted form of sampler_stages, sorted when few:
+the stages after it narrow them further, none looks at a forbidden token again) and
+reports, besides its StageReport, what it did to the model's own distribution
+(`ConstraintReport`, docs/trace-format.md "The constraint"):
+
+- allowed: how many tokens of the vocabulary the grammar allows;
+- forbidden_mass: the raw probability of the others, F / T with T = sum over the vocabulary
+  of exp(float64(logit) - max) and F the same sum over the forbidden tokens (computed as
+  T minus the allowed tokens' sum when they are the fewer);
+- the most likely forbidden token (largest raw logit, the lowest id of equal ones) and its
+  raw probability exp(float64(logit) - max) / T;
+- forced: exactly one token allowed.
+
+Its place in the chain: after the penalties (and the logit bias), before top-k
+(sampler_stages.with_constraint). After the draw, `consume` moves the matcher on by the token drawn;
+`stopped` says the grammar has ended (the reply then ends: no token could follow).
+The mask is llguidance's (Rust; microseconds for a JSON schema on a 49,152-token vocabulary);
+the stage's own numpy costs a few passes over the vocabulary's bytes, not its floats.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from typing import Any
+
+import numpy as np
+from llguidance import LLMatcher
+from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+from loopchat.constraint import Constraint, ConstraintError, ConstraintReport
+from loopchat.engine import sampler_fused
+from loopchat.engine.constraint_grammar import check
+from loopchat.engine.sampler_math import SORT_LIMIT
+from loopchat.engine.sampler_stages import Candidates, StageReport
+
+_LANES = np.arange(32)
+
+
+class ConstraintStage:
+    """One reply's constraint: its matcher, and the report of the latest pass it masked."""
+
+    name = "constraint"
+
+    def __init__(self, spec: Constraint, tokenizer: Any, n_vocab: int, piece_text: Any) -> None:
+        self.spec = spec
+        self.matcher = LLMatcher(tokenizer, check(spec, tokenizer), log_level=0)
+        if self.matcher.is_error():
+            raise ConstraintError(f"{spec.kind_name} {spec.source}: {self.matcher.get_error()}")
+        self.n_vocab = n_vocab
+        self._bitmask = allocate_token_bitmask(1, n_vocab)
+        self._piece_text = piece_text
+        self.report: ConstraintReport | None = None
+        self.error: str | None = None  # the matcher's error (a token it could not take)
+
+    # ------------------------------------------------------------------ the mask ----
+    def allowed_bits(self) -> np.ndarray:
+        """One bool per token of the vocabulary: True if the grammar allows it next."""
+        fill_next_token_bitmask(self.matcher, self._bitmask)
+        return self._unpacked()
+
+    def _unpacked(self) -> np.ndarray:
+        return np.unpackbits(self._bitmask[0].view(np.uint8), count=self.n_vocab, bitorder="little").view(bool)
+
+    def _allowed(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the allowed ids, ascending; the mask as bools, None when few are allowed: their
+        32-bit words alone are unpacked, not the vocabulary's bits)."""
+        fill_next_token_bitmask(self.matcher, self._bitmask)
+        words = self._bitmask[0]
+        set_words = np.flatnonzero(words)
+        if set_words.shape[0] * 64 > self.n_vocab:  # many: the whole mask
+            bits = self._unpacked()
+            return np.flatnonzero(bits), bits
+        sub = np.unpackbits(words[set_words].view(np.uint8).reshape(-1, 4), axis=1, bitorder="little").view(bool)
+        ids = (set_words[:, None] * 32 + _LANES)[sub]
+        return ids[ids < self.n_vocab], None
+
+    def apply(self, c: Candidates) -> StageReport:
+        entered = c.count
+        allowed, bits = self._allowed()
+        n = int(allowed.shape[0])
+        if n == 0:  # the matcher failed (it allows nothing): the candidates are left as they are
+            self.error = self.matcher.get_error() or "the grammar allows no token here"
+            self.report = ConstraintReport(0, 0.0, -1, "", 0.0, False)
+            return c.report(self.name, entered, c.mass)
+        if n >= c.n_vocab:
+            self.report = ConstraintReport(n, 0.0, -1, "", 0.0, False)
+            return c.report(self.name, entered, c.mass)
+        if bits is None:
+            bits = np.zeros(c.n_vocab, dtype=bool)
+            bits[allowed] = True
+        self.report, kept_mass = self._measure(c, bits, allowed)
+        c.ids = allowed
+        if n <= SORT_LIMIT:
+            c.sort()
+        elif bits is not None and n * 2 > c.n_vocab:
+            c.allowed = bits  # (top-k then looks among the largest logits: sampler_stages)
+        return c.report(self.name, entered, kept_mass)
+
+    def _measure(self, c: Candidates, bits: np.ndarray, allowed: np.ndarray) -> tuple[ConstraintReport, float]:
+        """The pass's ConstraintReport, and the mass the allowed tokens keep in the chain's unit."""
+        logits, m = c.logits, c.raw_max
+        total = sampler_fused.exp_sum(logits, m, None)
+        few_allowed = allowed.shape[0] * 2 <= c.n_vocab
+        side = allowed if few_allowed else np.flatnonzero(~bits)  # the fewer: one gather
+        side_sum = sampler_fused.exp_sum(logits[side], m, None)
+        forbidden = max(total - side_sum, 0.0) if few_allowed else side_sum
+        # the chain's unit (the penalized logits, c.norm): the same sum when nothing was penalized
+        work_sum = side_sum if c.work is logits else sampler_fused.exp_sum(c.work[side], m, None)
+        kept = work_sum / c.norm if few_allowed else c.mass - work_sum / c.norm
+        top = next((int(i) for i in c.raw_top_ids if not bits[i]), -1)
+        if top < 0 and not few_allowed:  # the raw top-K all allowed: the largest forbidden logit
+            top = int(side[np.argmax(logits[side])])  # (ascending ids: the lowest of equal ones)
+        elif top < 0:
+            top = int(np.argmax(np.where(bits, np.float32(-np.inf), logits)))
+        p_top = float(np.exp(np.float64(logits[top]) - m)) / total
+        report = ConstraintReport(
+            int(allowed.shape[0]), forbidden / total, top, self._piece_text(top), p_top, allowed.shape[0] == 1
+        )
+        return report, max(kept, 0.0)
+
+    # ------------------------------------------------------------ the matcher ----
+    def consume(self, token: int) -> bool:
+        """Move the grammar on by the token drawn (False: the grammar does not take it)."""
+        ok = bool(self.matcher.consume_token(token))
+        if not ok or self.matcher.is_error():
+            self.error = self.matcher.get_error() or f"the grammar does not allow token {token} here"
+            return False
+        return True
+
+    @property
+    def stopped(self) -> bool:
+        """The grammar has ended: no token can follow."""
+        return bool(self.matcher.is_stopped())
+
+
+#: each loaded model's llguidance tokenizer (built from its vocab once: ~0.5 s on 49,152 tokens)
+_TOKENIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def open_stage(llm: Any, spec: Constraint, n_vocab: int, piece_text: Any) -> ConstraintStage:
+    """A reply's constraint stage on a loaded `Llama` (its tokenizer kept while the model is)."""
+    tokenizer = _TOKENIZERS.get(llm)
+    if tokenizer is None:
+        import llama_cpp
+        from llguidance.llamacpp import lltokenizer_from_vocab
+
+        with warnings.catch_warnings():  # (it calls llama_token_get_attr, deprecated, per token)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            tokenizer = lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(llm.model))
+        _TOKENIZERS[llm] = tokenizer
+    return ConstraintStage(spec, tokenizer, n_vocab, piece_text)
