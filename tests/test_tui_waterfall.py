@@ -86,3 +86,21 @@ async def test_on_a_short_panel_the_waterfall_gives_way_first(backend, tmp_path)
         text = panel_text(app)
         assert "Sampler, stage by stage" not in text and "sampler top-k −" in text, text
         assert "top 3 " not in text  # the candidates have not given way to their last 3
+
+
+async def test_step_modes_die_shows_its_waterfall_reshaped_by_a_change(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=(120, 70)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press("f12")
+        await pilot.press(*"Name a fruit.", "enter")
+        s = app.session
+        await wait_for(pilot, lambda: s.stopped and s.pending is not None, 30, "stopped before the first draw")
+        await pilot.pause()
+        assert "Sampler, stage by stage" in panel_text(app)
+        assert f"{'temp 0.8':<14}divides the logits by 0.8" in panel_text(app)
+        await pilot.press("ctrl+up")  # the temperature: the same logits, the die reshaped
+        await wait_for(pilot, lambda: s.pending is not None and s.pending.settings.temperature == 0.9, 10, "0.9")
+        await pilot.pause()
+        assert f"{'temp 0.9':<14}divides the logits by 0.9" in panel_text(app)
+        await pilot.press("escape")

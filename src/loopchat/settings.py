@@ -165,7 +165,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
         -100,
         100,
         BIAS_HINT,
-        '"TEXT"=BIAS or ID=BIAS, comma between · -100 bans',
+        '"TEXT"=BIAS, ID=BIAS, … · -100 bans',
         short="bias",
         openai=True,
         summary=lambda s: BIAS.summary(s.logit_bias),

@@ -1,11 +1,13 @@
 """The loop panel in step mode, the loop stopped before a draw: the die about to be
-rolled (raw softmax and after sampling, numbered for the digit keys), its entropy, the
-token the last key put in, and the settings of this draw.
+rolled (raw softmax and after sampling, numbered for the digit keys), its entropy, what
+each stage of the sampler did to it, the token the last key put in, and the settings of
+this draw.
 
 On a short panel (80x24: under the transcript) it keeps the rows the keys need; what
 gives way, first to last (`fit`): the blank lines; the key list (the die bar under the
 panel says it too); the settings in full (they go on one line, and the key list comes
 back if it fits); the key list again; candidates (down to 3); the entropy; the last draw.
+The sampler's waterfall (panel_waterfall) goes to one line with the blanks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from loopchat.chat.views.panel_view import (
     TOKEN,
     PanelView,
 )
+from loopchat.chat.views.panel_waterfall import waterfall_lines, waterfall_short
 from loopchat.events import Pending
 from loopchat.settings import KNOBS, SETTING, SamplingSettings, fmt_value
 
@@ -154,6 +157,9 @@ def pending_lines(v: PanelView, width: int) -> list[Line]:
         blank,
         Section(_entropy(p, width), (Form(ENTROPY, ()),), name="entropy"),
         blank,
+        # the sampler stage by stage, reshaped with the die (one line when the blanks go)
+        Section(waterfall_lines(p, width), (Form(BLANKS, waterfall_short(p, width)),), name="waterfall"),
+        Section([BLANK] if p.stages else [], (Form(BLANKS, ()),), name="blank"),
         Section(
             _settings(p, v.knob, width),
             (Form(SETTINGS, lambda over: _settings_short(p.settings, v.knob, width)),),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from loopchat.chat.plots import fmt_prob, token_face
 from loopchat.chat.views.lines import Line, Pieces, fit_lines
 from loopchat.chat.views.panel_view import DIM, DRAWN, HEAD, LABEL, NONE, TOKEN
-from loopchat.events import Step
+from loopchat.events import Pending, Step
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport
 
@@ -58,8 +58,9 @@ def _row(r: StageReport, s: SamplingSettings) -> Pieces:
     return label + [("did nothing", DIM)]
 
 
-def waterfall_lines(step: Step | None, width: int) -> list[Line]:
-    """The waterfall's lines (a head, one row per stage); [] when the step has no reports."""
+def waterfall_lines(step: Step | Pending | None, width: int) -> list[Line]:
+    """The waterfall's lines (a head, one row per stage); [] when the step has no reports
+    (a Pending's: the draw the loop is stopped before, in step mode)."""
     if step is None or not step.stages:
         return []
     head: Pieces = [("Sampler, stage by stage", HEAD), (f" · {step.stages[-1].kept:,} left", LABEL)]
@@ -67,7 +68,7 @@ def waterfall_lines(step: Step | None, width: int) -> list[Line]:
     return fit_lines([head, columns, *(_row(r, step.settings) for r in step.stages)], width, no_wrap=True)
 
 
-def waterfall_short(step: Step | None, width: int) -> list[Line]:
+def waterfall_short(step: Step | Pending | None, width: int) -> list[Line]:
     """The waterfall in one line, for a short panel: the stages that removed candidates."""
     if step is None or not step.stages:
         return []
