@@ -161,3 +161,20 @@ async def test_the_palette_sets_tokens_on_watch_and_the_panel_shows_them(live_ba
         await pilot.press("enter")
         await pilot.pause()
         assert app.session.watch == ()
+        # F2 has a row for them too: a bad line is its own hint's error, a good one applies
+        from loopchat.tui.settings_dialog import SettingsDialog
+
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the settings dialog")
+        row = app.screen.query_one("#set-watch", Input)
+        row.value = " ".join("abcdefghi")
+        await pilot.pause()
+        app.screen.action_apply()
+        await pilot.pause()
+        assert isinstance(app.screen, SettingsDialog)
+        assert "at most 8" in str(app.screen.query_one("#err-watch", Static).render())
+        row.value = '" Rome"'
+        await pilot.pause()
+        app.screen.action_apply()
+        await wait_for(pilot, lambda: app.session.watch == (" Rome",), 5, "the dialog's watch applied")
+        assert not isinstance(app.screen, SettingsDialog)

@@ -272,20 +272,21 @@ class LoopChatApp(ChatViewKeys):
                 changes = {n: getattr(new, n) for n in new.diff(self.session.settings)}
                 if self.set_setting(**changes) and changes and (note := self.session.settings_note()):
                     self.notify(note, timeout=4)
+                if dialog.watch_texts is not None:
+                    s.watch = dialog.watch_texts  # (the next replies: watch.py)
                 self._refresh_panel()
 
         s = self.session
-        self.push_screen(
-            SettingsDialog(
-                s.settings,
-                generating=self.generating,
-                live=self.backend.live_settings,
-                stopped=s.stopped,
-                # the model's tokenizer where it runs in this process (a logit bias typed as text)
-                tokenizer=getattr(self.backend, "tokenizer", lambda: None)(),
-            ),
-            done,
+        dialog = SettingsDialog(
+            s.settings,
+            generating=self.generating,
+            live=self.backend.live_settings,
+            stopped=s.stopped,
+            # the model's tokenizer where it runs in this process (a logit bias typed as text)
+            tokenizer=getattr(self.backend, "tokenizer", lambda: None)(),
+            watch=s.watch if self.backend.can_branch else None,  # (a model run here: tokens on watch)
         )
+        self.push_screen(dialog, done)
 
     # ---- step mode (the die's keys: the die bar's messages, and the document view's) ------
     def action_step_mode(self) -> None:

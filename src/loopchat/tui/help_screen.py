@@ -33,7 +33,10 @@ KEYS: tuple[tuple[str, str], ...] = (
         f"Raise / lower the selected setting (marked ▸ in the panel): {knob_steps_text()}",
     ),
     ("F8", f"Select the next setting for Ctrl+↑/↓ ({knob_order_text()})"),
-    ("F2", "Sampling settings dialog: type any value, checked as you type; Enter applies"),
+    (
+        "F2",
+        'Sampling settings dialog: type any value (a logit bias as "TEXT"=BIAS; with the model run here, the tokens on watch too), checked as you type; Enter applies',
+    ),
     ("F3", "Streaming ⇄ blocking mode for the next replies"),
     (
         "F9",

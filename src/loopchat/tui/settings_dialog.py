@@ -12,6 +12,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from loopchat.settings import SETTINGS, SamplingSettings, SettingsError
+from loopchat.watch import WatchError, parse_watch, watch_line
+
+#: the tokens-on-watch row's hint (watch.py)
+WATCH_HINT = 'up to 8 texts followed at every pass of the next replies, e.g. " Paris" " London"'
 
 
 class SettingsDialog(ModalScreen[SamplingSettings | None]):
@@ -29,11 +33,13 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         live: bool = True,
         stopped: bool = False,
         tokenizer: Any = None,
+        watch: tuple[str, ...] | None = None,
     ) -> None:
         """`live`: the backend's replies take a change mid-reply (False: a server's);
         `stopped`: the reply is stopped before a draw in step mode; `tokenizer`: the
         model's (its first_token(text), piece_text(id)), for a logit bias typed as text
-        (None: token ids only)."""
+        (None: token ids only); `watch`: the tokens on watch (watch.py), a row of their own
+        (None: no row: a server's replies have none); once applied, `watch_texts` holds the new ones."""
         super().__init__()
         self.first_token: Callable[[str], int] | None = tokenizer.first_token if tokenizer is not None else None
         self.tokenizer = tokenizer
@@ -41,6 +47,7 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         self.generating = generating
         self.live = live
         self.stopped = stopped
+        self.watch_texts = watch
 
     def compose(self) -> ComposeResult:
         with Vertical(id="settings-dialog"):
@@ -73,6 +80,10 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                         select_on_focus=True,
                     )
                     yield Static(spec.dialog_hint, id=f"err-{name}", classes="setting-hint", markup=False)
+                if self.watch_texts is not None:
+                    yield Label("tokens on watch", classes="setting-name")
+                    yield Input(watch_line(self.watch_texts), id="set-watch", classes="setting-input", compact=True)
+                    yield Static(WATCH_HINT, id="err-watch", classes="setting-hint", markup=False)
             with Horizontal(id="settings-buttons"):
                 yield Button("Apply (Enter)", variant="primary", id="apply", compact=True)
                 yield Button("Cancel (Esc)", id="cancel", compact=True)
@@ -108,6 +119,16 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
                 err.update(exc.problem)
                 err.add_class("-error")
                 ok = False
+        if self.watch_texts is not None:
+            err = self.query_one("#err-watch", Static)
+            try:
+                values["watch"] = parse_watch(self.query_one("#set-watch", Input).value)
+                err.update(WATCH_HINT)
+                err.remove_class("-error")
+            except WatchError as exc:
+                err.update(str(exc))
+                err.add_class("-error")
+                ok = False
         return values, ok
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -128,11 +149,14 @@ class SettingsDialog(ModalScreen[SamplingSettings | None]):
         if not ok:
             self.notify("Fix the highlighted values first", severity="warning")
             return
+        watch = values.pop("watch", None)
         try:
             new = self.current.replace(**values)
         except SettingsError as exc:
             self.notify(str(exc), severity="error")
             return
+        if watch is not None:
+            self.watch_texts = watch
         self.dismiss(new)
 
     def action_cancel(self) -> None:
