@@ -99,3 +99,34 @@ async def test_a_schema_set_in_the_palette_shapes_the_reply_and_the_panel_shows_
         assert colour(step) == FORCED_COLOUR and token_style(step, 0, app.prefs, False).italic
         free = next(s for s in rec.steps if not s.constraint.forced)
         assert colour(free) != FORCED_COLOUR
+
+
+async def test_a_model_s_json_schema_from_models_toml_shapes_the_chat_s_replies(tmp_path) -> None:
+    """models.toml's json_schema for the model: the chat's replies follow it from the first
+    (the palette's Constraint… shows it, and can clear it)."""
+    from loopchat.backends.live import LiveBackend
+    from loopchat.config import load_config
+
+    (tmp_path / "weather.json").write_text(json.dumps(SCHEMA))
+    toml = tmp_path / "models.toml"
+    toml.write_text('[models.shaped]\nbuiltin = "smollm2-135m-instruct"\njson_schema = "weather.json"\n')
+    b = LiveBackend(load_config(toml), "shaped", threads=1)
+    app = create_app(
+        backend=b,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(seed=2, max_tokens=40, temperature=0.7),
+        history=False,
+    )
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, app.model_ready.is_set, 60, "the model")
+            assert app.session.constraint is not None and app.session.constraint.kind == "json_schema"
+            await pilot.press(*"The weather in Paris?", "enter")
+            await wait_run(pilot)
+            rec = app.conversation.replies[-1]
+            assert all(s.constraint is not None for s in rec.steps)
+            reply = json.loads(rec.finish.text)
+            assert set(reply) == {"city", "sunny"}
+    finally:
+        b.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.backends import Sink
+from loopchat.constraint import Constraint
 from loopchat.events import HostEvent, ModelReady, WorkerError
 from loopchat.flash_attn_setting import FlashAttn
 from loopchat.model_spec import BUILTIN_CONFIG, Config
@@ -113,6 +114,10 @@ class LiveBackend:
     @property
     def system_prompt(self) -> str | None:
         return self.spec.system_prompt
+
+    def model_constraint(self) -> Constraint | None:
+        """models.toml's grammar or JSON schema for this model (ConstraintError: unreadable)."""
+        return self.spec.constraint()
 
     @property
     def default_settings(self) -> SamplingSettings:

@@ -118,6 +118,11 @@ class ModelsBackend:
     def system_prompt(self) -> str | None:
         return self.active.system_prompt
 
+    def model_constraint(self) -> Any:
+        """The selected model's constraint from models.toml (None: none, or a server's)."""
+        ask = getattr(self.active, "model_constraint", None)
+        return ask() if ask is not None else None
+
     @property
     def default_settings(self) -> SamplingSettings:
         return self.active.default_settings

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from loopchat.chat.conversation import STREAM, ReplyRecord
 from loopchat.chat.session_core import _ANY_RUN, SessionCore, Update
+from loopchat.constraint import ConstraintError
 from loopchat.engine.chat_prompt import COMPLETION, NO_TEMPLATE_NOTE
 from loopchat.events import (
     DOCUMENT,
@@ -92,6 +93,7 @@ class EventSession(SessionCore):
                         u.warnings.append(ev.template_note + "; in the chat, Ctrl+L switches to completion mode")
                     self.model_ready = True
                     self.conversation.system_prompt = self.backend.system_prompt  # the new model's
+                    self._model_constraint(u)
                     u.ready = ev
                 case WorkerError():
                     self._error(ev, u)
@@ -158,3 +160,13 @@ class EventSession(SessionCore):
         if self.pending_prompt:
             u.restore_prompt = self.pending_prompt
         self.pending_prompt = None
+
+    def _model_constraint(self, u: Update) -> None:
+        """The model's grammar or JSON schema from models.toml, for the next replies (the
+        palette's Constraint… changes it; a model switch brings the new model's)."""
+        ask = getattr(self.backend, "model_constraint", None)
+        try:
+            self.constraint = ask() if ask is not None else None
+        except ConstraintError as exc:
+            self.constraint = None
+            u.warnings.append(f"models.toml: {exc}; the replies are not constrained")
