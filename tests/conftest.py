@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from gemma_model import gemma_path as _gemma_path
 from serve_process import KEY, Serve
-from suite_tally import alone_without_cost_marker, record
+from suite_tally import ALONE_FILES_ENV, alone_files_left_out, alone_without_cost_marker, record
 from tui_fixtures import loaded_live_backend
 
 from loopchat.engine.engine import Engine
@@ -110,6 +110,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     stray = alone_without_cost_marker(items)
     if stray:
         raise pytest.UsageError("these `alone` tests need a `model` or `slow` marker too: " + ", ".join(stray[:10]))
+    missing = alone_files_left_out(items, os.environ.get(ALONE_FILES_ENV))
+    if missing:
+        raise pytest.UsageError(
+            "these files have `alone` tests but make test's alone part does not collect them (the Makefile's "
+            "ALONE_FILES finds them by the text `pytest.mark.alone`): " + ", ".join(missing)
+        )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
