@@ -60,10 +60,20 @@ def gemma_path() -> Path:
         pytest.fail(str(exc), pytrace=False)
 
 
+#: the shared engines' llama threads. One, not auto: `make test` runs three workers on two
+#: cores, where a 2-thread pass waits at OpenMP's barriers for a thread the OS has
+#: descheduled; measured on the loaded 2-core machine, 300 tokens of the default model cost
+#: 17.6 ms of CPU a token at 1 thread, 42.3 ms under auto and 54.2 ms at 2 threads, for the
+#: same wall time (docs/performance.md). The tokens and logits do not depend on the count
+#: (test_probe_guard: bit for bit); auto itself is tested on engines of its own
+#: (test_auto_threads, test_probe_guard, test_engine's default, test_serve_threads, test_cli).
+SHARED_ENGINE_THREADS = 1
+
+
 @pytest.fixture(scope="session")
 def engine(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
     log = tmp_path_factory.mktemp("log") / "llama.log"
-    eng = Engine(model_path, n_ctx=2048, log_path=log)
+    eng = Engine(model_path, n_ctx=2048, threads=SHARED_ENGINE_THREADS, log_path=log)
     yield eng
     eng.close()
 
@@ -71,7 +81,8 @@ def engine(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine
 @pytest.fixture(scope="session")
 def gemma_engine(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
     """Gemma 3 270M in an Engine (n_ctx 512), loaded once for every module that reads it."""
-    eng = Engine(gemma_path, n_ctx=512, log_path=tmp_path_factory.mktemp("log") / "llama.log")
+    log = tmp_path_factory.mktemp("log") / "llama.log"
+    eng = Engine(gemma_path, n_ctx=512, threads=SHARED_ENGINE_THREADS, log_path=log)
     yield eng
     eng.close()
 
