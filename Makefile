@@ -39,7 +39,7 @@ NODE_CLIENTS := tests/clients/node_modules/.loopchat-installed
 # in some containers apt's _apt user cannot open /dev/null, and every signature check fails.)
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test test-fast lint bench clean chromium
+.PHONY: run test test-fast lint bench clean chromium print-alone-files
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -91,12 +91,21 @@ run: $(STAMP)
 # worker fills those waits: 5:50 against 7:13 with two, docs/performance.md), then the `alone` tests by themselves (they measure the machine's load: CPU burners,
 # a quiet machine). Both always run; tests/suite_tally.py then prints each run's exit code
 # and one closing line for the whole suite, and fails if either run failed or none passed.
+# The alone part collects only the files that mark a test `alone` (collecting all ~1,070 tests
+# to deselect all but 5 cost ~5 s of CPU in the serial part); the parallel part refuses to run
+# if a file with an `alone` test is missing from this list (tests/conftest.py).
 PYTEST_PARALLEL := -n 3 --dist loadfile
+ALONE_FILES := $(shell grep -l "pytest\.mark\.alone" tests/test_*.py)
 test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS) chromium
 	@tally=$$(mktemp); \
-	LOOPCHAT_SUITE_TALLY=$$tally $(BIN)/python -m pytest -q -rs $(PYTEST_PARALLEL) -m "not alone"; par=$$?; \
-	LOOPCHAT_SUITE_TALLY=$$tally $(BIN)/python -m pytest -q -rs -m alone; alone=$$?; \
+	LOOPCHAT_SUITE_TALLY=$$tally LOOPCHAT_ALONE_FILES="$(ALONE_FILES)" \
+		$(BIN)/python -m pytest -q -rs $(PYTEST_PARALLEL) -m "not alone"; par=$$?; \
+	LOOPCHAT_SUITE_TALLY=$$tally $(BIN)/python -m pytest -q -rs -m alone $(ALONE_FILES); alone=$$?; \
 	$(BIN)/python tests/suite_tally.py $$tally $$par $$alone; rc=$$?; rm -f $$tally; exit $$rc
+
+# The files the alone part collects (tests/test_suite_tally.py reads them here).
+print-alone-files:
+	@echo $(ALONE_FILES)
 
 # `make test` runs the checks first (make merges this line's prerequisite after the set-up's).
 test: lint

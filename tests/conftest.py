@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from gemma_model import gemma_path as _gemma_path
 from serve_process import KEY, Serve
-from suite_tally import alone_without_cost_marker, record
+from suite_tally import ALONE_FILES_ENV, alone_files_left_out, alone_without_cost_marker, record
 from tui_fixtures import loaded_live_backend
 
 from loopchat.engine.engine import Engine
@@ -60,10 +60,20 @@ def gemma_path() -> Path:
         pytest.fail(str(exc), pytrace=False)
 
 
+#: the shared engines' llama threads. One, not auto: `make test` runs three workers on two
+#: cores, where a 2-thread pass waits at OpenMP's barriers for a thread the OS has
+#: descheduled; measured on the loaded 2-core machine, 300 tokens of the default model cost
+#: 17.6 ms of CPU a token at 1 thread, 42.3 ms under auto and 54.2 ms at 2 threads, for the
+#: same wall time (docs/performance.md). The tokens and logits do not depend on the count
+#: (test_probe_guard: bit for bit); auto itself is tested on engines of its own
+#: (test_auto_threads, test_probe_guard, test_engine's default, test_serve_threads, test_cli).
+SHARED_ENGINE_THREADS = 1
+
+
 @pytest.fixture(scope="session")
 def engine(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
     log = tmp_path_factory.mktemp("log") / "llama.log"
-    eng = Engine(model_path, n_ctx=2048, log_path=log)
+    eng = Engine(model_path, n_ctx=2048, threads=SHARED_ENGINE_THREADS, log_path=log)
     yield eng
     eng.close()
 
@@ -71,7 +81,8 @@ def engine(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine
 @pytest.fixture(scope="session")
 def gemma_engine(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
     """Gemma 3 270M in an Engine (n_ctx 512), loaded once for every module that reads it."""
-    eng = Engine(gemma_path, n_ctx=512, log_path=tmp_path_factory.mktemp("log") / "llama.log")
+    log = tmp_path_factory.mktemp("log") / "llama.log"
+    eng = Engine(gemma_path, n_ctx=512, threads=SHARED_ENGINE_THREADS, log_path=log)
     yield eng
     eng.close()
 
@@ -110,6 +121,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     stray = alone_without_cost_marker(items)
     if stray:
         raise pytest.UsageError("these `alone` tests need a `model` or `slow` marker too: " + ", ".join(stray[:10]))
+    missing = alone_files_left_out(items, os.environ.get(ALONE_FILES_ENV))
+    if missing:
+        raise pytest.UsageError(
+            "these files have `alone` tests but make test's alone part does not collect them (the Makefile's "
+            "ALONE_FILES finds them by the text `pytest.mark.alone`): " + ", ".join(missing)
+        )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -333,7 +333,7 @@ def _cores_in_proc_cpuinfo() -> int | None:
     return len(cores) or None
 
 
-def test_threads_default_to_auto_up_to_the_physical_cores(engine: Engine) -> None:
+def test_threads_default_to_auto_up_to_the_physical_cores(model_path: Path, tmp_path: Path) -> None:
     # what physical_cores claims, counted without psutil: the machine's physical cores
     # (hyper-threads of one core count once), but no more than the CPUs we may run on
     machine = _cores_in_proc_cpuinfo()
@@ -341,9 +341,11 @@ def test_threads_default_to_auto_up_to_the_physical_cores(engine: Engine) -> Non
         pytest.skip("/proc/cpuinfo does not list core ids here")
     usable = len(os.sched_getaffinity(0))
     assert physical_cores() == min(machine, usable) >= 1
-    # the default is auto, choosing between 1 and that many (test_auto_threads.py)
-    assert engine.threads_auto and engine._tuner is not None and engine._tuner.max == physical_cores()
-    assert 1 <= engine.threads <= physical_cores()
+    # the default is auto, choosing between 1 and that many (test_auto_threads.py); an engine
+    # of its own: the session's is pinned to one thread (conftest.py)
+    with Engine(model_path, n_ctx=256, log_path=tmp_path / "llama.log") as engine:
+        assert engine.threads_auto and engine._tuner is not None and engine._tuner.max == physical_cores()
+        assert 1 <= engine.threads <= physical_cores()
 
 
 def test_entropy_is_in_bits(engine: Engine) -> None:

@@ -104,7 +104,7 @@ def test_prompt_scores_round_trip_through_json(engine: Engine) -> None:
 
 
 def test_gemma_in_chunks_of_32_equals_a_fresh_evaluation(gemma_engine: Engine) -> None:
-    text = "The quick brown fox jumps over the lazy dog. " * 6  # > 32 tokens: several chunks
+    text = "The quick brown fox jumps over the lazy dog. " * 4  # 42 tokens: two chunks (32 + 10)
     gemma_engine.reset()
     events = list(gemma_engine.generate((Message("document", text),), ONE, prompt_logprobs=1))
     start = next(e for e in events if isinstance(e, Start))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cpu_burners import cpu_burners
-from suite_tally import alone_without_cost_marker
+from suite_tally import alone_files_left_out, alone_without_cost_marker
 
 TALLY = Path(__file__).with_name("suite_tally.py")
 #: CI's plain closing line: "N passed, N failed" alone on a line, ", N skipped" may follow,
@@ -80,3 +80,34 @@ class Item:
 def test_an_alone_test_must_also_be_a_model_or_slow_one() -> None:
     items = [Item("a", "alone", "model"), Item("b", "alone", "slow"), Item("c", "alone"), Item("d"), Item("e", "slow")]
     assert alone_without_cost_marker(items) == ["c"]
+
+
+def test_a_file_with_an_alone_test_must_be_in_the_alone_part_s_list() -> None:
+    items = [
+        Item("tests/test_a.py::t1", "alone", "model"),
+        Item("tests/test_a.py::t2"),
+        Item("tests/test_b.py::t", "alone"),
+    ]
+    items.append(Item("tests/test_c.py::t", "model"))
+    assert alone_files_left_out(items, "tests/test_a.py tests/test_b.py") == []
+    assert alone_files_left_out(items, "tests/test_a.py tests/test_c.py") == ["tests/test_b.py"]
+    assert alone_files_left_out(items, "") == ["tests/test_a.py", "tests/test_b.py"]
+    assert alone_files_left_out(items, None) == []  # outside make test: not checked
+
+
+def test_the_makefile_s_alone_files_are_the_files_with_alone_tests() -> None:
+    """The alone part collects the Makefile's ALONE_FILES only: the list, as make computes
+    it, is every test file that marks a test `alone` (the three that do today)."""
+    root = Path(__file__).parent.parent
+    done = subprocess.run(
+        ["make", "-s", "--no-print-directory", "print-alone-files"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    listed = {Path(f).name for f in done.stdout.split()}
+    assert {"test_auto_threads.py", "test_probe_guard.py", "test_thread_tuner.py"} <= listed
+    marked = {p.name for p in root.glob("tests/test_*.py") if re.search(r"pytest\.mark\.alone", p.read_text("utf-8"))}
+    assert listed == marked
