@@ -389,7 +389,7 @@ def to_json_dict(event: Event) -> dict[str, Any]:
 
 
 #: fields a trace leaves out when not asked for (None): a trace without them is as before
-_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note"})
+_LEFT_OUT_WHEN_NONE = frozenset({"prompt_logprobs", "prompt_top", "lens", "lens_note", "flash_attn"})
 
 
 def event_from_json_dict(data: dict[str, Any]) -> Event:

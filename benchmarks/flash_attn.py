@@ -1,0 +1,129 @@
+"""Flash attention on vs off in loopchat's engine (issue 25, item 0), on both test models.
+
+For each model, one process loads two engines of the same file, one with flash attention
+on and one with it off (`Engine(flash_attn=...)`, what llama.cpp resolved printed), on the
+main thread, and alternates them, round after round, so the machine's other load falls on
+both alike: each measure is one reply of --tokens tokens (ignore_eos, temperature 0.7,
+seed fixed) after a ~600-token prompt evaluated in full (no KV-cache reuse). Per reply:
+decode tok/s (Finish.tokens_per_s), the median forward pass (Step.forward_ms), and the
+prefill's tok/s (Prefill.evaluated_tokens / Prefill.ms). Conditions: `quiet` (whatever
+else runs on the machine: the load average is printed) at 2 threads, and `busy` beside one
+CPU-bound process (tests/cpu_burners.py) at 1 thread (the count the tuner picks then:
+docs/performance.md). Printed: medians per setting and the on/off ratio of each round
+(side by side: the figure that counts), and the median ratio.
+
+    .venv/bin/python benchmarks/flash_attn.py [--models default,gemma] [--loads quiet,busy] [--rounds 3] [--tokens 1000] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from cpu_burners import cpu_burners  # noqa: E402
+from gemma_model import gemma_path  # noqa: E402
+
+from loopchat.engine.engine import Engine  # noqa: E402
+from loopchat.events import Finish, Message, Prefill, Step  # noqa: E402
+from loopchat.model_files import builtin_model_path  # noqa: E402
+from loopchat.settings import SamplingSettings  # noqa: E402
+
+THREADS = {"quiet": 2, "busy": 1}
+PROMPT = (
+    "Here is a long text to summarise at the end. "
+    + " ".join(f"Paragraph {i}: the river ran past the old mill, where the miller counted sacks of grain." for i in range(30))
+    + " Now write a very long story about the miller."
+)
+
+
+def _model(name: str) -> Path:
+    return builtin_model_path("smollm2-135m-instruct") if name == "default" else gemma_path()
+
+
+def one_reply(engine: Engine, tokens: int) -> dict[str, float]:
+    settings = SamplingSettings(temperature=0.7, max_tokens=tokens, seed=7)
+    forward: list[float] = []
+    out: dict[str, float] = {}
+    for ev in engine.generate([Message("user", PROMPT)], settings, ignore_eos=True, reuse_at_most=0):
+        if isinstance(ev, Prefill):
+            out["prefill_tok_s"] = ev.evaluated_tokens / (ev.ms / 1000)
+            out["prompt_tokens"] = ev.evaluated_tokens
+        elif isinstance(ev, Step) and ev.index > 0:
+            forward.append(ev.forward_ms)
+        elif isinstance(ev, Finish):
+            out["tok_s"] = ev.tokens_per_s or float("nan")
+            out["steps"] = ev.steps
+    out["forward_ms"] = statistics.median(forward)
+    return out
+
+
+def measure(model: str, load: str, rounds: int, tokens: int, threads: int | None) -> dict:
+    threads = threads or THREADS[load]
+    engines = {fa: Engine(_model(model), flash_attn=fa, threads=threads, n_ctx=2048) for fa in ("on", "off")}
+    runs: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
+    loads = []
+    try:
+        for r in range(rounds):
+            order = ("on", "off") if r % 2 == 0 else ("off", "on")  # alternate who goes first
+            for fa in order:
+                runs[fa].append(one_reply(engines[fa], tokens))
+                loads.append(os.getloadavg()[0])
+                print(f"  {model} {load} round {r + 1} fa {fa}: {json.dumps(runs[fa][-1])}", flush=True)
+    finally:
+        resolved = {fa: e.flash_attn for fa, e in engines.items()}
+        for e in engines.values():
+            e.close()
+    med = {fa: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for fa, rs in runs.items()}
+    ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(runs["on"], runs["off"], strict=True)]
+    pre = [a["prefill_tok_s"] / b["prefill_tok_s"] for a, b in zip(runs["on"], runs["off"], strict=True)]
+    return {
+        "model": model,
+        "load": load,
+        "threads": threads,
+        "resolved": resolved,
+        "median": med,
+        "decode_ratio_per_round": ratios,
+        "decode_ratio": statistics.median(ratios),
+        "prefill_ratio": statistics.median(pre),
+        "loadavg_median": statistics.median(loads),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="default,gemma")
+    ap.add_argument("--loads", default="quiet,busy")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads in every load (default: quiet 2, busy 1)")
+    args = ap.parse_args()
+    results = []
+    for load in args.loads.split(","):
+        for model in args.models.split(","):
+            if load == "busy":
+                with cpu_burners(1, seconds=3600):
+                    results.append(measure(model, load, args.rounds, args.tokens, args.threads))
+            else:
+                results.append(measure(model, load, args.rounds, args.tokens, args.threads))
+            res = results[-1]
+            on, off = res["median"]["on"], res["median"]["off"]
+            print(
+                f"{model:8} {load:6} threads {res['threads']} · decode on {on['tok_s']:.1f} / off {off['tok_s']:.1f} "
+                f"tok/s (ratio {res['decode_ratio']:.3f}; per round {', '.join(f'{x:.3f}' for x in res['decode_ratio_per_round'])}) · "
+                f"forward {on['forward_ms']:.2f} / {off['forward_ms']:.2f} ms · prefill on {on['prefill_tok_s']:.0f} / "
+                f"off {off['prefill_tok_s']:.0f} tok/s (ratio {res['prefill_ratio']:.3f}) · load avg {res['loadavg_median']:.2f}",
+                flush=True,
+            )
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
