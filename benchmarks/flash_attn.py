@@ -39,7 +39,9 @@ from loopchat.settings import SamplingSettings  # noqa: E402
 THREADS = {"quiet": 2, "busy": 1}
 PROMPT = (
     "Here is a long text to summarise at the end. "
-    + " ".join(f"Paragraph {i}: the river ran past the old mill, where the miller counted sacks of grain." for i in range(30))
+    + " ".join(
+        f"Paragraph {i}: the river ran past the old mill, where the miller counted sacks of grain." for i in range(30)
+    )
     + " Now write a very long story about the miller."
 )
 
@@ -103,7 +105,9 @@ def main() -> None:
     ap.add_argument("--loads", default="quiet,busy")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=1000)
-    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads in every load (default: quiet 2, busy 1)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="llama.cpp threads in every load (default: quiet 2, busy 1)"
+    )
     args = ap.parse_args()
     results = []
     for load in args.loads.split(","):

@@ -95,8 +95,10 @@ def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
         kinds = ("loopchat", "llama-server") if r % 2 == 0 else ("llama-server", "loopchat")
         rates = {}
         for kind in kinds:
-            server = loopchat(args.threads, setting) if kind == "loopchat" else llama_server(
-                binary, model, args.threads, setting
+            server = (
+                loopchat(args.threads, setting)
+                if kind == "loopchat"
+                else llama_server(binary, model, args.threads, setting)
             )
             try:
                 got = measure(server, args.requests, args.tokens)
@@ -112,19 +114,17 @@ def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
     return {"setting": setting, "median": med, "ratio_per_round": per_round, "ratio": statistics.median(per_round)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--settings", default="default,off", help="flash attention: default (each its own), on, off")
-    ap.add_argument("--busy", type=int, default=0, help="beside N CPU-bound processes")
-    args = ap.parse_args()
+def against_llama_server(threads: int, rounds: int, tokens: int, requests: int = 3, busy: int = 0) -> list[dict]:
+    """Both servers side by side (serve_overhead.py --llama-server calls this too)."""
+    args = argparse.Namespace(threads=threads, rounds=rounds, tokens=tokens, requests=requests, busy=busy)
+    return run_all(args, "default,off")
+
+
+def run_all(args: argparse.Namespace, settings: str) -> list[dict]:
     binary = llama_server_binary()
     results = []
     with cpu_burners(args.busy, seconds=7200) if args.busy else contextlib.nullcontext():
-        for setting in args.settings.split(","):
+        for setting in settings.split(","):
             res = compare(setting, args, binary)
             results.append(res)
             lc, ls = res["median"]["loopchat"], res["median"]["llama-server"]
@@ -135,7 +135,19 @@ def main() -> None:
                 f"load avg {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
-    print(json.dumps(results))
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--settings", default="default,off", help="flash attention: default (each its own), on, off")
+    ap.add_argument("--busy", type=int, default=0, help="beside N CPU-bound processes")
+    args = ap.parse_args()
+    print(json.dumps(run_all(args, args.settings)))
 
 
 if __name__ == "__main__":

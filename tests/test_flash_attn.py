@@ -22,7 +22,9 @@ from loopchat.settings import SamplingSettings
 
 # what llama.cpp 0.3.36's context creation logs (llama-context.cpp), cut to the lines read
 AUTO_ON = "llama_context: flash_attn            = auto\n...\nresolve_fused_ops: Flash Attention enabled\n"
-AUTO_OFF = "llama_context: flash_attn            = auto\nresolve_fused_ops: Flash Attention not supported, set to disabled\n"
+AUTO_OFF = (
+    "llama_context: flash_attn            = auto\nresolve_fused_ops: Flash Attention not supported, set to disabled\n"
+)
 
 
 def test_the_setting_parses_from_the_command_line_and_models_toml() -> None:
@@ -130,7 +132,9 @@ def _fresh_probs(model_path: Path, flash_attn: bool, prompt: list[int], tokens: 
 
 
 @pytest.mark.model
-def test_with_flash_attention_on_the_raw_probabilities_are_a_fresh_evaluations(engine: Engine, model_path: Path) -> None:
+def test_with_flash_attention_on_the_raw_probabilities_are_a_fresh_evaluations(
+    engine: Engine, model_path: Path
+) -> None:
     assert engine.flash_attn == "on"  # the session engine: the default, auto, resolves to on
     settings = SamplingSettings(temperature=0.8, top_k=20, seed=11, max_tokens=8)
     events = list(engine.generate([Message("user", "Name a colour.")], settings, reuse_at_most=0))
