@@ -1,18 +1,22 @@
 """Flash attention on vs off in loopchat's engine (issue 25, item 0), on both test models.
 
 For each model, one process loads two engines of the same file, one with flash attention
-on and one with it off (`Engine(flash_attn=...)`, what llama.cpp resolved printed), on the
-main thread, and alternates them, round after round, so the machine's other load falls on
-both alike: each measure is one reply of --tokens tokens (ignore_eos, temperature 0.7,
-seed fixed) after a ~600-token prompt evaluated in full (no KV-cache reuse). Per reply:
-decode tok/s (Finish.tokens_per_s), the median forward pass (Step.forward_ms), and the
-prefill's tok/s (Prefill.evaluated_tokens / Prefill.ms). Conditions: `quiet` (whatever
-else runs on the machine: the load average is printed) at 2 threads, and `busy` beside one
-CPU-bound process (tests/cpu_burners.py) at 1 thread (the count the tuner picks then:
-docs/performance.md). Printed: medians per setting and the on/off ratio of each round
-(side by side: the figure that counts), and the median ratio.
+on and one with it off (`Engine(flash_attn=...)`; what llama.cpp resolved is printed), on
+the main thread, and runs one reply on each at once, **pass by pass**: a forward pass of
+one, then one of the other, so whatever else the machine runs falls on both alike, pass
+for pass (on a shared machine whose load moves by the second, replies run one after the
+other measured the load, not the setting). Each reply: --tokens tokens (ignore_eos,
+temperature 0.7, seed fixed) after a ~730-token prompt evaluated in full (no KV-cache
+reuse); rounds alternate which engine goes first. Per engine: the prefill's tok/s
+(Prefill.evaluated_tokens / Prefill.ms), the median forward pass (Step.forward_ms) and
+the decode tok/s of its own passes (steps / the sum of forward_ms + sample_ms: the wall
+clock of an interleaved reply includes the other engine's passes). The figure that
+counts is the on/off ratio of the decode tok/s, round by round, measured side by side.
+Conditions: `quiet` (whatever else runs: the load average is printed) and `busy`
+(beside one more CPU-bound process, tests/cpu_burners.py), both at --threads (default 1
+busy, 2 quiet).
 
-    .venv/bin/python benchmarks/flash_attn.py [--models default,gemma] [--loads quiet,busy] [--rounds 3] [--tokens 1000] [--threads N]
+    .venv/bin/python benchmarks/flash_attn.py [--models default,gemma] [--loads quiet,busy] [--rounds 2] [--tokens 1000] [--threads N]
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +37,7 @@ from cpu_burners import cpu_burners  # noqa: E402
 from gemma_model import gemma_path  # noqa: E402
 
 from loopchat.engine.engine import Engine  # noqa: E402
-from loopchat.events import Finish, Message, Prefill, Step  # noqa: E402
+from loopchat.events import Event, Finish, Message, Pending, Prefill, Step  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.settings import SamplingSettings  # noqa: E402
 
@@ -50,20 +55,37 @@ def _model(name: str) -> Path:
     return builtin_model_path("smollm2-135m-instruct") if name == "default" else gemma_path()
 
 
-def one_reply(engine: Engine, tokens: int) -> dict[str, float]:
+def _reply(engine: Engine, tokens: int) -> Iterator[Event | Pending]:
     settings = SamplingSettings(temperature=0.7, max_tokens=tokens, seed=7)
-    forward: list[float] = []
-    out: dict[str, float] = {}
-    for ev in engine.generate([Message("user", PROMPT)], settings, ignore_eos=True, reuse_at_most=0):
-        if isinstance(ev, Prefill):
-            out["prefill_tok_s"] = ev.evaluated_tokens / (ev.ms / 1000)
-            out["prompt_tokens"] = ev.evaluated_tokens
-        elif isinstance(ev, Step) and ev.index > 0:
-            forward.append(ev.forward_ms)
-        elif isinstance(ev, Finish):
-            out["tok_s"] = ev.tokens_per_s or float("nan")
-            out["steps"] = ev.steps
-    out["forward_ms"] = statistics.median(forward)
+    return engine.generate([Message("user", PROMPT)], settings, ignore_eos=True, reuse_at_most=0)
+
+
+def interleaved(engines: dict[str, Engine], order: tuple[str, str], tokens: int) -> dict[str, dict[str, float]]:
+    """One reply on each engine, a pass of one then a pass of the other."""
+    runs = {fa: _reply(engines[fa], tokens) for fa in order}
+    passes: dict[str, list[float]] = {fa: [] for fa in order}
+    busy: dict[str, float] = {fa: 0.0 for fa in order}
+    out: dict[str, dict[str, float]] = {fa: {} for fa in order}
+    live = list(order)
+    while live:
+        for fa in list(live):
+            for ev in runs[fa]:  # up to and including its next Step (one pass) or its Finish
+                if isinstance(ev, Prefill):
+                    out[fa]["prefill_tok_s"] = ev.evaluated_tokens / (ev.ms / 1000)
+                elif isinstance(ev, Step):
+                    if ev.index > 0:
+                        passes[fa].append(ev.forward_ms)
+                        busy[fa] += ev.forward_ms + ev.sample_ms
+                    break
+                elif isinstance(ev, Finish):
+                    out[fa]["steps"] = ev.steps
+                    live.remove(fa)
+                    break
+            else:
+                live.remove(fa)
+    for fa in order:
+        out[fa]["forward_ms"] = statistics.median(passes[fa])
+        out[fa]["tok_s"] = len(passes[fa]) / (busy[fa] / 1000)
     return out
 
 
@@ -75,10 +97,11 @@ def measure(model: str, load: str, rounds: int, tokens: int, threads: int | None
     try:
         for r in range(rounds):
             order = ("on", "off") if r % 2 == 0 else ("off", "on")  # alternate who goes first
+            got = interleaved(engines, order, tokens)
+            loads.append(os.getloadavg()[0])
             for fa in order:
-                runs[fa].append(one_reply(engines[fa], tokens))
-                loads.append(os.getloadavg()[0])
-                print(f"  {model} {load} round {r + 1} fa {fa}: {json.dumps(runs[fa][-1])}", flush=True)
+                runs[fa].append(got[fa])
+                print(f"  {model} {load} round {r + 1} fa {fa}: {json.dumps(got[fa])}", flush=True)
     finally:
         resolved = {fa: e.flash_attn for fa, e in engines.items()}
         for e in engines.values():
@@ -103,7 +126,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="default,gemma")
     ap.add_argument("--loads", default="quiet,busy")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=1000)
     ap.add_argument(
         "--threads", type=int, default=None, help="llama.cpp threads in every load (default: quiet 2, busy 1)"

@@ -2,16 +2,19 @@
 
 Both servers run the default model on 2 threads (--threads), each with flash attention as
 its default ("auto" for both: llama.cpp resolves it to on, on the CPU) and then both with it
-off (`--flash-attn off` / `-fa off`). Each round starts a fresh server of each kind (in
-alternating order) and makes --requests streamed chat requests to it, one at a time, with
-logprobs and top_logprobs=5, the same prompt, seed and sampling settings (temperature 0.7,
-top_k 40, top_p 0.95, min_p 0.05, no repeat penalty: llama-server's own defaults, sent to
-both), max_tokens --tokens and ignore_eos (both servers take it), so both write replies of
-the same length. Measured at the client as benchmarks/serve_overhead.py does
-(`stream_request`: decode tok/s = (token chunks - 1) / (last chunk's arrival - first's);
-TTFT from sending to the first token chunk). The first request of each server warms it and
-is not counted. Printed per setting: the medians, and loopchat/llama-server per round and
-their median: the target is >= 1.0.
+off (`--flash-attn off` / `-fa off`). In each round both servers are started fresh and
+stay up, and --requests streamed chat requests alternate between them, one at a time (the
+first to each warms it and is not counted): on a shared machine whose load moves by the
+second, the two requests of a pair met the same load. Each request: logprobs and
+top_logprobs=5, the same prompt, seed and sampling settings (temperature 0.7, top_k 40,
+top_p 0.95, min_p 0.05, no repeat penalty: llama-server's own defaults, sent to both),
+max_tokens --tokens and ignore_eos (both servers take it), so both write replies of the
+same length. Measured at the client as benchmarks/serve_overhead.py does (`stream_request`:
+decode tok/s = (token chunks - 1) / (last chunk's arrival - first's); TTFT from sending to
+the first token chunk), and the server process's CPU time per token. Printed per setting:
+the medians, loopchat/llama-server's decode tok/s per pair of requests and its median (the
+target is >= 1.0), and each one's CPU time per token (llama-server's / loopchat's >= 1.0:
+loopchat does the same work with no more CPU).
 
 llama-server is built from the llama.cpp source vendored in the pinned llama-cpp-python
 (benchmarks/build_llama_bench.sh llama-server, as tests/remote_servers.py does).
@@ -31,6 +34,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import psutil
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -76,9 +81,17 @@ def body(tokens: int) -> dict:
     }
 
 
-def measure(server: Child, requests: int, tokens: int) -> list[dict]:
-    stream_request(server.url, body(16))  # warm-up: not counted
-    return [stream_request(server.url, body(tokens)) for _ in range(requests)]
+def timed(server: Child, tokens: int) -> dict:
+    """One request, with the server process's CPU time spent on it per token (user + system:
+    on a shared machine a wall clock measures the others' load too; at 1 thread, where no
+    llama.cpp thread waits for another, the CPU time is the work done)."""
+    proc = psutil.Process(server.proc.pid)
+    before = proc.cpu_times()
+    got = stream_request(server.url, body(tokens))
+    after = proc.cpu_times()
+    cpu = (after.user - before.user) + (after.system - before.system)
+    got["cpu_ms_per_token"] = cpu * 1000.0 / got["tokens"]
+    return got
 
 
 def fa_line(server: Child) -> str:
@@ -87,31 +100,40 @@ def fa_line(server: Child) -> str:
     return " | ".join(lines[:2])
 
 
+METRICS = ("tok_s", "ttft_ms", "tokens", "cpu_ms_per_token")
+
+
 def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
+    """Rounds of both servers up at once, requests alternating between them (one at a time)."""
     model = builtin_model_path("smollm2-135m-instruct")
     runs: dict[str, list[dict]] = {"loopchat": [], "llama-server": []}
-    per_round = []
+    pairs = []
     for r in range(args.rounds):
-        kinds = ("loopchat", "llama-server") if r % 2 == 0 else ("llama-server", "loopchat")
-        rates = {}
-        for kind in kinds:
-            server = (
-                loopchat(args.threads, setting)
-                if kind == "loopchat"
-                else llama_server(binary, model, args.threads, setting)
-            )
-            try:
-                got = measure(server, args.requests, args.tokens)
-                if kind == "llama-server" and r == 0:
-                    print(f"  llama-server {setting}: {fa_line(server)}", flush=True)
-            finally:
+        servers = {"loopchat": loopchat(args.threads, setting)}
+        try:
+            servers["llama-server"] = llama_server(binary, model, args.threads, setting)
+            if r == 0:
+                print(f"  llama-server {setting}: {fa_line(servers['llama-server'])}", flush=True)
+            for server in servers.values():
+                stream_request(server.url, body(16))  # warm-up: not counted
+            for i in range(args.requests):
+                order = ("loopchat", "llama-server") if (r + i) % 2 == 0 else ("llama-server", "loopchat")
+                got = {kind: timed(servers[kind], args.tokens) for kind in order}
+                for kind in order:
+                    runs[kind].append(got[kind])
+                pairs.append({m: got["loopchat"][m] / got["llama-server"][m] for m in ("tok_s", "cpu_ms_per_token")})
+                print(f"  {setting} round {r + 1} request {i + 1}: {json.dumps(got)}", flush=True)
+        finally:
+            for server in servers.values():
                 server.stop()
-            runs[kind] += got
-            rates[kind] = statistics.median(g["tok_s"] for g in got)
-            print(f"  {setting} round {r + 1} {kind}: {json.dumps(got)}", flush=True)
-        per_round.append(rates["loopchat"] / rates["llama-server"])
-    med = {k: {m: statistics.median(g[m] for g in v) for m in ("tok_s", "ttft_ms", "tokens")} for k, v in runs.items()}
-    return {"setting": setting, "median": med, "ratio_per_round": per_round, "ratio": statistics.median(per_round)}
+    med = {k: {m: statistics.median(g[m] for g in v) for m in METRICS} for k, v in runs.items()}
+    return {
+        "setting": setting,
+        "median": med,
+        "ratio_per_request": [p["tok_s"] for p in pairs],
+        "ratio": statistics.median(p["tok_s"] for p in pairs),
+        "cpu_ratio": statistics.median(p["cpu_ms_per_token"] for p in pairs),
+    }
 
 
 def against_llama_server(threads: int, rounds: int, tokens: int, requests: int = 3, busy: int = 0) -> list[dict]:
@@ -131,7 +153,9 @@ def run_all(args: argparse.Namespace, settings: str) -> list[dict]:
             print(
                 f"flash attention {setting:7} threads {args.threads}: loopchat serve {lc['tok_s']:.1f} tok/s "
                 f"(TTFT {lc['ttft_ms']:.0f} ms) · llama-server {ls['tok_s']:.1f} tok/s (TTFT {ls['ttft_ms']:.0f} ms) · "
-                f"ratio {res['ratio']:.3f} (per round {', '.join(f'{x:.3f}' for x in res['ratio_per_round'])}) · "
+                f"ratio {res['ratio']:.3f} (per request {', '.join(f'{x:.2f}' for x in res['ratio_per_request'])}) · "
+                f"CPU per token {lc['cpu_ms_per_token']:.2f} / {ls['cpu_ms_per_token']:.2f} ms "
+                f"(llama-server/loopchat {1 / res['cpu_ratio']:.3f}) · "
                 f"load avg {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
