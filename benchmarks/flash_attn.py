@@ -10,7 +10,10 @@ temperature 0.7, seed fixed) after a ~730-token prompt evaluated in full (no KV-
 reuse); rounds alternate which engine goes first. Per engine: the prefill's tok/s
 (Prefill.evaluated_tokens / Prefill.ms), the median forward pass (Step.forward_ms) and
 the decode tok/s of its own passes (steps / the sum of forward_ms + sample_ms: the wall
-clock of an interleaved reply includes the other engine's passes). The figure that
+clock of an interleaved reply includes the other engine's passes), the median CPU time of a
+step on the engine's thread (time.thread_time(): at 1 llama thread the pass runs on it,
+so this is the work done, which the machine's other load barely moves), and both medians
+for each quarter of the reply (the context grows a token a pass: attention's cost with it). The figure that
 counts is the on/off ratio of the decode tok/s, round by round, measured side by side.
 Conditions: `quiet` (whatever else runs: the load average is printed) and `busy`
 (beside one more CPU-bound process, tests/cpu_burners.py), both at --threads (default 1
@@ -26,6 +29,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,8 +71,10 @@ def interleaved(engines: dict[str, Engine], order: tuple[str, str], tokens: int)
     busy: dict[str, float] = {fa: 0.0 for fa in order}
     out: dict[str, dict[str, float]] = {fa: {} for fa in order}
     live = list(order)
+    cpu: dict[str, list[float]] = {fa: [] for fa in order}
     while live:
         for fa in list(live):
+            t0 = time.thread_time()  # this thread's CPU: at 1 llama thread, the pass's own work
             for ev in runs[fa]:  # up to and including its next Step (one pass) or its Finish
                 if isinstance(ev, Prefill):
                     out[fa]["prefill_tok_s"] = ev.evaluated_tokens / (ev.ms / 1000)
@@ -76,6 +82,7 @@ def interleaved(engines: dict[str, Engine], order: tuple[str, str], tokens: int)
                     if ev.index > 0:
                         passes[fa].append(ev.forward_ms)
                         busy[fa] += ev.forward_ms + ev.sample_ms
+                        cpu[fa].append((time.thread_time() - t0) * 1000)
                     break
                 elif isinstance(ev, Finish):
                     out[fa]["steps"] = ev.steps
@@ -86,6 +93,13 @@ def interleaved(engines: dict[str, Engine], order: tuple[str, str], tokens: int)
     for fa in order:
         out[fa]["forward_ms"] = statistics.median(passes[fa])
         out[fa]["tok_s"] = len(passes[fa]) / (busy[fa] / 1000)
+        out[fa]["cpu_ms"] = statistics.median(cpu[fa])
+        # by the reply's position (the context grows by one token a pass): median forward ms
+        # and CPU ms of each quarter of the reply
+        q = max(1, len(passes[fa]) // 4)
+        for k in range(4):
+            out[fa][f"forward_ms_q{k + 1}"] = statistics.median(passes[fa][k * q : (k + 1) * q] or [float("nan")])
+            out[fa][f"cpu_ms_q{k + 1}"] = statistics.median(cpu[fa][k * q : (k + 1) * q] or [float("nan")])
     return out
 
 
@@ -145,7 +159,7 @@ def main() -> None:
             print(
                 f"{model:8} {load:6} threads {res['threads']} · decode on {on['tok_s']:.1f} / off {off['tok_s']:.1f} "
                 f"tok/s (ratio {res['decode_ratio']:.3f}; per round {', '.join(f'{x:.3f}' for x in res['decode_ratio_per_round'])}) · "
-                f"forward {on['forward_ms']:.2f} / {off['forward_ms']:.2f} ms · prefill on {on['prefill_tok_s']:.0f} / "
+                f"forward {on['forward_ms']:.2f} / {off['forward_ms']:.2f} ms · CPU per step {on['cpu_ms']:.2f} / {off['cpu_ms']:.2f} ms · prefill on {on['prefill_tok_s']:.0f} / "
                 f"off {off['prefill_tok_s']:.0f} tok/s (ratio {res['prefill_ratio']:.3f}) · load avg {res['loadavg_median']:.2f}",
                 flush=True,
             )

@@ -40,7 +40,7 @@ def test_the_setting_parses_from_the_command_line_and_models_toml() -> None:
     for bad in ("yes", 1, None, ""):
         with pytest.raises(ValueError, match='must be "auto", on'):
             parse_flash_attn(bad)
-    assert DEFAULT_FLASH_ATTN == "auto"
+    assert parse_flash_attn(DEFAULT_FLASH_ATTN) == DEFAULT_FLASH_ATTN
 
 
 def test_the_resolved_value_is_read_from_llama_cpps_log() -> None:
@@ -87,6 +87,14 @@ def fa_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     eng.close()
 
 
+@pytest.fixture(scope="module")
+def fa_on(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Path]]:
+    log = tmp_path_factory.mktemp("log") / "llama.log"
+    eng = Engine(model_path, n_ctx=512, threads=1, log_path=log, flash_attn="on")
+    yield eng, log
+    eng.close()
+
+
 def _start(engine: Engine) -> Start:
     settings = SamplingSettings(max_tokens=1, seed=1)
     return next(e for e in engine.generate([Message("user", "Hi")], settings) if isinstance(e, Start))
@@ -94,18 +102,20 @@ def _start(engine: Engine) -> Start:
 
 @pytest.mark.model
 def test_the_setting_reaches_the_context_and_the_start_event_records_the_resolved_value(
-    fa_off: tuple[Engine, Path], model_path: Path, tmp_path: Path
+    fa_off: tuple[Engine, Path], fa_on: tuple[Engine, Path], model_path: Path, tmp_path: Path
 ) -> None:
-    off, off_log = fa_off
+    (off, off_log), (on, on_log) = fa_off, fa_on
+    # llama.cpp's own reading of the params, what the engine says, what the Start event records
     assert _asked(off_log) == "disabled" and off.flash_attn == "off" and _start(off).flash_attn == "off"
-    for setting, asked in (("auto", "auto"), ("on", "enabled")):
-        log = tmp_path / f"{setting}.log"
-        with Engine(model_path, n_ctx=256, threads=1, log_path=log, flash_attn=setting, warmup=False) as eng:
-            assert _asked(log) == asked  # llama.cpp's own reading of the params
-            # auto: llama.cpp resolved it (on, on the CPU) and said so; the Start event has it
-            assert eng.flash_attn == "on" and _start(eng).flash_attn == "on"
-            # the lens's context copies the engine's: the resolved value, not "auto"
-            assert eng.llm.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    assert _asked(on_log) == "enabled" and on.flash_attn == "on" and _start(on).flash_attn == "on"
+    log = tmp_path / "auto.log"
+    with Engine(model_path, n_ctx=256, threads=1, log_path=log, flash_attn="auto", warmup=False) as eng:
+        assert _asked(log) == "auto"
+        # llama.cpp resolved it (on, on the CPU) and said so; the Start event has it
+        assert eng.flash_attn == "on" and _start(eng).flash_attn == "on"
+        # the lens's context copies the engine's: the resolved value, not "auto"
+        assert eng.llm.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    assert off.llm.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 
 def _softmax64(logits: np.ndarray) -> np.ndarray:
@@ -133,9 +143,9 @@ def _fresh_probs(model_path: Path, flash_attn: bool, prompt: list[int], tokens: 
 
 @pytest.mark.model
 def test_with_flash_attention_on_the_raw_probabilities_are_a_fresh_evaluations(
-    engine: Engine, model_path: Path
+    fa_on: tuple[Engine, Path], model_path: Path
 ) -> None:
-    assert engine.flash_attn == "on"  # the session engine: the default, auto, resolves to on
+    engine = fa_on[0]
     settings = SamplingSettings(temperature=0.8, top_k=20, seed=11, max_tokens=8)
     events = list(engine.generate([Message("user", "Name a colour.")], settings, reuse_at_most=0))
     start = next(e for e in events if isinstance(e, Start))
