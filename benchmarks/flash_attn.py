@@ -19,7 +19,7 @@ Conditions: `quiet` (whatever else runs: the load average is printed) and `busy`
 (beside one more CPU-bound process, tests/cpu_burners.py), both at --threads (default 1
 busy, 2 quiet).
 
-    .venv/bin/python benchmarks/flash_attn.py [--models default,gemma] [--loads quiet,busy] [--rounds 2] [--tokens 1000] [--threads N]
+    .venv/bin/python benchmarks/flash_attn.py [--models default,gemma] [--loads quiet,busy] [--rounds 2] [--tokens 1000] [--threads N] [--short]
 """
 
 from __future__ import annotations
@@ -59,9 +59,13 @@ def _model(name: str) -> Path:
     return builtin_model_path("smollm2-135m-instruct") if name == "default" else gemma_path()
 
 
+SHORT_PROMPT = "Write a very long story about a lighthouse keeper and a storm."
+_prompt = [PROMPT]  # --short: SHORT_PROMPT (~40 tokens: the quarters then span contexts ~40 to ~1,040)
+
+
 def _reply(engine: Engine, tokens: int) -> Iterator[Event | Pending]:
     settings = SamplingSettings(temperature=0.7, max_tokens=tokens, seed=7)
-    return engine.generate([Message("user", PROMPT)], settings, ignore_eos=True, reuse_at_most=0)
+    return engine.generate([Message("user", _prompt[0])], settings, ignore_eos=True, reuse_at_most=0)
 
 
 def interleaved(engines: dict[str, Engine], order: tuple[str, str], tokens: int) -> dict[str, dict[str, float]]:
@@ -145,7 +149,10 @@ def main() -> None:
     ap.add_argument(
         "--threads", type=int, default=None, help="llama.cpp threads in every load (default: quiet 2, busy 1)"
     )
+    ap.add_argument("--short", action="store_true", help="a ~40-token prompt instead of the ~730-token one")
     args = ap.parse_args()
+    if args.short:
+        _prompt[0] = SHORT_PROMPT
     results = []
     for load in args.loads.split(","):
         for model in args.models.split(","):

@@ -161,3 +161,24 @@ def test_with_flash_attention_on_the_raw_probabilities_are_a_fresh_evaluations(
     off = _fresh_probs(model_path, False, list(start.prompt_token_ids), drawn)
     worst = max(abs(s.raw_prob - float(p[s.token_id])) for s, p in zip(steps, off, strict=False))
     assert worst > 1e-5, worst
+
+
+def test_models_toml_and_the_command_line_choose_it_per_model(tmp_path: Path) -> None:
+    from loopchat.config import BUILTIN_CONFIG, load_config
+    from loopchat.engine.options import EngineOptions
+
+    # the bundled model: off (measured slower with it: docs/performance.md), unless its entry says
+    assert BUILTIN_CONFIG.get().flash_attn == "off"
+    path = tmp_path / "models.toml"
+    path.write_text(
+        '[models.a]\nbuiltin = "smollm2-135m-instruct"\n[models.b]\nbuiltin = "smollm2-135m-instruct"\n'
+        'flash_attn = true\n[models.c]\npath = "m.gguf"\n[models.d]\npath = "m.gguf"\nflash_attn = false\n'
+    )
+    config = load_config(path)
+    assert [config.get(n).flash_attn for n in "abcd"] == ["off", "on", "auto", "off"]
+    options = EngineOptions.from_spec(config.get("c"), "m.gguf", log_path=tmp_path / "x.log")
+    assert options.flash_attn == "auto"
+    assert (
+        EngineOptions.from_spec(config.get("a"), "m.gguf", log_path=tmp_path / "x.log", flash_attn="on").flash_attn
+        == "on"
+    )

@@ -14,6 +14,7 @@ from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn, parse_fla
 from loopchat.model_files import BUILTIN_MODELS, ModelFileError, parse_hf_spec
 from loopchat.model_spec import (
     BUILTIN_CONFIG,
+    BUILTIN_FLASH_ATTN,
     MODES,
     N_CTX_MAX,
     N_CTX_MIN,
@@ -126,7 +127,7 @@ class Reader:
             location=location,
             n_ctx=self.integer(raw, key, "n_ctx", 4096, N_CTX_MIN, N_CTX_MAX, "the context window in tokens"),
             threads=self.threads(raw, key),
-            flash_attn=self.flash_attn(raw, key),
+            flash_attn=self.flash_attn(raw, key, _flash_attn_default(source, location)),
             gpu_layers=self.integer(
                 raw, key, "gpu_layers", 0, -1, 100_000, "layers to offload to a GPU: -1 for all, 0 for none"
             ),
@@ -238,10 +239,10 @@ class Reader:
         hint = 'threads = "auto" (the default) lets loopchat choose'
         return self.integer(raw, key, "threads", AUTO, 1, THREADS_MAX, hint)
 
-    def flash_attn(self, raw: dict[str, Any], key: str) -> FlashAttn:
-        """`flash_attn`: "auto" (the default), true or false."""
+    def flash_attn(self, raw: dict[str, Any], key: str, default: FlashAttn) -> FlashAttn:
+        """`flash_attn`: "auto" (the default; a built-in model's own: BUILTIN_FLASH_ATTN), true or false."""
         try:
-            return parse_flash_attn(raw.get("flash_attn", DEFAULT_FLASH_ATTN))
+            return parse_flash_attn(raw.get("flash_attn", default))
         except ValueError:
             self.fail(
                 f"{key}.flash_attn",
@@ -286,6 +287,11 @@ def template_error_text(exc: Exception) -> str:
     lineno = getattr(exc, "lineno", None)
     message = one_line(str(getattr(exc, "message", None) or exc))
     return f"line {lineno}: {message}" if lineno else message
+
+
+def _flash_attn_default(source: str, location: str) -> FlashAttn:
+    """A built-in model's measured choice (BUILTIN_FLASH_ATTN), else DEFAULT_FLASH_ATTN."""
+    return BUILTIN_FLASH_ATTN.get(location, DEFAULT_FLASH_ATTN) if source == "builtin" else DEFAULT_FLASH_ATTN
 
 
 def _kind(value: Any) -> str:

@@ -169,6 +169,11 @@ SMOLLM2_SAMPLING = SamplingSettings(
     dry_penalty_last_n=4096,
 )
 
+#: flash attention for a built-in model when its entry does not set it: measured per model
+#: (docs/performance.md, "Flash attention"): on SmolLM2-135M it costs 13-33% more per pass
+#: (more as the context grows), so off; every other model takes DEFAULT_FLASH_ATTN
+BUILTIN_FLASH_ATTN: dict[str, FlashAttn] = {BUILTIN_NAME: "off"}
+
 BUILTIN_CONFIG = Config(
     default=BUILTIN_NAME,
     models={
@@ -177,6 +182,7 @@ BUILTIN_CONFIG = Config(
             source="builtin",
             location=BUILTIN_NAME,
             n_ctx=4096,
+            flash_attn=BUILTIN_FLASH_ATTN[BUILTIN_NAME],
             system_prompt=SMOLLM2_SYSTEM_PROMPT,
             sampling=SMOLLM2_SAMPLING,
             description="SmolLM2 135M Instruct, Q4_1 (bundled; tiny and fast, not very clever)",
