@@ -163,22 +163,20 @@ def test_with_flash_attention_on_the_raw_probabilities_are_a_fresh_evaluations(
     assert worst > 1e-5, worst
 
 
-def test_models_toml_and_the_command_line_choose_it_per_model(tmp_path: Path) -> None:
-    from loopchat.config import BUILTIN_CONFIG, load_config
+def test_models_toml_and_the_command_line_choose_it_per_model(tmp_path: Path, model_path: Path) -> None:
+    from loopchat.config import load_config
+    from loopchat.engine.flash_attn import model_default
     from loopchat.engine.options import EngineOptions
 
-    # the bundled model: off (measured slower with it: docs/performance.md), unless its entry says
-    assert BUILTIN_CONFIG.get().flash_attn == "off"
     path = tmp_path / "models.toml"
     path.write_text(
         '[models.a]\nbuiltin = "smollm2-135m-instruct"\n[models.b]\nbuiltin = "smollm2-135m-instruct"\n'
-        'flash_attn = true\n[models.c]\npath = "m.gguf"\n[models.d]\npath = "m.gguf"\nflash_attn = false\n'
+        'flash_attn = true\n[models.c]\npath = "m.gguf"\n[models.d]\npath = "m.gguf"\nflash_attn = "auto"\n'
     )
     config = load_config(path)
-    assert [config.get(n).flash_attn for n in "abcd"] == ["off", "on", "auto", "off"]
-    options = EngineOptions.from_spec(config.get("c"), "m.gguf", log_path=tmp_path / "x.log")
-    assert options.flash_attn == "auto"
-    assert (
-        EngineOptions.from_spec(config.get("a"), "m.gguf", log_path=tmp_path / "x.log", flash_attn="on").flash_attn
-        == "on"
-    )
+    assert [config.get(n).flash_attn for n in "abcd"] == [None, "on", None, "auto"]  # None: not set
+    log = tmp_path / "x.log"
+    assert EngineOptions.from_spec(config.get("a"), model_path, log_path=log).flash_attn is None
+    assert EngineOptions.from_spec(config.get("b"), model_path, log_path=log, flash_attn="off").flash_attn == "off"
+    # not set: the model's measured choice (docs/performance.md): the bundled SmolLM2 off, others auto
+    assert model_default(model_path) == "off" and model_default(tmp_path / "gemma-3-270m-q4_k_m.gguf") == "auto"

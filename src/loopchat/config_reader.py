@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.errors import one_line
-from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn, parse_flash_attn
+from loopchat.flash_attn_setting import FlashAttn, parse_flash_attn
 from loopchat.model_files import BUILTIN_MODELS, ModelFileError, parse_hf_spec
 from loopchat.model_spec import (
     BUILTIN_CONFIG,
-    BUILTIN_FLASH_ATTN,
     MODES,
     N_CTX_MAX,
     N_CTX_MIN,
@@ -127,7 +126,7 @@ class Reader:
             location=location,
             n_ctx=self.integer(raw, key, "n_ctx", 4096, N_CTX_MIN, N_CTX_MAX, "the context window in tokens"),
             threads=self.threads(raw, key),
-            flash_attn=self.flash_attn(raw, key, _flash_attn_default(source, location)),
+            flash_attn=self.flash_attn(raw, key),
             gpu_layers=self.integer(
                 raw, key, "gpu_layers", 0, -1, 100_000, "layers to offload to a GPU: -1 for all, 0 for none"
             ),
@@ -239,10 +238,12 @@ class Reader:
         hint = 'threads = "auto" (the default) lets loopchat choose'
         return self.integer(raw, key, "threads", AUTO, 1, THREADS_MAX, hint)
 
-    def flash_attn(self, raw: dict[str, Any], key: str, default: FlashAttn) -> FlashAttn:
-        """`flash_attn`: "auto" (the default; a built-in model's own: BUILTIN_FLASH_ATTN), true or false."""
+    def flash_attn(self, raw: dict[str, Any], key: str) -> FlashAttn | None:
+        """`flash_attn`: "auto", true or false (None, not set: the model's own default)."""
+        if "flash_attn" not in raw:
+            return None
         try:
-            return parse_flash_attn(raw.get("flash_attn", default))
+            return parse_flash_attn(raw["flash_attn"])
         except ValueError:
             self.fail(
                 f"{key}.flash_attn",
@@ -287,11 +288,6 @@ def template_error_text(exc: Exception) -> str:
     lineno = getattr(exc, "lineno", None)
     message = one_line(str(getattr(exc, "message", None) or exc))
     return f"line {lineno}: {message}" if lineno else message
-
-
-def _flash_attn_default(source: str, location: str) -> FlashAttn:
-    """A built-in model's measured choice (BUILTIN_FLASH_ATTN), else DEFAULT_FLASH_ATTN."""
-    return BUILTIN_FLASH_ATTN.get(location, DEFAULT_FLASH_ATTN) if source == "builtin" else DEFAULT_FLASH_ATTN
 
 
 def _kind(value: Any) -> str:

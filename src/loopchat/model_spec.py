@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
+from loopchat.flash_attn_setting import FlashAttn
 from loopchat.model_files import ModelFileError, builtin_model_path, check_gguf, hf_download
 from loopchat.paths import default_config_path
 from loopchat.settings import SamplingSettings
@@ -47,7 +47,8 @@ class ModelSpec:
     n_ctx: int = 4096
     threads: Threads = AUTO  # "auto": the engine chooses from its own passes (thread_tuner.py)
     gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (-1: all); needs a GPU build
-    flash_attn: FlashAttn = DEFAULT_FLASH_ATTN  # "auto" | "on" | "off" (engine/flash_attn.py)
+    #: "auto" | "on" | "off"; None: the model's own default (engine/flash_attn.py, model_default)
+    flash_attn: FlashAttn | None = None
     chat_template: str | None = None  # Jinja2 override of the model's own template
     system_prompt: str | None = None  # None: no system message
     #: "chat" | "completion" | None: not set (chat, or completion for a model whose GGUF
@@ -169,11 +170,6 @@ SMOLLM2_SAMPLING = SamplingSettings(
     dry_penalty_last_n=4096,
 )
 
-#: flash attention for a built-in model when its entry does not set it: measured per model
-#: (docs/performance.md, "Flash attention"): on SmolLM2-135M it costs 13-33% more per pass
-#: (more as the context grows), so off; every other model takes DEFAULT_FLASH_ATTN
-BUILTIN_FLASH_ATTN: dict[str, FlashAttn] = {BUILTIN_NAME: "off"}
-
 BUILTIN_CONFIG = Config(
     default=BUILTIN_NAME,
     models={
@@ -182,7 +178,6 @@ BUILTIN_CONFIG = Config(
             source="builtin",
             location=BUILTIN_NAME,
             n_ctx=4096,
-            flash_attn=BUILTIN_FLASH_ATTN[BUILTIN_NAME],
             system_prompt=SMOLLM2_SYSTEM_PROMPT,
             sampling=SMOLLM2_SAMPLING,
             description="SmolLM2 135M Instruct, Q4_1 (bundled; tiny and fast, not very clever)",
