@@ -21,6 +21,9 @@ Targets: (b) decode / (a) decode >= 0.95; (b) TTFT within +5 ms of (a). Fresh pr
 differ by ±10 ms in their first prefill, so the TTFT is judged twice: the medians of
 (b) and (a), and the wire's share within one server (what HTTP adds to the same loop).
 
+With --llama-server: loopchat serve against llama.cpp's own llama-server, at equal threads
+and settings, with logprobs (benchmarks/serve_vs_llama_server.py: both printed, and their ratio).
+
 Then a soak on one fresh server: --soak sequential requests (chat and completions,
 streamed and blocking, with logprobs), then --clients concurrent clients making
 --per-client streamed requests each: no error; the server's RSS after all of them within
@@ -413,6 +416,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="pinned llama.cpp threads for every process (default 2)")
     ap.add_argument("--more", type=int, default=4, help="extra short requests per server for the wire's TTFT share")
     ap.add_argument("--no-llama-cpp", action="store_true", help="skip llama-cpp-python's server")
+    ap.add_argument(
+        "--llama-server",
+        action="store_true",
+        help="also loopchat serve against llama.cpp's llama-server, flash attention at each one's default and off "
+        "(benchmarks/serve_vs_llama_server.py, which builds it)",
+    )
     ap.add_argument("--skip-rounds", action="store_true", help="only the soak")
     ap.add_argument("--soak", type=int, default=200, help="sequential requests (0: no soak)")
     ap.add_argument("--clients", type=int, default=8)
@@ -431,6 +440,10 @@ def main() -> None:
     with cpu_burners(args.busy, seconds=3600.0):
         if not args.skip_rounds:
             rounds(args, model)
+        if args.llama_server:
+            from serve_vs_llama_server import against_llama_server
+
+            against_llama_server(args.threads, args.rounds, args.tokens)
         if args.soak:
             soak(args)
     print(f"\n{(time.monotonic() - t0) / 60:.1f} min in all")

@@ -26,6 +26,7 @@ class ReplayHost:
         self.n_ctx, self.n_vocab, self.n_batch = int(start.n_ctx or 0), int(start.n_vocab or 0), 512
         self.threads_auto = False
         self.threads = int(start.threads or 1)
+        self.flash_attn = start.flash_attn  # as recorded (None: a trace from before it was)
         self.tuner = None
         self._start = start
         self._control = {start.prompt_token_ids[i] for i in start.prompt_special}

@@ -248,6 +248,9 @@ INVALID = [
         "number",
     ),
     ('[models."bad name"]\nbuiltin = "smollm2-135m-instruct"\n', 'models."bad name"', "model name"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nflash_attn = "fast"\n', "models.tiny.flash_attn", "'fast'"),
+    ('[models.tiny]\nbuiltin = "smollm2-135m-instruct"\nflash_attn = 1\n', "models.tiny.flash_attn", "an integer 1"),
+    ('[models.tiny]\nurl = "http://127.0.0.1:9/v1"\nflash_attn = true\n', "models.tiny.flash_attn", "on a server"),
 ]
 
 

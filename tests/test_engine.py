@@ -118,7 +118,9 @@ def test_reported_probabilities_match_an_independent_softmax(engine: Engine, mod
     )
     start, _, steps, _ = run(engine, convo("What is the capital of France?"), settings)
     # A separate llama.cpp context, driven directly through the C API's logits.
-    ref = llama_cpp.Llama(str(model_path), n_ctx=512, n_threads=engine.threads, verbose=False)
+    # ... with the engine's flash attention: its logits differ from those without it
+    on = engine.flash_attn == "on"
+    ref = llama_cpp.Llama(str(model_path), n_ctx=512, n_threads=engine.threads, flash_attn=on, verbose=False)
     try:
         ref.eval(list(start.prompt_token_ids))
         for step in steps:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.errors import one_line
-from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn, parse_flash_attn
+from loopchat.flash_attn_setting import FlashAttn, parse_flash_attn
 from loopchat.model_files import BUILTIN_MODELS, ModelFileError, parse_hf_spec
 from loopchat.model_spec import (
     BUILTIN_CONFIG,
@@ -256,10 +256,12 @@ class Reader:
         hint = 'threads = "auto" (the default) lets loopchat choose'
         return self.integer(raw, key, "threads", AUTO, 1, THREADS_MAX, hint)
 
-    def flash_attn(self, raw: dict[str, Any], key: str) -> FlashAttn:
-        """`flash_attn`: "auto" (the default), true or false."""
+    def flash_attn(self, raw: dict[str, Any], key: str) -> FlashAttn | None:
+        """`flash_attn`: "auto", true or false (None, not set: the model's own default)."""
+        if "flash_attn" not in raw:
+            return None
         try:
-            return parse_flash_attn(raw.get("flash_attn", DEFAULT_FLASH_ATTN))
+            return parse_flash_attn(raw["flash_attn"])
         except ValueError:
             self.fail(
                 f"{key}.flash_attn",

@@ -2,8 +2,9 @@
 on where the device runs flash attention, which every CPU does), "on" or "off". A contract:
 models.toml's reader, the command line's --flash-attn and the engine all take it from here.
 
-The default is "auto": measured in docs/performance.md ("Flash attention"), it resolves to
-on, and on is faster on both test models, quiet and busy."""
+The default is "auto", as llama-server's: on the CPU it resolves to on, which measured
+faster on Gemma 3 270M; the bundled SmolLM2-135M measured slower with it and defaults to
+off (engine/flash_attn.py, model_default; docs/performance.md, "Flash attention")."""
 
 from __future__ import annotations
 

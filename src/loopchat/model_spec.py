@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopchat.constraint import Constraint, read_constraint
-from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
+from loopchat.flash_attn_setting import FlashAttn
 from loopchat.model_files import ModelFileError, builtin_model_path, check_gguf, hf_download
 from loopchat.paths import default_config_path
 from loopchat.settings import SamplingSettings
@@ -48,7 +48,8 @@ class ModelSpec:
     n_ctx: int = 4096
     threads: Threads = AUTO  # "auto": the engine chooses from its own passes (thread_tuner.py)
     gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (-1: all); needs a GPU build
-    flash_attn: FlashAttn = DEFAULT_FLASH_ATTN  # "auto" | "on" | "off" (engine/flash_attn.py)
+    #: "auto" | "on" | "off"; None: the model's own default (engine/flash_attn.py, model_default)
+    flash_attn: FlashAttn | None = None
     chat_template: str | None = None  # Jinja2 override of the model's own template
     system_prompt: str | None = None  # None: no system message
     #: "chat" | "completion" | None: not set (chat, or completion for a model whose GGUF

@@ -67,7 +67,7 @@ def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None
         type=_flash_attn,
         metavar="auto|on|off",
         help='flash attention in llama.cpp: "auto" lets llama.cpp decide (on wherever it can run it: '
-        "the default, unless models.toml sets flash_attn)",
+        "the default, but for the bundled model, off; unless models.toml sets flash_attn)",
         **d,
     )
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)

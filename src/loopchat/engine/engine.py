@@ -35,13 +35,14 @@ from loopchat.engine.chat_prompt import (
     opening_mode,
 )
 from loopchat.engine.cores import physical_cores
+from loopchat.engine.flash_attn import model_default
 from loopchat.engine.llama_load import load_llama
 from loopchat.engine.prompt_scores import ScoreMemory
 from loopchat.engine.run import ReplyRun
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.errors import ModelLoadError
 from loopchat.events import DOCUMENT, Event, FinishReason, Message, Pending
-from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
+from loopchat.flash_attn_setting import FlashAttn
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import StepControl
@@ -71,7 +72,7 @@ class Engine:
         log_path: Path | None = None,
         verbose: bool = False,
         warmup: bool = True,
-        flash_attn: FlashAttn = DEFAULT_FLASH_ATTN,
+        flash_attn: FlashAttn | None = None,
     ) -> None:
         from loopchat.engine._llama_ffi import AbortFlag, LlamaCalls
         from loopchat.engine.auto_threads import AutoThreads
@@ -85,7 +86,8 @@ class Engine:
         self._tuner = (thread_tuner or ThreadTuner(physical_cores())) if self.threads_auto else None
         self._pinned = self._tuner.threads if self._tuner else int(threads)  # type: ignore[arg-type]
         self._auto: AutoThreads | None = None
-        self.llm = load_llama(self.model_path, n_ctx, n_batch, self._pinned, gpu_layers, log_path, verbose, flash_attn)
+        fa = flash_attn or model_default(self.model_path)  # None: the model's measured choice (flash_attn.py)
+        self.llm = load_llama(self.model_path, n_ctx, n_batch, self._pinned, gpu_layers, log_path, verbose, fa)
         #: flash attention as llama.cpp resolved it: "on", "off" (None: its log did not say)
         self.flash_attn = _RESOLVED.get(self.llm.context_params.flash_attn_type)
         self.model_size = self.model_path.stat().st_size
@@ -178,8 +180,7 @@ class Engine:
         return tokens
 
     def first_token(self, text: str) -> int:
-        """The first token of `text` as the model's tokenizer writes it (no BOS, no special
-        tokens parsed): what a logit bias given as text biases. ValueError for no token."""
+        """`text`'s first token, alone (no BOS, no special tokens); ValueError: none (run_host.py)."""
         tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
         if not tokens:
             raise ValueError(f"{text!r} has no token")

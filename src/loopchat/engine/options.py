@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
+from loopchat.flash_attn_setting import FlashAttn
 from loopchat.threads_setting import AUTO, Threads
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class EngineOptions:
     mode: str | None = None  # models.toml's `mode` (None: chosen by the model's template)
     log_path: str | None = None
     verbose: bool = False
-    flash_attn: FlashAttn = DEFAULT_FLASH_ATTN  # "auto" | "on" | "off" (engine/flash_attn.py)
+    flash_attn: FlashAttn | None = None  # "auto" | "on" | "off"; None: the model's own (flash_attn.py)
 
     @classmethod
     def from_spec(

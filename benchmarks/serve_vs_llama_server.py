@@ -1,0 +1,178 @@
+"""`loopchat serve` against llama.cpp's own `llama-server` (issue 25, item 0), side by side.
+
+Both servers run the default model on 2 threads (--threads), each with flash attention as
+its default ("auto" for both: llama.cpp resolves it to on, on the CPU) and then both with it
+off (`--flash-attn off` / `-fa off`). In each round both servers are started fresh and
+stay up, and --requests streamed chat requests alternate between them, one at a time (the
+first to each warms it and is not counted): on a shared machine whose load moves by the
+second, the two requests of a pair met the same load. Each request: logprobs and
+top_logprobs=5, the same prompt, seed and sampling settings (temperature 0.7, top_k 40,
+top_p 0.95, min_p 0.05, no repeat penalty: llama-server's own defaults, sent to both),
+max_tokens --tokens and ignore_eos (both servers take it), so both write replies of the
+same length. Measured at the client as benchmarks/serve_overhead.py does (`stream_request`:
+decode tok/s = (token chunks - 1) / (last chunk's arrival - first's); TTFT from sending to
+the first token chunk), and the server process's CPU time per token. Printed per setting:
+the medians, loopchat/llama-server's decode tok/s per pair of requests and its median (the
+target is >= 1.0), and each one's CPU time per token (llama-server's / loopchat's >= 1.0:
+loopchat does the same work with no more CPU).
+
+llama-server is built from the llama.cpp source vendored in the pinned llama-cpp-python
+(benchmarks/build_llama_bench.sh llama-server, as tests/remote_servers.py does).
+
+    .venv/bin/python benchmarks/serve_vs_llama_server.py [--rounds 3] [--requests 3] [--tokens 128]
+        [--threads 2] [--settings default,off] [--busy 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from serve_overhead import PROMPT, SEED, SYSTEM, Child, cpu_burners, loopchat_serve, stream_request  # noqa: E402
+
+from loopchat.model_files import builtin_model_path  # noqa: E402
+
+SAMPLING = {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
+
+
+def llama_server_binary() -> str:
+    out = subprocess.run(
+        ["bash", str(HERE / "build_llama_bench.sh"), "llama-server"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def llama_server(binary: str, model: Path, threads: int, flash_attn: str) -> Child:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fa = [] if flash_attn == "default" else ["-fa", flash_attn]
+    args = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-t", str(threads)]
+    args += ["-tb", str(threads), "-np", "1", *fa]
+    return Child(args, r"(listening on http://)", url=f"http://127.0.0.1:{port}")
+
+
+def loopchat(threads: int, flash_attn: str) -> Child:
+    return loopchat_serve(threads, *([] if flash_attn == "default" else ["--flash-attn", flash_attn]))
+
+
+def body(tokens: int) -> dict:
+    return {
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
+        "stream": True,
+        "max_tokens": tokens,
+        "seed": SEED,
+        "logprobs": True,
+        "top_logprobs": 5,
+        "ignore_eos": True,
+        **SAMPLING,
+    }
+
+
+def timed(server: Child, tokens: int) -> dict:
+    """One request, with the server process's CPU time spent on it per token (user + system:
+    on a shared machine a wall clock measures the others' load too; at 1 thread, where no
+    llama.cpp thread waits for another, the CPU time is the work done)."""
+    proc = psutil.Process(server.proc.pid)
+    before = proc.cpu_times()
+    got = stream_request(server.url, body(tokens))
+    after = proc.cpu_times()
+    cpu = (after.user - before.user) + (after.system - before.system)
+    got["cpu_ms_per_token"] = cpu * 1000.0 / got["tokens"]
+    return got
+
+
+def fa_line(server: Child) -> str:
+    """What the server's log says about flash attention (llama-server's own lines)."""
+    lines = [ln.strip() for ln in server.lines if "Flash Attention" in ln or "flash_attn " in ln]
+    return " | ".join(lines[:2])
+
+
+METRICS = ("tok_s", "ttft_ms", "tokens", "cpu_ms_per_token")
+
+
+def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
+    """Rounds of both servers up at once, requests alternating between them (one at a time)."""
+    model = builtin_model_path("smollm2-135m-instruct")
+    runs: dict[str, list[dict]] = {"loopchat": [], "llama-server": []}
+    pairs = []
+    for r in range(args.rounds):
+        servers = {"loopchat": loopchat(args.threads, setting)}
+        try:
+            servers["llama-server"] = llama_server(binary, model, args.threads, setting)
+            if r == 0:
+                print(f"  llama-server {setting}: {fa_line(servers['llama-server'])}", flush=True)
+            for server in servers.values():
+                stream_request(server.url, body(16))  # warm-up: not counted
+            for i in range(args.requests):
+                order = ("loopchat", "llama-server") if (r + i) % 2 == 0 else ("llama-server", "loopchat")
+                got = {kind: timed(servers[kind], args.tokens) for kind in order}
+                for kind in order:
+                    runs[kind].append(got[kind])
+                pairs.append({m: got["loopchat"][m] / got["llama-server"][m] for m in ("tok_s", "cpu_ms_per_token")})
+                print(f"  {setting} round {r + 1} request {i + 1}: {json.dumps(got)}", flush=True)
+        finally:
+            for server in servers.values():
+                server.stop()
+    med = {k: {m: statistics.median(g[m] for g in v) for m in METRICS} for k, v in runs.items()}
+    return {
+        "setting": setting,
+        "median": med,
+        "ratio_per_request": [p["tok_s"] for p in pairs],
+        "ratio": statistics.median(p["tok_s"] for p in pairs),
+        "cpu_ratio": statistics.median(p["cpu_ms_per_token"] for p in pairs),
+    }
+
+
+def against_llama_server(threads: int, rounds: int, tokens: int, requests: int = 3, busy: int = 0) -> list[dict]:
+    """Both servers side by side (serve_overhead.py --llama-server calls this too)."""
+    args = argparse.Namespace(threads=threads, rounds=rounds, tokens=tokens, requests=requests, busy=busy)
+    return run_all(args, "default,off")
+
+
+def run_all(args: argparse.Namespace, settings: str) -> list[dict]:
+    binary = llama_server_binary()
+    results = []
+    with cpu_burners(args.busy, seconds=7200) if args.busy else contextlib.nullcontext():
+        for setting in settings.split(","):
+            res = compare(setting, args, binary)
+            results.append(res)
+            lc, ls = res["median"]["loopchat"], res["median"]["llama-server"]
+            print(
+                f"flash attention {setting:7} threads {args.threads}: loopchat serve {lc['tok_s']:.1f} tok/s "
+                f"(TTFT {lc['ttft_ms']:.0f} ms) · llama-server {ls['tok_s']:.1f} tok/s (TTFT {ls['ttft_ms']:.0f} ms) · "
+                f"ratio {res['ratio']:.3f} (per request {', '.join(f'{x:.2f}' for x in res['ratio_per_request'])}) · "
+                f"CPU per token {lc['cpu_ms_per_token']:.2f} / {ls['cpu_ms_per_token']:.2f} ms "
+                f"(llama-server/loopchat {1 / res['cpu_ratio']:.3f}) · "
+                f"load avg {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--settings", default="default,off", help="flash attention: default (each its own), on, off")
+    ap.add_argument("--busy", type=int, default=0, help="beside N CPU-bound processes")
+    args = ap.parse_args()
+    print(json.dumps(run_all(args, args.settings)))
+
+
+if __name__ == "__main__":
+    main()
