@@ -387,6 +387,20 @@ __attribute__((target("avx2,bmi"))) static Py_ssize_t at_least_avx2(const float 
     }
     return k;
 }
+
+/* The first i >= from with x[i] == v, eight at a time; -1 where none. */
+__attribute__((target("avx2,bmi"))) static Py_ssize_t first_equal_avx2(const float *x, float v, Py_ssize_t from,
+                                                                        Py_ssize_t n) {
+    __m256 vv = _mm256_set1_ps(v);
+    Py_ssize_t i = from;
+    for (; i + 8 <= n; i += 8) {
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_EQ_OQ));
+        if (m) return i + __builtin_ctz(m);
+    }
+    for (; i < n; i++)
+        if (x[i] == v) return i;
+    return -1;
+}
 #endif
 
 /* top-p's bins: idx[i] = (int)min((x[i] - lo) * scale, top), every step in float32 as
@@ -935,6 +949,71 @@ static PyObject *py_at_least(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(k);
 }
 
+/* The stages' cut token (sampler_cuts, issue 24's waterfall), read-only: one pass for the
+   largest x[i] below v and how many x[i] equal v, then a search for the largest's first
+   position that stops there (first_equal). */
+static Py_ssize_t first_equal(const float *x, float v, Py_ssize_t from, Py_ssize_t n) {
+    Py_ssize_t i = from < 0 ? 0 : from;
+#ifdef KERNEL_AVX2
+    if (__builtin_cpu_supports("avx2")) return first_equal_avx2(x, v, i, n);
+#endif
+    for (; i < n; i++)
+        if (x[i] == v) return i;
+    return -1;
+}
+
+KERNEL_CLONES
+static float max_below(const float *x, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
+    float m = -INFINITY;
+    Py_ssize_t c = 0;
+    for (Py_ssize_t first = 0; first < n; first += 1 << 30) { /* 32-bit counts: 8 lanes a vector */
+        Py_ssize_t len = n - first < (1 << 30) ? n - first : (1 << 30);
+        unsigned int part = 0;
+        const float *p = x + first;
+#pragma omp simd reduction(max : m) reduction(+ : part)
+        for (Py_ssize_t i = 0; i < len; i++) {
+            float y = p[i] < v ? p[i] : -INFINITY;
+            m = y > m ? y : m;
+            part += p[i] == v;
+        }
+        c += part;
+    }
+    *n_eq = c;
+    return m;
+}
+
+PyDoc_STRVAR(cut_below_doc,
+             "cut_below(x, v) -> (i, n_eq): for float32 x, the first position of the largest x[i] < v (float32;\n"
+             "-1 where there is none or it is -inf), and how many x[i] == v.");
+
+static PyObject *py_cut_below(PyObject *self, PyObject *args) {
+    PyObject *xo;
+    double v;
+    Py_buffer x;
+    if (!PyArg_ParseTuple(args, "Od", &xo, &v)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    const float *p = (const float *)x.buf;
+    Py_ssize_t n = x.shape[0], i = -1, n_eq = 0;
+    Py_BEGIN_ALLOW_THREADS float m = max_below(p, (float)v, n, &n_eq);
+    if (m > -INFINITY) i = first_equal(p, m, 0, n);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&x);
+    return Py_BuildValue("(nn)", i, n_eq);
+}
+
+PyDoc_STRVAR(first_equal_doc, "first_equal(x, v, start) -> i: the first i >= start with x[i] == v (float32), -1 if none.");
+
+static PyObject *py_first_equal(PyObject *self, PyObject *args) {
+    PyObject *xo;
+    double v;
+    Py_ssize_t start, i;
+    Py_buffer x;
+    if (!PyArg_ParseTuple(args, "Odn", &xo, &v, &start)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    i = first_equal((const float *)x.buf, (float)v, start, x.shape[0]);
+    PyBuffer_Release(&x);
+    return PyLong_FromSsize_t(i);
+}
+
 PyDoc_STRVAR(bin_masses_doc,
              "bin_masses(x, lo, scale, bins, q, idx, hist): idx[i] = int(min((x[i] - lo) * scale, bins - 1))\n"
              "in float32 (x float32, idx int32), hist (float64, bins) the sums of q (float64) by bin.");
@@ -1265,6 +1344,8 @@ static PyMethodDef methods[] = {
     {"count_greater", py_count_greater, METH_VARARGS, count_greater_doc},
     {"at_least", py_at_least, METH_VARARGS, at_least_doc},
     {"exp_sum_above", py_exp_sum_above, METH_VARARGS, exp_sum_above_doc},
+    {"cut_below", py_cut_below, METH_VARARGS, cut_below_doc},
+    {"first_equal", py_first_equal, METH_VARARGS, first_equal_doc},
     {"bin_masses", py_bin_masses, METH_VARARGS, bin_masses_doc},
     {"bin_split", py_bin_split, METH_VARARGS, bin_split_doc},
     {"top_p_cut", py_top_p_cut, METH_VARARGS, top_p_cut_doc},
