@@ -962,24 +962,62 @@ static Py_ssize_t first_equal(const float *x, float v, Py_ssize_t from, Py_ssize
     return -1;
 }
 
-KERNEL_CLONES
-static float max_below(const float *x, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
+static float max_below_plain(const float *x, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
     float m = -INFINITY;
     Py_ssize_t c = 0;
-    for (Py_ssize_t first = 0; first < n; first += 1 << 30) { /* 32-bit counts: 8 lanes a vector */
-        Py_ssize_t len = n - first < (1 << 30) ? n - first : (1 << 30);
-        unsigned int part = 0;
-        const float *p = x + first;
-#pragma omp simd reduction(max : m) reduction(+ : part)
-        for (Py_ssize_t i = 0; i < len; i++) {
-            float y = p[i] < v ? p[i] : -INFINITY;
-            m = y > m ? y : m;
-            part += p[i] == v;
-        }
-        c += part;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float y = x[i] < v ? x[i] : -INFINITY;
+        m = y > m ? y : m;
+        c += x[i] == v;
     }
     *n_eq = c;
     return m;
+}
+
+#ifdef KERNEL_AVX2
+/* The same, eight at a time in two chains (gcc's vectorisation of the loop above ran at 0.3 ns
+   a token; this at ~0.08): the values below v kept by a blend, their max, the ties counted by
+   subtracting the compare's all-ones lanes. */
+__attribute__((target("avx2"))) static float max_below_avx2(const float *x, float v, Py_ssize_t n,
+                                                            Py_ssize_t *n_eq) {
+    const __m256 vv = _mm256_set1_ps(v), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 m0 = ninf, m1 = ninf;
+    __m256i c0 = _mm256_setzero_si256(), c1 = _mm256_setzero_si256();
+    Py_ssize_t i = 0, c = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        m0 = _mm256_max_ps(m0, _mm256_blendv_ps(ninf, a, _mm256_cmp_ps(a, vv, _CMP_LT_OQ)));
+        m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, b, _mm256_cmp_ps(b, vv, _CMP_LT_OQ)));
+        c0 = _mm256_sub_epi32(c0, _mm256_castps_si256(_mm256_cmp_ps(a, vv, _CMP_EQ_OQ)));
+        c1 = _mm256_sub_epi32(c1, _mm256_castps_si256(_mm256_cmp_ps(b, vv, _CMP_EQ_OQ)));
+        if ((i & ((1 << 26) - 1)) == 0) { /* (32-bit lane counts: flushed long before they could wrap) */
+            int32_t lanes[8];
+            _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(c0, c1));
+            for (int l = 0; l < 8; l++) c += lanes[l];
+            c0 = c1 = _mm256_setzero_si256();
+        }
+    }
+    float lanes_m[8];
+    int32_t lanes[8];
+    _mm256_storeu_ps(lanes_m, _mm256_max_ps(m0, m1));
+    _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(c0, c1));
+    float m = -INFINITY;
+    for (int l = 0; l < 8; l++) {
+        m = lanes_m[l] > m ? lanes_m[l] : m;
+        c += lanes[l];
+    }
+    Py_ssize_t tail_eq = 0;
+    float t = max_below_plain(x + i, v, n - i, &tail_eq);
+    *n_eq = c + tail_eq;
+    return t > m ? t : m;
+}
+#endif
+
+static float max_below(const float *x, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
+#ifdef KERNEL_AVX2
+    if (__builtin_cpu_supports("avx2")) return max_below_avx2(x, v, n, n_eq);
+#endif
+    return max_below_plain(x, v, n, n_eq);
 }
 
 PyDoc_STRVAR(cut_below_doc,

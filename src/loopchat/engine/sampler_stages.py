@@ -155,7 +155,7 @@ class Candidates:
                 self.ids = None
                 return -1
             self.ids = top_set(self.work, k)  # (its order is the draw's: see _unsorted_distribution)
-            return first_cut(self.work, None, self.ids)
+            return cut_after(self.work, None, self.ids)
         raw_top = self.raw_top_ids if self.work is self.logits and k <= self.report_k else None
         self.ids, cut = top_and_cut(self.work, k, raw_top)
         self.sorted = True
