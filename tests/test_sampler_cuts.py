@@ -38,6 +38,23 @@ def with_ties_at_the_edge() -> np.ndarray:
     return x
 
 
+@pytest.mark.parametrize("name", [n for n in ROWS if n not in ("one", "odd")])
+@pytest.mark.usefixtures("sampler_path")
+def test_cut_after_among_the_tokens_a_constraint_allows(name: str) -> None:
+    """Top-p after the constraint: the entered tokens are the mask's (most of the vocabulary,
+    ascending), the pass reads the mask, not their ids."""
+    x = ROWS[name]
+    rng = np.random.default_rng(7)
+    mask = rng.random(x.shape[0]) < 0.8
+    mask[[5, 900]] = False  # (two of the tied top logits forbidden: a forbidden token ties the kept)
+    entered = np.flatnonzero(mask)
+    order = np.lexsort((entered, -x[entered]))
+    for n in (1, 2, 40, entered.shape[0] // 3, entered.shape[0] - 1):
+        kept = entered[order[:n]]
+        assert cut_after(x, entered, kept, mask) == first_cut(x, entered, kept), (name, n)
+    assert cut_after(x, entered, entered, mask) == -1
+
+
 @pytest.mark.usefixtures("sampler_path")
 def test_cut_after_where_a_tied_token_before_the_kept_ones_was_not_kept() -> None:
     x = with_ties_at_the_edge()
@@ -86,3 +103,6 @@ def test_the_kernels_cut_passes() -> None:
     assert k.cut_below(x, 5.0) == (2, 2)  # the first of the largest below 5, and two 5s
     assert k.cut_below(x, 1.0) == (-1, 1)  # only -inf below: none
     assert k.first_equal(x, 5.0, 2) == 3 and k.first_equal(x, 4.0, 0) == -1
+    mask = np.array([1, 1, 0, 1, 1, 1, 1], dtype=np.uint8)  # (3 at position 2 forbidden: the one at 5)
+    assert k.cut_below_mask(x, 5.0, mask) == (5, 2)
+    assert k.cut_below_mask(x, 5.0, np.array([0, 0, 0, 1, 0, 0, 1], dtype=np.uint8)) == (-1, 1)

@@ -1038,6 +1038,54 @@ static PyObject *py_cut_below(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nn)", i, n_eq);
 }
 
+/* cut_below among the tokens a mask allows (one byte a token, nonzero: allowed; the
+   constraint's, sampler_constraint): the same passes, a forbidden token never counted. */
+KERNEL_CLONES
+static float max_below_masked(const float *x, const uint8_t *mask, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
+    float m = -INFINITY;
+    Py_ssize_t c = 0;
+#pragma omp simd reduction(max : m) reduction(+ : c)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float y = mask[i] && x[i] < v ? x[i] : -INFINITY;
+        m = y > m ? y : m;
+        c += mask[i] && x[i] == v;
+    }
+    *n_eq = c;
+    return m;
+}
+
+PyDoc_STRVAR(cut_below_mask_doc,
+             "cut_below_mask(x, v, mask) -> (i, n_eq): cut_below among the positions where mask (bytes, one a\n"
+             "position; nonzero: allowed) is set.");
+
+static PyObject *py_cut_below_mask(PyObject *self, PyObject *args) {
+    PyObject *xo, *mo;
+    double v;
+    Py_buffer x, mb;
+    if (!PyArg_ParseTuple(args, "OdO", &xo, &v, &mo)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (PyObject_GetBuffer(mo, &mb, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0], i = -1, n_eq = 0;
+    if (mb.len != n) {
+        PyBuffer_Release(&x);
+        PyBuffer_Release(&mb);
+        PyErr_SetString(PyExc_ValueError, "cut_below_mask: the mask must hold one byte a position");
+        return NULL;
+    }
+    const float *p = (const float *)x.buf;
+    const uint8_t *mask = (const uint8_t *)mb.buf;
+    Py_BEGIN_ALLOW_THREADS float m = max_below_masked(p, mask, (float)v, n, &n_eq);
+    if (m > -INFINITY)
+        for (i = first_equal(p, m, 0, n); i >= 0 && !mask[i]; i = first_equal(p, m, i + 1, n)) {
+        }
+    Py_END_ALLOW_THREADS PyBuffer_Release(&x);
+    PyBuffer_Release(&mb);
+    return Py_BuildValue("(nn)", i, n_eq);
+}
+
 PyDoc_STRVAR(first_equal_doc, "first_equal(x, v, start) -> i: the first i >= start with x[i] == v (float32), -1 if none.");
 
 static PyObject *py_first_equal(PyObject *self, PyObject *args) {
@@ -1384,6 +1432,7 @@ static PyMethodDef methods[] = {
     {"exp_sum_above", py_exp_sum_above, METH_VARARGS, exp_sum_above_doc},
     {"cut_below", py_cut_below, METH_VARARGS, cut_below_doc},
     {"first_equal", py_first_equal, METH_VARARGS, first_equal_doc},
+    {"cut_below_mask", py_cut_below_mask, METH_VARARGS, cut_below_mask_doc},
     {"bin_masses", py_bin_masses, METH_VARARGS, bin_masses_doc},
     {"bin_split", py_bin_split, METH_VARARGS, bin_split_doc},
     {"top_p_cut", py_top_p_cut, METH_VARARGS, top_p_cut_doc},

@@ -353,7 +353,7 @@ class TopP:
             known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, (c.norm * c.mass, c.raw_max))
             before = c.ids
             c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
-            cut = cut_after(c.work, before, c.ids)
+            cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
             if before is None:  # (share: of the float64 total; the kept mass is in the mass unit)
