@@ -1,5 +1,7 @@
 """The most likely token a stage removed, where the stage's own selection does not hand it
-over (the unsorted form, sampler_stages): one copy of the logits and one argmax.
+over (the unsorted form, sampler_stages): with the C kernel, one read-only pass for the
+largest logit below the last kept one and a search for its first position (`cut_after`,
+`cut_below`); else one copy of the logits and one argmax (`first_cut`).
 
 The token is the largest logit among those that entered the stage and did not leave it;
 equal ones: the lowest id (argmax's first), the token a stable sort by logit would have
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from loopchat.engine import sampler_fused
+from loopchat.engine.sampler_math import top_indices
 from loopchat.engine.sampler_scratch import scratch
 
 
@@ -34,3 +38,59 @@ def cut_of_top(top: np.ndarray, k: int) -> int:
     """The first token a sorted top-`k` cut: top[k] (`top` holds at least k + 1, largest
     first), or -1 when `top` holds only k."""
     return int(top[k]) if top.shape[0] > k else -1
+
+
+def cut_after(work: np.ndarray, entered: np.ndarray | None, kept: np.ndarray, mask: np.ndarray | None = None) -> int:
+    """first_cut, where `kept` holds every entered token above its least logit (top-k's and
+    top-p's sets). With the kernel, no copy of the vocabulary: the largest logit below the
+    least kept one (its lowest id), in one read-only pass that also counts the ties of the
+    least kept; where one of those was not kept (equal logits: rare), first_cut. Entered
+    tokens (not None): only where `mask` (one bool a token: the constraint's) allows them
+    and no other, the pass skipping the tokens it forbids."""
+    kernel = sampler_fused.kernel
+    n = work.shape[0] if entered is None else entered.shape[0]
+    if kernel is None or not 0 < kept.shape[0] < n:
+        return first_cut(work, entered, kept)
+    if entered is not None and (mask is None or np.count_nonzero(mask) != n):  # (entered: a subset of it)
+        return first_cut(work, entered, kept)
+    v = work[kept]
+    low = float(v.min())
+    i, n_eq = kernel.cut_below(work, low) if mask is None else kernel.cut_below_mask(work, low, mask.view(np.uint8))
+    if n_eq > np.count_nonzero(v == low):  # a token not kept ties the least kept logit: rare, first_cut's way
+        return first_cut(work, entered, kept)
+    return int(i)
+
+
+def cut_below(work: np.ndarray, entered: np.ndarray | None, kept: np.ndarray, src: np.ndarray, floor: float) -> int:
+    """first_cut, where `kept` are the entered tokens whose float64 logit is at least `floor`
+    (min-p; `src`: the entered tokens' logits, in the order of `entered`): the largest logit
+    below the floor, its lowest id. With the kernel: a read-only pass over `src`."""
+    kernel = sampler_fused.kernel
+    if kernel is None or kept.shape[0] >= src.shape[0]:
+        return first_cut(work, entered, kept)
+    v = np.float32(floor)  # the least float32 at or above the floor: x < v exactly where float64(x) < floor
+    if float(v) < floor:
+        v = np.nextafter(v, np.float32(np.inf))
+    i = int(kernel.cut_below(src, float(v))[0])
+    if i < 0 or entered is None:
+        return i
+    return int(entered[src == src[i]].min())  # (equal logits: the lowest id, whatever the order of `entered`)
+
+
+def top_and_cut(work: np.ndarray, k: int, raw_top: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """Top-k's sorted candidates and its cut token: the k largest of `work` as
+    sampler_math.top_indices(work, k) gives them (`raw_top`: the raw top ids, the model's
+    logits unchanged, when they hold k: their first k), and the most likely token cut. One
+    search for k + 1 where its values are distinct (the k largest and their order are then
+    unique: the same ids); where ties hold some, the same search as the reference's, for k
+    (equal logits' order is the search's), and the token after them (cut_after)."""
+    if raw_top is not None and raw_top.shape[0] > k:
+        return raw_top[:k], int(raw_top[k])
+    top = top_indices(work, k + 1)
+    if top.shape[0] <= k:  # (the whole vocabulary)
+        return top, -1
+    v = work[top]
+    if bool(np.all(v[:-1] > v[1:])):
+        return top[:k], int(top[k])
+    ids = raw_top[:k] if raw_top is not None else top_indices(work, k)
+    return ids, cut_after(work, None, ids)

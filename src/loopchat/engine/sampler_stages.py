@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from loopchat.engine import dry, sampler_fused
-from loopchat.engine.sampler_cuts import cut_of_top, first_cut
+from loopchat.engine.sampler_cuts import cut_after, cut_below, first_cut, top_and_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, scratch, top_indices, top_p_set, top_set
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport
@@ -155,15 +155,12 @@ class Candidates:
                 self.ids = None
                 return -1
             self.ids = top_set(self.work, k)  # (its order is the draw's: see _unsorted_distribution)
-            return first_cut(self.work, None, self.ids)
-        if self.work is self.logits and k < self.report_k:
-            top = self.raw_top_ids
-        else:
-            top = top_indices(self.work, k + 1)
-        self.ids = top[:k]
+            return cut_after(self.work, None, self.ids)
+        raw_top = self.raw_top_ids if self.work is self.logits and k <= self.report_k else None
+        self.ids, cut = top_and_cut(self.work, k, raw_top)
         self.sorted = True
         self.logits64 = self.work[self.ids].astype(np.float64)
-        return cut_of_top(top, k)
+        return cut
 
     def _take_top_of_ids(self, k: int) -> None:
         assert self.ids is not None
@@ -356,7 +353,7 @@ class TopP:
             known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, (c.norm * c.mass, c.raw_max))
             before = c.ids
             c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
-            cut = first_cut(c.work, before, c.ids)
+            cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
             if before is None:  # (share: of the float64 total; the kept mass is in the mass unit)
@@ -389,11 +386,12 @@ class MinP:
             return c.report(self.name, entered, c.mass * float(w[:n_keep].sum()) / float(w.sum()), cut)
         src = c.source()
         mx = c.source_max(src)
-        kept, z, w_sum = sampler_fused.min_p_keep(src, mx + math.log(self.min_p), mx)
+        floor = mx + math.log(self.min_p)
+        kept, z, w_sum = sampler_fused.min_p_keep(src, floor, mx)
         before = c.ids
         c.ids = kept if c.ids is None else c.ids[kept]
         c.z = z  # the candidates' logits minus their max, at temperature 1 so far
-        cut = first_cut(c.work, before, c.ids)
+        cut = cut_below(c.work, before, c.ids, src, floor)
         return c.report(self.name, entered, w_sum * math.exp(mx - c.raw_max) / c.norm, cut)
 
 

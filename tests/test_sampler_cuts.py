@@ -1,0 +1,108 @@
+"""The stages' cut token without a copy of the logits (sampler_cuts.cut_after, cut_below:
+the kernel's read-only passes) against first_cut (a copy and an argmax), on rows made to
+break them: equal logits around the cut, -inf logits, a cut at either end of the row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sampler_paths import built_kernel, sampler_path  # noqa: F401 (a fixture)
+from test_sampler_kernel import ROWS
+
+from loopchat.engine.sampler_cuts import cut_after, cut_below, first_cut, top_and_cut
+from loopchat.engine.sampler_math import top_indices
+
+
+def kept_prefixes(x: np.ndarray) -> list[np.ndarray]:
+    """What top-p keeps (a prefix of the order by logit, largest first, equal ones by id) and
+    what top-k keeps (top_indices: equal logits at its edge in the search's order)."""
+    order = np.argsort(-x, kind="stable")
+    sizes = sorted({1, 2, 3, 4, 7, 40, 41, x.shape[0] // 3, x.shape[0] - 1} & set(range(1, x.shape[0])))
+    return [order[:n] for n in sizes] + [top_indices(x, n) for n in sizes]
+
+
+@pytest.mark.parametrize("name", [n for n in ROWS if n not in ("one",)])
+@pytest.mark.usefixtures("sampler_path")
+def test_cut_after_names_the_token_first_cut_names(name: str) -> None:
+    x = ROWS[name]
+    for kept in kept_prefixes(x):
+        assert cut_after(x, None, kept) == first_cut(x, None, kept), (name, kept.shape[0])
+
+
+def with_ties_at_the_edge() -> np.ndarray:
+    """Many equal logits: a top-k edge inside a run of them, kept out of id order."""
+    x = np.zeros(9000, dtype=np.float32)
+    x[[10, 4000, 8999]] = 3.0
+    x[[5, 6, 7000]] = 2.0
+    x[[0, 8000]] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("name", [n for n in ROWS if n not in ("one", "odd")])
+@pytest.mark.usefixtures("sampler_path")
+def test_cut_after_among_the_tokens_a_constraint_allows(name: str) -> None:
+    """Top-p after the constraint: the entered tokens are the mask's (most of the vocabulary,
+    ascending), the pass reads the mask, not their ids."""
+    x = ROWS[name]
+    rng = np.random.default_rng(7)
+    mask = rng.random(x.shape[0]) < 0.8
+    mask[[5, 900]] = False  # (two of the tied top logits forbidden: a forbidden token ties the kept)
+    entered = np.flatnonzero(mask)
+    order = np.lexsort((entered, -x[entered]))
+    for n in (1, 2, 40, entered.shape[0] // 3, entered.shape[0] - 1):
+        kept = entered[order[:n]]
+        assert cut_after(x, entered, kept, mask) == first_cut(x, entered, kept), (name, n)
+    assert cut_after(x, entered, entered, mask) == -1
+
+
+@pytest.mark.usefixtures("sampler_path")
+def test_cut_after_where_a_tied_token_before_the_kept_ones_was_not_kept() -> None:
+    x = with_ties_at_the_edge()
+    for kept in ([10, 4000, 8999, 7000], [4000, 10, 8999, 6], [10, 8999, 4000]):
+        ids = np.array(kept)
+        assert cut_after(x, None, ids) == first_cut(x, None, ids), kept
+    assert cut_after(x, None, np.flatnonzero(x > -np.inf)) == -1  # (only -inf logits left: none)
+
+
+@pytest.mark.parametrize("name", [n for n in ROWS if n not in ("one",)])
+@pytest.mark.usefixtures("sampler_path")
+def test_cut_below_names_the_token_first_cut_names(name: str) -> None:
+    x = ROWS[name]
+    rng = np.random.default_rng(5)
+    finite = x[np.isfinite(x)]
+    for floor in {float(finite.max()), float(finite.max()) - 1e-9, float(np.median(finite)), -1e30}:
+        kept = np.flatnonzero(x.astype(np.float64) >= floor)
+        assert cut_below(x, None, kept, x, floor) == first_cut(x, None, kept), (name, floor)
+        # candidates an earlier stage narrowed, in no id order (top-p's bins): a gather of them
+        entered = rng.permutation(x.shape[0])[: max(1, x.shape[0] // 2)]
+        src = x[entered]
+        kept = entered[src.astype(np.float64) >= floor]
+        assert cut_below(x, entered, kept, src, floor) == first_cut(x, entered, kept), (name, floor)
+
+
+@pytest.mark.usefixtures("sampler_path")
+def test_top_and_cut_keeps_what_top_indices_keeps_where_logits_tie() -> None:
+    """The chain's top-k is the reference's top_indices(work, k), ties included (a search for
+    k + 1 orders equal logits its own way), and its cut the token after them."""
+    x = ROWS["ties"]
+    for k in (1, 2, 3, 10, 40):
+        ids, cut = top_and_cut(x, k, None)
+        assert np.array_equal(ids, top_indices(x, k)), k
+        assert cut == first_cut(x, None, ids), k
+        raw = top_indices(x, k)  # (the raw top ids, k of them: what the chain reported)
+        ids, cut = top_and_cut(x, k, raw)
+        assert np.array_equal(ids, raw) and cut == first_cut(x, None, ids), k
+    spread = ROWS["spread"]
+    ids, cut = top_and_cut(spread, 40, None)
+    assert np.array_equal(ids, top_indices(spread, 40)) and cut == int(top_indices(spread, 41)[40])
+
+
+def test_the_kernels_cut_passes() -> None:
+    k = built_kernel()
+    x = np.array([1, 5, 3, 5, 2, 3, -np.inf], dtype=np.float32)
+    assert k.cut_below(x, 5.0) == (2, 2)  # the first of the largest below 5, and two 5s
+    assert k.cut_below(x, 1.0) == (-1, 1)  # only -inf below: none
+    assert k.first_equal(x, 5.0, 2) == 3 and k.first_equal(x, 4.0, 0) == -1
+    mask = np.array([1, 1, 0, 1, 1, 1, 1], dtype=np.uint8)  # (3 at position 2 forbidden: the one at 5)
+    assert k.cut_below_mask(x, 5.0, mask) == (5, 2)
+    assert k.cut_below_mask(x, 5.0, np.array([0, 0, 0, 1, 0, 0, 1], dtype=np.uint8)) == (-1, 1)
