@@ -55,7 +55,8 @@ class ReplayHost:
         return self._pieces[token_id]
 
     def piece_text(self, token_id: int) -> str:
-        return self.piece(token_id).decode("utf-8", errors="replace")
+        # (a stage's cut token may be one the recording never named: its text is then unknown)
+        return self._pieces.get(token_id, b"").decode("utf-8", errors="replace")
 
     def is_eog(self, token_id: int) -> bool:
         return token_id in self._eog

@@ -180,3 +180,15 @@ def test_models_toml_and_the_command_line_choose_it_per_model(tmp_path: Path, mo
     assert EngineOptions.from_spec(config.get("b"), model_path, log_path=log, flash_attn="off").flash_attn == "off"
     # not set: the model's measured choice (docs/performance.md): the bundled SmolLM2 off, others auto
     assert model_default(model_path) == "off" and model_default(tmp_path / "gemma-3-270m-q4_k_m.gguf") == "auto"
+
+
+def test_the_settings_are_llama_cpp_s_enum() -> None:
+    import llama_cpp
+
+    from loopchat.engine.flash_attn import FLASH_ATTN_TYPES
+
+    assert FLASH_ATTN_TYPES == {
+        "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    }

@@ -130,7 +130,8 @@ async def test_shift_f7_colours_each_token_by_its_lens_depth_and_a_message_goes_
         await wait_for(pilot, lambda: first_reading.done, 30, "the first reading's end")
         assert len(app.conversation.replies) == 2 and not reading.done
         app.set_setting(max_tokens=3)
-        await pilot.press(*"Thanks", "enter")
+        app.prompt.value = "Thanks"  # (at once: the reading of 60 passes has just begun)
+        await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.conversation.replies) == 3, 10, "the third reply")
         await wait_run(pilot)
         third = app.conversation.replies[-1]

@@ -40,3 +40,8 @@ def stage_reports(rows: object) -> tuple[StageReport, ...]:
     if not rows:
         return ()
     return tuple(StageReport(*r) for r in rows)  # type: ignore[attr-defined]
+
+
+def with_cut_text(r: StageReport, text: str) -> StageReport:
+    """The report with its cut token's text filled in (the engine's: it has the vocabulary)."""
+    return StageReport(*r[:-1], text)

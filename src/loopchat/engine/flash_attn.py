@@ -22,17 +22,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import llama_cpp
+from typing import TYPE_CHECKING
 
 from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
 from loopchat.model_files import BUILTIN_MODELS
 
-#: llama.cpp's enum llama_flash_attn_type for each setting
-FLASH_ATTN_TYPES: dict[str, int] = {
-    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,  # -1
-    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,  # 0
-    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,  # 1
-}
+if TYPE_CHECKING:  # (llama_cpp is imported by the engine when it loads a model, not before: omp_spin.py)
+    import llama_cpp
+
+#: llama.cpp's enum llama_flash_attn_type for each setting (llama.h: LLAMA_FLASH_ATTN_TYPE_AUTO,
+#: _DISABLED, _ENABLED; tests/test_flash_attn.py checks them against llama_cpp's)
+FLASH_ATTN_TYPES: dict[str, int] = {"auto": -1, "off": 0, "on": 1}
 _ASKED = re.compile(r"flash_attn\s+= (auto|enabled|disabled)")
 _RESOLVED = re.compile(r"Flash Attention (enabled|not supported, set to disabled)")
 _load_lock = threading.Lock()

@@ -45,6 +45,7 @@ from loopchat.engine.step_gate import Drawn, PendingDraw, StepGate
 from loopchat.errors import ContextOverflowError
 from loopchat.events import Candidate, Event, Finish, FinishReason, Pending, Prefill, Start, Step, decode_rate
 from loopchat.request import ReplyRequest
+from loopchat.stage_report import with_cut_text
 from loopchat.settings import SamplingSettings, new_seed
 from loopchat.step_control import HAND, StepControl
 from loopchat.token_faces import partial_bytes
@@ -370,7 +371,7 @@ class ReplyRun:
             "sampled_entropy": res.sampled_entropy,
             "candidates_kept": res.kept,
             "stages": tuple(
-                r._replace(cut_text=self.host.piece_text(r.cut_id)) if r.cut_id >= 0 else r for r in res.stages
+                with_cut_text(r, self.host.piece_text(r.cut_id)) if r.cut_id >= 0 else r for r in res.stages
             ),
             "forward_ms": self.clock.forward_ms,
             "forward_tokens": self.clock.forward_tokens,

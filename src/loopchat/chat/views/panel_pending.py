@@ -7,7 +7,8 @@ On a short panel (80x24: under the transcript) it keeps the rows the keys need; 
 gives way, first to last (`fit`): the blank lines; the key list (the die bar under the
 panel says it too); the settings in full (they go on one line, and the key list comes
 back if it fits); the key list again; candidates (down to 3); the entropy; the last draw.
-The sampler's waterfall (panel_waterfall) goes to one line with the blanks.
+The sampler's waterfall (panel_waterfall) goes to one line with the blanks, and away with
+the key list.
 """
 
 from __future__ import annotations
@@ -157,8 +158,9 @@ def pending_lines(v: PanelView, width: int) -> list[Line]:
         blank,
         Section(_entropy(p, width), (Form(ENTROPY, ()),), name="entropy"),
         blank,
-        # the sampler stage by stage, reshaped with the die (one line when the blanks go)
-        Section(waterfall_lines(p, width), (Form(BLANKS, waterfall_short(p, width)),), name="waterfall"),
+        # the sampler stage by stage, reshaped with the die (one line when the blanks go,
+        # none with the key list: the settings in full outrank it)
+        Section(waterfall_lines(p, width), (Form(BLANKS, waterfall_short(p, width)), Form(KEYS, ())), name="waterfall"),
         Section([BLANK] if p.stages else [], (Form(BLANKS, ()),), name="blank"),
         Section(
             _settings(p, v.knob, width),
