@@ -45,8 +45,8 @@ from loopchat.engine.step_gate import Drawn, PendingDraw, StepGate
 from loopchat.errors import ContextOverflowError
 from loopchat.events import Candidate, Event, Finish, FinishReason, Pending, Prefill, Start, Step, decode_rate
 from loopchat.request import ReplyRequest
-from loopchat.stage_report import with_cut_text
 from loopchat.settings import SamplingSettings, new_seed
+from loopchat.stage_report import with_cut_text
 from loopchat.step_control import HAND, StepControl
 from loopchat.token_faces import partial_bytes
 
