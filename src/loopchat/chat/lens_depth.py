@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.session_core import Refused
-from loopchat.events import LensRow, RunDone, Start, Step, WorkerError
+from loopchat.chat.session_lens import NO_LENS_ON_SERVER, LensRun, check_same_model
+from loopchat.events import LensRow, Step
 from loopchat.request import ReplyRequest
 
 
@@ -40,39 +41,22 @@ def lens_depth(rows: Sequence[LensRow]) -> int | None:
 
 
 @dataclass(slots=True)
-class DepthProbe:
-    """The lens depths of one reply being computed: its run's events fill `rec.lens_depths`."""
+class DepthProbe(LensRun):
+    """The lens depths of one reply being computed: its run's Steps fill `rec.lens_depths`."""
 
     rec: ReplyRecord
     total: int  # the reply's tokens (its steps before the first stop)
-    run_id: int = 0
-    note: str | None = None  # why there are no depths (the model's architecture, an error)
-    done: bool = False
     changed: bool = False  # depths came since the app last looked (it clears this)
-    #: a reply asked for meanwhile stops this run (session_core._start)
-    stops_for_a_reply: ClassVar[bool] = True
+    stops_for_a_reply: ClassVar[bool] = True  # (a whole reply's passes: a message goes first)
 
-    def take(self, event: Any) -> bool:
-        """Whether `event` is this probe's run's (then it is used here, not by the chat)."""
-        match event:
-            case Start():
-                self.note = event.lens_note
-            case Step():
-                if event.lens is not None:
-                    self.rec.lens_depths[event.index] = lens_depth(event.lens)
-                    self.rec.lens_layers = len(event.lens)
-                    self.changed = True
-            case WorkerError(during="generate"):
-                self.note = event.message
-            case RunDone():
-                if event.run_id != self.run_id:
-                    return False
-                self.done = self.changed = True
-            case _ if getattr(event, "kind", None) in ("prefill", "finish", "context_trimmed"):
-                pass
-            case _:
-                return False
-        return True
+    def on_step(self, step: Step) -> None:
+        if step.lens is not None:
+            self.rec.lens_depths[step.index] = lens_depth(step.lens)
+            self.rec.lens_layers = len(step.lens)
+            self.changed = True
+
+    def on_done(self) -> None:
+        self.changed = True
 
     @property
     def status(self) -> str:
@@ -91,12 +75,10 @@ def depth_request(backend: Any, rec: ReplyRecord | None) -> tuple[ReplyRequest, 
     """The run that reads `rec`'s passes not yet read with the lens, and how many tokens
     the reply has (None: every depth is known; Refused: it cannot be read)."""
     if not backend.can_branch:
-        raise Refused("No logit lens for a model on a server: its layers are not ours to read")
+        raise Refused(NO_LENS_ON_SERVER)
     if rec is None or not rec.done or rec.start is None:
         raise Refused("No finished reply to colour yet: the lens depth reads a finished reply's passes")
-    ready = backend.ready
-    if ready is not None and rec.start.model_path and ready.path and str(ready.path) != rec.start.model_path:
-        raise Refused(f"That reply was written by {rec.start.model_name}: switch back to it for its lens depths")
+    check_same_model(backend, rec, "its lens depths")
     tokens: list[int] = []
     for i, step in enumerate(rec.steps):
         if step.is_stop:

@@ -20,32 +20,38 @@ from loopchat.events import LensRow, RunDone, Start, Step, WorkerError
 from loopchat.request import ReplyRequest
 
 
-@dataclass(slots=True)
-class LensProbe:
-    """One lens asked for: the shown pass of reply `reply`'s step `step`."""
+@dataclass(slots=True, kw_only=True)
+class LensRun:
+    """A run asked for with the lens, not a reply of the conversation: its events are
+    taken here (`take`), each Step handed to `on_step`. F11's LensProbe, Shift+F7's
+    DepthProbe (lens_depth.py)."""
 
-    reply: int
-    step: int
     run_id: int = 0
-    rows: tuple[LensRow, ...] | None = None
     note: str | None = None  # why there are no rows (the model's architecture, an error)
     done: bool = False
-    #: a reply asked for meanwhile waits for this one pass (lens_depth.DepthProbe: stops it)
+    #: a reply asked for meanwhile stops this run (session_core._start); False: it waits
     stops_for_a_reply: ClassVar[bool] = False
 
+    def on_step(self, step: Step) -> None:
+        """A Step of this run (with its lens rows, if the model has a lens)."""
+
+    def on_done(self) -> None:
+        """The run ended."""
+
     def take(self, event: Any) -> bool:
-        """Whether `event` is this probe's run's (then it is used here, not by the chat)."""
+        """Whether `event` is this run's (then it is used here, not by the chat)."""
         match event:
             case Start():
                 self.note = event.lens_note
             case Step():
-                self.rows = event.lens
+                self.on_step(event)
             case WorkerError(during="generate"):
                 self.note = event.message
             case RunDone():
                 if event.run_id != self.run_id:
                     return False
                 self.done = True
+                self.on_done()
             case _ if getattr(event, "kind", None) in ("prefill", "finish", "context_trimmed"):
                 pass
             case _:
@@ -53,15 +59,39 @@ class LensProbe:
         return True
 
 
+@dataclass(slots=True)
+class LensProbe(LensRun):
+    """One lens asked for: the shown pass of reply `reply`'s step `step` (it is one pass:
+    a reply asked for meanwhile waits for it)."""
+
+    reply: int
+    step: int
+    rows: tuple[LensRow, ...] | None = None
+
+    def on_step(self, step: Step) -> None:
+        self.rows = step.lens
+
+
+#: the refusal of a lens where the model runs on a server
+NO_LENS_ON_SERVER = "No logit lens for a model on a server: its layers are not ours to read"
+
+
+def check_same_model(backend: Any, rec: ReplyRecord, what: str) -> None:
+    """Refused unless the model loaded is the one that wrote `rec` (its passes are read
+    again on it; `what`: what the refusal names)."""
+    ready = backend.ready
+    if ready is not None and rec.start is not None and rec.start.model_path and ready.path:
+        if str(ready.path) != rec.start.model_path:
+            raise Refused(f"That reply was written by {rec.start.model_name}: switch back to it for {what}")
+
+
 def lens_request(backend: Any, rec: ReplyRecord | None, step: Step | None) -> ReplyRequest:
     """The run that re-reads `step`'s pass with the lens (Refused: one that cannot)."""
     if not backend.can_branch:
-        raise Refused("No logit lens for a model on a server: its layers are not ours to read")
+        raise Refused(NO_LENS_ON_SERVER)
     if rec is None or step is None or not rec.done or rec.start is None or step.token_id is None:
         raise Refused("Select a token of a finished reply (Alt+←/→ or a click): F11 shows its pass's lens")
-    ready = backend.ready
-    if ready is not None and rec.start.model_path and ready.path and str(ready.path) != rec.start.model_path:
-        raise Refused(f"That reply was written by {rec.start.model_name}: switch back to it for its lens")
+    check_same_model(backend, rec, "its lens")
     before = [s for s in rec.steps if s.index < step.index]
     if len(before) != step.index or any(s.token_id is None or s.is_stop for s in before):
         raise Refused("That token's earlier steps are not in the reply's record: its pass cannot be re-read")
