@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from textual import events
-from tui_fixtures import fake_app, panel_text, record_notices, reply_to, wait_for, wait_run
+from tui_fixtures import fake_app, model_app, panel_text, record_notices, reply_to, wait_for, wait_run
 
 from loopchat.browser import WEB_URL_ENV
 from loopchat.tui.help_screen import IN_A_BROWSER, KEYS
@@ -103,18 +103,8 @@ async def test_alt_backspace_deletes_a_word_in_the_message_box(tmp_path) -> None
 
 @pytest.mark.model
 async def test_alt_s_arms_step_mode_and_runs_freely_again(live_backend, tmp_path, monkeypatch) -> None:
-    from loopchat.chat.prefs import Prefs
-    from loopchat.settings import SamplingSettings
-    from loopchat.tui.launch import create_app
-
     monkeypatch.setenv(WEB_URL_ENV, "http://127.0.0.1:8000")  # a browser tab's chat
-    app = create_app(
-        backend=live_backend,
-        prefs=Prefs(markdown=False),
-        prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=42, max_tokens=20, temperature=0.8),
-        history=False,
-    )
+    app = model_app(live_backend, tmp_path, seed=42, max_tokens=20, temperature=0.8)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         await alt(pilot, "s")

@@ -9,13 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from tui_fixtures import palette_pick, panel_text, record_notices, wait_for, wait_run
+from tui_fixtures import model_app, palette_pick, panel_text, record_notices, wait_for, wait_run
 
 from loopchat.chat.plots import fmt_prob
-from loopchat.chat.prefs import Prefs
-from loopchat.settings import SamplingSettings
 from loopchat.tui.constraint_dialog import ConstraintDialog
-from loopchat.tui.launch import create_app
 from loopchat.tui.token_styles import FORCED_COLOUR, token_style
 
 pytestmark = pytest.mark.model
@@ -38,13 +35,7 @@ async def test_a_schema_set_in_the_palette_shapes_the_reply_and_the_panel_shows_
     schema.write_text(json.dumps(SCHEMA))
     bad = tmp_path / "bad.gbnf"
     bad.write_text('root ::= "a" | b\n')
-    app = create_app(
-        backend=backend,
-        prefs=Prefs(markdown=False),
-        prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=2, max_tokens=40, temperature=0.7),
-        history=False,
-    )
+    app = model_app(backend, tmp_path, seed=2, max_tokens=40, temperature=0.7)
     async with app.run_test(size=(130, 50)) as pilot:
         notices = record_notices(app)
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
@@ -111,13 +102,7 @@ async def test_a_model_s_json_schema_from_models_toml_shapes_the_chat_s_replies(
     toml = tmp_path / "models.toml"
     toml.write_text('[models.shaped]\nbuiltin = "smollm2-135m-instruct"\njson_schema = "weather.json"\n')
     b = LiveBackend(load_config(toml), "shaped", threads=1)
-    app = create_app(
-        backend=b,
-        prefs=Prefs(markdown=False),
-        prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=2, max_tokens=40, temperature=0.7),
-        history=False,
-    )
+    app = model_app(b, tmp_path, seed=2, max_tokens=40, temperature=0.7)
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, app.model_ready.is_set, 60, "the model")

@@ -5,12 +5,9 @@ raw softmax; the conversation is left as it was. Through Textual's Pilot, the re
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import wait_for, wait_run
+from tui_fixtures import model_app, wait_for, wait_run
 
 from loopchat.chat.lens_depth import lens_depth
-from loopchat.chat.prefs import Prefs
-from loopchat.settings import SamplingSettings
-from loopchat.tui.launch import create_app
 from loopchat.tui.lens_screen import LensScreen
 from loopchat.tui.token_styles import depth_colour
 
@@ -23,13 +20,7 @@ def backend(live_backend):
 
 
 async def test_f11_shows_each_layer_of_the_selected_pass(backend, tmp_path) -> None:
-    app = create_app(
-        backend=backend,
-        prefs=Prefs(markdown=False),
-        prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=4, max_tokens=5, temperature=0.7),
-        history=False,
-    )
+    app = model_app(backend, tmp_path, seed=4, max_tokens=5, temperature=0.7)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         await pilot.press(*"The capital of France is", "enter")
@@ -81,13 +72,7 @@ def _colours(view) -> set[str]:
 
 
 async def test_shift_f7_colours_each_token_by_its_lens_depth_and_a_message_goes_first(backend, tmp_path) -> None:
-    app = create_app(
-        backend=backend,
-        prefs=Prefs(markdown=False),
-        prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=4, max_tokens=6, temperature=0.7),
-        history=False,
-    )
+    app = model_app(backend, tmp_path, seed=4, max_tokens=6, temperature=0.7)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         await pilot.press(*"The capital of France is", "enter")

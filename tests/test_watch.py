@@ -111,20 +111,12 @@ def test_a_reply_records_its_watched_tokens_at_every_step(engine) -> None:
 @pytest.mark.model
 async def test_the_palette_sets_tokens_on_watch_and_the_panel_shows_them(live_backend, tmp_path) -> None:
     from textual.widgets import Input, Static
-    from tui_fixtures import palette_pick, panel_text, wait_for, wait_run
+    from tui_fixtures import model_app, palette_pick, panel_text, wait_for, wait_run
 
     from loopchat.chat.plots import fmt_prob
-    from loopchat.chat.prefs import Prefs
-    from loopchat.tui.launch import create_app
     from loopchat.tui.watch_screen import WatchScreen
 
-    app = create_app(
-        backend=live_backend,
-        prefs=Prefs(markdown=False),
-        prefs_path=tmp_path / "p.json",
-        settings=SamplingSettings(seed=4, max_tokens=5, temperature=0.7),
-        history=False,
-    )
+    app = model_app(live_backend, tmp_path, seed=4, max_tokens=5, temperature=0.7)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         await palette_pick(pilot, "Tokens on watch")

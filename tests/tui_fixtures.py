@@ -42,6 +42,22 @@ def fake_app(tmp_path: Path, backend: Any = None, **prefs: Any) -> Any:
     return LoopChatApp(backend or FakeBackend(), prefs=Prefs(**prefs), prefs_path=tmp_path / "p.json")
 
 
+def model_app(backend: Any, tmp_path: Path, **settings: Any) -> Any:
+    """The chat app on a real backend (the model loaded by a fixture): Markdown off, no
+    history, its prefs in tmp_path, the sampling settings `settings`."""
+    from loopchat.chat.prefs import Prefs
+    from loopchat.settings import SamplingSettings
+    from loopchat.tui.launch import create_app
+
+    return create_app(
+        backend=backend,
+        prefs=Prefs(markdown=False),
+        prefs_path=tmp_path / "p.json",
+        settings=SamplingSettings(**settings),
+        history=False,
+    )
+
+
 async def palette_pick(pilot: Any, text: str) -> None:
     """Open the command palette (Ctrl+P), type `text`, wait until its first entry is
     the one asked for (the palette searches in the background), and press Enter."""
