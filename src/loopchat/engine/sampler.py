@@ -87,6 +87,13 @@ class _Distribution:
         assert self.source is not None
         return sampler_fused.weights_of(self.source[pos], self.shift, self.t)
 
+    def position(self, token: int) -> int | None:
+        """Where `token` is among the candidates (None: the settings cut it)."""
+        if self.ids is None:
+            return token
+        where = np.flatnonzero(self.ids == token)
+        return int(where[0]) if where.size else None
+
     def block(self, first: int, stop: int) -> np.ndarray:
         """The weights of positions first..stop (a draw's block)."""
         return self.weights(slice(first, stop))
@@ -143,11 +150,7 @@ def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tupl
     """(the token, its position in d; None: a forced token the filters cut)."""
     n_kept = d.n
     if force is not None:
-        token_id = int(force)
-        if d.ids is None:
-            return token_id, token_id
-        where = np.flatnonzero(d.ids == token_id)
-        return token_id, (int(where[0]) if where.size else None)
+        return int(force), d.position(int(force))
     if n_kept == 1:
         pick = 0
     elif d.blocks is not None:

@@ -27,11 +27,7 @@ def watched(res: SampleResult, ids: Sequence[int]) -> tuple[WatchedToken, ...]:
     for t in ids:
         raw_prob = float(raw.exp_at(np.array([t]))[0]) / total
         raw_rank = rank_of(logits, t, res.raw_top_ids)
-        if d.ids is None:
-            pos: int | None = t
-        else:
-            where = np.flatnonzero(d.ids == t)
-            pos = int(where[0]) if where.size else None
+        pos = d.position(t)
         if pos is None:
             out.append(WatchedToken(t, raw_prob, raw_rank, 0.0, 0))
             continue
