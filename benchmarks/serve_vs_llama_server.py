@@ -40,7 +40,7 @@ import psutil
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from serve_overhead import PROMPT, SEED, SYSTEM, Child, cpu_burners, loopchat_serve, stream_request  # noqa: E402
+from serve_overhead import Child, chat_body, cpu_burners, loopchat_serve, stream_request  # noqa: E402
 
 from loopchat.model_files import builtin_model_path  # noqa: E402
 
@@ -69,16 +69,10 @@ def loopchat(threads: int, flash_attn: str) -> Child:
 
 
 def body(tokens: int) -> dict:
-    return {
-        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
-        "stream": True,
-        "max_tokens": tokens,
-        "seed": SEED,
-        "logprobs": True,
-        "top_logprobs": 5,
-        "ignore_eos": True,
-        **SAMPLING,
-    }
+    """serve_overhead's chat body with the top 5, the settings sent to both, no usage chunk."""
+    b = chat_body(tokens, top_logprobs=5, ignore_eos=True, **SAMPLING)
+    del b["stream_options"]
+    return b
 
 
 def timed(server: Child, tokens: int) -> dict:
