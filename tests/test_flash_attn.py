@@ -17,7 +17,7 @@ import pytest
 from loopchat.engine.engine import Engine
 from loopchat.engine.flash_attn import resolved_from_log
 from loopchat.events import Message, Start, Step
-from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, parse_flash_attn
+from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn, parse_flash_attn
 from loopchat.settings import SamplingSettings
 
 # what llama.cpp 0.3.36's context creation logs (llama-context.cpp), cut to the lines read
@@ -79,20 +79,22 @@ def _asked(log: Path) -> str:
     return lines[-1].split("=")[-1].strip()
 
 
-@pytest.fixture(scope="module")
-def fa_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Path]]:
-    log = tmp_path_factory.mktemp("log") / "llama.log"
-    eng = Engine(model_path, n_ctx=512, threads=1, log_path=log, flash_attn="off")
+def _fa_engine(model_path: Path, factory: pytest.TempPathFactory, setting: FlashAttn) -> Iterator[tuple[Engine, Path]]:
+    """An engine of its own with flash attention `setting`, and its llama.cpp log."""
+    log = factory.mktemp("log") / "llama.log"
+    eng = Engine(model_path, n_ctx=512, threads=1, log_path=log, flash_attn=setting)
     yield eng, log
     eng.close()
+
+
+@pytest.fixture(scope="module")
+def fa_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Path]]:
+    yield from _fa_engine(model_path, tmp_path_factory, "off")
 
 
 @pytest.fixture(scope="module")
 def fa_on(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Path]]:
-    log = tmp_path_factory.mktemp("log") / "llama.log"
-    eng = Engine(model_path, n_ctx=512, threads=1, log_path=log, flash_attn="on")
-    yield eng, log
-    eng.close()
+    yield from _fa_engine(model_path, tmp_path_factory, "on")
 
 
 def _start(engine: Engine) -> Start:

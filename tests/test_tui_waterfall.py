@@ -4,12 +4,9 @@ real default model (Textual's Pilot)."""
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import panel_text, reply_to, wait_for
+from tui_fixtures import model_app, panel_text, reply_to, wait_for
 
 from loopchat.chat.plots import fmt_prob
-from loopchat.chat.prefs import Prefs
-from loopchat.settings import SamplingSettings
-from loopchat.tui.launch import create_app
 from loopchat.tui.settings_dialog import SettingsDialog
 
 pytestmark = pytest.mark.model
@@ -21,13 +18,7 @@ def backend(live_backend):
 
 
 def make_app(backend, tmp_path):
-    return create_app(
-        backend=backend,
-        prefs=Prefs(markdown=False),
-        prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=42, max_tokens=6, temperature=0.8, min_p=0.0),
-        history=False,
-    )
+    return model_app(backend, tmp_path, seed=42, max_tokens=6, temperature=0.8, min_p=0.0)
 
 
 async def test_the_panel_shows_the_waterfall_and_f2_sets_the_logit_bias(backend, tmp_path) -> None:
