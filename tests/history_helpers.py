@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from loopchat.engine.engine import Engine
-from loopchat.events import Event, Finish, Message, Start, to_json_dict
+from loopchat.event_json import to_json_dict
+from loopchat.events import Event, Finish, Message, Start
 from loopchat.history.store import ConversationStore
 from loopchat.settings import SamplingSettings
 

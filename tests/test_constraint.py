@@ -211,7 +211,7 @@ def test_the_constraint_row_survives_the_trace_the_history_and_the_pipe() -> Non
     from tui_fixtures import REPLY_TRACE
 
     from loopchat.constraint import ConstraintReport
-    from loopchat.events import event_from_json_dict, to_json_dict
+    from loopchat.event_json import event_from_json_dict, to_json_dict
     from loopchat.history.step_codec import decode_steps, encode_steps
     from loopchat.trace import read_trace
 

@@ -20,7 +20,8 @@ from loopchat.chat.export import (
     write_atomically,
 )
 from loopchat.engine.engine import Engine
-from loopchat.events import Finish, FinishReason, Message, RunDone, Start, Step, event_from_json_dict
+from loopchat.event_json import event_from_json_dict
+from loopchat.events import Finish, FinishReason, Message, RunDone, Start, Step
 from loopchat.history.store import CUT, ConversationStore, StoreError
 from loopchat.trace import CUT_SHORT, TraceWriter, read_trace
 

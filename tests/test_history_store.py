@@ -20,7 +20,8 @@ import pytest
 from history_helpers import SYSTEM, as_json, folder_to_lock, generate, make_readonly, short_reply, store_reply, tmpfs
 
 from loopchat.engine.engine import Engine
-from loopchat.events import Finish, FinishReason, Message, Prefill, Step, to_json_dict
+from loopchat.event_json import to_json_dict
+from loopchat.events import Finish, FinishReason, Message, Prefill, Step
 from loopchat.history import schema, step_codec
 from loopchat.history.step_codec import decode_steps, encode_steps
 from loopchat.history.store import (

@@ -103,7 +103,7 @@ def test_another_architecture_gets_a_one_line_notice(tmp_path: Path) -> None:
 
 @pytest.mark.model
 def test_the_lens_rows_round_trip_through_a_trace(engine: Engine) -> None:
-    from loopchat.events import event_from_json_dict, to_json_dict
+    from loopchat.event_json import event_from_json_dict, to_json_dict
 
     _, steps = _lens_run(engine)
     assert event_from_json_dict(to_json_dict(steps[0])) == steps[0]

@@ -10,7 +10,8 @@ import pytest
 
 from loopchat.engine.engine import Engine
 from loopchat.engine.prompt_scores import CHUNK_FLOATS
-from loopchat.events import Message, Prefill, Start, event_from_json_dict, to_json_dict
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import Message, Prefill, Start
 from loopchat.settings import SamplingSettings
 
 pytestmark = pytest.mark.model

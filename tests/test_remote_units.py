@@ -11,17 +11,8 @@ from remote_servers import OK_CHUNKS, OK_USAGE, chunk
 from loopchat.backends.remote import URLProblem, api_base
 from loopchat.backends.sse import SSESplitter
 from loopchat.backends.wire_reader import ServerError, WireError, WireReader, split_text
-from loopchat.events import (
-    Candidate,
-    Finish,
-    FinishReason,
-    Message,
-    Prefill,
-    Start,
-    Step,
-    event_from_json_dict,
-    to_json_dict,
-)
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import Candidate, Finish, FinishReason, Message, Prefill, Start, Step
 from loopchat.settings import SamplingSettings
 from loopchat.wire import WireOptions, WireSerializer
 

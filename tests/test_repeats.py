@@ -23,7 +23,8 @@ from loopchat.engine.repeats import (
     longest_repeat,
     repeat_of_step,
 )
-from loopchat.events import Message, Step, event_from_json_dict, to_json_dict
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import Message, Step
 from loopchat.history.step_codec import decode_steps, encode_steps
 from loopchat.settings import SamplingSettings
 from loopchat.wire import WireOptions, WireSerializer, extension_events

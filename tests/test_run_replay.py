@@ -12,7 +12,8 @@ from replay_host import ReplayHost
 from run_scenarios import REPLAYED, SCENARIOS, comparable, play, recorded
 
 from loopchat.engine.run import ReplyRun
-from loopchat.events import Start, Step, event_from_json_dict, to_json_dict
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import Start, Step
 
 SCENARIO = next(s for s in SCENARIOS if s.name == REPLAYED)
 

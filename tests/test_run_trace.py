@@ -16,7 +16,7 @@ import pytest
 from run_scenarios import SCENARIOS, comparable, play, recorded
 
 from loopchat.engine.engine import Engine
-from loopchat.events import to_json_dict
+from loopchat.event_json import to_json_dict
 
 pytestmark = pytest.mark.model  # the engine on the default model against the recorded trace
 

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from loopchat.event_json import event_from_json_dict, to_json_dict
 from loopchat.events import (
     Candidate,
     Finish,
@@ -15,8 +16,6 @@ from loopchat.events import (
     Prefill,
     Start,
     Step,
-    event_from_json_dict,
-    to_json_dict,
 )
 from loopchat.settings import (
     KNOBS,

@@ -9,7 +9,8 @@ from textual.widgets import Input, OptionList
 from tui_fixtures import panel_text, wait_for
 
 from loopchat.chat.prefs import Prefs
-from loopchat.events import DOCUMENT, Message, Step, event_from_json_dict, to_json_dict
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import DOCUMENT, Message, Step
 from loopchat.history.step_codec import decode_steps, encode_steps
 from loopchat.settings import SamplingSettings
 from loopchat.tui.launch import create_app

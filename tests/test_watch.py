@@ -11,7 +11,8 @@ import pytest
 
 from loopchat.engine.sampler import make_rng, sample
 from loopchat.engine.sampler_watch import watched
-from loopchat.events import Message, Start, Step, event_from_json_dict, to_json_dict
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import Message, Start, Step
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 from loopchat.watch import MAX_WATCH, WatchError, parse_watch, watch_line

@@ -14,7 +14,8 @@ from sampler_paths import sampler_path  # noqa: F401 (a fixture)
 from waterfall_reference import waterfall
 
 from loopchat.engine import sampler
-from loopchat.events import Message, Start, Step, event_from_json_dict, to_json_dict
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import Message, Start, Step
 from loopchat.history.step_codec import decode_steps, encode_steps
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport

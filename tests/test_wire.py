@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loopchat.events import Finish, FinishReason, Start, Step, to_json_dict
+from loopchat.event_json import to_json_dict
+from loopchat.events import Finish, FinishReason, Start, Step
 from loopchat.trace import read_trace
 from loopchat.wire import (
     DONE_LINE,

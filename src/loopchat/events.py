@@ -17,14 +17,13 @@ never an estimate. A loopchat server sends its engine's very events (wire.py), s
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from loopchat.constraint import ConstraintReport
 from loopchat.settings import SamplingSettings
-from loopchat.stage_report import StageReport, stage_reports
+from loopchat.stage_report import StageReport
 from loopchat.watch import WatchedToken
 
 if TYPE_CHECKING:
@@ -356,95 +355,3 @@ class RunDone:
 
 #: Everything a backend hands to its sink.
 HostEvent: TypeAlias = Event | Pending | ModelLoading | ModelReady | WorkerError | WireReceived | RunDone
-
-_KINDS: dict[str, type] = {
-    "start": Start,
-    "context_trimmed": ContextTrimmed,
-    "prefill": Prefill,
-    "step": Step,
-    "finish": Finish,
-}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (SamplingSettings, Message)):
-        return value.to_dict()
-    if isinstance(value, Candidate):
-        out = [value.token_id, value.text, value.prob]
-        return out if value.piece_bytes is None else [*out, value.piece_bytes.hex()]
-    if isinstance(value, FinishReason):
-        return value.value
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def to_json_dict(event: Event) -> dict[str, Any]:
-    """A JSON-ready dict for one event (`kind` first). Candidates are [id, text, prob],
-    and their bytes in hex after them when they are a piece of a character."""
-    out: dict[str, Any] = {"kind": event.kind}
-    for f in fields(event):
-        if f.name != "kind":
-            value = getattr(event, f.name)
-            if (value is None and f.name in _LEFT_OUT_WHEN_NONE) or (f.name == "stages" and not value):
-                continue
-            out[f.name] = _plain(value)
-    return out
-
-
-#: fields a trace leaves out when not asked for (None; a Step's stages when none were recorded)
-_LEFT_OUT_WHEN_NONE = frozenset(
-    {"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched", "constraint", "constraint_closed"}
-    | {"flash_attn"}
-)
-
-
-def event_from_json_dict(data: dict[str, Any]) -> Event:
-    """Inverse of `to_json_dict` (unknown keys are ignored, for newer traces)."""
-    kind = data.get("kind")
-    cls = _KINDS.get(kind)  # type: ignore[arg-type]
-    if cls is None:
-        raise ValueError(f"unknown event kind {kind!r}")
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name == "kind" or f.name not in data:
-            continue
-        value = data[f.name]
-        decode = _DECODERS.get(f.name)
-        if decode is not None and (value is not None or f.name == "stages"):
-            value = decode(value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[f.name] = value
-    return cls(**kwargs)
-
-
-#: how a field's JSON value becomes the event's (any other list: a tuple; None stays None)
-_DECODERS: dict[str, Callable[[Any], Any]] = {
-    "settings": SamplingSettings.from_dict,
-    "messages": lambda v: tuple(Message(**m) for m in v),
-    "raw_top": lambda v: _candidates(v),
-    "sampled_top": lambda v: _candidates(v),
-    "prompt_top": lambda v: tuple(_candidates(c) for c in v),
-    "lens": lambda v: tuple(LensRow(*r) for r in v),
-    "stages": stage_reports,
-    "watched": lambda v: tuple(WatchedToken(*w) for w in v),
-    "watch": lambda v: tuple((str(t), int(i)) for t, i in v),
-    "constraint": lambda v: ConstraintReport(*v),
-    "piece_bytes": bytes.fromhex,
-    "reason": FinishReason,
-}
-
-
-def _candidates(value: list[list[Any]]) -> tuple[Candidate, ...]:
-    return tuple(
-        Candidate(
-            None if c[0] is None else int(c[0]),
-            str(c[1]),
-            float(c[2]),
-            bytes.fromhex(c[3]) if len(c) > 3 else None,
-        )
-        for c in value
-    )

@@ -13,18 +13,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from loopchat.errors import one_line
-from loopchat.events import (
-    SCHEMA_VERSION,
-    Event,
-    Finish,
-    FinishReason,
-    Prefill,
-    Start,
-    Step,
-    decode_rate,
-    event_from_json_dict,
-    to_json_dict,
-)
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import SCHEMA_VERSION, Event, Finish, FinishReason, Prefill, Start, Step, decode_rate
 from loopchat.version import __version__
 
 

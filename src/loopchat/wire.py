@@ -23,7 +23,7 @@ them): the role chunk carries {"start": Start} (its prompt only when asked for:
 `WireOptions.prompt`), each token's chunk {"step": Step} (and
 {"prefill": ..., "context_trimmed": ...} before the first), the finish chunk the stop
 token's step if one was drawn and {"finish": Finish}. Each is the event's trace form
-(`events.to_json_dict`, docs/trace-format.md), so a loopchat client rebuilds the very
+(`event_json.to_json_dict`, docs/trace-format.md), so a loopchat client rebuilds the very
 events the engine emitted: its panel is as complete as a local one.
 """
 
@@ -37,18 +37,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopchat.events import (
-    Candidate,
-    ContextTrimmed,
-    Event,
-    Finish,
-    FinishReason,
-    Prefill,
-    Start,
-    Step,
-    event_from_json_dict,
-    to_json_dict,
-)
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import Candidate, ContextTrimmed, Event, Finish, FinishReason, Prefill, Start, Step
 from loopchat.wire_echo import PromptEcho
 
 #: The key of loopchat's own fields in a chunk or body.

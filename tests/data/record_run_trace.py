@@ -23,7 +23,8 @@ sys.path.insert(0, str(HERE.parent))
 from run_scenarios import REPLAYED, SCENARIOS, play  # noqa: E402
 
 from loopchat.engine.engine import Engine  # noqa: E402
-from loopchat.events import Pending, Start, Step, to_json_dict  # noqa: E402
+from loopchat.event_json import to_json_dict  # noqa: E402
+from loopchat.events import Pending, Start, Step  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 
 

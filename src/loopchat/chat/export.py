@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from loopchat.event_json import to_json_dict
 from loopchat.events import SCHEMA_VERSION as TRACE_SCHEMA_VERSION
-from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step, to_json_dict
+from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step
 from loopchat.history.replays import shown_path
 from loopchat.history.store import ConversationStore, StoredConversation, StoredNode, StoreError
 from loopchat.trace import TraceError, read_trace

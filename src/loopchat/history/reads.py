@@ -12,8 +12,9 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
+from loopchat.event_json import event_from_json_dict
 from loopchat.event_lines import prefix_text
-from loopchat.events import Event, Finish, Start, Step, event_from_json_dict
+from loopchat.events import Event, Finish, Start, Step
 from loopchat.history.checks import damaged
 from loopchat.history.records import CUT, ConversationSummary, StoredConversation, StoredNode
 from loopchat.history.step_codec import StepCodecError, decode_steps

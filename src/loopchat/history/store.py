@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from loopchat.events import ContextTrimmed, Event, Finish, Prefill, Start, Step, to_json_dict
+from loopchat.event_json import to_json_dict
+from loopchat.events import ContextTrimmed, Event, Finish, Prefill, Start, Step
 from loopchat.history import reads, schema
 from loopchat.history.checks import cannot_write, check_existing, damaged, newer
 from loopchat.history.liveness import process_started, writer_alive

@@ -9,7 +9,7 @@
 
 Each is checked here, before the reply (llguidance's own check: constraint_grammar.py); a
 problem is a 400 that names the parameter and the position. The reply's Steps carry the
-constraint's figures in the `loopchat` extension (events.to_json_dict).
+constraint's figures in the `loopchat` extension (event_json.to_json_dict).
 """
 
 from __future__ import annotations
