@@ -20,6 +20,7 @@ from loopchat.events import (
     Start,
     Step,
 )
+from loopchat.passes import RejectedDraft, pass_report
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import stage_reports
 from loopchat.watch import WatchedToken
@@ -64,7 +65,7 @@ def to_json_dict(event: Event) -> dict[str, Any]:
 #: fields a trace leaves out when not asked for (None; a Step's stages when none were recorded)
 _LEFT_OUT_WHEN_NONE = frozenset(
     {"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched", "constraint", "constraint_closed"}
-    | {"flash_attn"}
+    | {"flash_attn", "pass_report", "drafted", "rejected"}
 )
 
 
@@ -100,6 +101,8 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "watched": lambda v: tuple(WatchedToken(*w) for w in v),
     "watch": lambda v: tuple((str(t), int(i)) for t, i in v),
     "constraint": lambda v: ConstraintReport(*v),
+    "pass_report": pass_report,
+    "rejected": lambda v: RejectedDraft(int(v[0]), str(v[1]), float(v[2]), float(v[3])),
     "piece_bytes": bytes.fromhex,
     "reason": FinishReason,
 }

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from loopchat.constraint import ConstraintReport
+from loopchat.passes import PassReport, RejectedDraft
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport
 from loopchat.watch import WatchedToken
@@ -231,6 +232,12 @@ class Step:
     watched: tuple[WatchedToken, ...] | None = None
     #: a reply under a constraint (ReplyRequest.constraint): what it did at this pass (constraint.py)
     constraint: ConstraintReport | None = None
+    #: speculative decoding (passes.py): the verifying pass that gave this step (None: a plain pass, one token)
+    pass_report: PassReport | None = None
+    #: under a draft: True this token was the draft's guess and the pass kept it, False the pass drew it (None: no draft)
+    drafted: bool | None = None
+    #: the draft's guess that this step's draw refused (None: none was refused here)
+    rejected: RejectedDraft | None = None
     kind: str = field(default="step", init=False)
 
 
