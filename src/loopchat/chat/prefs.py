@@ -20,6 +20,8 @@ PREFS_FILE = "tui-prefs.json"
 @dataclass
 class Prefs:
     token_boundaries: bool = False  # alternate backgrounds show where each token starts
+    #: F6's third state: the backgrounds alternate by forward pass (a draft's tokens kept by one pass share one)
+    token_passes: bool = False
     prob_colours: bool = False  # colour each token by the probability it was drawn with
     #: colour each token by its lens depth (chat/lens_depth.py; read for each reply when asked)
     lens_colours: bool = False

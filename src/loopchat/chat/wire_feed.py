@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from loopchat.chat.conversation import BLOCKING, ReplyRecord
+from loopchat.chat.pass_stats import role
 from loopchat.events import DOCUMENT, Event, FinishReason, Step
 from loopchat.wire import (
     DONE_LINE,
@@ -251,7 +252,7 @@ class ReplyWire:
         end = min(len(steps), self._fed_steps + budget)
         for i in range(self._fed_steps, end):
             st = steps[i]
-            self._emit(st, _step_time(st), st.index, [f"pass {st.index + 1}"])
+            self._emit(st, _step_time(st), st.index, [_step_label(st)])
         self._fed_steps = end
         self.pending_steps = len(steps) - end
         if self.pending_steps or self._fed_finish or rec.finish is None:
@@ -297,6 +298,13 @@ def _kind(text: str) -> tuple[bool, bool, str]:
     if text.lstrip()[:1] in ("{", "["):
         return False, True, "response body"
     return False, False, "received (no data: a comment or a keep-alive)"
+
+
+def _step_label(st: Step) -> str:
+    """The note above a step's chunk: its pass (under a draft: the verifying pass that gave
+    it, and the token's part in it, pass_stats.py)."""
+    p = st.pass_report
+    return f"pass {st.index + 1}" if p is None else f"token {st.index + 1} · pass {p.number}: {role(st)}"
 
 
 def _step_time(st: Step) -> float | None:

@@ -22,13 +22,14 @@ from textual.strip import Strip
 
 from loopchat.browser import key_here
 from loopchat.chat.conversation import BLOCKING, ReplyRecord, finish_label
+from loopchat.chat.pass_stats import reply_part
 from loopchat.chat.plots import fmt_ms, fmt_rate, visible_controls
 from loopchat.chat.prefs import Prefs
 from loopchat.chat.views.panel_constraint import constraint_part
 from loopchat.engine.repeats import longest_of
 from loopchat.events import FinishReason, Step
 from loopchat.tui.reply_markdown import reply_markdown
-from loopchat.tui.token_styles import depth_colour, token_style
+from loopchat.tui.token_styles import PassParity, depth_colour, token_style
 
 
 class BlockHolder(Protocol):
@@ -144,6 +145,7 @@ class ReplyView(Block):
         self._tail_segs: list[Segment] = []  # the open line, rendered
         self._tail_strip: Strip | None = None
         self._n_tokens = 0  # tokens appended (for boundary parity)
+        self.passes = PassParity()  # F6 by pass: the shade of the pass of each token appended
         self._status: Text | None = None
         self._console: Console | None = None
         #: step mode: the loop is stopped before a draw, waiting for the user (no spinner)
@@ -194,6 +196,8 @@ class ReplyView(Block):
         parts.append(label)
         if (shaped := constraint_part(r.steps, f)) is not None:
             parts.append(shaped)  # a grammar or schema: forced passes, forbidden mass
+        if (spec := reply_part(r.own_steps)) is not None:
+            parts.append(spec)  # a draft: tokens per pass, drafts kept (pass_stats.py)
         if (rep := longest_of((s.index, s.repeat) for s in r.steps)) is not None:
             parts.append(rep.describe())  # the reply repeated itself (repeats.py)
         if r.is_branch and r.prefill is not None:
@@ -242,7 +246,7 @@ class ReplyView(Block):
         lens = None
         if self.prefs.lens_colours and step.index in rec.lens_depths:
             lens = depth_colour(rec.lens_depths[step.index], rec.lens_layers)
-        return token_style(step, n, self.prefs, selected, lens)
+        return token_style(step, self.passes.of(step) if self.prefs.token_passes else n, self.prefs, selected, lens)
 
     def _live_text(self) -> Text:
         """What a live reply shows so far (re-wrapped on a resize, a selection...)."""
@@ -306,8 +310,7 @@ class ReplyView(Block):
         yield from self._body(console, self.info_text(), width, _REPLY)
 
     def _styled_text(self) -> Text:
-        text = Text()
-        n = 0
+        text, n, self.passes = Text(), 0, PassParity()
         number = self.record.number
         for step in self.record.steps:
             if step.is_stop or not step.text:

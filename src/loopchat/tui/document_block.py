@@ -19,6 +19,7 @@ from loopchat.chat.plots import visible_controls
 from loopchat.chat.prefs import Prefs
 from loopchat.events import Step
 from loopchat.tui.blocks import _REPLY, ReplyView, _clickable
+from loopchat.tui.token_styles import PassParity
 
 #: what the user wrote: the transcript's plain text colour
 _WRITTEN = Style()
@@ -66,8 +67,7 @@ class DocumentBlock(ReplyView):
         return out
 
     def _styled_text(self) -> Text:
-        text = Text()
-        n = 0
+        text, n, self.passes = Text(), 0, PassParity()
         before = ""
         for r in self.records:
             doc = r.prompt_document

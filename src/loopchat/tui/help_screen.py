@@ -98,7 +98,10 @@ KEYS: tuple[tuple[str, str], ...] = (
         "Token cursor: step through the tokens of past replies (or click a token; what you type next still goes to the message box, as it does in the document view)",
     ),
     ("F4", "Finished replies as Markdown ⇄ plain tokens"),
-    ("F6", "Show token boundaries (alternating backgrounds)"),
+    (
+        "F6",
+        "Token boundaries: off → by token (alternating backgrounds) → by forward pass (one shade per pass: under a draft, the tokens one verifying pass gave share it, and the drafted tokens it kept are on green) → off",
+    ),
     ("F7", "Colour each token by the probability it was drawn with (legend on top)"),
     (
         "Shift+F7",

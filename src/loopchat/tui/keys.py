@@ -70,7 +70,7 @@ def command_table(*, completion: bool, completion_space: bool, history: bool) ->
     return [
         ("Stream/blocking mode", "Toggle how replies are shown (F3)", "toggle_streaming"),
         ("Markdown", "Render finished replies as Markdown (F4)", "toggle_markdown"),
-        ("Token boundaries", "Show where each token starts (F6)", "toggle_boundaries"),
+        ("Token boundaries", "Show where each token starts, then each forward pass (F6)", "toggle_boundaries"),
         ("Probability colours", "Colour tokens by their probability (F7)", "toggle_colours"),
         (
             "Lens depth colours",

@@ -1,6 +1,6 @@
 """How a reply's token looks in the transcript: its probability colour (F7) or its lens
-depth's (Shift+F7), a token a constraint forced (Ctrl+F7), the token boundaries (F6), the
-selection, a token picked by hand (underlined), and a token at which the reply repeats
+depth's (Shift+F7), a token a constraint forced (Ctrl+F7), the token boundaries (F6: by
+token, or by the forward pass that gave it, a draft's tokens kept on green), the selection, a token picked by hand (underlined), and a token at which the reply repeats
 itself (Step.repeat, repeats.py: a dark plum background)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from functools import lru_cache
 from rich.style import Style
 from rich.text import Text
 
+from loopchat.chat.pass_stats import same_pass
 from loopchat.chat.prefs import Prefs
 from loopchat.events import Step
 
@@ -22,7 +23,9 @@ PROB_BANDS: tuple[tuple[float, str], ...] = (
     (0.1, "#ff8700"),
     (0.0, "#ff5f5f"),
 )
-_BOUNDARY_BG = ("#2b3340", "#3a4456")
+BOUNDARY_BG = ("#2b3340", "#3a4456")
+#: F6 by pass: a token the draft guessed and the pass kept (Step.drafted), on the pass's shade of green
+KEPT_BG = ("#1f3a2a", "#2c5038")
 #: a token a constraint forced (the panel's "forced" mark: chat/views/panel_constraint.FORCED)
 FORCED_COLOUR = "#87afff"
 #: the background of a token at which the reply is repeating itself (over the boundaries')
@@ -84,17 +87,34 @@ def legend_text() -> Text:
 
 
 def token_style(step: Step, n: int, prefs: Prefs, selected: bool, lens: str | None = None) -> Style | None:
-    """`lens`: the token's lens depth colour (when that mode is on and its depth is known)."""
+    """`n`: the token's place among those shown (F6 by pass: its pass's, `PassParity`);
+    `lens`: the token's lens depth colour (when that mode is on and its depth is known)."""
     # a remote server that does not say what it sampled from: no colour (not given)
     p = step.sampled_prob
     return _token_style(
         lens if lens is not None else prob_colour(p) if prefs.prob_colours and p is not None else None,
-        n % 2 if prefs.token_boundaries else None,
+        n % 2 if prefs.token_boundaries or prefs.token_passes else None,
         selected,
         step.chosen_by == "hand",
         step.repeat is not None,
         prefs.forced_marks and step.constraint is not None and step.constraint.forced,
+        prefs.token_passes and bool(step.drafted),
     )
+
+
+class PassParity:
+    """F6 by pass: the shade of each shown token's pass, 0 and 1 in turn from one pass to
+    the next (a plain pass gave one token; a verifying pass's tokens share its shade)."""
+
+    def __init__(self) -> None:
+        self.prev: Step | None = None
+        self.shade = 1
+
+    def of(self, step: Step) -> int:
+        if not same_pass(self.prev, step):
+            self.shade ^= 1
+        self.prev = step
+        return self.shade
 
 
 @lru_cache(maxsize=64)  # a few dozen combinations, each an immutable Style
@@ -105,13 +125,15 @@ def _token_style(
     hand: bool = False,
     repeat: bool = False,
     forced: bool = False,
+    kept: bool = False,
 ) -> Style:
     """A token's style; a token picked by hand in step mode is underlined, a token at
     which the reply repeats itself has REPEAT_BG behind it, a token a constraint forced
-    (forced marks on, Ctrl+F7) is FORCED_COLOUR in italics, over its probability colour."""
+    (forced marks on, Ctrl+F7) is FORCED_COLOUR in italics, over its probability colour; F6
+    by pass: a drafted token the pass kept is on KEPT_BG."""
     if selected:
         return Style(color="black", bgcolor="#ffaf00", bold=True, underline=hand or None)
-    bg = REPEAT_BG if repeat else _BOUNDARY_BG[parity] if parity is not None else None
+    bg = REPEAT_BG if repeat else (KEPT_BG if kept else BOUNDARY_BG)[parity] if parity is not None else None
     if forced:
         return Style(color=FORCED_COLOUR, bgcolor=bg, italic=True, underline=hand or None)
     return Style(color=colour, bgcolor=bg, underline=hand or None)

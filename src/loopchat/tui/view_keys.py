@@ -11,6 +11,9 @@ from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.session import Refused
 from loopchat.tui.shell import ChatShell
 
+#: F6's third state, said when it is turned on
+BY_PASS = "Token boundaries by forward pass: one shade per pass; green: drafted tokens the pass kept (F6: off)"
+
 
 class ChatViewKeys(ChatShell):
     # ---- replies shown -------------------------------------------------------------
@@ -57,8 +60,12 @@ class ChatViewKeys(ChatShell):
         self.notify("Finished replies: " + ("Markdown" if self.prefs.markdown else "plain tokens"), timeout=2)
 
     def action_toggle_boundaries(self) -> None:
-        self.prefs.token_boundaries = not self.prefs.token_boundaries
-        if self.prefs.token_boundaries and self.prefs.markdown:
+        """F6: token boundaries off -> by token -> by forward pass (a draft's tokens) -> off."""
+        p = self.prefs
+        p.token_boundaries, p.token_passes = (False, True) if p.token_boundaries else (not p.token_passes, False)
+        if p.token_passes:
+            self.notify(BY_PASS, timeout=4)
+        if (p.token_boundaries or p.token_passes) and p.markdown:
             self.notify("Token boundaries show on plain replies: F4 turns Markdown off", timeout=4)
         self.save_prefs()
         self.replies.rebuild_all()

@@ -26,6 +26,7 @@ from rich.cells import cell_len
 from rich.style import Style
 
 from loopchat.chat.conversation import ReplyRecord
+from loopchat.chat.pass_stats import role
 from loopchat.chat.plots import visible_controls
 from loopchat.chat.views.document_surprisal import scored_prompt, status_pieces, surprisal_style
 from loopchat.chat.views.lines import Line
@@ -340,4 +341,6 @@ def status_line(t: DocToken | None) -> Line:
         out.append((f" step {t.step.index}", LABEL))
         if t.step.chosen_by == "hand":  # step mode: the user put it in
             out.append((" · picked by hand", STATUS_KEY))
+        if t.step.pass_report is not None:  # under a draft: the pass that gave it (pass_stats.py)
+            out.append((f" · pass {t.step.pass_report.number}: {role(t.step)}", LABEL))
     return tuple(out)

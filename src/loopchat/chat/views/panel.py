@@ -27,6 +27,7 @@ from loopchat.chat.views.lines import BLANK, Line, Pieces, fit_lines, lines_to_t
 from loopchat.chat.views.panel_candidates import candidates
 from loopchat.chat.views.panel_constraint import constraint_lines
 from loopchat.chat.views.panel_latency import latency, prefill_text
+from loopchat.chat.views.panel_passes import pass_lines, pass_short
 from loopchat.chat.views.panel_pending import pending_lines
 from loopchat.chat.views.panel_settings import compact_settings, settings_block
 from loopchat.chat.views.panel_view import (
@@ -54,15 +55,17 @@ _WELCOME_TEXT = (
 )
 _LATENCY_HEAD: Line = (("Latency", HEAD),)
 #: on a short panel the sampler's waterfall gives way first (to one line), then the
-#: candidates (down to 3), then the watched tokens' sparklines, then the screen cuts the end
-WATERFALL, CANDIDATES, WATCH = 0, 1, 2
+#: candidates (down to 3), then a verifying pass's rows (to one line), then the watched
+#: tokens' sparklines, then the screen cuts the end
+WATERFALL, CANDIDATES, PASSES, WATCH = 0, 1, 2, 3
 
 
 def _title(v: PanelView) -> list[Pieces]:
     r, s = v.record, v.step
     if s is None:
         return [[("The generation loop", HEAD)]]
-    t: Pieces = [(f"Forward pass {s.index + 1}", HEAD)]
+    # a token a verifying pass gave: not pass index + 1 (its pass rows say which: panel_passes.py)
+    t: Pieces = [(f"Token {s.index + 1}" if s.pass_report else f"Forward pass {s.index + 1}", HEAD)]
     if s.index == 0:
         t.append((" · over the prompt", LABEL))
     if v.pinned and r is not None:
@@ -168,6 +171,7 @@ def _compact(v: PanelView, caches: PanelCaches) -> list[Line]:
     half = max(30, width // 2 - 2)
     left_v = PanelView(**{**v.__dict__, "width": half})
     left = fit_lines(_title(v), left_w)
+    left.extend(pass_short(v.step, left_w))
     left.extend(candidates(left_v, left_w, k=5, bars=False))
     fit_lines(watch_lines(v, spark=0), left_w, left)
     right = fit_lines(latency(left_v, max(8, half - 22), caches), right_w, no_wrap=True)
@@ -216,16 +220,18 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     tail.append(BLANK)
     settings_block(v, width, tail, caches)
     title, table = fit_lines(_title(v), width), candidates(v, width)
+    passes = pass_lines(v.step, v.record.steps, width)
     falls = waterfall_lines(v.step, width)
     if falls:
         falls.append(BLANK)
     if watching:
         watching.insert(0, BLANK)
-    if not v.height or len(title) + len(table) + len(falls) + len(watching) + len(tail) <= v.height:  # (most frames)
-        return [*title, *table, *falls, *watching, *tail]
+    if not v.height or len(title) + len(passes) + len(table) + len(falls) + len(watching) + len(tail) <= v.height:
+        return [*title, *passes, *table, *falls, *watching, *tail]  # (most frames)
     n = len(v.step.raw_top)
     sections = [
         Section(title, name="title"),
+        Section(passes, (Form(PASSES, pass_short(v.step, width)),) if passes else (), name="pass"),
         # fewer candidates (down to 3) before anything below is cut (the settings the
         # keys change stay in view as long as they can)
         Section(table, (Form(CANDIDATES, lambda over: candidates(v, width, k=max(3, n - over))),), name="candidates"),

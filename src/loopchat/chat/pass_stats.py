@@ -1,0 +1,137 @@
+"""A reply's forward passes under a draft (speculative decoding, passes.py): which steps
+one pass gave, and the figures over the reply: tokens per pass and the acceptance rate.
+
+A step with `pass_report` None came from a plain pass (one token: step 0's is the
+prefill's); the steps a verifying pass gave are consecutive and share its PassReport.
+Over a reply (docs/trace-format.md, "Passes"):
+
+- tokens per pass = the reply's steps (the stop token included: a pass drew it too) /
+  its passes (verifying passes + plain passes);
+- acceptance = the drafted tokens kept / the drafted tokens checked, summed over the
+  verifying passes.
+
+Textual-free (the words of a pass: `pass_row`, `role`): the transcript's info line, the panel, the F6 grouping,
+the document and the wire views read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from loopchat.chat.plots import fmt_ms, fmt_prob, token_face
+from loopchat.events import Step
+from loopchat.passes import PassReport, RejectedDraft
+
+
+def same_pass(a: Step | None, b: Step | None) -> bool:
+    """Whether steps `a` and `b` (consecutive in a reply) came from one verifying pass."""
+    if a is None or b is None or a.pass_report is None or b.pass_report is None:
+        return False
+    return a.pass_report.number == b.pass_report.number
+
+
+class PassTally(NamedTuple):
+    """A reply's passes, counted over its steps."""
+
+    steps: int  # the steps (tokens drawn, the stop token included)
+    passes: int  # the passes that gave them: verifying + plain
+    verifying: int  # of them, passes that checked a draft
+    drafted: int  # drafted tokens checked, summed over the verifying passes
+    kept: int  # of them, kept
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.steps / self.passes if self.passes else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        """kept / drafted (None: nothing was drafted)."""
+        return self.kept / self.drafted if self.drafted else None
+
+
+def tally(steps: Sequence[Step]) -> PassTally | None:
+    """The figures over `steps` (one reply's, in order); None when no step came from a
+    verifying pass (a reply without a draft)."""
+    passes = verifying = drafted = kept = 0
+    prev: Step | None = None
+    for st in steps:
+        if not same_pass(prev, st):
+            passes += 1
+            if (p := st.pass_report) is not None:
+                verifying += 1
+                drafted += p.drafted
+                kept += p.kept
+        prev = st
+    if not verifying:
+        return None
+    return PassTally(len(steps), passes, verifying, drafted, kept)
+
+
+def pass_steps(steps: Sequence[Step], step: Step) -> list[Step]:
+    """The steps of `steps` that the pass of `step` gave, in order ([step] for a plain
+    pass, or a step not in `steps`)."""
+    if step.pass_report is None or not steps:
+        return [step]
+    at = step.index - steps[0].index
+    if not (0 <= at < len(steps) and steps[at] is step):
+        at = next((i for i, s in enumerate(steps) if s is step), -1)
+        if at < 0:
+            return [step]
+    lo = at
+    while lo > 0 and same_pass(steps[lo - 1], step):
+        lo -= 1
+    hi = at + 1
+    while hi < len(steps) and same_pass(steps[hi], step):
+        hi += 1
+    return list(steps[lo:hi])
+
+
+def reply_part(steps: Sequence[Step]) -> str | None:
+    """The reply's info-line phrase: tokens per pass and the acceptance rate (None: no
+    draft), e.g. '1.86 tokens a pass (41 in 22 passes) · drafts kept 25 of 41 (61%)'."""
+    t = tally(steps)
+    if t is None:
+        return None
+    text = f"{t.tokens_per_pass:.2f} tokens a pass ({t.steps} in {t.passes} passes)"
+    if t.acceptance is None:
+        return text + " · nothing drafted"
+    return text + f" · drafts kept {t.kept} of {t.drafted} ({t.acceptance * 100:.0f}%)"
+
+
+#: what drafted the tokens, in running text
+SOURCES = {"lookup": "prompt lookup", "model": "the draft model"}
+
+
+def _tokens(n: int) -> str:
+    return f"{n} drafted token{'s' if n != 1 else ''}"
+
+
+def pass_row(p: PassReport) -> str:
+    """'pass 37 · checked 5 drafted tokens · kept 3 + 1 drawn · 14.2 ms'."""
+    if p.drafted == 0:
+        what = "no drafted tokens to check · " + ("1 drawn" if p.drawn else "nothing drawn")
+    else:
+        kept = f"kept {p.kept}" + (" + 1 drawn" if p.drawn else "")
+        what = f"checked {_tokens(p.drafted)} · {kept}"
+    return f"pass {p.number} · {what} · {fmt_ms(p.ms)}"
+
+
+def _refused(r: RejectedDraft, sampled: bool) -> str:
+    after = ""
+    if sampled:
+        after = f", {fmt_prob(r.sampled_prob)} after sampling" if r.sampled_prob > 0 else ", cut by sampling"
+    return f"the draft's {token_face(r.text)} ({fmt_prob(r.raw_prob)} raw{after}) was refused"
+
+
+def role(step: Step, sampled: bool = False) -> str:
+    """This token's part in its pass: 'drafted, kept', or drawn by the pass (and why; with
+    `sampled`, the refused draft's probability after sampling too)."""
+    p = step.pass_report
+    if step.drafted:
+        return "drafted, kept"
+    if step.rejected is not None:
+        return f"drawn by the pass after {_refused(step.rejected, sampled)}"
+    if p is not None and p.drafted and p.kept == p.drafted:
+        return f"drawn by the pass after all {_tokens(p.drafted)} were kept"
+    return "drawn by the pass"
