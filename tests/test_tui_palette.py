@@ -1,4 +1,4 @@
-"""The command palette's Keys and Screenshot entries (Textual's own, made loopchat's)."""
+"""The command palette's Keys and Screenshot entries (Textual's own, made loopchat's), and its Draft entries."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 from textual.widgets import HelpPanel
 from tui_fixtures import fake_app, palette_pick, record_notices, wait_for
 
+from loopchat.settings import SETTING
 from loopchat.tui.help_screen import HelpScreen
 
 
@@ -52,3 +53,35 @@ async def test_a_screenshot_goes_to_the_downloads_folder_where_there_is_one(tmp_
         await wait_for(pilot, lambda: list(downloads.glob("*.svg")), 10, "the file")
         (svg,) = downloads.glob("*.svg")
         await wait_for(pilot, lambda: any(str(svg) in n for n in notices), 10, "the notice naming it")
+
+
+def test_the_palettes_draft_entries_follow_the_settings_draft_row() -> None:
+    """One entry per draft source, the one in force marked; none without a `draft` row."""
+    from loopchat.tui.keys import command_table, draft_entries
+
+    assert draft_entries(None) == []
+    entries = draft_entries("lookup")
+    assert [title for title, _, _ in entries] == ["Draft: off", "Draft: lookup (current)", "Draft: model"]
+    assert [action for _, _, action in entries] == ["set_draft('off')", "set_draft('lookup')", "set_draft('model')"]
+    table = command_table(completion=False, completion_space=True, history=True, draft="off")
+    assert [t for t, _, _ in table if t.startswith("Draft:")] == [
+        "Draft: off (current)",
+        "Draft: lookup",
+        "Draft: model",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    "draft" not in SETTING, reason="the settings table has no `draft` row yet (issue 25's engine adds it)"
+)
+async def test_the_palettes_draft_entry_sets_the_draft_as_f2_does(tmp_path) -> None:
+    app = fake_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        notices = record_notices(app)
+        assert app.session.settings.draft == "off"
+        await palette_pick(pilot, "Draft: lookup")
+        await wait_for(pilot, lambda: app.session.settings.draft == "lookup", 10, "the draft set")
+        await wait_for(pilot, lambda: any(n.startswith("Draft: lookup") for n in notices), 10, "the notice")
+        titles = [c.title for c in app.key_commands() if c.title.startswith("Draft:")]
+        assert titles == ["Draft: off", "Draft: lookup (current)", "Draft: model"]

@@ -51,8 +51,9 @@ class LoopChatApp(ChatViewKeys):
     def key_commands(self) -> Iterable[SystemCommand]:
         """The command palette's entries for the keys (keys.command_table)."""
         p = self.prefs
+        draft = getattr(self.session.settings, "draft", None)  # (None: no draft row in the settings table)
         table = command_table(
-            completion=self.session.completion, completion_space=p.completion_space, history=p.history
+            completion=self.session.completion, completion_space=p.completion_space, history=p.history, draft=draft
         )
         for title, help_text, action in table:
             _, name, params = parse_action(action)

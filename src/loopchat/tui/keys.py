@@ -9,6 +9,7 @@ from __future__ import annotations
 from textual.binding import Binding, BindingType
 
 from loopchat.browser import BROWSER_KEYS, web_url
+from loopchat.passes import DRAFT_SOURCES
 
 
 def _keys(key: str) -> str:
@@ -64,9 +65,31 @@ BINDINGS: list[BindingType] = [
 ]
 
 
-def command_table(*, completion: bool, completion_space: bool, history: bool) -> list[tuple[str, str, str]]:
+def draft_entries(draft: str | None) -> list[tuple[str, str, str]]:
+    """The palette's Draft entries, one per draft source, the one in force marked ([] when
+    the settings have no `draft` row: `draft` None)."""
+    if draft is None:
+        return []
+    return [
+        (f"Draft: {source}" + (" (current)" if source == draft else ""), DRAFT_HELP[source], f"set_draft('{source}')")
+        for source in DRAFT_SOURCES
+    ]
+
+
+#: what each Draft entry does (speculative decoding, passes.py)
+DRAFT_HELP = {
+    "off": "The plain loop: one token per forward pass (F2: draft)",
+    "lookup": "Speculative: the context's own n-grams propose tokens, one pass checks them all (F2: draft)",
+    "model": "Speculative: a draft model proposes tokens, one pass of this model checks them all (F2: draft)",
+}
+
+
+def command_table(
+    *, completion: bool, completion_space: bool, history: bool, draft: str | None = None
+) -> list[tuple[str, str, str]]:
     """The command palette's entries for the keys: (title, help, the app's action); the
-    titles of the toggles say which way they go now."""
+    titles of the toggles say which way they go now; `draft`: the draft in force (None: no
+    such setting)."""
     return [
         ("Stream/blocking mode", "Toggle how replies are shown (F3)", "toggle_streaming"),
         ("Markdown", "Render finished replies as Markdown (F4)", "toggle_markdown"),
@@ -115,6 +138,7 @@ def command_table(*, completion: bool, completion_space: bool, history: bool) ->
             "toggle_history",
         ),
         ("Sampling settings…", "Type values (F2)", "settings"),
+        *draft_entries(draft),
         (
             "Branch here",
             "A new version of the reply from the selected token: another candidate, or a new draw (Ctrl+R)",

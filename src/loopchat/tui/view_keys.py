@@ -115,6 +115,14 @@ class ChatViewKeys(ChatShell):
         if self.prefs.forced_marks and self.prefs.markdown:
             self.notify("The marks show on plain replies: F4 turns Markdown off", timeout=4)
 
+    def action_set_draft(self, source: str) -> None:
+        """The palette's Draft entries: the draft of the next passes, set as F2 sets its row."""
+        if self.set_setting(draft=source):
+            note = self.session.settings_note()
+            what = "one token per forward pass" if source == "off" else "drafted tokens, checked by one pass"
+            self.notify(note or f"Draft: {source} ({what})", timeout=3)
+            self._refresh_panel()
+
     def action_constraint(self) -> None:
         from loopchat.tui.constraint_dialog import ConstraintDialog
 
