@@ -81,7 +81,7 @@ async def test_the_chat_shows_the_passes_of_a_reply_under_a_draft(tmp_path) -> N
         x = view.line(row).text.index(" associated") + 2  # +1: the transcript's left padding
         await pilot.click(t, offset=(x, start + row - int(t.scroll_y)))
         await wait_for(pilot, lambda: app.selection == (1, 4), 10, "the token selected")
-        shown = panel_text(app)
-        assert "Token 5 · selected token of reply 1" in shown
-        assert "pass 1 · checked 5 drafted tokens · kept 3 + 1 drawn" in " ".join(shown.split())
-        assert "this token: drawn by the pass after the draft's" in " ".join(shown.split())
+        shown = " ".join(panel_text(app).split())  # (the panel's rows wrap at its width)
+        assert "Forward pass 2 · token 5 · selected token of reply 1" in shown
+        assert "pass 2 · checked 5 drafted tokens · kept 3 + 1 drawn · 14.2 ms" in shown
+        assert "this token: drawn by the pass after the draft's" in shown

@@ -68,16 +68,43 @@ def tally(steps: Sequence[Step]) -> PassTally | None:
     return PassTally(len(steps), passes, verifying, drafted, kept)
 
 
+def _position(steps: Sequence[Step], step: Step) -> int:
+    """Where `step` is in `steps` (-1: not there)."""
+    at = step.index - steps[0].index if steps else -1
+    if 0 <= at < len(steps) and steps[at] is step:
+        return at
+    return next((i for i, s in enumerate(steps) if s is step), -1)
+
+
+def forward_pass(steps: Sequence[Step], step: Step) -> int:
+    """The forward pass that gave `step` (one of `steps`, its reply's), counted from 1 (the
+    prefill's) as the panel's title counts them: `pass_report.number + 1`; a plain step
+    after a verifying pass: one more per step since that pass; with no draft, index + 1."""
+    if step.pass_report is not None:
+        return step.pass_report.number + 1
+    at = _position(steps, step)
+    for k in range(at - 1, -1, -1):
+        if (p := steps[k].pass_report) is not None:
+            return p.number + 1 + (at - k)
+    return step.index + 1
+
+
+def pass_of_token(steps: Sequence[Step], index: int) -> str:
+    """'pass N' for the step `index` of `steps` (its forward pass, `forward_pass`), or
+    'token K, pass N' under a draft, where N is not index + 1."""
+    step = next((s for s in steps if s.index == index), None)
+    n = forward_pass(steps, step) if step is not None else index + 1
+    return f"pass {n}" if n == index + 1 else f"token {index + 1}, pass {n}"
+
+
 def pass_steps(steps: Sequence[Step], step: Step) -> list[Step]:
     """The steps of `steps` that the pass of `step` gave, in order ([step] for a plain
     pass, or a step not in `steps`)."""
     if step.pass_report is None or not steps:
         return [step]
-    at = step.index - steps[0].index
-    if not (0 <= at < len(steps) and steps[at] is step):
-        at = next((i for i, s in enumerate(steps) if s is step), -1)
-        if at < 0:
-            return [step]
+    at = _position(steps, step)
+    if at < 0:
+        return [step]
     lo = at
     while lo > 0 and same_pass(steps[lo - 1], step):
         lo -= 1
@@ -108,13 +135,14 @@ def _tokens(n: int) -> str:
 
 
 def pass_row(p: PassReport) -> str:
-    """'pass 37 · checked 5 drafted tokens · kept 3 + 1 drawn · 14.2 ms'."""
+    """'pass 37 · checked 5 drafted tokens · kept 3 + 1 drawn · 14.2 ms' (the pass counted from
+    1, the prefill's, as the panel's title counts forward passes: `number + 1`)."""
     if p.drafted == 0:
         what = "no drafted tokens to check · " + ("1 drawn" if p.drawn else "nothing drawn")
     else:
         kept = f"kept {p.kept}" + (" + 1 drawn" if p.drawn else "")
         what = f"checked {_tokens(p.drafted)} · {kept}"
-    return f"pass {p.number} · {what} · {fmt_ms(p.ms)}"
+    return f"pass {p.number + 1} · {what} · {fmt_ms(p.ms)}"
 
 
 def _refused(r: RejectedDraft, sampled: bool) -> str:

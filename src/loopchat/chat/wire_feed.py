@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from loopchat.chat.conversation import BLOCKING, ReplyRecord
-from loopchat.chat.pass_stats import role
+from loopchat.chat.pass_stats import role, same_pass
 from loopchat.events import DOCUMENT, Event, FinishReason, Step
 from loopchat.wire import (
     DONE_LINE,
@@ -135,6 +135,7 @@ class ReplyWire:
     _fed_head: int = 0  # local: 1 after Start, 2 after ContextTrimmed/Prefill
     _fed_steps: int = 0
     _fed_finish: bool = False
+    _passes: int = 0  # local: forward passes that gave the steps fed (under a draft, fewer than the steps)
     _fed_wire: int = 0  # remote: rec.wire entries taken
     _steps_before: list[int] = field(default_factory=list)  # remote: per entry, steps recorded before it
 
@@ -184,7 +185,7 @@ class ReplyWire:
         self.stats = WireStats()
         self._ser = None
         self.options = None
-        self._fed_head = self._fed_steps = 0
+        self._fed_head = self._fed_steps = self._passes = 0
         self._fed_finish = False
         self.pending_steps = 0
         self.cancelled = False
@@ -252,7 +253,8 @@ class ReplyWire:
         end = min(len(steps), self._fed_steps + budget)
         for i in range(self._fed_steps, end):
             st = steps[i]
-            self._emit(st, _step_time(st), st.index, [_step_label(st)])
+            self._passes += not same_pass(steps[i - 1] if i else None, st)
+            self._emit(st, _step_time(st), st.index, [_step_label(st, self._passes)])
         self._fed_steps = end
         self.pending_steps = len(steps) - end
         if self.pending_steps or self._fed_finish or rec.finish is None:
@@ -300,11 +302,14 @@ def _kind(text: str) -> tuple[bool, bool, str]:
     return False, False, "received (no data: a comment or a keep-alive)"
 
 
-def _step_label(st: Step) -> str:
-    """The note above a step's chunk: its pass (under a draft: the verifying pass that gave
-    it, and the token's part in it, pass_stats.py)."""
-    p = st.pass_report
-    return f"pass {st.index + 1}" if p is None else f"token {st.index + 1} · pass {p.number}: {role(st)}"
+def _step_label(st: Step, n: int) -> str:
+    """The note above a step's chunk: its forward pass `n` (counted from 1, the prefill's);
+    under a draft, when the pass gave it with others, the token and its part in the pass
+    (pass_stats.py)."""
+    if st.pass_report is None and n == st.index + 1:
+        return f"pass {n}"
+    what = f": {role(st)}" if st.pass_report is not None else ""
+    return f"token {st.index + 1} · pass {n}{what}"
 
 
 def _step_time(st: Step) -> float | None:

@@ -25,7 +25,7 @@ PROB_BANDS: tuple[tuple[float, str], ...] = (
 )
 BOUNDARY_BG = ("#2b3340", "#3a4456")
 #: F6 by pass: a token the draft guessed and the pass kept (Step.drafted), on the pass's shade of green
-KEPT_BG = ("#1f3a2a", "#2c5038")
+KEPT_BG = ("#1f3a2a", "#3d7a52")  # (256 colours: 22, 65; the boundaries 23, 59)
 #: a token a constraint forced (the panel's "forced" mark: chat/views/panel_constraint.FORCED)
 FORCED_COLOUR = "#87afff"
 #: the background of a token at which the reply is repeating itself (over the boundaries')

@@ -31,6 +31,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from loopchat.chat.conversation import BLOCKING, ReplyRecord, finish_label
+from loopchat.chat.pass_stats import pass_of_token
 from loopchat.chat.plots import fmt_ms
 from loopchat.chat.wire_feed import ReplyWire, WireEntry
 from loopchat.tui.fast_static import FastStatic, Line, text_to_lines
@@ -234,7 +235,7 @@ class WireView(Widget):
         mode = "streaming" if w.stream else "blocking"
         title: list[tuple[str, Style]] = [(f"Reply {rec.number} · {mode}", HEAD)]
         if selected is not None:
-            title.append((f" · chunk of pass {selected + 1} (selected token)", _SELECTED))
+            title.append((f" · chunk of {pass_of_token(rec.steps, selected)} (selected token)", _SELECTED))
         elif generating and not rec.done:
             title.append((" · generating", _GENERATING))
         elif rec.finish is not None:

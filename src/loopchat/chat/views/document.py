@@ -342,5 +342,5 @@ def status_line(t: DocToken | None) -> Line:
         if t.step.chosen_by == "hand":  # step mode: the user put it in
             out.append((" · picked by hand", STATUS_KEY))
         if t.step.pass_report is not None:  # under a draft: the pass that gave it (pass_stats.py)
-            out.append((f" · pass {t.step.pass_report.number}: {role(t.step)}", LABEL))
+            out.append((f" · pass {t.step.pass_report.number + 1}: {role(t.step)}", LABEL))
     return tuple(out)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from loopchat.chat.conversation import BLOCKING, finish_label
+from loopchat.chat.pass_stats import forward_pass
 from loopchat.chat.plots import fmt_prob, token_face
 from loopchat.chat.views.fit import Form, Section, fit
 from loopchat.chat.views.lines import BLANK, Line, Pieces, fit_lines, lines_to_text, width_of
@@ -54,9 +55,9 @@ _WELCOME_TEXT = (
     "draws one. Send a message to watch it happen."
 )
 _LATENCY_HEAD: Line = (("Latency", HEAD),)
-#: on a short panel the sampler's waterfall gives way first (to one line), then the
-#: candidates (down to 3), then a verifying pass's rows (to one line), then the watched
-#: tokens' sparklines, then the screen cuts the end
+#: on a short panel the sampler's waterfall gives way first (to one line), with a verifying
+#: pass's least row, then the candidates (down to 3), then the pass's rows (to one line),
+#: then the watched tokens' sparklines, then the screen cuts the end
 WATERFALL, CANDIDATES, PASSES, WATCH = 0, 1, 2, 3
 
 
@@ -64,8 +65,10 @@ def _title(v: PanelView) -> list[Pieces]:
     r, s = v.record, v.step
     if s is None:
         return [[("The generation loop", HEAD)]]
-    # a token a verifying pass gave: not pass index + 1 (its pass rows say which: panel_passes.py)
-    t: Pieces = [(f"Token {s.index + 1}" if s.pass_report else f"Forward pass {s.index + 1}", HEAD)]
+    n = forward_pass(r.steps if r is not None else (), s)  # (index + 1 without a draft: pass_stats.py)
+    t: Pieces = [(f"Forward pass {n}", HEAD)]
+    if n != s.index + 1:
+        t.append((f" · token {s.index + 1}", HEAD))  # under a draft a pass may give several tokens
     if s.index == 0:
         t.append((" · over the prompt", LABEL))
     if v.pinned and r is not None:
@@ -220,7 +223,8 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     tail.append(BLANK)
     settings_block(v, width, tail, caches)
     title, table = fit_lines(_title(v), width), candidates(v, width)
-    passes = pass_lines(v.step, v.record.steps, width)
+    steps = v.record.steps
+    passes = pass_lines(v.step, steps, width)
     falls = waterfall_lines(v.step, width)
     if falls:
         falls.append(BLANK)
@@ -231,7 +235,14 @@ def panel_lines(v: PanelView, caches: PanelCaches | None = None) -> list[Line]:
     n = len(v.step.raw_top)
     sections = [
         Section(title, name="title"),
-        Section(passes, (Form(PASSES, pass_short(v.step, width)),) if passes else (), name="pass"),
+        Section(
+            passes,
+            (
+                Form(WATERFALL, pass_lines(v.step, steps, width, source=False)),
+                Form(PASSES, lambda over: pass_lines(v.step, steps, width, over, source=False)),
+            ),
+            name="pass",
+        ),
         # fewer candidates (down to 3) before anything below is cut (the settings the
         # keys change stay in view as long as they can)
         Section(table, (Form(CANDIDATES, lambda over: candidates(v, width, k=max(3, n - over))),), name="candidates"),
