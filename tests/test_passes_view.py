@@ -157,6 +157,11 @@ def test_the_document_and_wire_views_say_which_pass_gave_a_token() -> None:
         forward_pass(r.steps, s) for s in r.steps
     ]
     assert forward_pass(r.steps, r.steps[-1]) == tally(r.steps).passes
+    # a live reply (its list of steps growing, asked once a frame): the same numbers
+    expected, growing = [forward_pass(r.steps, s) for s in r.steps], []
+    for s in r.steps:
+        growing.append(s)
+        assert forward_pass(growing, growing[-1]) == expected[s.index] and forward_pass(growing, growing[0]) == 1
     assert [forward_pass(reply().steps, s) for s in reply().steps] == [s.index + 1 for s in reply().steps]
     # the wire view's title for a selected token: its chunk's pass
     assert pass_of_token(r.steps, 2) == "token 3, pass 2" and pass_of_token(reply().steps, 2) == "pass 3"

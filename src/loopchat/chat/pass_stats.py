@@ -16,6 +16,7 @@ the document and the wire views read it.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -76,6 +77,32 @@ def _position(steps: Sequence[Step], step: Step) -> int:
     return next((i for i, s in enumerate(steps) if s is step), -1)
 
 
+class _Verified:
+    """Where a reply's steps from verifying passes are (positions, ascending), kept from
+    one call to the next for the list last asked about and extended with its new steps
+    only: the panel asks once a frame, and a frame must not cost the whole reply."""
+
+    def __init__(self) -> None:
+        self.steps: Sequence[Step] | None = None
+        self.first: Step | None = None
+        self.seen = 0
+        self.at: list[int] = []
+
+    def before(self, steps: Sequence[Step], at: int) -> int:
+        """The position of the last step before `at` that a verifying pass gave (-1: none)."""
+        if steps is not self.steps or len(steps) < self.seen or (steps and steps[0] is not self.first):
+            self.steps, self.first, self.seen, self.at = steps, steps[0] if steps else None, 0, []
+        for k in range(self.seen, len(steps)):
+            if steps[k].pass_report is not None:
+                self.at.append(k)
+        self.seen = len(steps)
+        i = bisect.bisect_left(self.at, at)
+        return self.at[i - 1] if i else -1
+
+
+_VERIFIED = _Verified()
+
+
 def forward_pass(steps: Sequence[Step], step: Step) -> int:
     """The forward pass that gave `step` (one of `steps`, its reply's), counted from 1 (the
     prefill's) as the panel's title counts them: `pass_report.number + 1`; a plain step
@@ -83,10 +110,12 @@ def forward_pass(steps: Sequence[Step], step: Step) -> int:
     if step.pass_report is not None:
         return step.pass_report.number + 1
     at = _position(steps, step)
-    for k in range(at - 1, -1, -1):
-        if (p := steps[k].pass_report) is not None:
-            return p.number + 1 + (at - k)
-    return step.index + 1
+    k = _VERIFIED.before(steps, at) if at > 0 else -1
+    if k < 0:
+        return step.index + 1
+    p = steps[k].pass_report
+    assert p is not None
+    return p.number + 1 + (at - k)
 
 
 def pass_of_token(steps: Sequence[Step], index: int) -> str:
