@@ -1,0 +1,55 @@
+"""Parallel sequences' contract (batch.py): the pass report in JSON, the split, the one-line refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopchat.batch import BatchPass, check_n, fit_problem, pass_line, split_by_sequence
+from loopchat.event_json import event_from_json_dict, to_json_dict
+from loopchat.events import Finish, FinishReason, Message, Prefill, Start, Step
+from loopchat.settings import SamplingSettings
+
+
+def _step(**fields: object) -> Step:
+    base = dict(index=1, token_id=5, piece="a", text="a", is_stop=False, raw_top=(), sampled_top=None)
+    base |= dict(raw_prob=0.5, raw_rank=1, sampled_prob=0.5, sampled_rank=1, raw_entropy=1.0, sampled_entropy=1.0)
+    base |= dict(candidates_kept=3, forward_ms=9.0, forward_tokens=4, sample_ms=0.1)
+    base |= dict(settings=SamplingSettings(), settings_changed=(), n_past=20)
+    return Step(**(base | fields))  # type: ignore[arg-type]
+
+
+def test_a_batched_step_and_its_reply_round_trip_through_json() -> None:
+    step = _step(sequence=2, batch=BatchPass(7, 4, 14.8, 11.2))
+    data = to_json_dict(step)
+    assert data["sequence"] == 2 and data["batch"] == [7, 4, 14.8, 11.2]
+    assert event_from_json_dict(data) == step
+    alone = to_json_dict(_step())
+    assert "sequence" not in alone and "batch" not in alone  # a reply alone's trace is as before
+    start = Start("m", None, None, None, None, None, (Message("user", "hi"),), None, None, SamplingSettings(), 5)
+    for event in (start.__class__(**{**_fields(start), "sequence": 1, "sequences": 3}),):
+        assert event_from_json_dict(to_json_dict(event)) == event
+    assert event_from_json_dict(to_json_dict(_step(batch=BatchPass(1, 2, 3.0, None)))).batch == (1, 2, 3.0, None)
+
+
+def _fields(event: object) -> dict:
+    return {k: getattr(event, k) for k in event.__dataclass_fields__ if k != "kind"}  # type: ignore[attr-defined]
+
+
+def test_split_by_sequence_gives_each_reply_the_shared_events() -> None:
+    prefill = Prefill(10, 0, 10, 1, 5.0)
+    fin = [Finish(FinishReason.STOP, 10, 1, 1, 5.0, 5.0, 0.0, 6.0, 0.0, "a", 11, 100, sequence=j) for j in (1, 0)]
+    parts = split_by_sequence([prefill, _step(sequence=0), _step(sequence=1), *fin], 2)
+    assert [[e.kind for e in p] for p in parts] == [["prefill", "step", "finish"]] * 2
+    assert [p[-1].sequence for p in parts] == [0, 1]
+
+
+def test_bad_n_and_a_context_too_small_are_one_line_each() -> None:
+    for bad in (0, 17, -1, 2.5, True, "4"):
+        with pytest.raises(ValueError, match="n must be a whole number from 1 to 16"):
+            check_n(bad)
+    assert check_n(16) == 16
+    assert fit_problem(40, 4, 512, 4096) is None
+    problem = fit_problem(100, 8, 512, 4096)
+    assert problem is not None and "\n" not in problem
+    assert "need 4196 cells" in problem and "n at most 7" in problem and "max_tokens at most 499" in problem
+    assert pass_line(BatchPass(3, 4, 14.84, 11.2)) == "4 tokens in 14.8 ms · one sequence: 11.2 ms"
