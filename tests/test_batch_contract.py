@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from loopchat.batch import BatchPass, check_n, fit_problem, pass_line, split_by_sequence
@@ -53,3 +55,26 @@ def test_bad_n_and_a_context_too_small_are_one_line_each() -> None:
     assert problem is not None and "\n" not in problem
     assert "need 4196 cells" in problem and "n at most 7" in problem and "max_tokens at most 499" in problem
     assert pass_line(BatchPass(3, 4, 14.84, 11.2)) == "4 tokens in 14.8 ms · one sequence: 11.2 ms"
+
+
+def test_a_batch_trace_reads_back_whole_and_a_cut_one_ends_only_the_open_replies(tmp_path) -> None:
+    from loopchat.trace import TraceWriter, read_trace
+
+    start = Start("m", None, None, 100, 10, 1, (Message("user", "hi"),), None, (1, 2), SamplingSettings(), 5)
+    starts = [dataclasses.replace(start, sequence=j, sequences=2) for j in (0, 1)]
+    prefill = Prefill(2, 0, 2, 1, 5.0)
+    steps = [_step(index=0, sequence=j, n_past=3) for j in (0, 1)]
+    fin = Finish(FinishReason.STOP, 2, 1, 1, 5.0, 5.0, 0.0, 6.0, 0.0, "a", 3, 100, sequence=1)
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as trace:
+        for event in (*starts, prefill, *steps, fin):
+            trace.write(event)
+    header, traced = read_trace(path)
+    assert header.get("cut_short") is True  # sequence 0 never finished: only it gets a made-up Finish
+    made = [t.event for t in traced if t.synthetic]
+    assert len(made) == 1 and made[0].sequence == 0 and made[0].text == "a" and made[0].steps == 1
+    with TraceWriter(path) as trace:
+        for event in (*starts, prefill, *steps, fin, dataclasses.replace(fin, sequence=0)):
+            trace.write(event)
+    header, traced = read_trace(path)
+    assert not header.get("cut_short") and not any(t.synthetic for t in traced)

@@ -150,7 +150,8 @@ def test_requests_it_cannot_run_are_refused_in_one_line(engine: Engine) -> None:
         (dict(n=SEQUENCES_MAX + 1), EngineError, f"from 1 to {SEQUENCES_MAX}"),
         (dict(n=0), EngineError, "from 1 to"),
         (dict(n=4), ContextOverflowError, "ask for n at most 3, or max_tokens at most"),
-        (dict(n=2, control=StepControl()), EngineError, "step mode"),
+        (dict(n=2, control=StepControl(paused=True)), EngineError, "step mode"),
+        (dict(n=2, step_paused=True), EngineError, "step mode"),
         (dict(n=2, lens=True), EngineError, "lens"),
     ]
     for fields, error, words in cases:

@@ -18,7 +18,8 @@ docs/trace-format.md, "Parallel sequences").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 #: the most sequences one request may ask for (the context is made with one more: the run's
@@ -94,7 +95,54 @@ def pass_line(p: BatchPass) -> str:
     return f"{p.size} tokens in {p.ms:.1f} ms · one sequence: {single}"
 
 
+class BatchFigures(NamedTuple):
+    """A batch's figures from its steps (`run -n`'s summary, the chat's info line)."""
+
+    replies: int
+    tokens: int  # steps of every reply (stop tokens included)
+    span_ms: float  # from the first step of the batch to its last (elapsed_ms)
+    tokens_per_s: float  # all replies together: (tokens - replies) / span (each reply's first token is the prefill's)
+    pass_ms: float | None  # the median batched pass
+    pass_size: float | None  # the median sequences in a pass
+    single_ms: float | None  # the latest measured single-sequence pass (BatchPass.single_ms)
+
+
+def batch_figures(steps: Sequence[Any]) -> BatchFigures:
+    """The figures of a batch's steps (Steps with `sequence` and `batch`)."""
+    passes = {s.batch.number: s.batch for s in steps if s.batch is not None}
+    times = [s.elapsed_ms for s in steps]
+    replies = len({s.sequence for s in steps})
+    span = (max(times) - min(times)) if times else 0.0
+    rate = (len(steps) - replies) / (span / 1000.0) if span > 0 else 0.0
+    ordered = [passes[k] for k in sorted(passes)]
+    singles = [p.single_ms for p in ordered if p.single_ms is not None]
+    return BatchFigures(
+        replies,
+        len(steps),
+        span,
+        rate,
+        statistics.median(p.ms for p in ordered) if ordered else None,
+        statistics.median(p.size for p in ordered) if ordered else None,
+        singles[-1] if singles else None,
+    )
+
+
+def figures_line(f: BatchFigures) -> str:
+    """'4 replies · 96 tokens in 1.52 s: 60.5 tok/s together · a pass of 4: 14.8 ms (median) · one sequence: 11.2 ms'."""
+    parts = [f"{f.replies} replies", f"{f.tokens} tokens in {f.span_ms / 1000:.2f} s: {f.tokens_per_s:.1f} tok/s together"]
+    if f.pass_ms is not None and f.pass_size is not None:
+        parts.append(f"a pass of {f.pass_size:g}: {f.pass_ms:.1f} ms (median)")
+    if f.single_ms is not None:
+        parts.append(f"one sequence: {f.single_ms:.1f} ms")
+        if f.pass_ms and f.pass_size:
+            parts.append(f"{f.pass_size * f.single_ms / f.pass_ms:.2f}x the tokens of one sequence per ms")
+    return " · ".join(parts)
+
+
 __all__ = [
+    "BatchFigures",
+    "batch_figures",
+    "figures_line",
     "CHAT_N",
     "N_SEQ_MAX",
     "SEQUENCES_MAX",

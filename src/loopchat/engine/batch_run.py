@@ -98,13 +98,13 @@ class BatchRun:
     constraint: Any = None  # (Engine.pending_probs reads it with the gate's probe, which is None here)
 
     def __init__(
-        self, engine: Any, request: ReplyRequest, live: Callable[[], SamplingSettings] | None, control: object
+        self, engine: Any, request: ReplyRequest, live: Callable[[], SamplingSettings] | None, control: Any
     ) -> None:
         try:
             self.n = check_n(request.n)
         except ValueError as exc:
             raise EngineError(str(exc)) from None
-        if control is not None or request.step_paused:
+        if request.step_paused or (control is not None and control.paused):
             raise EngineError("step mode writes one reply at a time: ask for n=1, or leave step mode")
         if request.lens:
             raise EngineError("the logit lens reads one reply at a time: ask for n=1, or turn the lens off")
