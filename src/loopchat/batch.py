@@ -129,7 +129,10 @@ def batch_figures(steps: Sequence[Any]) -> BatchFigures:
 
 def figures_line(f: BatchFigures) -> str:
     """'4 replies · 96 tokens in 1.52 s: 60.5 tok/s together · a pass of 4: 14.8 ms (median) · one sequence: 11.2 ms'."""
-    parts = [f"{f.replies} replies", f"{f.tokens} tokens in {f.span_ms / 1000:.2f} s: {f.tokens_per_s:.1f} tok/s together"]
+    parts = [
+        f"{f.replies} replies",
+        f"{f.tokens} tokens in {f.span_ms / 1000:.2f} s: {f.tokens_per_s:.1f} tok/s together",
+    ]
     if f.pass_ms is not None and f.pass_size is not None:
         parts.append(f"a pass of {f.pass_size:g}: {f.pass_ms:.1f} ms (median)")
     if f.single_ms is not None:

@@ -7,7 +7,6 @@ the milliseconds since the trace was opened, so a replay can keep the recorded p
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import time
 from dataclasses import dataclass

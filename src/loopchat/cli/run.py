@@ -231,7 +231,13 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         raise UsageError(f"--watch: {exc}") from None
     n = getattr(args, "n", 1)
     if n > 1 and (remote is not None or lens or getattr(args, "blocking", False)):
-        asked = "--url (a server's replies: one at a time here)" if remote is not None else "--lens" if lens else "--blocking"
+        asked = (
+            "--url (a server's replies: one at a time here)"
+            if remote is not None
+            else "--lens"
+            if lens
+            else "--blocking"
+        )
         raise UsageError(f"-n {n} writes its replies in one batch on a model run here: leave out {asked}, or -n")
     if (scored or lens or watch) and remote is not None:
         asked = "--prompt-logprobs" if scored else "--lens" if lens else "--watch"
