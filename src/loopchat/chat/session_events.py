@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from loopchat.chat.batch_replies import BatchIntake
 from loopchat.chat.conversation import STREAM, ReplyRecord
 from loopchat.chat.session_core import _ANY_RUN, SessionCore, Update
 from loopchat.constraint import ConstraintError
@@ -33,6 +34,8 @@ from loopchat.events import (
 class EventSession(SessionCore):
     """The session as the backend's events change it (ChatSession adds the requests)."""
 
+    batch: BatchIntake | None = None  # N replies in one batch in flight (Shift+F5): its other versions
+
     # ---- events ------------------------------------------------------------------
     def take_text(self) -> list[tuple[ReplyRecord, list[Step]]]:
         """The streamed steps not yet drawn, per reply (and forget them)."""
@@ -46,6 +49,12 @@ class EventSession(SessionCore):
             probe = next((p for p in self.probes if not p.done), None)
             if probe is not None and probe.take(ev):
                 continue
+            if self.batch is not None:  # another sequence's event goes to its version (batch_replies.py)
+                ev = self.batch.route(ev, u.finished)
+                if self.batch.over:
+                    self.batch = None
+                if ev is None:
+                    continue
             rec = self.current
             match ev:
                 case Pending():  # step mode: the loop stopped before a draw (or reshaped its die)
