@@ -49,7 +49,7 @@ async def test_shift_f5_writes_n_versions_and_alt_v_shows_where_they_part(backen
         assert shown is versions[0] and all(r.hidden for r in versions[1:])
         assert len({r.text for r in versions}) > 1, "four draws at temperature 1.2 gave one text"
         # the panel: the batched pass behind the last step, against one sequence's
-        assert "batched pass" in panel_text(app) and "one sequence:" in panel_text(app)
+        assert "batch       4 tokens in" in panel_text(app) and "one sequence:" in panel_text(app)
         # Alt+PgDn: the next version is shown, and the conversation goes on from it
         await pilot.press("alt+pagedown")
         await pilot.pause()

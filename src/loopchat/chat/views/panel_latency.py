@@ -97,7 +97,7 @@ def _pass_rows(rows: _Rows, s: Step, arrivals: bool) -> None:
         else:
             rows.row("this pass", (f"{fwd} forward + {sample} sampling", NONE))
     if s.batch is not None:  # one of N replies in one batch (batch.py): the pass's cost against one sequence's
-        rows.row("batched pass", (pass_line(s.batch), NONE))
+        rows.row("batch", (pass_line(s.batch), NONE))
     if s.arrival_ms is not None:  # measured at the client: network and server pace, not a pass
         since = "since the request" if s.index == 0 else "between chunks"
         rows.row("arrival gap", (fmt_ms(s.arrival_ms), NONE), *([(f" {since}", LABEL)] if not compact else []))
