@@ -78,3 +78,11 @@ def test_a_batch_trace_reads_back_whole_and_a_cut_one_ends_only_the_open_replies
             trace.write(event)
     header, traced = read_trace(path)
     assert not header.get("cut_short") and not any(t.synthetic for t in traced)
+
+
+def test_a_batched_step_is_stored_in_the_history_and_read_back_whole() -> None:
+    from loopchat.history.step_codec import decode_steps, encode_steps
+
+    steps = [_step(sequence=1, batch=BatchPass(3, 4, 14.8, 11.2)), _step(index=0, sequence=1)]
+    back = decode_steps(encode_steps(steps))
+    assert back == steps and isinstance(back[0].batch, BatchPass)

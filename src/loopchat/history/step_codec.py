@@ -27,6 +27,7 @@ from typing import Any
 
 import msgpack
 
+from loopchat.batch import batch_pass
 from loopchat.constraint import ConstraintReport
 from loopchat.events import Candidate, LensRow, Step
 from loopchat.settings import SamplingSettings
@@ -180,6 +181,8 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = tuple(WatchedToken(*w) for w in value)
             elif name == "constraint" and value is not None:
                 value = ConstraintReport(*value)
+            elif name == "batch" and value is not None:  # one of N replies in one batch (batch.py)
+                value = batch_pass(value)
             kwargs[name] = value
         steps.append(Step(**kwargs))
     return steps
