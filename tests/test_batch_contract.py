@@ -86,3 +86,22 @@ def test_a_batched_step_is_stored_in_the_history_and_read_back_whole() -> None:
     steps = [_step(sequence=1, batch=BatchPass(3, 4, 14.8, 11.2)), _step(index=0, sequence=1)]
     back = decode_steps(encode_steps(steps))
     assert back == steps and isinstance(back[0].batch, BatchPass)
+
+
+def test_a_played_trace_of_a_batch_plays_its_first_reply_and_says_so() -> None:
+    from test_session import Backend, reply_events
+
+    from loopchat.chat.session import ChatSession
+    from loopchat.events import RunDone
+
+    s = ChatSession(Backend())
+    events = [reply_events(1, (Message("user", "q"),), text) for text in ("one two", "three four")]
+    tagged = []
+    for j, evs in enumerate(events):
+        for e in evs[:-1]:  # (each list's RunDone: one at the end)
+            tagged.append(e if isinstance(e, Prefill) else dataclasses.replace(e, sequence=j))
+    tagged = [dataclasses.replace(e, sequences=2) if isinstance(e, Start) else e for e in tagged]
+    u = s.consume([*tagged, RunDone(1)])
+    [(_, rec)] = u.started
+    assert rec.text == "one two" and u.finished == [rec]
+    assert any("2 replies written in one batch: the first is played" in w for w in u.warnings)
