@@ -105,3 +105,22 @@ def test_a_played_trace_of_a_batch_plays_its_first_reply_and_says_so() -> None:
     [(_, rec)] = u.started
     assert rec.text == "one two" and u.finished == [rec]
     assert any("2 replies written in one batch: the first is played" in w for w in u.warnings)
+
+
+def test_shift_f5_is_refused_before_anything_when_four_replies_cannot_fit() -> None:
+    from test_session import READY, Backend, reply_events
+
+    from loopchat.chat.conversation import STREAM
+    from loopchat.chat.session import ChatSession, Refused
+
+    backend = Backend()
+    backend.can_branch = True  # (a model run here)
+    s = ChatSession(backend)
+    s.consume([READY])
+    s.send("q", STREAM)
+    s.consume(reply_events(1, (Message("user", "q"),)))
+    s.settings = s.settings.replace(max_tokens=600)  # 4 x 600 + the prompt > 2048, the reply's n_ctx
+    with pytest.raises(Refused, match="4 replies of up to 600 tokens .* set max_tokens to 511 at most"):
+        s.write_n(STREAM, 4)
+    last = s.conversation.last_in_history()
+    assert last is not None and not last.hidden and len(backend.runs) == 1  # nothing set aside, nothing run

@@ -15,7 +15,7 @@ gc freeze, settings, step mode), session_events.py (`consume`), and here the req
 
 from __future__ import annotations
 
-from loopchat.batch import CHAT_N
+from loopchat.batch import CHAT_N, cells_needed, fit_problem
 from loopchat.chat.batch_replies import BatchIntake
 from loopchat.chat.conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from loopchat.chat.lens_depth import DepthProbe, depth_request
@@ -91,6 +91,14 @@ class ChatSession(EventSession):
         old = self.conversation.last_in_history()
         if old is None or not old.done:
             raise Refused("No reply to write again yet: send a message first")
+        start = old.start  # (its prompt is the batch's: refused here, before the reply is set aside)
+        if start is not None and start.prompt_token_ids is not None and start.n_ctx is not None:
+            prompt, most = len(start.prompt_token_ids), self.settings.max_tokens
+            if fit_problem(prompt, n, most, start.n_ctx) is not None:
+                raise Refused(
+                    f"{n} replies of up to {most} tokens after this {prompt}-token prompt need {cells_needed(prompt, n, most)} "
+                    f"cells of the {start.n_ctx}-token context: set max_tokens to {(start.n_ctx - prompt) // n} at most (F2)"
+                )
         self.conversation.set_aside(old)
         if self.settings.seed is not None:  # reply j draws with the seed + j: move past the old one's
             self.settings = self.settings.replace(seed=(self.settings.seed + 1) % 2**32)
