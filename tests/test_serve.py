@@ -221,7 +221,7 @@ def test_logprobs_equal_the_engine_s_step_records(
 @pytest.mark.parametrize(
     "extra, needle, param",
     [
-        ({"n": 2}, "n must be 1", "n"),
+        ({"n": 17}, "n must be a whole number from 1 to 16", "n"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tool", "tools"),
         ({"temperature": 9}, "temperature must be between 0 and 5", "temperature"),
         ({"top_p": 0}, "top_p must be above 0", "top_p"),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from loopchat.batch import batch_pass
 from loopchat.constraint import ConstraintReport
 from loopchat.events import (
     Candidate,
@@ -66,6 +67,7 @@ def to_json_dict(event: Event) -> dict[str, Any]:
 _LEFT_OUT_WHEN_NONE = frozenset(
     {"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched", "constraint", "constraint_closed"}
     | {"flash_attn", "pass_report", "drafted", "rejected"}
+    | {"sequence", "sequences", "batch"}
 )
 
 
@@ -102,6 +104,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "watch": lambda v: tuple((str(t), int(i)) for t, i in v),
     "constraint": lambda v: ConstraintReport(*v),
     "pass_report": pass_report,
+    "batch": batch_pass,
     "rejected": lambda v: RejectedDraft(int(v[0]), str(v[1]), float(v[2]), float(v[3])),
     "piece_bytes": bytes.fromhex,
     "reason": FinishReason,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
+from loopchat.batch import BatchPass
 from loopchat.constraint import ConstraintReport
 from loopchat.passes import PassReport, RejectedDraft
 from loopchat.settings import SamplingSettings
@@ -137,6 +138,9 @@ class Start:
     #: flash attention in the model's context as llama.cpp resolved it: "on" or "off" (None:
     #: not known: a server's reply, or a trace from before it was recorded)
     flash_attn: str | None = None
+    #: parallel sequences (batch.py): this reply is sequence `sequence` of `sequences` written in one batch (None: alone)
+    sequence: int | None = None
+    sequences: int | None = None
     kind: str = field(default="start", init=False)
 
 
@@ -238,6 +242,10 @@ class Step:
     drafted: bool | None = None
     #: the draft's guess that this step's draw refused (None: none was refused here)
     rejected: RejectedDraft | None = None
+    #: parallel sequences (batch.py): the sequence this step belongs to (None: a reply alone)
+    sequence: int | None = None
+    #: ... and the batched pass that gave its logits (None: the prefill's, or a reply alone)
+    batch: BatchPass | None = None
     kind: str = field(default="step", init=False)
 
 
@@ -292,6 +300,8 @@ class Finish:
     #: a reply under a constraint: whether the grammar accepts the reply as it ends (False: cut, by
     #: max_tokens say, before the structure closed); None: no constraint
     constraint_closed: bool | None = None
+    #: parallel sequences (batch.py): the sequence this reply was (None: a reply alone)
+    sequence: int | None = None
     kind: str = field(default="finish", init=False)
 
 

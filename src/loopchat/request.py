@@ -62,6 +62,8 @@ class ReplyRequest:
     #: a grammar or JSON schema the reply must follow (constraint.py): the engine builds its
     #: matcher for the reply and masks each pass with it; None: unconstrained
     constraint: Constraint | None = None
+    #: parallel sequences (batch.py): write this many replies to the prompt in one batch (1: one reply)
+    n: int = 1
     # Room for what comes next (issues 24-26) lands here as fields with defaults:
     # a draft source.
 

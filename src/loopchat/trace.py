@@ -6,6 +6,7 @@ the milliseconds since the trace was opened, so a replay can keep the recorded p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -113,7 +114,9 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[TracedEvent]]:
     last_line_cut = not data.endswith("\n")
     header: dict[str, Any] = {}
     events: list[TracedEvent] = []
-    open_run: list[TracedEvent] = []  # the events of a reply whose Finish has not come yet
+    # the events of each reply whose Finish has not come yet, by sequence (batch.py: N replies
+    # written in one batch interleave; None: a reply alone)
+    open_runs: dict[int | None, list[TracedEvent]] = {}
     cut_short = False
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -143,18 +146,23 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[TracedEvent]]:
             traced = TracedEvent(float(obj.get("t_ms", 0.0)), event_from_json_dict(obj))
         except Exception as exc:  # noqa: BLE001 - any malformed field: TypeError, ValueError, SettingsError...
             raise TraceError(f"{path}:{n}: bad event ({one_line(str(exc)) or type(exc).__name__})") from None
+        seq = getattr(traced.event, "sequence", None)
         if isinstance(traced.event, Start):
-            if open_run:  # the previous reply never finished
-                events.append(cut_short_finish(open_run))
-                cut_short = True
-            open_run = [traced]
+            if seq is None or seq == 0:  # a new reply (or batch): one still open never finished
+                for run in open_runs.values():
+                    events.append(cut_short_finish(run))
+                    cut_short = True
+                open_runs = {}
+            open_runs[seq] = [traced]
         elif isinstance(traced.event, Finish):
-            open_run = []
-        elif open_run:
-            open_run.append(traced)
+            open_runs.pop(seq, None)
+        else:  # (a batch's shared events, its Prefill: every reply's)
+            for key, run in open_runs.items():
+                if seq is None or key == seq:
+                    run.append(traced)
         events.append(traced)
-    if open_run:
-        events.append(cut_short_finish(open_run))
+    for run in open_runs.values():
+        events.append(cut_short_finish(run))
         cut_short = True
     if cut_short:
         header = {**header, "cut_short": True}
@@ -164,7 +172,11 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[TracedEvent]]:
 def cut_short_finish(run: list[TracedEvent]) -> TracedEvent:
     """A Finish for a reply whose trace stops after `run` (its Start and what followed),
     every number computed from those events as the engine would have."""
-    return TracedEvent(run[-1].t_ms, cut_short_event(run), synthetic=True)
+    finish = cut_short_event(run)
+    sequence = getattr(run[0].event, "sequence", None)
+    if sequence is not None:  # one of a batch's replies (batch.py)
+        finish = dataclasses.replace(finish, sequence=sequence)
+    return TracedEvent(run[-1].t_ms, finish, synthetic=True)
 
 
 def cut_short_event(run: list[TracedEvent]) -> Finish:

@@ -15,6 +15,8 @@ gc freeze, settings, step mode), session_events.py (`consume`), and here the req
 
 from __future__ import annotations
 
+from loopchat.batch import CHAT_N, cells_needed, fit_problem
+from loopchat.chat.batch_replies import BatchIntake
 from loopchat.chat.conversation import BLOCKING, STREAM, Conversation, ReplyRecord
 from loopchat.chat.lens_depth import DepthProbe, depth_request
 from loopchat.chat.session_core import REBUILT_NOTE, Refused, Update
@@ -77,6 +79,39 @@ class ChatSession(EventSession):
         )
         old.replaced_by = new.number
         return old, new
+
+    def write_n(self, mode: str, n: int = CHAT_N) -> tuple[ReplyRecord, ReplyRecord, list[ReplyRecord]]:
+        """Shift+F5: the last reply written again N times in one batch (batch_replies.py), the
+        N replies versions of it: (old, the one shown, the N-1 set aside)."""
+        self.check_can_run()
+        if not self.backend.can_branch:
+            raise Refused("N replies in one batch need the model run here (a server's replies come one at a time)")
+        if self.step_armed:
+            raise Refused("Step mode writes one reply at a time: press F12 to leave it, then Shift+F5")
+        old = self.conversation.last_in_history()
+        if old is None or not old.done:
+            raise Refused("No reply to write again yet: send a message first")
+        start = old.start  # (its prompt is the batch's: refused here, before the reply is set aside)
+        if start is not None and start.prompt_token_ids is not None and start.n_ctx is not None:
+            prompt, most = len(start.prompt_token_ids), self.settings.max_tokens
+            if fit_problem(prompt, n, most, start.n_ctx) is not None:
+                raise Refused(
+                    f"{n} replies of up to {most} tokens after this {prompt}-token prompt need {cells_needed(prompt, n, most)} "
+                    f"cells of the {start.n_ctx}-token context: set max_tokens to {(start.n_ctx - prompt) // n} at most (F2)"
+                )
+        self.conversation.set_aside(old)
+        if self.settings.seed is not None:  # reply j draws with the seed + j: move past the old one's
+            self.settings = self.settings.replace(seed=(self.settings.seed + 1) % 2**32)
+        kw = {"siblings": old.siblings, "turn_base": old.turn_base}
+        main = self._start(ReplyRequest(old.messages, self.settings, n=n), mode, in_history=True, **kw)
+        extras = [
+            self.conversation.new_reply(mode, old.messages, in_history=False, hidden=True, **kw) for _ in range(n - 1)
+        ]
+        for rec in extras:
+            rec.run_id, rec.started_at = main.run_id, main.started_at
+        old.replaced_by = main.number
+        self.batch = BatchIntake(self.conversation, main, extras)
+        return old, main, extras
 
     def branch(self, reply: int, step: int, token_id: int | None, mode: str) -> tuple[ReplyRecord, ReplyRecord]:
         """Reply `reply` continued from its step `step`: that step takes `token_id` (a

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from loopchat.chat.batch_replies import BatchIntake
 from loopchat.chat.conversation import STREAM, ReplyRecord
 from loopchat.chat.session_core import _ANY_RUN, SessionCore, Update
 from loopchat.constraint import ConstraintError
@@ -33,6 +34,8 @@ from loopchat.events import (
 class EventSession(SessionCore):
     """The session as the backend's events change it (ChatSession adds the requests)."""
 
+    batch: BatchIntake | None = None  # N replies in one batch in flight (Shift+F5): its other versions
+
     # ---- events ------------------------------------------------------------------
     def take_text(self) -> list[tuple[ReplyRecord, list[Step]]]:
         """The streamed steps not yet drawn, per reply (and forget them)."""
@@ -46,6 +49,10 @@ class EventSession(SessionCore):
             probe = next((p for p in self.probes if not p.done), None)
             if probe is not None and probe.take(ev):
                 continue
+            routed = self._route(ev, u)
+            if routed is None:
+                continue
+            ev = routed
             rec = self.current
             match ev:
                 case Pending():  # step mode: the loop stopped before a draw (or reshaped its die)
@@ -109,6 +116,20 @@ class EventSession(SessionCore):
                     if self._frozen_run in (ev.run_id, _ANY_RUN):
                         self._unfreeze()
         return u
+
+    def _route(self, ev: HostEvent, u: Update) -> HostEvent | None:
+        """N replies in one batch: another sequence's event goes to its version (batch_replies.py;
+        None: taken there); a played trace of a batch plays its first reply."""
+        if self.batch is not None:
+            routed = self.batch.route(ev, u.finished)
+            if self.batch.over:
+                self.batch = None
+            return routed
+        if getattr(ev, "sequence", None) not in (None, 0):
+            if isinstance(ev, Start) and ev.sequence == 1:
+                u.warnings.append(f"This trace holds {ev.sequences} replies written in one batch: the first is played")
+            return None
+        return ev
 
     def _played_turn(self, start: Start, u: Update) -> ReplyRecord:
         users = [m.content for m in start.messages if m.role in ("user", DOCUMENT)]

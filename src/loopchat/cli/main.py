@@ -25,6 +25,15 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
+def _replies(text: str) -> int:
+    from loopchat.batch import check_n
+
+    try:
+        return check_n(int(text) if text.strip().lstrip("-").isdigit() else text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _threads(text: str) -> int | Literal["auto"]:
     from loopchat.threads_setting import parse_threads
 
@@ -135,6 +144,13 @@ def _add_run_parser(sub: Any) -> None:
         )
     run.add_argument(
         "--top-report", type=int, default=10, metavar="K", help="candidates recorded per step (default 10)"
+    )
+    run.add_argument(
+        "-n",
+        type=_replies,
+        default=1,
+        metavar="N",
+        help="write N replies to the prompt in one batch (1-16), printed when they end, with the batch's figures",
     )
     run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
     run.add_argument("--show-steps", action="store_true", help="print one line per step as it runs, then the text")

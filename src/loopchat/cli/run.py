@@ -186,7 +186,12 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None, out: Text
         backend = _local_backend(args)
         backend.attach(events.put)
         backend.load_file(spec, model_path)
-    reader = ReplyReader(args, backend, request, output, trace)
+    if request.n > 1:  # N replies in one batch (run_batch.py)
+        from loopchat.cli.run_batch import BatchReader
+
+        reader: ReplyReader = BatchReader(args, backend, request, output, trace)
+    else:
+        reader = ReplyReader(args, backend, request, output, trace)
     reader.read(events)
     return reader.report()
 
@@ -224,6 +229,16 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         watch = check_watch(tuple(getattr(args, "watch", None) or ()))
     except WatchError as exc:
         raise UsageError(f"--watch: {exc}") from None
+    n = getattr(args, "n", 1)
+    if n > 1 and (remote is not None or lens or getattr(args, "blocking", False)):
+        asked = (
+            "--url (a server's replies: one at a time here)"
+            if remote is not None
+            else "--lens"
+            if lens
+            else "--blocking"
+        )
+        raise UsageError(f"-n {n} writes its replies in one batch on a model run here: leave out {asked}, or -n")
     if (scored or lens or watch) and remote is not None:
         asked = "--prompt-logprobs" if scored else "--lens" if lens else "--watch"
         raise UsageError(
@@ -240,6 +255,7 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         lens=bool(lens),
         watch=watch,
         constraint=constraint_from_args(args, spec),
+        n=n,
     )
     return remote, spec, model_path, request
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from loopchat.constraint import Constraint
 from loopchat.engine import sampler
+from loopchat.engine.batch_run import AnyRun, open_run
 from loopchat.engine.chat_prompt import (
     CHATML_TEMPLATE,
     ChatTemplate,
@@ -38,7 +39,6 @@ from loopchat.engine.cores import physical_cores
 from loopchat.engine.flash_attn import model_default
 from loopchat.engine.llama_load import load_llama
 from loopchat.engine.prompt_scores import ScoreMemory
-from loopchat.engine.run import ReplyRun
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.errors import ModelLoadError
 from loopchat.events import DOCUMENT, Event, FinishReason, Message, Pending
@@ -113,7 +113,7 @@ class Engine:
         if self._tuner is not None:  # its probe guard shares the abort flag with cancel()
             self._auto = AutoThreads(self._c, self._abort, self._cancel.is_set, self._tuner)
         self._control: StepControl | None = None  # the reply in flight's step mode, if any
-        self._run: ReplyRun | None = None  # the reply in flight (pending_probs reads its step gate)
+        self._run: AnyRun | None = None  # the reply in flight (pending_probs reads its step gate)
         self.passes = 0  # llama_decode calls so far (prefill batches and steps): tests count them
         self.prompt_memory = ScoreMemory()  # the cached tokens' prompt logprobs (prompt_scores.py)
         self._lens: Any = None  # the logit lens (lens_run.py), opened when first asked for
@@ -380,7 +380,7 @@ class Engine:
         self._cancel.clear()
         self._abort.clear()
         self._control = control
-        run = self._run = ReplyRun(self, request, live, control)
+        run = self._run = open_run(self, request, live, control)  # (n > 1: batch_run.py)
         try:
             yield from run.events()
         finally:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loopchat.batch import N_SEQ_MAX
 from loopchat.flash_attn_setting import DEFAULT_FLASH_ATTN, FlashAttn
 from loopchat.model_files import BUILTIN_MODELS
 
@@ -58,6 +59,9 @@ def context_created_with(setting: FlashAttn) -> Iterator[None]:
 
     def create(*, model: Any, params: llama_cpp.llama_context_params, verbose: bool = True) -> Any:
         params.flash_attn_type = kind  # the Llama's own context_params: it keeps what was asked
+        # parallel sequences (batch.py, engine/batch_run.py): room for N_SEQ_MAX sequence ids in ONE
+        # cache of n_ctx cells (unified: a prompt's cells shared by every sequence, not n_ctx / N each)
+        params.n_seq_max, params.kv_unified = N_SEQ_MAX, True
         return original(model=model, params=params, verbose=verbose)
 
     with _load_lock:

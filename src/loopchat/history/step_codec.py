@@ -27,6 +27,7 @@ from typing import Any
 
 import msgpack
 
+from loopchat.batch import batch_pass
 from loopchat.constraint import ConstraintReport
 from loopchat.events import Candidate, LensRow, Step
 from loopchat.settings import SamplingSettings
@@ -71,6 +72,8 @@ FIELDS[4] = FIELDS[3] + ("lens",)  # issue 26: the logit lens of the pass (None:
 FIELDS[5] = FIELDS[4] + ("stages",)  # issue 24: each sampler stage's report (the waterfall)
 FIELDS[6] = FIELDS[5] + ("watched",)  # issue 24: the tokens on watch (None: none asked for)
 FIELDS[7] = FIELDS[6] + ("constraint",)  # issue 24: what a grammar or schema did at the pass (None: none)
+FIELDS[8] = FIELDS[7] + ("pass_report", "drafted", "rejected")  # issue 25: speculative decoding (passes.py)
+FIELDS[9] = FIELDS[8] + ("sequence", "batch")  # issue 25: one of N replies in one batch (batch.py)
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
@@ -180,6 +183,8 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = tuple(WatchedToken(*w) for w in value)
             elif name == "constraint" and value is not None:
                 value = ConstraintReport(*value)
+            elif name == "batch" and value is not None:  # one of N replies in one batch (batch.py)
+                value = batch_pass(value)
             kwargs[name] = value
         steps.append(Step(**kwargs))
     return steps

@@ -39,6 +39,7 @@ from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat, parse_completion, parse_json
 from loopchat.settings import SamplingSettings
 from loopchat.wire import DONE_LINE, WireSerializer, error_body, sse_line
+from loopchat.wire_batch import BatchSerializer, serializer_for
 
 ENDPOINTS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health"
 
@@ -158,7 +159,7 @@ class _Routes:
         if gone.done():
             loop.cancel(run)
         gone.add_done_callback(client_left)
-        serializer = WireSerializer(model.id, req.wire)
+        serializer = serializer_for(model.id, req.wire, req.reply.n)  # (n > 1: a choice per reply of a batch)
         if not req.wire.stream:
             try:
                 return await _blocking(run, serializer, chat)
@@ -301,7 +302,9 @@ def create_app(
     )
 
 
-async def _stream(loop: OneLoop, run: Run, serializer: WireSerializer, first: Any) -> AsyncIterator[str]:
+async def _stream(
+    loop: OneLoop, run: Run, serializer: WireSerializer | BatchSerializer, first: Any
+) -> AsyncIterator[str]:
     """The SSE text of one run: wire.py's lines for each event, then [DONE]. If the client
     goes, Starlette cancels this generator: the run is cancelled (within one step)."""
     try:
@@ -320,7 +323,7 @@ async def _stream(loop: OneLoop, run: Run, serializer: WireSerializer, first: An
             loop.cancel(run)
 
 
-async def _blocking(run: Run, serializer: WireSerializer, chat: bool) -> Response:
+async def _blocking(run: Run, serializer: WireSerializer | BatchSerializer, chat: bool) -> Response:
     error: WorkerError | None = None
     while True:
         event = await run.events.get()

@@ -34,6 +34,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loopchat.batch import SEQUENCES_MAX, check_n
 from loopchat.events import DOCUMENT, Message
 from loopchat.request import ReplyRequest
 from loopchat.serve.constraints import FormatProblem, constraint_of
@@ -175,6 +176,7 @@ def _request(
         stream=stream,
         prompt_logprobs=prompt_logprobs,
         constraint=_constraint(body),
+        n=int(body.get("n") or 1),
     )
     return GenerationRequest(
         reply=reply,
@@ -331,11 +333,13 @@ def _refuse_unsupported(body: dict[str, Any], *, chat: bool) -> None:
 
     n = body.get("n")
     if n is not None and n != 1:
-        refuse(
-            "n",
-            f"n must be 1, got {n!r}: loopchat serve runs one loop and generates one choice per request; "
-            "send n requests for n choices",
-        )
+        try:  # n choices: n replies written in one batch (batch.py)
+            check_n(int(n) if isinstance(n, float) and n.is_integer() else n)
+        except ValueError:
+            raise RequestError(
+                f"n must be a whole number from 1 to {SEQUENCES_MAX} (choices written in one batch), got {n!r}",
+                param="n",
+            ) from None
     best_of = body.get("best_of")
     if best_of is not None and best_of != 1:
         refuse("best_of", f"best_of must be 1, got {best_of!r}: loopchat serve generates one completion per request")

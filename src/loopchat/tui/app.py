@@ -21,6 +21,7 @@ from loopchat.browser import browser_copy_refusal, clipboard_allowed, web_url
 from loopchat.chat.conversation import BLOCKING, STREAM, with_space
 from loopchat.events import Step
 from loopchat.settings import KNOBS, SETTING, SamplingSettings
+from loopchat.tui import batch_keys
 from loopchat.tui.branch_picker import BranchChoice, BranchPicker
 from loopchat.tui.document_view import DocumentView
 from loopchat.tui.keys import BINDINGS, command_table
@@ -156,6 +157,12 @@ class LoopChatApp(ChatViewKeys):
             self.notify(f"Regenerating with seed {self.session.settings.seed} (the next after {pinned})", timeout=3)
         self.show_version(old, new)  # in its place: version n/n of the turn's reply
         self.run_finished.clear()
+
+    def action_replies_n(self) -> None:  # Shift+F5 (batch_keys.py)
+        batch_keys.write_n(self)
+
+    def action_versions(self) -> None:  # Alt+V
+        batch_keys.show_versions(self)
 
     def action_replay_other_mode(self) -> None:
         rec = self.ask(self.session.replay_other_mode)

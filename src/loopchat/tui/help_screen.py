@@ -72,6 +72,14 @@ KEYS: tuple[tuple[str, str], ...] = (
     ),
     ("F5", "Regenerate the last reply, as a new version of it (a new random seed; a pinned seed moves to the next)"),
     (
+        "Shift+F5",
+        "Write the last reply again 4 times in one batch (the prompt read once, one forward pass per token of every reply still going): the 4 replies are versions of it (Alt+PgUp/PgDn), reply j drawn with the seed + j; the panel gives each batched pass its cost against one sequence's, measured in the same run",
+    ),
+    (
+        "Alt+V",
+        "The versions of the selected token's reply (else of the last) side by side, pass by pass: each one's token and the probability it was drawn with, from a few passes before they part; at the pass where they part, what each drew, with both probabilities (Esc closes)",
+    ),
+    (
         "Ctrl+R",
         "Branch the reply at the selected token (Alt+←/→ or a click): that pass's candidates with both probabilities; pick another (1–9, Enter; / searches the whole vocabulary) or draw again (0): a new version keeps the tokens before it and reuses the KV cache",
     ),

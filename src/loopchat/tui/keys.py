@@ -32,6 +32,8 @@ BINDINGS: list[BindingType] = [
     Binding("f2", "settings", "Settings"),
     Binding("f3", "toggle_streaming", "Mode"),
     Binding(_keys("f5"), "regenerate", "Regenerate"),
+    Binding("shift+f5", "replies_n", "N replies", show=False),  # in one batch (batch_keys.py)
+    Binding("alt+v", "versions", "Versions side by side", show=False, priority=True),
     Binding("f9", "replay_other_mode", "Other mode", show=False),
     Binding("f10", "toggle_wire", "Wire", show=False),
     Binding(_keys("f11"), "lens", "Logit lens", show=False),  # Alt+L: F11 is many terminals' full screen
@@ -119,6 +121,12 @@ def command_table(
         ("Compare two replies", "Side by side: passes, times, tokens, entropy (Ctrl+G)", "compare"),
         ("Replay last reply in the other mode", "Same seed and settings (F9)", "replay_other_mode"),
         ("Regenerate last reply", "With a new seed (F5)", "regenerate"),
+        (
+            "4 replies in one batch",
+            "The last reply written again 4 times in one batch, as versions (Shift+F5)",
+            "replies_n",
+        ),
+        ("Versions side by side", "The reply's versions pass by pass: where they part (Alt+V)", "versions"),
         ("Copy last reply", "To the clipboard (Ctrl+Y)", "copy_reply"),
         ("New conversation", "Start another conversation (Ctrl+N)", "new_conversation"),
         (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rich.style import Style
 
+from loopchat.batch import pass_line
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.chat.plots import fmt_bits_range, fmt_ms, fmt_ms_range, fmt_rate, sparkline
 from loopchat.chat.views.lines import Pieces, rstrip
@@ -95,6 +96,8 @@ def _pass_rows(rows: _Rows, s: Step, arrivals: bool) -> None:
             rows.row("this pass", (f"{fwd} + {sample} sampling", NONE))
         else:
             rows.row("this pass", (f"{fwd} forward + {sample} sampling", NONE))
+    if s.batch is not None:  # one of N replies in one batch (batch.py): the pass's cost against one sequence's
+        rows.row("batch", (pass_line(s.batch), NONE))
     if s.arrival_ms is not None:  # measured at the client: network and server pace, not a pass
         since = "since the request" if s.index == 0 else "between chunks"
         rows.row("arrival gap", (fmt_ms(s.arrival_ms), NONE), *([(f" {since}", LABEL)] if not compact else []))

@@ -1,0 +1,57 @@
+"""`loopchat run -n N` (issue 25, item 2): N replies in one batch, labelled, with the batch's
+figures; a bad N, or an option a batch cannot take, is one line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cli import assert_one_line_error, loopchat
+
+from loopchat.events import Finish, Start, Step
+from loopchat.trace import read_trace
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+
+def test_run_n_prints_each_reply_labelled_and_the_batch_figures(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    proc = loopchat(
+        *("run", "Name a colour.", "-n", "3", "--temperature", "0", "--max-tokens", "12"),
+        *("--threads", "1", "--flash-attn", "on", "--trace", str(trace)),
+    )
+    assert proc.returncode == 0, proc.stderr
+    labels = [line for line in proc.stdout.splitlines() if line.startswith("── reply ")]
+    assert [lab.split(" · ")[0] for lab in labels] == [f"── reply {j} of 3" for j in (1, 2, 3)]
+    texts = [part.strip() for part in proc.stdout.split("──\n")[1:]]
+    texts = [t.split("\n── reply")[0] for t in texts]
+    assert len(texts) == 3 and texts[0] and texts.count(texts[0]) == 3  # temperature 0, flash attention on: exact
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert summary.startswith("loopchat: 3 replies · ") and "tok/s together" in summary
+    assert "a pass of 3: " in summary and "one sequence: " in summary, summary
+    header, traced = read_trace(trace)
+    assert not header.get("cut_short") and not any(t.synthetic for t in traced)
+    events = [t.event for t in traced]
+    starts = [e for e in events if isinstance(e, Start)]
+    finishes = [e for e in events if isinstance(e, Finish)]
+    assert sorted(s.sequence for s in starts) == [0, 1, 2] and sorted(f.sequence for f in finishes) == [0, 1, 2]
+    steps = [e for e in events if isinstance(e, Step)]
+    assert all(s.batch is not None for s in steps if s.index > 0)
+    assert [f.text.strip() for f in sorted(finishes, key=lambda f: f.sequence)] == texts
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (("-n", "0"), ("-n", "from 1 to 16")),
+        (("-n", "17"), ("-n", "from 1 to 16")),
+        (("-n", "two"), ("-n", "'two'")),
+        (("-n", "2", "--lens"), ("-n 2", "--lens")),
+        (("-n", "2", "--blocking"), ("-n 2", "--blocking")),
+        (("-n", "2", "--url", "http://127.0.0.1:9"), ("-n 2", "--url")),
+        (("-n", "8", "--max-tokens", "600"), ("8 replies of up to 600 tokens", "n at most", "max_tokens at most")),
+    ],
+)
+def test_a_bad_n_is_one_line_and_exit_2(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
+    threads = () if "--url" in args else ("--threads", "1")
+    assert_one_line_error(loopchat("run", "hi", *threads, *args), *needles)
