@@ -30,7 +30,7 @@ class SettingSpec:
 
     name: str  # the field of SamplingSettings, the models.toml key, the trace's key
     type: type  # int or float
-    default: int | float | tuple[()] | None  # (a tuple: a setting of its own kind, its empty value)
+    default: int | float | str | tuple[()] | None  # (a tuple or a word: a setting of its own kind)
     lo: int | float  # the lowest value allowed (inclusive unless above_lo)
     hi: int | float  # the highest value allowed (inclusive)
     hint: str  # what the value means: error messages, `describe`, `loopchat run --help`

@@ -31,6 +31,8 @@ from loopchat.setting_spec import SettingSpec as SettingSpec
 from loopchat.setting_spec import fmt_limit as fmt_limit
 from loopchat.settings_bias import HINT as BIAS_HINT
 from loopchat.settings_bias import KIND as BIAS
+from loopchat.settings_draft import HINT as DRAFT_HINT
+from loopchat.settings_draft import KIND as DRAFT
 
 #: The sampling settings, in the order the panel and the F2 dialog show them.
 SETTINGS: tuple[SettingSpec, ...] = (
@@ -171,6 +173,29 @@ SETTINGS: tuple[SettingSpec, ...] = (
         summary=lambda s: BIAS.summary(s.logit_bias),
         wraps=True,
         kind=BIAS,
+    ),
+    SettingSpec(
+        "draft",
+        str,
+        "off",
+        0,
+        0,
+        DRAFT_HINT,
+        "off · lookup · model (speculative)",
+        short="draft",
+        summary=lambda s: DRAFT.summary(s.draft) + (f" ≤{s.draft_max}" if s.draft != "off" else ""),
+        wraps=True,
+        kind=DRAFT,
+    ),
+    SettingSpec(
+        "draft_max",
+        int,
+        8,
+        1,
+        64,
+        "the most tokens drafted for one verifying pass (fewer when drafts keep failing)",
+        "tokens drafted per pass, at most",
+        short="draft_max",
     ),
 )
 

@@ -70,6 +70,13 @@ def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None
         "the default, but for the bundled model, off; unless models.toml sets flash_attn)",
         **d,
     )
+    p.add_argument(
+        "--draft-model",
+        metavar="PATH",
+        help="a GGUF with the model's vocabulary that drafts tokens for --draft model (speculative "
+        "decoding; default: models.toml's draft)",
+        **d,
+    )
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)
 
 
@@ -123,8 +130,11 @@ def _add_run_parser(sub: Any) -> None:
         "template (the natural mode for a base model)",
     )
     for spec in SETTINGS:  # one flag per sampling setting; unset: the model's from models.toml
-        if spec.kind is not None:  # a setting of its own kind (the logit bias): repeatable, typed as text
+        if spec.type is tuple:  # a setting of its own kind (the logit bias): repeatable, typed as text
             run.add_argument(spec.flag, dest=spec.name, action="append", metavar="TEXT=BIAS", help=spec.hint)
+            continue
+        if spec.kind is not None:  # one word of a few (the draft)
+            run.add_argument(spec.flag, dest=spec.name, choices=spec.kind.choices, help=spec.hint)
             continue
         run.add_argument(
             spec.flag,
@@ -302,6 +312,7 @@ def _main(argv: Sequence[str] | None) -> int:
             host=args.host,
             threads=args.threads,
             flash_attn=args.flash_attn,
+            draft_model=args.draft_model,
             url=args.url,
             api_key=args.api_key,
             model_id=args.model_id,

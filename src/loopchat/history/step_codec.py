@@ -29,6 +29,7 @@ import msgpack
 
 from loopchat.constraint import ConstraintReport
 from loopchat.events import Candidate, LensRow, Step
+from loopchat.passes import RejectedDraft, pass_report
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import stage_reports
 from loopchat.watch import WatchedToken
@@ -71,6 +72,7 @@ FIELDS[4] = FIELDS[3] + ("lens",)  # issue 26: the logit lens of the pass (None:
 FIELDS[5] = FIELDS[4] + ("stages",)  # issue 24: each sampler stage's report (the waterfall)
 FIELDS[6] = FIELDS[5] + ("watched",)  # issue 24: the tokens on watch (None: none asked for)
 FIELDS[7] = FIELDS[6] + ("constraint",)  # issue 24: what a grammar or schema did at the pass (None: none)
+FIELDS[8] = FIELDS[7] + ("pass_report", "drafted", "rejected")  # issue 25: the verifying pass behind a step
 _TOPS = ("raw_top", "sampled_top")
 #: The fields a Step has in this version of loopchat, in order.
 CURRENT_FIELDS = tuple(f.name for f in fields(Step) if f.name != "kind")
@@ -180,6 +182,10 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = tuple(WatchedToken(*w) for w in value)
             elif name == "constraint" and value is not None:
                 value = ConstraintReport(*value)
+            elif name == "pass_report" and value is not None:
+                value = pass_report(value)
+            elif name == "rejected" and value is not None:
+                value = RejectedDraft(*value)
             kwargs[name] = value
         steps.append(Step(**kwargs))
     return steps
