@@ -32,6 +32,7 @@ from loopchat.setting_spec import fmt_limit as fmt_limit
 from loopchat.settings_bias import HINT as BIAS_HINT
 from loopchat.settings_bias import KIND as BIAS
 from loopchat.settings_draft import HINT as DRAFT_HINT
+from loopchat.settings_draft import DRAFT_MAX
 from loopchat.settings_draft import KIND as DRAFT
 
 #: The sampling settings, in the order the panel and the F2 dialog show them.
@@ -183,14 +184,14 @@ SETTINGS: tuple[SettingSpec, ...] = (
         DRAFT_HINT,
         "off · lookup · model (speculative)",
         short="draft",
-        summary=lambda s: DRAFT.summary(s.draft) + (f" ≤{s.draft_max}" if s.draft != "off" else ""),
+        summary=lambda s: DRAFT.summary(s.draft, s.draft_max),
         wraps=True,
         kind=DRAFT,
     ),
     SettingSpec(
         "draft_max",
         int,
-        8,
+        DRAFT_MAX,
         1,
         64,
         "the most tokens drafted for one verifying pass (fewer when drafts keep failing)",
@@ -301,8 +302,8 @@ class SamplingSettings:
         return tuple(f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name))
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field; a setting of its own kind only when set (a trace without a bias is as before)."""
-        return {s.name: v for s in SETTINGS if (v := getattr(self, s.name)) != () or s.kind is None}
+        """Every field; a setting of its own kind only when set (a trace without a bias or a draft is as before)."""
+        return {s.name: v for s in SETTINGS if (v := getattr(self, s.name)) != s.default or s.kind is None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:

@@ -40,9 +40,13 @@ def wire(value: Any) -> str:
     return str(value)
 
 
-def summary(value: str) -> str:
-    """The panel's summary item: '' when off."""
-    return "" if value == "off" else f"draft {value}"
+#: draft_max's default: the most tokens drafted for one pass
+DRAFT_MAX = 8
+
+
+def summary(value: str, draft_max: int = DRAFT_MAX) -> str:
+    """The panel's summary item, with draft_max: 'draft lookup ≤8' ('' when off at the default length)."""
+    return "" if value == "off" and draft_max == DRAFT_MAX else f"draft {value} ≤{draft_max}"
 
 
 class _Kind:

@@ -149,6 +149,11 @@ def _add_run_parser(sub: Any) -> None:
     run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
     run.add_argument("--show-steps", action="store_true", help="print one line per step as it runs, then the text")
     run.add_argument(
+        "--show-passes",
+        action="store_true",
+        help="with a draft (--draft): a line on stderr per verifying pass: the drafts it checked, kept and drew",
+    )
+    run.add_argument(
         "--show-stages",
         action="store_true",
         help="--show-steps with the sampler's waterfall under each step: what each stage removed and kept",
