@@ -7,7 +7,9 @@ per-draft acceptance a (the share of drafts kept, over recent passes, decayed), 
 on average E(k) = 1 + a + a^2 + ... + a^k tokens (the drafts up to the first refused one,
 plus the pass's own). The length chosen maximises E(k) / cost(k); when even the best is
 not faster than a plain pass (one token per c(1)), the run drafts nothing for a while
-(`BACKOFF` passes, doubling while it keeps failing, up to `BACKOFF_MAX`), then tries again.
+(`BACKOFF` passes, doubling while it keeps failing, up to `BACKOFF_MAX`), then tries one
+draft (a probe: cheap, and what lets a stretch the context repeats be found again). The
+acceptance starts from a prior of 0.9 (`PRIOR_KEPT` of `PRIOR_TRIALS`, decayed as any count): a first try is a real one.
 Pure: no model, no clock.
 """
 
@@ -19,6 +21,8 @@ BACKOFF, BACKOFF_MAX = 4, 64
 DECAY = 0.8
 #: a draft must promise this much over a plain pass to be tried
 MARGIN = 1.02
+#: the acceptance's prior: drafts kept of drafts checked
+PRIOR_KEPT, PRIOR_TRIALS = 4.5, 5.0
 
 
 class DraftPace:
@@ -27,15 +31,17 @@ class DraftPace:
         self.plain_ms: float | None = None  # a one-position pass (decayed mean)
         self.slope_ms: float | None = None  # each further position of a pass
         self.draft_token_ms = 0.0  # drafting, per drafted token
-        self._kept, self._trials = 0.0, 0.0  # decayed counts of drafts kept, and checked up to a refusal
+        #: decayed counts of drafts kept, and checked up to a refusal (from the prior, which decays too)
+        self._kept, self._trials = PRIOR_KEPT, PRIOR_TRIALS
         self._rest = 0  # plain passes still to make before drafting again
         self._backoff = BACKOFF
+        self._probe = False  # the pass after a back-off tries one draft
         self.chosen: list[int] = []  # the length chosen at each verifying pass (the benchmark reports it)
 
     @property
     def acceptance(self) -> float:
-        """The share of drafts kept, over the decayed counts (a prior of 2 kept of 3: a first try is made)."""
-        return (self._kept + 2.0) / (self._trials + 3.0)
+        """The share of drafts kept, over the decayed counts."""
+        return self._kept / self._trials if self._trials > 0 else 0.0
 
     def expected(self, k: int) -> float:
         a = self.acceptance
@@ -59,11 +65,13 @@ class DraftPace:
         if self._rest > 0:
             self._rest -= 1
             return 0
+        if self._probe:
+            self._probe = False
+            return 1
         best = max(range(1, limit + 1), key=self.gain)
         if self.gain(best) < MARGIN:
             self._rest, self._backoff = self._backoff, min(2 * self._backoff, BACKOFF_MAX)
-            # (the acceptance is forgiven a little: the next try is a fair one)
-            self._kept, self._trials = self._kept * 0.5, self._trials * 0.5
+            self._probe = True
             return 0
         return best
 

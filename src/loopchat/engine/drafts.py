@@ -2,7 +2,7 @@
 draft model. A drafter proposes up to k tokens to follow the context; the verifying pass of
 the model (speculate.py) decides which of them the reply keeps.
 
-`LookupDrafter`: the longest n-gram (3, 2, then 1 token) at the context's end that also
+`LookupDrafter`: the longest n-gram (3, then 2 tokens) at the context's end that also
 occurs earlier in the context proposes the tokens that followed its latest earlier
 occurrence. Free (a numpy search over the context), strong where the reply quotes, repeats or
 edits its prompt; nothing found: no draft (the pass is a plain one).
@@ -23,8 +23,9 @@ import numpy as np
 
 from loopchat.errors import ModelLoadError
 
-#: the n-gram sizes prompt lookup tries, longest first
-LOOKUP_NGRAMS = (3, 2, 1)
+#: the n-gram sizes prompt lookup tries, longest first (one token alone proposes too often
+#: on free text, where what followed a word once rarely follows it again)
+LOOKUP_NGRAMS = (3, 2)
 
 
 class LookupDrafter:
