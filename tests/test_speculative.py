@@ -107,7 +107,13 @@ def _fresh_rows(model_path: Path, prompt: list[int], steps: list[Step]) -> list[
             fed = fed[: max(1, len(group))] if report is None else fed
             batch.n_tokens = len(fed)
             for j, t in enumerate(fed):
-                batch.token[j], batch.pos[j], batch.n_seq_id[j], batch.seq_id[j][0], batch.logits[j] = t, pos + j, 1, 0, 1
+                batch.token[j], batch.pos[j], batch.n_seq_id[j], batch.seq_id[j][0], batch.logits[j] = (
+                    t,
+                    pos + j,
+                    1,
+                    0,
+                    1,
+                )
             assert llama_cpp.llama_decode(ref.ctx, batch) == 0
             for j in range(len(group)):
                 ptr = llama_cpp.llama_get_logits_ith(ref.ctx, j)
@@ -160,7 +166,9 @@ def test_a_copy_of_the_model_as_its_draft_model_has_its_drafts_kept(engine: Engi
     engine.draft_model = open_draft_model(engine, model_path)
     try:
         _, plain, _ = _reply(engine, [Message("user", "Name three colours.")], COPY.replace(max_tokens=40))
-        _, spec, _ = _reply(engine, [Message("user", "Name three colours.")], COPY.replace(max_tokens=40, draft="model"))
+        _, spec, _ = _reply(
+            engine, [Message("user", "Name three colours.")], COPY.replace(max_tokens=40, draft="model")
+        )
     finally:
         engine.draft_model.close()
         engine.draft_model = None
@@ -196,19 +204,38 @@ def _chi_square_p(stat: float, df: int) -> float:
     return max(0.0, 1.0 - total * math.exp(-x + a * math.log(x) - math.lgamma(a))) if x > 0 else 1.0
 
 
+#: a text the default model copies for a few hundred tokens (the calibration's replies)
+LIGHTHOUSE = (
+    "The lighthouse keeper climbed the stairs every evening at six. He lit the lamp, wiped the glass, and wrote the "
+    "weather in his book. On calm nights the sea was silver and the ships passed far away. On stormy nights the waves "
+    "broke against the rocks and the wind howled around the tower. In the morning he put out the lamp, ate his bread "
+    "and cheese, and slept until noon. Then he mended the nets, painted the railings, and fed the gulls that waited on "
+    "the roof. Once a year a boat brought oil, flour, letters and news from the town."
+)
+
+
 @pytest.mark.model
 @pytest.mark.slow
-def test_speculative_draws_are_calibrated_against_their_step_records(engine: Engine) -> None:
+def test_speculative_draws_are_calibrated_against_their_step_records(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The drawn token's frequency per bin of the probability the step recorded for it
-    (sampled_top), over >= 2,000 steps that verifying passes gave: chi-square p > 0.001."""
-    settings = COPY.replace(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=250, draft="lookup")
+    (each candidate of sampled_top: its probability, and whether it was drawn), over >= 2,000
+    steps that verifying passes gave: chi-square p > 0.001. The pace drafts 3 tokens at
+    every pass here (it would back off where drafts fail: those passes are what is tested)."""
+    monkeypatch.setattr(DraftPace, "length", lambda self, room: max(0, min(3, room)))
+    settings = COPY.replace(temperature=0.7, max_tokens=400, draft="lookup")
     edges = np.array([0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 0.95, 1.0001])
     expected, observed, variance = np.zeros(10), np.zeros(10), np.zeros(10)
     n_steps = 0
-    for seed in range(40):
+    for seed in range(30):
         if n_steps >= 2000:
             break
-        _, steps, _ = _reply(engine, REPEAT, settings.replace(seed=100 + seed))
+        _, steps, _ = _reply(
+            engine,
+            [Message("user", "Repeat the following text exactly: " + LIGHTHOUSE)],
+            settings.replace(seed=100 + seed),
+        )
         for s in steps:
             if s.pass_report is None:
                 continue
@@ -222,7 +249,7 @@ def test_speculative_draws_are_calibrated_against_their_step_records(engine: Eng
     used = variance > 1.0
     stat = float((((observed - expected) ** 2)[used] / variance[used]).sum())
     p = _chi_square_p(stat, int(used.sum()))
-    assert p > 0.001, (p, observed.round(), expected.round(1))
+    assert used.sum() >= 5 and p > 0.001, (p, observed.round(), expected.round(1))
 
 
 @pytest.mark.model
