@@ -20,6 +20,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 import pytest
+from speculative_help import NEAR_TIE, same_or_near_tie
 
 from loopchat.engine.draft_pace import DraftPace
 from loopchat.engine.drafts import LookupDrafter, open_draft_model
@@ -39,29 +40,12 @@ TEXT = (
 REPEAT = [Message("user", "Repeat the following text exactly: " + TEXT)]
 #: a copying model: no penalty pushing it off the text it repeats
 COPY = SamplingSettings(temperature=0.0, repeat_penalty=1.0, dry_multiplier=0.0, max_tokens=90)
-#: the largest probability gap a batched pass's rounding was measured to move (a near-tie below it)
-NEAR_TIE = 0.12
 
 
 def _reply(engine: Engine, messages: list[Message], settings: SamplingSettings) -> tuple[Start, list[Step], Finish]:
     events = list(engine.generate(messages, settings, reuse_at_most=0))
     start = next(e for e in events if isinstance(e, Start))
     return start, [e for e in events if isinstance(e, Step)], next(e for e in events if isinstance(e, Finish))
-
-
-def _same_or_near_tie(plain: list[Step], spec: list[Step]) -> int | None:
-    """None: the same tokens; else the first step where they part, checked to be a near-tie
-    (the other reply's token within NEAR_TIE of the chosen one in both raw distributions), said
-    as a warning."""
-    a, b = [s.token_id for s in plain], [s.token_id for s in spec]
-    if a == b:
-        return None
-    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    for step, other in ((plain[i], b[i]), (spec[i], a[i])):
-        probs = {c.token_id: c.prob for c in step.raw_top}
-        assert other in probs and probs[step.token_id] - probs[other] < NEAR_TIE, (i, step.piece, step.raw_top[:3])
-    warnings.warn(f"step {i}: a near-tie flipped by a batched pass's rounding ({plain[i].piece!r} / {spec[i].piece!r})")
-    return i
 
 
 @pytest.mark.model
@@ -71,7 +55,7 @@ def test_lookup_at_temperature_0_gives_the_plain_loop_s_text_in_fewer_passes(eng
     assert start.settings.draft == "lookup" and all(s.pass_report is None for s in plain)
     figures = pass_figures(spec)
     assert figures.kept > 10 and figures.passes < figures.tokens, draft_summary(figures)  # it drafted, and kept
-    if _same_or_near_tie(plain, spec) is None:
+    if same_or_near_tie(plain, spec) is None:
         assert f1.text == f0.text
     # each verifying pass's steps: its drafts kept in order, then (unless the reply ended) one drawn
     for number in {s.pass_report.number for s in spec if s.pass_report}:
@@ -158,7 +142,7 @@ def test_with_sampling_and_a_seed_the_draft_does_not_change_the_reply(engine: En
     _, plain, _ = _reply(engine, REPEAT, settings)
     _, spec, _ = _reply(engine, REPEAT, settings.replace(draft="lookup"))
     assert pass_figures(spec).kept > 0
-    _same_or_near_tie(plain, spec)
+    same_or_near_tie(plain, spec)
 
 
 @pytest.mark.model
@@ -178,9 +162,9 @@ def test_a_copy_of_the_model_as_its_draft_model_has_its_drafts_kept(engine: Engi
     for s in refused:  # the draft model's passes are single-token ones: only a near-tie may part them
         top = max(c.prob for c in s.raw_top)
         assert top - s.rejected.raw_prob < NEAR_TIE, (s.index, s.piece, s.rejected)
-        warnings.warn(f"step {s.index}: the draft model's {s.rejected.text!r} refused at a near-tie")
+        warnings.warn(f"step {s.index}: the draft model's {s.rejected.text!r} refused at a near-tie", stacklevel=2)
     assert figures.kept >= figures.drafted - len(refused) and figures.kept > 0
-    _same_or_near_tie(plain, spec)
+    same_or_near_tie(plain, spec)
 
 
 @pytest.mark.model
