@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 from speculative_help import NEAR_TIE, same_or_near_tie
 
+from loopchat.engine.draft_model import open_draft_model
 from loopchat.engine.draft_pace import DraftPace
-from loopchat.engine.drafts import LookupDrafter, open_draft_model
+from loopchat.engine.drafts import LookupDrafter
 from loopchat.engine.engine import Engine
 from loopchat.errors import ModelLoadError
 from loopchat.event_json import event_from_json_dict, to_json_dict

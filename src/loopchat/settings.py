@@ -31,8 +31,8 @@ from loopchat.setting_spec import SettingSpec as SettingSpec
 from loopchat.setting_spec import fmt_limit as fmt_limit
 from loopchat.settings_bias import HINT as BIAS_HINT
 from loopchat.settings_bias import KIND as BIAS
-from loopchat.settings_draft import HINT as DRAFT_HINT
 from loopchat.settings_draft import DRAFT_MAX
+from loopchat.settings_draft import HINT as DRAFT_HINT
 from loopchat.settings_draft import KIND as DRAFT
 
 #: The sampling settings, in the order the panel and the F2 dialog show them.

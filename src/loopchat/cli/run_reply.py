@@ -14,9 +14,9 @@ from typing import Any, TextIO
 from loopchat.cli.run_stages import stage_lines, with_bias
 from loopchat.constraint import ConstraintReport, cut_note, reply_summary
 from loopchat.event_lines import step_line, summary_line, threads_text
-from loopchat.pass_lines import draft_summary, pass_figures, pass_line
 from loopchat.events import ContextTrimmed, Finish, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from loopchat.lens_lines import lens_lines
+from loopchat.pass_lines import draft_summary, pass_figures, pass_line
 from loopchat.prompt_read import prompt_lines
 from loopchat.request import ReplyRequest
 from loopchat.trace import TraceError, TraceWriter
@@ -159,7 +159,7 @@ class ReplyReader:
         previous = self.steps[-1].pass_report if self.steps else None
         self.steps.append(event)
         if getattr(self.args, "show_passes", False) and event.pass_report not in (None, previous):
-            print(f"loopchat: {pass_line(event.pass_report)}", file=sys.stderr)  # type: ignore[arg-type]
+            print(f"loopchat: {pass_line(event.pass_report)}", file=sys.stderr)
         if event.lens:
             print("\n".join(lens_lines(event)), file=sys.stderr)
         self.client_times = self.client_times or event.forward_ms is None

@@ -8,7 +8,7 @@ occurrence. Free (a numpy search over the context), strong where the reply quote
 edits its prompt; nothing found: no draft (the pass is a plain one).
 
 `ModelDrafter`: a second GGUF with the same vocabulary (`open_draft_model` refuses another
-one in one line), decoding greedily on a context of its own, kept in step with the
+one in one line: draft_model.py), decoding greedily on a context of its own, kept in step with the
 target's: before each draft it keeps the longest prefix it shares with the target's
 context and evaluates the rest.
 """
@@ -16,12 +16,9 @@ context and evaluates the rest.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from loopchat.errors import ModelLoadError
 
 #: the n-gram sizes prompt lookup tries, longest first (one token alone proposes too often
 #: on free text, where what followed a word once rarely follows it again)
@@ -88,25 +85,6 @@ class ModelDrafter:
 
     def close(self) -> None:
         self.engine.close()
-
-
-def open_draft_model(target: Any, path: str | Path, threads: int | None = None) -> ModelDrafter:
-    """A ModelDrafter on the GGUF at `path` for `target` (an Engine). ModelLoadError, in one
-    line, when its vocabulary is not the target's (the draft model is closed again)."""
-    from loopchat.engine.engine import Engine
-
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ModelLoadError(f"the draft model {str(path)!r} is not a file: give the path of a GGUF file")
-    engine = Engine(path, n_ctx=target.n_ctx, threads=threads or target.threads, warmup=False)
-    problem = vocabulary_problem(target, engine)
-    if problem is not None:
-        engine.close()
-        raise ModelLoadError(
-            f"the draft model {path.name} cannot draft for {target.name}: {problem}; "
-            "a draft model must have the same vocabulary (e.g. a smaller model of the same family)"
-        )
-    return ModelDrafter(engine)
 
 
 def vocabulary_problem(target: Any, draft: Any) -> str | None:

@@ -87,7 +87,7 @@ class EngineOptions:
             flash_attn=self.flash_attn,
         )
         if self.draft_model is not None:  # (ModelLoadError, one line: another vocabulary, no file)
-            from loopchat.engine.drafts import open_draft_model
+            from loopchat.engine.draft_model import open_draft_model
 
             try:
                 engine.draft_model = open_draft_model(engine, self.draft_model)

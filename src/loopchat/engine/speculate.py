@@ -101,7 +101,8 @@ class Speculation:
             rejected = RejectedDraft(d, self.host.piece_text(d), seen.raw_prob, seen.sampled_prob)
         self.steps.append(dataclasses.replace(step, drafted=kept, rejected=rejected))
         if kept:
-            self.host.advance()  # the kept draft's cell is the context's now
+            if not step.is_stop:  # (an end token is not appended, as in the plain loop)
+                self.host.advance()  # the kept draft's cell is the context's now
             if not ends:
                 self.at += 1
                 return None
@@ -125,7 +126,7 @@ def drafter_for(host: Any, source: str) -> Any:
     drafter = getattr(host, "draft_model", None)
     if drafter is None:
         raise EngineError(
-            "draft = model needs a draft model: give --draft-model PATH, or `draft = \"...\"` in the model's "
+            'draft = model needs a draft model: give --draft-model PATH, or `draft = "..."` in the model\'s '
             "models.toml entry"
         )
     return drafter
