@@ -271,3 +271,32 @@ def test_the_draft_length_follows_the_measured_costs_and_acceptance() -> None:
     assert k == 0 and chosen == sorted(chosen, reverse=True) and len(chosen) < 20, chosen
     lengths = [pace.length(8) for _ in range(200)]
     assert 1 in lengths and lengths.count(0) > 190  # backed off, with a one-draft probe now and then
+
+
+@pytest.mark.model
+def test_a_speculative_reply_s_replay_gives_its_tokens(engine: Engine) -> None:
+    """F9 on a speculative reply (chat/replay_check.py): the same messages, settings (the
+    draft included) and seed, through the engine again: the same tokens, so the replay check
+    says so (a near-tie flipped by other batching would be named: speculative_help)."""
+    from test_session import READY, Backend
+
+    from loopchat.chat.conversation import STREAM
+    from loopchat.chat.replay_check import check_replay, replay_verdict
+    from loopchat.chat.session import ChatSession
+    from loopchat.events import RunDone
+
+    session = ChatSession(Backend())
+    session.consume([READY])
+    session.change_settings(**{k: getattr(COPY, k) for k in ("temperature", "repeat_penalty", "dry_multiplier")})
+    session.change_settings(draft="lookup", max_tokens=60)
+    session.send("Repeat the following text exactly: " + TEXT, STREAM)
+    for run in (1, 2):
+        messages, settings = session.backend.runs[run - 1]
+        session.consume([*engine.generate(messages, settings, reuse_at_most=0), RunDone(run)])
+        if run == 1:
+            original = session.last_done_reply()
+            replay = session.replay_other_mode()
+    assert any(s.pass_report for s in replay.steps) and any(s.drafted for s in original.steps)
+    if same_or_near_tie(original.steps, replay.steps) is None:
+        assert check_replay(replay, session.conversation) is None  # nothing to say: the same
+        assert replay_verdict(replay, original) == f"same tokens as reply {original.number} ({len(replay.steps) - 1})"
