@@ -276,8 +276,9 @@ def test_the_draft_length_follows_the_measured_costs_and_acceptance() -> None:
 @pytest.mark.model
 def test_a_speculative_reply_s_replay_gives_its_tokens(engine: Engine) -> None:
     """F9 on a speculative reply (chat/replay_check.py): the same messages, settings (the
-    draft included) and seed, through the engine again: the same tokens, so the replay check
-    says so (a near-tie flipped by other batching would be named: speculative_help)."""
+    draft included) and seed, and the same draft lengths at the same passes (the request's
+    draft_plan: the pace's choice depends on the machine's timing), through the engine
+    again: the same passes, the same logits, the same tokens, and the replay check says so."""
     from test_session import READY, Backend
 
     from loopchat.chat.conversation import STREAM
@@ -285,18 +286,33 @@ def test_a_speculative_reply_s_replay_gives_its_tokens(engine: Engine) -> None:
     from loopchat.chat.session import ChatSession
     from loopchat.events import RunDone
 
-    session = ChatSession(Backend())
+    class Requests(Backend):
+        def generate(self, request):
+            self.requests = [*getattr(self, "requests", []), request]
+            return super().generate(request)
+
+    session = ChatSession(Requests())
     session.consume([READY])
     session.change_settings(**{k: getattr(COPY, k) for k in ("temperature", "repeat_penalty", "dry_multiplier")})
     session.change_settings(draft="lookup", max_tokens=60)
     session.send("Repeat the following text exactly: " + TEXT, STREAM)
     for run in (1, 2):
-        messages, settings = session.backend.runs[run - 1]
-        session.consume([*engine.generate(messages, settings, reuse_at_most=0), RunDone(run)])
+        request = session.backend.requests[run - 1].with_(reuse_at_most=0)
+        session.consume([*engine.run_reply(request), RunDone(run)])
         if run == 1:
             original = session.last_done_reply()
             replay = session.replay_other_mode()
-    assert any(s.pass_report for s in replay.steps) and any(s.drafted for s in original.steps)
-    if same_or_near_tie(original.steps, replay.steps) is None:
-        assert check_replay(replay, session.conversation) is None  # nothing to say: the same
-        assert replay_verdict(replay, original) == f"same tokens as reply {original.number} ({len(replay.steps) - 1})"
+    plan = session.backend.requests[1].draft_plan
+    assert plan == tuple({s.pass_report.number: s.pass_report.drafted for s in original.steps if s.pass_report}.items())
+    assert plan and any(s.drafted for s in original.steps)
+    assert [s.pass_report for s in replay.steps if s.pass_report] != []
+    assert [s.token_id for s in replay.steps] == [s.token_id for s in original.steps]
+    assert [(s.pass_report.number, s.pass_report.kept) for s in replay.steps if s.pass_report] == [
+        (s.pass_report.number, s.pass_report.kept) for s in original.steps if s.pass_report
+    ]
+    assert [s.raw_top for s in replay.steps] == [s.raw_top for s in original.steps]  # bit for bit
+    assert check_replay(replay, session.conversation) is None  # nothing to say: the same
+    assert (
+        replay_verdict(replay, original)
+        == f"same tokens as reply {original.number} ({sum(not s.is_stop for s in replay.steps)})"
+    )

@@ -27,7 +27,7 @@ class RunDrafts:
     def __init__(self, host: Any, request: ReplyRequest) -> None:
         self.host = host
         self.request = request
-        self.spec = Speculation(host)
+        self.spec = Speculation(host, request.draft_plan)
         self._drafters: dict[str, Any] = {}
 
     def check(self, settings: SamplingSettings) -> None:

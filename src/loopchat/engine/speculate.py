@@ -38,8 +38,10 @@ from loopchat.passes import PassReport, RejectedDraft
 class Speculation:
     """A reply's verifying passes; each source's drafts paced apart (draft_pace.py)."""
 
-    def __init__(self, host: Any) -> None:
+    def __init__(self, host: Any, plan: tuple[tuple[int, int], ...] = ()) -> None:
         self.host = host
+        #: a replay's draft lengths by pass number (request.draft_plan; None: the pace chooses)
+        self.plan: dict[int, int] | None = dict(plan) if plan else None
         self.drafter: Any = None  # the open (or last) pass's: drafts.LookupDrafter or ModelDrafter
         self.paces: dict[str, DraftPace] = {}
         self.pace = DraftPace(0)
@@ -66,7 +68,7 @@ class Speculation:
         self.drafter = drafter
         self.pace = self.paces.setdefault(drafter.source, DraftPace(draft_max))
         self.pace.draft_max = draft_max
-        k = self.pace.length(room)
+        k = self.pace.length(room) if self.plan is None else min(self.plan.get(self.passes + 1, 0), room)
         if k <= 0:
             return None
         t0 = time.perf_counter()
