@@ -54,6 +54,9 @@ class SettingSpec:
     wraps: bool = False  # its summary item goes on a second line when one line is too narrow
     #: a setting of its own kind, not a number (settings_bias): the module with its check, parse, text and wire forms
     kind: Any = None
+    #: left out of a trace's settings at its default (a setting of its own kind always is): a
+    #: trace that does not use it is as before it existed
+    quiet_default: bool = False
 
     def __post_init__(self) -> None:
         if not self.label:

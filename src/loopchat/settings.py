@@ -197,6 +197,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "the most tokens drafted for one verifying pass (fewer when drafts keep failing)",
         "tokens drafted per pass, at most",
         short="draft_max",
+        quiet_default=True,
     ),
 )
 
@@ -303,7 +304,11 @@ class SamplingSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field; a setting of its own kind only when set (a trace without a bias or a draft is as before)."""
-        return {s.name: v for s in SETTINGS if (v := getattr(self, s.name)) != s.default or s.kind is None}
+        return {
+            s.name: v
+            for s in SETTINGS
+            if (v := getattr(self, s.name)) != s.default or (s.kind is None and not s.quiet_default)
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:
