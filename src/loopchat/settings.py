@@ -227,11 +227,14 @@ EXTENSION_KEYS: tuple[str, ...] = tuple(s.wire for s in SETTINGS if not s.openai
 
 def wire_values(settings: SamplingSettings, extensions: bool = True) -> dict[str, Any]:
     """The request fields that carry `settings` to a server, by their wire names: OpenAI's
-    own, and the extensions too when `extensions` (an unpinned seed is left out)."""
+    own, and the extensions too when `extensions` (an unpinned seed is left out, and a
+    quiet setting at its default: a server that knows nothing of drafts is not told of one)."""
     return {
         spec.wire: spec.wire_form(value)
         for spec in SETTINGS
-        if (spec.openai or extensions) and (value := getattr(settings, spec.name)) not in (None, ())
+        if (spec.openai or extensions)
+        and (value := getattr(settings, spec.name)) not in (None, ())
+        and (value != spec.default or (spec.kind is None and not spec.quiet_default))
     }
 
 
