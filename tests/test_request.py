@@ -58,6 +58,7 @@ EVERY_FIELD = ReplyRequest(
     watch=(" Paris", "zebra"),
     constraint=Constraint("regex", "(?s:.*)", "any text"),  # (the prefix and the hand's <|im_end|> fit it)
     n=2,
+    draft_plan=((2, 3),),  # (draft off in SETTINGS: no pass drafts)
 )
 
 pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve

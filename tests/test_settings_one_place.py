@@ -36,8 +36,10 @@ BASE = SamplingSettings(dry_multiplier=0.8, seed=7)
 
 def changed(spec) -> SamplingSettings:
     """BASE with this row's setting at another allowed value."""
-    if spec.kind is not None:  # a setting of its own kind (the logit bias): a value of that kind
+    if spec.type is tuple:  # a setting of its own kind (the logit bias): a value of that kind
         return BASE.replace(**{spec.name: spec.kind.check({"7": spec.hi})})
+    if spec.kind is not None:  # one word of a few (the draft): another of them
+        return BASE.replace(**{spec.name: next(c for c in spec.kind.choices if c != getattr(BASE, spec.name))})
     value = spec.hi if getattr(BASE, spec.name) != spec.hi else spec.lo
     return BASE.replace(**{spec.name: spec.type(value)})
 

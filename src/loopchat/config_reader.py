@@ -31,7 +31,7 @@ from loopchat.threads_setting import AUTO, Threads
 from loopchat.urls import URLProblem, api_base
 
 #: what only a model run here has, and what only a remote model has
-_LOCAL_KEYS = ("n_ctx", "threads", "gpu_layers", "chat_template", "flash_attn")
+_LOCAL_KEYS = ("n_ctx", "threads", "gpu_layers", "chat_template", "flash_attn", "draft")
 _REMOTE_KEYS = ("model", "api_key", "api_key_env", "timeout", "extensions")
 _MODEL_KEYS = (
     *SOURCES,
@@ -137,6 +137,7 @@ class Reader:
             n_ctx=self.integer(raw, key, "n_ctx", 4096, N_CTX_MIN, N_CTX_MAX, "the context window in tokens"),
             threads=self.threads(raw, key),
             flash_attn=self.flash_attn(raw, key),
+            draft=self.string(raw, key, "draft", None) or None,
             gpu_layers=self.integer(
                 raw, key, "gpu_layers", 0, -1, 100_000, "layers to offload to a GPU: -1 for all, 0 for none"
             ),

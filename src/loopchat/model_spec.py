@@ -50,6 +50,8 @@ class ModelSpec:
     gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (-1: all); needs a GPU build
     #: "auto" | "on" | "off"; None: the model's own default (engine/flash_attn.py, model_default)
     flash_attn: FlashAttn | None = None
+    #: the draft model for speculative decoding: another entry's name or a GGUF path (None: none)
+    draft: str | None = None
     chat_template: str | None = None  # Jinja2 override of the model's own template
     system_prompt: str | None = None  # None: no system message
     #: "chat" | "completion" | None: not set (chat, or completion for a model whose GGUF
@@ -138,6 +140,15 @@ class Config:
     default: str
     models: dict[str, ModelSpec]
     path: Path | None = None
+
+    def draft_path(self, spec: ModelSpec) -> str | None:
+        """The file of `spec`'s draft model (models.toml's `draft`: an entry's name or a path)."""
+        if spec.draft is None:
+            return None
+        if spec.draft in self.models:
+            return str(self.models[spec.draft].resolve_file(progress=False))
+        path = Path(spec.draft).expanduser()
+        return str(path if path.is_absolute() or spec.base_dir is None else spec.base_dir / path)
 
     def get(self, name: str | None = None) -> ModelSpec:
         """The named model (the default one for None); ConfigError if there is none."""

@@ -64,12 +64,16 @@ class ReplyRequest:
     constraint: Constraint | None = None
     #: parallel sequences (batch.py): write this many replies to the prompt in one batch (1: one reply)
     n: int = 1
-    # Room for what comes next (issues 24-26) lands here as fields with defaults:
-    # a draft source.
+    #: speculative decoding replayed (passes.py): (pass number, drafts checked) of each
+    #: verifying pass of the reply replayed; the run drafts exactly so many at those passes and
+    #: none at the others, instead of choosing by measured costs (which depend on the
+    #: machine's pace): with prompt lookup the passes are batched as the first time, so the
+    #: logits, and under the same seed the tokens, are the same. (): choose as it goes
+    draft_plan: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         # callers may pass lists; the request stays hashable and immutable
-        for name in ("messages", "stop", "reply_prefix", "forced", "watch"):
+        for name in ("messages", "stop", "reply_prefix", "forced", "watch", "draft_plan"):
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))

@@ -30,7 +30,7 @@ class SettingSpec:
 
     name: str  # the field of SamplingSettings, the models.toml key, the trace's key
     type: type  # int or float
-    default: int | float | tuple[()] | None  # (a tuple: a setting of its own kind, its empty value)
+    default: int | float | str | tuple[()] | None  # (a tuple or a word: a setting of its own kind)
     lo: int | float  # the lowest value allowed (inclusive unless above_lo)
     hi: int | float  # the highest value allowed (inclusive)
     hint: str  # what the value means: error messages, `describe`, `loopchat run --help`
@@ -54,6 +54,9 @@ class SettingSpec:
     wraps: bool = False  # its summary item goes on a second line when one line is too narrow
     #: a setting of its own kind, not a number (settings_bias): the module with its check, parse, text and wire forms
     kind: Any = None
+    #: left out of a trace's settings at its default (a setting of its own kind always is): a
+    #: trace that does not use it is as before it existed
+    quiet_default: bool = False
 
     def __post_init__(self) -> None:
         if not self.label:

@@ -31,6 +31,9 @@ from loopchat.setting_spec import SettingSpec as SettingSpec
 from loopchat.setting_spec import fmt_limit as fmt_limit
 from loopchat.settings_bias import HINT as BIAS_HINT
 from loopchat.settings_bias import KIND as BIAS
+from loopchat.settings_draft import DRAFT_MAX
+from loopchat.settings_draft import HINT as DRAFT_HINT
+from loopchat.settings_draft import KIND as DRAFT
 
 #: The sampling settings, in the order the panel and the F2 dialog show them.
 SETTINGS: tuple[SettingSpec, ...] = (
@@ -172,6 +175,30 @@ SETTINGS: tuple[SettingSpec, ...] = (
         wraps=True,
         kind=BIAS,
     ),
+    SettingSpec(
+        "draft",
+        str,
+        "off",
+        0,
+        0,
+        DRAFT_HINT,
+        "off · lookup · model (speculative)",
+        short="draft",
+        summary=lambda s: DRAFT.summary(s.draft, s.draft_max),
+        wraps=True,
+        kind=DRAFT,
+    ),
+    SettingSpec(
+        "draft_max",
+        int,
+        DRAFT_MAX,
+        1,
+        64,
+        "the most tokens drafted for one verifying pass (fewer when drafts keep failing)",
+        "tokens drafted per pass, at most",
+        short="draft_max",
+        quiet_default=True,
+    ),
 )
 
 #: name -> its row
@@ -200,11 +227,14 @@ EXTENSION_KEYS: tuple[str, ...] = tuple(s.wire for s in SETTINGS if not s.openai
 
 def wire_values(settings: SamplingSettings, extensions: bool = True) -> dict[str, Any]:
     """The request fields that carry `settings` to a server, by their wire names: OpenAI's
-    own, and the extensions too when `extensions` (an unpinned seed is left out)."""
+    own, and the extensions too when `extensions` (an unpinned seed is left out, and a
+    quiet setting at its default: a server that knows nothing of drafts is not told of one)."""
     return {
         spec.wire: spec.wire_form(value)
         for spec in SETTINGS
-        if (spec.openai or extensions) and (value := getattr(settings, spec.name)) not in (None, ())
+        if (spec.openai or extensions)
+        and (value := getattr(settings, spec.name)) not in (None, ())
+        and (value != spec.default or (spec.kind is None and not spec.quiet_default))
     }
 
 
@@ -276,8 +306,12 @@ class SamplingSettings:
         return tuple(f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name))
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field; a setting of its own kind only when set (a trace without a bias is as before)."""
-        return {s.name: v for s in SETTINGS if (v := getattr(self, s.name)) != () or s.kind is None}
+        """Every field; a setting of its own kind only when set (a trace without a bias or a draft is as before)."""
+        return {
+            s.name: v
+            for s in SETTINGS
+            if (v := getattr(self, s.name)) != s.default or (s.kind is None and not s.quiet_default)
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:

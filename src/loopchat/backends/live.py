@@ -80,6 +80,7 @@ class LiveBackend:
         threads: Threads | None = None,
         host: str = DEFAULT_HOST,
         flash_attn: FlashAttn | None = None,
+        draft_model: str | None = None,
     ) -> None:
         """`config`: models.toml as the caller parsed it (config.load_config; None: the
         built-in models); `model`: its entry's name or a GGUF file's path (None: the
@@ -91,6 +92,7 @@ class LiveBackend:
         self.verbose = verbose
         self.threads = threads  # overrides the model's `threads` (--threads, tests, benchmarks)
         self.flash_attn = flash_attn  # overrides the model's `flash_attn` (--flash-attn)
+        self.draft_model = draft_model  # overrides the model's `draft` (--draft-model)
         self.ready: ModelReady | None = None  # the model loaded now
         self.loading: str | None = None
         self._relay = _Relay()
@@ -180,7 +182,12 @@ class LiveBackend:
         from loopchat.engine.options import EngineOptions
 
         factory = EngineOptions.from_spec(
-            spec, path, verbose=self.verbose, threads=self.threads, flash_attn=self.flash_attn
+            spec,
+            path,
+            verbose=self.verbose,
+            threads=self.threads,
+            flash_attn=self.flash_attn,
+            draft_model=self.draft_model or self.config.draft_path(spec),
         )
         self.spec = spec
         self.ready = None

@@ -70,12 +70,14 @@ class ModelsBackend:
         threads: Threads | None = None,
         host: str = DEFAULT_HOST,
         flash_attn: FlashAttn | None = None,
+        draft_model: str | None = None,
     ) -> None:
         """`config`: models.toml as the caller parsed it (None: the built-in models); an
         unknown `model` raises ConfigError: the caller reports it."""
         self.config = config if config is not None else BUILTIN_CONFIG
         self._local_args: tuple[bool, Threads | None, str, FlashAttn | None] = (verbose, threads, host, flash_attn)
         self._local: LiveBackend | None = None
+        self._draft_model = draft_model  # --draft-model (the local model's)
         self._remotes: dict[str, Any] = {}
         self._relay = _Relay()
         self._runs: dict[tuple[int, int], int] = {}  # (id of a backend, its run id) -> ours
@@ -95,7 +97,13 @@ class ModelsBackend:
         if self._local is None:
             verbose, threads, host, flash_attn = self._local_args
             local = LiveBackend(
-                self.config, name or spec.name, verbose=verbose, threads=threads, host=host, flash_attn=flash_attn
+                self.config,
+                name or spec.name,
+                verbose=verbose,
+                threads=threads,
+                host=host,
+                flash_attn=flash_attn,
+                draft_model=self._draft_model,
             )
             local.attach(lambda ev: self._on(local, ev))
             self._local = local

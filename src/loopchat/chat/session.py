@@ -186,7 +186,8 @@ class ChatSession(EventSession):
         other = STREAM if rec.mode == BLOCKING else BLOCKING
         reuse = rec.prefill.reused_tokens if rec.prefill is not None else None
         n = rec.prefix_len
-        request = ReplyRequest(rec.messages, rec.start.settings, reuse_at_most=reuse)
+        plan = tuple({s.pass_report.number: s.pass_report.drafted for s in rec.steps if s.pass_report}.items())
+        request = ReplyRequest(rec.messages, rec.start.settings, reuse_at_most=reuse, draft_plan=plan)
         branch: dict = {}
         if rec.is_branch:  # the same prefix, the same token picked at its point
             own = rec.own_steps

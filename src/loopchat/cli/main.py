@@ -79,6 +79,13 @@ def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None
         "the default, but for the bundled model, off; unless models.toml sets flash_attn)",
         **d,
     )
+    p.add_argument(
+        "--draft-model",
+        metavar="PATH",
+        help="a GGUF with the model's vocabulary that drafts tokens for --draft model (speculative "
+        "decoding; default: models.toml's draft)",
+        **d,
+    )
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log output on stderr too", **d)
 
 
@@ -132,8 +139,11 @@ def _add_run_parser(sub: Any) -> None:
         "template (the natural mode for a base model)",
     )
     for spec in SETTINGS:  # one flag per sampling setting; unset: the model's from models.toml
-        if spec.kind is not None:  # a setting of its own kind (the logit bias): repeatable, typed as text
+        if spec.type is tuple:  # a setting of its own kind (the logit bias): repeatable, typed as text
             run.add_argument(spec.flag, dest=spec.name, action="append", metavar="TEXT=BIAS", help=spec.hint)
+            continue
+        if spec.kind is not None:  # one word of a few (the draft)
+            run.add_argument(spec.flag, dest=spec.name, choices=spec.kind.choices, help=spec.hint)
             continue
         run.add_argument(
             spec.flag,
@@ -154,6 +164,11 @@ def _add_run_parser(sub: Any) -> None:
     )
     run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
     run.add_argument("--show-steps", action="store_true", help="print one line per step as it runs, then the text")
+    run.add_argument(
+        "--show-passes",
+        action="store_true",
+        help="with a draft (--draft): a line on stderr per verifying pass: the drafts it checked, kept and drew",
+    )
     run.add_argument(
         "--show-stages",
         action="store_true",
@@ -318,6 +333,7 @@ def _main(argv: Sequence[str] | None) -> int:
             host=args.host,
             threads=args.threads,
             flash_attn=args.flash_attn,
+            draft_model=args.draft_model,
             url=args.url,
             api_key=args.api_key,
             model_id=args.model_id,

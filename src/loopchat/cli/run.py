@@ -117,7 +117,7 @@ def settings_from_args(base: SamplingSettings, args: argparse.Namespace) -> Samp
     changes = {
         s.name: getattr(args, s.name)
         for s in SETTINGS
-        if getattr(args, s.name, None) is not None and s.kind is None  # (the bias: run_stages.with_bias)
+        if getattr(args, s.name, None) is not None and s.type is not tuple  # (the bias: run_stages.with_bias)
     }
     return base.replace(**changes)
 
@@ -310,4 +310,5 @@ def _local_backend(args: argparse.Namespace) -> Any:
         threads=getattr(args, "threads", None),
         host="thread",
         flash_attn=getattr(args, "flash_attn", None),
+        draft_model=getattr(args, "draft_model", None),
     )

@@ -16,6 +16,7 @@ from loopchat.constraint import ConstraintReport, cut_note, reply_summary
 from loopchat.event_lines import step_line, summary_line, threads_text
 from loopchat.events import ContextTrimmed, Finish, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from loopchat.lens_lines import lens_lines
+from loopchat.pass_lines import draft_summary, pass_figures, pass_line
 from loopchat.prompt_read import prompt_lines
 from loopchat.request import ReplyRequest
 from loopchat.trace import TraceError, TraceWriter
@@ -102,6 +103,7 @@ class ReplyReader:
         self.client_times = False  # a server that sends no per-step timings: the times are ours, on arrival
         self.threads_used: list[int] = []
         self.constraint_reports: list[ConstraintReport] = []
+        self.steps: list[Step] = []  # (their pass fields: the draft's summary)
 
     def read(self, events: queue.Queue[Any]) -> None:
         """Handle the backend's events until the run ends (its RunDone, or an error);
@@ -154,6 +156,10 @@ class ReplyReader:
         return False
 
     def _step(self, event: Step) -> None:
+        previous = self.steps[-1].pass_report if self.steps else None
+        self.steps.append(event)
+        if getattr(self.args, "show_passes", False) and event.pass_report not in (None, previous):
+            print(f"loopchat: {pass_line(event.pass_report)}", file=sys.stderr)
         if event.lens:
             print("\n".join(lens_lines(event)), file=sys.stderr)
         self.client_times = self.client_times or event.forward_ms is None
@@ -211,6 +217,8 @@ class ReplyReader:
             output.write(text + ("" if finish.text.endswith("\n") else "\n"))
             threads = threads_text(self.threads_auto, self.threads_used)
             print(summary_line(self.prefill, finish, threads, self.server, self.client_times), file=sys.stderr)
+            if any(s.pass_report is not None for s in self.steps) or self.request.settings.draft != "off":
+                print(f"loopchat: draft {draft_summary(pass_figures(self.steps))}", file=sys.stderr)
             self._constraint_lines(finish)
         elif output.line_open:  # a partial reply, ended by an error: end its line
             output.write("\n")

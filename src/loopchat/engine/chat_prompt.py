@@ -44,6 +44,18 @@ def opening_mode(configured: str | None, template_source: str) -> str:
     return COMPLETION if template_source == "fallback" else CHAT
 
 
+def template_note(name: str, template_source: str) -> str:
+    """What a user should know about the chat template ('' when the model has its own or
+    models.toml sets one)."""
+    if template_source != "fallback":
+        return ""
+    return (
+        f"{name} has no chat template in its GGUF file: chat messages are written in "
+        "ChatML (<|im_start|>...), which a base model has never seen; set chat_template "
+        "for it in models.toml, or give it a document to continue (loopchat run --raw)"
+    )
+
+
 class ChatTemplate:
     """A model's chat template, compiled (by llama-cpp-python's Jinja2ChatFormatter: its
     sandboxed environment and extensions, as the model's authors expect)."""

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from loopchat.constraint import Constraint
-from loopchat.engine import sampler
 from loopchat.engine.batch_run import AnyRun, open_run
 from loopchat.engine.chat_prompt import (
     CHATML_TEMPLATE,
@@ -34,6 +33,7 @@ from loopchat.engine.chat_prompt import (
     fit_document,
     fit_prompt,
     opening_mode,
+    template_note,
 )
 from loopchat.engine.cores import physical_cores
 from loopchat.engine.flash_attn import model_default
@@ -117,6 +117,7 @@ class Engine:
         self.passes = 0  # llama_decode calls so far (prefill batches and steps): tests count them
         self.prompt_memory = ScoreMemory()  # the cached tokens' prompt logprobs (prompt_scores.py)
         self._lens: Any = None  # the logit lens (lens_run.py), opened when first asked for
+        self.draft_model: Any = None  # a drafts.ModelDrafter, when one is attached (options.py)
         self._open_template(chat_template, mode)
         self.add_bos = self._metadata_flag("tokenizer.ggml.add_bos_token", default=False)
         if warmup:
@@ -217,15 +218,8 @@ class Engine:
 
     @property
     def template_note(self) -> str:
-        """What a user should know about the chat template ('' when the model has its own
-        or models.toml sets one)."""
-        if self.template_source != "fallback":
-            return ""
-        return (
-            f"{self.name} has no chat template in its GGUF file: chat messages are written in "
-            "ChatML (<|im_start|>...), which a base model has never seen; set chat_template "
-            "for it in models.toml, or give it a document to continue (loopchat run --raw)"
-        )
+        """What a user should know about the chat template ('' when the model has its own or models.toml sets one)."""
+        return template_note(self.name, self.template_source)
 
     # ------------------------------------------------------------------ loop ----
     def cancel(self) -> None:
@@ -310,6 +304,22 @@ class Engine:
             return _floats_at(first, n * self.n_vocab).reshape(n, -1)
         return np.stack([_floats_at(self._c.logits_row_address(i), self.n_vocab) for i in range(n)])
 
+    def verify(self, tokens: Sequence[int]) -> np.ndarray:
+        """A verifying pass (speculate.py): `tokens` (the one drawn, then the drafts) with
+        every position's logits; the context holds the first one (advance() adds each draft kept)."""
+        rows = self.evaluate_scored(tokens)
+        self.llm.n_tokens -= len(tokens) - 1
+        return rows
+
+    def advance(self) -> None:
+        """A drafted token the verifying pass kept: its KV cell, already there, is the context's."""
+        self.llm.n_tokens += 1
+
+    def trim(self, n: int) -> None:
+        """Keep the cache's first `n` positions, drop the cells after them (llama_memory_seq_rm)."""
+        self._c.forget_from(n)
+        self.keep_cached(n)
+
     def is_control(self, token_id: int) -> bool:
         return bool(self._c.is_control(token_id))
 
@@ -388,24 +398,11 @@ class Engine:
                 self._run = None
 
     def pending_probs(self, token_ids: Sequence[int]) -> list[tuple[float, float]] | None:
-        """Step mode: the probability of each of these tokens at the draw the loop is
-        stopped before, raw and after sampling (0: the filters cut it), from the same
-        logits and settings as the Pending shown. None when the loop is not stopped.
-        Safe from another thread while the loop waits (it reads, the loop does not run)."""
+        """Step mode: each token's probability, raw and sampled, at the pending draw (step_gate.probe_probs)."""
+        from loopchat.engine.step_gate import probe_probs
+
         run = self._run
-        probe = None if run is None else run.gate.probe
-        if run is None or probe is None:
-            return None
-        logits, history, settings = probe
-        rng, cons = sampler.make_rng(0), run.constraint  # (the rng: not used by a forced token)
-        out = []
-        for t in token_ids:
-            if not 0 <= int(t) < self.n_vocab:
-                out.append((0.0, 0.0))
-                continue
-            res = sampler.sample(logits, history, settings, rng, 1, force=int(t), constraint=cons)
-            out.append((float(res.raw_prob), float(res.sampled_prob or 0.0)))
-        return out
+        return None if run is None else probe_probs(run.gate.probe, token_ids, self.n_vocab, run.constraint)
 
     def vocabulary(self) -> list[str]:
         """Every token's text, by id (special tokens spelled out; a piece of a character: `<e2 82>`)."""
@@ -432,6 +429,8 @@ class Engine:
                 self._lens.close()
             if self._auto is not None:
                 self._auto.close()
+            if self.draft_model is not None:
+                self.draft_model.close()
             llm.close()
             self._c.close()
             self.llm = None

@@ -36,6 +36,7 @@ class EngineOptions:
     log_path: str | None = None
     verbose: bool = False
     flash_attn: FlashAttn | None = None  # "auto" | "on" | "off"; None: the model's own (flash_attn.py)
+    draft_model: str | None = None  # a draft model's GGUF path (speculative decoding: drafts.py)
 
     @classmethod
     def from_spec(
@@ -47,6 +48,7 @@ class EngineOptions:
         threads: Threads | None = None,
         log_path: str | Path | None = None,
         flash_attn: FlashAttn | None = None,
+        draft_model: str | None = None,
     ) -> EngineOptions:
         """The options for configured model `spec`, whose file is at `path` (its resolve_file()).
         None: the spec's threads and flash_attn, and llama.cpp's log in paths.llama_log_path()."""
@@ -65,12 +67,13 @@ class EngineOptions:
             log_path=str(log_path),
             verbose=verbose,
             flash_attn=flash_attn if flash_attn is not None else spec.flash_attn,
+            draft_model=draft_model,
         )
 
     def __call__(self) -> Engine:
         from loopchat.engine.engine import Engine
 
-        return Engine(
+        engine = Engine(
             self.model_path,
             name=self.name,
             n_ctx=self.n_ctx,
@@ -83,3 +86,12 @@ class EngineOptions:
             verbose=self.verbose,
             flash_attn=self.flash_attn,
         )
+        if self.draft_model is not None:  # (ModelLoadError, one line: another vocabulary, no file)
+            from loopchat.engine.draft_model import open_draft_model
+
+            try:
+                engine.draft_model = open_draft_model(engine, self.draft_model)
+            except Exception:
+                engine.close()
+                raise
+        return engine

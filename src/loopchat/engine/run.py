@@ -37,6 +37,7 @@ from loopchat.engine.pass_threads import PassThreads
 from loopchat.engine.prompt_scores import PlainFeed, ScoredFeed
 from loopchat.engine.repeats import RepeatFinder
 from loopchat.engine.reply_text import ReplyText
+from loopchat.engine.run_drafts import RunDrafts
 from loopchat.engine.run_host import RunHost
 from loopchat.engine.run_settings import ReplySettings
 from loopchat.engine.sampler import SampleResult, sample
@@ -101,6 +102,7 @@ class ReplyRun:
         self.threads = PassThreads(None, 0)
         self.lens: NoLens = NoLens()  # the logit lens of each pass, when asked (lens_run.py)
         self.constraint: Any = None  # the constraint stage, when asked (sampler_constraint.py)
+        self.drafts = RunDrafts(host, request)  # speculative decoding's verifying passes (run_drafts.py)
 
     # ---------------------------------------------------------------- driver ----
     def events(self) -> Iterator[Event | Pending]:
@@ -113,10 +115,12 @@ class ReplyRun:
             if drawn is None:  # cancelled while waiting for the user
                 self.reason = FinishReason.CANCELLED
                 break
-            yield self.record(drawn)
+            step = self.record(drawn)
+            yield from self.drafts.took(step, drawn.result, self.reason is not None, self.clock)
             if self.reason is not None:
                 break
-            self.feed_back(drawn.result.token_id)
+            if not self.drafts.open:  # (the pass's next row gives the next draw: nothing to feed)
+                self.feed_back(drawn.result.token_id)
         yield self.finish()
 
     # ---------------------------------------------------------------- phases ----
@@ -134,6 +138,7 @@ class ReplyRun:
             )
         if request.constraint is not None:  # (ConstraintError: a grammar it cannot use, before any event)
             self.constraint = host.open_constraint(request.constraint)
+        self.drafts.check(self.settings.now)  # (EngineError: a draft model asked for, none attached)
         host.prefill_threads()  # auto threads: a measured count, never a probe's
         self.watch = tuple((text, host.first_token(text)) for text in request.watch)  # (texts not empty: watch.py)
         lens = host.open_lens() if request.lens else NoLens()
@@ -225,13 +230,13 @@ class ReplyRun:
         wait for the user (Pending events; None: cancelled meanwhile)."""
         settings = self.settings.refresh()
         started = time.perf_counter()
-        logits = self.host.logits()
+        logits = self.drafts.row() if self.drafts.open else self.host.logits()
         k, cons = self.request.report_k, self.constraint
         given = self.branch.given(self.steps)
         if given is not None:
             res = sample(logits, self.context, settings, self.settings.rng, k, force=given, constraint=cons)
             return Drawn(res, HAND, started)
-        if self.gate.stops():
+        if not self.drafts.open and self.gate.stops():  # (a verifying pass's draws are made as one)
             pending = PendingDraw(logits, self.context, k, self.host.n_vocab, self._pending, cons)
             return (yield from self.gate.hold(pending, self.settings, started))
         chosen_by = self.gate.credit()
@@ -308,11 +313,18 @@ class ReplyRun:
         self.threads.before_pass()
         tf = time.perf_counter()
         try:
-            self.host.forward(token)  # auto threads: timed and fed to the tuner there
+            verified = self.drafts.feed(token, self)
+            if verified is None:
+                self.host.forward(token)  # auto threads: timed and fed to the tuner there
         except RuntimeError as exc:
             self.reason, self.error = self.host.decode_failure(exc)
             return
+        if verified is not None:  # a verifying pass: its ms on its first step, at the count in force
+            self.clock.forward_ms, self.clock.forward_tokens = verified
+            self.threads.after_pass(self.host.threads, 0.0)
+            return
         self.clock.forward_ms, self.clock.forward_tokens = (time.perf_counter() - tf) * 1000.0, 1
+        self.drafts.plain(self.clock.forward_ms)
         self.threads.after_pass(*self.host.pass_threads())
 
     def finish(self) -> Finish:

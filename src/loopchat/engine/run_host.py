@@ -100,6 +100,20 @@ class RunHost(Protocol):
         """One token through the model, waited for (RuntimeError: llama.cpp failed)."""
         ...
 
+    # ---- speculative decoding (speculate.py; only with a draft on: a replay host has none) ----
+    def verify(self, tokens: Sequence[int]) -> np.ndarray:
+        """A verifying pass: `tokens` (the one drawn, then the drafts) with every position's
+        logits, a row each; the context then holds the first one (advance() adds each kept)."""
+        ...
+
+    def advance(self) -> None:
+        """A draft the verifying pass kept: its KV cell is the context's."""
+        ...
+
+    def trim(self, n: int) -> None:
+        """Keep the cache's first `n` positions and drop the cells after them."""
+        ...
+
     def decode_failure(self, exc: RuntimeError) -> tuple[FinishReason, str | None]:
         """Why a failed pass ends the reply (a cancel, or an error message)."""
         ...

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from loopchat.engine.run_settings import ReplySettings
-from loopchat.engine.sampler import SampleResult, sample
+from loopchat.engine.sampler import SampleResult, make_rng, sample
 from loopchat.events import Pending
 from loopchat.settings import SamplingSettings
 from loopchat.step_control import SAMPLED, ChosenBy, DecisionKind, StepControl
@@ -116,3 +116,27 @@ class StepGate:
     def _pending(self, draw: PendingDraw, res: SampleResult, s: SamplingSettings, sample_ms: float) -> Pending:
         self.probe = (draw.logits, draw.context, s)
         return draw.show(res, s, sample_ms)
+
+
+def probe_probs(
+    probe: tuple[np.ndarray, Sequence[int], SamplingSettings] | None,
+    token_ids: Sequence[int],
+    n_vocab: int,
+    constraint: Any = None,
+) -> list[tuple[float, float]] | None:
+    """Step mode: the probability of each of these tokens at the draw the loop is stopped
+    before (`probe`: StepGate.probe), raw and after sampling (0: the filters cut it), from the
+    same logits and settings as the Pending shown. None when the loop is not stopped. Safe
+    from another thread while the loop waits (it reads, the loop does not run)."""
+    if probe is None:
+        return None
+    logits, history, settings = probe
+    rng = make_rng(0)  # (not used by a forced token)
+    out = []
+    for t in token_ids:
+        if not 0 <= int(t) < n_vocab:
+            out.append((0.0, 0.0))
+            continue
+        res = sample(logits, history, settings, rng, 1, force=int(t), constraint=constraint)
+        out.append((float(res.raw_prob), float(res.sampled_prob or 0.0)))
+    return out

@@ -30,6 +30,7 @@ import msgpack
 from loopchat.batch import batch_pass
 from loopchat.constraint import ConstraintReport
 from loopchat.events import Candidate, LensRow, Step
+from loopchat.passes import RejectedDraft, pass_report
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import stage_reports
 from loopchat.watch import WatchedToken
@@ -185,6 +186,10 @@ def decode_steps(blob: bytes) -> list[Step]:
                 value = ConstraintReport(*value)
             elif name == "batch" and value is not None:  # one of N replies in one batch (batch.py)
                 value = batch_pass(value)
+            elif name == "pass_report" and value is not None:
+                value = pass_report(value)
+            elif name == "rejected" and value is not None:
+                value = RejectedDraft(*value)
             kwargs[name] = value
         steps.append(Step(**kwargs))
     return steps

@@ -139,7 +139,8 @@ def serve_command(args: argparse.Namespace) -> int:
     sock = bind(args.bind, args.port)
 
     one = OneLoop(queue_limit=args.queue)
-    options = EngineOptions.from_spec(spec, model_path, **_engine_overrides(args))
+    draft_model = getattr(args, "draft_model", None) or config.draft_path(spec)
+    options = EngineOptions.from_spec(spec, model_path, draft_model=draft_model, **_engine_overrides(args))
     try:
         with _sigterm_as_interrupt():
             ready = one.load(options, spec.name, str(model_path))

@@ -29,6 +29,7 @@ def create_app(
     host: str | None = None,
     threads: Threads | None = None,
     flash_attn: FlashAttn | None = None,
+    draft_model: str | None = None,
     url: str | None = None,
     api_key: str | None = None,
     model_id: str | None = None,
@@ -65,7 +66,13 @@ def create_app(
 
             config = load_config(config_path)  # the one parse of models.toml for this launch
             backend = configured_backend(
-                config, model, verbose=verbose, host=host or DEFAULT_HOST, threads=threads, flash_attn=flash_attn
+                config,
+                model,
+                verbose=verbose,
+                host=host or DEFAULT_HOST,
+                threads=threads,
+                flash_attn=flash_attn,
+                draft_model=draft_model,
             )
     store = None
     if history is not False and backend.can_generate:
@@ -114,6 +121,7 @@ def run_tui(
     host: str | None = None,
     threads: Threads | None = None,
     flash_attn: FlashAttn | None = None,
+    draft_model: str | None = None,
     url: str | None = None,
     api_key: str | None = None,
     model_id: str | None = None,
@@ -132,6 +140,7 @@ def run_tui(
             host=host,
             threads=threads,
             flash_attn=flash_attn,
+            draft_model=draft_model,
             url=url,
             api_key=api_key,
             model_id=model_id,

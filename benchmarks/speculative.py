@@ -1,0 +1,188 @@
+"""Speculative decoding against the plain loop (issue 25, item 1): decode rate, acceptance,
+draft lengths chosen, identical text, and the ceiling the measured acceptance and pass costs
+allow.
+
+Tasks (the default model, temperature 0):
+- repeat: "Repeat the following text exactly: " + ~400 tokens of text (penalties off: a
+  copying reply);
+- code: "Rename the variable x to count in this code:" + a 60-line Python block (penalties off);
+- story: a free story of 1,000 tokens (the model's own settings at temperature 0, the end
+  token ignored): drafting must back off there.
+
+Each task runs draft off and lookup (and model with --draft-model), alternating, `--rounds`
+times, quiet and then beside one CPU-bound process (`while True: pass`). The ceiling: the
+pass costs c(n) of a bare llama_decode of n positions with logits at each (measured on the
+spot, median of 7, after the task's prompt), the loop's own cost per token s (the plain
+run's ms per token minus c(1)), and the measured per-draft acceptance a (kept / (kept +
+refused)): max over k of E(k) / (c(k+1) + E(k) s), E(k) = 1 + a + ... + a^k, against one
+token per c(1) + s. The reply's own rate is Finish.tokens_per_s.
+
+    .venv/bin/python benchmarks/speculative.py [--threads 2] [--rounds 3] [--draft-model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from busy_load import burners  # noqa: E402
+
+from loopchat.engine.draft_model import open_draft_model  # noqa: E402
+from loopchat.engine.engine import Engine  # noqa: E402
+from loopchat.events import Finish, Message, Step  # noqa: E402
+from loopchat.model_files import builtin_model_path  # noqa: E402
+from loopchat.model_spec import SMOLLM2_SAMPLING  # noqa: E402
+from loopchat.pass_lines import pass_figures  # noqa: E402
+from loopchat.settings import SamplingSettings  # noqa: E402
+
+SENTENCES = [
+    "The lighthouse keeper climbed the stairs every evening at six.",
+    "He lit the lamp, wiped the glass, and wrote the weather in his book.",
+    "On calm nights the sea was silver and the ships passed far away.",
+    "On stormy nights the waves broke against the rocks and the wind howled around the tower.",
+    "In the morning he put out the lamp, ate his bread and cheese, and slept until noon.",
+    "Then he mended the nets, painted the railings, and fed the gulls that waited on the roof.",
+    "Once a year a boat brought oil, flour, letters and news from the town.",
+    "He read the letters slowly, twice, and kept them in a tin box under his bed.",
+    "His sister wrote about her garden, her children, and the price of fish at the market.",
+    "His old captain wrote about the war, the cold winters, and the friends who had not come home.",
+    "When the boat left again he stood on the rocks and watched it until it was a dot on the water.",
+    "Then he climbed the stairs, lit the lamp, and wrote the weather in his book, as he always did.",
+]
+TEXT = " ".join(SENTENCES * 2)  # ~400 tokens
+CODE = "\n".join(
+    ["def summarize(values, limit):", "    x = 0"]
+    + [f"    if values[{i}] > limit:\n        x = x + values[{i}]\n    else:\n        x = x - 1" for i in range(14)]
+    + ["    return x"]
+)  # 60 lines
+COPY = SamplingSettings(temperature=0.0, repeat_penalty=1.0, dry_multiplier=0.0)
+TASKS = {
+    "repeat": ([Message("user", "Repeat the following text exactly: " + TEXT)], COPY.replace(max_tokens=600), False),
+    "code": (
+        [Message("user", "Rename the variable x to count in this code:\n```python\n" + CODE + "\n```")],
+        COPY.replace(max_tokens=700),
+        False,
+    ),
+    "story": (
+        [Message("user", "Write a long story about a lighthouse keeper and a storm.")],
+        SMOLLM2_SAMPLING.replace(temperature=0.0, max_tokens=1000),
+        True,
+    ),
+}
+
+
+def reply(engine: Engine, messages: list[Message], settings: SamplingSettings, ignore_eos: bool) -> dict:
+    events = list(engine.generate(messages, settings, ignore_eos=ignore_eos))
+    steps = [e for e in events if isinstance(e, Step)]
+    finish = next(e for e in events if isinstance(e, Finish))
+    fig = pass_figures(steps)
+    reports = {s.pass_report.number: s.pass_report for s in steps if s.pass_report}
+    refused = sum(1 for r in reports.values() if r.kept < r.drafted)
+    return {
+        "rate": finish.tokens_per_s,
+        "tokens": len(steps),
+        "text": finish.text,
+        "fig": fig,
+        "a": fig.kept / (fig.kept + refused) if fig.kept + refused else None,
+        "ks": [r.drafted for r in reports.values()],
+        "prompt": engine.n_past - len(steps),
+    }
+
+
+def pass_costs(engine: Engine, messages: list[Message], n_max: int = 9) -> dict[int, float]:
+    """c(n): ms of a bare llama_decode of n positions (logits at each) after the prompt."""
+    prompt = engine.fit_prompt(messages, 1).tokens
+    engine.reset()
+    engine.evaluate(prompt)
+    engine.sync()
+    costs = {}
+    for n in range(1, n_max + 1):
+        times = []
+        for _ in range(7):
+            engine.trim(len(prompt))
+            t0 = time.perf_counter()
+            engine.evaluate_scored(prompt[-n:])
+            engine.sync()
+            times.append((time.perf_counter() - t0) * 1000.0)
+        costs[n] = statistics.median(times)
+    engine.reset()
+    return costs
+
+
+def ceiling(costs: dict[int, float], plain_rate: float, a: float | None) -> tuple[float, int]:
+    """(the best rate over plain's the measured acceptance and costs allow, the k for it)."""
+    s = max(0.0, 1000.0 / plain_rate - costs[1])
+    a = 0.0 if a is None else a
+    best, best_k = 1.0, 0
+    for k in range(1, max(costs)):
+        e = float(k + 1) if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+        gain = e / (costs[k + 1] + e * s) * (costs[1] + s)
+        if gain > best:
+            best, best_k = gain, k
+    return best, best_k
+
+
+def run(engine: Engine, rounds: int, drafts: list[str], label: str) -> None:
+    print(f"\n== {label}: threads {engine.threads}")
+    for name, (messages, settings, ignore_eos) in TASKS.items():
+        results: dict[str, list[dict]] = {d: [] for d in drafts}
+        for _ in range(rounds):
+            for d in drafts:
+                engine.reset()
+                results[d].append(reply(engine, messages, settings.replace(draft=d), ignore_eos))
+        costs = pass_costs(engine, messages)
+        plain = statistics.median(r["rate"] for r in results["off"])
+        print(
+            f"{name}: {results['off'][0]['tokens']} tokens · plain {plain:.1f} tok/s · pass costs "
+            + " ".join(f"c({n})={c:.1f}" for n, c in costs.items())
+            + " ms"
+        )
+        for d in drafts[1:]:
+            rs = results[d]
+            rate = statistics.median(r["rate"] for r in rs)
+            kept = sum(r["fig"].kept for r in rs)
+            drafted = sum(r["fig"].drafted for r in rs)
+            a_values = [r["a"] for r in rs if r["a"] is not None]
+            a = statistics.mean(a_values) if a_values else None
+            top, k_best = ceiling(costs, plain, a)
+            ks = [k for r in rs for k in r["ks"]]
+            same = all(r["text"] == o["text"] for r, o in zip(rs, results["off"], strict=True))
+            acceptance = f"{kept / drafted:.2f}" if drafted else "-"
+            print(
+                f"  {d}: {rate:.1f} tok/s = {rate / plain:.2f}x plain · ceiling {top:.2f}x (k={k_best}) · "
+                f"{rate / plain / top:.2f} of it · acceptance {acceptance} ({kept}/{drafted}) · "
+                f"tok/pass {statistics.mean(r['fig'].tokens_per_pass for r in rs):.2f} · "
+                f"k chosen median {statistics.median(ks) if ks else 0} (max {max(ks, default=0)}) · "
+                f"verifying passes {sum(r['fig'].verifying for r in rs)} · identical text {same}"
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--draft-model", help="a GGUF with the model's vocabulary: draft = model too")
+    ap.add_argument("--busy-only", action="store_true")
+    args = ap.parse_args()
+    engine = Engine(builtin_model_path(), n_ctx=4096, threads=args.threads)
+    drafts = ["off", "lookup"]
+    if args.draft_model:
+        engine.draft_model = open_draft_model(engine, args.draft_model)
+        drafts.append("model")
+    try:
+        if not args.busy_only:
+            run(engine, args.rounds, drafts, "quiet")
+        with burners(1, 3600):
+            run(engine, args.rounds, drafts, "beside one CPU-bound process")
+    finally:
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Where drafted tokens come from (speculative decoding, speculate.py): prompt lookup and a
+draft model. A drafter proposes up to k tokens to follow the context; the verifying pass of
+the model (speculate.py) decides which of them the reply keeps.
+
+`LookupDrafter`: the longest n-gram (3, then 2 tokens) at the context's end that also
+occurs earlier in the context proposes the tokens that followed its latest earlier
+occurrence. Free (a numpy search over the context), strong where the reply quotes, repeats or
+edits its prompt; nothing found: no draft (the pass is a plain one).
+
+`ModelDrafter`: a second GGUF with the same vocabulary (`open_draft_model` refuses another
+one in one line: draft_model.py), decoding greedily on a context of its own, kept in step with the
+target's: before each draft it keeps the longest prefix it shares with the target's
+context and evaluates the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: the n-gram sizes prompt lookup tries, longest first (one token alone proposes too often
+#: on free text, where what followed a word once rarely follows it again)
+LOOKUP_NGRAMS = (3, 2)
+
+
+class LookupDrafter:
+    source = "lookup"
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier occurrence of the context's last
+        n tokens (the longest n of LOOKUP_NGRAMS that occurs); [] when none does."""
+        if k <= 0 or len(context) < 2:
+            return []
+        arr = np.asarray(context, dtype=np.int64)
+        n_ctx = arr.shape[0]
+        for n in LOOKUP_NGRAMS:
+            if n_ctx <= n:
+                continue
+            tail = arr[n_ctx - n :]
+            # candidate starts j (j + n <= n_ctx - 1: something follows the occurrence)
+            hits = arr[: n_ctx - n] == tail[0]
+            for i in range(1, n):
+                hits &= arr[i : n_ctx - n + i] == tail[i]
+            where = np.flatnonzero(hits)
+            if where.size:
+                start = int(where[-1]) + n
+                return arr[start : start + k].tolist()
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class ModelDrafter:
+    """Greedy drafts from a draft model's own Engine (same vocabulary as the target's)."""
+
+    source = "model"
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine  # an Engine of the draft model
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        """The draft model's k most likely tokens in turn (temperature 0) after `context`."""
+        eng = self.engine
+        if k <= 0 or not context or len(context) + k >= eng.n_ctx:
+            return []
+        cached = eng.cached_tokens()
+        limit = min(len(cached), len(context) - 1)  # at least the last token evaluated: fresh logits
+        same = np.asarray(cached[:limit]) == np.asarray(context[:limit], dtype=cached.dtype)
+        n_common = limit if same.all() else int(np.argmin(same))
+        eng.trim(n_common)
+        rest = list(context[n_common:])
+        for i in range(0, len(rest), eng.n_batch):
+            eng.evaluate(rest[i : i + eng.n_batch])
+        eng.sync()
+        out: list[int] = []
+        while True:
+            token = int(np.argmax(eng.logits()))
+            out.append(token)
+            if len(out) == k or eng.is_eog(token):
+                return out
+            eng.forward(token)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def vocabulary_problem(target: Any, draft: Any) -> str | None:
+    """How the two models' vocabularies differ (None: token for token the same bytes)."""
+    if target.n_vocab != draft.n_vocab:
+        return f"its vocabulary has {draft.n_vocab:,} tokens, the model's {target.n_vocab:,}"
+    for i in range(target.n_vocab):
+        if target.piece(i) != draft.piece(i):
+            return f"token {i} is {draft.piece(i)!r} in it and {target.piece(i)!r} in the model"
+    return None

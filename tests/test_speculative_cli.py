@@ -1,0 +1,121 @@
+"""Speculative decoding from the outside (issue 25, item 1): `loopchat run --draft` and its
+lines, its one-line errors, and `loopchat serve` taking `draft` per request (OpenAI's SDK,
+`extra_body`), its steps' pass fields in the `loopchat` extension and read back by `--url`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+from serve_process import KEY, Serve
+from speculative_help import same_or_near_tie
+
+from loopchat.events import Finish, Step
+from loopchat.pass_lines import draft_summary, pass_figures, pass_line
+from loopchat.trace import read_trace
+from loopchat.wire import extension_events
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+PY = sys.executable
+TEXT = (
+    "Speculative decoding lets a model check several guessed tokens in one forward pass. "
+    "Each guess is kept only when the model would have drawn it anyway, so the text does not change."
+)
+PROMPT = "Repeat the following text exactly: " + TEXT
+COPY = ["--temperature", "0", "--repeat-penalty", "1", "--dry-multiplier", "0", "--threads", "1"]
+
+
+def loopchat(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PY, "-m", "loopchat", *args], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("loopchat: "), proc.stderr
+    assert all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+def test_run_draft_lookup_prints_its_passes_and_the_draft_s_summary(tmp_path: Path) -> None:
+    traces = tmp_path / "plain.jsonl", tmp_path / "draft.jsonl"
+    plain = loopchat("run", PROMPT, *COPY, "--max-tokens", "60", "--trace", str(traces[0]))
+    proc = loopchat(
+        "run", PROMPT, *COPY, "--max-tokens", "60", "--draft", "lookup", "--show-passes", "--trace", str(traces[1])
+    )
+    assert proc.returncode == 0 and plain.returncode == 0, proc.stderr + plain.stderr
+    plain_steps, steps = ([t.event for t in read_trace(p)[1] if isinstance(t.event, Step)] for p in traces)
+    reports = {s.pass_report.number: s.pass_report for s in steps if s.pass_report}
+    assert reports, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert [line for line in lines if line.startswith("loopchat: pass ")] == [
+        f"loopchat: {pass_line(r)}" for r in reports.values()
+    ]
+    assert f"loopchat: draft {draft_summary(pass_figures(steps))}" in lines
+    assert "loopchat: draft" not in plain.stderr  # no draft: no line
+    if same_or_near_tie(plain_steps, steps) is None:
+        assert proc.stdout == plain.stdout
+
+
+def test_run_s_draft_options_fail_in_one_line(tmp_path: Path, gemma_path: Path) -> None:
+    one_line_error(loopchat("run", "hi", "--draft", "maybe"), "--draft", "lookup", "model")
+    one_line_error(loopchat("run", "hi", "--draft-max", "0"), "draft_max must be between 1 and 64")
+    one_line_error(loopchat("run", "hi", "--draft", "model", "--threads", "1"), "--draft-model PATH")
+    missing = tmp_path / "nothing.gguf"
+    one_line_error(loopchat("run", "hi", "--draft-model", str(missing), "--threads", "1"), str(missing), "not a file")
+    line = one_line_error(loopchat("run", "hi", "--draft-model", str(gemma_path), "--threads", "1"), "vocabulary")
+    assert "262,144 tokens" in line and "49,152" in line
+
+
+@pytest.fixture(scope="module")
+def server(queue_one_server: Serve) -> Serve:
+    return queue_one_server  # the session's (conftest.py)
+
+
+def test_serve_takes_a_draft_per_request_and_sends_the_pass_fields(server: Serve, tmp_path: Path) -> None:
+    client: OpenAI = server.client(KEY)
+    kw = {"model": "any", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 50, "temperature": 0}
+    body = {"repeat_penalty": 1.0, "dry_multiplier": 0.0, "cache_prompt": False}
+    plain = client.chat.completions.create(**kw, extra_body=body)
+    spec = client.chat.completions.create(**kw, extra_body={**body, "draft": "lookup", "draft_max": 6})
+    steps = [e for e in extension_events(spec.to_dict()) if isinstance(e, Step)]
+    reports = [s.pass_report for s in steps if s.pass_report is not None]
+    assert reports and all(r.source == "lookup" and r.drafted <= 6 for r in reports)
+    assert all(s.pass_report is None for s in extension_events(plain.to_dict()) if isinstance(s, Step))
+    finish = next(e for e in extension_events(spec.to_dict()) if isinstance(e, Finish))
+    assert finish.text == spec.choices[0].message.content
+    # streamed, the same steps, chunk by chunk; `run --url` reads them back into its trace
+    chunks = client.chat.completions.create(**kw, stream=True, extra_body={**body, "draft": "lookup", "draft_max": 6})
+    streamed = [e for c in chunks for e in extension_events(c.to_dict()) if isinstance(e, Step)]
+    assert [s.pass_report is not None for s in streamed] == [s.pass_report is not None for s in steps]
+    trace = tmp_path / "t.jsonl"
+    proc = loopchat("run", "--url", server.url, "--api-key", KEY, PROMPT, *COPY[:6], "--max-tokens", "50")
+    assert proc.returncode == 0, proc.stderr
+    proc = loopchat(
+        "run",
+        "--url",
+        server.url,
+        "--api-key",
+        KEY,
+        PROMPT,
+        *COPY[:6],
+        "--max-tokens",
+        "50",
+        "--draft",
+        "lookup",
+        "--trace",
+        str(trace),
+    )
+    assert proc.returncode == 0, proc.stderr
+    traced = [t.event for t in read_trace(trace)[1] if isinstance(t.event, Step)]
+    assert any(s.pass_report is not None for s in traced) and "loopchat: draft " in proc.stderr
+    bad = client.with_options(max_retries=0)
+    with pytest.raises(Exception) as err:
+        bad.chat.completions.create(**kw, extra_body={"draft": "sometimes"})
+    assert "draft must be one of off, lookup, model" in str(err.value)
