@@ -1480,6 +1480,79 @@ static PyObject *py_raw_sums64(PyObject *self, PyObject *args) {
     return Py_BuildValue("(ddd)", (double)total, (double)dot, sum64);
 }
 
+/* change_logits: Candidates.change_logits (sampler_penalized.py) in one call where numpy took
+ * some twenty on a few values: the tokens `ids` get `values` (float32, as numpy's assignment
+ * casts them) in work (first a copy of logits, if `copy`), and the mass unit moves with them.
+ * The exps are libm's exp, numpy's own float64 exp where it has no vector loop for it (here:
+ * the same bits); the sums are added in order. Returns (norm, moved, changed, before_sum,
+ * after_sum, the largest new value, its index in ids (the first of equal ones; -1: none),
+ * whether `watch` (the known maximum's token) is among ids). */
+PyDoc_STRVAR(change_logits_doc,
+             "change_logits(logits, work, ids, values, raw_max, norm, copy, watch) -> (norm, moved, changed,\n"
+             "before_sum, after_sum, top_value, top_index, watched): see sampler_penalized.change_logits.");
+
+static PyObject *py_change_logits(PyObject *self, PyObject *args) {
+    PyObject *lo, *wo, *io, *vo, *res = NULL;
+    double raw_max, norm0;
+    int copy;
+    long long watch;
+    Py_buffer lb, wb, ib, vb;
+    if (!PyArg_ParseTuple(args, "OOOOddpL", &lo, &wo, &io, &vo, &raw_max, &norm0, &copy, &watch)) return NULL;
+    if (get_buf(lo, &lb, 0, 'f') < 0) return NULL;
+    if (get_buf(wo, &wb, 1, 'f') < 0) goto fail_l;
+    if (get_buf(io, &ib, 0, 'q') < 0) goto fail_w;
+    if (get_buf(vo, &vb, 0, 0) < 0) goto fail_i;
+    Py_ssize_t n = lb.shape[0], m = ib.shape[0];
+    const int64_t *ids = (const int64_t *)ib.buf;
+    float *work = (float *)wb.buf;
+    if (check_len(&wb, n) < 0) goto fail_v;
+    if (vb.shape[0] != m) {
+        PyErr_SetString(PyExc_ValueError, "ids and values differ in length");
+        goto fail_v;
+    }
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (ids[j] < 0 || ids[j] >= n) {
+            PyErr_SetString(PyExc_IndexError, "a token id outside the vocabulary");
+            goto fail_v;
+        }
+    double *ba = (double *)PyMem_Malloc((size_t)(2 * m + 1) * sizeof(double));
+    if (!ba) {
+        PyErr_NoMemory();
+        goto fail_v;
+    }
+    double *aa = ba + m, before_sum = 0.0, after_sum = 0.0, top_v = 0.0;
+    Py_ssize_t changed = 0, top_j = -1;
+    int watched = 0, f64 = vb.itemsize == 8;
+    if (copy) memcpy(work, lb.buf, (size_t)n * sizeof(float));
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t i = ids[j];
+        float old = work[i], st = f64 ? (float)((const double *)vb.buf)[j] : ((const float *)vb.buf)[j];
+        work[i] = st;
+        ba[j] = exp((double)old - raw_max);
+        aa[j] = exp((double)st - raw_max);
+        changed += st != old;
+        watched |= i == watch;
+        if (top_j < 0 || st > top_v) top_v = st, top_j = j;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) before_sum += ba[j];
+    for (Py_ssize_t j = 0; j < m; j++) after_sum += aa[j];
+    double norm = norm0 + (after_sum - before_sum), rest = norm0 - before_sum > 0.0 ? norm0 - before_sum : 0.0;
+    double moved = 0.0;
+    for (Py_ssize_t j = 0; j < m; j++) moved += fabs(aa[j] / norm - ba[j] / norm0);
+    moved += fabs(rest / norm0 - rest / norm);
+    PyMem_Free(ba);
+    res = Py_BuildValue("(ddndddni)", norm, moved, changed, before_sum, after_sum, top_v, top_j, watched);
+fail_v:
+    PyBuffer_Release(&vb);
+fail_i:
+    PyBuffer_Release(&ib);
+fail_w:
+    PyBuffer_Release(&wb);
+fail_l:
+    PyBuffer_Release(&lb);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"exp", py_exp, METH_VARARGS, exp_doc},
     {"exp_sum", py_exp_sum, METH_VARARGS, exp_sum_doc},
@@ -1498,6 +1571,7 @@ static PyMethodDef methods[] = {
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
     {"raw_sums64", py_raw_sums64, METH_VARARGS, raw_sums64_doc},
+    {"change_logits", py_change_logits, METH_VARARGS, change_logits_doc},
     {NULL, NULL, 0, NULL},
 };
 

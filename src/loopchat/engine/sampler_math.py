@@ -187,21 +187,24 @@ def _top_p_deep(
     return kept, mass, total
 
 
-def top_p_bounded(work: np.ndarray, top_p: float, mx: float, total_lo: float, total_hi: float) -> np.ndarray | None:
+def top_p_bounded(
+    work: np.ndarray, top_p: float, mx: float, total_lo: float, total_hi: float
+) -> tuple[np.ndarray, np.ndarray] | None:
     """top_p_set over the whole vocabulary (cand None) without its float64 exp of every logit,
-    where the total lies in [total_lo, total_hi] (the sum of exp(float64(work) - mx), as the
-    exp pass would compute it: see Candidates.total_bounds) and that bracket decides the cut:
-    the deep set's positions by a compare pass, the float64 exps of those alone (the same bits
-    as the full pass's), and each of _top_p_deep's steps taken for both ends of the target's
-    bracket. Each step's kept count is monotone in the target, so where both ends keep as many
-    tokens, every total between them (the exact one among them) keeps the same tokens: those
-    are returned (vocabulary ids, as top_p_set's). (The bins run once, for the upper end: the
-    sum before their last kept token, below the lower end, says the lower keeps as many.)
-    None: the bracket leaves the cut open, or the deep set does not hold top_p (the caller
-    runs top_p_set: its full pass decides)."""
+    where the total lies in [total_lo, total_hi] (the sum of exp(float64(work) - mx): see
+    sampler_raw.total_bounds) and that bracket decides the cut. The deep set (_top_p_deep's:
+    the positions at or above a sampled threshold) by a compare pass, the float64 exps of
+    those alone, then its head (a sharp distribution's cut) or the bins (top_p_bins) inside it,
+    for the bracket's upper end: their kept tokens are the top_p set for every total in the bracket where the sum they reach is at or
+    above the upper end and the sum before the last of them (in their order: largest logit
+    first, equal ones by position) below the lower end, each by a margin above the sums' rounding
+    (so that any order of addition decides alike: the reference's sort and cumsum, the full
+    pass's bins). Returns (the kept ids, as top_p_set's; the deep set, whose tokens not
+    kept hold the most likely one cut, if any), or None: the bracket leaves the cut open, or the
+    deep set may not hold top_p (the caller runs top_p_set: its full pass decides)."""
     lo, hi = top_p * total_lo, top_p * total_hi
     if hi <= 1.0:  # (the most likely token alone holds top_p, at either end)
-        return _first_max(work, None)
+        return _first_max(work, None), np.empty(0, dtype=np.intp)
     above = _deep_sample(work)
     if lo <= 1.0 or above is None:
         return None
@@ -209,24 +212,21 @@ def top_p_bounded(work: np.ndarray, top_p: float, mx: float, total_lo: float, to
     x_deep = work[deep]
     q_deep = scratch.get("deep_q", x_deep.shape[0], np.float64)
     sampler_fused.exp_sum(x_deep, mx, q_deep)
-    if lo <= _TOP_P_HEAD:  # (_top_p_deep's head, for each end)
-        if hi > _TOP_P_HEAD:
-            return None
+    # (a float64 sum of m terms in any order is within (m - 1) 2^-53 of the exact one: the bins'
+    # sums over the deep set and their 2,048 bins, the reference's cumsum, the full pass's)
+    margin = 2.0**-52 * (x_deep.shape[0] + 4096)
+    if hi <= _TOP_P_HEAD:  # (_top_p_deep's head first: a sharp distribution ends there)
         at = _top_of(x_deep, np.flatnonzero(x_deep >= above[_TOP_P_HEAD - 1]), _TOP_P_HEAD)
-        cuts = [_head_cut(work, None, deep[at], q_deep[at], t) for t in (lo, hi)]
-        if cuts[0] is not None and cuts[1] is not None and cuts[0][0].shape[0] == cuts[1][0].shape[0]:
-            return cuts[1][0]
-        if cuts[0] is not None or cuts[1] is not None:
-            return None
-    if float(q_deep.sum()) < hi:  # (the deep set may not hold top_p: the full pass decides)
+        head = _head_cut(work, None, deep[at], q_deep[at], hi * (1.0 + margin))
+        if head is not None:  # (its last kept token, by its position in the deep set)
+            last = int(np.searchsorted(deep, head[0][-1]))
+            return (head[0], deep) if head[1] - float(q_deep[last]) < lo * (1.0 - margin) else None
+    if float(q_deep.sum()) < hi * (1.0 + margin):  # (the deep set may not hold top_p: the full pass decides)
         return None
-    kept, mass = top_p_bins(x_deep, q_deep, hi)
-    # the bins keep up to the first token (in their order: largest logit first, equal ones by
-    # position) at which their running sum reaches the target: the same tokens for lo if the
-    # sum before the last of them (mass less its q, to an ulp of mass) is below lo
+    kept, mass = top_p_bins(x_deep, q_deep, hi * (1.0 + margin))
     v = x_deep[kept]
     last = int(kept[np.flatnonzero(v == v.min())].max())
-    return deep[kept] if mass - float(q_deep[last]) < lo * (1.0 - 1e-12) else None
+    return (deep[kept], deep) if mass - float(q_deep[last]) < lo * (1.0 - margin) else None
 
 
 def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) -> tuple[np.ndarray, float]:

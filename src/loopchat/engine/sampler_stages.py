@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from loopchat.engine import dry, sampler_fused, sampler_penalized
-from loopchat.engine.sampler_cuts import cut_after, cut_below, first_cut, top_and_cut
+from loopchat.engine.sampler_cuts import cut_after, cut_among, cut_below, first_cut, top_and_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_p_bounded, top_p_set, top_set
 from loopchat.engine.sampler_raw import total_bounds
 from loopchat.settings import SamplingSettings
@@ -335,9 +335,12 @@ class TopP:
             # (the candidates' mass in the unit's terms: an estimate for top_p_set, as the whole vocabulary's)
             known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, (c.norm * c.mass, c.raw_max))
             before = c.ids
-            kept = top_p_of_vocabulary(c, self.p) if before is None else None
-            c.ids, share = (kept, 1.0) if kept is not None else top_p_set(c.work, c.ids, self.p, *known)
-            cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
+            bounded = top_p_of_vocabulary(c, self.p) if before is None else None
+            if bounded is not None:  # (the token cut: among the deep set's, if any is not kept)
+                c.ids, cut = bounded[0], cut_among(c.work, bounded[1], bounded[0])
+            else:
+                c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
+                cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
             if before is None:  # (share: of the float64 total; the kept mass is in the mass unit)
@@ -397,9 +400,10 @@ class Temperature:
         return c.report(self.name, c.count, c.mass)
 
 
-def top_p_of_vocabulary(c: Candidates, p: float) -> np.ndarray | None:
+def top_p_of_vocabulary(c: Candidates, p: float) -> tuple[np.ndarray, np.ndarray] | None:
     """top_p_set over the whole vocabulary, without its float64 exp pass where the raw pass's
-    bound on the total decides the cut (sampler_math.top_p_bounded); None: undecided."""
+    bound on the total decides the cut (sampler_math.top_p_bounded: the kept ids, the deep
+    set); None: undecided."""
     if c.bound is None:
         return None
     mx = c.source_max(c.work)
