@@ -208,25 +208,49 @@ def top_p_bounded(
     above = _deep_sample(work)
     if lo <= 1.0 or above is None:
         return None
-    deep = sampler_fused.at_least(work, above[-1])
-    x_deep = work[deep]
-    q_deep = scratch.get("deep_q", x_deep.shape[0], np.float64)
-    sampler_fused.exp_sum(x_deep, mx, q_deep)
-    # (a float64 sum of m terms in any order is within (m - 1) 2^-53 of the exact one: the bins'
-    # sums over the deep set and their 2,048 bins, the reference's cumsum, the full pass's)
-    margin = 2.0**-52 * (x_deep.shape[0] + 4096)
-    if hi <= _TOP_P_HEAD:  # (_top_p_deep's head first: a sharp distribution ends there)
+    # a shallow set first (the tokens at or above the sample's _TOP_P_SHALLOW-th: some 768), used
+    # only where it holds no more than SORT_LIMIT tokens (the kept ones are then sorted: their
+    # order is the sort's), then the deep set (where more may be kept, in _top_p_deep's order)
+    for level, threshold in enumerate((above[_TOP_P_SHALLOW - 1], above[-1])):
+        deep = sampler_fused.at_least(work, threshold)
+        if level == 0 and deep.shape[0] > SORT_LIMIT:
+            continue
+        x_deep = work[deep]
+        q_deep = scratch.get("deep_q", x_deep.shape[0], np.float64)
+        sampler_fused.exp_sum(x_deep, mx, q_deep)
+        # (a float64 sum of m terms in any order is within (m - 1) 2^-53 of the exact one: the
+        # bins' sums over the deep set and their 2,048 bins, the reference's cumsum, the full pass's)
+        margin = 2.0**-52 * (x_deep.shape[0] + 4096)
+        if float(q_deep.sum()) >= hi * (1.0 + margin):
+            kept = _bounded_cut(work, deep, x_deep, q_deep, above, (lo * (1.0 - margin), hi * (1.0 + margin)))
+            return None if kept is None else (kept, deep)
+    return None  # (the deep set may not hold top_p: the full pass decides)
+
+
+#: top_p_bounded's shallow set: the tokens at or above this entry of the deep set's sample
+_TOP_P_SHALLOW = 24
+
+
+def _bounded_cut(
+    work: np.ndarray, deep: np.ndarray, x_deep: np.ndarray, q_deep: np.ndarray, above: np.ndarray, bracket: tuple
+) -> np.ndarray | None:
+    """top_p_bounded's cut inside the deep set `deep` (x_deep, q_deep: its logits and masses),
+    which holds top_p: the head's (where the target may end there; `deep` holds the top
+    _TOP_P_HEAD where it holds as many) or the bins' kept ids for the bracket's upper end, None
+    where the lower end would keep fewer."""
+    lo, hi = bracket
+    if (
+        hi <= _TOP_P_HEAD and deep.shape[0] >= _TOP_P_HEAD
+    ):  # (_top_p_deep's head first: a sharp distribution ends there)
         at = _top_of(x_deep, np.flatnonzero(x_deep >= above[_TOP_P_HEAD - 1]), _TOP_P_HEAD)
-        head = _head_cut(work, None, deep[at], q_deep[at], hi * (1.0 + margin))
+        head = _head_cut(work, None, deep[at], q_deep[at], hi)
         if head is not None:  # (its last kept token, by its position in the deep set)
             last = int(np.searchsorted(deep, head[0][-1]))
-            return (head[0], deep) if head[1] - float(q_deep[last]) < lo * (1.0 - margin) else None
-    if float(q_deep.sum()) < hi * (1.0 + margin):  # (the deep set may not hold top_p: the full pass decides)
-        return None
-    kept, mass = top_p_bins(x_deep, q_deep, hi * (1.0 + margin))
+            return head[0] if head[1] - float(q_deep[last]) < lo else None
+    kept, mass = top_p_bins(x_deep, q_deep, hi)
     v = x_deep[kept]
     last = int(kept[np.flatnonzero(v == v.min())].max())
-    return (deep[kept], deep) if mass - float(q_deep[last]) < lo * (1.0 - margin) else None
+    return deep[kept] if mass - float(q_deep[last]) < lo else None
 
 
 def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) -> tuple[np.ndarray, float]:
