@@ -192,16 +192,17 @@ def top_p_bounded(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """top_p_set over the whole vocabulary (cand None) without its float64 exp of every logit,
     where the total lies in [total_lo, total_hi] (the sum of exp(float64(work) - mx): see
-    sampler_raw.total_bounds) and that bracket decides the cut. The deep set (_top_p_deep's:
-    the positions at or above a sampled threshold) by a compare pass, the float64 exps of
-    those alone, then its head (a sharp distribution's cut) or the bins (top_p_bins) inside it,
-    for the bracket's upper end: their kept tokens are the top_p set for every total in the bracket where the sum they reach is at or
-    above the upper end and the sum before the last of them (in their order: largest logit
-    first, equal ones by position) below the lower end, each by a margin above the sums' rounding
-    (so that any order of addition decides alike: the reference's sort and cumsum, the full
-    pass's bins). Returns (the kept ids, as top_p_set's; the deep set, whose tokens not
-    kept hold the most likely one cut, if any), or None: the bracket leaves the cut open, or the
-    deep set may not hold top_p (the caller runs top_p_set: its full pass decides)."""
+    sampler_raw.total_bounds) and that bracket decides the cut. The tokens at or above a
+    sampled threshold (a shallow set, then _top_p_deep's deep set) by a compare pass, the float64
+    exps of those alone, then the head's cut (a sharp distribution's) or the bins' (top_p_bins)
+    inside them, for the bracket's upper end: their kept tokens are the top_p set for every
+    total in the bracket where the sum they reach is at or above the upper end and the sum
+    before the last of them (in their order: largest logit first, equal ones by position) below
+    the lower end, each by a margin above the sums' rounding (so that any order of addition
+    decides alike: the reference's sort and cumsum, the full pass's bins). Returns (the kept
+    ids, as top_p_set's; the set searched, whose tokens not kept hold the most likely one cut,
+    if any), or None: the bracket leaves the cut open, or the set may not hold top_p (the caller
+    runs top_p_set: its full pass decides)."""
     lo, hi = top_p * total_lo, top_p * total_hi
     if hi <= 1.0:  # (the most likely token alone holds top_p, at either end)
         return _first_max(work, None), np.empty(0, dtype=np.intp)
@@ -232,16 +233,20 @@ _TOP_P_SHALLOW = 24
 
 
 def _bounded_cut(
-    work: np.ndarray, deep: np.ndarray, x_deep: np.ndarray, q_deep: np.ndarray, above: np.ndarray, bracket: tuple
+    work: np.ndarray,
+    deep: np.ndarray,
+    x_deep: np.ndarray,
+    q_deep: np.ndarray,
+    above: np.ndarray,
+    bracket: tuple[float, float],
 ) -> np.ndarray | None:
     """top_p_bounded's cut inside the deep set `deep` (x_deep, q_deep: its logits and masses),
     which holds top_p: the head's (where the target may end there; `deep` holds the top
     _TOP_P_HEAD where it holds as many) or the bins' kept ids for the bracket's upper end, None
     where the lower end would keep fewer."""
     lo, hi = bracket
-    if (
-        hi <= _TOP_P_HEAD and deep.shape[0] >= _TOP_P_HEAD
-    ):  # (_top_p_deep's head first: a sharp distribution ends there)
+    # (_top_p_deep's head first: a sharp distribution ends there)
+    if hi <= _TOP_P_HEAD and deep.shape[0] >= _TOP_P_HEAD:
         at = _top_of(x_deep, np.flatnonzero(x_deep >= above[_TOP_P_HEAD - 1]), _TOP_P_HEAD)
         head = _head_cut(work, None, deep[at], q_deep[at], hi)
         if head is not None:  # (its last kept token, by its position in the deep set)
