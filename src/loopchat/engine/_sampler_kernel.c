@@ -1443,7 +1443,7 @@ static PyObject *py_raw_exp(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* ---- chaincost (issue 23 item 3, issue 24's cost): the raw pass's float64 sum --------
+/* ---- chaincost (issue 23 item 3, issue 24's cost): the raw pass's float64 sum, the penalties' change
  * raw_sums64: raw_sums' pass (the same float32 bits) that also sums the float32 e's in
  * float64: with the raw pass's own bound on those e's (sampler_raw.RawSoftmax.bound) it
  * brackets the float64 total top-p needs, so that top-p over the whole vocabulary skips its
