@@ -11,9 +11,12 @@ combination of the sweep's settings (top-k 40/off, top-p 0.95/1, min-p 0.05/0, t
 step, the worst first, and the worst of each class (against the forward pass measured while
 recording), then the raw softmax's pass alone (sampler_raw: the kernel's fused pass and
 numpy's, where the tree has it). `LOOPCHAT_SAMPLER_KERNEL=0` runs the chain's numpy path
-instead of its C kernel.
+instead of its C kernel. `--cold`: before each step the caches are emptied (a 32 MB write, as a
+forward pass streams the model's weights through the L3) and the row written again (as llama.cpp
+leaves it): the chain as the engine runs it, 1.4-1.6x its time on a warm cache
+(docs/performance.md, "The sampling chain's cost, cold").
 
-    .venv/bin/python benchmarks/sampler_cpu.py [--model FILE.gguf | --model gemma] [--steps 32] [--text worst]
+    .venv/bin/python benchmarks/sampler_cpu.py [--model FILE.gguf | --model gemma] [--steps 32] [--text worst] [--cold]
 
 To compare two versions of the chain, run this file from each tree (it imports the
 `src/` beside it).
@@ -31,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np  # noqa: E402
 from loop_overhead import MESSAGES, model_path  # noqa: E402
 
 from loopchat.engine import sampler  # noqa: E402
@@ -76,6 +80,7 @@ def main() -> None:
     ap.add_argument("--model", metavar="FILE.gguf", help="a GGUF file, or `gemma` (default: the bundled model)")
     ap.add_argument("--steps", type=int, default=32, help="passes recorded per reply (two replies)")
     ap.add_argument("--text", choices=("mixed", "worst"), default="mixed", help="the replies recorded (above)")
+    ap.add_argument("--cold", action="store_true", help="empty the caches before each step (above)")
     args = ap.parse_args()
     model = model_path(args.model)
     rows, forward_ms = record(model, args.steps, args.text)
@@ -91,6 +96,8 @@ def main() -> None:
         rng = sampler.make_rng(1)
         times = []
         for logits, context in rows:
+            if args.cold:
+                evict(logits)
             t0 = time.thread_time()
             sampler.sample(logits, context, s, rng, report)
             times.append((time.thread_time() - t0) * 1e3)
@@ -107,6 +114,16 @@ def main() -> None:
         worst = max(ms for ms, c in results if pick(c))
         print(f"worst, {name}: {worst:.3f} ms ({worst / forward_ms:.3f} of the forward pass above)")
     raw_pass(rows)
+
+
+_FLUSH = np.empty(32 << 20, dtype=np.uint8)
+
+
+def evict(row: np.ndarray) -> None:
+    """The caches as a forward pass leaves them: everything out (a write of 32 MB, twice the
+    L3), but the row of logits it has just written."""
+    _FLUSH.fill(1)
+    row *= np.float32(1.0)
 
 
 def raw_pass(rows: list) -> None:

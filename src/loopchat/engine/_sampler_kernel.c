@@ -470,6 +470,8 @@ typedef struct {
     int npend;
     Py_ssize_t in_chunk; /* products added to acc in this buffer */
     float out;           /* the einsum's output, the buffers' sums added in order */
+    double sum64;        /* the float32 e's summed in float64 (raw_sums64: top-p's bound) */
+    int want64;          /* whether to sum them (raw_sums64) */
 } raw_dot;
 
 static inline __m256 np_exp8(__m256 x) {
@@ -600,13 +602,21 @@ static void raw_dot_feed(raw_dot *d, const float *p, Py_ssize_t n) {
 /* A leaf of a multiple of 16 where the einsum has no products waiting and its buffer does
    not end inside: the same operations in registers, nothing stored (the usual leaf of
    both models' vocabularies; 0.03 ms less on 262,144 tokens). */
-static float raw_leaf_fast(const float *x, float m, Py_ssize_t n, raw_dot *d) {
+static inline __attribute__((always_inline)) float raw_leaf_body(const float *x, float m, Py_ssize_t n, raw_dot *d,
+                                                                 int SUM64) {
     __m256 vm = _mm256_set1_ps(m), r = _mm256_setzero_ps();
     __m128 acc = d->acc;
+    __m256d a64 = _mm256_setzero_pd();
     for (Py_ssize_t i = 0; i < n; i += 16) {
         __m256 s0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm), s1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm);
         __m256 e0 = np_exp8(s0), e1 = np_exp8(s1);
         r = i == 0 ? _mm256_add_ps(e0, e1) : _mm256_add_ps(_mm256_add_ps(r, e0), e1);
+        if (SUM64) { /* raw_sums64: the e's widened to float64 (exact) and added */
+            a64 = _mm256_add_pd(a64, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e0)),
+                                                   _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1))));
+            a64 = _mm256_add_pd(a64, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e1)),
+                                                   _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1))));
+        }
         __m256 p0 = _mm256_mul_ps(e0, s0), p1 = _mm256_mul_ps(e1, s1);
         acc = _mm_add_ps(_mm256_extractf128_ps(p1, 1), acc);
         acc = _mm_add_ps(_mm256_castps256_ps128(p1), acc);
@@ -616,9 +626,18 @@ static float raw_leaf_fast(const float *x, float m, Py_ssize_t n, raw_dot *d) {
     d->acc = acc;
     d->in_chunk += n;
     if (d->in_chunk == RAW_CHUNK) raw_dot_flush(d);
+    if (SUM64) {
+        double l64[4];
+        _mm256_storeu_pd(l64, a64);
+        d->sum64 += (l64[0] + l64[1]) + (l64[2] + l64[3]);
+    }
     float a[8];
     _mm256_storeu_ps(a, r);
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static float raw_leaf_fast(const float *x, float m, Py_ssize_t n, raw_dot *d) {
+    return d->want64 ? raw_leaf_body(x, m, n, d, 1) : raw_leaf_body(x, m, n, d, 0);
 }
 
 /* The pairwise sum of e = exp(x - m) over x[0:n], numpy's recursion; the products e * s
@@ -634,6 +653,8 @@ static float raw_pairwise(const float *x, float m, Py_ssize_t n, raw_dot *d) {
             _mm256_storeu_ps(p + i, _mm256_mul_ps(_mm256_loadu_ps(e + i), _mm256_loadu_ps(s + i)));
         for (; i < n; i++) p[i] = e[i] * s[i];
         raw_dot_feed(d, p, n);
+        if (d->want64)
+            for (i = 0; i < n; i++) d->sum64 += (double)e[i];
         return raw_leaf_sum(e, n);
     }
     Py_ssize_t n2 = n / 2;
@@ -1422,6 +1443,116 @@ static PyObject *py_raw_exp(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- chaincost (issue 23 item 3, issue 24's cost): the raw pass's float64 sum, the penalties' change
+ * raw_sums64: raw_sums' pass (the same float32 bits) that also sums the float32 e's in
+ * float64: with the raw pass's own bound on those e's (sampler_raw.RawSoftmax.bound) it
+ * brackets the float64 total top-p needs, so that top-p over the whole vocabulary skips its
+ * float64 exp of every logit wherever the bracket decides the cut (sampler_math.top_p_bounded). */
+PyDoc_STRVAR(raw_sums64_doc,
+             "raw_sums64(logits, m) -> (total, dot, sum64): raw_sums' two float32 sums, and the same e's\n"
+             "summed in float64 (widened exactly; added in the pass's own order).");
+
+static PyObject *py_raw_sums64(PyObject *self, PyObject *args) {
+    PyObject *xo;
+    double m;
+    Py_buffer x;
+    if (!PyArg_ParseTuple(args, "Od", &xo, &m)) return NULL;
+    if (!raw_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "raw_sums64 needs AVX2 and FMA");
+        return NULL;
+    }
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    float total = 0.0f, dot = 0.0f;
+    double sum64 = 0.0;
+#ifdef KERNEL_AVX2
+    Py_ssize_t n = x.shape[0];
+    raw_dot d;
+    memset(&d, 0, sizeof d);
+    d.acc = _mm_setzero_ps();
+    d.want64 = 1;
+    Py_BEGIN_ALLOW_THREADS total = n ? raw_pairwise((const float *)x.buf, (float)m, n, &d) : 0.0f;
+    if (d.in_chunk || d.npend) raw_dot_flush(&d);
+    dot = d.out;
+    sum64 = d.sum64;
+    Py_END_ALLOW_THREADS
+#endif
+    PyBuffer_Release(&x);
+    return Py_BuildValue("(ddd)", (double)total, (double)dot, sum64);
+}
+
+/* change_logits: Candidates.change_logits (sampler_penalized.py) in one call where numpy took
+ * some twenty on a few values: the tokens `ids` get `values` (float32, as numpy's assignment
+ * casts them) in work (first a copy of logits, if `copy`), and the mass unit moves with them.
+ * The exps are libm's exp, numpy's own float64 exp where it has no vector loop for it (here:
+ * the same bits); the sums are added in order. Returns (norm, moved, changed, before_sum,
+ * after_sum, the largest new value, its index in ids (the first of equal ones; -1: none),
+ * whether `watch` (the known maximum's token) is among ids). */
+PyDoc_STRVAR(change_logits_doc,
+             "change_logits(logits, work, ids, values, raw_max, norm, copy, watch) -> (norm, moved, changed,\n"
+             "before_sum, after_sum, top_value, top_index, watched): see sampler_penalized.change_logits.");
+
+static PyObject *py_change_logits(PyObject *self, PyObject *args) {
+    PyObject *lo, *wo, *io, *vo, *res = NULL;
+    double raw_max, norm0;
+    int copy;
+    long long watch;
+    Py_buffer lb, wb, ib, vb;
+    if (!PyArg_ParseTuple(args, "OOOOddpL", &lo, &wo, &io, &vo, &raw_max, &norm0, &copy, &watch)) return NULL;
+    if (get_buf(lo, &lb, 0, 'f') < 0) return NULL;
+    if (get_buf(wo, &wb, 1, 'f') < 0) goto fail_l;
+    if (get_buf(io, &ib, 0, 'q') < 0) goto fail_w;
+    if (get_buf(vo, &vb, 0, 0) < 0) goto fail_i;
+    Py_ssize_t n = lb.shape[0], m = ib.shape[0];
+    const int64_t *ids = (const int64_t *)ib.buf;
+    float *work = (float *)wb.buf;
+    if (check_len(&wb, n) < 0) goto fail_v;
+    if (vb.shape[0] != m) {
+        PyErr_SetString(PyExc_ValueError, "ids and values differ in length");
+        goto fail_v;
+    }
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (ids[j] < 0 || ids[j] >= n) {
+            PyErr_SetString(PyExc_IndexError, "a token id outside the vocabulary");
+            goto fail_v;
+        }
+    double *ba = (double *)PyMem_Malloc((size_t)(2 * m + 1) * sizeof(double));
+    if (!ba) {
+        PyErr_NoMemory();
+        goto fail_v;
+    }
+    double *aa = ba + m, before_sum = 0.0, after_sum = 0.0, top_v = 0.0;
+    Py_ssize_t changed = 0, top_j = -1;
+    int watched = 0, f64 = vb.itemsize == 8;
+    if (copy) memcpy(work, lb.buf, (size_t)n * sizeof(float));
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t i = ids[j];
+        float old = work[i], st = f64 ? (float)((const double *)vb.buf)[j] : ((const float *)vb.buf)[j];
+        work[i] = st;
+        ba[j] = exp((double)old - raw_max);
+        aa[j] = exp((double)st - raw_max);
+        changed += st != old;
+        watched |= i == watch;
+        if (top_j < 0 || st > top_v) top_v = st, top_j = j;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) before_sum += ba[j];
+    for (Py_ssize_t j = 0; j < m; j++) after_sum += aa[j];
+    double norm = norm0 + (after_sum - before_sum), rest = norm0 - before_sum > 0.0 ? norm0 - before_sum : 0.0;
+    double moved = 0.0;
+    for (Py_ssize_t j = 0; j < m; j++) moved += fabs(aa[j] / norm - ba[j] / norm0);
+    moved += fabs(rest / norm0 - rest / norm);
+    PyMem_Free(ba);
+    res = Py_BuildValue("(ddndddni)", norm, moved, changed, before_sum, after_sum, top_v, top_j, watched);
+fail_v:
+    PyBuffer_Release(&vb);
+fail_i:
+    PyBuffer_Release(&ib);
+fail_w:
+    PyBuffer_Release(&wb);
+fail_l:
+    PyBuffer_Release(&lb);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"exp", py_exp, METH_VARARGS, exp_doc},
     {"exp_sum", py_exp_sum, METH_VARARGS, exp_sum_doc},
@@ -1439,6 +1570,8 @@ static PyMethodDef methods[] = {
     {"sample_top", py_sample_top, METH_VARARGS, sample_top_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
+    {"raw_sums64", py_raw_sums64, METH_VARARGS, raw_sums64_doc},
+    {"change_logits", py_change_logits, METH_VARARGS, change_logits_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -230,14 +230,19 @@ def sample(
     reply's grammar stage (sampler_constraint), run after the penalties, before top-k."""
     # --- raw softmax over the whole vocabulary ---------------------------------
     raw_max = float(logits.max())
-    raw = raw_softmax(logits, raw_max)  # (sampler_raw: one fused pass or numpy's, the same bits)
+    # (sampler_raw: one fused pass or numpy's, the same bits; the float64 sum where top-p may
+    # run over the whole vocabulary: its bound, sampler_math.top_p_bounded)
+    whole_top_p = (
+        constraint is None and not settings.greedy and settings.top_p < 1.0 and not 0 < settings.top_k < logits.shape[0]
+    )
+    raw = raw_softmax(logits, raw_max, whole_top_p)
     total = raw.total
     raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
     raw_top_ids = top_indices(logits, report_k)
     raw_top_probs = raw.exp_at(raw_top_ids).astype(np.float64) / total
 
     # --- the stages, then the distribution sampled from, then the draw ----------
-    c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k)
+    c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k, raw.bound())
     chain = (
         chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
     )

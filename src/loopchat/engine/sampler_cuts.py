@@ -61,6 +61,19 @@ def cut_after(work: np.ndarray, entered: np.ndarray | None, kept: np.ndarray, ma
     return int(i)
 
 
+def cut_among(work: np.ndarray, deep: np.ndarray, kept: np.ndarray) -> int:
+    """cut_after over the whole vocabulary, for top-p's kept ids inside its deep set `deep` (the
+    positions, in order, of every logit at or above a threshold the kept ones reach): the most
+    likely token cut is the deep set's most likely one not kept, found among its logits alone
+    (its lowest position is its lowest id); where every token of the deep set was kept, by
+    cut_after's pass."""
+    if not 0 < kept.shape[0] < deep.shape[0]:
+        return cut_after(work, None, kept)
+    at = np.searchsorted(deep, kept)  # (kept, as positions in the deep set)
+    i = cut_after(work[deep], None, at)
+    return int(deep[i]) if i >= 0 else -1
+
+
 def cut_below(work: np.ndarray, entered: np.ndarray | None, kept: np.ndarray, src: np.ndarray, floor: float) -> int:
     """first_cut, where `kept` are the entered tokens whose float64 logit is at least `floor`
     (min-p; `src`: the entered tokens' logits, in the order of `entered`): the largest logit

@@ -187,6 +187,77 @@ def _top_p_deep(
     return kept, mass, total
 
 
+def top_p_bounded(
+    work: np.ndarray, top_p: float, mx: float, total_lo: float, total_hi: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """top_p_set over the whole vocabulary (cand None) without its float64 exp of every logit,
+    where the total lies in [total_lo, total_hi] (the sum of exp(float64(work) - mx): see
+    sampler_raw.total_bounds) and that bracket decides the cut. The tokens at or above a
+    sampled threshold (a shallow set, then _top_p_deep's deep set) by a compare pass, the float64
+    exps of those alone, then the head's cut (a sharp distribution's) or the bins' (top_p_bins)
+    inside them, for the bracket's upper end: their kept tokens are the top_p set for every
+    total in the bracket where the sum they reach is at or above the upper end and the sum
+    before the last of them (in their order: largest logit first, equal ones by position) below
+    the lower end, each by a margin above the sums' rounding (so that any order of addition
+    decides alike: the reference's sort and cumsum, the full pass's bins). Returns (the kept
+    ids, as top_p_set's; the set searched, whose tokens not kept hold the most likely one cut,
+    if any), or None: the bracket leaves the cut open, or the set may not hold top_p (the caller
+    runs top_p_set: its full pass decides)."""
+    lo, hi = top_p * total_lo, top_p * total_hi
+    if hi <= 1.0:  # (the most likely token alone holds top_p, at either end)
+        return _first_max(work, None), np.empty(0, dtype=np.intp)
+    above = _deep_sample(work)
+    if lo <= 1.0 or above is None:
+        return None
+    # a shallow set first (the tokens at or above the sample's _TOP_P_SHALLOW-th: some 768), used
+    # only where it holds no more than SORT_LIMIT tokens (the kept ones are then sorted: their
+    # order is the sort's), then the deep set (where more may be kept, in _top_p_deep's order)
+    for level, threshold in enumerate((above[_TOP_P_SHALLOW - 1], above[-1])):
+        deep = sampler_fused.at_least(work, threshold)
+        if level == 0 and deep.shape[0] > SORT_LIMIT:
+            continue
+        x_deep = work[deep]
+        q_deep = scratch.get("deep_q", x_deep.shape[0], np.float64)
+        sampler_fused.exp_sum(x_deep, mx, q_deep)
+        # (a float64 sum of m terms in any order is within (m - 1) 2^-53 of the exact one: the
+        # bins' sums over the deep set and their 2,048 bins, the reference's cumsum, the full pass's)
+        margin = 2.0**-52 * (x_deep.shape[0] + 4096)
+        if float(q_deep.sum()) >= hi * (1.0 + margin):
+            kept = _bounded_cut(work, deep, x_deep, q_deep, above, (lo * (1.0 - margin), hi * (1.0 + margin)))
+            return None if kept is None else (kept, deep)
+    return None  # (the deep set may not hold top_p: the full pass decides)
+
+
+#: top_p_bounded's shallow set: the tokens at or above this entry of the deep set's sample
+_TOP_P_SHALLOW = 24
+
+
+def _bounded_cut(
+    work: np.ndarray,
+    deep: np.ndarray,
+    x_deep: np.ndarray,
+    q_deep: np.ndarray,
+    above: np.ndarray,
+    bracket: tuple[float, float],
+) -> np.ndarray | None:
+    """top_p_bounded's cut inside the deep set `deep` (x_deep, q_deep: its logits and masses),
+    which holds top_p: the head's (where the target may end there; `deep` holds the top
+    _TOP_P_HEAD where it holds as many) or the bins' kept ids for the bracket's upper end, None
+    where the lower end would keep fewer."""
+    lo, hi = bracket
+    # (_top_p_deep's head first: a sharp distribution ends there)
+    if hi <= _TOP_P_HEAD and deep.shape[0] >= _TOP_P_HEAD:
+        at = _top_of(x_deep, np.flatnonzero(x_deep >= above[_TOP_P_HEAD - 1]), _TOP_P_HEAD)
+        head = _head_cut(work, None, deep[at], q_deep[at], hi)
+        if head is not None:  # (its last kept token, by its position in the deep set)
+            last = int(np.searchsorted(deep, head[0][-1]))
+            return head[0] if head[1] - float(q_deep[last]) < lo else None
+    kept, mass = top_p_bins(x_deep, q_deep, hi)
+    v = x_deep[kept]
+    last = int(kept[np.flatnonzero(v == v.min())].max())
+    return deep[kept] if mass - float(q_deep[last]) < lo else None
+
+
 def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) -> tuple[np.ndarray, float]:
     """Positions in x (float32 logits; q their masses exp(x - max), float64) of what a
     stable sort by logit, largest first, keeps until the mass reaches target (unsorted).

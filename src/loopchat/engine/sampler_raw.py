@@ -83,17 +83,38 @@ _KERNEL = sampler_fused.kernel
 RAW_FUSED = _KERNEL is not None and probe(_KERNEL)
 
 
+#: numpy's float32 exp against the float64 exp, over every float32 of [-104.5, 0] (once, by
+#: hand): at most 3.57 * 2^-24 relative where the result is normal, 2.2e-45 absolute where it
+#: is subnormal or 0. RawSoftmax.bound takes more than twice those.
+_EXP32_REL = 8.0 * 2.0**-24
+_EXP32_ABS = 1e-44
+
+
 @dataclass(slots=True)
 class RawSoftmax:
     """total: the sum of e = exp(logits - max) (float32, then float); dot: sum(e * (logits -
     max)) (the same); exp_at(ids): e at those positions (float32: the fused pass recomputes
-    them, numpy's kept them)."""
+    them, numpy's kept them); sum64: the same e's summed in float64 (see bound)."""
 
     total: float
     dot: float
     logits: np.ndarray
     shift: float
     e: np.ndarray | None
+    sum64: float = math.nan
+
+    def bound(self) -> tuple[float, float] | None:
+        """(X, E): the exact sum of exp(float64(logits) - shift) is within E of X (sum64). Each
+        e is exp(s)(1 + a) with s the float32 logit - shift, |a| <= _EXP32_REL (or off by at most
+        _EXP32_ABS), and s within 2^-24 |s| of the exact difference d, so exp(s) within
+        exp(d) 2^-24 |d| (1 + 1e-5) of exp(d): summed, 2^-24 |dot| (the float32 dot within 1%
+        of sum(e |s|)) and _EXP32_REL X; the float64 sum's own rounding within 1e-10 X. None:
+        no bound (a non-finite sum: -inf logits make dot NaN)."""
+        if not (math.isfinite(self.sum64) and math.isfinite(self.dot)):
+            return None
+        n = self.logits.shape[0]
+        err = 1.02 * 2.0**-24 * abs(self.dot) + (1.001 * _EXP32_REL + 1e-10) * self.sum64 + n * _EXP32_ABS
+        return self.sum64, err
 
     def exp_at(self, ids: np.ndarray) -> np.ndarray:
         if self.e is not None:
@@ -103,12 +124,29 @@ class RawSoftmax:
         return out
 
 
-def raw_softmax(logits: np.ndarray, raw_max: float) -> RawSoftmax:
+def raw_softmax(logits: np.ndarray, raw_max: float, sum64: bool = False) -> RawSoftmax:
     """The raw softmax's sums over float32 logits whose max is raw_max: one fused pass where
-    RAW_FUSED (and the kernel is on), numpy's passes otherwise; the same bits."""
+    RAW_FUSED (and the kernel is on), numpy's passes otherwise; the same bits. `sum64`: the
+    e's float64 sum too (RawSoftmax.bound: the kernel's raw_sums64, the same pass)."""
     fusable = logits.dtype == np.float32 and logits.flags.c_contiguous and math.isfinite(raw_max)
     if RAW_FUSED and sampler_fused.kernel is not None and fusable:  # (an infinite max: numpy's warnings)
+        if sum64 and _SUMS64:
+            total, dot, s64 = sampler_fused.kernel.raw_sums64(logits, raw_max)
+            return RawSoftmax(total, dot, logits, raw_max, None, s64)
         total, dot = sampler_fused.kernel.raw_sums(logits, raw_max)
         return RawSoftmax(total, dot, logits, raw_max, None)
     total, dot, e = _numpy_pass(logits, raw_max)
-    return RawSoftmax(total, dot, logits, raw_max, e)
+    return RawSoftmax(total, dot, logits, raw_max, e, float(e.sum(dtype=np.float64)) if sum64 else math.nan)
+
+
+#: whether the kernel has raw_sums64 (a kernel built before it: no float64 sum, no bound)
+_SUMS64 = hasattr(_KERNEL, "raw_sums64")
+
+
+def total_bounds(bound: tuple[float, float], shift: float, mx: float) -> tuple[float, float]:
+    """Where the sum of exp(float64(x) - mx) lies, as a float64 pass computes it (each exp
+    within 2 ulp, the sum's rounding within 1e-10 of it), from a `bound` (X, E) on the exact
+    sum of exp(float64(x) - shift) (RawSoftmax.bound, moved by the penalties)."""
+    x, err = bound
+    f = math.exp(shift - mx)
+    return (x - err) * f * (1.0 - 1e-9), (x + err) * f * (1.0 + 1e-9)

@@ -32,9 +32,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from loopchat.engine import dry, sampler_fused
-from loopchat.engine.sampler_cuts import cut_after, cut_below, first_cut, top_and_cut
-from loopchat.engine.sampler_math import SORT_LIMIT, scratch, top_indices, top_p_set, top_set
+from loopchat.engine import dry, sampler_fused, sampler_penalized
+from loopchat.engine.sampler_cuts import cut_after, cut_among, cut_below, first_cut, top_and_cut
+from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_p_bounded, top_p_set, top_set
+from loopchat.engine.sampler_raw import total_bounds
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport
 
@@ -70,6 +71,7 @@ class Candidates:
         "work_max",
         "work_max_id",
         "allowed",
+        "bound",
     )
 
     def __init__(
@@ -80,6 +82,7 @@ class Candidates:
         total: float,
         raw_top_ids: np.ndarray,
         report_k: int,
+        bound: tuple[float, float] | None = None,
     ) -> None:
         self.logits = self.work = logits
         self.context = context  # the tokens before this step
@@ -99,6 +102,8 @@ class Candidates:
         #: a constraint that narrowed the candidates to most of the vocabulary: its mask (one
         #: bool per token), so that top-k looks among the largest logits, not at every id
         self.allowed: np.ndarray | None = None
+        #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
+        self.bound = bound
 
     @property
     def count(self) -> int:
@@ -114,30 +119,8 @@ class Candidates:
         return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
 
     def change_logits(self, ids: np.ndarray, values: np.ndarray) -> tuple[int, float]:
-        """Give the tokens `ids` (distinct) new logits, on a copy of the model's, and move
-        the mass unit with them (before any stage has narrowed the candidates). Returns how
-        many logits changed and the mass moved: the total variation distance between the
-        softmax before and after (the other tokens all scale by the same factor)."""
-        if self.work is self.logits:
-            self.work = scratch.get("work", self.n_vocab, np.float32)
-            np.copyto(self.work, self.logits)
-        old = self.work[ids]
-        before = np.exp(old.astype(np.float64) - self.raw_max)
-        self.work[ids] = values
-        stored = self.work[ids]
-        after = np.exp(stored.astype(np.float64) - self.raw_max)
-        norm0, before_sum = self.norm, float(before.sum())
-        self.norm += float(after.sum()) - before_sum
-        rest = max(norm0 - before_sum, 0.0)
-        moved = float(np.abs(after / self.norm - before / norm0).sum()) + abs(rest / norm0 - rest / self.norm)
-        changed = int(np.count_nonzero(stored != old))
-        if self.work_max is not None:
-            if np.any(ids == self.work_max_id):
-                self.work_max = None  # the token that held it changed: not known
-            elif stored.shape[0] and float(stored.max()) > self.work_max:
-                top = int(np.argmax(stored))
-                self.work_max, self.work_max_id = float(stored[top]), int(ids[top])
-        return changed, 0.5 * moved if changed else 0.0
+        """Give the tokens `ids` new logits (on a copy of the model's): sampler_penalized."""
+        return sampler_penalized.change_logits(self, ids, values)
 
     def take_top(self, k: int) -> int:
         """Keep the k largest logits (k <= n_vocab): sorted if k <= SORT_LIMIT, else
@@ -352,8 +335,12 @@ class TopP:
             # (the candidates' mass in the unit's terms: an estimate for top_p_set, as the whole vocabulary's)
             known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, (c.norm * c.mass, c.raw_max))
             before = c.ids
-            c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
-            cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
+            bounded = top_p_of_vocabulary(c, self.p) if before is None else None
+            if bounded is not None:  # (the token cut: among the deep set's, if any is not kept)
+                c.ids, cut = bounded[0], cut_among(c.work, bounded[1], bounded[0])
+            else:
+                c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
+                cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
             if before is None:  # (share: of the float64 total; the kept mass is in the mass unit)
@@ -411,6 +398,16 @@ class Temperature:
                 c.z = scaled(c)
             c.z /= self.t
         return c.report(self.name, c.count, c.mass)
+
+
+def top_p_of_vocabulary(c: Candidates, p: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """top_p_set over the whole vocabulary, without its float64 exp pass where the raw pass's
+    bound on the total decides the cut (sampler_math.top_p_bounded: the kept ids, the deep
+    set); None: undecided."""
+    if c.bound is None:
+        return None
+    mx = c.source_max(c.work)
+    return top_p_bounded(c.work, p, mx, *total_bounds(c.bound, c.raw_max, mx))
 
 
 def scaled(c: Candidates) -> np.ndarray:

@@ -1,0 +1,80 @@
+"""The penalties' change to the logits (sampler_penalized.change_logits): the kernel's one call
+(its change_logits) against numpy's steps: the same penalized logits bit for bit, the same mass
+unit, moved mass, count, bound and known maximum (to 1e-12: sums added in another order)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from sampler_paths import built_kernel
+
+from loopchat.engine import sampler_fused, sampler_penalized
+
+
+def candidates(row: np.ndarray) -> SimpleNamespace:
+    """What change_logits reads of sampler_stages.Candidates, fresh."""
+    top = int(np.argmax(row))
+    raw_max = float(row[top])
+    norm = float(np.exp(row.astype(np.float64) - raw_max).sum())
+    return SimpleNamespace(
+        logits=row,
+        work=row,
+        n_vocab=row.shape[0],
+        raw_max=raw_max,
+        norm=norm,
+        work_max=raw_max,
+        work_max_id=top,
+        bound=(norm, 1e-9 * norm),
+    )
+
+
+def changes(row: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(ids, values) as the stages make them, one after another on the same candidates: a repeat
+    penalty (float32), DRY (float64 values: cast as numpy's assignment casts them), a logit bias
+    that lifts a token above the maximum, one that changes that token (the known maximum's), a
+    NaN, none."""
+    rng = np.random.default_rng(4)
+    ids = rng.choice(row.shape[0], 64, replace=False).astype(np.intp)
+    v = row[ids]
+    top = int(np.argmax(row))
+    return [
+        (ids, np.where(v > 0, v / 1.1, v * 1.1)),
+        (ids[:9], row[ids[:9]].astype(np.float64) - np.linspace(0.1, 3.3, 9)),
+        (np.array([5, 77], dtype=np.intp), np.array([row.max() + 3.0, -1.0], dtype=np.float32)),
+        (np.array([top, 5], dtype=np.intp), np.array([row[top] - 50.0, -2.0], dtype=np.float32)),
+        (np.array([8], dtype=np.intp), np.array([np.nan], dtype=np.float32)),
+        (np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float32)),
+    ]
+
+
+@pytest.mark.parametrize("n", [1_000, 49_152])
+def test_the_kernels_change_logits_is_numpys(monkeypatch, n: int) -> None:
+    row = (np.random.default_rng(n).standard_normal(n) * 3).astype(np.float32)
+    got = []
+    for kernel in (built_kernel(), None):
+        monkeypatch.setattr(sampler_fused, "kernel", kernel)
+        c = candidates(row.copy())
+        steps = []  # (changed, moved, then the candidates' norm, bound, known maximum)
+        for ids, values in changes(c.logits):
+            steps.append(
+                (*sampler_penalized.change_logits(c, ids, values), c.norm, *c.bound, c.work_max, c.work_max_id)
+            )
+        got.append((c, steps))
+    (k, k_steps), (p, p_steps) = got
+    assert k.work is not k.logits and np.array_equal(k.work.view(np.uint32), p.work.view(np.uint32))
+    assert np.array_equal(k.logits, p.logits)  # (the model's logits untouched)
+    for a, b in zip(k_steps, p_steps, strict=True):  # (after the NaN: NaN sums on both paths)
+        assert a[0] == b[0] and a[-2:] == b[-2:], (a, b)
+        assert a[1:-2] == pytest.approx(b[1:-2], rel=1e-12, abs=1e-15, nan_ok=True), (a, b)
+    assert k_steps[0][0] > 0 and k_steps[-1][:2] == (0, 0.0)
+    assert k_steps[2][-1] == 5 and k_steps[3][-2] is None  # (the lifted token; the maximum's changed)
+
+
+def test_the_kernels_change_logits_refuses_an_id_outside_the_vocabulary() -> None:
+    row = np.zeros(10, dtype=np.float32)
+    c = candidates(row)
+    with pytest.raises(IndexError):
+        built_kernel().change_logits(row, row.copy(), np.array([10]), np.array([1.0], np.float32), 0.0, 1.0, False, -1)
+    assert c.work is row
