@@ -149,7 +149,7 @@ class Candidates:
             self._take_top_of_ids(k)
             if self.ids.shape[0] >= before.shape[0]:
                 return -1
-            return int(before[k]) if was_sorted else first_cut(self.work, before, self.ids)
+            return int(before[k]) if was_sorted else cut_after(self.work, before, self.ids, self.allowed)
         if k > SORT_LIMIT:
             if k >= self.n_vocab:
                 self.ids = None
