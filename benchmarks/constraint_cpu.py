@@ -42,16 +42,23 @@ def _args() -> argparse.Namespace:
 
 
 ARGS = _args() if __name__ == "__main__" else None
+# (loop_overhead.py is not imported: it puts this tree's src first, and --src may name another)
 sys.path.insert(0, str(ARGS.src if ARGS else HERE.parent / "src"))
-sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-from loop_overhead import MESSAGES, model_path  # noqa: E402
 
 from loopchat.constraint import read_constraint  # noqa: E402
 from loopchat.engine import sampler  # noqa: E402
 from loopchat.engine.engine import Engine  # noqa: E402
+from loopchat.events import Message  # noqa: E402
+from loopchat.model_files import builtin_model_path  # noqa: E402
 from loopchat.settings import SamplingSettings  # noqa: E402
+
+#: loop_overhead.py's messages
+MESSAGES = [
+    Message("system", "You are a helpful assistant."),
+    Message("user", "Write a long story about a lighthouse keeper and a storm."),
+]
 
 GRID = list(itertools.product((40, 0), (0.95, 1.0), (0.05, 0.0), (0.7, 2.0), (10, 40), (0.0, 0.8)))
 #: the combinations the in-engine sweep found worst under the schema (docs/performance.md)
@@ -60,6 +67,18 @@ WORST += [(0, 1.0, 0.0, 0.7, 40, 0.8), (0, 1.0, 0.05, 2.0, 40, 0.8), (40, 1.0, 0
 RECORD = SamplingSettings(
     seed=1, top_k=0, top_p=1.0, min_p=0.0, temperature=2.0, dry_multiplier=0.8, dry_penalty_last_n=2048
 )
+
+
+def model_path(name: str | None) -> Path:
+    """loop_overhead.py's --model: a GGUF file; `gemma`: the tests' Gemma 3 270M; none: the bundled model."""
+    if not name:
+        return builtin_model_path()
+    if name != "gemma":
+        return Path(name)
+    sys.path.insert(1, str(HERE.parent / "tests"))
+    from gemma_model import gemma_path
+
+    return gemma_path()
 
 
 def settings_of(combo: tuple) -> SamplingSettings:
@@ -162,7 +181,7 @@ def main() -> None:
         if ARGS.rows:
             save(ARGS.rows, replies)
     n = sum(len(t) for _, _, t in replies)
-    print(f"model {model.name}, sources {ARGS.src}, {n} rows under {constraint.label()}")
+    print(f"model {model.name}, sources {Path(sampler.__file__).parents[2]}, {n} rows under {constraint.label()}")
     grid = WORST if ARGS.only_worst else GRID
     best: dict[tuple, float] = {}
     for _ in range(ARGS.rounds):

@@ -153,9 +153,11 @@ class ConstraintStage:
         work_sum = side_sum if c.work is logits else sampler_fused.exp_sum(c.work[side], m, None)
         kept = work_sum / c.norm if few_allowed else c.mass - work_sum / c.norm
         top = next((int(i) for i in c.raw_top_ids if not bits[i]), -1)
-        if top < 0 and not few_allowed:  # the raw top-K all allowed: the largest forbidden logit
+        if top >= 0:  # the largest forbidden logit: its lowest id (the raw top orders equal ones its own way)
+            top = int(np.flatnonzero((logits == logits[top]) & ~bits)[0])
+        elif not few_allowed:  # the raw top-K all allowed: the largest forbidden logit
             top = int(side[np.argmax(logits[side])])  # (ascending ids: the lowest of equal ones)
-        elif top < 0:
+        else:
             top = int(np.argmax(np.where(bits, np.float32(-np.inf), logits)))
         p_top = float(np.exp(np.float64(logits[top]) - m)) / total
         report = ConstraintReport(
