@@ -96,7 +96,13 @@ def record(engine: Engine, constraint, steps: int) -> list[tuple[np.ndarray, lis
         engine.reset()
         prompt = list(engine.fit_prompt(MESSAGES, steps).tokens)
         engine._eval(prompt)
-        stage, rng, context, rows, tokens = engine.open_constraint(constraint), sampler.make_rng(seed), list(prompt), [], []
+        stage, rng, context, rows, tokens = (
+            engine.open_constraint(constraint),
+            sampler.make_rng(seed),
+            list(prompt),
+            [],
+            [],
+        )
         for _ in range(steps):
             row = engine._logits().copy()
             token = sampler.sample(row, context, s, rng, 10, constraint=stage).token_id
@@ -166,7 +172,9 @@ def parts(engine: Engine, constraint, replies: list, combo: tuple) -> None:
             consume.append(time.thread_time() - t0)
             context.append(token)
     med = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
-    print(f"the stage at {combo}: mask alone {med(mask):.3f} ms, apply {med(apply):.3f} ms, consume {med(consume):.3f} ms")
+    print(
+        f"the stage at {combo}: mask alone {med(mask):.3f} ms, apply {med(apply):.3f} ms, consume {med(consume):.3f} ms"
+    )
 
 
 def main() -> None:

@@ -114,7 +114,9 @@ def test_the_stage_on_both_paths_gives_the_documented_figures_with_penalties(eng
     stages = [engine.open_constraint(c), engine.open_constraint(c)]
     settings = SamplingSettings().replace(top_k=40, temperature=1.5, repeat_penalty=1.3, dry_multiplier=0.8)
     engine.reset()
-    prompt = engine.llm.tokenize(b"<|im_start|>user\nA JSON name please<|im_end|>\n<|im_start|>assistant\n", special=True)
+    prompt = engine.llm.tokenize(
+        b"<|im_start|>user\nA JSON name please<|im_end|>\n<|im_start|>assistant\n", special=True
+    )
     engine.evaluate(prompt)
     context, seen = list(prompt), set()
     for _ in range(24):

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from loopchat.engine import dry, sampler_fused
-from loopchat.engine.sampler_cuts import cut_after, cut_below, first_cut, top_and_cut
+from loopchat.engine.sampler_cuts import cut_after, cut_below, top_and_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, scratch, top_indices, top_p_set, top_set
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport
