@@ -6,12 +6,14 @@ benchmarks/story_schema.json), drawn at the sweep's worst combination (top-k off
 temperature 2, DRY 0.8: seeds 1 and 2), with their logits, contexts and tokens, into
 `--rows FILE.npz` (reused when it exists: two trees then time the very same rows). Then, for
 every combination of the sweep's settings, each reply is replayed through a fresh matcher:
-`sampler.sample(..., constraint=stage)` on each recorded row (its thread CPU time), then the
-matcher consumes the recorded token. Prints the median per combination, the worst first, and
+`sampler.sample(..., constraint=stage)` on each recorded row, then the matcher consumes the
+recorded token (both in the thread CPU time: the matcher may compute the next mask there). Prints the median per combination, the worst first, and
 the constraint stage's own parts (the mask, `apply`, `consume`) at the worst combination.
 
     .venv/bin/python benchmarks/constraint_cpu.py [--model gemma] [--rows /tmp/rows.npz] [--src OTHER/src]
 
+`--after-pass`: each row is the logits of a forward pass run just before (the recorded tokens
+fed back), so the chain's arrays are out of the caches as in the engine (its CPU time still).
 `--src`: the loopchat sources to time (another tree's `src`, e.g. main's, run with that tree's
 venv): the same rows, the other chain. `--rounds N` repeats the timing (best of the rounds'
 medians per combination).
@@ -38,6 +40,10 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--src", type=Path, default=HERE.parent / "src", help="the loopchat sources to time")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--only-worst", action="store_true", help="the worst combinations of the grid only")
+    ap.add_argument("--after-pass", action="store_true", help="each row fresh from a forward pass (cold caches)")
+    ap.add_argument(
+        "--without", action="store_true", help="--after-pass: the chain without the constraint (the same rows)"
+    )
     return ap.parse_args()
 
 
@@ -139,10 +145,34 @@ def time_combo(engine: Engine, constraint, replies: list, combo: tuple) -> list[
         for row, token in zip(rows, tokens):
             t0 = time.thread_time()
             sampler.sample(row, context, s, rng, report, constraint=stage)
+            stage.consume(token)  # (counted: a tree may compute the next mask there)
             out.append((time.thread_time() - t0) * 1e3)
-            stage.consume(token)
             context.append(token)
     return out
+
+
+def time_after_pass(engine: Engine, constraint, replies: list, combo: tuple) -> tuple[list[float], list[float]]:
+    """As time_combo, each row the logits of a real forward pass run just before (the replies'
+    tokens fed back): the chain's thread CPU ms as the engine sees it, its arrays evicted by the
+    pass from the caches; and each pass's thread CPU ms."""
+    s, report = settings_of(combo), combo[4]
+    out, passes = [], []
+    for _rows, prompt, tokens in replies:
+        engine.reset()
+        engine._eval(prompt)
+        stage, rng, context = engine.open_constraint(constraint), sampler.make_rng(1), list(prompt)
+        for token in tokens:
+            logits = engine._logits()
+            t0 = time.thread_time()
+            sampler.sample(logits, context, s, rng, report, constraint=None if ARGS and ARGS.without else stage)
+            stage.consume(token)  # (counted: a tree may compute the next mask there)
+            out.append((time.thread_time() - t0) * 1e3)
+            context.append(token)
+            t0 = time.thread_time()
+            engine._decode_one(token)
+            engine._sync()
+            passes.append((time.thread_time() - t0) * 1e3)
+    return out, passes
 
 
 def parts(engine: Engine, constraint, replies: list, combo: tuple) -> None:
@@ -192,9 +222,15 @@ def main() -> None:
     print(f"model {model.name}, sources {Path(sampler.__file__).parents[2]}, {n} rows under {constraint.label()}")
     grid = WORST if ARGS.only_worst else GRID
     best: dict[tuple, float] = {}
+    forward: list[float] = []
     for _ in range(ARGS.rounds):
         for combo in grid:
-            ms = statistics.median(time_combo(engine, constraint, replies, combo))
+            if ARGS.after_pass:
+                times, passes = time_after_pass(engine, constraint, replies, combo)
+                forward.extend(passes)
+            else:
+                times = time_combo(engine, constraint, replies, combo)
+            ms = statistics.median(times)
             best[combo] = min(ms, best.get(combo, ms))
     results = sorted(((ms, combo) for combo, ms in best.items()), reverse=True)
     print("chain CPU ms  (top_k, top_p, min_p, temperature, report, dry)")
@@ -204,6 +240,8 @@ def main() -> None:
         picked = [ms for ms, c in results if pick(c)]
         if picked:
             print(f"worst, {name}: {max(picked):.3f} ms")
+    if forward:
+        print(f"the forward pass (thread CPU, the sampling thread's share): median {statistics.median(forward):.2f} ms")
     parts(engine, constraint, replies, results[0][1])
     engine.close()
 
