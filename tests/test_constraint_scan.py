@@ -72,18 +72,21 @@ def test_the_scan_gives_numpys_figures_on_rows_made_to_break_it() -> None:
                 words = np.packbits(mask, bitorder="little").view(np.int32)
                 count, total, side, work_side, top, allowed = _reference(x, work, words, shift)
                 for w in (None, work):
-                    ids = np.full(n, -5, dtype=np.int64)
-                    got = k.constraint_scan(x, w, words, shift, ids)
+                    ids, src = np.full(n, -5, dtype=np.int64), np.full(n, np.nan, dtype=np.float32)
+                    got = k.constraint_scan(x, w, words, shift, ids, src)
                     assert got[0] == count, (n, kind)
                     if count == 0 or count == n:  # nothing to measure: nothing summed
-                        assert got[1:] == (0.0, 0.0, 0.0, -1)
+                        assert got[1:] == (0.0, 0.0, 0.0, -1, -np.inf)
                         continue
                     assert got[1] == k.exp_sum(x, shift, None)  # the total: exp_sum's very bits
                     assert abs(got[1] - total) <= 1e-12 * total and abs(got[2] - side) <= 1e-12 * total
                     assert abs(got[3] - (side if w is None else work_side)) <= 1e-12 * total
                     assert got[4] == top, (n, kind, got[4], top)
-                    if count * 2 > n:  # most allowed: their ids, in order
+                    if count * 2 > n:  # most allowed: their ids, in order, and their (penalized) logits
                         assert np.array_equal(ids[:count], allowed), (n, kind)
+                        values = (x if w is None else w)[allowed]
+                        assert np.array_equal(src[:count], values) and got[5] == values.max()
+                        assert k.constraint_scan(x, w, words, shift, ids, None)[:5] == got[:5]
                     checked += 1
     assert checked > 400
 
@@ -107,12 +110,15 @@ def test_the_stage_on_both_paths_gives_the_documented_figures_with_penalties(eng
     """A reply under a JSON schema (passes that allow a few tokens and passes that allow nearly all,
     inside the string), penalized logits, top-k 40 after the constraint: at every pass both paths
     give the ConstraintReport of the definitions, the same stage reports (kept mass to 1e-12) and
-    the same top-k cut (the largest allowed logit left out, its lowest id)."""
+    the same top-k cut (the largest allowed logit left out, its lowest id); with top-k off (the
+    allowed logits as the kernel's pass gathered them) the same distribution."""
     kernel = built_kernel()
     monkeypatch.setattr(sampler_fused, "kernel", kernel)
     c = Constraint("json_schema", json.dumps(SCHEMA), "test.json")
     stages = [engine.open_constraint(c), engine.open_constraint(c)]
     settings = SamplingSettings().replace(top_k=40, temperature=1.5, repeat_penalty=1.3, dry_multiplier=0.8)
+    # top-k off: the later stages read the allowed logits the kernel's pass gathered (source_cache)
+    unsorted = [settings.replace(top_k=0, top_p=1.0, min_p=0.0), settings.replace(top_k=0, top_p=1.0, min_p=0.05)]
     engine.reset()
     prompt = engine.llm.tokenize(
         b"<|im_start|>user\nA JSON name please<|im_end|>\n<|im_start|>assistant\n", special=True
@@ -146,6 +152,14 @@ def test_the_stage_on_both_paths_gives_the_documented_figures_with_penalties(eng
             # (DRY's few penalties may move it: the cut is then checked between the paths above)
             if not res.stages[1].changed:
                 assert top_k.cut_id == int(np.argmax(rest))
+        for other in unsorted:
+            (a, _), (b, _) = _both_paths(logits, context, other, stages, kernel)
+            assert a.kept == b.kept and np.array_equal(a.sampled_top_ids, b.sampled_top_ids)
+            assert np.allclose(a.sampled_top_probs, b.sampled_top_probs, rtol=0, atol=1e-12)
+            assert abs(a.sampled_entropy - b.sampled_entropy) <= 1e-9 and bits[a.token_id] and bits[b.token_id]
+            assert [(r.removed, r.kept, r.cut_id) for r in a.stages] == [
+                (r.removed, r.kept, r.cut_id) for r in b.stages
+            ]
         seen.add("many" if report.allowed * 2 > engine.n_vocab else "few")
         token = res.token_id
         assert all(s.consume(token) for s in stages)

@@ -1472,6 +1472,7 @@ PyMODINIT_FUNC PyInit__sampler_kernel(void) {
 typedef struct {
     double total, side, work_side; /* work_side: the side's sum over the second array (the penalized logits) */
     Py_ssize_t top;
+    float src_max; /* the largest allowed value of the second array (or x), where src was asked for */
 } scan_out;
 
 static inline int allowed_at(const uint32_t *w, Py_ssize_t i) { return (int)((w[i >> 5] >> (i & 31)) & 1u); }
@@ -1484,10 +1485,10 @@ static Py_ssize_t first_forbidden(const float *x, const uint32_t *w, float fmax,
 }
 
 static void scan_plain(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                       int64_t *ids, scan_out *o) {
+                       int64_t *ids, float *src, scan_out *o) {
     double t = 0.0, side = 0.0, work_side = 0.0;
     Py_ssize_t c = 0, forbidden = 0;
-    float fmax = -INFINITY;
+    float fmax = -INFINITY, smax = -INFINITY;
     for (Py_ssize_t i = 0; i < n; i++) {
         double e = kexp((double)x[i] - shift);
         t += e;
@@ -1497,6 +1498,11 @@ static void scan_plain(const float *x, const float *wk, const uint32_t *w, doubl
             work_side += wk ? kexp((double)wk[i] - shift) : e;
         }
         if (a) {
+            if (src) {
+                float v = wk ? wk[i] : x[i];
+                src[c] = v;
+                smax = v > smax ? v : smax;
+            }
             if (ids) ids[c++] = i;
         } else {
             forbidden++;
@@ -1504,6 +1510,7 @@ static void scan_plain(const float *x, const float *wk, const uint32_t *w, doubl
         }
     }
     o->total = t, o->side = side, o->work_side = work_side, o->top = forbidden ? first_forbidden(x, w, fmax, n) : -1;
+    o->src_max = smax;
 }
 
 #ifdef KERNEL_AVX2
@@ -1529,12 +1536,12 @@ static inline __attribute__((always_inline)) void compress_ids4(unsigned m, Py_s
    eight positions to ids by two stores. */
 static inline __attribute__((always_inline)) void scan_body(const float *x, const float *wk, const uint32_t *w,
                                                             double shift, Py_ssize_t n, const int MANY, int64_t *ids,
-                                                            scan_out *o) {
+                                                            float *src, scan_out *o) {
     const uint8_t *mb = (const uint8_t *)w; /* (x86: little-endian, byte j holds tokens 8j..8j+7) */
     const __m256i bit8 = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
     const unsigned common = MANY ? 0xFFu : 0u; /* the larger side's groups */
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0, a0 = s0, a1 = s0, k0 = s0;
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    __m256 vmax = _mm256_set1_ps(-INFINITY), smax = vmax;
     __m256i pos = _mm256_set_epi64x(3, 2, 1, 0), four = _mm256_set1_epi64x(4);
     Py_ssize_t i = 0, c = 0, forbidden = 0;
     for (; i + 8 <= n; i += 8) {
@@ -1561,6 +1568,15 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                 _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)m), bit8), bit8));
             vmax = _mm256_max_ps(_mm256_blendv_ps(x8, _mm256_set1_ps(-INFINITY), allowed8), vmax); /* (NaN: not) */
             if (MANY && ids) {
+                if (src) { /* (the allowed values of the penalized logits, in order; their max) */
+                    const float *v = wk ? wk : x;
+                    Py_ssize_t k = c;
+                    for (int j = 0; j < 8; j++)
+                        if (m >> j & 1u) {
+                            src[k++] = v[i + j];
+                            smax = _mm256_max_ps(_mm256_set1_ps(v[i + j]), smax);
+                        }
+                }
                 compress_ids4(m & 15u, i, ids + c);
                 compress_ids4(m >> 4, i + 4, ids + c + __builtin_popcount(m & 15u));
                 c += __builtin_popcount(m);
@@ -1569,6 +1585,11 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
             if (ids) {
                 _mm256_storeu_si256((__m256i *)(ids + c), pos);
                 _mm256_storeu_si256((__m256i *)(ids + c + 4), _mm256_add_epi64(pos, four));
+                if (src) {
+                    __m256 v8 = wk ? _mm256_loadu_ps(wk + i) : x8;
+                    _mm256_storeu_ps(src + c, v8);
+                    smax = _mm256_max_ps(v8, smax); /* (a NaN: not) */
+                }
                 c += 8;
             }
         } else { /* eight forbidden */
@@ -1601,6 +1622,11 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                 ak += wk ? kexp((double)wk[i + j] - shift) : 0.0;
             }
             if (al) {
+                if (ids && src) {
+                    float v = wk ? wk[i + j] : x[i + j];
+                    src[c] = v;
+                    smax = _mm256_max_ps(_mm256_set1_ps(v), smax);
+                }
                 if (ids) ids[c++] = i + j;
             } else {
                 forbidden++;
@@ -1619,27 +1645,34 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
         for (Py_ssize_t p = body; p < n && top < 0; p++)
             if (x[p] == fmax && !allowed_at(w, p)) top = p;
     }
-    o->total = t, o->side = a, o->work_side = wk ? ak : a, o->top = top;
+    float ls8[8], sm = -INFINITY;
+    _mm256_storeu_ps(ls8, smax);
+    for (int l = 0; l < 8; l++) sm = ls8[l] > sm ? ls8[l] : sm;
+    o->total = t, o->side = a, o->work_side = wk ? ak : a, o->top = top, o->src_max = sm;
 }
 
 static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                      int64_t *ids, scan_out *o) {
-    if (many)
-        scan_body(x, wk, w, shift, n, 1, ids, o);
+                      int64_t *ids, float *src, scan_out *o) {
+    if (many && src)
+        scan_body(x, wk, w, shift, n, 1, ids, src, o);
+    else if (many)
+        scan_body(x, wk, w, shift, n, 1, ids, NULL, o);
     else
-        scan_body(x, wk, w, shift, n, 0, NULL, o);
+        scan_body(x, wk, w, shift, n, 0, NULL, NULL, o);
 }
 #pragma GCC pop_options
 #endif
 
 PyDoc_STRVAR(constraint_scan_doc,
-             "constraint_scan(x, work, words, shift, ids) -> (count, total, side, work_side, top): for float32 x\n"
-             "and a mask of int32 words (bit i & 31 of word i >> 5: position i allowed): how many positions are\n"
-             "allowed; the sum of exp(float64(x[i]) - shift) over every position; the same over the smaller side\n"
-             "(the positions not allowed when more than half are allowed, else the allowed ones), and over that\n"
-             "side of `work` (float32, x's length; None: x's sum again); the first position of the largest x[i]\n"
-             "not allowed (-1: none). When more than half are allowed (and fewer than all), the allowed positions\n"
-             "go into ids (int64, x's length), in order. Every position allowed or none: nothing summed.");
+             "constraint_scan(x, work, words, shift, ids, src) -> (count, total, side, work_side, top, src_max): for\n"
+             "float32 x and a mask of int32 words (bit i & 31 of word i >> 5: position i allowed): how many positions\n"
+             "are allowed; the sum of exp(float64(x[i]) - shift) over every position; the same over the smaller\n"
+             "side (the positions not allowed when more than half are allowed, else the allowed ones), and over\n"
+             "that side of `work` (float32, x's length; None: x's sum again); the first position of the largest\n"
+             "x[i] not allowed (-1: none). When more than half are allowed (and fewer than all), the allowed\n"
+             "positions go into ids (int64, x's length) in order, and, unless src is None, their values of work\n"
+             "(or x) into src (float32, x's length), src_max their largest (else -inf). Every position allowed or\n"
+             "none: nothing summed.");
 
 /* How many of the n positions the mask allows (the bits past n not counted). */
 static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
@@ -1650,12 +1683,12 @@ static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
 }
 
 static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
-    PyObject *xo, *ko, *wo, *io;
+    PyObject *xo, *ko, *wo, *io, *so;
     double shift;
-    Py_buffer x, kb, wb, ib;
+    Py_buffer x, kb, wb, ib, sb;
     Py_ssize_t count = 0;
-    scan_out o = {0.0, 0.0, 0.0, -1};
-    if (!PyArg_ParseTuple(args, "OOOdO", &xo, &ko, &wo, &shift, &io)) return NULL;
+    scan_out o = {0.0, 0.0, 0.0, -1, -INFINITY};
+    if (!PyArg_ParseTuple(args, "OOOdOO", &xo, &ko, &wo, &shift, &io, &so)) return NULL;
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     int has_work = ko != Py_None;
     if (has_work && get_buf(ko, &kb, 0, 'f') < 0) {
@@ -1664,26 +1697,32 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
     }
     if (get_buf(wo, &wb, 0, 'i') < 0) goto fail_w;
     if (get_buf(io, &ib, 1, 'q') < 0) goto fail_i;
+    int has_src = so != Py_None;
+    if (has_src && get_buf(so, &sb, 1, 'f') < 0) goto fail_s;
     Py_ssize_t n = x.shape[0];
     if (wb.shape[0] < (n + 31) / 32) {
         PyErr_SetString(PyExc_ValueError, "constraint_scan: the mask holds fewer bits than x has positions");
-    } else if ((has_work && kb.shape[0] != n) || ib.shape[0] < n) {
-        PyErr_SetString(PyExc_ValueError, "constraint_scan: work and ids must hold x's length");
+    } else if ((has_work && kb.shape[0] != n) || ib.shape[0] < n || (has_src && sb.shape[0] < n)) {
+        PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids and src must hold x's length");
     } else {
         const float *xp = (const float *)x.buf, *kp = has_work ? (const float *)kb.buf : NULL;
         const uint32_t *wp = (const uint32_t *)wb.buf;
         int64_t *ip = (int64_t *)ib.buf;
+        float *sp = has_src ? (float *)sb.buf : NULL;
         count = mask_count(wp, n);
         int many = count * 2 > n;
         Py_BEGIN_ALLOW_THREADS if (count > 0 && count < n) {
 #ifdef KERNEL_AVX2
-            if (kernel_fma && __builtin_cpu_supports("bmi")) scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, &o);
+            if (kernel_fma && __builtin_cpu_supports("bmi"))
+                scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
             else
 #endif
-                scan_plain(xp, kp, wp, shift, n, many, many ? ip : NULL, &o);
+                scan_plain(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
         }
         Py_END_ALLOW_THREADS
     }
+    if (has_src) PyBuffer_Release(&sb);
+fail_s:
     PyBuffer_Release(&ib);
 fail_i:
     PyBuffer_Release(&wb);
@@ -1691,7 +1730,7 @@ fail_w:
     PyBuffer_Release(&x);
     if (has_work) PyBuffer_Release(&kb);
     if (PyErr_Occurred()) return NULL;
-    return Py_BuildValue("(ndddn)", count, o.total, o.side, o.work_side, o.top);
+    return Py_BuildValue("(ndddnd)", count, o.total, o.side, o.work_side, o.top, (double)o.src_max);
 }
 
 static PyMethodDef constraint_methods[] = {

@@ -20,8 +20,9 @@ Its place in the chain: after the penalties (and the logit bias), before top-k
 `stopped` says the grammar has ended (the reply then ends: no token could follow).
 The mask is llguidance's (Rust; microseconds for a JSON schema on a 49,152-token vocabulary).
 With the C kernel, every figure comes from one pass over the logits and the mask's 32-bit words
-(`constraint_scan`: the total, the smaller side's sum, the top forbidden token, the allowed ids
-when they are most of the vocabulary); without it, numpy's passes (`_measure`), the same figures
+(`constraint_scan`: the total, the smaller side's sum, the top forbidden token, and, when most
+of the vocabulary is allowed, the allowed ids with their logits, which the later stages read as
+the candidates' source, `Candidates.source_cache`); without it, numpy's passes (`_measure`), the same figures
 (tests/test_constraint_scan.py; docs/performance.md, "The constraint stage in one pass").
 """
 
@@ -135,13 +136,15 @@ class ConstraintStage:
         ids. The same figures as _measure (the total bit for bit, the sides within 1e-15 of
         it), without a byte a token of mask or a list of the forbidden ids."""
         words, n_vocab, logits = self._bitmask[0], c.n_vocab, c.logits
-        ids = scratch.get("constraint_ids", n_vocab, np.int64)
+        ids, src = scratch.get("constraint_ids", n_vocab, np.int64), scratch.get("constraint_src", n_vocab, np.float32)
         work = None if c.work is logits else c.work
-        n, total, side_sum, work_sum, top = kernel.constraint_scan(logits, work, words, c.raw_max, ids)
+        n, total, side_sum, work_sum, top, src_max = kernel.constraint_scan(logits, work, words, c.raw_max, ids, src)
         if n == 0 or n >= n_vocab:
             return self._nothing_to_measure(c, entered, n)
         many = n * 2 > n_vocab  # (the side summed: the forbidden tokens, else the allowed ones)
         allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))
+        if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
+            c.source_cache = (allowed, src[:n], src_max)
         forbidden = side_sum if many else max(total - side_sum, 0.0)
         kept = c.mass - work_sum / c.norm if many else work_sum / c.norm
         p_top = float(np.exp(np.float64(logits[top]) - c.raw_max)) / total

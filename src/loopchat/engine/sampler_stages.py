@@ -70,6 +70,7 @@ class Candidates:
         "work_max",
         "work_max_id",
         "allowed",
+        "source_cache",
     )
 
     def __init__(
@@ -96,21 +97,24 @@ class Candidates:
         # the penalties' few changes: a pass over the vocabulary saved at each stage
         self.work_max: float | None = raw_max if raw_top_ids.shape[0] else None
         self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
-        #: a constraint that narrowed the candidates to most of the vocabulary: its mask (one
-        #: bool per token), so that top-k looks among the largest logits, not at every id
+        #: a constraint that left most of the vocabulary: its mask (a bool a token), for top-k and top-p's cut
         self.allowed: np.ndarray | None = None
+        self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
 
     @property
     def count(self) -> int:
         return self.n_vocab if self.ids is None else int(self.ids.shape[0])
 
     def source(self) -> np.ndarray:
-        """The candidates' logits (float32), in the order of `ids`."""
+        """The candidates' logits (float32), in the order of `ids` (source_cache's while `ids` is its own)."""
+        if self.source_cache is not None and self.source_cache[0] is self.ids:
+            return self.source_cache[1]
         return self.work if self.ids is None else self.work[self.ids]
 
     def source_max(self, src: np.ndarray) -> float:
-        """The largest of `src` (the candidates' logits, from source()): known, for the
-        whole vocabulary, without a pass over it."""
+        """The largest of `src` (from source()): known, for the whole vocabulary or a cached source, without a pass."""
+        if self.source_cache is not None and src is self.source_cache[1]:
+            return self.source_cache[2]
         return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
 
     def change_logits(self, ids: np.ndarray, values: np.ndarray) -> tuple[int, float]:
