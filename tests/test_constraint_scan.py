@@ -118,7 +118,7 @@ def test_the_stage_on_both_paths_gives_the_documented_figures_with_penalties(eng
     stages = [engine.open_constraint(c), engine.open_constraint(c)]
     settings = SamplingSettings().replace(top_k=40, temperature=1.5, repeat_penalty=1.3, dry_multiplier=0.8)
     # top-k off: the later stages read the allowed logits the kernel's pass gathered (source_cache)
-    unsorted = [settings.replace(top_k=0, top_p=1.0, min_p=0.0), settings.replace(top_k=0, top_p=1.0, min_p=0.05)]
+    unsorted = [settings.replace(top_k=0, top_p=p, min_p=m) for p, m in ((1.0, 0.0), (1.0, 0.05), (0.95, 0.0))]
     engine.reset()
     prompt = engine.llm.tokenize(
         b"<|im_start|>user\nA JSON name please<|im_end|>\n<|im_start|>assistant\n", special=True

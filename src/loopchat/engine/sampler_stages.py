@@ -356,7 +356,7 @@ class TopP:
             # (the candidates' mass in the unit's terms: an estimate for top_p_set, as the whole vocabulary's)
             known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, (c.norm * c.mass, c.raw_max))
             before = c.ids
-            c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
+            c.ids, share = top_p_set(c.work, c.ids, self.p, *known, src=c.source())
             cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
