@@ -1579,10 +1579,296 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sampler_kernel",
                                     "The sampler's float64 passes over the vocabulary, fused (see the C file).",
                                     -1, methods};
 
+static int add_constraint_functions(PyObject *module); /* (gramcost's part, at the end of the file) */
+
 PyMODINIT_FUNC PyInit__sampler_kernel(void) {
 #ifdef KERNEL_AVX2
     kernel_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     compress_lut_init();
 #endif
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m && add_constraint_functions(m) < 0) Py_CLEAR(m);
+    return m;
 }
+
+/* ==== gramcost: the constraint stage's pass (engine/sampler_constraint.py, issue 24) ==========
+ * Every figure the stage reports from one read of the logits and of llguidance's mask (32-bit
+ * words, token i allowed where bit i & 31 of word i >> 5 is set): T, the sum of
+ * exp(float64(x[i]) - shift) over every token (pass4's additions in pass4's order where the CPU
+ * has AVX2 and FMA: exp_sum's very bits), the same exps summed over the smaller side (the
+ * forbidden tokens when most are allowed, else the allowed ones; the other side's sum is T minus
+ * it), the first position of the largest forbidden logit (-1: none forbidden); optionally, when
+ * most are allowed, the allowed positions in order. It replaces an unpacking of the mask into a
+ * byte a token, the positions of both sides and a float64 pass over the vocabulary
+ * (docs/performance.md, "The constraint stage in one pass"). */
+
+typedef struct {
+    double total, side, work_side; /* work_side: the side's sum over the second array (the penalized logits) */
+    Py_ssize_t top;
+    float src_max; /* the largest allowed value of the second array (or x), where src was asked for */
+} scan_out;
+
+static inline int allowed_at(const uint32_t *w, Py_ssize_t i) { return (int)((w[i >> 5] >> (i & 31)) & 1u); }
+
+/* The first forbidden position of x holding fmax (-1: none). */
+static Py_ssize_t first_forbidden(const float *x, const uint32_t *w, float fmax, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (x[i] == fmax && !allowed_at(w, i)) return i;
+    return -1;
+}
+
+static void scan_plain(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
+                       int64_t *ids, float *src, scan_out *o) {
+    double t = 0.0, side = 0.0, work_side = 0.0;
+    Py_ssize_t c = 0, forbidden = 0;
+    float fmax = -INFINITY, smax = -INFINITY;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double e = kexp((double)x[i] - shift);
+        t += e;
+        int a = allowed_at(w, i);
+        if (a == !many) { /* (many: the forbidden side) */
+            side += e;
+            work_side += wk ? kexp((double)wk[i] - shift) : e;
+        }
+        if (a) {
+            if (src) {
+                float v = wk ? wk[i] : x[i];
+                src[c] = v;
+                smax = v > smax ? v : smax;
+            }
+            if (ids) ids[c++] = i;
+        } else {
+            forbidden++;
+            fmax = x[i] > fmax ? x[i] : fmax; /* (a NaN: never) */
+        }
+    }
+    o->total = t, o->side = side, o->work_side = work_side, o->top = forbidden ? first_forbidden(x, w, fmax, n) : -1;
+    o->src_max = smax;
+}
+
+#ifdef KERNEL_AVX2
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi")
+/* LANES4[m]: the 64-bit lanes of the 4-bit mask m (lowest bit first) all ones, the others zero. */
+#define L4(m) {-(int64_t)((m) & 1), -(int64_t)((m) >> 1 & 1), -(int64_t)((m) >> 2 & 1), -(int64_t)((m) >> 3 & 1)}
+static const int64_t LANES4[16][4] = {L4(0), L4(1), L4(2),  L4(3),  L4(4),  L4(5),  L4(6),  L4(7),
+                                      L4(8), L4(9), L4(10), L4(11), L4(12), L4(13), L4(14), L4(15)};
+#undef L4
+
+/* Four positions from i, those of the 4-bit mask m moved to ids (four lanes written). */
+static inline __attribute__((always_inline)) void compress_ids4(unsigned m, Py_ssize_t i, int64_t *ids) {
+    __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
+    __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)i), _mm256_set_epi64x(3, 2, 1, 0));
+    _mm256_storeu_si256((__m256i *)ids, _mm256_permutevar8x32_epi32(pos, perm));
+}
+
+/* The pass, eight tokens at a time. The exps as pass4's (two chains of sums: the total's very
+   bits). A mask allows runs of tokens or forbids them, so a group of eight is nearly always
+   all of the larger side: a branch on it (taken rarely) does the smaller side's work, its sum
+   by a mask from LANES4 and the largest forbidden logit; a group all allowed (MANY) adds its
+   eight positions to ids by two stores. */
+static inline __attribute__((always_inline)) void scan_body(const float *x, const float *wk, const uint32_t *w,
+                                                            double shift, Py_ssize_t n, const int MANY, int64_t *ids,
+                                                            float *src, scan_out *o) {
+    const uint8_t *mb = (const uint8_t *)w; /* (x86: little-endian, byte j holds tokens 8j..8j+7) */
+    const __m256i bit8 = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
+    const unsigned common = MANY ? 0xFFu : 0u; /* the larger side's groups */
+    __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0, a0 = s0, a1 = s0, k0 = s0;
+    __m256 vmax = _mm256_set1_ps(-INFINITY), smax = vmax;
+    __m256i pos = _mm256_set_epi64x(3, 2, 1, 0), four = _mm256_set1_epi64x(4);
+    Py_ssize_t i = 0, c = 0, forbidden = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned m = mb[i >> 3];
+        __m256 x8 = _mm256_loadu_ps(x + i);
+        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+        if (__builtin_expect(m != common, 0)) {
+            unsigned side = MANY ? ~m & 0xFFu : m;
+            __m256d lo = _mm256_loadu_pd((const double *)LANES4[side & 15u]);
+            __m256d hi = _mm256_loadu_pd((const double *)LANES4[side >> 4]);
+            a0 = _mm256_add_pd(a0, _mm256_and_pd(lo, e0));
+            a1 = _mm256_add_pd(a1, _mm256_and_pd(hi, e1));
+            if (wk) { /* the penalized logits' exps, for the side's eight alone */
+                __m256 w8 = _mm256_loadu_ps(wk + i);
+                __m256d g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w8)), vs));
+                __m256d g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w8, 1)), vs));
+                k0 = _mm256_add_pd(k0, _mm256_add_pd(_mm256_and_pd(lo, g0), _mm256_and_pd(hi, g1)));
+            }
+            forbidden += __builtin_popcount(~m & 0xFFu);
+            __m256 allowed8 =
+                _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)m), bit8), bit8));
+            vmax = _mm256_max_ps(_mm256_blendv_ps(x8, _mm256_set1_ps(-INFINITY), allowed8), vmax); /* (NaN: not) */
+            if (MANY && ids) {
+                if (src) { /* (the allowed values of the penalized logits, in order; their max) */
+                    const float *v = wk ? wk : x;
+                    Py_ssize_t k = c;
+                    for (int j = 0; j < 8; j++)
+                        if (m >> j & 1u) {
+                            src[k++] = v[i + j];
+                            smax = _mm256_max_ps(_mm256_set1_ps(v[i + j]), smax);
+                        }
+                }
+                compress_ids4(m & 15u, i, ids + c);
+                compress_ids4(m >> 4, i + 4, ids + c + __builtin_popcount(m & 15u));
+                c += __builtin_popcount(m);
+            }
+        } else if (MANY) { /* eight allowed */
+            if (ids) {
+                _mm256_storeu_si256((__m256i *)(ids + c), pos);
+                _mm256_storeu_si256((__m256i *)(ids + c + 4), _mm256_add_epi64(pos, four));
+                if (src) {
+                    __m256 v8 = wk ? _mm256_loadu_ps(wk + i) : x8;
+                    _mm256_storeu_ps(src + c, v8);
+                    smax = _mm256_max_ps(v8, smax); /* (a NaN: not) */
+                }
+                c += 8;
+            }
+        } else { /* eight forbidden */
+            vmax = _mm256_max_ps(x8, vmax);
+            forbidden += 8;
+        }
+        pos = _mm256_add_epi64(pos, _mm256_add_epi64(four, four));
+    }
+    double ls[4], la[4], lk[4];
+    _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
+    _mm256_storeu_pd(la, _mm256_add_pd(a0, a1));
+    _mm256_storeu_pd(lk, k0);
+    double t = (ls[0] + ls[1]) + (ls[2] + ls[3]);
+    double a = (la[0] + la[1]) + (la[2] + la[3]);
+    double ak = (lk[0] + lk[1]) + (lk[2] + lk[3]);
+    float lm[8], fmax = -INFINITY;
+    _mm256_storeu_ps(lm, vmax);
+    for (int l = 0; l < 8; l++) fmax = lm[l] > fmax ? lm[l] : fmax;
+    Py_ssize_t body = i;
+    for (; i < n; i += 4) { /* the tail, padded to four lanes as pass4's */
+        double tx[4] = {0.0, 0.0, 0.0, 0.0}, te[4];
+        Py_ssize_t k = n - i < 4 ? n - i : 4;
+        for (Py_ssize_t j = 0; j < k; j++) tx[j] = (double)x[i + j];
+        _mm256_storeu_pd(te, exp4(_mm256_sub_pd(_mm256_loadu_pd(tx), vs)));
+        for (Py_ssize_t j = 0; j < k; j++) {
+            t += te[j];
+            int al = allowed_at(w, i + j);
+            if (al == !MANY) {
+                a += te[j];
+                ak += wk ? kexp((double)wk[i + j] - shift) : 0.0;
+            }
+            if (al) {
+                if (ids && src) {
+                    float v = wk ? wk[i + j] : x[i + j];
+                    src[c] = v;
+                    smax = _mm256_max_ps(_mm256_set1_ps(v), smax);
+                }
+                if (ids) ids[c++] = i + j;
+            } else {
+                forbidden++;
+                fmax = x[i + j] > fmax ? x[i + j] : fmax;
+            }
+        }
+    }
+    Py_ssize_t top = -1;
+    if (forbidden) { /* the first forbidden position holding the largest forbidden logit */
+        __m256 vf = _mm256_set1_ps(fmax);
+        for (Py_ssize_t p = 0; p < body && top < 0; p += 8) {
+            unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + p), vf, _CMP_EQ_OQ));
+            eq &= ~(unsigned)mb[p >> 3] & 0xFFu;
+            if (eq) top = p + __builtin_ctz(eq);
+        }
+        for (Py_ssize_t p = body; p < n && top < 0; p++)
+            if (x[p] == fmax && !allowed_at(w, p)) top = p;
+    }
+    float ls8[8], sm = -INFINITY;
+    _mm256_storeu_ps(ls8, smax);
+    for (int l = 0; l < 8; l++) sm = ls8[l] > sm ? ls8[l] : sm;
+    o->total = t, o->side = a, o->work_side = wk ? ak : a, o->top = top, o->src_max = sm;
+}
+
+static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
+                      int64_t *ids, float *src, scan_out *o) {
+    if (many && src)
+        scan_body(x, wk, w, shift, n, 1, ids, src, o);
+    else if (many)
+        scan_body(x, wk, w, shift, n, 1, ids, NULL, o);
+    else
+        scan_body(x, wk, w, shift, n, 0, NULL, NULL, o);
+}
+#pragma GCC pop_options
+#endif
+
+PyDoc_STRVAR(constraint_scan_doc,
+             "constraint_scan(x, work, words, shift, ids, src) -> (count, total, side, work_side, top, src_max): for\n"
+             "float32 x and a mask of int32 words (bit i & 31 of word i >> 5: position i allowed): how many positions\n"
+             "are allowed; the sum of exp(float64(x[i]) - shift) over every position; the same over the smaller\n"
+             "side (the positions not allowed when more than half are allowed, else the allowed ones), and over\n"
+             "that side of `work` (float32, x's length; None: x's sum again); the first position of the largest\n"
+             "x[i] not allowed (-1: none). When more than half are allowed (and fewer than all), the allowed\n"
+             "positions go into ids (int64, x's length) in order, and, unless src is None, their values of work\n"
+             "(or x) into src (float32, x's length), src_max their largest (else -inf). Every position allowed or\n"
+             "none: nothing summed.");
+
+/* How many of the n positions the mask allows (the bits past n not counted). */
+static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
+    Py_ssize_t c = 0, full = n / 32;
+    for (Py_ssize_t j = 0; j < full; j++) c += __builtin_popcount(w[j]);
+    if (n % 32) c += __builtin_popcount(w[full] & ((1u << (n % 32)) - 1u));
+    return c;
+}
+
+static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
+    PyObject *xo, *ko, *wo, *io, *so;
+    double shift;
+    Py_buffer x, kb, wb, ib, sb;
+    Py_ssize_t count = 0;
+    scan_out o = {0.0, 0.0, 0.0, -1, -INFINITY};
+    if (!PyArg_ParseTuple(args, "OOOdOO", &xo, &ko, &wo, &shift, &io, &so)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    int has_work = ko != Py_None;
+    if (has_work && get_buf(ko, &kb, 0, 'f') < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (get_buf(wo, &wb, 0, 'i') < 0) goto fail_w;
+    if (get_buf(io, &ib, 1, 'q') < 0) goto fail_i;
+    int has_src = so != Py_None;
+    if (has_src && get_buf(so, &sb, 1, 'f') < 0) goto fail_s;
+    Py_ssize_t n = x.shape[0];
+    if (wb.shape[0] < (n + 31) / 32) {
+        PyErr_SetString(PyExc_ValueError, "constraint_scan: the mask holds fewer bits than x has positions");
+    } else if ((has_work && kb.shape[0] != n) || ib.shape[0] < n || (has_src && sb.shape[0] < n)) {
+        PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids and src must hold x's length");
+    } else {
+        const float *xp = (const float *)x.buf, *kp = has_work ? (const float *)kb.buf : NULL;
+        const uint32_t *wp = (const uint32_t *)wb.buf;
+        int64_t *ip = (int64_t *)ib.buf;
+        float *sp = has_src ? (float *)sb.buf : NULL;
+        count = mask_count(wp, n);
+        int many = count * 2 > n;
+        Py_BEGIN_ALLOW_THREADS if (count > 0 && count < n) {
+#ifdef KERNEL_AVX2
+            if (kernel_fma && __builtin_cpu_supports("bmi"))
+                scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
+            else
+#endif
+                scan_plain(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (has_src) PyBuffer_Release(&sb);
+fail_s:
+    PyBuffer_Release(&ib);
+fail_i:
+    PyBuffer_Release(&wb);
+fail_w:
+    PyBuffer_Release(&x);
+    if (has_work) PyBuffer_Release(&kb);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(ndddnd)", count, o.total, o.side, o.work_side, o.top, (double)o.src_max);
+}
+
+static PyMethodDef constraint_methods[] = {
+    {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int add_constraint_functions(PyObject *module) { return PyModule_AddFunctions(module, constraint_methods); }

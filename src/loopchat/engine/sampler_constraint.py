@@ -18,8 +18,12 @@ reports, besides its StageReport, what it did to the model's own distribution
 Its place in the chain: after the penalties (and the logit bias), before top-k
 (sampler_stages.with_constraint). After the draw, `consume` moves the matcher on by the token drawn;
 `stopped` says the grammar has ended (the reply then ends: no token could follow).
-The mask is llguidance's (Rust; microseconds for a JSON schema on a 49,152-token vocabulary);
-the stage's own numpy costs a few passes over the vocabulary's bytes, not its floats.
+The mask is llguidance's (Rust; microseconds for a JSON schema on a 49,152-token vocabulary).
+With the C kernel, every figure comes from one pass over the logits and the mask's 32-bit words
+(`constraint_scan`: the total, the smaller side's sum, the top forbidden token, and, when most
+of the vocabulary is allowed, the allowed ids with their logits, which the later stages read as
+the candidates' source, `Candidates.source_cache`); without it, numpy's passes (`_measure`), the same figures
+(tests/test_constraint_scan.py; docs/performance.md, "The constraint stage in one pass").
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from loopchat.constraint import Constraint, ConstraintError, ConstraintReport
 from loopchat.engine import sampler_fused
 from loopchat.engine.constraint_grammar import check
 from loopchat.engine.sampler_math import SORT_LIMIT
+from loopchat.engine.sampler_scratch import scratch
 from loopchat.engine.sampler_stages import Candidates, StageReport
 
 _LANES = np.arange(32)
@@ -53,6 +58,7 @@ class ConstraintStage:
             raise ConstraintError(f"{spec.kind_name} {spec.source}: {self.matcher.get_error()}")
         self.n_vocab = n_vocab
         self._bitmask = allocate_token_bitmask(1, n_vocab)
+        self._filled = False  # the mask holds the matcher's present state (consume fills it)
         self._piece_text = piece_text
         self.report: ConstraintReport | None = None
         self.error: str | None = None  # the matcher's error (a token it could not take)
@@ -60,49 +66,95 @@ class ConstraintStage:
     # ------------------------------------------------------------------ the mask ----
     def allowed_bits(self) -> np.ndarray:
         """One bool per token of the vocabulary: True if the grammar allows it next."""
-        fill_next_token_bitmask(self.matcher, self._bitmask)
+        self._fill()
         return self._unpacked()
+
+    def _fill(self) -> None:
+        fill_next_token_bitmask(self.matcher, self._bitmask)
+        self._filled = True
 
     def _unpacked(self) -> np.ndarray:
         return np.unpackbits(self._bitmask[0].view(np.uint8), count=self.n_vocab, bitorder="little").view(bool)
 
     def _allowed(self) -> tuple[np.ndarray, np.ndarray | None]:
         """(the allowed ids, ascending; the mask as bools, None when few are allowed: their
-        32-bit words alone are unpacked, not the vocabulary's bits)."""
-        fill_next_token_bitmask(self.matcher, self._bitmask)
+        32-bit words alone are unpacked, not the vocabulary's bits). The mask filled."""
         words = self._bitmask[0]
         set_words = np.flatnonzero(words)
         if set_words.shape[0] * 64 > self.n_vocab:  # many: the whole mask
             bits = self._unpacked()
             return np.flatnonzero(bits), bits
+        return self._ids_in(words, set_words), None
+
+    def _ids_in(self, words: np.ndarray, set_words: np.ndarray) -> np.ndarray:
+        """The ids of the set bits of these (few) words, ascending."""
         sub = np.unpackbits(words[set_words].view(np.uint8).reshape(-1, 4), axis=1, bitorder="little").view(bool)
         ids = (set_words[:, None] * 32 + _LANES)[sub]
-        return ids[ids < self.n_vocab], None
+        return ids[ids < self.n_vocab]
 
     def apply(self, c: Candidates) -> StageReport:
         entered = c.count
+        if not self._filled:  # (the reply's first pass: consume fills the others' masks)
+            self._fill()
+        kernel = sampler_fused.kernel
+        if kernel is not None and c.logits.dtype == np.float32 and c.logits.flags.c_contiguous:
+            return self._apply_scan(c, entered, kernel)
         allowed, bits = self._allowed()
         n = int(allowed.shape[0])
-        if n == 0:  # the matcher failed (it allows nothing): the candidates are left as they are
-            self.error = self.matcher.get_error() or "the grammar allows no token here"
-            self.report = ConstraintReport(0, 0.0, -1, "", 0.0, False)
-            return c.report(self.name, entered, c.mass)
-        if n >= c.n_vocab:
-            self.report = ConstraintReport(n, 0.0, -1, "", 0.0, False)
-            return c.report(self.name, entered, c.mass)
+        if n == 0 or n >= c.n_vocab:
+            return self._nothing_to_measure(c, entered, n)
         if bits is None:
             bits = np.zeros(c.n_vocab, dtype=bool)
             bits[allowed] = True
         self.report, kept_mass = self._measure(c, bits, allowed)
+        return self._narrow(c, entered, allowed, bits, kept_mass)
+
+    def _nothing_to_measure(self, c: Candidates, entered: int, n: int) -> StageReport:
+        """No token allowed (the matcher failed: the candidates are left as they are), or every one."""
+        if n == 0:
+            self.error = self.matcher.get_error() or "the grammar allows no token here"
+        self.report = ConstraintReport(n, 0.0, -1, "", 0.0, False)
+        return c.report(self.name, entered, c.mass)
+
+    def _narrow(
+        self, c: Candidates, entered: int, allowed: np.ndarray, bits: np.ndarray | None, kept_mass: float
+    ) -> StageReport:
+        """The candidates become the allowed ids (sorted when few; with the mask when most of
+        the vocabulary: top-k then looks among the largest logits, sampler_stages)."""
+        n = int(allowed.shape[0])
         c.ids = allowed
         if n <= SORT_LIMIT:
             c.sort()
         elif bits is not None and n * 2 > c.n_vocab:
-            c.allowed = bits  # (top-k then looks among the largest logits: sampler_stages)
+            c.allowed = bits
         return c.report(self.name, entered, kept_mass)
 
+    def _apply_scan(self, c: Candidates, entered: int, kernel: Any) -> StageReport:
+        """The kernel's one pass (constraint_scan) over the logits and the mask's words: the
+        count, the raw total, the smaller side's sum (and the same over the penalized logits:
+        the chain's unit), the top forbidden token and, when most tokens are allowed, their
+        ids. The same figures as _measure (the total bit for bit, the sides within 1e-15 of
+        it), without a byte a token of mask or a list of the forbidden ids."""
+        words, n_vocab, logits = self._bitmask[0], c.n_vocab, c.logits
+        ids, src = scratch.get("constraint_ids", n_vocab, np.int64), scratch.get("constraint_src", n_vocab, np.float32)
+        work = None if c.work is logits else c.work
+        n, total, side_sum, work_sum, top, src_max = kernel.constraint_scan(logits, work, words, c.raw_max, ids, src)
+        if n == 0 or n >= n_vocab:
+            return self._nothing_to_measure(c, entered, n)
+        many = n * 2 > n_vocab  # (the side summed: the forbidden tokens, else the allowed ones)
+        allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))
+        if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
+            c.source_cache = (allowed, src[:n], src_max)
+        forbidden = side_sum if many else max(total - side_sum, 0.0)
+        kept = c.mass - work_sum / c.norm if many else work_sum / c.norm
+        p_top = float(np.exp(np.float64(logits[top]) - c.raw_max)) / total
+        self.report = ConstraintReport(n, forbidden / total, top, self._piece_text(top), p_top, n == 1)
+        bits = self._unpacked() if many and n > SORT_LIMIT else None
+        return self._narrow(c, entered, allowed, bits, max(kept, 0.0))
+
     def _measure(self, c: Candidates, bits: np.ndarray, allowed: np.ndarray) -> tuple[ConstraintReport, float]:
-        """The pass's ConstraintReport, and the mass the allowed tokens keep in the chain's unit."""
+        """The pass's ConstraintReport, and the mass the allowed tokens keep in the chain's unit
+        (numpy's passes: the kernel's constraint_scan does them in one, _apply_scan)."""
         logits, m = c.logits, c.raw_max
         total = sampler_fused.exp_sum(logits, m, None)
         few_allowed = allowed.shape[0] * 2 <= c.n_vocab
@@ -113,9 +165,11 @@ class ConstraintStage:
         work_sum = side_sum if c.work is logits else sampler_fused.exp_sum(c.work[side], m, None)
         kept = work_sum / c.norm if few_allowed else c.mass - work_sum / c.norm
         top = next((int(i) for i in c.raw_top_ids if not bits[i]), -1)
-        if top < 0 and not few_allowed:  # the raw top-K all allowed: the largest forbidden logit
+        if top >= 0:  # the largest forbidden logit: its lowest id (the raw top orders equal ones its own way)
+            top = int(np.flatnonzero((logits == logits[top]) & ~bits)[0])
+        elif not few_allowed:  # the raw top-K all allowed: the largest forbidden logit
             top = int(side[np.argmax(logits[side])])  # (ascending ids: the lowest of equal ones)
-        elif top < 0:
+        else:
             top = int(np.argmax(np.where(bits, np.float32(-np.inf), logits)))
         p_top = float(np.exp(np.float64(logits[top]) - m)) / total
         report = ConstraintReport(
@@ -125,11 +179,17 @@ class ConstraintStage:
 
     # ------------------------------------------------------------ the matcher ----
     def consume(self, token: int) -> bool:
-        """Move the grammar on by the token drawn (False: the grammar does not take it)."""
+        """Move the grammar on by the token drawn (False: the grammar does not take it), and
+        compute the next pass's mask now, while the matcher's tables are in the caches: after
+        the forward pass has run through them, the same mask costs ~10x (0.096 ms against
+        0.010 on both models; docs/performance.md, "The constraint stage in one pass")."""
+        self._filled = False
         ok = bool(self.matcher.consume_token(token))
         if not ok or self.matcher.is_error():
             self.error = self.matcher.get_error() or f"the grammar does not allow token {token} here"
             return False
+        if not self.matcher.is_stopped():
+            self._fill()
         return True
 
     @property

@@ -71,6 +71,7 @@ def top_p_set(
     top_p: float,
     known_max: float | None = None,
     approx: tuple[float, float] | None = None,
+    src: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float]:
     """The top-p candidates of `cand` (unsorted; None: the whole vocabulary): what a sort
     by logit, largest first (equal logits in id order), keeps up to and including the
@@ -95,7 +96,8 @@ def top_p_set(
     Returns the kept candidates and the share of the candidates' softmax mass they hold
     (both sums in float64, found on the way). `known_max`: the candidates' largest logit,
     if the caller knows it."""
-    src = work if cand is None else work[cand]  # float32
+    if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
+        src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
     if approx is not None and top_p * approx[0] * math.exp(approx[1] - mx) * _MARGIN <= 1.0:
         total = sampler_fused.exp_sum(src, mx, None)

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from loopchat.engine import dry, sampler_fused, sampler_penalized
-from loopchat.engine.sampler_cuts import cut_after, cut_among, cut_below, first_cut, top_and_cut
+from loopchat.engine.sampler_cuts import cut_after, cut_among, cut_below, top_and_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_p_bounded, top_p_set, top_set
 from loopchat.engine.sampler_raw import total_bounds
 from loopchat.settings import SamplingSettings
@@ -72,6 +72,7 @@ class Candidates:
         "work_max_id",
         "allowed",
         "bound",
+        "source_cache",
     )
 
     def __init__(
@@ -99,23 +100,26 @@ class Candidates:
         # the penalties' few changes: a pass over the vocabulary saved at each stage
         self.work_max: float | None = raw_max if raw_top_ids.shape[0] else None
         self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
-        #: a constraint that narrowed the candidates to most of the vocabulary: its mask (one
-        #: bool per token), so that top-k looks among the largest logits, not at every id
+        #: a constraint that left most of the vocabulary: its mask (a bool a token), for top-k and top-p's cut
         self.allowed: np.ndarray | None = None
         #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
         self.bound = bound
+        self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
 
     @property
     def count(self) -> int:
         return self.n_vocab if self.ids is None else int(self.ids.shape[0])
 
     def source(self) -> np.ndarray:
-        """The candidates' logits (float32), in the order of `ids`."""
+        """The candidates' logits (float32), in the order of `ids` (source_cache's while `ids` is its own)."""
+        if self.source_cache is not None and self.source_cache[0] is self.ids:
+            return self.source_cache[1]
         return self.work if self.ids is None else self.work[self.ids]
 
     def source_max(self, src: np.ndarray) -> float:
-        """The largest of `src` (the candidates' logits, from source()): known, for the
-        whole vocabulary, without a pass over it."""
+        """The largest of `src` (from source()): known, for the whole vocabulary or a cached source, without a pass."""
+        if self.source_cache is not None and src is self.source_cache[1]:
+            return self.source_cache[2]
         return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
 
     def change_logits(self, ids: np.ndarray, values: np.ndarray) -> tuple[int, float]:
@@ -132,7 +136,7 @@ class Candidates:
             self._take_top_of_ids(k)
             if self.ids.shape[0] >= before.shape[0]:
                 return -1
-            return int(before[k]) if was_sorted else first_cut(self.work, before, self.ids)
+            return int(before[k]) if was_sorted else cut_after(self.work, before, self.ids, self.allowed)
         if k > SORT_LIMIT:
             if k >= self.n_vocab:
                 self.ids = None
@@ -339,7 +343,7 @@ class TopP:
             if bounded is not None:  # (the token cut: among the deep set's, if any is not kept)
                 c.ids, cut = bounded[0], cut_among(c.work, bounded[1], bounded[0])
             else:
-                c.ids, share = top_p_set(c.work, c.ids, self.p, *known)
+                c.ids, share = top_p_set(c.work, c.ids, self.p, *known, src=c.source())
                 cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
