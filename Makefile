@@ -96,8 +96,16 @@ run: $(STAMP)
 # if a file with an `alone` test is missing from this list (tests/conftest.py).
 PYTEST_PARALLEL := -n 3 --dist loadfile
 ALONE_FILES := $(shell grep -l "pytest\.mark\.alone" tests/test_*.py)
+# Bytecode: the suite starts ~150 Python processes (3 workers, `loopchat` children, servers),
+# and each compiled loopchat's sources and the tests' helpers again where
+# PYTHONDONTWRITEBYTECODE is set (as in this project's containers): pip compiles the
+# venv's packages, not the editable src/. compileall writes the .pyc files whatever that
+# variable says (a second, quick when nothing changed), and the test runs may write theirs
+# (pytest's rewritten test modules: ~9 -> ~3.4 s of CPU per worker's collection from the
+# second run on). test_cli alone: 67.7 -> 60.7 s of CPU (docs/performance.md).
+PYC := $(BIN)/python -m compileall -q src tests >/dev/null && export PYTHONDONTWRITEBYTECODE=
 test: $(STAMP) $(TEST_MODELS) $(NODE_CLIENTS) chromium
-	@tally=$$(mktemp); \
+	@$(PYC); tally=$$(mktemp); \
 	LOOPCHAT_SUITE_TALLY=$$tally LOOPCHAT_ALONE_FILES="$(ALONE_FILES)" \
 		$(BIN)/python -m pytest -q -rs $(PYTEST_PARALLEL) -m "not alone"; par=$$?; \
 	LOOPCHAT_SUITE_TALLY=$$tally $(BIN)/python -m pytest -q -rs -m alone $(ALONE_FILES); alone=$$?; \
@@ -129,7 +137,7 @@ lint: $(STAMP)
 # test is among them: each is `model` or `slow` too). `make test` stays the whole suite
 # and what CI runs.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -rs $(PYTEST_PARALLEL) -m "not model and not server and not slow"
+	@$(PYC); $(BIN)/python -m pytest -q -rs $(PYTEST_PARALLEL) -m "not model and not server and not slow"
 
 bench: $(STAMP) $(TEST_MODELS)
 	$(BIN)/python benchmarks/loop_overhead.py

@@ -281,7 +281,9 @@ def test_cancel_during_prefill(engine: Engine) -> None:
 
 @pytest.fixture(scope="module")
 def small_engine(model_path, tmp_path_factory) -> Engine:
-    eng = Engine(model_path, n_ctx=256, n_batch=128, log_path=tmp_path_factory.mktemp("l") / "llama.log")
+    # one thread, as the session's engine (conftest.py: auto costs ~2.4x the CPU per token
+    # under make test's three workers); auto is tested below on an engine of its own
+    eng = Engine(model_path, n_ctx=256, n_batch=128, threads=1, log_path=tmp_path_factory.mktemp("l") / "llama.log")
     yield eng
     eng.close()
 
@@ -373,7 +375,7 @@ def test_token_pieces_are_exact_bytes(engine: Engine) -> None:
 def test_a_context_size_llama_cpp_pads_is_used_as_asked(model_path, tmp_path) -> None:
     # llama.cpp pads n_ctx = 300 to 512; llama-cpp-python's token buffer keeps 300 slots.
     # Was: engine.n_ctx 512, and an IndexError at token 300 of a long reply.
-    with Engine(model_path, n_ctx=300, log_path=tmp_path / "llama.log") as eng:
+    with Engine(model_path, n_ctx=300, threads=1, log_path=tmp_path / "llama.log") as eng:  # (1: small_engine)
         assert eng.llm.n_ctx() > 300  # the padding this test is about (if it goes, so can the cap)
         assert eng.n_ctx == 300 == len(eng.llm.input_ids)
         events = list(

@@ -164,26 +164,20 @@ def test_the_sampled_distribution_is_exact_on_real_logits(
         assert res.raw_prob == pytest.approx(raw[res.token_id], rel=1e-5)
 
 
-def test_loopchat_run_takes_the_gguf_path(gemma_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loopchat",
-            "run",
-            "The lighthouse keeper",
-            "--model",
-            str(gemma_path),
-            "--max-tokens",
-            "4",
-            "--seed",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ),
-    )
+def _run_gemma(gemma_path: Path, *args: str) -> subprocess.CompletedProcess:
+    base = [sys.executable, "-m", "loopchat", "run", "--model", str(gemma_path), "--max-tokens", "4", "--seed", "1"]
+    return subprocess.run([*base, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+
+
+@pytest.fixture(scope="module")
+def gemma_chat_run(gemma_path: Path) -> subprocess.CompletedProcess:
+    """`loopchat run --model PATH.gguf` on a chat message: one process for the two tests that
+    read it (the path taken; the note on the missing template)."""
+    return _run_gemma(gemma_path, "The lighthouse keeper")
+
+
+def test_loopchat_run_takes_the_gguf_path(gemma_chat_run: subprocess.CompletedProcess) -> None:
+    proc = gemma_chat_run
     assert proc.returncode == 0, proc.stderr
     assert "finish: " in proc.stderr and "Traceback" not in proc.stderr
 
@@ -246,14 +240,13 @@ def test_a_document_is_continued_as_it_is(gemma: Engine) -> None:
     assert gemma.opening_mode == "completion"  # the chat opens it on a document, not ChatML
 
 
-def test_run_raw_and_the_template_note(gemma_path: Path) -> None:
-    base = [sys.executable, "-m", "loopchat", "run", "--model", str(gemma_path), "--max-tokens", "4", "--seed", "1"]
-    raw = subprocess.run([*base, "--raw", "The capital of France is"], capture_output=True, text=True, timeout=300)
+def test_run_raw_and_the_template_note(gemma_path: Path, gemma_chat_run: subprocess.CompletedProcess) -> None:
+    raw = _run_gemma(gemma_path, "--raw", "The capital of France is")
     assert raw.returncode == 0, raw.stderr
     assert raw.stdout.strip() and "note:" not in raw.stderr and "finish: " in raw.stderr
-    chat = subprocess.run([*base, "The capital of France is"], capture_output=True, text=True, timeout=300)
+    chat = gemma_chat_run  # the same run without --raw: a chat message, and Gemma has no template
     assert chat.returncode == 0, chat.stderr
     note = [line for line in chat.stderr.splitlines() if line.startswith("loopchat: note: ")]
     assert len(note) == 1 and "no chat template" in note[0] and "--raw" in note[0]
-    both = subprocess.run([*base, "--raw", "--system", "be brief", "hi"], capture_output=True, text=True, timeout=300)
+    both = _run_gemma(gemma_path, "--raw", "--system", "be brief", "hi")
     assert both.returncode == 2 and both.stderr.count("\n") == 1 and "--raw" in both.stderr

@@ -77,10 +77,21 @@ def auth(**more: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {KEY}", **more}
 
 
+#: reference_text's replies by (server, messages): the Python and the Node tutorial send the same
+_REFERENCES: dict[tuple[str, str], str] = {}
+
+
 def reference_text(server: Serve, messages: list[dict[str, str]]) -> str:
     """The reply to `messages` at the served model's settings (models.toml pins the
     seed), its prompt evaluated whole (`cache_prompt: false`): what a request that reused
-    nothing of the KV cache gets."""
+    nothing of the KV cache gets. Asked once per server and messages."""
+    key = (server.url, json.dumps(messages))
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _reference_text(server, messages)
+    return _REFERENCES[key]
+
+
+def _reference_text(server: Serve, messages: list[dict[str, str]]) -> str:
     r = httpx.post(
         server.url + "/v1/chat/completions",
         headers=auth(),

@@ -82,7 +82,7 @@ async def test_stop_mid_reply(backend, tmp_path) -> None:
 
 
 async def test_temperature_change_applies_at_the_next_step(backend, tmp_path) -> None:
-    app = make_app(backend, tmp_path, max_tokens=300, temperature=0.8)
+    app = make_app(backend, tmp_path, temperature=0.8)  # (32 tokens: the gate holds it at its 4th step)
     async with app.run_test(size=SIZE) as pilot:
         gate = StepGate(app, after=4)
         await send(pilot, "Tell me a very long story about a dragon and a knight.")
