@@ -93,7 +93,13 @@ def test_serve_takes_a_draft_per_request_and_sends_the_pass_fields(server: Serve
     # streamed, the same steps, chunk by chunk; `run --url` reads them back into its trace
     chunks = client.chat.completions.create(**kw, stream=True, extra_body={**body, "draft": "lookup", "draft_max": 6})
     streamed = [e for c in chunks for e in extension_events(c.to_dict()) if isinstance(e, Step)]
-    assert [s.pass_report is not None for s in streamed] == [s.pass_report is not None for s in steps]
+    # (how many to draft is paced by measured pass costs, so two requests may batch differently:
+    # each streamed pass's steps must be the pass's own, consecutive, as many as it says it gave)
+    numbers = [s.pass_report.number for s in streamed if s.pass_report is not None]
+    assert numbers and numbers == sorted(numbers)
+    for number in set(numbers[:-1]) - {numbers[-1]}:
+        group = [s for s in streamed if s.pass_report is not None and s.pass_report.number == number]
+        assert len(group) == group[0].pass_report.tokens and all(g.pass_report == group[0].pass_report for g in group)
     trace = tmp_path / "t.jsonl"
     proc = loopchat("run", "--url", server.url, "--api-key", KEY, PROMPT, *COPY[:6], "--max-tokens", "50")
     assert proc.returncode == 0, proc.stderr

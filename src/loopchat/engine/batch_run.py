@@ -155,7 +155,7 @@ class BatchRun:
         run0 = self.runs[0]
         for run in self.runs[1:]:
             run.reason, run.error = run0.reason, run0.error
-            run._ready()
+            run.ready()
             for name in ("prefill_ms", "forward_ms", "forward_tokens"):
                 setattr(run.clock, name, getattr(run0.clock, name))
             self.calls.copy(0, run.host.seq, self.prompt)  # type: ignore[attr-defined]

@@ -195,7 +195,7 @@ class ReplyRun:
         clock = self.clock
         clock.prefill_ms = clock.forward_ms = (time.perf_counter() - t0) * 1000.0
         clock.forward_tokens = len(todo)
-        self._ready()
+        self.ready()
         return Prefill(
             prompt_tokens=len(tokens),
             reused_tokens=n_common,
@@ -211,7 +211,7 @@ class ReplyRun:
             return PlainFeed(self.host)
         return ScoredFeed(self.host, self.tokens, k, lambda ids, lps: self._candidates(np.asarray(ids), np.exp(lps)))
 
-    def _ready(self) -> None:
+    def ready(self) -> None:
         """The state the steps start from, once the prompt is in the context."""
         host, prefix = self.host, self.branch.prefix
         self.text = ReplyText(self.request.stop, b"".join(host.piece(t) for t in prefix))

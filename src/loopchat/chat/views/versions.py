@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from loopchat.batch import pass_line
+from loopchat.batch import BatchPass, pass_line
 from loopchat.chat.conversation import ReplyRecord
 from loopchat.events import Step
 
@@ -65,7 +65,7 @@ def versions_view(recs: list[ReplyRecord], *, context: int = 3, most: int = 40) 
         median = sorted(passes.values(), key=lambda p: p.ms)[len(passes) // 2]
         singles = [p.single_ms for p in passes.values() if p.single_ms is not None]
         batch = "a batched pass (median): " + pass_line(
-            median._replace(single_ms=statistics.median(singles) if singles else None)
+            BatchPass(median.number, median.size, median.ms, statistics.median(singles) if singles else None)
         )
     where = "they never part" if parted is None else f"they part at pass {parted + 1}"
     title = f"{len(recs)} versions of the reply · {where}"
