@@ -65,6 +65,7 @@ def test_run_draft_lookup_prints_its_passes_and_the_draft_s_summary(tmp_path: Pa
 
 def test_run_s_draft_options_fail_in_one_line(tmp_path: Path, gemma_path: Path) -> None:
     one_line_error(loopchat("run", "hi", "--draft", "maybe"), "--draft", "lookup", "model")
+    one_line_error(loopchat("--draft", "lookup"), "the chat takes no --draft", "F2", "loopchat run --draft")
     one_line_error(loopchat("run", "hi", "--draft-max", "0"), "draft_max must be between 1 and 64")
     one_line_error(loopchat("run", "hi", "--draft", "model", "--threads", "1"), "--draft-model PATH")
     missing = tmp_path / "nothing.gguf"

@@ -21,6 +21,11 @@ EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # no abbreviations: the chat's `--draft lookup` was taken for `--draft-model lookup`
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line instead of usage + error
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
@@ -288,6 +293,19 @@ def entry() -> None:
     sys.exit(code)
 
 
+def _chat_draft_hint(argv: Sequence[str]) -> None:
+    """The chat sets the draft in F2 or the palette; `run` and `serve` take it as a flag."""
+    for arg in argv:
+        if arg in ("run", "models", "serve", "web", "replay", "history"):
+            return
+        flag = arg.split("=", 1)[0]
+        if flag in ("--draft", "--draft-max"):
+            raise UsageError(
+                f"the chat takes no {flag}: set it in F2 (the draft rows) or the palette (Draft: lookup), "
+                f"or give it to `loopchat run {flag} ...` / `loopchat serve {flag} ...`"
+            )
+
+
 def _main(argv: Sequence[str] | None) -> int:
     from loopchat.config import ConfigError
     from loopchat.errors import EngineError
@@ -295,6 +313,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from loopchat.settings import SettingsError
     from loopchat.trace import TraceError
 
+    _chat_draft_hint(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
