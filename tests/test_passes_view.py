@@ -90,6 +90,7 @@ def test_the_panel_shows_the_pass_rows_and_gives_way_on_a_short_panel() -> None:
     )
     assert "this token: drawn by the pass after the draft's" in full
     assert "after sampling) was refused" in full and "refused at" not in full  # this token's draw refused it
+    assert "max surprisal: token " in full and "max surprisal: pass" not in full  # (a pass gave several)
 
     def fitted(height: int) -> str:  # at the panel's width beside a 120-column transcript
         return _text(panel_lines(PanelView(record=r, step=s, live=s.settings, pinned=True, width=48, height=height)))

@@ -201,10 +201,12 @@ def uncertainty(index: ReplyIndex, upto: int | None, spark_width: int, label_w: 
             top = series.peak if upto is None and series.peak is not None else peak
             peak_pass = top + 1  # steps count from pass 1
     if peak_pass is not None:
-        # one line under the rows (the panel is spark_width + 30 wide: see panel_lines)
-        caption = f"raw softmax · max surprisal: pass {peak_pass}"
+        # one line under the rows (the panel is spark_width + 30 wide: see panel_lines); under a
+        # draft a pass may give several tokens: the step is named by its token, not a pass
+        unit = "token" if index.drafted else "pass"
+        caption = f"raw softmax · max surprisal: {unit} {peak_pass}"
         if len(caption) > spark_width + 30 - label_w:
-            caption = f"raw · max surprisal: pass {peak_pass}"
+            caption = f"raw · max surprisal: {unit} {peak_pass}"
         out.append([(" " * label_w, NONE), (caption, LABEL)])
     return out
 

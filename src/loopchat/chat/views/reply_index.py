@@ -86,7 +86,7 @@ class ReplyIndex:
     series: decode forward times (steps[1:]; step 0's pass is the prefill), and over every
     step the drawn token's surprisal and the entropy, both of the raw softmax, in bits."""
 
-    __slots__ = ("record", "seen", "changes", "threads", "latency", "arrivals", "surprisal", "entropy")
+    __slots__ = ("record", "seen", "changes", "threads", "latency", "arrivals", "surprisal", "entropy", "drafted")
 
     def __init__(self, record: ReplyRecord) -> None:
         self.record = record
@@ -97,6 +97,7 @@ class ReplyIndex:
         self.arrivals = False  # the reply's pass times are not given: `latency` holds arrival gaps
         self.surprisal = Series()  # -log2(raw_prob) of every step
         self.entropy = Series()  # raw_entropy of every step
+        self.drafted = False  # some step came under a draft (a pass may have given several tokens)
 
     def update(self) -> None:
         steps = self.record.steps
@@ -111,6 +112,7 @@ class ReplyIndex:
                     self.changes[name] = s.index
             self.surprisal.add(surprisal(s.raw_prob))
             self.entropy.add(s.raw_entropy)
+            self.drafted = self.drafted or s.drafted is not None
         for x in steps[max(1, self.seen) :]:
             if x.forward_ms is not None:
                 self.latency.add(x.forward_ms)
