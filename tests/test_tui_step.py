@@ -219,6 +219,8 @@ async def test_f12_stops_a_running_reply_and_resumes_it(backend, tmp_path) -> No
         assert s.stopped, "the reply ended before it could stop"
         n = len(app.current.steps)
         assert n == 3
+        # (the session stops at the Pending; the step bar takes the focus when the app draws it)
+        await wait_for(pilot, lambda: isinstance(app.focused, StepBar), 10, "the step bar's focus")
         assert s.pending.index == n and isinstance(app.focused, StepBar)
         await pilot.press("f12")
         await wait_run(pilot)
