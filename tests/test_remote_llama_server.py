@@ -105,6 +105,14 @@ async def test_context_gauge_from_its_model_list_and_ctrl_t_shows_its_prefill(ll
         backend.close()
 
 
+def _drawn(steps: list) -> list:
+    """The reply's token ids, without a last step that adds no text: llama-server sends the end
+    token's chunk (its logprobs) in one reply and not in another of the same tokens (seen once in
+    a clean run: [.., 25] then [.., 25, 2]), so only the tokens of the text must be reproduced."""
+    ids = [s.token_id for s in steps]
+    return ids[:-1] if steps and steps[-1].text == "" else ids
+
+
 async def test_f9_replays_a_random_seed_reply_and_the_server_reproduces_it(llama_server, tmp_path) -> None:
     backend = RemoteBackend(llama_server.url)
     try:
@@ -112,8 +120,8 @@ async def test_f9_replays_a_random_seed_reply_and_the_server_reproduces_it(llama
     finally:
         backend.close()
     assert isinstance(original.start.settings.seed, int) and replay.start.settings.seed == original.start.settings.seed
-    ids = [s.token_id for s in original.steps]
-    assert len(ids) > 3 and [s.token_id for s in replay.steps] == ids
+    ids = _drawn(original.steps)
+    assert len(ids) > 3 and _drawn(replay.steps) == ids
     assert "differs" not in info[1]
     assert f"B: same tokens as reply 1 ({len(ids)})" in " ".join(compare.split())
 
