@@ -170,3 +170,15 @@ def test_the_document_and_wire_views_say_which_pass_gave_a_token() -> None:
     data = json.loads(entries[2].text.removeprefix("data: "))
     step = data["loopchat"]["step"]
     assert step["pass_report"] == list(r.steps[2].pass_report) and step["drafted"] is True
+
+
+def test_the_panel_s_settings_summary_wraps_the_draft_onto_a_line_of_its_own_not_mid_item() -> None:
+    from loopchat.settings import SamplingSettings
+    from loopchat.settings_text import summary_lines
+
+    s = SamplingSettings(repeat_penalty=1.05, repeat_last_n=256, dry_multiplier=0.8, dry_penalty_last_n=4096)
+    s = s.replace(max_tokens=512, draft="lookup")
+    lines = summary_lines(s, 50)  # the panel beside a 120-column transcript: 50 cells
+    assert all(len(line) <= 50 for line in lines), lines
+    assert len(lines) == 3 and lines[2] == "  draft lookup ≤8"  # (it was wrapped as "· draft lookup ≤8")
+    assert summary_lines(s.replace(draft="off"), 50)[1:] == lines[1:2]  # without the draft: two lines, as before

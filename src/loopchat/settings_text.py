@@ -26,9 +26,17 @@ def knobs_line(settings: SamplingSettings) -> str:
 def summary_lines(settings: SamplingSettings, width: int) -> list[str]:
     """The panel's line under the knobs' rows: every row's summary item, in the table's
     order ("  repeat ×1.10 over 64 · seed 7 · max 512"); when that is wider than `width`,
-    two lines, the items that wrap (the seed, DRY) on the second."""
+    two lines, the items that wrap (the seed, DRY, the draft) on the second, and on a third
+    where the second would be wider than `width` (an item is never cut in two)."""
     items = [(spec.wraps, text) for spec in SETTINGS if spec.summary is not None and (text := spec.summary(settings))]
     one = "  " + " · ".join(text for _, text in items)
     if len(one) <= width:
         return [one]
-    return ["  " + " · ".join(text for wraps, text in items if wraps is last) for last in (False, True)]
+    lines, line = ["  " + " · ".join(text for wraps, text in items if not wraps)], ""
+    for text in (text for wraps, text in items if wraps):
+        if line and len(f"  {line} · {text}") > width:
+            lines.append("  " + line)
+            line = text
+        else:
+            line = f"{line} · {text}" if line else text
+    return [*lines, "  " + line]
