@@ -124,7 +124,7 @@ def test_tokens_per_pass_and_the_acceptance_rate_over_the_reply() -> None:
     passes = 1 + len(LAYOUT) + (len(steps) - 1 - gave)  # step 0's (the prefill), LAYOUT's, the plain ones after
     drafted, kept = sum(d for d, _, _ in verifying), sum(k for _, k, _ in verifying)
     t = tally(steps)
-    assert t is not None and (t.steps, t.passes, t.verifying, t.drafted, t.kept) == (
+    assert t is not None and (t.tokens, t.passes, t.verifying, t.drafted, t.kept) == (
         len(steps),
         passes,
         len(verifying),

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from loopchat.chat.plots import fmt_ms, fmt_prob, token_face
 from loopchat.events import Step
+from loopchat.pass_lines import PassFigures, pass_figures
 from loopchat.passes import PassReport, RejectedDraft
 
 
@@ -32,41 +32,11 @@ def same_pass(a: Step | None, b: Step | None) -> bool:
     return a.pass_report.number == b.pass_report.number
 
 
-class PassTally(NamedTuple):
-    """A reply's passes, counted over its steps."""
-
-    steps: int  # the steps (tokens drawn, the stop token included)
-    passes: int  # the passes that gave them: verifying + plain
-    verifying: int  # of them, passes that checked a draft
-    drafted: int  # drafted tokens checked, summed over the verifying passes
-    kept: int  # of them, kept
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return self.steps / self.passes if self.passes else 0.0
-
-    @property
-    def acceptance(self) -> float | None:
-        """kept / drafted (None: nothing was drafted)."""
-        return self.kept / self.drafted if self.drafted else None
-
-
-def tally(steps: Sequence[Step]) -> PassTally | None:
-    """The figures over `steps` (one reply's, in order); None when no step came from a
-    verifying pass (a reply without a draft)."""
-    passes = verifying = drafted = kept = 0
-    prev: Step | None = None
-    for st in steps:
-        if not same_pass(prev, st):
-            passes += 1
-            if (p := st.pass_report) is not None:
-                verifying += 1
-                drafted += p.drafted
-                kept += p.kept
-        prev = st
-    if not verifying:
-        return None
-    return PassTally(len(steps), passes, verifying, drafted, kept)
+def tally(steps: Sequence[Step]) -> PassFigures | None:
+    """The figures over `steps` (one reply's, in order: pass_lines.pass_figures); None when no
+    step came from a verifying pass (a reply without a draft)."""
+    figures = pass_figures(steps)
+    return figures if figures.verifying else None
 
 
 def _position(steps: Sequence[Step], step: Step) -> int:
@@ -149,7 +119,7 @@ def reply_part(steps: Sequence[Step]) -> str | None:
     t = tally(steps)
     if t is None:
         return None
-    text = f"{t.tokens_per_pass:.2f} tokens a pass ({t.steps} in {t.passes} passes)"
+    text = f"{t.tokens_per_pass:.2f} tokens a pass ({t.tokens} in {t.passes} passes)"
     if t.acceptance is None:
         return text + " · nothing drafted"
     return text + f" · drafts kept {t.kept} of {t.drafted} ({t.acceptance * 100:.0f}%)"
