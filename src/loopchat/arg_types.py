@@ -7,15 +7,15 @@ import argparse
 from collections.abc import Callable
 
 
-def whole_number(least: int, says: str) -> Callable[[str], int]:
-    """A whole number of at least `least`; else `says`, with `{text}` the value given (quoted)."""
+def whole_number(least: int, says: str, most: int | None = None) -> Callable[[str], int]:
+    """A whole number of at least `least` (and at most `most`); else `says`, with `{text}` the value given (quoted)."""
 
     def parse(text: str) -> int:
         try:
             n = int(text)
         except ValueError:
             n = least - 1
-        if n < least:
+        if n < least or (most is not None and n > most):
             raise argparse.ArgumentTypeError(says.replace("{text}", repr(text)))
         return n
 

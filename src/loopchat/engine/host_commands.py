@@ -62,13 +62,20 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True)
+class Call:
+    """Run `fn(engine)` on the host's thread (a thread host only: a shared run's `serve`, shared_run.py)."""
+
+    fn: Callable[[Any], None]
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     """Close the engine and end the host."""
 
 
 #: what an EngineWorker's queue carries
-WorkerCommand = Load | Generate | Close
+WorkerCommand = Load | Generate | Call | Close
 #: what a ProcessEngineWorker's pipe carries to its child
 ChildCommand = Load | Generate | ChangeSettings | Cancel | Close
 
-__all__ = ["Cancel", "ChangeSettings", "ChildCommand", "Close", "Generate", "Load", "WorkerCommand"]
+__all__ = ["Call", "Cancel", "ChangeSettings", "ChildCommand", "Close", "Generate", "Load", "WorkerCommand"]

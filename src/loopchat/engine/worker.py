@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loopchat.engine.engine import Engine
-from loopchat.engine.host_commands import Close, Generate, Load, WorkerCommand
+from loopchat.engine.host_commands import Call, Close, Generate, Load, WorkerCommand
 from loopchat.errors import ContextOverflowError, EngineError
 from loopchat.events import ModelLoading, ModelReady, RunDone, WorkerError
 from loopchat.request import ReplyRequest
@@ -65,6 +65,10 @@ class EngineWorker:
         self._commands.put(Generate(self._run_id, request, live, control))
         return self._run_id
 
+    def call(self, fn: Callable[[Engine | None], None]) -> None:
+        """Run `fn(engine)` on the worker thread after the commands before it (a shared run's serve)."""
+        self._commands.put(Call(fn))
+
     def cancel(self) -> None:
         engine = self._engine
         if engine is not None:
@@ -96,6 +100,8 @@ class EngineWorker:
                         self._load(factory, name, path)
                     case Generate():
                         self._generate(command)
+                    case Call(fn):
+                        fn(self._engine)
             except Exception as exc:  # last resort: never kill the thread silently
                 self._emit(_internal_error(exc, "load" if isinstance(command, Load) else "generate"))
 

@@ -208,7 +208,7 @@ class _Routes:
             gone.cancel()
             message = (
                 f"the loop is busy and {loop.queue_limit} requests already wait for it (loopchat serve "
-                "runs one generation at a time; --queue sets how many may wait); retry shortly"
+                f"{loop.turns}; --queue sets how many may wait); retry shortly"
             )
             line(request, 429, message)
             return _error(429, message, "rate_limit_exceeded", code="queue_full", headers={"Retry-After": "1"})
@@ -255,6 +255,7 @@ class _Routes:
                 "generating": loop.busy,
                 "waiting": loop.waiting,
                 "queue": loop.queue_limit,
+                "parallel": loop.parallel,
                 "generations": loop.runs,
             },
             status_code=503 if loop.closing else 200,

@@ -37,9 +37,11 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 8
+DEFAULT_PARALLEL = 4  # requests generating at once (serve/batch_loop.py)
 
 
 queue_size = whole_number(0, "{text}: --queue is how many requests may wait, 0 or more")
+parallel_count = whole_number(1, "{text}: --parallel is how many requests generate at once, 1 to 16", most=16)
 
 
 def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callable[..., None]) -> None:
@@ -48,7 +50,7 @@ def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callabl
         help="an OpenAI-compatible HTTP server on the same engine and loop",
         description="Serve the model over HTTP, OpenAI-compatible: POST /v1/chat/completions, "
         "POST /v1/completions (a raw document, no chat template), GET /v1/models, GET /health. "
-        "One generation at a time; the others wait their turn.",
+        "Up to --parallel requests generate at once, sharing each forward pass; the others wait their turn.",
     )
     serve.add_argument(
         "--host",
@@ -76,6 +78,14 @@ def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callabl
         default=DEFAULT_QUEUE,
         metavar="N",
         help=f"how many requests may wait while one generates (default {DEFAULT_QUEUE}); more get 429",
+    )
+    serve.add_argument(
+        "--parallel",
+        type=parallel_count,
+        default=DEFAULT_PARALLEL,
+        metavar="N",
+        help=f"how many requests generate at once, sharing each forward pass (default {DEFAULT_PARALLEL}; "
+        "1: one at a time, the others wait their turn)",
     )
     serve.add_argument(
         "--strict-model",
@@ -128,6 +138,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from loopchat.config import load_config
     from loopchat.engine.options import EngineOptions
     from loopchat.serve.app import ServedModel, create_app
+    from loopchat.serve.batch_loop import BatchLoop
     from loopchat.serve.loop import LoadFailed, OneLoop
 
     api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
@@ -138,7 +149,7 @@ def serve_command(args: argparse.Namespace) -> int:
     model_path = spec.resolve_file()
     sock = bind(args.bind, args.port)
 
-    one = OneLoop(queue_limit=args.queue)
+    one = OneLoop(queue_limit=args.queue) if args.parallel == 1 else BatchLoop(args.queue, args.parallel)
     draft_model = getattr(args, "draft_model", None) or config.draft_path(spec)
     options = EngineOptions.from_spec(spec, model_path, draft_model=draft_model, **_engine_overrides(args))
     try:
@@ -172,7 +183,7 @@ def serve_command(args: argparse.Namespace) -> int:
     def listening() -> None:
         print(
             f"loopchat serve: listening on {url} · OpenAI base_url {url}/v1 · model {model.id} · "
-            f"{threads} · queue {args.queue} · "
+            f"{threads} · queue {args.queue} · parallel {args.parallel} · "
             f"{'API key required' if api_key else 'no API key'} · Ctrl+C stops",
             flush=True,
         )

@@ -59,6 +59,9 @@ class Run:
 
 
 class OneLoop:
+    parallel = 1  # requests generating at once (batch_loop.py's BatchLoop: --parallel N)
+    turns = "runs one generation at a time"  # (the 429's line)
+
     def __init__(self, queue_limit: int = 8) -> None:
         self.queue_limit = queue_limit
         self.waiting = 0  # requests waiting for their turn

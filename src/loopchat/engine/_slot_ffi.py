@@ -1,0 +1,46 @@
+"""The raw llama.cpp call of a shared run's prefill (shared_run.py), beside `_batch_ffi.py`'s.
+
+A prompt that joins a running batch is evaluated into its own sequence: chunks of up to
+n_batch tokens, each token of that one sequence at its own position, the logits kept for
+the chunk's last token only (as Llama.eval does for sequence 0). Llama.eval itself cannot
+be used there: it first drops every sequence's cells past its own n_tokens
+(kv_cache_seq_rm(-1, ...)), the cells of the requests already running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import llama_cpp
+
+
+class PrefillBatch:
+    """One llama_batch of up to `size` tokens on one loaded `Llama`'s context; `close()` frees it."""
+
+    def __init__(self, llm: llama_cpp.Llama, size: int) -> None:
+        self._ctx = llm.ctx
+        self.size = size
+        self._batch: Any = llama_cpp.llama_batch_init(size, 0, 1)
+
+    def decode(self, seq: int, tokens: Sequence[int], pos: int) -> int:
+        """llama_decode of `tokens` (at most `size`) into sequence `seq` at positions pos,
+        pos+1, ..., the logits of the last kept (llama_get_logits_ith(ctx, -1) reads them),
+        waited for. Returns llama.cpp's code: 0 ok, 2 aborted, other values failures."""
+        b = self._batch
+        n = len(tokens)
+        b.n_tokens = n
+        for i, token in enumerate(tokens):
+            b.token[i] = token
+            b.pos[i] = pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = i == n - 1
+        rc = int(llama_cpp.llama_decode(self._ctx, b))
+        llama_cpp.llama_synchronize(self._ctx)
+        return rc
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
