@@ -359,7 +359,19 @@ def test_a_blocking_client_that_goes_away_stops_the_loop(server: Serve) -> None:
     assert int(m.group(2)) <= 1 and int(m.group(1)) + int(m.group(2)) < 3000
 
 
-def test_concurrent_requests_take_turns(client: OpenAI) -> None:
+@pytest.fixture(scope="module")
+def one_at_a_time() -> Any:
+    """`--parallel 1 --queue 1`: one generation at a time, the others wait their turn (the loop
+    before continuous batching; the module's server runs the default, --parallel 4)."""
+    s = Serve("--queue", "1", "--parallel", "1", env={"LOOPCHAT_API_KEY": KEY})
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_concurrent_requests_take_turns(one_at_a_time: Serve) -> None:
+    client = one_at_a_time.client(KEY)
     spans: dict[int, tuple[float, float, int]] = {}
     barrier = threading.Barrier(2)
 
@@ -383,7 +395,8 @@ def test_concurrent_requests_take_turns(client: OpenAI) -> None:
     assert a1 < b0  # the second's first token came after the first's last: one loop, in turn
 
 
-def test_over_the_queue_limit_is_429(server: Serve, client: OpenAI) -> None:
+def test_over_the_queue_limit_is_429(one_at_a_time: Serve) -> None:
+    server, client = one_at_a_time, one_at_a_time.client(KEY)
     stream = _long(client)  # runs
     next(iter(stream))
     waiting: dict[str, Any] = {}
