@@ -16,11 +16,14 @@ reuses the shared head from sequence 0's cells). Figures, medians over --rounds:
                     checked against 2 x (an idle server's TTFT, N=1's, + one bare pass of N: the
                     pass a joining request waits for)
 
+Each table twice (--extension on,off): with the `loopchat` extension objects in every chunk (the
+default reply) and without (`"loopchat": false`: OpenAI's chunks only, as llama-server sends).
+
 The soak: --soak requests (4 clients at once, 8 tokens each); the server's RSS after the first
 request and after the last (/proc, psutil). The load average is printed: figures on a shared
 machine are only comparable with the load beside them.
 
-    .venv/bin/python benchmarks/serve_batch.py [--rounds 2] [--tokens 48] [--threads 2] [--soak 200]
+    .venv/bin/python benchmarks/serve_batch.py [--rounds 2] [--tokens 48] [--threads 2] [--soak 200] [--extension on,off]
 """
 
 from __future__ import annotations
