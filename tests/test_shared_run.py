@@ -1,0 +1,97 @@
+"""Continuous batching in the engine (engine/shared_run.py, shared_batch.py, slot_host.py) on the
+session's engine (the default model): a request alone runs as `Engine.run_reply` runs it; requests
+submitted together share passes, each with its own events; a request whose client leaves ends at
+the next pass with its cells freed, and one request's error fails only that one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llama_cpp
+import pytest
+
+from loopchat.batch import SEQUENCES_MAX
+from loopchat.engine.shared_batch import Ticket
+from loopchat.engine.shared_run import SharedRun
+from loopchat.events import Finish, FinishReason, Message, Prefill, RunDone, Start, Step, WorkerError
+from loopchat.request import ReplyRequest
+from loopchat.settings import SamplingSettings
+
+pytestmark = pytest.mark.model
+
+
+def _request(text: str, tokens: int = 8) -> ReplyRequest:
+    settings = SamplingSettings(temperature=0.0, max_tokens=tokens)
+    return ReplyRequest((Message("user", text),), settings, ignore_eos=True)
+
+
+def _serve(engine: Any, requests: list[ReplyRequest], on_step: Any = None) -> list[list[Any]]:
+    """Every request submitted at once to a SharedRun on `engine`: each one's events."""
+    shared = SharedRun(4)
+    events: list[list[Any]] = [[] for _ in requests]
+    tickets: list[Ticket] = []
+
+    def emit(i: int, event: Any) -> None:
+        events[i].append(event)
+        if on_step is not None and isinstance(event, Step):
+            on_step(i, tickets[i], event)
+
+    tickets.extend(Ticket(i, r, lambda e, i=i: emit(i, e)) for i, r in enumerate(requests))
+    for t in tickets:
+        assert shared.submit(t) is (t is tickets[0])  # (the first says: start serving)
+    shared.serve(engine)
+    assert all(isinstance(e[-1], RunDone) and e[-1].run_id == i for i, e in enumerate(events))
+    return events
+
+
+def _of(events: list[Any], kind: type) -> list[Any]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def test_a_request_alone_runs_as_run_reply_runs_it(engine: Any) -> None:
+    request = _request("Name three colours.", tokens=10)
+    engine.reset()
+    alone = list(engine.run_reply(request))
+    engine.reset()
+    shared = _serve(engine, [request])[0][:-1]
+    assert [type(e) for e in shared] == [type(e) for e in alone]
+    keys = ("token_id", "text", "n_past", "forward_tokens", "raw_prob", "batch", "sequence")
+    assert [[getattr(s, k) for k in keys] for s in _of(shared, Step)] == [
+        [getattr(s, k) for k in keys] for s in _of(alone, Step)
+    ]
+    (p1,), (p2,) = _of(shared, Prefill), _of(alone, Prefill)
+    assert (p1.prompt_tokens, p1.reused_tokens, p1.evaluated_tokens) == (
+        p2.prompt_tokens,
+        p2.reused_tokens,
+        p2.evaluated_tokens,
+    )
+    (f1,), (f2,) = _of(shared, Finish), _of(alone, Finish)
+    assert (f1.reason, f1.steps, f1.text, f1.n_past) == (f2.reason, f2.steps, f2.text, f2.n_past)
+
+
+def test_requests_share_passes_a_cancelled_one_leaves_freed_an_error_fails_only_its_own(engine: Any) -> None:
+    requests = [
+        _request("What is rain?"),
+        _request("Say hello to Bob.", tokens=50),  # its client leaves after its 2nd step
+        _request("word " * 3000),  # too long for the context (2048)
+        _request("What is 2+2?"),
+    ]
+
+    def leave(i: int, ticket: Ticket, step: Step) -> None:
+        if i == 1 and step.index == 1:
+            ticket.cancelled = True
+
+    engine.reset()
+    events = _serve(engine, requests, leave)
+    for i in (0, 3):
+        (finish,) = _of(events[i], Finish)
+        assert finish.reason == FinishReason.LENGTH and finish.steps == 8
+        sizes = [s.batch.size for s in _of(events[i], Step) if s.batch is not None]
+        assert sizes and max(sizes) == 3  # 0, 1 and 3 in one pass
+        assert [e.sequence for e in _of(events[i], Start)] == [None]  # each its own reply, not one of n
+    (finish,) = _of(events[1], Finish)
+    assert finish.reason == FinishReason.CANCELLED and finish.steps == 2  # no step after the cancel
+    assert [type(e) for e in events[2]] == [WorkerError, RunDone]
+    assert events[2][0].context_overflow
+    memory = llama_cpp.llama_get_memory(engine.llm.ctx)
+    assert all(llama_cpp.llama_memory_seq_pos_max(memory, s) == -1 for s in range(1, SEQUENCES_MAX + 1))
