@@ -27,15 +27,21 @@ class PrefillBatch:
         """llama_decode of `tokens` (at most `size`) into sequence `seq` at positions pos,
         pos+1, ..., the logits of the last kept (llama_get_logits_ith(ctx, -1) reads them),
         waited for. Returns llama.cpp's code: 0 ok, 2 aborted, other values failures."""
-        b = self._batch
         n = len(tokens)
-        b.n_tokens = n
-        for i, token in enumerate(tokens):
+        return self.decode_entries([(seq, token, pos + i, i == n - 1) for i, token in enumerate(tokens)])
+
+    def decode_entries(self, entries: Sequence[tuple[int, int, int, bool]]) -> int:
+        """llama_decode of (sequence, token, position, logits kept) entries (at most `size`:
+        the prefills of several sequences in one batch), waited for; the logits of entry i
+        are llama_get_logits_ith(ctx, i). Same return codes as `decode`."""
+        b = self._batch
+        b.n_tokens = len(entries)
+        for i, (seq, token, pos, keep) in enumerate(entries):
             b.token[i] = token
-            b.pos[i] = pos + i
+            b.pos[i] = pos
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = seq
-            b.logits[i] = i == n - 1
+            b.logits[i] = keep
         rc = int(llama_cpp.llama_decode(self._ctx, b))
         llama_cpp.llama_synchronize(self._ctx)
         return rc

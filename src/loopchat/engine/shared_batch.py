@@ -4,8 +4,9 @@ Each request is a `ReplyRun` of its own (run.py) on a `SlotHost` (slot_host.py):
 prompt, prefill, sampler state, stop strings and max_tokens, its events handed to its own
 `Ticket`. The batch drives the phases, as batch_run.py does for N replies to one prompt:
 
-    admit       a new request: its Start, its prefill (between two passes: the running
-                requests wait for it), its first draw
+    admit       the requests that arrived: each one's Start, their prefills (between two
+                passes, in one batch: joint_prefill.py; the running requests wait for it),
+                each one's first draw
     draw        every live sequence draws from its row and records its Step
     pass        the tokens of those that go on, decoded in one llama_batch (one token per
                 sequence, its logits kept)
@@ -29,10 +30,11 @@ from typing import Any
 
 from loopchat.batch import SEQUENCES_MAX, BatchPass
 from loopchat.engine.batch_run import PROBE_EVERY, PROBE_FIRST
+from loopchat.engine.joint_prefill import joint_prefill
 from loopchat.engine.run import ReplyRun
 from loopchat.engine.slot_host import SlotHost
 from loopchat.errors import ContextOverflowError, EngineError
-from loopchat.events import FinishReason, RunDone, WorkerError
+from loopchat.events import FinishReason, Prefill, RunDone, WorkerError
 
 #: the scratch sequence of the single-sequence probes (the requests' are 0..SEQUENCES_MAX - 1)
 SCRATCH = SEQUENCES_MAX
@@ -73,8 +75,13 @@ class SharedBatch:
         self.passes = 0  # batched passes (two sequences or more)
         self._probes: list[float] = []
 
-    def has_room(self) -> bool:
-        return len(self.live) < self.slots and self._free_seq() is not None
+    def has_room(self, joining: int = 0) -> bool:
+        """Whether one more request can join, `joining` already admitted at this pass."""
+        if len(self.live) + joining >= self.slots:
+            return False
+        used = {x.host.seq for x in self.live}
+        free = sum(1 for s in range(1, SEQUENCES_MAX) if s not in used)
+        return joining - (0 if self.live else 1) < free  # (the first to an idle run takes sequence 0)
 
     def _free_seq(self) -> int | None:
         """Sequence 0 when nothing runs (the engine's own), else a free one of 1..SEQUENCES_MAX - 1."""
@@ -84,8 +91,27 @@ class SharedBatch:
         return next((s for s in range(1, SEQUENCES_MAX) if s not in used), None)
 
     # ---------------------------------------------------------------- admit ----
-    def admit(self, ticket: Ticket) -> None:
-        """Start `ticket`'s request: Start, Prefill, its first Step (or its end)."""
+    def admit_all(self, tickets: list[Ticket]) -> None:
+        """Start the requests that join at this pass: each one's Start; sequence 0's prefill at
+        once (nothing else runs: as a reply alone), the others' in one batch (joint_prefill.py);
+        then each one's Prefill and first Step (or its end)."""
+        joining: list[tuple[_Live, Prefill]] = []
+        for ticket in tickets:
+            live = self._open(ticket)
+            if live is None:
+                continue
+            if not live.host.own:
+                self._started(live, live.run.prefill())
+            else:
+                live.host.defer = True
+                joining.append((live, live.run.prefill()))
+        if joining:
+            jobs = [(live.host, live.run, event) for live, event in joining]
+            for (live, _), event in zip(joining, joint_prefill(self.engine, self.prefill, self.calls, jobs)):
+                self._started(live, event)
+
+    def _open(self, ticket: Ticket) -> _Live | None:
+        """The request's sequence and Start (None: input the model cannot run, its error said)."""
         seq = self._free_seq()
         assert seq is not None  # (has_room() first)
         host = SlotHost(self.engine, seq, self.calls, self.prefill, ticket.is_cancelled)
@@ -93,18 +119,21 @@ class SharedBatch:
         try:
             for event in run.open():
                 ticket.emit(event)
-        except EngineError as exc:  # input this model cannot run: this request's error only
+        except EngineError as exc:  # this request's error only
             ticket.emit(WorkerError(str(exc), "generate", context_overflow=isinstance(exc, ContextOverflowError)))
             ticket.emit(RunDone(ticket.run_id))
-            return
+            return None
         host.share_prefix(run.tokens)
-        ticket.emit(run.prefill())
         live = _Live(ticket, run, host)
         self.live.append(live)
-        if run.reason is not None:  # the prefill failed or was cancelled
+        return live
+
+    def _started(self, live: _Live, prefill: Prefill) -> None:
+        live.ticket.emit(prefill)
+        if live.run.reason is not None:  # the prefill failed or was cancelled
             self._end(live)
-            return
-        self._draw(live)
+        else:
+            self._draw(live)
 
     # ---------------------------------------------------------------- draw ----
     def draw_all(self) -> None:

@@ -115,23 +115,26 @@ class SharedRun:
             return False
 
     def _admit(self, batch: SharedBatch) -> None:
-        """The requests waiting join, in order, while there is room (one that runs alone
-        waits for the batch to end, and the ones after it wait for it)."""
+        """The requests waiting join, in order, while there is room, all at this pass (one that
+        runs alone waits for the batch to end, and the ones after it wait for it)."""
+        joining: list[Ticket] = []
         while True:
             with self._lock:
                 if not self._inbox:
-                    return
+                    break
                 head = self._inbox[0]
                 alone = runs_alone(head.request)
-                if (alone and batch.live) or (not alone and not batch.has_room()):
-                    return
+                if (alone and (batch.live or joining)) or (not alone and not batch.has_room(len(joining))):
+                    break
                 self._inbox.popleft()
             if head.cancelled:  # its client left before it started
                 head.emit(RunDone(head.run_id))
             elif alone:
                 self._run_alone(head)
             else:
-                batch.admit(head)
+                joining.append(head)
+        if joining:
+            batch.admit_all(joining)
 
     def _run_alone(self, ticket: Ticket) -> None:
         engine = self._engine

@@ -30,6 +30,11 @@ class SlotHost(SequenceHost):
         self.own = seq != 0  # False: the engine's own sequence (Llama's bookkeeping)
         self._calls, self._prefill, self._cancelled = calls, prefill, cancelled
         self.tokens: list[int] = []  # what this sequence's cells hold, in order (own sequences)
+        #: a joint prefill (joint_prefill.py): `evaluate` queues its tokens here, from position
+        #: `pending_from`, for one batch with the other joining requests' (own sequences)
+        self.defer = False
+        self.pending: list[int] = []
+        self.pending_from = 0
         if self.own:
             self.pos = 0
 
@@ -53,6 +58,13 @@ class SlotHost(SequenceHost):
     def evaluate(self, tokens: Sequence[int]) -> None:
         if not self.own:
             self._engine.evaluate(tokens)
+            return
+        if self.defer:
+            if not self.pending:
+                self.pending_from = self.n_past
+            self.pending.extend(tokens)
+            self.tokens.extend(tokens)
+            self.pos = self.n_past + len(tokens)
             return
         self._engine.passes += 1
         rc = self._prefill.decode(self.seq, tokens, self.n_past)
