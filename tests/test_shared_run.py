@@ -89,6 +89,8 @@ def test_requests_share_passes_a_cancelled_one_leaves_freed_an_error_fails_only_
         sizes = [s.batch.size for s in _of(events[i], Step) if s.batch is not None]
         assert sizes and max(sizes) == 3  # 0, 1 and 3 in one pass
         assert [e.sequence for e in _of(events[i], Start)] == [None]  # each its own reply, not one of n
+    (p1,), (p3,) = _of(events[1], Prefill), _of(events[3], Prefill)  # 1 and 3 joined 0: one joint prefill
+    assert p1.ms == p3.ms and p1.evaluated_tokens >= 1 and p3.evaluated_tokens >= 1
     (finish,) = _of(events[1], Finish)
     assert finish.reason == FinishReason.CANCELLED and finish.steps == 2  # no step after the cancel
     assert [type(e) for e in events[2]] == [WorkerError, RunDone]
