@@ -4,8 +4,8 @@ passes (continuous batching: engine/shared_run.py, serve/batch_loop.py), through
 
 Each client gets, at temperature 0, the very text and tokens it gets alone; a client that
 leaves mid-reply frees its sequence within one pass while the others' texts stay the same;
-one request's error fails only that one. (`--parallel 1`, one generation at a time, is the
-loop test_serve.py's server runs: conftest.py's queue_one_server.)"""
+one request's error fails only that one. (`--parallel 1`, one generation at a time, is
+test_serve.py's `one_at_a_time` server: its turns and queue tests.)"""
 
 from __future__ import annotations
 

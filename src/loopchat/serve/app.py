@@ -11,7 +11,8 @@ view shows for a local reply); a blocking request gets `WireSerializer.body()` a
 whole loop. Every error is OpenAI's error shape with a status its clients map to their
 exception classes (400, 401, 404, 429, 500, 503).
 
-The loop is shared (serve_loop.py): one generation at a time, the others wait their turn.
+The loop is shared (loop.py, batch_loop.py): up to --parallel generations at once, sharing
+each forward pass, the others wait their turn.
 A client that disconnects, while it waits or mid-reply, cancels its generation within
 one step; each request logs one line (`log`).
 """
