@@ -2,8 +2,8 @@
 by the official `openai` client (and httpx for the raw bytes). No mocked HTTP.
 
 One server serves the module (--queue 1, the API key from LOOPCHAT_API_KEY; conftest.py's
-queue_one_server, shared with test_dry_settings); the Ctrl+C tests and the start-up errors start their own, the turns and queue tests one
-with --parallel 1.
+queue_one_server, shared with test_dry_settings; the default --parallel 4); the Ctrl+C tests
+and the start-up errors start their own, the turns and queue tests one with --parallel 1.
 """
 
 from __future__ import annotations
