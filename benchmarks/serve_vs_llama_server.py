@@ -7,7 +7,8 @@ stay up, and --requests streamed chat requests alternate between them, one at a 
 first to each warms it and is not counted): on a shared machine whose load moves by the
 second, the two requests of a pair met the same load. Each request: logprobs and
 top_logprobs=5, the same prompt, seed and sampling settings (temperature 0.7, top_k 40,
-top_p 0.95, min_p 0.05, no repeat penalty: llama-server's own defaults, sent to both),
+top_p 0.95, min_p 0.05, no repeat penalty, no DRY: llama-server's own defaults, sent to both:
+loopchat's bundled model defaults to DRY 0.8, which llama-server does not run unless asked),
 max_tokens --tokens and ignore_eos (both servers take it), so both write replies of the
 same length. Measured at the client as benchmarks/serve_overhead.py does (`stream_request`:
 decode tok/s = (token chunks - 1) / (last chunk's arrival - first's); TTFT from sending to
@@ -44,7 +45,7 @@ from serve_overhead import Child, chat_body, cpu_burners, loopchat_serve, stream
 
 from loopchat.model_files import builtin_model_path  # noqa: E402
 
-SAMPLING = {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
+SAMPLING = {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0, "dry_multiplier": 0.0}
 
 
 def llama_server_binary() -> str:

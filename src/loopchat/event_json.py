@@ -35,8 +35,17 @@ _KINDS: dict[str, type] = {
 }
 
 
+#: values that are their own JSON form (exact types: a str enum such as FinishReason is not one)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, (SamplingSettings, Message)):
+    kind = type(value)
+    if kind in _SCALARS:  # (most values: the checks below cost a step's chunk more than its encoding)
+        return value
+    if isinstance(value, SamplingSettings):
+        return _settings_dict(value)
+    if isinstance(value, Message):
         return value.to_dict()
     if isinstance(value, Candidate):
         out = [value.token_id, value.text, value.prob]
@@ -46,20 +55,44 @@ def _plain(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, tuple):
-        return [_plain(v) for v in value]
+        return [v if type(v) in _SCALARS else _plain(v) for v in value]
     return value
+
+
+#: the last settings written and their dict: a reply's steps share one SamplingSettings object
+#: until a setting changes (one tuple, replaced whole: safe from any thread)
+_last_settings: tuple[SamplingSettings | None, dict[str, Any]] = (None, {})
+
+
+def _settings_dict(settings: SamplingSettings) -> dict[str, Any]:
+    global _last_settings
+    last, data = _last_settings
+    if last is not settings:
+        data = settings.to_dict()
+        _last_settings = (settings, data)
+    return dict(data)  # (a dict of its own for each event, as before)
+
+
+#: each event class's fields but `kind`, in order
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls) if f.name != "kind")
+    return names
 
 
 def to_json_dict(event: Event) -> dict[str, Any]:
     """A JSON-ready dict for one event (`kind` first). Candidates are [id, text, prob],
     and their bytes in hex after them when they are a piece of a character."""
     out: dict[str, Any] = {"kind": event.kind}
-    for f in fields(event):
-        if f.name != "kind":
-            value = getattr(event, f.name)
-            if (value is None and f.name in _LEFT_OUT_WHEN_NONE) or (f.name == "stages" and not value):
-                continue
-            out[f.name] = _plain(value)
+    for name in _field_names(type(event)):
+        value = getattr(event, name)
+        if (value is None and name in _LEFT_OUT_WHEN_NONE) or (name == "stages" and not value):
+            continue
+        out[name] = value if type(value) in _SCALARS else _plain(value)
     return out
 
 

@@ -50,10 +50,13 @@ MAX_COMPLETION_LOGPROBS = 5  # legacy completions: `logprobs`
 NO_LOGPROB = -9999.0
 DONE_LINE = "data: [DONE]\n\n"
 
+#: json.dumps(obj, ensure_ascii=False, separators=(",", ":")), the encoder made once, not per chunk
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
 
 def sse_line(obj: dict[str, Any]) -> str:
     """One server-sent event: `data: <compact JSON>` and the blank line that ends it."""
-    return "data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n\n"
+    return "data: " + _encode(obj) + "\n\n"
 
 
 def logprob(p: float | None) -> float:

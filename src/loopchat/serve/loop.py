@@ -8,7 +8,7 @@ longer) reading: a client that went away cannot hold the loop, and the next run'
 events can never mix with the last one's.
 
 The worker's events arrive on the engine thread; `_emit` hands them to the event loop
-(`call_soon_threadsafe`) and counts the run's steps there, so `cancel` knows how many
+(handoff.py: the engine thread never waits for the loop) and counts the run's steps there, so `cancel` knows how many
 steps the engine had produced when the client left, and the request's log line can say
 how many ran after.
 """
@@ -24,6 +24,7 @@ from typing import Any
 from loopchat.engine.options import EngineOptions
 from loopchat.engine.worker import EngineWorker
 from loopchat.events import Finish, FinishReason, ModelReady, Prefill, RunDone, Start, Step, WorkerError
+from loopchat.serve.handoff import Handoff
 from loopchat.serve.requests import GenerationRequest
 
 #: Finish.error of the reply in progress when the server is stopped (Ctrl+C, SIGTERM).
@@ -67,7 +68,7 @@ class OneLoop:
         self.waiting = 0  # requests waiting for their turn
         self.runs = 0  # generations started
         self.closing = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handoff: Handoff | None = None  # to the event loop, once attached
         self._lock: asyncio.Lock | None = None
         self._current: Run | None = None
         self._before: queue.Queue[Any] = queue.Queue()  # what the worker says before the server runs
@@ -87,10 +88,12 @@ class OneLoop:
     def attach(self) -> None:
         """Start handing the worker's events to the running event loop."""
         self._lock = asyncio.Lock()
-        self._loop = asyncio.get_running_loop()
+        self._handoff = Handoff(asyncio.get_running_loop(), self._dispatch)
 
     def detach(self) -> None:
-        self._loop = None
+        handoff, self._handoff = self._handoff, None
+        if handoff is not None:
+            handoff.close()
 
     @property
     def busy(self) -> bool:
@@ -155,14 +158,11 @@ class OneLoop:
             run = self._current
             if run is not None:
                 run.steps += 1
-        loop = self._loop
-        if loop is None:
+        handoff = self._handoff
+        if handoff is None:
             self._before.put(event)
             return
-        try:
-            loop.call_soon_threadsafe(self._dispatch, event)
-        except RuntimeError:  # the event loop has closed (shutting down): nobody to tell
-            pass
+        handoff.put(event)
 
     def stop(self) -> None:
         """Stop taking requests and cancel the generation in progress (a signal handler
@@ -173,5 +173,5 @@ class OneLoop:
     def close(self) -> None:
         """Close the engine (after the server has stopped)."""
         self.closing = True
-        self._loop = None
+        self.detach()
         self.worker.close()

@@ -1,0 +1,117 @@
+"""`loopchat serve` from two (or more) source trees and llama-server, side by side: each
+server's CPU per token, by thread.
+
+All the servers are up at once and the streamed requests go round them in turn, the first
+of each round starting one further on (the same request as benchmarks/serve_vs_llama_server.py:
+128 tokens, ignore_eos, top_logprobs 5, llama-server's default sampling sent to all). For
+each request: the client's decode tok/s, the server process's CPU time per token (user +
+system), its main thread's (loopchat: the event loop that serializes and sends the
+chunks) and its busiest thread's (loopchat: the engine thread; llama-server: the one that
+runs the passes and samples). Printed: the medians per server and, against the first,
+the median of the per-round ratios. A tree is a folder with `src/loopchat` (e.g.
+`git archive <commit> | tar -x -C /tmp/base`, and the built sampler kernel copied into its
+`src/loopchat/engine/`): its server runs with PYTHONPATH=<tree>/src, the venv's packages
+otherwise. At 1 llama thread no thread waits at a barrier, so the CPU per token is the
+work done (docs/performance.md, "`loopchat serve`'s per-token cost").
+
+    .venv/bin/python benchmarks/serve_cpu_trees.py --tree base=/tmp/base --tree new=. [--llama-server]
+        [--threads 1] [--flash-attn on] [--requests 8] [--tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from serve_overhead import PY, Child, stream_request  # noqa: E402
+from serve_vs_llama_server import body, llama_server, llama_server_binary  # noqa: E402
+
+from loopchat.model_files import builtin_model_path  # noqa: E402
+
+
+def loopchat_from(tree: Path, threads: int, flash_attn: str) -> Child:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    args = [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", str(threads), "--flash-attn", flash_attn]
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)  # (Child passes os.environ on)
+    try:
+        return Child(args, r"listening on (http://\S+)")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def measured(server: Child, request: dict) -> dict:
+    """One request: client tok/s, and CPU ms per token of the process, its main thread, its busiest."""
+    proc = psutil.Process(server.proc.pid)
+    before_threads = {t.id: t.user_time + t.system_time for t in proc.threads()}
+    before = proc.cpu_times()
+    got = stream_request(server.url, request)
+    after = proc.cpu_times()
+    per_thread = {
+        t.id: (t.user_time + t.system_time - before_threads.get(t.id, 0.0)) * 1000.0 / got["tokens"]
+        for t in proc.threads()
+    }
+    cpu = (after.user - before.user) + (after.system - before.system)
+    return {
+        "tok_s": got["tok_s"],
+        "cpu_ms": cpu * 1000.0 / got["tokens"],
+        "main_ms": per_thread.get(server.proc.pid, 0.0),
+        "busiest_ms": max(per_thread.values()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", action="append", required=True, help="NAME=PATH of a source tree (repeat)")
+    ap.add_argument("--llama-server", action="store_true", help="llama-server beside them")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--flash-attn", default="on", choices=("on", "off"))
+    ap.add_argument("--requests", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=128)
+    args = ap.parse_args()
+    servers: dict[str, Child] = {}
+    try:
+        if args.llama_server:
+            model = builtin_model_path("smollm2-135m-instruct")
+            servers["llama-server"] = llama_server(llama_server_binary(), model, args.threads, args.flash_attn)
+        for spec in args.tree:
+            name, _, path = spec.partition("=")
+            servers[name] = loopchat_from(Path(path).resolve(), args.threads, args.flash_attn)
+        warm = body(16)
+        for server in servers.values():
+            stream_request(server.url, warm)  # not counted
+        names, request = list(servers), body(args.tokens)
+        runs: dict[str, list[dict]] = {n: [] for n in names}
+        for i in range(args.requests):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                runs[name].append(measured(servers[name], request))
+    finally:
+        for server in servers.values():
+            server.stop()
+    first = names[0]
+    print(
+        f"threads {args.threads} · flash attention {args.flash_attn} · {args.requests} requests of {args.tokens} "
+        f"tokens each · load average {os.getloadavg()[0]:.1f}"
+    )
+    for name in names:
+        r = runs[name]
+        ratio = statistics.median(a["tok_s"] / b["tok_s"] for a, b in zip(r, runs[first]))
+        med = {k: statistics.median(x[k] for x in r) for k in r[0]}
+        print(
+            f"  {name:14} {med['tok_s']:6.1f} tok/s ({ratio:.3f} of {first}'s) · CPU per token {med['cpu_ms']:6.2f} ms"
+            f" · main thread {med['main_ms']:5.2f} · busiest thread {med['busiest_ms']:6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
