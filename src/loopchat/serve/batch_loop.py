@@ -9,15 +9,15 @@ when it ends; `cancel` (its client left) ends its sequence before the next pass 
 others go on.
 
 Each request's events arrive on the engine thread through its own ticket, and are handed
-to the event loop (`call_soon_threadsafe`) with the Run they belong to: one client's
-stream never carries another's events.
+to the event loop with the Run they belong to through loop.py's hand-off (handoff.py: the
+engine thread never waits for the event loop; what queued up meanwhile goes in one
+wake-up): one client's stream never carries another's events.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 from typing import Any
 
 from loopchat.engine.shared_batch import Ticket
@@ -37,13 +37,14 @@ class BatchLoop(OneLoop):
         self._places: asyncio.Semaphore | None = None
         self._tickets: dict[int, Ticket] = {}
         self._next_id = 0
-        self._outbox: list[tuple[Run, Any]] = []  # events from the engine thread, not yet delivered
-        self._outbox_lock = threading.Lock()
-        self._drain_due = False  # a _drain is scheduled on the event loop
 
     def attach(self) -> None:
         super().attach()
         self._places = asyncio.Semaphore(self.parallel)
+
+    def _dispatch(self, item: Any) -> None:
+        """(The event loop.) The hand-off's callback: a (Run, event) pair from `_emit_to`."""
+        self._deliver(*item)
 
     @property
     def busy(self) -> bool:
@@ -91,30 +92,13 @@ class BatchLoop(OneLoop):
 
     # ---- the engine thread, then the event loop ----------------------------------------
     def _emit_to(self, run: Run, event: Any) -> None:
-        """(The engine thread.) The events wait in `_outbox` for one call on the event loop that
-        delivers every one there: a pass of N requests wakes the loop once, not N times (each
-        wake a hand-over of the GIL between the two threads, slow on a loaded machine)."""
+        """(The engine thread.) The event goes to the hand-off with its Run: the engine thread
+        returns at once, and a pass of N requests wakes the event loop once, not N times."""
         if isinstance(event, Step):
             run.steps += 1
-        loop = self._loop
-        if loop is None:
-            return
-        with self._outbox_lock:
-            self._outbox.append((run, event))
-            if self._drain_due:
-                return
-            self._drain_due = True
-        try:
-            loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the event loop has closed (shutting down): nobody to tell
-            pass
-
-    def _drain(self) -> None:
-        with self._outbox_lock:
-            ready, self._outbox = self._outbox, []
-            self._drain_due = False
-        for run, event in ready:
-            self._deliver(run, event)
+        handoff = self._handoff
+        if handoff is not None:
+            handoff.put((run, event))
 
     def _deliver(self, run: Run, event: Any) -> None:
         if isinstance(event, Start):
