@@ -1,0 +1,59 @@
+"""The order in which `make test`'s workers take the files (issue 23, item 8).
+
+Under `--dist loadfile` a file is one unit of work, handed to the next worker that runs
+short. xdist's default order is by number of tests, most first, so a file of few but
+long tests (test_speculative's calibration, test_web's browsers, test_history_crash's one
+test) came out last and ran on one worker while the other two had finished: a tail of a
+minute on two cores. `make test` passes `--no-loadscope-reorder` and conftest.py orders
+the files here instead: the longest first (the files of COST_S, by their cost), then the
+rest by number of tests as xdist did, so the short files fill the gaps at the end.
+
+COST_S: each listed file's CPU in one process (seconds, user+sys of the test process and
+the children it reaped, `make test`'s settings; docs/performance.md, "The suite in the
+sixth session"). Approximate is enough: the order, not the figure, is what is used. A file
+not listed is taken as short; a listed file that no longer exists fails test_suite_tally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+COST_S: dict[str, float] = {
+    "tests/test_cli.py": 60.0,
+    "tests/test_speculative.py": 54.0,
+    "tests/test_render_fallback.py": 30.0,
+    "tests/test_repeats.py": 23.4,
+    "tests/test_history_store.py": 23.4,
+    "tests/test_web.py": 18.5,
+    "tests/test_serve_clients.py": 18.0,
+    "tests/test_history_crash.py": 16.0,
+    "tests/test_tui_step.py": 15.0,
+    "tests/test_sampler_chain.py": 15.0,
+    "tests/test_tui_branch.py": 12.0,
+    "tests/test_tui_lens.py": 12.0,
+    "tests/test_batch_run.py": 10.2,
+    "tests/test_speculative_cli.py": 8.9,
+    "tests/test_tui_live.py": 8.0,
+    "tests/test_dry_settings.py": 8.0,
+    "tests/test_lens.py": 8.0,
+    "tests/test_prompt_logprobs.py": 8.0,
+    "tests/test_constraint.py": 7.4,
+    "tests/test_watch.py": 5.9,
+}
+
+
+def file_of(nodeid: str) -> str:
+    """The file part of a test's node id (`tests/test_x.py::test_y[p]` -> `tests/test_x.py`)."""
+    return nodeid.split("::", 1)[0]
+
+
+def ordered(items: Sequence[Any]) -> list[Any]:
+    """`items` (pytest's, with `.nodeid`) with each file's tests kept together and in their
+    order, the files of COST_S first (most costly first), then the others by number of
+    tests (most first; ties in collection order: xdist's own order for them)."""
+    files: dict[str, list[Any]] = {}
+    for item in items:
+        files.setdefault(file_of(item.nodeid), []).append(item)
+    rank = sorted(files, key=lambda f: (-COST_S.get(f, 0.0), -len(files[f])))
+    return [item for f in rank for item in files[f]]
