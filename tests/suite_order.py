@@ -1,17 +1,18 @@
 """The order in which `make test`'s workers take the files (issue 23, item 8).
 
 Under `--dist loadfile` a file is one unit of work, handed to the next worker that runs
-short. xdist's default order is by number of tests, most first, so a file of few but
-long tests (test_speculative's calibration, test_web's browsers, test_history_crash's one
-test) came out last and ran on one worker while the other two had finished: a tail of a
-minute on two cores. `make test` passes `--no-loadscope-reorder` and conftest.py orders
-the files here instead: the longest first (the files of COST_S, by their cost), then the
-rest by number of tests as xdist did, so the short files fill the gaps at the end.
+short. xdist's default order is by number of tests, most first, so the files of few but
+long tests (test_web's browsers, test_tui_lens, test_speculative_cli: 1-3 tests each) came
+out last, where the worker that takes one runs it while the others may have nothing left.
+`make test` passes `--no-loadscope-reorder` and conftest.py orders the files here instead:
+the longest first (the files of COST_S, by their cost), then the rest by number of tests
+as xdist did, so the short files fill the gaps at the end.
 
-COST_S: each listed file's CPU in one process (seconds, user+sys of the test process and
-the children it reaped, `make test`'s settings; docs/performance.md, "The suite in the
-sixth session"). Approximate is enough: the order, not the figure, is what is used. A file
-not listed is taken as short; a listed file that no longer exists fails test_suite_tally.
+COST_S: each listed file's CPU in one process, seconds: user+sys of the test process and
+of the children it reaped during the file (a session's shared server is not counted);
+docs/performance.md, "The suite in the sixth session". Approximate is enough: the order,
+not the figure, is what is used. A file not listed is taken as short; a listed file that
+no longer exists fails test_suite_order.
 """
 
 from __future__ import annotations
@@ -20,24 +21,25 @@ from collections.abc import Sequence
 from typing import Any
 
 COST_S: dict[str, float] = {
-    "tests/test_cli.py": 60.0,
+    "tests/test_cli.py": 71.5,
     "tests/test_speculative.py": 54.0,
-    "tests/test_render_fallback.py": 30.0,
+    "tests/test_sampler_chain.py": 31.8,
+    "tests/test_render_fallback.py": 30.2,
+    "tests/test_engine.py": 25.6,
     "tests/test_repeats.py": 23.4,
     "tests/test_history_store.py": 23.4,
+    "tests/test_tui_branch.py": 22.7,
     "tests/test_serve_clients.py": 22.0,
+    "tests/test_tui_step.py": 20.9,
     "tests/test_prompt_logprobs.py": 19.4,
     "tests/test_web.py": 18.5,
-    "tests/test_history_crash.py": 3.2,
     "tests/test_lens.py": 15.5,
-    "tests/test_tui_step.py": 15.0,
-    "tests/test_sampler_chain.py": 15.0,
-    "tests/test_tui_branch.py": 12.0,
+    "tests/test_dry_settings.py": 12.6,
+    "tests/test_tui_live.py": 11.6,
     "tests/test_tui_lens.py": 11.5,
+    "tests/test_workers.py": 11.3,
     "tests/test_batch_run.py": 10.2,
     "tests/test_speculative_cli.py": 8.9,
-    "tests/test_tui_live.py": 8.0,
-    "tests/test_dry_settings.py": 8.0,
     "tests/test_constraint.py": 7.4,
     "tests/test_probe_guard.py": 6.8,
     "tests/test_watch.py": 5.9,
@@ -45,8 +47,14 @@ COST_S: dict[str, float] = {
     "tests/test_tui_constraint.py": 5.0,
     "tests/test_waterfall.py": 4.4,
     "tests/test_remote_seed.py": 4.2,
+    "tests/test_compositor.py": 4.0,
     "tests/test_tui_waterfall.py": 3.9,
+    "tests/test_remote_llama_server.py": 3.9,
+    "tests/test_dry_llama.py": 3.6,
+    "tests/test_tui_terminal.py": 3.4,
     "tests/test_serve_threads.py": 3.3,
+    "tests/test_token_bytes.py": 3.3,
+    "tests/test_history_crash.py": 3.2,
 }
 
 
