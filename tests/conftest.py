@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from gemma_model import gemma_path as _gemma_path
 from serve_process import KEY, Serve
-from suite_order import ordered
+from suite_order import SuiteOrder
 from suite_tally import ALONE_FILES_ENV, alone_files_left_out, alone_without_cost_marker, record
 from tui_fixtures import loaded_live_backend
 
@@ -108,6 +108,11 @@ def queue_one_server():
         s.stop()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # the files' order for make test's workers, the longest first (suite_order.py)
+    config.pluginmanager.register(SuiteOrder(), "loopchat_suite_order")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     unmarked = [
         item.nodeid
@@ -128,7 +133,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "these files have `alone` tests but make test's alone part does not collect them (the Makefile's "
             "ALONE_FILES finds them by the text `pytest.mark.alone`): " + ", ".join(missing)
         )
-    items[:] = ordered(items)  # the longest files first: make test's workers take them in this order (suite_order.py)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

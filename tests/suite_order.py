@@ -4,9 +4,9 @@ Under `--dist loadfile` a file is one unit of work, handed to the next worker th
 short. xdist's default order is by number of tests, most first, so the files of few but
 long tests (test_web's browsers, test_tui_lens, test_speculative_cli: 1-3 tests each) came
 out last, where the worker that takes one runs it while the others may have nothing left.
-`make test` passes `--no-loadscope-reorder` and conftest.py orders the files here instead:
-the longest first (the files of COST_S, by their cost), then the rest by number of tests
-as xdist did, so the short files fill the gaps at the end.
+`make test` passes `--no-loadscope-reorder` and SuiteOrder (registered by conftest.py)
+orders the files here instead: the longest first (the files of COST_S, by their cost),
+then the rest by number of tests as xdist did, so the short files fill the gaps at the end.
 
 COST_S: each listed file's CPU in one process, seconds: user+sys of the test process and
 of the children it reaped during the file (a session's shared server is not counted);
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+import pytest
 
 COST_S: dict[str, float] = {
     "tests/test_cli.py": 71.5,
@@ -72,3 +74,12 @@ def ordered(items: Sequence[Any]) -> list[Any]:
         files.setdefault(file_of(item.nodeid), []).append(item)
     rank = sorted(files, key=lambda f: (-COST_S.get(f, 0.0), -len(files[f])))
     return [item for f in rank for item in files[f]]
+
+
+class SuiteOrder:
+    """The plugin conftest.py registers: it orders the items last of the collection's
+    hooks, once `-m` and `-k` have deselected theirs, so the files are counted as they run."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        items[:] = ordered(items)
