@@ -94,7 +94,10 @@ run: $(STAMP)
 # The alone part collects only the files that mark a test `alone` (collecting all ~1,070 tests
 # to deselect all but 5 cost ~5 s of CPU in the serial part); the parallel part refuses to run
 # if a file with an `alone` test is missing from this list (tests/conftest.py).
-PYTEST_PARALLEL := -n 3 --dist loadfile
+# --no-loadscope-reorder: the workers take the files in the order tests/suite_order.py gives
+# (the longest first), not xdist's (most tests first, which left the few-but-long files to
+# the end, run on one worker while the others idled: docs/performance.md).
+PYTEST_PARALLEL := -n 3 --dist loadfile --no-loadscope-reorder
 ALONE_FILES := $(shell grep -l "pytest\.mark\.alone" tests/test_*.py)
 # Bytecode: the suite starts ~150 Python processes (3 workers, `loopchat` children, servers),
 # and each compiled loopchat's sources and the tests' helpers again where

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from gemma_model import gemma_path as _gemma_path
 from serve_process import KEY, Serve
+from suite_order import SuiteOrder
 from suite_tally import ALONE_FILES_ENV, alone_files_left_out, alone_without_cost_marker, record
 from tui_fixtures import loaded_live_backend
 
@@ -105,6 +106,11 @@ def queue_one_server():
         yield s
     finally:
         s.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the files' order for make test's workers, the longest first (suite_order.py)
+    config.pluginmanager.register(SuiteOrder(), "loopchat_suite_order")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
