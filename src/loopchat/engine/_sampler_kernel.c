@@ -75,6 +75,11 @@ static inline double kexp(double x) {
  * one machine agree with each other bit for bit (a tail of fewer than four lanes is padded:
  * a value's bits do not depend on its lane). */
 static int kernel_fma = 0;
+/* the long passes by parts (gramcost2, at the end of the file): SPLIT_PART positions a part */
+#define SPLIT_PART 8192
+static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t n);
+static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
+                                  Py_ssize_t *kout);
 
 #ifdef KERNEL_AVX2
 #pragma GCC push_options
@@ -275,7 +280,7 @@ static void exp_many(const double *x, double *out, Py_ssize_t n) {
 /* q[i] = exp(double(src[i]) - shift) (stored if q is not NULL); returns their sum. */
 KERNEL_CLONES
 static double exp_sum_f32(const float *src, double shift, double *q, Py_ssize_t n) {
-    FMA_PASS(pass4_f32(src, shift, 1.0, q, n, NULL));
+    FMA_PASS(exp_sum_parts(src, shift, q, n));
     double s = 0.0;
     if (q) {
 #pragma omp simd reduction(+ : s)
@@ -899,7 +904,7 @@ static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t 
 static double exp_sum_above(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
                             Py_ssize_t *kout) {
 #ifdef KERNEL_AVX2
-    if (kernel_fma) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
+    if (kernel_fma) return exp_sum_above_parts(x, shift, v, ids, qs, n, kout);
 #endif
     double w[ABOVE_BLOCK], total = 0.0;
     Py_ssize_t k = 0;
@@ -1677,7 +1682,14 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
     __m256 vmax = _mm256_set1_ps(-INFINITY), smax = vmax;
     __m256i pos = _mm256_set_epi64x(3, 2, 1, 0), four = _mm256_set1_epi64x(4);
     Py_ssize_t i = 0, c = 0, forbidden = 0;
+    double t_parts = 0.0; /* the total by parts of SPLIT_PART, as exp_sum_parts adds them */
     for (; i + 8 <= n; i += 8) {
+        if (__builtin_expect((i & (SPLIT_PART - 1)) == 0 && i > 0, 0)) {
+            double lp[4];
+            _mm256_storeu_pd(lp, _mm256_add_pd(s0, s1));
+            t_parts += (lp[0] + lp[1]) + (lp[2] + lp[3]);
+            s0 = s1 = _mm256_setzero_pd();
+        }
         unsigned m = mb[i >> 3];
         __m256 x8 = _mm256_loadu_ps(x + i);
         __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
@@ -1735,7 +1747,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     _mm256_storeu_pd(la, _mm256_add_pd(a0, a1));
     _mm256_storeu_pd(lk, k0);
-    double t = (ls[0] + ls[1]) + (ls[2] + ls[3]);
+    double t = t_parts + ((ls[0] + ls[1]) + (ls[2] + ls[3]));
     double a = (la[0] + la[1]) + (la[2] + la[3]);
     double ak = (lk[0] + lk[1]) + (lk[2] + lk[3]);
     float lm[8], fmax = -INFINITY;
@@ -1866,8 +1878,310 @@ fail_w:
     return Py_BuildValue("(ndddnd)", count, o.total, o.side, o.work_side, o.top, (double)o.src_max);
 }
 
+
+/* ==== gramcost2: the long float64 exp passes in parts, on two threads (issue 24) ==============
+ * exp_sum's and exp_sum_above's sums over a row of more than SPLIT_PART positions are taken part
+ * by part: each part of SPLIT_PART positions (the last one shorter) summed as pass4 sums (its eight
+ * lanes, then (l0 + l1) + (l2 + l3)), the parts' sums added in order from 0.0, then pass4's padded
+ * tail (the row's last n % 8 positions); constraint_scan's total the same way (docs/trace-format.md,
+ * "Sums over the vocabulary"). A row of at most SPLIT_PART positions is summed exactly as before.
+ * The order does not depend on who computes a part: between two forward passes the cores
+ * llama.cpp used are idle, and a persistent helper thread takes parts from the row's end while
+ * the caller takes them from its start; the caller then adds the parts' sums in order (and, for
+ * exp_sum_above, moves the helper's picks of a part into place). Every result has the same bits
+ * on one thread or two. The caller waits only for a part the helper has taken and not finished
+ * (13 us of work at 8,192 positions); a helper still busy with an earlier job, or another thread
+ * using it, and the caller takes every part itself. `split_threads` (set_threads) is the engine's
+ * llama thread count: 1, or a row shorter than split_min, and no helper is asked (docs/
+ * performance.md, "The chain under a schema, sixth session"). */
+#ifdef KERNEL_AVX2
+#include <pthread.h>
+#include <time.h>
+
+#define SPLIT_MAX_PARTS 256
+#define SPLIT_SPIN_NS 30000
+static Py_ssize_t split_min = 32768;
+static int split_threads = 1;
+static long split_stats[2]; /* jobs posted, parts the helper did */
+
+enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1 };
+
+typedef struct {
+    pthread_mutex_t lock; /* held by the caller for its job (trylock: a second caller runs alone) */
+    pthread_mutex_t wake_lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int started, idle; /* idle: the helper is between jobs (under wake_lock) */
+    unsigned long seq; /* a new job: seq moves on (under wake_lock; read atomically while polling) */
+    int kind;
+    const float *x;
+    double shift;
+    float v;
+    double *q; /* JOB_EXP_SUM: the caller's exps (NULL: not stored) */
+    Py_ssize_t parts, body;
+    int64_t *ids; /* JOB_ABOVE: the helper's picks of part p at p * SPLIT_PART */
+    double *qs;
+    Py_ssize_t cap;
+    int state[SPLIT_MAX_PARTS]; /* PART_*, atomic */
+    double sum[SPLIT_MAX_PARTS];
+    Py_ssize_t picked[SPLIT_MAX_PARTS];
+} split_pool;
+
+static split_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+/* pass4's sum over positions [a, b) (b - a a multiple of 8), the exps stored into q + a if Q. */
+static inline __attribute__((always_inline)) double part_exp_sum_body(const float *x, double shift, double *q,
+                                                                      Py_ssize_t a, Py_ssize_t b, const int Q) {
+    __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
+    for (Py_ssize_t i = a; i < b; i += 8) {
+        __m256 x8 = _mm256_loadu_ps(x + i);
+        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        if (Q) {
+            _mm256_storeu_pd(q + i, e0);
+            _mm256_storeu_pd(q + i + 4, e1);
+        }
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+    }
+    double ls[4];
+    _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
+    return (ls[0] + ls[1]) + (ls[2] + ls[3]);
+}
+
+__attribute__((noinline)) static double part_exp_sum(const float *x, double shift, double *q, Py_ssize_t a,
+                                                     Py_ssize_t b) {
+    return pass4_f32(x + a, shift, 1.0, q ? q + a : NULL, b - a, NULL);
+}
+
+/* exp_sum_above4's loop over positions [a, b): its sum, its picks into ids, qs (*k of them). */
+__attribute__((noinline)) static double part_above(const float *x, double shift, float v, Py_ssize_t a, Py_ssize_t b, int64_t *ids,
+                         double *qs, Py_ssize_t *k) {
+    __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
+    __m256 vv = _mm256_set1_ps(v);
+    Py_ssize_t c = 0;
+    for (Py_ssize_t i = a; i < b; i += 8) {
+        __m256 x8 = _mm256_loadu_ps(x + i);
+        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x8, vv, _CMP_GE_OQ));
+        if (m) {
+            c += compress4(m & 15, i, e0, ids + c, qs + c);
+            c += compress4(m >> 4, i + 4, e1, ids + c, qs + c);
+        }
+    }
+    *k = c;
+    double ls[4];
+    _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
+    return (ls[0] + ls[1]) + (ls[2] + ls[3]);
+}
+#pragma GCC pop_options
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void helper_part(Py_ssize_t p) {
+    Py_ssize_t a = p * SPLIT_PART, b = a + SPLIT_PART < pool.body ? a + SPLIT_PART : pool.body;
+    if (pool.kind == JOB_EXP_SUM)
+        pool.sum[p] = part_exp_sum(pool.x, pool.shift, pool.q, a, b);
+    else
+        pool.sum[p] = part_above(pool.x, pool.shift, pool.v, a, b, pool.ids + a, pool.qs + a, &pool.picked[p]);
+}
+
+/* The helper: polls for a job for SPLIT_SPIN_NS after each (a chain's passes come in a row),
+   then sleeps; takes the job under wake_lock (the caller writes it, and frees its parts, under
+   the same lock and only while idle is set) and does parts from the row's end until it meets
+   one the caller has taken. */
+static void *split_helper(void *arg) {
+    (void)arg;
+    unsigned long seen = 0;
+    for (;;) {
+        long long t0 = now_ns();
+        for (unsigned spins = 0; __atomic_load_n(&pool.seq, __ATOMIC_ACQUIRE) == seen; spins++) {
+            __builtin_ia32_pause();
+            if ((spins & 63) == 63 && now_ns() - t0 > SPLIT_SPIN_NS) break;
+        }
+        pthread_mutex_lock(&pool.wake_lock);
+        while (pool.seq == seen) pthread_cond_wait(&pool.wake, &pool.wake_lock);
+        seen = pool.seq;
+        pool.idle = 0;
+        pthread_mutex_unlock(&pool.wake_lock);
+        for (Py_ssize_t p = pool.parts - 1; p >= 0; p--) { /* from the end: the caller comes from the start */
+            int free_ = PART_FREE;
+            if (!__atomic_compare_exchange_n(&pool.state[p], &free_, PART_HELPER, 0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE))
+                break;
+            helper_part(p);
+            __atomic_store_n(&pool.state[p], PART_DONE, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&split_stats[1], 1, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_lock(&pool.wake_lock);
+        pool.idle = 1;
+        pthread_mutex_unlock(&pool.wake_lock);
+    }
+    return NULL;
+}
+
+static int split_room(Py_ssize_t body) {
+    if (pool.cap >= body) return 1;
+    int64_t *ni = (int64_t *)malloc((size_t)body * sizeof(int64_t));
+    double *nq = (double *)malloc((size_t)body * sizeof(double));
+    if (!ni || !nq) {
+        free(ni);
+        free(nq);
+        return 0;
+    }
+    free(pool.ids);
+    free(pool.qs);
+    pool.ids = ni, pool.qs = nq, pool.cap = body;
+    return 1;
+}
+
+/* Offer a job over x[:body] to the helper: 1, posted (the caller then takes parts by split_take
+   in order, and calls split_end); 0, the caller runs alone (every part its own). */
+static int split_begin(int kind, const float *x, double shift, float v, double *q, Py_ssize_t body) {
+    Py_ssize_t parts = (body + SPLIT_PART - 1) / SPLIT_PART;
+    if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
+    if (pthread_mutex_trylock(&pool.lock) != 0) return 0;
+    if (!pool.started) {
+        pool.idle = 1;
+        if (pthread_create(&pool.thread, NULL, split_helper, NULL) != 0) goto alone;
+        pthread_detach(pool.thread);
+        pool.started = 1;
+    }
+    pthread_mutex_lock(&pool.wake_lock);
+    if (!pool.idle || (kind == JOB_ABOVE && !split_room(body))) { /* (still on an earlier job) */
+        pthread_mutex_unlock(&pool.wake_lock);
+        goto alone;
+    }
+    for (Py_ssize_t p = 0; p < parts; p++) __atomic_store_n(&pool.state[p], PART_FREE, __ATOMIC_RELAXED);
+    pool.kind = kind, pool.x = x, pool.shift = shift, pool.v = v, pool.q = q, pool.parts = parts, pool.body = body;
+    __atomic_store_n(&pool.seq, pool.seq + 1, __ATOMIC_RELEASE);
+    split_stats[0]++;
+    pthread_cond_signal(&pool.wake);
+    pthread_mutex_unlock(&pool.wake_lock);
+    return 1;
+alone:
+    pthread_mutex_unlock(&pool.lock);
+    return 0;
+}
+
+/* Part p: 1, the caller's to do; 0, the helper's, done (waited for while it is under way). */
+static int split_take(Py_ssize_t p) {
+    int free_ = PART_FREE;
+    if (__atomic_compare_exchange_n(&pool.state[p], &free_, PART_MAIN, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return 1;
+    while (__atomic_load_n(&pool.state[p], __ATOMIC_ACQUIRE) != PART_DONE) __builtin_ia32_pause();
+    return 0;
+}
+
+static void split_end(void) { pthread_mutex_unlock(&pool.lock); }
+
+/* pass4's padded tail over x[body:n] (its exps into q if q), added to s one by one. */
+static double exp_tail(const float *x, double shift, double *q, Py_ssize_t body, Py_ssize_t n, double s) {
+    if (body == n) return s;
+    double w[8];
+    Py_ssize_t m = n - body;
+    double t = pass4_f32(x + body, shift, 1.0, w, m, NULL); /* (its own sum: not used) */
+    (void)t;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (q) q[body + j] = w[j];
+        s += w[j];
+    }
+    return s;
+}
+
+/* exp_sum's pass where the CPU has AVX2 and FMA: the parts' sums in order (the helper's parts
+   where it takes some), then the tail. */
+static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t n) {
+    Py_ssize_t body = n & ~(Py_ssize_t)7;
+    if (body <= SPLIT_PART) return pass4_f32(x, shift, 1.0, q, n, NULL);
+    int shared = split_begin(JOB_EXP_SUM, x, shift, 0.0f, q, body);
+    double s = 0.0;
+    for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
+        Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body;
+        s += !shared || split_take(p) ? part_exp_sum(x, shift, q, a, b) : pool.sum[p];
+    }
+    if (shared) split_end();
+    return exp_tail(x, shift, q, body, n, s);
+}
+
+/* exp_sum_above4 by parts, the same way: the helper's picks of a part moved into place in order. */
+static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
+                                  Py_ssize_t *kout) {
+    Py_ssize_t body = n & ~(Py_ssize_t)7, k = 0;
+    if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
+    int shared = split_begin(JOB_ABOVE, x, shift, v, NULL, body);
+    double s = 0.0;
+    for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
+        Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body, c;
+        if (!shared || split_take(p)) {
+            s += part_above(x, shift, v, a, b, ids + k, qs + k, &c);
+        } else {
+            s += pool.sum[p];
+            c = pool.picked[p];
+            memcpy(ids + k, pool.ids + a, (size_t)c * sizeof(int64_t));
+            memcpy(qs + k, pool.qs + a, (size_t)c * sizeof(double));
+        }
+        k += c;
+    }
+    if (shared) split_end();
+    double w[8];
+    if (body < n) s += pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* exp_sum_above4's tail */
+    for (Py_ssize_t j = 0; body + j < n; j++) {
+        if (x[body + j] >= v) {
+            ids[k] = body + j;
+            qs[k++] = w[j];
+        }
+    }
+    *kout = k;
+    return s;
+}
+#endif
+
+PyDoc_STRVAR(set_threads_doc,
+             "set_threads(n, min_len=-1) -> int: how many threads exp_sum's and exp_sum_above's long rows may use\n"
+             "(the engine's llama thread count; 1: no helper thread, 2 and more: one helper) and the shortest row\n"
+             "offered to the helper (-1: unchanged); returns the count before. Results have the same bits either way.");
+
+static PyObject *py_set_threads(PyObject *self, PyObject *args) {
+    int n;
+    Py_ssize_t min_len = -1;
+    if (!PyArg_ParseTuple(args, "i|n", &n, &min_len)) return NULL;
+#ifdef KERNEL_AVX2
+    int before = split_threads;
+    split_threads = kernel_fma && n > 1 ? 2 : 1;
+    if (min_len >= 0) split_min = min_len;
+    return PyLong_FromLong(before);
+#else
+    (void)n, (void)min_len;
+    return PyLong_FromLong(1);
+#endif
+}
+
+PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts): the jobs offered to the helper thread, the parts it did.");
+
+static PyObject *py_split_stats(PyObject *self, PyObject *args) {
+#ifdef KERNEL_AVX2
+    return Py_BuildValue("(ll)", __atomic_load_n(&split_stats[0], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[1], __ATOMIC_RELAXED));
+#else
+    return Py_BuildValue("(ll)", 0L, 0L);
+#endif
+}
+
 static PyMethodDef constraint_methods[] = {
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
+    {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
+    {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},
     {NULL, NULL, 0, NULL},
 };
 
