@@ -1613,6 +1613,23 @@ typedef struct {
     float src_max; /* the largest allowed value of the second array (or x), where src was asked for */
 } scan_out;
 
+/* One part's figures (scan_body): its sums (t, the side's a and ak), the largest forbidden and
+   allowed values, how many forbidden, and the count of allowed ids written up to its end. */
+typedef struct {
+    double t, a, ak;
+    float fmax, smax;
+    Py_ssize_t forbidden, c;
+} scan_part_out;
+
+#ifdef KERNEL_AVX2
+/* the helper thread (at the end of the file): offer a scan's parts, take a part, a part it did, the end */
+static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
+                      int64_t *ids, float *src);
+static int split_take(Py_ssize_t p);
+static scan_part_out split_scanned(Py_ssize_t p);
+static void split_end(void);
+#endif
+
 static inline int allowed_at(const uint32_t *w, Py_ssize_t i) { return (int)((w[i >> 5] >> (i & 31)) & 1u); }
 
 /* The first forbidden position of x holding fmax (-1: none). */
@@ -1667,29 +1684,25 @@ static inline __attribute__((always_inline)) void compress_ids4(unsigned m, Py_s
     _mm256_storeu_si256((__m256i *)ids, _mm256_permutevar8x32_epi32(pos, perm));
 }
 
-/* The pass, eight tokens at a time. The exps as pass4's (two chains of sums: the total's very
-   bits). A mask allows runs of tokens or forbids them, so a group of eight is nearly always
-   all of the larger side: a branch on it (taken rarely) does the smaller side's work, its sum
-   by a mask from LANES4 and the largest forbidden logit; a group all allowed (MANY) adds its
-   eight positions to ids by two stores. */
+/* One part of the pass, positions [from, to) (to - from a multiple of 8), eight tokens at a
+   time; the allowed ids (and values) written from ids + c, src + c. The exps as pass4's (two
+   chains of sums). A mask allows runs of tokens or forbids them, so a group of eight is nearly
+   always all of the larger side: a branch on it (taken rarely) does the smaller side's work,
+   its sum by a mask from LANES4 and the largest forbidden logit; a group all allowed (MANY)
+   adds its eight positions to ids by two stores. */
 static inline __attribute__((always_inline)) void scan_body(const float *x, const float *wk, const uint32_t *w,
-                                                            double shift, Py_ssize_t n, const int MANY, int64_t *ids,
-                                                            float *src, scan_out *o) {
+                                                            double shift, Py_ssize_t from, Py_ssize_t to,
+                                                            const int MANY, int64_t *ids, float *src, Py_ssize_t c,
+                                                            scan_part_out *o) {
     const uint8_t *mb = (const uint8_t *)w; /* (x86: little-endian, byte j holds tokens 8j..8j+7) */
     const __m256i bit8 = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
     const unsigned common = MANY ? 0xFFu : 0u; /* the larger side's groups */
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0, a0 = s0, a1 = s0, k0 = s0;
     __m256 vmax = _mm256_set1_ps(-INFINITY), smax = vmax;
-    __m256i pos = _mm256_set_epi64x(3, 2, 1, 0), four = _mm256_set1_epi64x(4);
-    Py_ssize_t i = 0, c = 0, forbidden = 0;
-    double t_parts = 0.0; /* the total by parts of SPLIT_PART, as exp_sum_parts adds them */
-    for (; i + 8 <= n; i += 8) {
-        if (__builtin_expect((i & (SPLIT_PART - 1)) == 0 && i > 0, 0)) {
-            double lp[4];
-            _mm256_storeu_pd(lp, _mm256_add_pd(s0, s1));
-            t_parts += (lp[0] + lp[1]) + (lp[2] + lp[3]);
-            s0 = s1 = _mm256_setzero_pd();
-        }
+    __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)from), _mm256_set_epi64x(3, 2, 1, 0));
+    __m256i four = _mm256_set1_epi64x(4);
+    Py_ssize_t forbidden = 0;
+    for (Py_ssize_t i = from; i < to; i += 8) {
         unsigned m = mb[i >> 3];
         __m256 x8 = _mm256_loadu_ps(x + i);
         __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
@@ -1747,14 +1760,54 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     _mm256_storeu_pd(la, _mm256_add_pd(a0, a1));
     _mm256_storeu_pd(lk, k0);
-    double t = t_parts + ((ls[0] + ls[1]) + (ls[2] + ls[3]));
-    double a = (la[0] + la[1]) + (la[2] + la[3]);
-    double ak = (lk[0] + lk[1]) + (lk[2] + lk[3]);
-    float lm[8], fmax = -INFINITY;
+    o->t = (ls[0] + ls[1]) + (ls[2] + ls[3]);
+    o->a = (la[0] + la[1]) + (la[2] + la[3]);
+    o->ak = (lk[0] + lk[1]) + (lk[2] + lk[3]);
+    float lm[8], fmax = -INFINITY, sm = -INFINITY;
     _mm256_storeu_ps(lm, vmax);
     for (int l = 0; l < 8; l++) fmax = lm[l] > fmax ? lm[l] : fmax;
-    Py_ssize_t body = i;
-    for (; i < n; i += 4) { /* the tail, padded to four lanes as pass4's */
+    _mm256_storeu_ps(lm, smax);
+    for (int l = 0; l < 8; l++) sm = lm[l] > sm ? lm[l] : sm;
+    o->fmax = fmax, o->smax = sm, o->forbidden = forbidden, o->c = c;
+}
+
+__attribute__((noinline)) static void scan_part(const float *x, const float *wk, const uint32_t *w, double shift,
+                                                Py_ssize_t from, Py_ssize_t to, int many, int64_t *ids, float *src,
+                                                Py_ssize_t c, scan_part_out *o) {
+    if (many && ids && src)
+        scan_body(x, wk, w, shift, from, to, 1, ids, src, c, o);
+    else if (many && ids)
+        scan_body(x, wk, w, shift, from, to, 1, ids, NULL, c, o);
+    else if (many)
+        scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, c, o);
+    else
+        scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, c, o);
+}
+
+/* The whole pass: its parts of SPLIT_PART (one where the row is no longer: the sums as before),
+   their sums added in order from 0.0 (exp_sum_parts' order: the total has exp_sum's bits), the
+   parts shared with the helper thread where it is offered (split_scan), then the padded tail and
+   the first position of the largest forbidden logit. */
+static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
+                      int64_t *ids, float *src, scan_out *o) {
+    Py_ssize_t body = n & ~(Py_ssize_t)7, c = 0, forbidden = 0;
+    double t = 0.0, a = 0.0, ak = 0.0;
+    float fmax = -INFINITY, sm = -INFINITY;
+    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src);
+    for (Py_ssize_t p = 0, from = 0; from < body; p++, from += SPLIT_PART) {
+        Py_ssize_t to = from + SPLIT_PART < body ? from + SPLIT_PART : body;
+        scan_part_out po;
+        if (!shared || split_take(p))
+            scan_part(x, wk, w, shift, from, to, many, ids, src, c, &po);
+        else
+            po = split_scanned(p);
+        t += po.t, a += po.a, ak += po.ak, forbidden += po.forbidden, c = po.c;
+        fmax = po.fmax > fmax ? po.fmax : fmax;
+        sm = po.smax > sm ? po.smax : sm;
+    }
+    if (shared) split_end();
+    const __m256d vs = _mm256_set1_pd(shift);
+    for (Py_ssize_t i = body; i < n; i += 4) { /* the tail, padded to four lanes as pass4's */
         double tx[4] = {0.0, 0.0, 0.0, 0.0}, te[4];
         Py_ssize_t k = n - i < 4 ? n - i : 4;
         for (Py_ssize_t j = 0; j < k; j++) tx[j] = (double)x[i + j];
@@ -1762,7 +1815,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
         for (Py_ssize_t j = 0; j < k; j++) {
             t += te[j];
             int al = allowed_at(w, i + j);
-            if (al == !MANY) {
+            if (al == !many) {
                 a += te[j];
                 ak += wk ? kexp((double)wk[i + j] - shift) : 0.0;
             }
@@ -1770,7 +1823,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                 if (ids && src) {
                     float v = wk ? wk[i + j] : x[i + j];
                     src[c] = v;
-                    smax = _mm256_max_ps(_mm256_set1_ps(v), smax);
+                    sm = v > sm ? v : sm;
                 }
                 if (ids) ids[c++] = i + j;
             } else {
@@ -1781,6 +1834,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
     }
     Py_ssize_t top = -1;
     if (forbidden) { /* the first forbidden position holding the largest forbidden logit */
+        const uint8_t *mb = (const uint8_t *)w;
         __m256 vf = _mm256_set1_ps(fmax);
         for (Py_ssize_t p = 0; p < body && top < 0; p += 8) {
             unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + p), vf, _CMP_EQ_OQ));
@@ -1790,20 +1844,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
         for (Py_ssize_t p = body; p < n && top < 0; p++)
             if (x[p] == fmax && !allowed_at(w, p)) top = p;
     }
-    float ls8[8], sm = -INFINITY;
-    _mm256_storeu_ps(ls8, smax);
-    for (int l = 0; l < 8; l++) sm = ls8[l] > sm ? ls8[l] : sm;
     o->total = t, o->side = a, o->work_side = wk ? ak : a, o->top = top, o->src_max = sm;
-}
-
-static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                      int64_t *ids, float *src, scan_out *o) {
-    if (many && src)
-        scan_body(x, wk, w, shift, n, 1, ids, src, o);
-    else if (many)
-        scan_body(x, wk, w, shift, n, 1, ids, NULL, o);
-    else
-        scan_body(x, wk, w, shift, n, 0, NULL, NULL, o);
 }
 #pragma GCC pop_options
 #endif
@@ -1905,7 +1946,21 @@ static int split_threads = 1;
 static long split_stats[2]; /* jobs posted, parts the helper did */
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
-enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2 };
+
+typedef struct {
+    int kind;
+    const float *x;
+    double shift;
+    float v;
+    double *q; /* JOB_EXP_SUM: the caller's exps (NULL: not stored) */
+    Py_ssize_t body;
+    const float *wk; /* JOB_SCAN: constraint_scan's arrays (its ids and src written in place) */
+    const uint32_t *w;
+    int many;
+    int64_t *ids;
+    float *src;
+} split_job;
 
 typedef struct {
     pthread_mutex_t lock; /* held by the caller for its job (trylock: a second caller runs alone) */
@@ -1914,18 +1969,16 @@ typedef struct {
     pthread_t thread;
     int started, idle; /* idle: the helper is between jobs (under wake_lock) */
     unsigned long seq; /* a new job: seq moves on (under wake_lock; read atomically while polling) */
-    int kind;
-    const float *x;
-    double shift;
-    float v;
-    double *q; /* JOB_EXP_SUM: the caller's exps (NULL: not stored) */
-    Py_ssize_t parts, body;
+    split_job job;
+    Py_ssize_t parts;
     int64_t *ids; /* JOB_ABOVE: the helper's picks of part p at p * SPLIT_PART */
     double *qs;
     Py_ssize_t cap;
     int state[SPLIT_MAX_PARTS]; /* PART_*, atomic */
     double sum[SPLIT_MAX_PARTS];
     Py_ssize_t picked[SPLIT_MAX_PARTS];
+    Py_ssize_t c0[SPLIT_MAX_PARTS]; /* JOB_SCAN: the allowed ids before each part */
+    scan_part_out scanned[SPLIT_MAX_PARTS];
 } split_pool;
 
 static split_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
@@ -1989,11 +2042,14 @@ static long long now_ns(void) {
 }
 
 static void helper_part(Py_ssize_t p) {
-    Py_ssize_t a = p * SPLIT_PART, b = a + SPLIT_PART < pool.body ? a + SPLIT_PART : pool.body;
-    if (pool.kind == JOB_EXP_SUM)
-        pool.sum[p] = part_exp_sum(pool.x, pool.shift, pool.q, a, b);
+    const split_job *j = &pool.job;
+    Py_ssize_t a = p * SPLIT_PART, b = a + SPLIT_PART < j->body ? a + SPLIT_PART : j->body;
+    if (j->kind == JOB_EXP_SUM)
+        pool.sum[p] = part_exp_sum(j->x, j->shift, j->q, a, b);
+    else if (j->kind == JOB_ABOVE)
+        pool.sum[p] = part_above(j->x, j->shift, j->v, a, b, pool.ids + a, pool.qs + a, &pool.picked[p]);
     else
-        pool.sum[p] = part_above(pool.x, pool.shift, pool.v, a, b, pool.ids + a, pool.qs + a, &pool.picked[p]);
+        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, pool.c0[p], &pool.scanned[p]);
 }
 
 /* The helper: polls for a job for SPLIT_SPIN_NS after each (a chain's passes come in a row),
@@ -2047,8 +2103,9 @@ static int split_room(Py_ssize_t body) {
 
 /* Offer a job over x[:body] to the helper: 1, posted (the caller then takes parts by split_take
    in order, and calls split_end); 0, the caller runs alone (every part its own). */
-static int split_begin(int kind, const float *x, double shift, float v, double *q, Py_ssize_t body) {
-    Py_ssize_t parts = (body + SPLIT_PART - 1) / SPLIT_PART;
+static int split_begin(const split_job *job, const Py_ssize_t *c0) {
+    Py_ssize_t body = job->body, parts = (body + SPLIT_PART - 1) / SPLIT_PART;
+    int kind = job->kind;
     if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
     if (pthread_mutex_trylock(&pool.lock) != 0) return 0;
     if (!pool.started) {
@@ -2063,7 +2120,8 @@ static int split_begin(int kind, const float *x, double shift, float v, double *
         goto alone;
     }
     for (Py_ssize_t p = 0; p < parts; p++) __atomic_store_n(&pool.state[p], PART_FREE, __ATOMIC_RELAXED);
-    pool.kind = kind, pool.x = x, pool.shift = shift, pool.v = v, pool.q = q, pool.parts = parts, pool.body = body;
+    pool.job = *job, pool.parts = parts;
+    if (c0) memcpy(pool.c0, c0, (size_t)parts * sizeof(Py_ssize_t));
     __atomic_store_n(&pool.seq, pool.seq + 1, __ATOMIC_RELEASE);
     split_stats[0]++;
     pthread_cond_signal(&pool.wake);
@@ -2085,6 +2143,25 @@ static int split_take(Py_ssize_t p) {
 
 static void split_end(void) { pthread_mutex_unlock(&pool.lock); }
 
+/* constraint_scan's parts offered to the helper (1: shared), each part's ids written from the
+   count of allowed positions before it (the mask's bits, counted by 32-bit words). */
+static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
+                      int64_t *ids, float *src) {
+    Py_ssize_t parts = (body + SPLIT_PART - 1) / SPLIT_PART, c0[SPLIT_MAX_PARTS], c = 0;
+    if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
+    for (Py_ssize_t p = 0; p < parts; p++) {
+        c0[p] = c;
+        if (many && ids)
+            for (Py_ssize_t j = p * (SPLIT_PART / 32); j < (p + 1) * (SPLIT_PART / 32) && j * 32 < body; j++)
+                c += __builtin_popcount(w[j]);
+    }
+    split_job job = {.kind = JOB_SCAN, .x = x, .shift = shift, .body = body, .wk = wk, .w = w, .many = many,
+                     .ids = ids, .src = src};
+    return split_begin(&job, c0);
+}
+
+static scan_part_out split_scanned(Py_ssize_t p) { return pool.scanned[p]; }
+
 /* pass4's padded tail over x[body:n] (its exps into q if q), added to s one by one. */
 static double exp_tail(const float *x, double shift, double *q, Py_ssize_t body, Py_ssize_t n, double s) {
     if (body == n) return s;
@@ -2104,7 +2181,8 @@ static double exp_tail(const float *x, double shift, double *q, Py_ssize_t body,
 static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t n) {
     Py_ssize_t body = n & ~(Py_ssize_t)7;
     if (body <= SPLIT_PART) return pass4_f32(x, shift, 1.0, q, n, NULL);
-    int shared = split_begin(JOB_EXP_SUM, x, shift, 0.0f, q, body);
+    split_job job = {.kind = JOB_EXP_SUM, .x = x, .shift = shift, .q = q, .body = body};
+    int shared = split_begin(&job, NULL);
     double s = 0.0;
     for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
         Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body;
@@ -2119,7 +2197,8 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
                                   Py_ssize_t *kout) {
     Py_ssize_t body = n & ~(Py_ssize_t)7, k = 0;
     if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
-    int shared = split_begin(JOB_ABOVE, x, shift, v, NULL, body);
+    split_job job = {.kind = JOB_ABOVE, .x = x, .shift = shift, .v = v, .body = body};
+    int shared = split_begin(&job, NULL);
     double s = 0.0;
     for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
         Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body, c;
