@@ -1,5 +1,6 @@
 """The kernel's long passes on a helper thread (issue 24: the chain's O(vocabulary) passes over
-the engine's threads). exp_sum's, exp_sum_above's and constraint_scan's sums over a row longer
+the engine's threads). The raw softmax's sums (numpy's pairwise order, whose top split the helper
+takes half of), and exp_sum's, exp_sum_above's and constraint_scan's sums over a row longer
 than a part (8,192 tokens) are taken part by part in a fixed order (docs/trace-format.md, "Sums
 over the vocabulary"): that order, recomputed here in numpy from the kernel's own exps, gives the
 kernel's total bit for bit; and one thread or two (the helper taking parts from the row's end)
@@ -19,7 +20,7 @@ from loopchat.engine.sampler import make_rng, sample
 from loopchat.settings import SamplingSettings
 
 PART = 8192
-LENGTHS = [8, 8193, 16_384, 16_389, 49_152, 262_147]
+LENGTHS = [8, 8193, 16_384, 16_389, 32_771, 49_152, 262_144, 262_147]
 
 
 @pytest.fixture
@@ -77,7 +78,8 @@ def _figures(k, x: np.ndarray, shift: float, words: np.ndarray) -> tuple:
     sids, src = np.full(n, -1, np.int64), np.full(n, np.nan, np.float32)
     scan = k.constraint_scan(x, work, words, shift, sids, src)
     count = scan[0] if scan[0] * 2 > n else 0
-    return (total, q, above, ids[:kept], qs[:kept], scan, sids[:count], src[:count])
+    raw = np.array([*k.raw_sums(x, shift), *k.raw_sums64(x, shift)])  # (the raw softmax's sums: a -inf, a NaN dot)
+    return (total, q, above, ids[:kept], qs[:kept], scan, sids[:count], src[:count], raw)
 
 
 def _same(a: tuple, b: tuple) -> bool:

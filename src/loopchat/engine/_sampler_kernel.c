@@ -81,6 +81,24 @@ static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t 
 static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
                                   Py_ssize_t *kout);
 
+/* One part's figures (scan_body): its sums (t, the side's a and ak), the largest forbidden and
+   allowed values, how many forbidden, and the count of allowed ids written up to its end. */
+typedef struct {
+    double t, a, ak;
+    float fmax, smax;
+    Py_ssize_t forbidden, c;
+} scan_part_out;
+
+#ifdef KERNEL_AVX2
+/* the helper thread (at the end of the file): offer a scan's parts, take a part, a part it did, the end */
+static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
+                      int64_t *ids, float *src);
+static int split_take(Py_ssize_t p);
+static scan_part_out split_scanned(Py_ssize_t p);
+static void split_end(void);
+static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64);
+#endif
+
 #ifdef KERNEL_AVX2
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -477,7 +495,20 @@ typedef struct {
     float out;           /* the einsum's output, the buffers' sums added in order */
     double sum64;        /* the float32 e's summed in float64 (raw_sums64: top-p's bound) */
     int want64;          /* whether to sum them (raw_sums64) */
+    /* the helper thread's half (split_raw): each buffer's sum and each float64 addend recorded
+       in order instead of added (the caller adds them after its own half: the same order) */
+    float *rec_out;
+    int nrec_out;
+    double *rec64;
+    Py_ssize_t nrec64;
 } raw_dot;
+
+static inline void raw_add64(raw_dot *d, double v) {
+    if (d->rec64) d->rec64[d->nrec64++] = v;
+    else d->sum64 += v;
+}
+
+static float split_raw_merge(raw_dot *d); /* (the helper's half added in: at the end of the file) */
 
 static inline __m256 np_exp8(__m256 x) {
     const __m256 zeros = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY);
@@ -580,7 +611,8 @@ static void raw_dot_flush(raw_dot *d) {
         acc = _mm_add_ps(_mm_loadu_ps(t), acc);
     }
     __m128 h = _mm_hadd_ps(acc, acc);
-    d->out = d->out + _mm_cvtss_f32(_mm_hadd_ps(h, h));
+    if (d->rec_out) d->rec_out[d->nrec_out++] = _mm_cvtss_f32(_mm_hadd_ps(h, h));
+    else d->out = d->out + _mm_cvtss_f32(_mm_hadd_ps(h, h));
     d->acc = _mm_setzero_ps();
     d->npend = 0;
     d->in_chunk = 0;
@@ -634,7 +666,7 @@ static inline __attribute__((always_inline)) float raw_leaf_body(const float *x,
     if (SUM64) {
         double l64[4];
         _mm256_storeu_pd(l64, a64);
-        d->sum64 += (l64[0] + l64[1]) + (l64[2] + l64[3]);
+        raw_add64(d, (l64[0] + l64[1]) + (l64[2] + l64[3]));
     }
     float a[8];
     _mm256_storeu_ps(a, r);
@@ -659,13 +691,38 @@ static float raw_pairwise(const float *x, float m, Py_ssize_t n, raw_dot *d) {
         for (; i < n; i++) p[i] = e[i] * s[i];
         raw_dot_feed(d, p, n);
         if (d->want64)
-            for (i = 0; i < n; i++) d->sum64 += (double)e[i];
+            for (i = 0; i < n; i++) raw_add64(d, (double)e[i]);
         return raw_leaf_sum(e, n);
     }
     Py_ssize_t n2 = n / 2;
     n2 -= n2 % 8;
     float left = raw_pairwise(x, m, n2, d);
     return left + raw_pairwise(x + n2, m, n - n2, d);
+}
+
+/* raw_pairwise over the whole row, its last buffer flushed; the top split's second half
+   (numpy's n2: n / 2 less n / 2 % 8) on the helper thread where it is offered and the first half
+   ends on a buffer's end (the einsum's state then starts afresh there, as the helper's does). */
+static float raw_run(const float *x, float m, Py_ssize_t n, raw_dot *d) {
+    if (n == 0) return 0.0f;
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    float total;
+    if (n > RAW_LEAF && n2 % RAW_CHUNK == 0 && split_raw(x, m, n, n2, d->want64)) {
+        float left = raw_pairwise(x, m, n2, d), right;
+        int aligned = d->npend == 0 && d->in_chunk == 0;
+        if (split_take(1) || !aligned) {
+            right = raw_pairwise(x + n2, m, n - n2, d);
+        } else {
+            right = split_raw_merge(d);
+        }
+        split_end();
+        total = left + right;
+    } else {
+        total = raw_pairwise(x, m, n, d);
+    }
+    if (d->in_chunk || d->npend) raw_dot_flush(d);
+    return total;
 }
 #pragma GCC pop_options
 #endif
@@ -1404,8 +1461,7 @@ static PyObject *py_raw_sums(PyObject *self, PyObject *args) {
     raw_dot d;
     memset(&d, 0, sizeof d);
     d.acc = _mm_setzero_ps();
-    Py_BEGIN_ALLOW_THREADS total = n ? raw_pairwise((const float *)x.buf, (float)m, n, &d) : 0.0f;
-    if (d.in_chunk || d.npend) raw_dot_flush(&d);
+    Py_BEGIN_ALLOW_THREADS total = raw_run((const float *)x.buf, (float)m, n, &d);
     dot = d.out;
     Py_END_ALLOW_THREADS
 #endif
@@ -1475,8 +1531,7 @@ static PyObject *py_raw_sums64(PyObject *self, PyObject *args) {
     memset(&d, 0, sizeof d);
     d.acc = _mm_setzero_ps();
     d.want64 = 1;
-    Py_BEGIN_ALLOW_THREADS total = n ? raw_pairwise((const float *)x.buf, (float)m, n, &d) : 0.0f;
-    if (d.in_chunk || d.npend) raw_dot_flush(&d);
+    Py_BEGIN_ALLOW_THREADS total = raw_run((const float *)x.buf, (float)m, n, &d);
     dot = d.out;
     sum64 = d.sum64;
     Py_END_ALLOW_THREADS
@@ -1613,22 +1668,6 @@ typedef struct {
     float src_max; /* the largest allowed value of the second array (or x), where src was asked for */
 } scan_out;
 
-/* One part's figures (scan_body): its sums (t, the side's a and ak), the largest forbidden and
-   allowed values, how many forbidden, and the count of allowed ids written up to its end. */
-typedef struct {
-    double t, a, ak;
-    float fmax, smax;
-    Py_ssize_t forbidden, c;
-} scan_part_out;
-
-#ifdef KERNEL_AVX2
-/* the helper thread (at the end of the file): offer a scan's parts, take a part, a part it did, the end */
-static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src);
-static int split_take(Py_ssize_t p);
-static scan_part_out split_scanned(Py_ssize_t p);
-static void split_end(void);
-#endif
 
 static inline int allowed_at(const uint32_t *w, Py_ssize_t i) { return (int)((w[i >> 5] >> (i & 31)) & 1u); }
 
@@ -1735,8 +1774,11 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                             smax = _mm256_max_ps(_mm256_set1_ps(v[i + j]), smax);
                         }
                 }
-                compress_ids4(m & 15u, i, ids + c);
-                compress_ids4(m >> 4, i + 4, ids + c + __builtin_popcount(m & 15u));
+                int64_t staged[8]; /* (compress_ids4 writes four lanes: nothing past the part's ids, which
+                                      the helper thread may have written already) */
+                compress_ids4(m & 15u, i, staged);
+                compress_ids4(m >> 4, i + 4, staged + __builtin_popcount(m & 15u));
+                memcpy(ids + c, staged, (size_t)__builtin_popcount(m) * sizeof(int64_t));
                 c += __builtin_popcount(m);
             }
         } else if (MANY) { /* eight allowed */
@@ -1940,13 +1982,14 @@ fail_w:
 #include <time.h>
 
 #define SPLIT_MAX_PARTS 256
+#define SPLIT_GAP (SPLIT_PART + 8)
 #define SPLIT_SPIN_NS 30000
 static Py_ssize_t split_min = 32768;
 static int split_threads = 1;
 static long split_stats[2]; /* jobs posted, parts the helper did */
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
-enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3 };
 
 typedef struct {
     int kind;
@@ -1960,6 +2003,8 @@ typedef struct {
     int many;
     int64_t *ids;
     float *src;
+    Py_ssize_t half; /* JOB_RAW: where the second half starts (x's length: body) */
+    int want64;
 } split_job;
 
 typedef struct {
@@ -1979,6 +2024,10 @@ typedef struct {
     Py_ssize_t picked[SPLIT_MAX_PARTS];
     Py_ssize_t c0[SPLIT_MAX_PARTS]; /* JOB_SCAN: the allowed ids before each part */
     scan_part_out scanned[SPLIT_MAX_PARTS];
+    float raw_right; /* JOB_RAW: the second half's pairwise sum, its buffers' sums, its float64 addends (in qs) */
+    float raw_out[SPLIT_MAX_PARTS + 2];
+    int raw_nout;
+    Py_ssize_t raw_n64;
 } split_pool;
 
 static split_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
@@ -2023,9 +2072,15 @@ __attribute__((noinline)) static double part_above(const float *x, double shift,
         s0 = _mm256_add_pd(s0, e0);
         s1 = _mm256_add_pd(s1, e1);
         unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x8, vv, _CMP_GE_OQ));
-        if (m) {
+        if (m && i + 8 < b) {
             c += compress4(m & 15, i, e0, ids + c, qs + c);
             c += compress4(m >> 4, i + 4, e1, ids + c, qs + c);
+        } else if (m) { /* a part's last group: nothing written past its picks (compress4 writes four lanes) */
+            double e8[8];
+            _mm256_storeu_pd(e8, e0);
+            _mm256_storeu_pd(e8 + 4, e1);
+            for (int j = 0; j < 8; j++)
+                if (m >> j & 1u) ids[c] = i + j, qs[c++] = e8[j];
         }
     }
     *k = c;
@@ -2047,9 +2102,19 @@ static void helper_part(Py_ssize_t p) {
     if (j->kind == JOB_EXP_SUM)
         pool.sum[p] = part_exp_sum(j->x, j->shift, j->q, a, b);
     else if (j->kind == JOB_ABOVE)
-        pool.sum[p] = part_above(j->x, j->shift, j->v, a, b, pool.ids + a, pool.qs + a, &pool.picked[p]);
-    else
+        pool.sum[p] = part_above(j->x, j->shift, j->v, a, b, pool.ids + p * SPLIT_GAP, pool.qs + p * SPLIT_GAP,
+                                 &pool.picked[p]);
+    else if (j->kind == JOB_SCAN)
         scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, pool.c0[p], &pool.scanned[p]);
+    else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
+        raw_dot d;
+        memset(&d, 0, sizeof d);
+        d.acc = _mm_setzero_ps();
+        d.want64 = j->want64, d.rec_out = pool.raw_out, d.rec64 = pool.qs;
+        pool.raw_right = raw_pairwise(j->x + j->half, (float)j->shift, j->body - j->half, &d);
+        if (d.in_chunk || d.npend) raw_dot_flush(&d);
+        pool.raw_nout = d.nrec_out, pool.raw_n64 = d.nrec64;
+    }
 }
 
 /* The helper: polls for a job for SPLIT_SPIN_NS after each (a chain's passes come in a row),
@@ -2087,6 +2152,7 @@ static void *split_helper(void *arg) {
 }
 
 static int split_room(Py_ssize_t body) {
+    body = (body / SPLIT_PART + 1) * SPLIT_GAP; /* (a part's picks at p * SPLIT_GAP: compress4's lanes past them) */
     if (pool.cap >= body) return 1;
     int64_t *ni = (int64_t *)malloc((size_t)body * sizeof(int64_t));
     double *nq = (double *)malloc((size_t)body * sizeof(double));
@@ -2115,11 +2181,12 @@ static int split_begin(const split_job *job, const Py_ssize_t *c0) {
         pool.started = 1;
     }
     pthread_mutex_lock(&pool.wake_lock);
-    if (!pool.idle || (kind == JOB_ABOVE && !split_room(body))) { /* (still on an earlier job) */
+    if (!pool.idle || ((kind == JOB_ABOVE || kind == JOB_RAW) && !split_room(body))) { /* (busy: an earlier job) */
         pthread_mutex_unlock(&pool.wake_lock);
         goto alone;
     }
     for (Py_ssize_t p = 0; p < parts; p++) __atomic_store_n(&pool.state[p], PART_FREE, __ATOMIC_RELAXED);
+    if (kind == JOB_RAW) parts = 2, pool.state[0] = PART_MAIN; /* (the first half the caller's) */
     pool.job = *job, pool.parts = parts;
     if (c0) memcpy(pool.c0, c0, (size_t)parts * sizeof(Py_ssize_t));
     __atomic_store_n(&pool.seq, pool.seq + 1, __ATOMIC_RELEASE);
@@ -2161,6 +2228,21 @@ static int split_scan(const float *x, const float *wk, const uint32_t *w, double
 }
 
 static scan_part_out split_scanned(Py_ssize_t p) { return pool.scanned[p]; }
+
+/* raw_run's second half offered to the helper (1: the caller then does the first half, and
+   split_take(1), split_raw_merge or its own second half, split_end). */
+static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64) {
+    if (n - half > (Py_ssize_t)RAW_CHUNK * SPLIT_MAX_PARTS) return 0;
+    split_job job = {.kind = JOB_RAW, .x = x, .shift = m, .body = n, .half = half, .want64 = want64};
+    return split_begin(&job, NULL);
+}
+
+/* The helper's second half added to the caller's einsum and float64 sum, in order; its sum. */
+static float split_raw_merge(raw_dot *d) {
+    for (int i = 0; i < pool.raw_nout; i++) d->out = d->out + pool.raw_out[i];
+    for (Py_ssize_t i = 0; i < pool.raw_n64; i++) d->sum64 += pool.qs[i];
+    return pool.raw_right;
+}
 
 /* pass4's padded tail over x[body:n] (its exps into q if q), added to s one by one. */
 static double exp_tail(const float *x, double shift, double *q, Py_ssize_t body, Py_ssize_t n, double s) {
@@ -2207,8 +2289,8 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
         } else {
             s += pool.sum[p];
             c = pool.picked[p];
-            memcpy(ids + k, pool.ids + a, (size_t)c * sizeof(int64_t));
-            memcpy(qs + k, pool.qs + a, (size_t)c * sizeof(double));
+            memcpy(ids + k, pool.ids + p * SPLIT_GAP, (size_t)c * sizeof(int64_t));
+            memcpy(qs + k, pool.qs + p * SPLIT_GAP, (size_t)c * sizeof(double));
         }
         k += c;
     }
