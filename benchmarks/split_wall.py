@@ -67,19 +67,20 @@ def main() -> None:
     assert kernel is not None, "the C kernel is not built"
     for combo in COMBOS:
         ms: dict[int, list[float]] = {1: [], 2: []}
-        parts = 0
+        parts = stalls = 0
         for _ in range(args.rounds):
             seen = {}
             for threads in (1, 2):
                 sampler_fused.use_threads(threads)
-                before = kernel.split_stats()[1]
+                before, before_stalls = kernel.split_stats()[1:]
                 times, figures = replay(engine, constraint, replies, combo, args.without)
                 parts += kernel.split_stats()[1] - before
+                stalls += kernel.split_stats()[2] - before_stalls
                 ms[threads].append(statistics.median(times))
                 seen[threads] = figures
             assert seen[1] == seen[2], "the helper thread changed a figure"
         one, two = statistics.median(ms[1]), statistics.median(ms[2])
-        print(f"{combo}: one thread {one:.3f} ms, two {two:.3f} ms ({two / one:.2f}x), helper parts {parts}")
+        print(f"{combo}: one thread {one:.3f} ms, two {two:.3f} ms ({two / one:.2f}x), helper parts {parts}, stalls {stalls}")
     sampler_fused.use_threads(1)
     print("load average", " ".join(f"{x:.1f}" for x in os.getloadavg()))
     engine.close()

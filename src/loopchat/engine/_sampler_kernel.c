@@ -1986,7 +1986,13 @@ fail_w:
 #define SPLIT_SPIN_NS 30000
 static Py_ssize_t split_min = 32768;
 static int split_threads = 1;
-static long split_stats[2]; /* jobs posted, parts the helper did */
+static long split_stats[3]; /* jobs posted, parts the helper did, stalls (then no helper for a while) */
+/* A caller that waited SPLIT_STALL_NS for a part the helper had taken (its thread lost its core
+   mid-part: a loaded machine) offers no job for SPLIT_BACKOFF_NS after it: at most one such wait
+   in that time, and none while the machine stays loaded enough to cause it. */
+#define SPLIT_STALL_NS 100000
+#define SPLIT_BACKOFF_NS 1000000000LL
+static long long split_off_until; /* (the callers' only: under pool.lock, or read before it) */
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
 enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3 };
@@ -2173,6 +2179,10 @@ static int split_begin(const split_job *job, const Py_ssize_t *c0) {
     Py_ssize_t body = job->body, parts = (body + SPLIT_PART - 1) / SPLIT_PART;
     int kind = job->kind;
     if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
+    if (split_off_until) { /* (a wait for a helper without a core: no helper for a while) */
+        if (now_ns() < split_off_until) return 0;
+        split_off_until = 0;
+    }
     if (pthread_mutex_trylock(&pool.lock) != 0) return 0;
     if (!pool.started) {
         pool.idle = 1;
@@ -2204,7 +2214,18 @@ static int split_take(Py_ssize_t p) {
     int free_ = PART_FREE;
     if (__atomic_compare_exchange_n(&pool.state[p], &free_, PART_MAIN, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return 1;
-    while (__atomic_load_n(&pool.state[p], __ATOMIC_ACQUIRE) != PART_DONE) __builtin_ia32_pause();
+    long long t0 = 0;
+    for (unsigned spins = 0; __atomic_load_n(&pool.state[p], __ATOMIC_ACQUIRE) != PART_DONE; spins++) {
+        __builtin_ia32_pause();
+        if ((spins & 255) == 255) { /* a part takes ~13 us: far longer, the helper lost its core */
+            long long t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > SPLIT_STALL_NS && !split_off_until) {
+                split_off_until = t + SPLIT_BACKOFF_NS;
+                __atomic_add_fetch(&split_stats[2], 1, __ATOMIC_RELAXED);
+            }
+        }
+    }
     return 0;
 }
 
@@ -2328,14 +2349,16 @@ static PyObject *py_set_threads(PyObject *self, PyObject *args) {
 #endif
 }
 
-PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts): the jobs offered to the helper thread, the parts it did.");
+PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts, stalls): the jobs offered to the helper thread, the parts it\n"
+             "did, the waits of more than 0.1 ms for one (each followed by a second without the helper).");
 
 static PyObject *py_split_stats(PyObject *self, PyObject *args) {
 #ifdef KERNEL_AVX2
-    return Py_BuildValue("(ll)", __atomic_load_n(&split_stats[0], __ATOMIC_RELAXED),
-                         __atomic_load_n(&split_stats[1], __ATOMIC_RELAXED));
+    return Py_BuildValue("(lll)", __atomic_load_n(&split_stats[0], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[1], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[2], __ATOMIC_RELAXED));
 #else
-    return Py_BuildValue("(ll)", 0L, 0L);
+    return Py_BuildValue("(lll)", 0L, 0L, 0L);
 #endif
 }
 
