@@ -80,7 +80,9 @@ def main() -> None:
                 seen[threads] = figures
             assert seen[1] == seen[2], "the helper thread changed a figure"
         one, two = statistics.median(ms[1]), statistics.median(ms[2])
-        print(f"{combo}: one thread {one:.3f} ms, two {two:.3f} ms ({two / one:.2f}x), helper parts {parts}, stalls {stalls}")
+        print(
+            f"{combo}: one thread {one:.3f} ms, two {two:.3f} ms ({two / one:.2f}x), helper parts {parts}, stalls {stalls}"
+        )
     sampler_fused.use_threads(1)
     print("load average", " ".join(f"{x:.1f}" for x in os.getloadavg()))
     engine.close()
