@@ -129,3 +129,27 @@ def test_the_chain_draws_and_reports_the_same_with_the_helper(kernel) -> None:
         runs[threads] = out
     assert runs[1] == runs[2]
     assert runs[1][0][1] > 1024  # (the unsorted form: top_p_set's passes over the vocabulary ran)
+
+
+def _in_child(queue) -> None:  # (a forked child: the kernel module as the parent left it)
+    k = built_kernel()
+    x = (np.random.default_rng(9).standard_normal(262_144) * 3).astype(np.float32)
+    k.set_threads(2, 0)
+    queue.put([k.exp_sum(x, float(x.max()), None) for _ in range(20)])
+
+
+def test_a_forked_child_runs_the_passes_without_its_parents_helper(kernel) -> None:
+    """The helper thread does not survive fork(): a child (the engine in a child process) gets
+    the same sums, on its own helper or alone, and does not hang on a lock the parent's held."""
+    import multiprocessing
+
+    x = (np.random.default_rng(9).standard_normal(262_144) * 3).astype(np.float32)
+    kernel.set_threads(2, 0)
+    want = [kernel.exp_sum(x, float(x.max()), None) for _ in range(20)]  # (the parent's helper started)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_in_child, args=(queue,))
+    child.start()
+    got = queue.get(timeout=30)
+    child.join(timeout=30)
+    assert got == want and child.exitcode == 0

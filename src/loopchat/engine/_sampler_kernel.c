@@ -2173,6 +2173,14 @@ static int split_room(Py_ssize_t body) {
     return 1;
 }
 
+/* A forked child has no helper thread (and maybe a lock its parent's helper held): it starts afresh. */
+static void split_forked(void) {
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_mutex_init(&pool.wake_lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pool.started = 0, pool.idle = 1, pool.seq = 0;
+}
+
 /* Offer a job over x[:body] to the helper: 1, posted (the caller then takes parts by split_take
    in order, and calls split_end); 0, the caller runs alone (every part its own). */
 static int split_begin(const split_job *job, const Py_ssize_t *c0) {
@@ -2185,8 +2193,10 @@ static int split_begin(const split_job *job, const Py_ssize_t *c0) {
     }
     if (pthread_mutex_trylock(&pool.lock) != 0) return 0;
     if (!pool.started) {
+        static int atfork;
+        if (!atfork && pthread_atfork(NULL, NULL, split_forked) == 0) atfork = 1;
         pool.idle = 1;
-        if (pthread_create(&pool.thread, NULL, split_helper, NULL) != 0) goto alone;
+        if (!atfork || pthread_create(&pool.thread, NULL, split_helper, NULL) != 0) goto alone;
         pthread_detach(pool.thread);
         pool.started = 1;
     }
