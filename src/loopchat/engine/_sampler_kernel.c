@@ -1979,6 +1979,7 @@ fail_w:
  * performance.md, "The chain under a schema, sixth session"). */
 #ifdef KERNEL_AVX2
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #define SPLIT_MAX_PARTS 256
@@ -2230,9 +2231,12 @@ static int split_take(Py_ssize_t p) {
         if ((spins & 255) == 255) { /* a part takes ~13 us: far longer, the helper lost its core */
             long long t = now_ns();
             if (!t0) t0 = t;
-            else if (t - t0 > SPLIT_STALL_NS && !split_off_until) {
-                split_off_until = t + SPLIT_BACKOFF_NS;
-                __atomic_add_fetch(&split_stats[2], 1, __ATOMIC_RELAXED);
+            else if (t - t0 > SPLIT_STALL_NS) {
+                if (!split_off_until) {
+                    split_off_until = t + SPLIT_BACKOFF_NS;
+                    __atomic_add_fetch(&split_stats[2], 1, __ATOMIC_RELAXED);
+                }
+                sched_yield(); /* (the helper may be waiting for this very core) */
             }
         }
     }
