@@ -1267,9 +1267,12 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
     free(hist);
     Py_ssize_t na = 0, ni = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (idx[i] > b) kept[na++] = i;
-        else if (idx[i] == b) ni++;
+    for (Py_ssize_t i = 0; i < n; i++) { /* (branchless: a flat row keeps half its positions in no order a
+                                            branch predicts; every position written, the count moves on) */
+        int32_t v = idx[i];
+        kept[na] = i;
+        na += v > b;
+        ni += v == b;
     }
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
