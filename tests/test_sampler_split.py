@@ -153,3 +153,45 @@ def test_a_forked_child_runs_the_passes_without_its_parents_helper(kernel) -> No
     got = queue.get(timeout=30)
     child.join(timeout=30)
     assert got == want and child.exitcode == 0
+
+
+def _helper_states() -> list[str]:
+    """The scheduler's state letter of the kernel's helper thread ("loopchat-split"): R running or
+    runnable (polling), S sleeping; empty while it has not started."""
+    from pathlib import Path
+
+    states = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == "loopchat-split":
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:  # (a thread that ended meanwhile)
+            continue
+    return states
+
+
+def _until(want: str, seconds: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (states := _helper_states()) != [want] and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return states
+
+
+def test_a_chain_start_wakes_the_helper_and_its_end_lets_it_sleep(kernel) -> None:
+    """wake(us) (sampler_fused.chain_starts, at sample()'s start) wakes the sleeping helper before
+    the chain's first long pass and keeps it polling; wake(0) (chain_ends) lets it sleep again after
+    its short poll, so it does not spin through the next forward pass. sample() leaves it asleep."""
+    x = (np.random.default_rng(10).standard_normal(262_144) * 3).astype(np.float32)
+    kernel.set_threads(2, 0)
+    kernel.exp_sum(x, float(x.max()), None)  # (the helper started)
+    assert _until("S") == ["S"], "the helper does not sleep after its poll"
+    kernel.wake(30_000_000)  # (30 s: the assertions below, not the hold, end its poll)
+    assert _until("R") == ["R"], "wake() did not wake the sleeping helper"
+    time.sleep(0.05)
+    assert _helper_states() == ["R"], "the helper slept before its hold ended"
+    kernel.wake(0)
+    assert _until("S") == ["S"], "the helper still polls after wake(0)"
+    sampler_fused.use_threads(2)
+    settings = SamplingSettings().replace(top_k=0, top_p=0.95, min_p=0.0, temperature=2.0, seed=1)
+    sample(x, [1, 2, 3], settings, make_rng(5), 10)
+    assert _until("S") == ["S"], "the helper still polls after sample()"

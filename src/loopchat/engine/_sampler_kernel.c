@@ -2023,6 +2023,8 @@ typedef struct {
     pthread_cond_t wake;
     pthread_t thread;
     int started, idle; /* idle: the helper is between jobs (under wake_lock) */
+    int asleep, nudge;  /* asleep: in cond_wait (atomic, seq_cst); nudge: split_wake's (under wake_lock) */
+    long long hold_until; /* split_wake: the helper polls, not sleeps, until then (atomic, seq_cst) */
     unsigned long seq; /* a new job: seq moves on (under wake_lock; read atomically while polling) */
     split_job job;
     Py_ssize_t parts;
@@ -2127,21 +2129,41 @@ static void helper_part(Py_ssize_t p) {
     }
 }
 
+/* The helper's sleep until a job (0, wake_lock still held) or split_wake's nudge (1, unlocked):
+   asleep is stored before hold_until is read, as split_wake stores hold_until before reading
+   asleep (both seq_cst), so a wake is never missed between the poll and the sleep. */
+static int helper_sleep(unsigned long seen) {
+    while (pool.seq == seen && !pool.nudge) {
+        __atomic_store_n(&pool.asleep, 1, __ATOMIC_SEQ_CST);
+        if (now_ns() < __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) pool.nudge = 1;
+        else pthread_cond_wait(&pool.wake, &pool.wake_lock);
+        __atomic_store_n(&pool.asleep, 0, __ATOMIC_SEQ_CST);
+    }
+    pool.nudge = 0;
+    if (pool.seq != seen) return 0;
+    pthread_mutex_unlock(&pool.wake_lock);
+    return 1;
+}
+
 /* The helper: polls for a job for SPLIT_SPIN_NS after each (a chain's passes come in a row),
    then sleeps; takes the job under wake_lock (the caller writes it, and frees its parts, under
    the same lock and only while idle is set) and does parts from the row's end until it meets
    one the caller has taken. */
 static void *split_helper(void *arg) {
     (void)arg;
+    pthread_setname_np(pthread_self(), "loopchat-split"); /* (so a test and a profile can find it) */
     unsigned long seen = 0;
     for (;;) {
         long long t0 = now_ns();
         for (unsigned spins = 0; __atomic_load_n(&pool.seq, __ATOMIC_ACQUIRE) == seen; spins++) {
             __builtin_ia32_pause();
-            if ((spins & 63) == 63 && now_ns() - t0 > SPLIT_SPIN_NS) break;
+            if ((spins & 63) == 63) {
+                long long t = now_ns();
+                if (t - t0 > SPLIT_SPIN_NS && t > __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) break;
+            }
         }
         pthread_mutex_lock(&pool.wake_lock);
-        while (pool.seq == seen) pthread_cond_wait(&pool.wake, &pool.wake_lock);
+        if (helper_sleep(seen)) continue; /* (split_wake's nudge: poll again) */
         seen = pool.seq;
         pool.idle = 0;
         pthread_mutex_unlock(&pool.wake_lock);
@@ -2182,7 +2204,44 @@ static void split_forked(void) {
     pthread_mutex_init(&pool.lock, NULL);
     pthread_mutex_init(&pool.wake_lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
-    pool.started = 0, pool.idle = 1, pool.seq = 0;
+    pool.started = 0, pool.idle = 1, pool.seq = 0, pool.asleep = 0, pool.nudge = 0, pool.hold_until = 0;
+}
+
+/* The helper thread started if it was not (under pool.lock): 0, it cannot be. */
+static int split_start(void) {
+    if (!pool.started) {
+        static int atfork;
+        if (!atfork && pthread_atfork(NULL, NULL, split_forked) == 0) atfork = 1;
+        pool.idle = 1;
+        if (!atfork || pthread_create(&pool.thread, NULL, split_helper, NULL) != 0) return 0;
+        pthread_detach(pool.thread);
+        pool.started = 1;
+    }
+    return 1;
+}
+
+/* A chain starts (split_wake(ns)) or ends (split_wake(0)): the helper polls for jobs, instead of
+   sleeping after SPLIT_SPIN_NS, until ns from now, woken now if it sleeps, so the chain's first
+   long pass does not wait for its wake-up. Nothing when the helper is off. */
+static void split_wake(long long ns) {
+    if (ns <= 0) {
+        __atomic_store_n(&pool.hold_until, 0, __ATOMIC_SEQ_CST);
+        return;
+    }
+    if (split_threads < 2 || (split_off_until && now_ns() < split_off_until)) return;
+    if (!pool.started) {
+        if (pthread_mutex_trylock(&pool.lock) != 0) return;
+        int ok = split_start();
+        pthread_mutex_unlock(&pool.lock);
+        if (!ok) return;
+    }
+    __atomic_store_n(&pool.hold_until, now_ns() + ns, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool.asleep, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&pool.wake_lock);
+        pool.nudge = 1;
+        pthread_cond_signal(&pool.wake);
+        pthread_mutex_unlock(&pool.wake_lock);
+    }
 }
 
 /* Offer a job over x[:body] to the helper: 1, posted (the caller then takes parts by split_take
@@ -2196,14 +2255,7 @@ static int split_begin(const split_job *job, const Py_ssize_t *c0) {
         split_off_until = 0;
     }
     if (pthread_mutex_trylock(&pool.lock) != 0) return 0;
-    if (!pool.started) {
-        static int atfork;
-        if (!atfork && pthread_atfork(NULL, NULL, split_forked) == 0) atfork = 1;
-        pool.idle = 1;
-        if (!atfork || pthread_create(&pool.thread, NULL, split_helper, NULL) != 0) goto alone;
-        pthread_detach(pool.thread);
-        pool.started = 1;
-    }
+    if (!split_start()) goto alone;
     pthread_mutex_lock(&pool.wake_lock);
     if (!pool.idle || ((kind == JOB_ABOVE || kind == JOB_RAW) && !split_room(body))) { /* (busy: an earlier job) */
         pthread_mutex_unlock(&pool.wake_lock);
@@ -2366,6 +2418,20 @@ static PyObject *py_set_threads(PyObject *self, PyObject *args) {
 #endif
 }
 
+PyDoc_STRVAR(wake_doc, "wake(us) -> None: a chain starts: the helper thread (where set_threads allows one) is woken\n"
+             "now and polls for the chain's passes for up to us microseconds; wake(0): the chain has ended.");
+
+static PyObject *py_wake(PyObject *self, PyObject *args) {
+    long long us;
+    if (!PyArg_ParseTuple(args, "L", &us)) return NULL;
+#ifdef KERNEL_AVX2
+    split_wake(us > 0 ? us * 1000LL : 0);
+#else
+    (void)us;
+#endif
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts, stalls): the jobs offered to the helper thread, the parts it\n"
              "did, the waits of more than 0.1 ms for one (each followed by a second without the helper).");
 
@@ -2383,6 +2449,7 @@ static PyMethodDef constraint_methods[] = {
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},
+    {"wake", py_wake, METH_VARARGS, wake_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -48,6 +48,20 @@ def use_threads(n: int) -> None:
         _threads = n
 
 
+def chain_starts() -> None:
+    """A chain starts: the kernel's helper thread (where use_threads allows one) is woken now and
+    polls for the chain's long passes instead of sleeping between them (for 5 ms at most, or until
+    chain_ends), so the first pass after a forward pass does not wait for its wake-up."""
+    if kernel is not None and _threads > 1:
+        kernel.wake(5000)
+
+
+def chain_ends() -> None:
+    """The chain has ended: the helper sleeps again after its short poll (the forward pass's cores)."""
+    if kernel is not None and _threads > 1:
+        kernel.wake(0)
+
+
 def exp_sum(src: np.ndarray, shift: float, out: np.ndarray | None) -> float:
     """out = exp(float64(src) - shift) for float32 src (out: float64, src's length; None: not
     kept, and the kernel does not store them); their sum."""
