@@ -1237,13 +1237,59 @@ static int cut_cmp(const void *a, const void *b) {
     return p->pos < q->pos ? -1 : (p->pos > q->pos);
 }
 
-static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
-                            int64_t *kept, Py_ssize_t n, double *mass) {
+/* The least and the greatest of x[:n] (n > 0), as a pass from x[0] keeping x[i] where it is
+   smaller (greater) finds them: each AVX2 lane starts from x[0] too and takes x[i] where
+   x[i] < lane (maxps/minps: the second operand kept unless the first is greater/smaller, the
+   pass's own rule), so a NaN at x[0] stays, a NaN elsewhere is passed over, in any lane. Equal
+   values but 0.0 and -0.0 are the same value; those two give the same bins and span. */
+#ifdef KERNEL_AVX2
+__attribute__((target("avx2"))) static Py_ssize_t min_max_avx2(const float *x, Py_ssize_t n, float *lo_out,
+                                                              float *mx_out) {
+    __m256 vmx = _mm256_set1_ps(x[0]), vlo = vmx, wmx = vmx, wlo = vmx;
+    Py_ssize_t i = 1;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), c = _mm256_loadu_ps(x + i + 8);
+        vmx = _mm256_max_ps(a, vmx), vlo = _mm256_min_ps(a, vlo);
+        wmx = _mm256_max_ps(c, wmx), wlo = _mm256_min_ps(c, wlo);
+    }
+    vmx = _mm256_max_ps(wmx, vmx), vlo = _mm256_min_ps(wlo, vlo);
+    float hm[8], hl[8];
+    _mm256_storeu_ps(hm, vmx);
+    _mm256_storeu_ps(hl, vlo);
+    float mx = hm[0], lo = hl[0];
+    for (int j = 1; j < 8; j++) {
+        mx = hm[j] > mx ? hm[j] : mx;
+        lo = hl[j] < lo ? hl[j] : lo;
+    }
+    *lo_out = lo, *mx_out = mx;
+    return i;
+}
+#endif
+
+/* The least and the greatest of x[:n] (n > 0), as a pass from x[0] keeping x[i] where it is
+   smaller (greater) finds them: each AVX2 lane starts from x[0] too and keeps x[i] by the same
+   rule (maxps(x, lane): x where x > lane, else the lane, a NaN x passed over), so a NaN at x[0]
+   stays and one elsewhere is passed over, in any lane. Equal values are the same value but 0.0
+   and -0.0, which give the same span and bins. */
+static void min_max(const float *x, Py_ssize_t n, float *lo_out, float *mx_out) {
     float mx = x[0], lo = x[0];
-    for (Py_ssize_t i = 1; i < n; i++) {
+    Py_ssize_t i = 1;
+#ifdef KERNEL_AVX2
+    if (kernel_fma && n >= 64) {
+        i = min_max_avx2(x, n, &lo, &mx);
+    }
+#endif
+    for (; i < n; i++) {
         mx = x[i] > mx ? x[i] : mx;
         lo = x[i] < lo ? x[i] : lo;
     }
+    *lo_out = lo, *mx_out = mx;
+}
+
+static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
+                            int64_t *kept, Py_ssize_t n, double *mass) {
+    float mx, lo;
+    min_max(x, n, &lo, &mx);
     double span = (double)mx - (double)lo;
     if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
     double *hist = (double *)malloc((size_t)bins * sizeof(double));
@@ -1268,16 +1314,18 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     free(hist);
     Py_ssize_t na = 0, ni = 0;
     for (Py_ssize_t i = 0; i < n; i++) { /* (branchless: a flat row keeps half its positions in no order a
-                                            branch predicts; every position written, the count moves on) */
+                                            branch predicts; every position written, the count moves on; the
+                                            cut bin's positions from kept's end, backwards: the two never meet
+                                            but in the slot both write i) */
         int32_t v = idx[i];
         kept[na] = i;
+        kept[n - 1 - ni] = i;
         na += v > b;
         ni += v == b;
     }
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
-    for (Py_ssize_t i = 0, j = 0; i < n; i++)
-        if (idx[i] == b) in[j++] = (cut_entry){x[i], i};
+    for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[kept[n - 1 - j]], kept[n - 1 - j]};
     qsort(in, (size_t)ni, sizeof(cut_entry), cut_cmp);
     double part = 0.0, cum = 0.0;
     Py_ssize_t keep = ni;
