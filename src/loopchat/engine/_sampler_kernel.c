@@ -1123,8 +1123,7 @@ static PyObject *py_cut_below(PyObject *self, PyObject *args) {
 
 /* cut_below among the tokens a mask allows (one byte a token, nonzero: allowed; the
    constraint's, sampler_constraint): the same passes, a forbidden token never counted. */
-KERNEL_CLONES
-static float max_below_masked(const float *x, const uint8_t *mask, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
+static float max_below_masked_plain(const float *x, const uint8_t *mask, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
     float m = -INFINITY;
     Py_ssize_t c = 0;
 #pragma omp simd reduction(max : m) reduction(+ : c)
@@ -1135,6 +1134,57 @@ static float max_below_masked(const float *x, const uint8_t *mask, float v, Py_s
     }
     *n_eq = c;
     return m;
+}
+
+#ifdef KERNEL_AVX2
+/* The same, eight at a time in two chains as max_below_avx2 (the loop above, gcc's vectorisation,
+   ran at 0.75 ns a token): each lane's value kept where the mask's byte is set and it is below v,
+   the ties counted where the byte is set. A max and a count: the same in any order. */
+__attribute__((target("avx2"))) static float max_below_masked_avx2(const float *x, const uint8_t *mask, float v,
+                                                                   Py_ssize_t n, Py_ssize_t *n_eq) {
+    const __m256 vv = _mm256_set1_ps(v), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256i zero = _mm256_setzero_si256();
+    __m256 m0 = ninf, m1 = ninf;
+    __m256i c0 = zero, c1 = zero;
+    Py_ssize_t i = 0, c = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        __m256 fa = _mm256_castsi256_ps(
+            _mm256_cmpeq_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mask + i))), zero));
+        __m256 fb = _mm256_castsi256_ps(
+            _mm256_cmpeq_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mask + i + 8))), zero));
+        m0 = _mm256_max_ps(m0, _mm256_blendv_ps(ninf, a, _mm256_andnot_ps(fa, _mm256_cmp_ps(a, vv, _CMP_LT_OQ))));
+        m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, b, _mm256_andnot_ps(fb, _mm256_cmp_ps(b, vv, _CMP_LT_OQ))));
+        c0 = _mm256_sub_epi32(c0, _mm256_castps_si256(_mm256_andnot_ps(fa, _mm256_cmp_ps(a, vv, _CMP_EQ_OQ))));
+        c1 = _mm256_sub_epi32(c1, _mm256_castps_si256(_mm256_andnot_ps(fb, _mm256_cmp_ps(b, vv, _CMP_EQ_OQ))));
+        if ((i & ((1 << 26) - 1)) == 0) { /* (32-bit lane counts: flushed long before they could wrap) */
+            int32_t lanes[8];
+            _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(c0, c1));
+            for (int l = 0; l < 8; l++) c += lanes[l];
+            c0 = c1 = zero;
+        }
+    }
+    float lanes_m[8];
+    int32_t lanes[8];
+    _mm256_storeu_ps(lanes_m, _mm256_max_ps(m0, m1));
+    _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(c0, c1));
+    float m = -INFINITY;
+    for (int l = 0; l < 8; l++) {
+        m = lanes_m[l] > m ? lanes_m[l] : m;
+        c += lanes[l];
+    }
+    Py_ssize_t tail_eq = 0;
+    float t = max_below_masked_plain(x + i, mask + i, v, n - i, &tail_eq);
+    *n_eq = c + tail_eq;
+    return t > m ? t : m;
+}
+#endif
+
+static float max_below_masked(const float *x, const uint8_t *mask, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
+#ifdef KERNEL_AVX2
+    if (kernel_fma) return max_below_masked_avx2(x, mask, v, n, n_eq);
+#endif
+    return max_below_masked_plain(x, mask, v, n, n_eq);
 }
 
 PyDoc_STRVAR(cut_below_mask_doc,
