@@ -2257,7 +2257,10 @@ static void *split_helper(void *arg) {
             __builtin_ia32_pause();
             if ((spins & 63) == 63) {
                 long long t = now_ns();
-                if (t - t0 > SPLIT_SPIN_NS && t > __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) break;
+                if (t - t0 > SPLIT_SPIN_NS) { /* (past its short poll, held by split_wake: the core offered to */
+                    if (t > __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) break; /* any other thread) */
+                    sched_yield();
+                }
             }
         }
         pthread_mutex_lock(&pool.wake_lock);
