@@ -106,3 +106,21 @@ def test_the_kernels_cut_passes() -> None:
     mask = np.array([1, 1, 0, 1, 1, 1, 1], dtype=np.uint8)  # (3 at position 2 forbidden: the one at 5)
     assert k.cut_below_mask(x, 5.0, mask) == (5, 2)
     assert k.cut_below_mask(x, 5.0, np.array([0, 0, 0, 1, 0, 0, 1], dtype=np.uint8)) == (-1, 1)
+
+
+def test_the_masked_cut_below_is_numpys_over_long_rows() -> None:
+    """cut_below_mask on rows past its eight-lane groups (lengths around 16's multiples), masks
+    that allow most or few tokens, thresholds with ties (coarse logits): the first allowed
+    position of the largest allowed logit below v (-1 where none), and the allowed ties of v."""
+    k = built_kernel()
+    rng = np.random.default_rng(12)
+    for n in (16, 17, 31, 1000, 4111, 65_543):
+        x = np.round(rng.standard_normal(n) * 4).astype(np.float32)  # (many equal values)
+        x[rng.integers(0, n, n // 20 + 1)] = -np.inf
+        for allowed in (0.97, 0.05):
+            mask = rng.random(n) < allowed
+            for v in (np.float32(0.0), np.float32(3.0), x.max(), np.float32(-100.0)):
+                below = mask & (x < v) & (x > -np.inf)
+                want_i = int(np.flatnonzero(mask & (x == x[below].max()))[0]) if below.any() else -1
+                want = (want_i, int(np.count_nonzero(mask & (x == v))))
+                assert k.cut_below_mask(x, float(v), mask.view(np.uint8)) == want, (n, allowed, float(v))

@@ -125,3 +125,22 @@ def test_the_kernels_exp_gives_a_value_the_same_bits_in_any_lane() -> None:
         one = np.empty(1)
         k.exp(x[i : i + 1].copy(), one)
         assert whole[i : i + 1].tobytes() == one.tobytes(), i
+
+
+@pytest.mark.usefixtures("kernel_on")
+def test_the_cut_off_finds_the_rows_least_and_greatest_logit_in_any_lane() -> None:
+    """top_p_cut's span (its least and greatest logit, found eight lanes at a time from the
+    first logit) is numpy's wherever the extremes sit: the first position, any lane, the tail
+    past the last full group; and every position kept (p 2) or one bin's worth fill kept from
+    both ends without a position lost."""
+    rng = np.random.default_rng(11)
+    for n in (64, 65, 79, 80, 1000, 4099):
+        for at in {0, 1, 7, 8, 15, 16, n // 2, n - 9, n - 2, n - 1}:
+            x = rng.standard_normal(n).astype(np.float32)
+            x[at], x[(at + n // 3) % n] = 9.0, -9.0
+            q = np.exp(x.astype(np.float64) - 9.0)
+            for p in (0.5, 2.0):
+                got = sampler_fused.top_p_cut(x, q, p * float(q.sum()), 2048)
+                with numpy_path():
+                    want = sampler_math.top_p_bins(x, q, p * float(q.sum()))
+                assert got is not None and np.array_equal(got[0], want[0]) and got[1] == want[1], (n, at, p)

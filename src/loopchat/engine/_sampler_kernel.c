@@ -75,6 +75,29 @@ static inline double kexp(double x) {
  * one machine agree with each other bit for bit (a tail of fewer than four lanes is padded:
  * a value's bits do not depend on its lane). */
 static int kernel_fma = 0;
+/* the long passes by parts (gramcost2, at the end of the file): SPLIT_PART positions a part */
+#define SPLIT_PART 8192
+static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t n);
+static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
+                                  Py_ssize_t *kout);
+
+/* One part's figures (scan_body): its sums (t, the side's a and ak), the largest forbidden and
+   allowed values, how many forbidden, and the count of allowed ids written up to its end. */
+typedef struct {
+    double t, a, ak;
+    float fmax, smax;
+    Py_ssize_t forbidden, c;
+} scan_part_out;
+
+#ifdef KERNEL_AVX2
+/* the helper thread (at the end of the file): offer a scan's parts, take a part, a part it did, the end */
+static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
+                      int64_t *ids, float *src);
+static int split_take(Py_ssize_t p);
+static scan_part_out split_scanned(Py_ssize_t p);
+static void split_end(void);
+static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64);
+#endif
 
 #ifdef KERNEL_AVX2
 #pragma GCC push_options
@@ -275,7 +298,7 @@ static void exp_many(const double *x, double *out, Py_ssize_t n) {
 /* q[i] = exp(double(src[i]) - shift) (stored if q is not NULL); returns their sum. */
 KERNEL_CLONES
 static double exp_sum_f32(const float *src, double shift, double *q, Py_ssize_t n) {
-    FMA_PASS(pass4_f32(src, shift, 1.0, q, n, NULL));
+    FMA_PASS(exp_sum_parts(src, shift, q, n));
     double s = 0.0;
     if (q) {
 #pragma omp simd reduction(+ : s)
@@ -472,7 +495,20 @@ typedef struct {
     float out;           /* the einsum's output, the buffers' sums added in order */
     double sum64;        /* the float32 e's summed in float64 (raw_sums64: top-p's bound) */
     int want64;          /* whether to sum them (raw_sums64) */
+    /* the helper thread's half (split_raw): each buffer's sum and each float64 addend recorded
+       in order instead of added (the caller adds them after its own half: the same order) */
+    float *rec_out;
+    int nrec_out;
+    double *rec64;
+    Py_ssize_t nrec64;
 } raw_dot;
+
+static inline void raw_add64(raw_dot *d, double v) {
+    if (d->rec64) d->rec64[d->nrec64++] = v;
+    else d->sum64 += v;
+}
+
+static float split_raw_merge(raw_dot *d); /* (the helper's half added in: at the end of the file) */
 
 static inline __m256 np_exp8(__m256 x) {
     const __m256 zeros = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY);
@@ -575,7 +611,8 @@ static void raw_dot_flush(raw_dot *d) {
         acc = _mm_add_ps(_mm_loadu_ps(t), acc);
     }
     __m128 h = _mm_hadd_ps(acc, acc);
-    d->out = d->out + _mm_cvtss_f32(_mm_hadd_ps(h, h));
+    if (d->rec_out) d->rec_out[d->nrec_out++] = _mm_cvtss_f32(_mm_hadd_ps(h, h));
+    else d->out = d->out + _mm_cvtss_f32(_mm_hadd_ps(h, h));
     d->acc = _mm_setzero_ps();
     d->npend = 0;
     d->in_chunk = 0;
@@ -629,7 +666,7 @@ static inline __attribute__((always_inline)) float raw_leaf_body(const float *x,
     if (SUM64) {
         double l64[4];
         _mm256_storeu_pd(l64, a64);
-        d->sum64 += (l64[0] + l64[1]) + (l64[2] + l64[3]);
+        raw_add64(d, (l64[0] + l64[1]) + (l64[2] + l64[3]));
     }
     float a[8];
     _mm256_storeu_ps(a, r);
@@ -654,13 +691,38 @@ static float raw_pairwise(const float *x, float m, Py_ssize_t n, raw_dot *d) {
         for (; i < n; i++) p[i] = e[i] * s[i];
         raw_dot_feed(d, p, n);
         if (d->want64)
-            for (i = 0; i < n; i++) d->sum64 += (double)e[i];
+            for (i = 0; i < n; i++) raw_add64(d, (double)e[i]);
         return raw_leaf_sum(e, n);
     }
     Py_ssize_t n2 = n / 2;
     n2 -= n2 % 8;
     float left = raw_pairwise(x, m, n2, d);
     return left + raw_pairwise(x + n2, m, n - n2, d);
+}
+
+/* raw_pairwise over the whole row, its last buffer flushed; the top split's second half
+   (numpy's n2: n / 2 less n / 2 % 8) on the helper thread where it is offered and the first half
+   ends on a buffer's end (the einsum's state then starts afresh there, as the helper's does). */
+static float raw_run(const float *x, float m, Py_ssize_t n, raw_dot *d) {
+    if (n == 0) return 0.0f;
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    float total;
+    if (n > RAW_LEAF && n2 % RAW_CHUNK == 0 && split_raw(x, m, n, n2, d->want64)) {
+        float left = raw_pairwise(x, m, n2, d), right;
+        int aligned = d->npend == 0 && d->in_chunk == 0;
+        if (split_take(1) || !aligned) {
+            right = raw_pairwise(x + n2, m, n - n2, d);
+        } else {
+            right = split_raw_merge(d);
+        }
+        split_end();
+        total = left + right;
+    } else {
+        total = raw_pairwise(x, m, n, d);
+    }
+    if (d->in_chunk || d->npend) raw_dot_flush(d);
+    return total;
 }
 #pragma GCC pop_options
 #endif
@@ -899,7 +961,7 @@ static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t 
 static double exp_sum_above(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
                             Py_ssize_t *kout) {
 #ifdef KERNEL_AVX2
-    if (kernel_fma) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
+    if (kernel_fma) return exp_sum_above_parts(x, shift, v, ids, qs, n, kout);
 #endif
     double w[ABOVE_BLOCK], total = 0.0;
     Py_ssize_t k = 0;
@@ -1061,8 +1123,7 @@ static PyObject *py_cut_below(PyObject *self, PyObject *args) {
 
 /* cut_below among the tokens a mask allows (one byte a token, nonzero: allowed; the
    constraint's, sampler_constraint): the same passes, a forbidden token never counted. */
-KERNEL_CLONES
-static float max_below_masked(const float *x, const uint8_t *mask, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
+static float max_below_masked_plain(const float *x, const uint8_t *mask, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
     float m = -INFINITY;
     Py_ssize_t c = 0;
 #pragma omp simd reduction(max : m) reduction(+ : c)
@@ -1073,6 +1134,57 @@ static float max_below_masked(const float *x, const uint8_t *mask, float v, Py_s
     }
     *n_eq = c;
     return m;
+}
+
+#ifdef KERNEL_AVX2
+/* The same, eight at a time in two chains as max_below_avx2 (the loop above, gcc's vectorisation,
+   ran at 0.75 ns a token): each lane's value kept where the mask's byte is set and it is below v,
+   the ties counted where the byte is set. A max and a count: the same in any order. */
+__attribute__((target("avx2"))) static float max_below_masked_avx2(const float *x, const uint8_t *mask, float v,
+                                                                   Py_ssize_t n, Py_ssize_t *n_eq) {
+    const __m256 vv = _mm256_set1_ps(v), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256i zero = _mm256_setzero_si256();
+    __m256 m0 = ninf, m1 = ninf;
+    __m256i c0 = zero, c1 = zero;
+    Py_ssize_t i = 0, c = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        __m256 fa = _mm256_castsi256_ps(
+            _mm256_cmpeq_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mask + i))), zero));
+        __m256 fb = _mm256_castsi256_ps(
+            _mm256_cmpeq_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mask + i + 8))), zero));
+        m0 = _mm256_max_ps(m0, _mm256_blendv_ps(ninf, a, _mm256_andnot_ps(fa, _mm256_cmp_ps(a, vv, _CMP_LT_OQ))));
+        m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, b, _mm256_andnot_ps(fb, _mm256_cmp_ps(b, vv, _CMP_LT_OQ))));
+        c0 = _mm256_sub_epi32(c0, _mm256_castps_si256(_mm256_andnot_ps(fa, _mm256_cmp_ps(a, vv, _CMP_EQ_OQ))));
+        c1 = _mm256_sub_epi32(c1, _mm256_castps_si256(_mm256_andnot_ps(fb, _mm256_cmp_ps(b, vv, _CMP_EQ_OQ))));
+        if ((i & ((1 << 26) - 1)) == 0) { /* (32-bit lane counts: flushed long before they could wrap) */
+            int32_t lanes[8];
+            _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(c0, c1));
+            for (int l = 0; l < 8; l++) c += lanes[l];
+            c0 = c1 = zero;
+        }
+    }
+    float lanes_m[8];
+    int32_t lanes[8];
+    _mm256_storeu_ps(lanes_m, _mm256_max_ps(m0, m1));
+    _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(c0, c1));
+    float m = -INFINITY;
+    for (int l = 0; l < 8; l++) {
+        m = lanes_m[l] > m ? lanes_m[l] : m;
+        c += lanes[l];
+    }
+    Py_ssize_t tail_eq = 0;
+    float t = max_below_masked_plain(x + i, mask + i, v, n - i, &tail_eq);
+    *n_eq = c + tail_eq;
+    return t > m ? t : m;
+}
+#endif
+
+static float max_below_masked(const float *x, const uint8_t *mask, float v, Py_ssize_t n, Py_ssize_t *n_eq) {
+#ifdef KERNEL_AVX2
+    if (kernel_fma) return max_below_masked_avx2(x, mask, v, n, n_eq);
+#endif
+    return max_below_masked_plain(x, mask, v, n, n_eq);
 }
 
 PyDoc_STRVAR(cut_below_mask_doc,
@@ -1175,13 +1287,59 @@ static int cut_cmp(const void *a, const void *b) {
     return p->pos < q->pos ? -1 : (p->pos > q->pos);
 }
 
-static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
-                            int64_t *kept, Py_ssize_t n, double *mass) {
+/* The least and the greatest of x[:n] (n > 0), as a pass from x[0] keeping x[i] where it is
+   smaller (greater) finds them: each AVX2 lane starts from x[0] too and takes x[i] where
+   x[i] < lane (maxps/minps: the second operand kept unless the first is greater/smaller, the
+   pass's own rule), so a NaN at x[0] stays, a NaN elsewhere is passed over, in any lane. Equal
+   values but 0.0 and -0.0 are the same value; those two give the same bins and span. */
+#ifdef KERNEL_AVX2
+__attribute__((target("avx2"))) static Py_ssize_t min_max_avx2(const float *x, Py_ssize_t n, float *lo_out,
+                                                              float *mx_out) {
+    __m256 vmx = _mm256_set1_ps(x[0]), vlo = vmx, wmx = vmx, wlo = vmx;
+    Py_ssize_t i = 1;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), c = _mm256_loadu_ps(x + i + 8);
+        vmx = _mm256_max_ps(a, vmx), vlo = _mm256_min_ps(a, vlo);
+        wmx = _mm256_max_ps(c, wmx), wlo = _mm256_min_ps(c, wlo);
+    }
+    vmx = _mm256_max_ps(wmx, vmx), vlo = _mm256_min_ps(wlo, vlo);
+    float hm[8], hl[8];
+    _mm256_storeu_ps(hm, vmx);
+    _mm256_storeu_ps(hl, vlo);
+    float mx = hm[0], lo = hl[0];
+    for (int j = 1; j < 8; j++) {
+        mx = hm[j] > mx ? hm[j] : mx;
+        lo = hl[j] < lo ? hl[j] : lo;
+    }
+    *lo_out = lo, *mx_out = mx;
+    return i;
+}
+#endif
+
+/* The least and the greatest of x[:n] (n > 0), as a pass from x[0] keeping x[i] where it is
+   smaller (greater) finds them: each AVX2 lane starts from x[0] too and keeps x[i] by the same
+   rule (maxps(x, lane): x where x > lane, else the lane, a NaN x passed over), so a NaN at x[0]
+   stays and one elsewhere is passed over, in any lane. Equal values are the same value but 0.0
+   and -0.0, which give the same span and bins. */
+static void min_max(const float *x, Py_ssize_t n, float *lo_out, float *mx_out) {
     float mx = x[0], lo = x[0];
-    for (Py_ssize_t i = 1; i < n; i++) {
+    Py_ssize_t i = 1;
+#ifdef KERNEL_AVX2
+    if (kernel_fma && n >= 64) {
+        i = min_max_avx2(x, n, &lo, &mx);
+    }
+#endif
+    for (; i < n; i++) {
         mx = x[i] > mx ? x[i] : mx;
         lo = x[i] < lo ? x[i] : lo;
     }
+    *lo_out = lo, *mx_out = mx;
+}
+
+static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
+                            int64_t *kept, Py_ssize_t n, double *mass) {
+    float mx, lo;
+    min_max(x, n, &lo, &mx);
     double span = (double)mx - (double)lo;
     if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
     double *hist = (double *)malloc((size_t)bins * sizeof(double));
@@ -1205,14 +1363,19 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
     free(hist);
     Py_ssize_t na = 0, ni = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (idx[i] > b) kept[na++] = i;
-        else if (idx[i] == b) ni++;
+    for (Py_ssize_t i = 0; i < n; i++) { /* (branchless: a flat row keeps half its positions in no order a
+                                            branch predicts; every position written, the count moves on; the
+                                            cut bin's positions from kept's end, backwards: the two never meet
+                                            but in the slot both write i) */
+        int32_t v = idx[i];
+        kept[na] = i;
+        kept[n - 1 - ni] = i;
+        na += v > b;
+        ni += v == b;
     }
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
-    for (Py_ssize_t i = 0, j = 0; i < n; i++)
-        if (idx[i] == b) in[j++] = (cut_entry){x[i], i};
+    for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[kept[n - 1 - j]], kept[n - 1 - j]};
     qsort(in, (size_t)ni, sizeof(cut_entry), cut_cmp);
     double part = 0.0, cum = 0.0;
     Py_ssize_t keep = ni;
@@ -1399,8 +1562,7 @@ static PyObject *py_raw_sums(PyObject *self, PyObject *args) {
     raw_dot d;
     memset(&d, 0, sizeof d);
     d.acc = _mm_setzero_ps();
-    Py_BEGIN_ALLOW_THREADS total = n ? raw_pairwise((const float *)x.buf, (float)m, n, &d) : 0.0f;
-    if (d.in_chunk || d.npend) raw_dot_flush(&d);
+    Py_BEGIN_ALLOW_THREADS total = raw_run((const float *)x.buf, (float)m, n, &d);
     dot = d.out;
     Py_END_ALLOW_THREADS
 #endif
@@ -1470,8 +1632,7 @@ static PyObject *py_raw_sums64(PyObject *self, PyObject *args) {
     memset(&d, 0, sizeof d);
     d.acc = _mm_setzero_ps();
     d.want64 = 1;
-    Py_BEGIN_ALLOW_THREADS total = n ? raw_pairwise((const float *)x.buf, (float)m, n, &d) : 0.0f;
-    if (d.in_chunk || d.npend) raw_dot_flush(&d);
+    Py_BEGIN_ALLOW_THREADS total = raw_run((const float *)x.buf, (float)m, n, &d);
     dot = d.out;
     sum64 = d.sum64;
     Py_END_ALLOW_THREADS
@@ -1608,6 +1769,7 @@ typedef struct {
     float src_max; /* the largest allowed value of the second array (or x), where src was asked for */
 } scan_out;
 
+
 static inline int allowed_at(const uint32_t *w, Py_ssize_t i) { return (int)((w[i >> 5] >> (i & 31)) & 1u); }
 
 /* The first forbidden position of x holding fmax (-1: none). */
@@ -1662,22 +1824,25 @@ static inline __attribute__((always_inline)) void compress_ids4(unsigned m, Py_s
     _mm256_storeu_si256((__m256i *)ids, _mm256_permutevar8x32_epi32(pos, perm));
 }
 
-/* The pass, eight tokens at a time. The exps as pass4's (two chains of sums: the total's very
-   bits). A mask allows runs of tokens or forbids them, so a group of eight is nearly always
-   all of the larger side: a branch on it (taken rarely) does the smaller side's work, its sum
-   by a mask from LANES4 and the largest forbidden logit; a group all allowed (MANY) adds its
-   eight positions to ids by two stores. */
+/* One part of the pass, positions [from, to) (to - from a multiple of 8), eight tokens at a
+   time; the allowed ids (and values) written from ids + c, src + c. The exps as pass4's (two
+   chains of sums). A mask allows runs of tokens or forbids them, so a group of eight is nearly
+   always all of the larger side: a branch on it (taken rarely) does the smaller side's work,
+   its sum by a mask from LANES4 and the largest forbidden logit; a group all allowed (MANY)
+   adds its eight positions to ids by two stores. */
 static inline __attribute__((always_inline)) void scan_body(const float *x, const float *wk, const uint32_t *w,
-                                                            double shift, Py_ssize_t n, const int MANY, int64_t *ids,
-                                                            float *src, scan_out *o) {
+                                                            double shift, Py_ssize_t from, Py_ssize_t to,
+                                                            const int MANY, int64_t *ids, float *src, Py_ssize_t c,
+                                                            scan_part_out *o) {
     const uint8_t *mb = (const uint8_t *)w; /* (x86: little-endian, byte j holds tokens 8j..8j+7) */
     const __m256i bit8 = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
     const unsigned common = MANY ? 0xFFu : 0u; /* the larger side's groups */
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0, a0 = s0, a1 = s0, k0 = s0;
     __m256 vmax = _mm256_set1_ps(-INFINITY), smax = vmax;
-    __m256i pos = _mm256_set_epi64x(3, 2, 1, 0), four = _mm256_set1_epi64x(4);
-    Py_ssize_t i = 0, c = 0, forbidden = 0;
-    for (; i + 8 <= n; i += 8) {
+    __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)from), _mm256_set_epi64x(3, 2, 1, 0));
+    __m256i four = _mm256_set1_epi64x(4);
+    Py_ssize_t forbidden = 0;
+    for (Py_ssize_t i = from; i < to; i += 8) {
         unsigned m = mb[i >> 3];
         __m256 x8 = _mm256_loadu_ps(x + i);
         __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
@@ -1710,8 +1875,11 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                             smax = _mm256_max_ps(_mm256_set1_ps(v[i + j]), smax);
                         }
                 }
-                compress_ids4(m & 15u, i, ids + c);
-                compress_ids4(m >> 4, i + 4, ids + c + __builtin_popcount(m & 15u));
+                int64_t staged[8]; /* (compress_ids4 writes four lanes: nothing past the part's ids, which
+                                      the helper thread may have written already) */
+                compress_ids4(m & 15u, i, staged);
+                compress_ids4(m >> 4, i + 4, staged + __builtin_popcount(m & 15u));
+                memcpy(ids + c, staged, (size_t)__builtin_popcount(m) * sizeof(int64_t));
                 c += __builtin_popcount(m);
             }
         } else if (MANY) { /* eight allowed */
@@ -1735,14 +1903,54 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     _mm256_storeu_pd(la, _mm256_add_pd(a0, a1));
     _mm256_storeu_pd(lk, k0);
-    double t = (ls[0] + ls[1]) + (ls[2] + ls[3]);
-    double a = (la[0] + la[1]) + (la[2] + la[3]);
-    double ak = (lk[0] + lk[1]) + (lk[2] + lk[3]);
-    float lm[8], fmax = -INFINITY;
+    o->t = (ls[0] + ls[1]) + (ls[2] + ls[3]);
+    o->a = (la[0] + la[1]) + (la[2] + la[3]);
+    o->ak = (lk[0] + lk[1]) + (lk[2] + lk[3]);
+    float lm[8], fmax = -INFINITY, sm = -INFINITY;
     _mm256_storeu_ps(lm, vmax);
     for (int l = 0; l < 8; l++) fmax = lm[l] > fmax ? lm[l] : fmax;
-    Py_ssize_t body = i;
-    for (; i < n; i += 4) { /* the tail, padded to four lanes as pass4's */
+    _mm256_storeu_ps(lm, smax);
+    for (int l = 0; l < 8; l++) sm = lm[l] > sm ? lm[l] : sm;
+    o->fmax = fmax, o->smax = sm, o->forbidden = forbidden, o->c = c;
+}
+
+__attribute__((noinline)) static void scan_part(const float *x, const float *wk, const uint32_t *w, double shift,
+                                                Py_ssize_t from, Py_ssize_t to, int many, int64_t *ids, float *src,
+                                                Py_ssize_t c, scan_part_out *o) {
+    if (many && ids && src)
+        scan_body(x, wk, w, shift, from, to, 1, ids, src, c, o);
+    else if (many && ids)
+        scan_body(x, wk, w, shift, from, to, 1, ids, NULL, c, o);
+    else if (many)
+        scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, c, o);
+    else
+        scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, c, o);
+}
+
+/* The whole pass: its parts of SPLIT_PART (one where the row is no longer: the sums as before),
+   their sums added in order from 0.0 (exp_sum_parts' order: the total has exp_sum's bits), the
+   parts shared with the helper thread where it is offered (split_scan), then the padded tail and
+   the first position of the largest forbidden logit. */
+static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
+                      int64_t *ids, float *src, scan_out *o) {
+    Py_ssize_t body = n & ~(Py_ssize_t)7, c = 0, forbidden = 0;
+    double t = 0.0, a = 0.0, ak = 0.0;
+    float fmax = -INFINITY, sm = -INFINITY;
+    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src);
+    for (Py_ssize_t p = 0, from = 0; from < body; p++, from += SPLIT_PART) {
+        Py_ssize_t to = from + SPLIT_PART < body ? from + SPLIT_PART : body;
+        scan_part_out po;
+        if (!shared || split_take(p))
+            scan_part(x, wk, w, shift, from, to, many, ids, src, c, &po);
+        else
+            po = split_scanned(p);
+        t += po.t, a += po.a, ak += po.ak, forbidden += po.forbidden, c = po.c;
+        fmax = po.fmax > fmax ? po.fmax : fmax;
+        sm = po.smax > sm ? po.smax : sm;
+    }
+    if (shared) split_end();
+    const __m256d vs = _mm256_set1_pd(shift);
+    for (Py_ssize_t i = body; i < n; i += 4) { /* the tail, padded to four lanes as pass4's */
         double tx[4] = {0.0, 0.0, 0.0, 0.0}, te[4];
         Py_ssize_t k = n - i < 4 ? n - i : 4;
         for (Py_ssize_t j = 0; j < k; j++) tx[j] = (double)x[i + j];
@@ -1750,7 +1958,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
         for (Py_ssize_t j = 0; j < k; j++) {
             t += te[j];
             int al = allowed_at(w, i + j);
-            if (al == !MANY) {
+            if (al == !many) {
                 a += te[j];
                 ak += wk ? kexp((double)wk[i + j] - shift) : 0.0;
             }
@@ -1758,7 +1966,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                 if (ids && src) {
                     float v = wk ? wk[i + j] : x[i + j];
                     src[c] = v;
-                    smax = _mm256_max_ps(_mm256_set1_ps(v), smax);
+                    sm = v > sm ? v : sm;
                 }
                 if (ids) ids[c++] = i + j;
             } else {
@@ -1769,6 +1977,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
     }
     Py_ssize_t top = -1;
     if (forbidden) { /* the first forbidden position holding the largest forbidden logit */
+        const uint8_t *mb = (const uint8_t *)w;
         __m256 vf = _mm256_set1_ps(fmax);
         for (Py_ssize_t p = 0; p < body && top < 0; p += 8) {
             unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + p), vf, _CMP_EQ_OQ));
@@ -1778,20 +1987,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
         for (Py_ssize_t p = body; p < n && top < 0; p++)
             if (x[p] == fmax && !allowed_at(w, p)) top = p;
     }
-    float ls8[8], sm = -INFINITY;
-    _mm256_storeu_ps(ls8, smax);
-    for (int l = 0; l < 8; l++) sm = ls8[l] > sm ? ls8[l] : sm;
     o->total = t, o->side = a, o->work_side = wk ? ak : a, o->top = top, o->src_max = sm;
-}
-
-static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                      int64_t *ids, float *src, scan_out *o) {
-    if (many && src)
-        scan_body(x, wk, w, shift, n, 1, ids, src, o);
-    else if (many)
-        scan_body(x, wk, w, shift, n, 1, ids, NULL, o);
-    else
-        scan_body(x, wk, w, shift, n, 0, NULL, NULL, o);
 }
 #pragma GCC pop_options
 #endif
@@ -1866,8 +2062,495 @@ fail_w:
     return Py_BuildValue("(ndddnd)", count, o.total, o.side, o.work_side, o.top, (double)o.src_max);
 }
 
+
+/* ==== gramcost2: the long float64 exp passes in parts, on two threads (issue 24) ==============
+ * exp_sum's and exp_sum_above's sums over a row of more than SPLIT_PART positions are taken part
+ * by part: each part of SPLIT_PART positions (the last one shorter) summed as pass4 sums (its eight
+ * lanes, then (l0 + l1) + (l2 + l3)), the parts' sums added in order from 0.0, then pass4's padded
+ * tail (the row's last n % 8 positions); constraint_scan's total the same way (docs/trace-format.md,
+ * "Sums over the vocabulary"). A row of at most SPLIT_PART positions is summed exactly as before.
+ * The order does not depend on who computes a part: between two forward passes the cores
+ * llama.cpp used are idle, and a persistent helper thread takes parts from the row's end while
+ * the caller takes them from its start; the caller then adds the parts' sums in order (and, for
+ * exp_sum_above, moves the helper's picks of a part into place). Every result has the same bits
+ * on one thread or two. The caller waits only for a part the helper has taken and not finished
+ * (13 us of work at 8,192 positions); a helper still busy with an earlier job, or another thread
+ * using it, and the caller takes every part itself. `split_threads` (set_threads) is the engine's
+ * llama thread count: 1, or a row shorter than split_min, and no helper is asked (docs/
+ * performance.md, "The chain under a schema, sixth session"). */
+#ifdef KERNEL_AVX2
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#define SPLIT_MAX_PARTS 256
+#define SPLIT_GAP (SPLIT_PART + 8)
+#define SPLIT_SPIN_NS 30000
+static Py_ssize_t split_min = 32768;
+static int split_threads = 1;
+static long split_stats[3]; /* jobs posted, parts the helper did, stalls (then no helper for a while) */
+/* A caller that waited SPLIT_STALL_NS for a part the helper had taken (its thread lost its core
+   mid-part: a loaded machine) offers no job for SPLIT_BACKOFF_NS after it: at most one such wait
+   in that time, and none while the machine stays loaded enough to cause it. */
+#define SPLIT_STALL_NS 100000
+#define SPLIT_BACKOFF_NS 1000000000LL
+static long long split_off_until; /* (the callers' only: under pool.lock, or read before it) */
+
+enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3 };
+
+typedef struct {
+    int kind;
+    const float *x;
+    double shift;
+    float v;
+    double *q; /* JOB_EXP_SUM: the caller's exps (NULL: not stored) */
+    Py_ssize_t body;
+    const float *wk; /* JOB_SCAN: constraint_scan's arrays (its ids and src written in place) */
+    const uint32_t *w;
+    int many;
+    int64_t *ids;
+    float *src;
+    Py_ssize_t half; /* JOB_RAW: where the second half starts (x's length: body) */
+    int want64;
+} split_job;
+
+typedef struct {
+    pthread_mutex_t lock; /* held by the caller for its job (trylock: a second caller runs alone) */
+    pthread_mutex_t wake_lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int started, idle; /* idle: the helper is between jobs (under wake_lock) */
+    int asleep, nudge;  /* asleep: in cond_wait (atomic, seq_cst); nudge: split_wake's (under wake_lock) */
+    long long hold_until; /* split_wake: the helper polls, not sleeps, until then (atomic, seq_cst) */
+    unsigned long seq; /* a new job: seq moves on (under wake_lock; read atomically while polling) */
+    split_job job;
+    Py_ssize_t parts;
+    int64_t *ids; /* JOB_ABOVE: the helper's picks of part p at p * SPLIT_PART */
+    double *qs;
+    Py_ssize_t cap;
+    int state[SPLIT_MAX_PARTS]; /* PART_*, atomic */
+    double sum[SPLIT_MAX_PARTS];
+    Py_ssize_t picked[SPLIT_MAX_PARTS];
+    Py_ssize_t c0[SPLIT_MAX_PARTS]; /* JOB_SCAN: the allowed ids before each part */
+    scan_part_out scanned[SPLIT_MAX_PARTS];
+    float raw_right; /* JOB_RAW: the second half's pairwise sum, its buffers' sums, its float64 addends (in qs) */
+    float raw_out[SPLIT_MAX_PARTS + 2];
+    int raw_nout;
+    Py_ssize_t raw_n64;
+} split_pool;
+
+static split_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+/* pass4's sum over positions [a, b) (b - a a multiple of 8), the exps stored into q + a if Q. */
+static inline __attribute__((always_inline)) double part_exp_sum_body(const float *x, double shift, double *q,
+                                                                      Py_ssize_t a, Py_ssize_t b, const int Q) {
+    __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
+    for (Py_ssize_t i = a; i < b; i += 8) {
+        __m256 x8 = _mm256_loadu_ps(x + i);
+        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        if (Q) {
+            _mm256_storeu_pd(q + i, e0);
+            _mm256_storeu_pd(q + i + 4, e1);
+        }
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+    }
+    double ls[4];
+    _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
+    return (ls[0] + ls[1]) + (ls[2] + ls[3]);
+}
+
+__attribute__((noinline)) static double part_exp_sum(const float *x, double shift, double *q, Py_ssize_t a,
+                                                     Py_ssize_t b) {
+    return pass4_f32(x + a, shift, 1.0, q ? q + a : NULL, b - a, NULL);
+}
+
+/* exp_sum_above4's loop over positions [a, b): its sum, its picks into ids, qs (*k of them). */
+__attribute__((noinline)) static double part_above(const float *x, double shift, float v, Py_ssize_t a, Py_ssize_t b, int64_t *ids,
+                         double *qs, Py_ssize_t *k) {
+    __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
+    __m256 vv = _mm256_set1_ps(v);
+    Py_ssize_t c = 0;
+    for (Py_ssize_t i = a; i < b; i += 8) {
+        __m256 x8 = _mm256_loadu_ps(x + i);
+        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x8, vv, _CMP_GE_OQ));
+        if (m && i + 8 < b) {
+            c += compress4(m & 15, i, e0, ids + c, qs + c);
+            c += compress4(m >> 4, i + 4, e1, ids + c, qs + c);
+        } else if (m) { /* a part's last group: nothing written past its picks (compress4 writes four lanes) */
+            double e8[8];
+            _mm256_storeu_pd(e8, e0);
+            _mm256_storeu_pd(e8 + 4, e1);
+            for (int j = 0; j < 8; j++)
+                if (m >> j & 1u) ids[c] = i + j, qs[c++] = e8[j];
+        }
+    }
+    *k = c;
+    double ls[4];
+    _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
+    return (ls[0] + ls[1]) + (ls[2] + ls[3]);
+}
+#pragma GCC pop_options
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void helper_part(Py_ssize_t p) {
+    const split_job *j = &pool.job;
+    Py_ssize_t a = p * SPLIT_PART, b = a + SPLIT_PART < j->body ? a + SPLIT_PART : j->body;
+    if (j->kind == JOB_EXP_SUM)
+        pool.sum[p] = part_exp_sum(j->x, j->shift, j->q, a, b);
+    else if (j->kind == JOB_ABOVE)
+        pool.sum[p] = part_above(j->x, j->shift, j->v, a, b, pool.ids + p * SPLIT_GAP, pool.qs + p * SPLIT_GAP,
+                                 &pool.picked[p]);
+    else if (j->kind == JOB_SCAN)
+        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, pool.c0[p], &pool.scanned[p]);
+    else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
+        raw_dot d;
+        memset(&d, 0, sizeof d);
+        d.acc = _mm_setzero_ps();
+        d.want64 = j->want64, d.rec_out = pool.raw_out, d.rec64 = pool.qs;
+        pool.raw_right = raw_pairwise(j->x + j->half, (float)j->shift, j->body - j->half, &d);
+        if (d.in_chunk || d.npend) raw_dot_flush(&d);
+        pool.raw_nout = d.nrec_out, pool.raw_n64 = d.nrec64;
+    }
+}
+
+/* The helper's sleep until a job (0, wake_lock still held) or split_wake's nudge (1, unlocked):
+   asleep is stored before hold_until is read, as split_wake stores hold_until before reading
+   asleep (both seq_cst), so a wake is never missed between the poll and the sleep. */
+static int helper_sleep(unsigned long seen) {
+    while (pool.seq == seen && !pool.nudge) {
+        __atomic_store_n(&pool.asleep, 1, __ATOMIC_SEQ_CST);
+        if (now_ns() < __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) pool.nudge = 1;
+        else pthread_cond_wait(&pool.wake, &pool.wake_lock);
+        __atomic_store_n(&pool.asleep, 0, __ATOMIC_SEQ_CST);
+    }
+    pool.nudge = 0;
+    if (pool.seq != seen) return 0;
+    pthread_mutex_unlock(&pool.wake_lock);
+    return 1;
+}
+
+/* The helper: polls for a job for SPLIT_SPIN_NS after each (a chain's passes come in a row),
+   then sleeps; takes the job under wake_lock (the caller writes it, and frees its parts, under
+   the same lock and only while idle is set) and does parts from the row's end until it meets
+   one the caller has taken. */
+static void *split_helper(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "loopchat-split"); /* (so a test and a profile can find it) */
+    unsigned long seen = 0;
+    for (;;) {
+        long long t0 = now_ns();
+        for (unsigned spins = 0; __atomic_load_n(&pool.seq, __ATOMIC_ACQUIRE) == seen; spins++) {
+            __builtin_ia32_pause();
+            if ((spins & 63) == 63) {
+                long long t = now_ns();
+                if (t - t0 > SPLIT_SPIN_NS) { /* (past its short poll, held by split_wake: the core offered to */
+                    if (t > __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) break; /* any other thread) */
+                    sched_yield();
+                }
+            }
+        }
+        pthread_mutex_lock(&pool.wake_lock);
+        if (helper_sleep(seen)) continue; /* (split_wake's nudge: poll again) */
+        seen = pool.seq;
+        pool.idle = 0;
+        pthread_mutex_unlock(&pool.wake_lock);
+        for (Py_ssize_t p = pool.parts - 1; p >= 0; p--) { /* from the end: the caller comes from the start */
+            int free_ = PART_FREE;
+            if (!__atomic_compare_exchange_n(&pool.state[p], &free_, PART_HELPER, 0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE))
+                break;
+            helper_part(p);
+            __atomic_store_n(&pool.state[p], PART_DONE, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&split_stats[1], 1, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_lock(&pool.wake_lock);
+        pool.idle = 1;
+        pthread_mutex_unlock(&pool.wake_lock);
+    }
+    return NULL;
+}
+
+static int split_room(Py_ssize_t body) {
+    body = (body / SPLIT_PART + 1) * SPLIT_GAP; /* (a part's picks at p * SPLIT_GAP: compress4's lanes past them) */
+    if (pool.cap >= body) return 1;
+    int64_t *ni = (int64_t *)malloc((size_t)body * sizeof(int64_t));
+    double *nq = (double *)malloc((size_t)body * sizeof(double));
+    if (!ni || !nq) {
+        free(ni);
+        free(nq);
+        return 0;
+    }
+    free(pool.ids);
+    free(pool.qs);
+    pool.ids = ni, pool.qs = nq, pool.cap = body;
+    return 1;
+}
+
+/* A forked child has no helper thread (and maybe a lock its parent's helper held): it starts afresh. */
+static void split_forked(void) {
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_mutex_init(&pool.wake_lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pool.started = 0, pool.idle = 1, pool.seq = 0, pool.asleep = 0, pool.nudge = 0, pool.hold_until = 0;
+}
+
+/* The helper thread started if it was not (under pool.lock): 0, it cannot be. */
+static int split_start(void) {
+    if (!pool.started) {
+        static int atfork;
+        if (!atfork && pthread_atfork(NULL, NULL, split_forked) == 0) atfork = 1;
+        pool.idle = 1;
+        if (!atfork || pthread_create(&pool.thread, NULL, split_helper, NULL) != 0) return 0;
+        pthread_detach(pool.thread);
+        pool.started = 1;
+    }
+    return 1;
+}
+
+/* A chain starts (split_wake(ns)) or ends (split_wake(0)): the helper polls for jobs, instead of
+   sleeping after SPLIT_SPIN_NS, until ns from now, woken now if it sleeps, so the chain's first
+   long pass does not wait for its wake-up. Nothing when the helper is off. */
+static void split_wake(long long ns) {
+    if (ns <= 0) {
+        __atomic_store_n(&pool.hold_until, 0, __ATOMIC_SEQ_CST);
+        return;
+    }
+    if (split_threads < 2 || (split_off_until && now_ns() < split_off_until)) return;
+    if (!pool.started) {
+        if (pthread_mutex_trylock(&pool.lock) != 0) return;
+        int ok = split_start();
+        pthread_mutex_unlock(&pool.lock);
+        if (!ok) return;
+    }
+    __atomic_store_n(&pool.hold_until, now_ns() + ns, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool.asleep, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&pool.wake_lock);
+        pool.nudge = 1;
+        pthread_cond_signal(&pool.wake);
+        pthread_mutex_unlock(&pool.wake_lock);
+    }
+}
+
+/* Offer a job over x[:body] to the helper: 1, posted (the caller then takes parts by split_take
+   in order, and calls split_end); 0, the caller runs alone (every part its own). */
+static int split_begin(const split_job *job, const Py_ssize_t *c0) {
+    Py_ssize_t body = job->body, parts = (body + SPLIT_PART - 1) / SPLIT_PART;
+    int kind = job->kind;
+    if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
+    if (split_off_until) { /* (a wait for a helper without a core: no helper for a while) */
+        if (now_ns() < split_off_until) return 0;
+        split_off_until = 0;
+    }
+    if (pthread_mutex_trylock(&pool.lock) != 0) return 0;
+    if (!split_start()) goto alone;
+    pthread_mutex_lock(&pool.wake_lock);
+    if (!pool.idle || ((kind == JOB_ABOVE || kind == JOB_RAW) && !split_room(body))) { /* (busy: an earlier job) */
+        pthread_mutex_unlock(&pool.wake_lock);
+        goto alone;
+    }
+    for (Py_ssize_t p = 0; p < parts; p++) __atomic_store_n(&pool.state[p], PART_FREE, __ATOMIC_RELAXED);
+    if (kind == JOB_RAW) parts = 2, pool.state[0] = PART_MAIN; /* (the first half the caller's) */
+    pool.job = *job, pool.parts = parts;
+    if (c0) memcpy(pool.c0, c0, (size_t)parts * sizeof(Py_ssize_t));
+    __atomic_store_n(&pool.seq, pool.seq + 1, __ATOMIC_RELEASE);
+    split_stats[0]++;
+    pthread_cond_signal(&pool.wake);
+    pthread_mutex_unlock(&pool.wake_lock);
+    return 1;
+alone:
+    pthread_mutex_unlock(&pool.lock);
+    return 0;
+}
+
+/* Part p: 1, the caller's to do; 0, the helper's, done (waited for while it is under way). */
+static int split_take(Py_ssize_t p) {
+    int free_ = PART_FREE;
+    if (__atomic_compare_exchange_n(&pool.state[p], &free_, PART_MAIN, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return 1;
+    long long t0 = 0;
+    for (unsigned spins = 0; __atomic_load_n(&pool.state[p], __ATOMIC_ACQUIRE) != PART_DONE; spins++) {
+        __builtin_ia32_pause();
+        if ((spins & 255) == 255) { /* a part takes ~13 us: far longer, the helper lost its core */
+            long long t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > SPLIT_STALL_NS) {
+                if (!split_off_until) {
+                    split_off_until = t + SPLIT_BACKOFF_NS;
+                    __atomic_add_fetch(&split_stats[2], 1, __ATOMIC_RELAXED);
+                }
+                sched_yield(); /* (the helper may be waiting for this very core) */
+            }
+        }
+    }
+    return 0;
+}
+
+static void split_end(void) { pthread_mutex_unlock(&pool.lock); }
+
+/* constraint_scan's parts offered to the helper (1: shared), each part's ids written from the
+   count of allowed positions before it (the mask's bits, counted by 32-bit words). */
+static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
+                      int64_t *ids, float *src) {
+    Py_ssize_t parts = (body + SPLIT_PART - 1) / SPLIT_PART, c0[SPLIT_MAX_PARTS], c = 0;
+    if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
+    for (Py_ssize_t p = 0; p < parts; p++) {
+        c0[p] = c;
+        if (many && ids)
+            for (Py_ssize_t j = p * (SPLIT_PART / 32); j < (p + 1) * (SPLIT_PART / 32) && j * 32 < body; j++)
+                c += __builtin_popcount(w[j]);
+    }
+    split_job job = {.kind = JOB_SCAN, .x = x, .shift = shift, .body = body, .wk = wk, .w = w, .many = many,
+                     .ids = ids, .src = src};
+    return split_begin(&job, c0);
+}
+
+static scan_part_out split_scanned(Py_ssize_t p) { return pool.scanned[p]; }
+
+/* raw_run's second half offered to the helper (1: the caller then does the first half, and
+   split_take(1), split_raw_merge or its own second half, split_end). */
+static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64) {
+    if (n - half > (Py_ssize_t)RAW_CHUNK * SPLIT_MAX_PARTS) return 0;
+    split_job job = {.kind = JOB_RAW, .x = x, .shift = m, .body = n, .half = half, .want64 = want64};
+    return split_begin(&job, NULL);
+}
+
+/* The helper's second half added to the caller's einsum and float64 sum, in order; its sum. */
+static float split_raw_merge(raw_dot *d) {
+    for (int i = 0; i < pool.raw_nout; i++) d->out = d->out + pool.raw_out[i];
+    for (Py_ssize_t i = 0; i < pool.raw_n64; i++) d->sum64 += pool.qs[i];
+    return pool.raw_right;
+}
+
+/* pass4's padded tail over x[body:n] (its exps into q if q), added to s one by one. */
+static double exp_tail(const float *x, double shift, double *q, Py_ssize_t body, Py_ssize_t n, double s) {
+    if (body == n) return s;
+    double w[8];
+    Py_ssize_t m = n - body;
+    double t = pass4_f32(x + body, shift, 1.0, w, m, NULL); /* (its own sum: not used) */
+    (void)t;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (q) q[body + j] = w[j];
+        s += w[j];
+    }
+    return s;
+}
+
+/* exp_sum's pass where the CPU has AVX2 and FMA: the parts' sums in order (the helper's parts
+   where it takes some), then the tail. */
+static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t n) {
+    Py_ssize_t body = n & ~(Py_ssize_t)7;
+    if (body <= SPLIT_PART) return pass4_f32(x, shift, 1.0, q, n, NULL);
+    split_job job = {.kind = JOB_EXP_SUM, .x = x, .shift = shift, .q = q, .body = body};
+    int shared = split_begin(&job, NULL);
+    double s = 0.0;
+    for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
+        Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body;
+        s += !shared || split_take(p) ? part_exp_sum(x, shift, q, a, b) : pool.sum[p];
+    }
+    if (shared) split_end();
+    return exp_tail(x, shift, q, body, n, s);
+}
+
+/* exp_sum_above4 by parts, the same way: the helper's picks of a part moved into place in order. */
+static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
+                                  Py_ssize_t *kout) {
+    Py_ssize_t body = n & ~(Py_ssize_t)7, k = 0;
+    if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
+    split_job job = {.kind = JOB_ABOVE, .x = x, .shift = shift, .v = v, .body = body};
+    int shared = split_begin(&job, NULL);
+    double s = 0.0;
+    for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
+        Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body, c;
+        if (!shared || split_take(p)) {
+            s += part_above(x, shift, v, a, b, ids + k, qs + k, &c);
+        } else {
+            s += pool.sum[p];
+            c = pool.picked[p];
+            memcpy(ids + k, pool.ids + p * SPLIT_GAP, (size_t)c * sizeof(int64_t));
+            memcpy(qs + k, pool.qs + p * SPLIT_GAP, (size_t)c * sizeof(double));
+        }
+        k += c;
+    }
+    if (shared) split_end();
+    double w[8];
+    if (body < n) s += pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* exp_sum_above4's tail */
+    for (Py_ssize_t j = 0; body + j < n; j++) {
+        if (x[body + j] >= v) {
+            ids[k] = body + j;
+            qs[k++] = w[j];
+        }
+    }
+    *kout = k;
+    return s;
+}
+#endif
+
+PyDoc_STRVAR(set_threads_doc,
+             "set_threads(n, min_len=-1) -> int: how many threads exp_sum's and exp_sum_above's long rows may use\n"
+             "(the engine's llama thread count; 1: no helper thread, 2 and more: one helper) and the shortest row\n"
+             "offered to the helper (-1: unchanged); returns the count before. Results have the same bits either way.");
+
+static PyObject *py_set_threads(PyObject *self, PyObject *args) {
+    int n;
+    Py_ssize_t min_len = -1;
+    if (!PyArg_ParseTuple(args, "i|n", &n, &min_len)) return NULL;
+#ifdef KERNEL_AVX2
+    int before = split_threads;
+    split_threads = kernel_fma && n > 1 ? 2 : 1;
+    if (min_len >= 0) split_min = min_len;
+    return PyLong_FromLong(before);
+#else
+    (void)n, (void)min_len;
+    return PyLong_FromLong(1);
+#endif
+}
+
+PyDoc_STRVAR(wake_doc, "wake(us) -> None: a chain starts: the helper thread (where set_threads allows one) is woken\n"
+             "now and polls for the chain's passes for up to us microseconds; wake(0): the chain has ended.");
+
+static PyObject *py_wake(PyObject *self, PyObject *args) {
+    long long us;
+    if (!PyArg_ParseTuple(args, "L", &us)) return NULL;
+#ifdef KERNEL_AVX2
+    split_wake(us > 0 ? us * 1000LL : 0);
+#else
+    (void)us;
+#endif
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts, stalls): the jobs offered to the helper thread, the parts it\n"
+             "did, the waits of more than 0.1 ms for one (each followed by a second without the helper).");
+
+static PyObject *py_split_stats(PyObject *self, PyObject *args) {
+#ifdef KERNEL_AVX2
+    return Py_BuildValue("(lll)", __atomic_load_n(&split_stats[0], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[1], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[2], __ATOMIC_RELAXED));
+#else
+    return Py_BuildValue("(lll)", 0L, 0L, 0L);
+#endif
+}
+
 static PyMethodDef constraint_methods[] = {
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
+    {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
+    {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},
+    {"wake", py_wake, METH_VARARGS, wake_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,11 +5,13 @@ A step records the count of the forward pass that produced its logits, and the t
 reason on step 0, wherever the tuner gave a new reason and wherever the count changed;
 `probe_cut_ms` when a probe's pass was cut and redone. The reason is read before the pass
 (the tuner may conclude during it: its new reason belongs to the next count). Pure: no
-model, no clock.
+model, no clock. The count is also the sampler's (sampler_fused.use_threads): the chain that
+follows the pass may split its long passes over as many threads, never more.
 """
 
 from __future__ import annotations
 
+from loopchat.engine import sampler_fused
 from loopchat.engine.thread_tuner import ThreadTuner
 
 
@@ -20,6 +22,7 @@ class PassThreads:
         self.threads, self.cut_ms = threads, 0.0
         self.reason, self.change = (tuner.reason, tuner.changes) if tuner is not None else ("", 0)
         self._noted_change, self._noted_threads = -1, threads
+        sampler_fused.use_threads(threads)  # (the chain's long passes may use the pass's cores: sampler_fused)
 
     def reason_to_record(self) -> str:
         """The reason the step about to be recorded carries ("" where nothing changed)."""
@@ -35,3 +38,4 @@ class PassThreads:
 
     def after_pass(self, threads: int, cut_ms: float) -> None:
         self.threads, self.cut_ms = threads, cut_ms
+        sampler_fused.use_threads(threads)

@@ -228,6 +228,23 @@ def sample(
     not used, and the token's probabilities and ranks are reported as for a drawn one
     (a token the filters cut has sampled_prob 0 and sampled_rank 0). `constraint`: the
     reply's grammar stage (sampler_constraint), run after the penalties, before top-k."""
+    sampler_fused.chain_starts()  # (the kernel's helper thread awake before the first long pass)
+    try:
+        return _sample(logits, recent_tokens, settings, rng, report_k, force, constraint)
+    finally:
+        sampler_fused.chain_ends()
+
+
+def _sample(
+    logits: np.ndarray,
+    recent_tokens: Sequence[int],
+    settings: SamplingSettings,
+    rng: np.random.Generator,
+    report_k: int,
+    force: int | None,
+    constraint: Stage | None,
+) -> SampleResult:
+    """sample()'s chain."""
     # --- raw softmax over the whole vocabulary ---------------------------------
     raw_max = float(logits.max())
     # (sampler_raw: one fused pass or numpy's, the same bits; the float64 sum where top-p may

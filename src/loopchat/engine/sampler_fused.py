@@ -33,6 +33,33 @@ def _load() -> ModuleType | None:
 #: the C kernel, or None: the numpy path (tests set it to None to run that path)
 kernel: ModuleType | None = _load()
 PATH = "kernel" if kernel is not None else "numpy"
+_threads = 1  # the kernel's count (use_threads)
+
+
+def use_threads(n: int) -> None:
+    """The threads the kernel's long float64 exp passes may use (exp_sum's and exp_sum_above's
+    rows of 32,768 tokens and more): the engine's llama thread count for the pass just run, whose
+    cores sit idle while the chain runs. 1: no helper thread; 2 or more: one (docs/performance.md,
+    "The chain under a schema, sixth session"). Every result has the same bits either way: the
+    sums are taken by parts in a fixed order (docs/trace-format.md, "Sums over the vocabulary")."""
+    global _threads
+    if kernel is not None and n != _threads:
+        kernel.set_threads(n)
+        _threads = n
+
+
+def chain_starts() -> None:
+    """A chain starts: the kernel's helper thread (where use_threads allows one) is woken now and
+    polls for the chain's long passes instead of sleeping between them (for 5 ms at most, or until
+    chain_ends), so the first pass after a forward pass does not wait for its wake-up."""
+    if kernel is not None and _threads > 1:
+        kernel.wake(5000)
+
+
+def chain_ends() -> None:
+    """The chain has ended: the helper sleeps again after its short poll (the forward pass's cores)."""
+    if kernel is not None and _threads > 1:
+        kernel.wake(0)
 
 
 def exp_sum(src: np.ndarray, shift: float, out: np.ndarray | None) -> float:
