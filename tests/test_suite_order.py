@@ -3,6 +3,7 @@ longest files first, each file's tests together and in their order."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from suite_order import COST_S, ordered
+from suite_tally import ENV as TALLY_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,6 +61,7 @@ def test_make_test_keeps_the_order_and_pytest_collects_in_it() -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        env={k: v for k, v in os.environ.items() if k != TALLY_ENV},  # not a run of make test's tally
     )
     files = [line.split("::")[0] for line in out.stdout.splitlines() if "::" in line]
     assert files and files[0] == "tests/test_speculative.py", out.stdout[-2000:]
