@@ -17,13 +17,12 @@ wake-up): one client's stream never carries another's events.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 from loopchat.engine.shared_batch import Ticket
 from loopchat.engine.shared_run import SharedRun
-from loopchat.events import Finish, FinishReason, Prefill, RunDone, Start, Step, WorkerError
-from loopchat.serve.loop import SERVER_STOPPED, OneLoop, QueueFull, Run, ShuttingDown
+from loopchat.events import RunDone, Step
+from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.requests import GenerationRequest
 
 
@@ -101,19 +100,8 @@ class BatchLoop(OneLoop):
             handoff.put((run, event))
 
     def _deliver(self, run: Run, event: Any) -> None:
-        if isinstance(event, Start):
-            run.start = event
-        elif isinstance(event, Prefill):
-            run.prefill = event
-        elif isinstance(event, Finish):
-            if self.closing and event.reason == FinishReason.CANCELLED and event.error is None:
-                event = dataclasses.replace(event, error=SERVER_STOPPED)
-            run.finish = event
-        elif isinstance(event, WorkerError):
-            run.error = event
-        run.events.put_nowait(event)
+        run.record(event, self.closing)
         if isinstance(event, RunDone):
-            run.done = True
             self._tickets.pop(run.run_id, None)
             self.generating -= 1
             if run.on_done is not None:

@@ -58,6 +58,24 @@ class Run:
         self.done = False
         self.on_done: Callable[[Run], None] | None = None
 
+    def record(self, event: Any, closing: bool) -> None:
+        """(The event loop.) Keep what the request's end needs of `event` and queue it for the
+        client; `closing`: the server is stopping (a cancelled finish then says so)."""
+        if isinstance(event, Start):
+            self.start = event
+        elif isinstance(event, Prefill):
+            self.prefill = event
+        elif isinstance(event, Finish):
+            if closing and event.reason == FinishReason.CANCELLED and event.error is None:
+                # not the client's doing: its finish chunk says why (a loopchat client shows it)
+                event = dataclasses.replace(event, error=SERVER_STOPPED)
+            self.finish = event
+        elif isinstance(event, WorkerError):
+            self.error = event
+        self.events.put_nowait(event)
+        if isinstance(event, RunDone):
+            self.done = True
+
 
 class OneLoop:
     parallel = 1  # requests generating at once (batch_loop.py's BatchLoop: --parallel N)
@@ -131,21 +149,9 @@ class OneLoop:
         run = self._current
         if run is None:  # pragma: no cover - every event belongs to the run in progress
             return
-        if isinstance(event, Start):
-            run.start = event
-        elif isinstance(event, Prefill):
-            run.prefill = event
-        elif isinstance(event, Finish):
-            if self.closing and event.reason == FinishReason.CANCELLED and event.error is None:
-                # not the client's doing: its finish chunk says why (a loopchat client shows it)
-                event = dataclasses.replace(event, error=SERVER_STOPPED)
-            run.finish = event
-        elif isinstance(event, WorkerError):
-            run.error = event
-        run.events.put_nowait(event)
+        run.record(event, self.closing)
         if isinstance(event, RunDone):
             self._current = None
-            run.done = True
             if run.on_done is not None:
                 run.on_done(run)
             assert self._lock is not None
