@@ -10,6 +10,7 @@ cells as the other sequence's too, it copies no data.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp
@@ -17,6 +18,23 @@ import numpy as np
 
 from loopchat.batch import N_SEQ_MAX
 from loopchat.engine._llama_ffi import _logits_ith
+
+
+def decode_entries(ctx: Any, batch: Any, entries: Sequence[tuple[int, int, int, bool]]) -> int:
+    """llama_decode of (sequence, token, position, logits kept) entries in `batch` (made by
+    llama_batch_init with room for them all, one sequence id a token), waited for
+    (llama_synchronize); the logits of entry i are llama_get_logits_ith(ctx, i). Returns
+    llama.cpp's code: 0 ok, 2 aborted, other values failures."""
+    batch.n_tokens = len(entries)
+    for i, (seq, token, pos, keep) in enumerate(entries):
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = keep
+    rc = int(llama_cpp.llama_decode(ctx, batch))
+    llama_cpp.llama_synchronize(ctx)
+    return rc
 
 
 class BatchCalls:
@@ -33,17 +51,7 @@ class BatchCalls:
     def decode(self, tokens: list[tuple[int, int, int]]) -> int:
         """llama_decode of (sequence, token, position) triples, each with its logits kept, waited
         for (llama_synchronize). Returns llama.cpp's code: 0 ok, 2 aborted, other values failures."""
-        b = self._batch
-        b.n_tokens = len(tokens)
-        for i, (seq, token, pos) in enumerate(tokens):
-            b.token[i] = token
-            b.pos[i] = pos
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq
-            b.logits[i] = True
-        rc = int(llama_cpp.llama_decode(self._ctx, b))
-        llama_cpp.llama_synchronize(self._ctx)
-        return rc
+        return decode_entries(self._ctx, self._batch, [(seq, token, pos, True) for seq, token, pos in tokens])
 
     def row(self, i: int) -> np.ndarray:
         """The logits of the i-th token of the last decode: a view of llama.cpp's buffer, valid

@@ -14,6 +14,8 @@ from typing import Any
 
 import llama_cpp
 
+from loopchat.engine._batch_ffi import decode_entries
+
 
 class PrefillBatch:
     """One llama_batch of up to `size` tokens on one loaded `Llama`'s context; `close()` frees it."""
@@ -34,17 +36,7 @@ class PrefillBatch:
         """llama_decode of (sequence, token, position, logits kept) entries (at most `size`:
         the prefills of several sequences in one batch), waited for; the logits of entry i
         are llama_get_logits_ith(ctx, i). Same return codes as `decode`."""
-        b = self._batch
-        b.n_tokens = len(entries)
-        for i, (seq, token, pos, keep) in enumerate(entries):
-            b.token[i] = token
-            b.pos[i] = pos
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq
-            b.logits[i] = keep
-        rc = int(llama_cpp.llama_decode(self._ctx, b))
-        llama_cpp.llama_synchronize(self._ctx)
-        return rc
+        return decode_entries(self._ctx, self._batch, entries)
 
     def close(self) -> None:
         if self._batch is not None:
