@@ -1546,27 +1546,40 @@ PyDoc_STRVAR(raw_sums_doc,
              "float(e.sum()) and float(np.einsum('i,i->', e, s)) as numpy 2.4 computes them in float32\n"
              "(nothing stored). RuntimeError where the CPU has no AVX2 and FMA.");
 
-static PyObject *py_raw_sums(PyObject *self, PyObject *args) {
+/* raw_sums' and raw_sums64's one pass: parses (logits, m), runs raw_run over the logits (the e's
+ * also summed in float64 where want64); 0, or -1 with the error set ("NAME needs AVX2 and FMA"). */
+static int raw_pass(PyObject *args, const char *missing, int want64, float *total, float *dot, double *sum64) {
     PyObject *xo;
     double m;
     Py_buffer x;
-    if (!PyArg_ParseTuple(args, "Od", &xo, &m)) return NULL;
+    if (!PyArg_ParseTuple(args, "Od", &xo, &m)) return -1;
     if (!raw_supported()) {
-        PyErr_SetString(PyExc_RuntimeError, "raw_sums needs AVX2 and FMA");
-        return NULL;
+        PyErr_SetString(PyExc_RuntimeError, missing);
+        return -1;
     }
-    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
-    float total = 0.0f, dot = 0.0f;
+    if (get_buf(xo, &x, 0, 'f') < 0) return -1;
+    *total = 0.0f, *dot = 0.0f, *sum64 = 0.0;
 #ifdef KERNEL_AVX2
     Py_ssize_t n = x.shape[0];
     raw_dot d;
     memset(&d, 0, sizeof d);
     d.acc = _mm_setzero_ps();
-    Py_BEGIN_ALLOW_THREADS total = raw_run((const float *)x.buf, (float)m, n, &d);
-    dot = d.out;
+    d.want64 = want64;
+    Py_BEGIN_ALLOW_THREADS *total = raw_run((const float *)x.buf, (float)m, n, &d);
+    *dot = d.out;
+    *sum64 = d.sum64;
     Py_END_ALLOW_THREADS
+#else
+    (void)want64;
 #endif
     PyBuffer_Release(&x);
+    return 0;
+}
+
+static PyObject *py_raw_sums(PyObject *self, PyObject *args) {
+    float total, dot;
+    double sum64;
+    if (raw_pass(args, "raw_sums needs AVX2 and FMA", 0, &total, &dot, &sum64) < 0) return NULL;
     return Py_BuildValue("(dd)", (double)total, (double)dot);
 }
 
@@ -1615,29 +1628,9 @@ PyDoc_STRVAR(raw_sums64_doc,
              "summed in float64 (widened exactly; added in the pass's own order).");
 
 static PyObject *py_raw_sums64(PyObject *self, PyObject *args) {
-    PyObject *xo;
-    double m;
-    Py_buffer x;
-    if (!PyArg_ParseTuple(args, "Od", &xo, &m)) return NULL;
-    if (!raw_supported()) {
-        PyErr_SetString(PyExc_RuntimeError, "raw_sums64 needs AVX2 and FMA");
-        return NULL;
-    }
-    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
-    float total = 0.0f, dot = 0.0f;
-    double sum64 = 0.0;
-#ifdef KERNEL_AVX2
-    Py_ssize_t n = x.shape[0];
-    raw_dot d;
-    memset(&d, 0, sizeof d);
-    d.acc = _mm_setzero_ps();
-    d.want64 = 1;
-    Py_BEGIN_ALLOW_THREADS total = raw_run((const float *)x.buf, (float)m, n, &d);
-    dot = d.out;
-    sum64 = d.sum64;
-    Py_END_ALLOW_THREADS
-#endif
-    PyBuffer_Release(&x);
+    float total, dot;
+    double sum64;
+    if (raw_pass(args, "raw_sums64 needs AVX2 and FMA", 1, &total, &dot, &sum64) < 0) return NULL;
     return Py_BuildValue("(ddd)", (double)total, (double)dot, sum64);
 }
 
