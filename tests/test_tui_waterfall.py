@@ -79,6 +79,17 @@ async def test_on_a_short_panel_the_waterfall_gives_way_first(backend, tmp_path)
         assert "top 3 " not in text  # the candidates have not given way to their last 3
 
 
+async def test_the_narrow_screens_panel_keeps_the_sampler_in_one_line(backend, tmp_path) -> None:
+    app = make_app(backend, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:  # the panel below the transcript: 8 lines
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await reply_to(pilot, "Name a fruit.")
+        view = app.panel.view
+        assert view.compact and view.height == 8
+        text = panel_text(app)
+        assert any("sampler top-k −" in line for line in text.splitlines()[:8]), text  # in view
+
+
 async def test_step_modes_die_shows_its_waterfall_reshaped_by_a_change(backend, tmp_path) -> None:
     app = make_app(backend, tmp_path)
     async with app.run_test(size=(120, 70)) as pilot:

@@ -26,7 +26,7 @@ from loopchat.chat.plots import fmt_prob, token_face
 from loopchat.chat.views.fit import Form, Section, fit
 from loopchat.chat.views.lines import BLANK, Line, Pieces, fit_lines, lines_to_text, width_of
 from loopchat.chat.views.panel_candidates import candidates
-from loopchat.chat.views.panel_constraint import constraint_lines
+from loopchat.chat.views.panel_constraint import FORCED, constraint_lines
 from loopchat.chat.views.panel_latency import latency, prefill_text
 from loopchat.chat.views.panel_passes import pass_lines, pass_short
 from loopchat.chat.views.panel_pending import pending_lines
@@ -48,6 +48,7 @@ from loopchat.chat.views.panel_waterfall import waterfall_lines, waterfall_short
 from loopchat.chat.views.repeat_lines import repeat_lines
 from loopchat.chat.views.reply_index import PanelCaches
 from loopchat.event_lines import NOT_GIVEN
+from loopchat.events import Step
 
 _WELCOME_TEXT = (
     "Each reply is made one token at a time: the model runs a forward pass over the "
@@ -175,8 +176,12 @@ def _compact(v: PanelView, caches: PanelCaches) -> list[Line]:
     left_v = PanelView(**{**v.__dict__, "width": half})
     left = fit_lines(_title(v), left_w)
     left.extend(pass_short(v.step, left_w))
-    left.extend(candidates(left_v, left_w, k=5, bars=False))
-    fit_lines(watch_lines(v, spark=0), left_w, left)
+    below = waterfall_short(v.step, left_w) + _forced_short(v.step)
+    fit_lines(watch_lines(v, spark=0), left_w, below)
+    # the top 5 give way (down to 3) to the sampler's line and the tokens on watch
+    k = max(3, min(5, v.height - len(left) - 1 - len(below))) if v.height else 5
+    left.extend(candidates(left_v, left_w, k=k, bars=False))
+    left.extend(below)
     right = fit_lines(latency(left_v, max(8, half - 22), caches), right_w, no_wrap=True)
     fit_lines(compact_settings(v, caches), right_w, right)
     out: list[Line] = []
@@ -188,6 +193,13 @@ def _compact(v: PanelView, caches: PanelCaches) -> list[Line]:
             a, gap = (), left_w + 2
         out.append(a + ((" " * gap, NONE), *right[i]) if i < len(right) else a)
     return out
+
+
+def _forced_short(step: Step | None) -> list[Line]:
+    """The compact panel's mark of a forced pass (the constraint left one token)."""
+    if step is None or step.constraint is None or not step.constraint.forced:
+        return []
+    return [(("forced: the model had no say", FORCED),)]
 
 
 def _no_step(v: PanelView, caches: PanelCaches) -> list[Line]:

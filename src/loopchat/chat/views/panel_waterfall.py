@@ -76,6 +76,6 @@ def waterfall_short(step: Step | Pending | None, width: int) -> list[Line]:
     total = sum(r.removed_mass for r in cut)
     what = ", ".join(f"{stage_label(r, step.settings).split(' ')[0]} −{fmt_prob(r.removed_mass)}" for r in cut)
     line: Pieces = [("sampler ", LABEL), (what or "removed nothing", NONE)]
-    if len(cut) > 1:
-        line.append((f" = −{fmt_prob(total)}", DRAWN))
+    if len(cut) > 1 and len("sampler ") + len(what) + len(f" = −{fmt_prob(total)}") <= width:
+        line.append((f" = −{fmt_prob(total)}", DRAWN))  # (the sum goes first on a narrow panel)
     return fit_lines([line], width, no_wrap=True)
