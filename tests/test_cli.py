@@ -665,7 +665,9 @@ def test_threads_option_pins_or_lets_auto_choose(tmp_path: Path) -> None:
     assert events[0].event.threads == 1 and not events[0].event.threads_auto
     assert {e.event.threads for e in events if e.event.kind == "step"} == {1}
     # the default: auto (conftest.py sets LOOPCHAT_THREADS=1 for the tests' processes; empty is unset)
-    auto = loopchat("run", "Hi", "--max-tokens", "6", "--seed", "2", "--trace", str(trace), env={"LOOPCHAT_THREADS": ""})
+    auto = loopchat(
+        "run", "Hi", "--max-tokens", "6", "--seed", "2", "--trace", str(trace), env={"LOOPCHAT_THREADS": ""}
+    )
     assert auto.returncode == 0, auto.stderr
     assert re.search(r" · threads \d auto( \(\d–\d used\))? · ", auto.stderr), auto.stderr
     _, events = read_trace(trace)
