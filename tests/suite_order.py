@@ -52,7 +52,7 @@ COST_S: dict[str, float] = {
     "tests/test_tui_constraint.py": 5.0,
     "tests/test_waterfall.py": 4.4,
     "tests/test_remote_seed.py": 4.2,
-    "tests/test_shared_run.py": 4.2,
+    "tests/test_shared_run.py": 4.1,
     "tests/test_compositor.py": 4.0,
     "tests/test_tui_waterfall.py": 3.9,
     "tests/test_remote_llama_server.py": 3.9,
