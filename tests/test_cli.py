@@ -686,8 +686,13 @@ def test_loopchat_threads_stands_for_the_threads_option_when_it_is_not_given(tmp
     assert " · threads 1 · " in pinned.stderr
     _, events = read_trace(trace)
     assert events[0].event.threads == 1 and not events[0].event.threads_auto
-    bad = loopchat("run", "Hi", "--max-tokens", "4", env={"LOOPCHAT_THREADS": "many"})
-    assert_one_line_error(bad, "LOOPCHAT_THREADS", "'many'", "unset it")
+    # run, serve and the chat each read it (a bad value stops them before the model loads)
+    for command in (("run", "Hi", "--max-tokens", "4"), ("serve", "--port", "0"), ()):
+        bad = loopchat(*command, input="", env={"LOOPCHAT_THREADS": "many"}, timeout=60)
+        assert_one_line_error(bad, "LOOPCHAT_THREADS", "'many'", "unset it")
+    # a model on a server has no threads here: the variable is not --threads given there
+    remote = loopchat("run", "Hi", "--url", "http://127.0.0.1:9/v1", env=env, timeout=60)
+    assert remote.returncode != 0 and "threads" not in remote.stderr, remote.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "two", "-3"])
