@@ -25,6 +25,7 @@ from tui_fixtures import loaded_live_backend
 
 from loopchat.engine.engine import Engine
 from loopchat.model_files import builtin_model_path
+from loopchat.threads_setting import THREADS_ENV
 
 #: the fixtures that load a model: a test using one (directly or through another fixture)
 #: must carry the `model` marker
@@ -39,11 +40,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Keep tests away from the user's config, data and log folders."""
+    """Keep tests away from the user's config, data and log folders; the `loopchat`
+    processes the tests start run one llama thread (SUBPROCESS_THREADS)."""
     base = tmp_path_factory.mktemp("loopchat-home")
     os.environ["LOOPCHAT_CONFIG_DIR"] = str(base / "config")
     os.environ["LOOPCHAT_DATA_DIR"] = str(base / "data")
     os.environ["LOOPCHAT_LOG_DIR"] = str(base / "log")
+    os.environ[THREADS_ENV] = SUBPROCESS_THREADS
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +72,13 @@ def gemma_path() -> Path:
 #: (test_probe_guard: bit for bit); auto itself is tested on engines of its own
 #: (test_auto_threads, test_probe_guard, test_engine's default, test_serve_threads, test_cli).
 SHARED_ENGINE_THREADS = 1
+
+#: LOOPCHAT_THREADS for every `loopchat` process the tests start (run, serve, the chat, web's
+#: tabs), and for the chat apps the tests build from models.toml: one llama thread, as the
+#: shared engines, for the same reason (a 60-token `loopchat run` beside other workers: 3.44 s
+#: of CPU under auto, 2.51 s at one thread; docs/performance.md). A test of auto's own choice
+#: says `--threads auto` or sets LOOPCHAT_THREADS to "" for its process (test_cli, test_serve_threads).
+SUBPROCESS_THREADS = "1"
 
 
 @pytest.fixture(scope="session")

@@ -664,13 +664,35 @@ def test_threads_option_pins_or_lets_auto_choose(tmp_path: Path) -> None:
     _, events = read_trace(trace)
     assert events[0].event.threads == 1 and not events[0].event.threads_auto
     assert {e.event.threads for e in events if e.event.kind == "step"} == {1}
-    auto = loopchat("run", "Hi", "--max-tokens", "6", "--seed", "2", "--trace", str(trace))
+    # the default: auto (conftest.py sets LOOPCHAT_THREADS=1 for the tests' processes; empty is unset)
+    auto = loopchat(
+        "run", "Hi", "--max-tokens", "6", "--seed", "2", "--trace", str(trace), env={"LOOPCHAT_THREADS": ""}
+    )
     assert auto.returncode == 0, auto.stderr
     assert re.search(r" · threads \d auto( \(\d–\d used\))? · ", auto.stderr), auto.stderr
     _, events = read_trace(trace)
     assert events[0].event.threads_auto
     steps = [e.event for e in events if e.event.kind == "step"]
     assert steps[0].threads_reason and all(s.threads >= 1 for s in steps)
+
+
+def test_loopchat_threads_stands_for_the_threads_option_when_it_is_not_given(tmp_path: Path) -> None:
+    """LOOPCHAT_THREADS=N pins the threads as --threads N would (the README's models list);
+    a value that is neither auto nor a count is one line that names the variable."""
+    trace = tmp_path / "t.jsonl"
+    env = {"LOOPCHAT_THREADS": "1"}
+    pinned = loopchat("run", "Hi", "--max-tokens", "4", "--seed", "2", "--trace", str(trace), env=env)
+    assert pinned.returncode == 0, pinned.stderr
+    assert " · threads 1 · " in pinned.stderr
+    _, events = read_trace(trace)
+    assert events[0].event.threads == 1 and not events[0].event.threads_auto
+    # run, serve and the chat each read it (a bad value stops them before the model loads)
+    for command in (("run", "Hi", "--max-tokens", "4"), ("serve", "--port", "0"), ()):
+        bad = loopchat(*command, input="", env={"LOOPCHAT_THREADS": "many"}, timeout=60)
+        assert_one_line_error(bad, "LOOPCHAT_THREADS", "'many'", "unset it")
+    # a model on a server has no threads here: the variable is not --threads given there
+    remote = loopchat("run", "Hi", "--url", "http://127.0.0.1:9/v1", env=env, timeout=60)
+    assert remote.returncode != 0 and "threads" not in remote.stderr, remote.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "two", "-3"])

@@ -73,7 +73,7 @@ def test_the_last_layer_agrees_with_the_raw_softmax_gemma(gemma_engine: Engine) 
 
 @pytest.mark.model
 def test_off_no_lens_is_opened_and_no_rows(model_path: Path, tmp_path: Path) -> None:
-    with Engine(model_path, n_ctx=512, log_path=tmp_path / "llama.log") as engine:
+    with Engine(model_path, n_ctx=512, threads=1, log_path=tmp_path / "llama.log") as engine:
         steps = [e for e in engine.generate(DOC, SETTINGS) if isinstance(e, Step)]
         assert steps and all(s.lens is None for s in steps)
         assert engine._lens is None  # no lens context, so no graph callback anywhere

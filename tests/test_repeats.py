@@ -5,8 +5,12 @@ and the chat (panel, info line, transcript) through Pilot."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -36,8 +40,8 @@ CARD = SamplingSettings(temperature=0.2, top_p=0.9, top_k=50, min_p=0.0, repeat_
 CAT = "Tell me a short story about a cat."
 #: the story at those settings, cut where the loop is well under way: on the default model it
 #: falls into a loop of 11 tokens at token 267 and stays in it to 512 (the card's max_tokens);
-#: 352 keeps 86 tokens of it (>= 64 below) and spares the 160 tokens after, in the two
-#: replies of this file that read it (the engine's, the chat's)
+#: 352 keeps 86 tokens of it (>= 64 below) and spares the 160 tokens after; drawn once, by
+#: the chat (chat_story below), whose reply the engine-level checks read too
 STORY = CARD.replace(max_tokens=352)
 
 
@@ -105,9 +109,55 @@ def test_a_step_s_pair_and_a_reply_s_longest() -> None:
 
 # ---- the real default model at its model card's settings: the cat story loops ---------------
 @pytest.fixture(scope="module")
-def cat_story(engine: Engine) -> list:
-    msgs = [Message("system", SMOLLM2_SYSTEM_PROMPT), Message("user", CAT)]
-    return list(engine.generate(msgs, STORY))
+def backend(live_backend):
+    return live_backend  # the session's (conftest.py): loaded once for every chat module
+
+
+@dataclass
+class ChatStory:
+    """The cat story drawn once through the chat: its reply, what the chat showed of it."""
+
+    rec: Any  # the chat's ReplyRecord
+    info: str  # the reply's info line
+    panel: str  # the loop panel's text, unwrapped
+    marked: str  # the transcript's text on the repeat background
+    events: list  # Start, Prefill, the steps, Finish: what the engine emitted for the reply
+
+
+async def _draw_in_the_chat(backend: Any, tmp_path: Path) -> ChatStory:
+    from loopchat.chat.prefs import Prefs
+    from loopchat.tui.launch import create_app
+    from loopchat.tui.token_styles import REPEAT_BG
+
+    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json", settings=STORY)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await pilot.press(*CAT, "enter")
+        await wait_run(pilot, 120)
+        rec = app.conversation.replies[0]
+        view = app.transcript.reply_views()[0]
+        marked = "".join(
+            seg.text
+            for i in range(view.height)
+            for seg in view.line(i)
+            if seg.style is not None and seg.style.bgcolor is not None and seg.style.bgcolor.name == REPEAT_BG
+        )
+        shown = " ".join(panel_text(app).split())  # (wrapped to the panel's width)
+        events = [e for e in (rec.start, rec.prefill, *rec.steps, rec.finish) if e is not None]
+        return ChatStory(rec, str(view.info_text()), shown, marked, events)
+
+
+@pytest.fixture(scope="module")
+def chat_story(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> ChatStory:
+    """The story at STORY's settings, drawn once through the chat (Pilot) on the session's
+    model: the chat's test reads what it showed, the engine-level tests its events (it was
+    drawn twice, by the engine and by the chat: ~6-9 s of CPU each)."""
+    return asyncio.run(_draw_in_the_chat(backend, tmp_path_factory.mktemp("repeats")))
+
+
+@pytest.fixture(scope="module")
+def cat_story(chat_story: ChatStory) -> list:
+    return chat_story.events
 
 
 def test_the_cat_story_at_the_card_s_settings_loops_and_each_step_says_so(cat_story: list) -> None:
@@ -184,36 +234,14 @@ def test_a_loopchat_server_sends_the_repeat_in_its_extension(queue_one_server: S
 
 
 # ---- the chat: the panel and the info line say so, the transcript marks the tokens ------
-@pytest.fixture(scope="module")
-def backend(live_backend):
-    return live_backend  # the session's (conftest.py): loaded once for every chat module
-
-
-async def test_the_chat_shows_the_loop(backend, tmp_path) -> None:
-    from loopchat.chat.prefs import Prefs
-    from loopchat.tui.launch import create_app
-    from loopchat.tui.token_styles import REPEAT_BG
-
-    app = create_app(backend=backend, prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json", settings=STORY)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await pilot.press(*CAT, "enter")
-        await wait_run(pilot, 120)
-        rec = app.conversation.replies[0]
-        longest = longest_of((s.index, s.repeat) for s in rec.steps)
-        assert longest is not None and longest.length >= 64
-        view = app.transcript.reply_views()[0]
-        assert longest.describe() in str(view.info_text())
-        last = rec.steps[-1]
-        assert last.repeat is not None  # ran to max_tokens inside the loop
-        shown = " ".join(panel_text(app).split())  # (wrapped to the panel's width)
-        assert repeat_of_step(last.index, last.repeat).describe() in shown
-        # the transcript marks the tokens at which the reply repeats itself, and only them
-        marked = "".join(
-            seg.text
-            for i in range(view.height)
-            for seg in view.line(i)
-            if seg.style is not None and seg.style.bgcolor is not None and seg.style.bgcolor.name == REPEAT_BG
-        )
-        expected = "".join(s.text for s in rec.steps if s.repeat is not None and not s.is_stop)
-        assert "".join(marked.split()) == "".join(expected.split()) != ""
+def test_the_chat_shows_the_loop(chat_story: ChatStory) -> None:
+    rec = chat_story.rec
+    longest = longest_of((s.index, s.repeat) for s in rec.steps)
+    assert longest is not None and longest.length >= 64
+    assert longest.describe() in chat_story.info
+    last = rec.steps[-1]
+    assert last.repeat is not None  # ran to max_tokens inside the loop
+    assert repeat_of_step(last.index, last.repeat).describe() in chat_story.panel
+    # the transcript marks the tokens at which the reply repeats itself, and only them
+    expected = "".join(s.text for s in rec.steps if s.repeat is not None and not s.is_stop)
+    assert "".join(chat_story.marked.split()) == "".join(expected.split()) != ""

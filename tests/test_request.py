@@ -105,7 +105,7 @@ def _host_run(host: str, model_path: Path) -> tuple[Start, list, ReplyRequest]:
     q: queue.Queue = queue.Queue()
     worker = EngineWorker(q.put) if host == "thread" else ProcessEngineWorker(q.put)
     try:
-        worker.load(EngineOptions(str(model_path), n_ctx=1024), "m", model_path)
+        worker.load(EngineOptions(str(model_path), n_ctx=1024, threads=1), "m", model_path)
         ready(q)
         worker.generate(ReplyRequest(MESSAGES, SETTINGS))
         first = until_done(q)
@@ -183,7 +183,7 @@ def test_every_backend_takes_the_same_request(server, model_path: Path) -> None:
             replay.generate(SHARED)  # it takes the request, and says it cannot run it
     finally:
         replay.close()
-    for backend in (LiveBackend(None, None, host="thread"), RemoteBackend(server.url)):
+    for backend in (LiveBackend(None, None, threads=1, host="thread"), RemoteBackend(server.url)):
         q: queue.Queue = queue.Queue()
         backend.attach(q.put)
         try:
@@ -216,7 +216,7 @@ def test_every_backend_takes_the_same_request(server, model_path: Path) -> None:
 
 
 def test_a_local_reply_asked_to_start_stopped_waits_before_its_first_draw() -> None:
-    backend = LiveBackend(None, None, host="thread")
+    backend = LiveBackend(None, None, threads=1, host="thread")
     q: queue.Queue = queue.Queue()
     backend.attach(q.put)
     try:

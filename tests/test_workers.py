@@ -31,7 +31,7 @@ def collect_until(q: queue.Queue, kind: type, timeout: float = 120) -> list:
 def started(kind: str, put, model_path: Path) -> EngineWorker | ProcessEngineWorker:
     """A host of `kind` ("thread" or "process") with the default model loaded."""
     w = (EngineWorker if kind == "thread" else ProcessEngineWorker)(put)
-    w.load(EngineOptions(str(model_path), n_ctx=1024), "smollm2", model_path)
+    w.load(EngineOptions(str(model_path), n_ctx=1024, threads=1), "smollm2", model_path)
     return w
 
 
@@ -101,7 +101,7 @@ def test_same_tokens_from_either_host(fresh_worker_and_queue, model_path: Path) 
     # reference: the engine driven directly in this thread
     from loopchat.engine.engine import Engine
 
-    with Engine(model_path, n_ctx=1024) as eng:
+    with Engine(model_path, n_ctx=1024, threads=1) as eng:
         ref = [e for e in eng.generate(MESSAGES, s) if isinstance(e, Finish)][0]
     assert finish.text == ref.text
 
@@ -137,7 +137,7 @@ def test_a_bad_model_is_a_worker_error_not_a_crash(cls, tmp_path: Path, model_pa
         err2 = collect_until(q, WorkerError)[-1]
         assert "no model" in err2.message
         # and a good model loads afterwards in the same worker
-        w.load(EngineOptions(str(model_path), n_ctx=512), "ok", model_path)
+        w.load(EngineOptions(str(model_path), n_ctx=512, threads=1), "ok", model_path)
         assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
     finally:
         w.close()
@@ -150,7 +150,7 @@ def test_a_crashed_engine_process_is_reported_and_can_be_restarted(model_path: P
     q: queue.Queue = queue.Queue()
     w = ProcessEngineWorker(q.put)
     try:
-        w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
+        w.load(EngineOptions(str(model_path), n_ctx=512, threads=1), "m", model_path)
         assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
         w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=400, seed=1)))
         while not isinstance(q.get(timeout=60), Step):
@@ -162,7 +162,7 @@ def test_a_crashed_engine_process_is_reported_and_can_be_restarted(model_path: P
         assert not w.busy and not w.alive
         w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=2)))
         assert "not running" in collect_until(q, WorkerError)[-1].message
-        w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
+        w.load(EngineOptions(str(model_path), n_ctx=512, threads=1), "m", model_path)
         assert isinstance(collect_until(q, (ModelReady, WorkerError))[-1], ModelReady)
         w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=3, seed=1)))
         assert collect_until(q, Finish)[-1].reason in (FinishReason.LENGTH, FinishReason.STOP)
@@ -178,7 +178,7 @@ def test_a_paced_reader_keeps_the_order_and_flush_hands_over_at_once(model_path:
     # after its first read the reader thread waits an hour: what follows comes by flush()
     w = ProcessEngineWorker(lambda e: q.put((threading.current_thread(), e)), read_period=3600)
     try:
-        w.load(EngineOptions(str(model_path), n_ctx=512), "m", model_path)
+        w.load(EngineOptions(str(model_path), n_ctx=512, threads=1), "m", model_path)
         w.generate(ReplyRequest(MESSAGES, SamplingSettings(max_tokens=12, seed=3)))
         got: list = []
         while not got or not isinstance(got[-1][1], RunDone):

@@ -4,10 +4,15 @@ or a pinned whole number of threads. A contract: models.toml's reader, the comma
 
 from __future__ import annotations
 
+import os
 from typing import Literal
+
+from loopchat.errors import UsageError
 
 AUTO: Literal["auto"] = "auto"
 Threads = int | Literal["auto"]
+#: the environment variable that stands for --threads when the option is not given (local models)
+THREADS_ENV = "LOOPCHAT_THREADS"
 
 
 def parse_threads(value: object) -> Threads:
@@ -23,4 +28,18 @@ def parse_threads(value: object) -> Threads:
     raise ValueError(f'must be "auto" or a whole number of threads from 1, got {value!r}')
 
 
-__all__ = ["AUTO", "Threads", "parse_threads"]
+def threads_or_env(given: Threads | None) -> Threads | None:
+    """--threads as given, else LOOPCHAT_THREADS ("auto" or N; unset or empty: None, the
+    model's own `threads`). A bad value is a UsageError that names the variable."""
+    if given is not None:
+        return given
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return parse_threads(text)
+    except ValueError as exc:
+        raise UsageError(f"{THREADS_ENV} {exc}: set it to auto or a number of threads, or unset it") from None
+
+
+__all__ = ["AUTO", "THREADS_ENV", "Threads", "parse_threads", "threads_or_env"]

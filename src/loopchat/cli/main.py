@@ -73,7 +73,7 @@ def _add_model_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None
         type=_threads,
         metavar="auto|N",
         help='llama.cpp threads: "auto" measures and picks the fastest count now (the default, '
-        "unless models.toml pins one); N pins it",
+        "unless models.toml pins one); N pins it (default: $LOOPCHAT_THREADS if set)",
         **d,
     )
     p.add_argument(

@@ -301,13 +301,14 @@ def _messages(args: argparse.Namespace, prompt: str, spec: Any, remote: Any) -> 
 def _local_backend(args: argparse.Namespace) -> Any:
     """The model run here: a LiveBackend with the engine on a worker thread."""
     from loopchat.backends.live import LiveBackend
+    from loopchat.threads_setting import threads_or_env
 
     # the model's spec comes with load_file (models.toml was read once, by prepare)
     return LiveBackend(
         None,
         None,
         verbose=bool(getattr(args, "verbose", False)),
-        threads=getattr(args, "threads", None),
+        threads=threads_or_env(getattr(args, "threads", None)),
         host="thread",
         flash_attn=getattr(args, "flash_attn", None),
         draft_model=getattr(args, "draft_model", None),

@@ -31,6 +31,7 @@ from loopchat.config import API_KEY_ENV
 from loopchat.errors import UsageError
 from loopchat.listen import bind, port_number, socket_url
 from loopchat.serve.cors import cors_origin, with_cors
+from loopchat.threads_setting import threads_or_env
 
 if TYPE_CHECKING:
     import uvicorn
@@ -125,7 +126,7 @@ def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """What the command line overrides of the model's models.toml entry."""
     return {
         "verbose": bool(getattr(args, "verbose", False)),
-        "threads": getattr(args, "threads", None),
+        "threads": threads_or_env(getattr(args, "threads", None)),
         "flash_attn": getattr(args, "flash_attn", None),
     }
 

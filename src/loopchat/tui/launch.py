@@ -11,7 +11,7 @@ from loopchat.chat.prefs import Prefs
 from loopchat.errors import UsageError
 from loopchat.flash_attn_setting import FlashAttn
 from loopchat.settings import SamplingSettings
-from loopchat.threads_setting import Threads
+from loopchat.threads_setting import Threads, threads_or_env
 from loopchat.tui.app import LoopChatApp
 
 
@@ -70,7 +70,7 @@ def create_app(
                 model,
                 verbose=verbose,
                 host=host or DEFAULT_HOST,
-                threads=threads,
+                threads=threads_or_env(threads),
                 flash_attn=flash_attn,
                 draft_model=draft_model,
             )
