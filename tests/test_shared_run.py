@@ -133,3 +133,19 @@ def test_a_pass_s_events_are_flushed_together_before_the_next_decode(engine: Any
     # one flush a pass once all three run: 24 Steps in about 8 + 1 flushes, not 24
     assert sum(1 for s in steps if s) <= 10
     assert max(len(s) for s in steps) == 3
+
+
+def test_a_sequence_of_a_batch_finds_dry_s_breakers_through_its_engine(engine: Any) -> None:
+    """Each request of a shared run (and each reply of n) reaches the model through a host of
+    its own (SlotHost, SequenceHost): DRY's breakers (the vocabulary's tokens holding "\\n",
+    ":", '"' or "*") must be the engine's set, found once per model. Before, each new host
+    scanned all 49,152 pieces on its request's first draw, on the engine thread, while the
+    running requests waited: 350-740 ms a joining request at load 11 (docs/performance.md)."""
+    from loopchat.engine import dry
+    from loopchat.engine.batch_run import SequenceHost
+    from loopchat.engine.slot_host import SlotHost
+
+    found = dry.model_breakers(engine)
+    assert found and all(any(b in engine.piece(i) for b in dry.BREAKERS) for i in sorted(found)[:50])
+    for host in (SlotHost(engine, 1, None, None, lambda: False), SequenceHost(engine, 2)):
+        assert dry.History([1, 2], host).breakers is found
