@@ -117,9 +117,7 @@ def test_a_pass_s_events_are_flushed_together_before_the_next_decode(engine: Any
             pending.clear()
 
     shared = SharedRun(4, flush)
-    tickets = [
-        Ticket(i, r, lambda e, i=i: pending.append((i, e, engine.passes))) for i, r in enumerate(requests)
-    ]
+    tickets = [Ticket(i, r, lambda e, i=i: pending.append((i, e, engine.passes))) for i, r in enumerate(requests)]
     engine.reset()
     for t in tickets:
         shared.submit(t)
