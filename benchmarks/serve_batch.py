@@ -12,9 +12,13 @@ reuses the shared head from sequence 0's cells). Figures, medians over --rounds:
                     first token to the last client's last token
   vs bare           that rate over the bare batch's (N sequences, one token each a pass)
   vs one            that rate over N=1's (one client alone)
-  TTFT              each client's time from its request to its first token chunk; the worst is
-                    checked against 2 x (an idle server's TTFT, N=1's, + one bare pass of N: the
-                    pass a joining request waits for)
+  TTFT              each client's time from its request to its first token chunk (every request
+                    evaluates its own user message, the call's number first: N = 1's too, not a
+                    prompt the cache holds but its last token); the worst is
+                    checked against the issue's bound, "within 2x of an idle server's TTFT plus
+                    the pass it waited for": 2 x (an idle server's TTFT, N=1's) + one bare pass
+                    of N (the pass in flight a joining request waits for); the looser
+                    2 x (idle TTFT + one bare pass of N) that earlier tables used is printed beside
 
 Each table twice (--extension on,off): with the `loopchat` extension objects in every chunk (the
 default reply) and without (`"loopchat": false`: OpenAI's chunks only, as llama-server sends).
@@ -55,12 +59,17 @@ SIZES = (1, 2, 4, 8)
 TOPICS = ("a lighthouse", "a storm", "a fox", "the moon", "a baker", "a train", "a garden", "a clock")
 
 
-def body(i: int, tokens: int, extension: bool = True) -> dict:
+def body(i: int, tokens: int, extension: bool = True, call: int | None = None) -> dict:
+    """Client i's request; `call` (together()'s count) heads the user message: no prompt is then
+    one the server's cache holds past the system prompt, each evaluates its own message."""
+    ask = f"Write a long story about {TOPICS[i % len(TOPICS)]}."
+    if call is not None:
+        ask = f"Story {call}: w{ask[1:]}"
     return {
         "loopchat": extension,
         "messages": [
             {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]}."},
+            {"role": "user", "content": ask},
         ],
         "stream": True,
         "max_tokens": tokens,
@@ -81,15 +90,22 @@ def stream_times(client: httpx.Client, url: str, data: dict) -> tuple[float, lis
     return sent, times[1:]  # (the first such chunk is the role's)
 
 
+_calls = [0]  # together()'s calls so far
+
+
 def together(url: str, n: int, tokens: int, extension: bool = True) -> tuple[float, list[float]]:
-    """N clients at once: (aggregate tok/s, each client's TTFT ms)."""
+    """N clients at once: (aggregate tok/s, each client's TTFT ms). Each client's prompt shares
+    the system prompt with what the server's cache holds and evaluates its own user message
+    (~12 tokens, the call's number first): N = 1's, the bound's idle TTFT, as each of N's."""
+    _calls[0] += 1
+    call = _calls[0]
     results: list[tuple[float, list[float]]] = [(0.0, [])] * n
     barrier = threading.Barrier(n)
     clients = [httpx.Client(timeout=300) for _ in range(n)]
 
     def one(i: int) -> None:
         barrier.wait(60)
-        results[i] = stream_times(clients[i], url, body(i, tokens, extension))
+        results[i] = stream_times(clients[i], url, body(i, tokens, extension, call))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
@@ -178,11 +194,14 @@ def report(rows: dict[int, tuple[float, float, float]], args: argparse.Namespace
     )
     print(
         f"{'N':>3} {'bare tok/s':>11} {'served tok/s':>13} {'vs bare':>8} {'vs one':>7} {'worst TTFT':>11} {'bound':>9}"
+        f" {'2x(idle+pass)':>14}"
     )
     for n, (raw, rate, ttft) in rows.items():
-        bound = 2 * (idle_ttft + n * 1000.0 / raw)  # 2 x (an idle TTFT + one bare pass of N)
+        one_pass = n * 1000.0 / raw  # one bare pass of N
+        bound, loose = 2 * idle_ttft + one_pass, 2 * (idle_ttft + one_pass)
         print(
             f"{n:>3} {raw:>11.1f} {rate:>13.1f} {rate / raw:>7.2f}x {rate / one:>6.2f}x {ttft:>8.0f} ms {bound:>6.0f} ms"
+            f" {loose:>11.0f} ms"
         )
 
 

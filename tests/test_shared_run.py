@@ -97,3 +97,53 @@ def test_requests_share_passes_a_cancelled_one_leaves_freed_an_error_fails_only_
     assert events[2][0].context_overflow
     memory = llama_cpp.llama_get_memory(engine.llm.ctx)
     assert all(llama_cpp.llama_memory_seq_pos_max(memory, s) == -1 for s in range(1, SEQUENCES_MAX + 1))
+
+
+def test_a_pass_s_events_are_flushed_together_before_the_next_decode(engine: Any) -> None:
+    """The server hands a pass's events to its event loop in one go (serve/batch_loop.py): the
+    shared run calls `flush` once the sequences have drawn, before the decode. Each flush
+    carries at most one Step of each request, and no token waits across a forward pass (the
+    engine's pass count when its Step was emitted is the count when it was flushed; a joining
+    request's Start goes with its first Step, after its prefill)."""
+    requests = [_request("What is rain?"), _request("Name a fruit."), _request("Count to five.")]
+    pending: list[tuple[int, Any, int]] = []  # (request, event, engine.passes at the emit)
+    flushes: list[list[tuple[int, Any, int]]] = []
+
+    def flush() -> None:
+        if pending:
+            waited = [e for _, e, passes in pending if isinstance(e, Step) and passes != engine.passes]
+            assert not waited, "a token waited for a forward pass before its flush"
+            flushes.append(list(pending))
+            pending.clear()
+
+    shared = SharedRun(4, flush)
+    tickets = [Ticket(i, r, lambda e, i=i: pending.append((i, e, engine.passes))) for i, r in enumerate(requests)]
+    engine.reset()
+    for t in tickets:
+        shared.submit(t)
+    shared.serve(engine)
+    assert not pending  # (serve's end flushed the last RunDones)
+    steps = [[e for _, e, _ in f if isinstance(e, Step)] for f in flushes]
+    assert sum(len(s) for s in steps) == 3 * 8
+    for f in flushes:
+        ids = [i for i, e, _ in f if isinstance(e, Step)]
+        assert len(ids) == len(set(ids)), "two Steps of one request in one flush: it waited a pass"
+    # one flush a pass once all three run: 24 Steps in about 8 + 1 flushes, not 24
+    assert sum(1 for s in steps if s) <= 10
+    assert max(len(s) for s in steps) == 3
+
+
+def test_a_sequence_of_a_batch_finds_dry_s_breakers_through_its_engine(engine: Any) -> None:
+    """Each request of a shared run (and each reply of n) reaches the model through a host of
+    its own (SlotHost, SequenceHost): DRY's breakers (the vocabulary's tokens holding "\\n",
+    ":", '"' or "*") must be the engine's set, found once per model. Before, each new host
+    scanned all 49,152 pieces on its request's first draw, on the engine thread, while the
+    running requests waited: 350-740 ms a joining request at load 11 (docs/performance.md)."""
+    from loopchat.engine import dry
+    from loopchat.engine.batch_run import SequenceHost
+    from loopchat.engine.slot_host import SlotHost
+
+    found = dry.model_breakers(engine)
+    assert found and all(any(b in engine.piece(i) for b in dry.BREAKERS) for i in sorted(found)[:50])
+    for host in (SlotHost(engine, 1, None, None, lambda: False), SequenceHost(engine, 2)):
+        assert dry.History([1, 2], host).breakers is found

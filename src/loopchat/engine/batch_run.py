@@ -32,6 +32,7 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 
 from loopchat.batch import BatchPass, check_n, fit_problem
+from loopchat.engine import dry
 from loopchat.engine.run import ReplyRun
 from loopchat.engine.run_host import RunHost
 from loopchat.engine.run_settings import ReplySettings
@@ -52,6 +53,7 @@ class SequenceHost:
     def __init__(self, engine: Any, seq: int) -> None:
         self._engine = engine
         self.seq = seq
+        dry.stands_for(self, engine)  # (DRY's breakers: the engine's, found once)
         self.row: np.ndarray | None = None  # None: the prefill's logits (the engine's last)
         self.pos: int | None = None  # tokens in this sequence's context (None: the engine's n_past)
 

@@ -37,10 +37,19 @@ def breaker_ids(pieces: Iterable[bytes], breakers: Sequence[bytes] = BREAKERS) -
 
 
 _MODEL_BREAKERS: WeakKeyDictionary[Any, frozenset[int]] = WeakKeyDictionary()
+#: stand-ins: an object that reaches a model through another (a sequence of a batch, its engine)
+_STANDS_FOR: WeakKeyDictionary[Any, Any] = WeakKeyDictionary()
+
+
+def stands_for(stand_in: Any, model: Any) -> None:
+    """`stand_in`'s breakers are `model`'s: found once per model, not once per stand-in (a
+    sequence of a batch, a new object per request, would scan the vocabulary on its first draw)."""
+    _STANDS_FOR[stand_in] = model
 
 
 def model_breakers(model: Any) -> frozenset[int]:
     """The breaker ids of a model (`n_vocab`, `piece(id) -> bytes`), found once per model."""
+    model = _STANDS_FOR.get(model, model)
     ids = _MODEL_BREAKERS.get(model)
     if ids is None:
         ids = _MODEL_BREAKERS[model] = breaker_ids(model.piece(i) for i in range(model.n_vocab))

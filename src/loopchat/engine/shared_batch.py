@@ -64,11 +64,11 @@ class _Live:
 class SharedBatch:
     """The sequences running on `engine` (at most `slots`), from admission to end."""
 
-    def __init__(self, engine: Any, slots: int) -> None:
+    def __init__(self, engine: Any, slots: int, flush: Callable[[], None] = lambda: None) -> None:
         from loopchat.engine._batch_ffi import BatchCalls  # (loads llama.cpp: imported when a run starts)
         from loopchat.engine._slot_ffi import PrefillBatch
 
-        self.engine, self.slots = engine, slots
+        self.engine, self.slots, self.flush = engine, slots, flush
         self.calls = BatchCalls(engine.llm, engine.n_vocab)
         self.prefill = PrefillBatch(engine.llm, engine.n_batch)
         self.live: list[_Live] = []
@@ -94,7 +94,8 @@ class SharedBatch:
     def admit_all(self, tickets: list[Ticket]) -> None:
         """Start the requests that join at this pass: each one's Start; sequence 0's prefill at
         once (nothing else runs: as a reply alone), the others' in one batch (joint_prefill.py);
-        then each one's Prefill and first Step (or its end)."""
+        then each one's Prefill and first Step (or its end). `flush` (shared_run.py) before the
+        joint prefill: a first token drawn already does not wait for it."""
         joining: list[tuple[_Live, Prefill]] = []
         for ticket in tickets:
             live = self._open(ticket)
@@ -106,6 +107,7 @@ class SharedBatch:
                 live.host.defer = True
                 joining.append((live, live.run.prefill()))
         if joining:
+            self.flush()  # (sequence 0's first token, if it started here, before the others' prefill)
             jobs = [(live.host, live.run, event) for live, event in joining]
             for (live, _), event in zip(joining, joint_prefill(self.engine, self.prefill, self.calls, jobs)):
                 self._started(live, event)

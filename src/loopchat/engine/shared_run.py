@@ -13,6 +13,12 @@ requests before it have ended (the ones after it wait meanwhile): N replies to o
 (n > 1: already a batch of its own, batch_run.py), the logit lens, prompt logprobs (their
 scored prefill is the engine's own), speculative decoding (its verifying passes), step mode.
 
+The events of a pass go out together: `flush` (the constructor's, on the engine thread) is
+called once the running requests have drawn, again once the joining ones have (their first
+tokens), both before the pass's decode, and after each event of a request running alone. A
+server hands what its tickets emitted since the last flush to its event loop in one go
+(serve/batch_loop.py): one wake-up a pass, not one a token, and no token waits for a decode.
+
 A client that goes `cancel`s its ticket: its sequence ends before the next pass draws
 (its Finish says cancelled), the others go on; `cancel_all` (the server stopping) ends
 every one and aborts the pass in progress.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from loopchat.engine.shared_batch import SharedBatch, Ticket
@@ -46,8 +53,9 @@ def runs_alone(request: ReplyRequest) -> bool:
 class SharedRun:
     """Requests sharing one engine's passes, at most `slots` at once (1..SEQUENCES_MAX)."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, flush: Callable[[], None] | None = None) -> None:
         self.slots = slots
+        self._flush = flush if flush is not None else _nothing
         self._lock = threading.Lock()
         self._inbox: deque[Ticket] = deque()
         self._serving = False
@@ -87,16 +95,24 @@ class SharedRun:
     # ---------------------------------------------------------------- engine thread ----
     def serve(self, engine: Any) -> None:
         """Run every request submitted until none runs and none waits."""
+        try:
+            self._serve(engine)
+        finally:
+            self._flush()
+
+    def _serve(self, engine: Any) -> None:
         if engine is None:
             self._refuse_all(WorkerError("no model is loaded: pick one with --model", during="generate"))
             return
         self._engine = engine
         engine.end_reply()  # (an abort left from a cancel that came after its run ended)
-        batch = SharedBatch(engine, self.slots)
+        batch = SharedBatch(engine, self.slots, self._flush)
         try:
             while self._more(batch):
                 batch.draw_all()
+                self._flush()  # (the running requests' tokens: before a joining request's prefill)
                 self._admit(batch)
+                self._flush()  # (the joining requests' first tokens)
                 batch.step()
         except Exception as exc:  # a bug: every running request gets its error
             batch.fail_all(_internal_error(exc, "generate"))
@@ -142,6 +158,7 @@ class SharedRun:
         try:
             for event in engine.run_reply(ticket.request):
                 ticket.emit(event)
+                self._flush()
                 if ticket.cancelled:  # (a cancel before run_reply cleared the engine's flag)
                     engine.cancel()
         except EngineError as exc:
@@ -161,6 +178,10 @@ class SharedRun:
         for ticket in tickets:
             ticket.emit(error)
             ticket.emit(RunDone(ticket.run_id))
+
+
+def _nothing() -> None:
+    pass
 
 
 __all__ = ["SharedRun", "Ticket", "runs_alone"]

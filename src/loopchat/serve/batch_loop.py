@@ -8,10 +8,11 @@ its own events up to its RunDone. Behind it the engine runs one `SharedRun`
 when it ends; `cancel` (its client left) ends its sequence before the next pass while the
 others go on.
 
-Each request's events arrive on the engine thread through its own ticket, and are handed
-to the event loop with the Run they belong to through loop.py's hand-off (handoff.py: the
-engine thread never waits for the event loop; what queued up meanwhile goes in one
-wake-up): one client's stream never carries another's events.
+Each request's events arrive on the engine thread through its own ticket and wait, with the
+Run they belong to, in an outbox that the shared run's `flush` hands to the event loop whole
+(loop.py's hand-off, handoff.py: the engine thread never waits for the event loop): one
+hand-off a pass, carrying every request's events of that pass, made before the pass's decode
+(engine/shared_run.py says when). One client's stream never carries another's events.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class BatchLoop(OneLoop):
         super().__init__(queue_limit)
         self.parallel = parallel
         self.turns = f"runs {parallel} generations at once (--parallel)"
-        self.shared = SharedRun(parallel)
+        self.shared = SharedRun(parallel, self._flush)
+        self._outbox: list[tuple[Run, Any]] = []  # (the engine thread's) events since the last flush
         self.generating = 0  # requests with a place (running, or about to join the batch)
         self._places: asyncio.Semaphore | None = None
         self._tickets: dict[int, Ticket] = {}
@@ -42,8 +44,9 @@ class BatchLoop(OneLoop):
         self._places = asyncio.Semaphore(self.parallel)
 
     def _dispatch(self, item: Any) -> None:
-        """(The event loop.) The hand-off's callback: a (Run, event) pair from `_emit_to`."""
-        self._deliver(*item)
+        """(The event loop.) The hand-off's callback: a flush's (Run, event) pairs, in order."""
+        for run, event in item:
+            self._deliver(run, event)
 
     @property
     def busy(self) -> bool:
@@ -91,13 +94,20 @@ class BatchLoop(OneLoop):
 
     # ---- the engine thread, then the event loop ----------------------------------------
     def _emit_to(self, run: Run, event: Any) -> None:
-        """(The engine thread.) The event goes to the hand-off with its Run: the engine thread
-        returns at once, and a pass of N requests wakes the event loop once, not N times."""
+        """(The engine thread.) The event waits in the outbox with its Run until the pass's flush."""
         if isinstance(event, Step):
             run.steps += 1
+        self._outbox.append((run, event))
+
+    def _flush(self) -> None:
+        """(The engine thread: SharedRun's flush.) The outbox to the hand-off in one put: the
+        engine thread returns at once, and a pass of N requests wakes the event loop once."""
+        if not self._outbox:
+            return
+        box, self._outbox = self._outbox, []
         handoff = self._handoff
         if handoff is not None:
-            handoff.put((run, event))
+            handoff.put(box)
 
     def _deliver(self, run: Run, event: Any) -> None:
         run.record(event, self.closing)
