@@ -15,12 +15,12 @@ top_logprobs 5, llama-server's default sampling), and prints, over every single-
   engine's Python between passes (there it holds the GIL the engine thread wants).
 
 perf_counter_ns is CLOCK_MONOTONIC on Linux: the C and Python stamps share one clock.
-SERVE_GAPS_POLICY=normal leaves the hand-off's and the event loop's threads SCHED_OTHER (as
-before serve/handoff.py's `yield_on_wake`); SERVE_GAPS_PROFILE=PATH writes a cProfile of the
-event loop's thread there.
+--policies normal,batch: two servers up at once, requests alternating, the second with the
+hand-off's and the event loop's threads SCHED_BATCH (an experiment: docs/performance.md, "What
+runs beside the pass"). SERVE_GAPS_PROFILE=PATH writes a cProfile of the event loop's thread.
 
     .venv/bin/python benchmarks/serve_pass_gaps.py [--tree .] [--threads 2] [--requests 4] [--tokens 128]
-        [--parallel 4] [--flash-attn off]
+        [--parallel 4] [--flash-attn off] [--policies normal,batch]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -77,19 +78,39 @@ def child(shim_path: str, dump: str, argv: list[str]) -> None:
         Path(dump).write_text(json.dumps({"passes": passes, "loop": loop_runs, "by_name": by_name}))
 
     atexit.register(write)
-    if os.environ.get("SERVE_GAPS_POLICY") == "normal":  # an A/B: the two threads left SCHED_OTHER
-        from loopchat.serve import handoff
-
-        handoff.yield_on_wake = lambda: None  # type: ignore[assignment]
-        from loopchat.serve import loop as serve_loop
-
-        serve_loop.yield_on_wake = lambda: None  # type: ignore[assignment]
+    if os.environ.get("SERVE_GAPS_POLICY") == "batch":
+        _batch_policy()
     if os.environ.get("SERVE_GAPS_PROFILE"):
         _profile_loop(os.environ["SERVE_GAPS_PROFILE"])
     from loopchat.cli.main import entry
 
     sys.argv = ["loopchat", *argv]
     entry()
+
+
+def _batch_policy() -> None:
+    """The experiment: the hand-off's and the event loop's threads SCHED_BATCH (no wake-up
+    preemption: woken as the engine thread lets go of the GIL, they no longer take its core)."""
+    import threading
+
+    from loopchat.serve import handoff
+    from loopchat.serve import loop as serve_loop
+
+    def batch() -> None:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_BATCH, os.sched_param(0))
+
+    main_, attach = handoff.Handoff._main, serve_loop.OneLoop.attach
+
+    def handoff_main(self: handoff.Handoff) -> None:
+        batch()
+        main_(self)
+
+    def loop_attach(self: serve_loop.OneLoop) -> None:  # (the event loop's thread, the engine's already started)
+        batch()
+        attach(self)
+
+    handoff.Handoff._main = handoff_main  # type: ignore[method-assign]
+    serve_loop.OneLoop.attach = loop_attach  # type: ignore[method-assign]
 
 
 def _probe_decode(shim_path: str, passes: list[tuple[int, int, int, int]]) -> None:
@@ -188,7 +209,7 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def report(data: dict, tokens: int) -> None:
+def report(data: dict) -> None:
     passes = [tuple(p) for p in data["passes"]]
     loop = sorted(tuple(x) for x in data["loop"])
     c_ms = [(p[2] - p[1]) / 1e6 for p in passes]
@@ -237,6 +258,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--flash-attn", default="off")
+    ap.add_argument(
+        "--policies", default="normal", help="normal, batch or both (normal,batch: up at once, alternating)"
+    )
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
@@ -247,20 +271,34 @@ def main() -> None:
     from serve_overhead import PY, Child, stream_request
     from serve_vs_llama_server import body
 
+    policies = args.policies.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         shim = build_shim(Path(tmp))
-        dump = Path(tmp) / "dump.json"
         os.environ["PYTHONPATH"] = str(Path(args.tree).resolve() / "src")
         serve = ["serve", "--port", "0", "--threads", str(args.threads), "--parallel", str(args.parallel)]
         serve += ["--flash-attn", args.flash_attn]
-        server = Child([PY, __file__, "--child", str(shim), str(dump), *serve], r"listening on (http://\S+)")
+        servers: dict[str, Any] = {}
+        rates: dict[str, list[float]] = {p: [] for p in policies}
         try:
-            stream_request(server.url, body(16))
-            rates = [stream_request(server.url, body(args.tokens))["tok_s"] for _ in range(args.requests)]
+            for policy in policies:
+                os.environ["SERVE_GAPS_POLICY"] = policy
+                dump = str(Path(tmp) / f"{policy}.json")
+                servers[policy] = Child(
+                    [PY, __file__, "--child", str(shim), dump, *serve], r"listening on (http://\S+)"
+                )
+                stream_request(servers[policy].url, body(16))
+            for i in range(args.requests):
+                for policy in policies[i % len(policies) :] + policies[: i % len(policies)]:
+                    rates[policy].append(stream_request(servers[policy].url, body(args.tokens))["tok_s"])
         finally:
-            server.stop()
-        print(f"client decode tok/s: {', '.join(f'{r:.1f}' for r in rates)}")
-        report(json.loads(dump.read_text()), args.tokens)
+            for server in servers.values():
+                server.stop()
+        for policy in policies:
+            print(f"== {policy}: client decode tok/s {', '.join(f'{r:.1f}' for r in rates[policy])}")
+            if policy != policies[0]:
+                ratio = statistics.median(a / b for a, b in zip(rates[policy], rates[policies[0]]))
+                print(f"  against {policies[0]}: {ratio:.3f} (median of the pairs)")
+            report(json.loads((Path(tmp) / f"{policy}.json").read_text()))
 
 
 if __name__ == "__main__":

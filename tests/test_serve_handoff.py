@@ -4,12 +4,9 @@ for the loop's thread (no model: OneLoop's worker has none loaded; the events ar
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import threading
 import time
-
-import pytest
 
 from loopchat.serve.handoff import Handoff
 from loopchat.serve.loop import OneLoop
@@ -83,38 +80,3 @@ def test_events_arrive_on_the_loop_thread_whole_and_in_order():
     asyncio.run(main())
     assert got == list(range(3000))
     assert threads == {threading.get_ident()}  # asyncio.run's loop runs on this thread
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH here (Linux only)")
-def test_the_threads_that_carry_the_chunks_never_preempt_the_engine_thread():
-    """Woken as the engine thread lets go of the GIL to start its pass, the hand-off thread
-    and then the event loop's used to preempt it on its core: the pass started only after
-    the chunk was serialized and sent (0.4 ms a token at the median on a loaded 2-core
-    machine; docs/performance.md). Both now run SCHED_BATCH (no wake-up preemption); the
-    engine thread keeps its policy, and the event loop's thread gets its own back at detach."""
-    one = OneLoop()
-    seen: dict[str, int] = {}
-
-    def thread_named(name: str) -> threading.Thread:
-        return next(t for t in threading.enumerate() if t.name == name)
-
-    async def main() -> None:
-        one.attach()
-        try:
-            seen["loop"] = os.sched_getscheduler(0)
-            handoff = thread_named("loopchat-serve-handoff")
-            deadline = time.monotonic() + 10  # (the hand-off thread sets its own as it starts)
-            while os.sched_getscheduler(handoff.native_id or 0) != os.SCHED_BATCH and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            seen["handoff"] = os.sched_getscheduler(handoff.native_id or 0)
-            seen["engine"] = os.sched_getscheduler(thread_named("loopchat-serve-engine").native_id or 0)
-        finally:
-            one.detach()
-
-    before = os.sched_getscheduler(0)
-    try:
-        asyncio.run(main())
-    finally:
-        one.close()
-    assert seen == {"loop": os.SCHED_BATCH, "handoff": os.SCHED_BATCH, "engine": before}
-    assert os.sched_getscheduler(0) == before  # (detach gave the event loop's thread its policy back)

@@ -12,46 +12,17 @@ releases the GIL) and goes on into the forward pass, which releases it. A hand-o
 blocked on the queue then wakes the event loop: the loop's work runs beside the pass, not
 before it. Events keep their order (one queue, one thread, one callback per wake-up);
 what has queued up meanwhile goes in one wake-up.
-
-Neither the hand-off thread nor the event loop's takes the engine thread's core when it
-wakes (`yield_on_wake`, SCHED_BATCH): woken as the engine thread lets go of the GIL to
-start its pass, either one used to preempt it there, and the pass started only after the
-loop had serialized and sent the chunk (0.4 ms a token at the median, up to 9 ms at p99
-on a loaded 2-core machine: docs/performance.md, "The engine thread's core at the
-pass's start"). They now run on a free core, or when the scheduler's tick gives them one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
 _STOP = object()
-
-
-def yield_on_wake() -> int | None:
-    """The calling thread, woken, no longer preempts the thread running on the core it
-    wakes on (Linux's SCHED_BATCH: the same share of the CPU, no wake-up preemption).
-    Returns the policy it had (for `restore_policy`); None where there is no such policy."""
-    try:
-        before = os.sched_getscheduler(0)
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux, or not allowed: as before
-        return None
-    return before
-
-
-def restore_policy(policy: int | None) -> None:
-    """The calling thread's policy back to what `yield_on_wake` returned."""
-    if policy is not None:
-        try:
-            os.sched_setscheduler(0, policy, os.sched_param(0))
-        except OSError:  # pragma: no cover - a policy the thread had, refused back
-            pass
 
 
 class Handoff:
@@ -64,11 +35,6 @@ class Handoff:
         self._thread = threading.Thread(target=self._main, name="loopchat-serve-handoff", daemon=True)
         self._thread.start()
 
-    @property
-    def thread_id(self) -> int | None:
-        """The hand-off thread's id in the OS (its scheduling policy: `yield_on_wake`)."""
-        return self._thread.native_id
-
     def put(self, event: Any) -> None:
         """Any thread; returns at once (never waits for the GIL or the event loop)."""
         self._queue.put(event)
@@ -79,7 +45,6 @@ class Handoff:
         self._thread.join(timeout)
 
     def _main(self) -> None:
-        yield_on_wake()
         get, get_nowait = self._queue.get, self._queue.get_nowait
         while True:
             batch = [get()]

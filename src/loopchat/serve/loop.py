@@ -24,7 +24,7 @@ from typing import Any
 from loopchat.engine.options import EngineOptions
 from loopchat.engine.worker import EngineWorker
 from loopchat.events import Finish, FinishReason, ModelReady, Prefill, RunDone, Start, Step, WorkerError
-from loopchat.serve.handoff import Handoff, restore_policy, yield_on_wake
+from loopchat.serve.handoff import Handoff
 from loopchat.serve.requests import GenerationRequest
 
 #: Finish.error of the reply in progress when the server is stopped (Ctrl+C, SIGTERM).
@@ -87,7 +87,6 @@ class OneLoop:
         self.runs = 0  # generations started
         self.closing = False
         self._handoff: Handoff | None = None  # to the event loop, once attached
-        self._loop_policy: int | None = None  # the event loop thread's before attach()
         self._lock: asyncio.Lock | None = None
         self._current: Run | None = None
         self._before: queue.Queue[Any] = queue.Queue()  # what the worker says before the server runs
@@ -105,18 +104,14 @@ class OneLoop:
 
     # ---- on the event loop -----------------------------------------------------------
     def attach(self) -> None:
-        """Start handing the worker's events to the running event loop (whose thread, woken,
-        no longer takes the engine thread's core: handoff.py)."""
+        """Start handing the worker's events to the running event loop."""
         self._lock = asyncio.Lock()
         self._handoff = Handoff(asyncio.get_running_loop(), self._dispatch)
-        self._loop_policy = yield_on_wake()
 
     def detach(self) -> None:
         handoff, self._handoff = self._handoff, None
         if handoff is not None:
             handoff.close()
-            restore_policy(self._loop_policy)
-            self._loop_policy = None
 
     @property
     def busy(self) -> bool:
