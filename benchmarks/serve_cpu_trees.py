@@ -64,6 +64,7 @@ def measured(server: Child, request: dict) -> dict:
     cpu = (after.user - before.user) + (after.system - before.system)
     return {
         "tok_s": got["tok_s"],
+        "ttft_ms": got["ttft_ms"],
         "cpu_ms": cpu * 1000.0 / got["tokens"],
         "main_ms": per_thread.get(server.proc.pid, 0.0),
         "busiest_ms": max(per_thread.values()),
@@ -109,7 +110,7 @@ def main() -> None:
         med = {k: statistics.median(x[k] for x in r) for k in r[0]}
         print(
             f"  {name:14} {med['tok_s']:6.1f} tok/s ({ratio:.3f} of {first}'s) · CPU per token {med['cpu_ms']:6.2f} ms"
-            f" · main thread {med['main_ms']:5.2f} · busiest thread {med['busiest_ms']:6.2f}"
+            f" · main thread {med['main_ms']:5.2f} · busiest thread {med['busiest_ms']:6.2f} · TTFT {med['ttft_ms']:6.1f} ms"
         )
 
 

@@ -103,6 +103,7 @@ class ReplyRun:
         self.lens: NoLens = NoLens()  # the logit lens of each pass, when asked (lens_run.py)
         self.constraint: Any = None  # the constraint stage, when asked (sampler_constraint.py)
         self.drafts = RunDrafts(host, request)  # speculative decoding's verifying passes (run_drafts.py)
+        self._faces: dict[int, tuple[str, bytes | None]] = {}  # a token's text and partial bytes (_candidates)
 
     # ---------------------------------------------------------------- driver ----
     def events(self) -> Iterator[Event | Pending]:
@@ -390,11 +391,15 @@ class ReplyRun:
         }
 
     def _candidates(self, ids: np.ndarray, probs: np.ndarray) -> tuple[Candidate, ...]:
-        piece = self.host.piece
-        return tuple(
-            Candidate(int(i), self.host.piece_text(int(i)), float(p), partial_bytes(piece(int(i))))
-            for i, p in zip(ids.tolist(), probs.tolist())
-        )
+        """(tolist: Python ints and floats.) Each token's text and bytes are asked of the host
+        once a reply (`_faces`): ~20 candidates a step, mostly tokens already seen."""
+        faces, out = self._faces, []
+        for i, p in zip(ids.tolist(), probs.tolist()):
+            face = faces.get(i)
+            if face is None:
+                face = faces[i] = (self.host.piece_text(i), partial_bytes(self.host.piece(i)))
+            out.append(Candidate(i, face[0], p, face[1]))
+        return tuple(out)
 
 
 def _common_prefix(cached: np.ndarray, tokens: list[int]) -> int:
