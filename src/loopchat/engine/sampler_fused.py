@@ -74,16 +74,20 @@ def exp_sum(src: np.ndarray, shift: float, out: np.ndarray | None) -> float:
     return float(q.sum())
 
 
-def exp_sum_above(src: np.ndarray, shift: float, threshold: np.floating) -> tuple[float, np.ndarray, np.ndarray]:
+def exp_sum_above(
+    src: np.ndarray, shift: float, threshold: np.floating, full: np.ndarray | None = None
+) -> tuple[float, np.ndarray, np.ndarray]:
     """One pass over float32 src: the sum of exp(float64(src) - shift) over every entry (as
-    exp_sum, nothing stored), and the positions at or above threshold (of src's type), in
-    order (a fresh array), with their exps (scratch memory): top-p's deep set."""
+    exp_sum), and the positions at or above threshold (of src's type), in order (a fresh
+    array), with their exps (scratch memory): top-p's deep set. `full` (float64, src's length):
+    every exp stored there too, exp_sum's `out` (the same bits), so that a deep set that does
+    not hold top-p needs no second pass; None: not stored."""
     n = src.shape[0]
     if kernel is not None:
         ids, q = scratch.get("ids", n, np.int64), scratch.get("deep_q", n, np.float64)
-        total, k = kernel.exp_sum_above(src, shift, float(threshold), ids, q)
+        total, k = kernel.exp_sum_above(src, shift, float(threshold), ids, q, full)
         return float(total), ids[:k].astype(np.intp), q[:k]
-    q = scratch.get("f64b", n, np.float64)
+    q = scratch.get("f64b", n, np.float64) if full is None else full
     total = exp_sum(src, shift, q)
     deep = np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", n, np.bool_)))
     return total, deep, q[deep]
