@@ -2623,7 +2623,69 @@ static PyObject *py_split_stats(PyObject *self, PyObject *args) {
 #endif
 }
 
+/* ---- top-p's kept candidates in one pass (issue 24, eighth session) ----------------------------
+   The kept positions of top-p's set (into its source: the candidates' logits) become the new
+   candidates: their ids (cand[kept], or kept itself), their logits (src[kept], the later stages'
+   source) and the least of those with how many equal it (the stage's cut token, cut_after):
+   one loop instead of numpy's three gathers (ids, the logits for the cut, the logits again for
+   the distribution) and two passes (its min and its ties). */
+PyDoc_STRVAR(take_doc,
+             "take(kept, cand, src, ids, out) -> (low, n_low): for int64 positions kept into float32 src,\n"
+             "ids[i] = cand[kept[i]] (int64; cand None: kept[i]) and out[i] = src[kept[i]] (float32), i < len(kept);\n"
+             "low the least of out (inf for none; NaNs are passed over) and n_low how many of out equal it.");
+
+static PyObject *py_take(PyObject *self, PyObject *args) {
+    PyObject *ko, *co, *so, *io, *oo;
+    Py_buffer kb, cb, sb, ib, ob;
+    Py_ssize_t k = 0, n = 0, n_low = 0;
+    float low = INFINITY;
+    int bad = 0;
+    if (!PyArg_ParseTuple(args, "OOOOO", &ko, &co, &so, &io, &oo)) return NULL;
+    int has_cand = co != Py_None, got = 0;
+    if (get_buf(ko, &kb, 0, 'q') < 0) return NULL;
+    got = 1;
+    if (has_cand && get_buf(co, &cb, 0, 'q') < 0) goto done;
+    got = 2;
+    if (get_buf(so, &sb, 0, 'f') < 0) goto done;
+    got = 3;
+    if (get_buf(io, &ib, 1, 'q') < 0) goto done;
+    got = 4;
+    if (get_buf(oo, &ob, 1, 'f') < 0) goto done;
+    got = 5;
+    k = kb.shape[0], n = sb.shape[0];
+    if ((has_cand && cb.shape[0] != n) || check_len(&ib, k) < 0 || check_len(&ob, k) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "cand must be as long as src");
+        goto done;
+    }
+    const int64_t *kept = (const int64_t *)kb.buf, *cand = has_cand ? (const int64_t *)cb.buf : NULL;
+    const float *src = (const float *)sb.buf;
+    int64_t *ids = (int64_t *)ib.buf;
+    float *out = (float *)ob.buf;
+    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < k; i++) {
+        int64_t p = kept[i];
+        if ((uint64_t)p >= (uint64_t)n) {
+            bad = 1;
+            break;
+        }
+        float v = src[p];
+        ids[i] = cand ? cand[p] : p;
+        out[i] = v;
+        if (v < low) low = v, n_low = 0;
+        n_low += v == low;
+    }
+    Py_END_ALLOW_THREADS if (bad) PyErr_SetString(PyExc_IndexError, "a kept position outside src");
+done:
+    if (got >= 5) PyBuffer_Release(&ob);
+    if (got >= 4) PyBuffer_Release(&ib);
+    if (got >= 3) PyBuffer_Release(&sb);
+    if (got >= 2 && has_cand) PyBuffer_Release(&cb);
+    if (got >= 1) PyBuffer_Release(&kb);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(dn)", (double)low, n_low);
+}
+
 static PyMethodDef constraint_methods[] = {
+    {"take", py_take, METH_VARARGS, take_doc},
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},

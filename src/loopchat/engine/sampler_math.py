@@ -85,7 +85,8 @@ def top_p_set(
     tokens below it are then below the cut-off. Else, or within that set, the bins of
     top_p_bins find it. On a large vocabulary one pass (sampler_fused.exp_sum_above) sums
     the masses and keeps the deep set's with their positions (and stores every mass, read
-    only where the deep set does not hold top_p): the head is found inside it. The float64 arrays are scratch memory (see sampler_scratch).
+    only where the deep set does not hold top_p): the head is found inside it. The float64
+    arrays are scratch memory (see sampler_scratch).
 
     `approx`: (an estimate of the candidates' total mass exp(logit - shift) to 1e-5, the
     shift): where it says the most likely token alone holds top_p, the total is summed
@@ -95,19 +96,33 @@ def top_p_set(
     Returns the kept candidates and the share of the candidates' softmax mass they hold
     (both sums in float64, found on the way). `known_max`: the candidates' largest logit,
     if the caller knows it."""
+    kept, share = top_p_positions(work, cand, top_p, known_max, approx, src)
+    return (kept if cand is None else cand[kept]), share
+
+
+def top_p_positions(
+    work: np.ndarray,
+    cand: np.ndarray | None,
+    top_p: float,
+    known_max: float | None = None,
+    approx: tuple[float, float] | None = None,
+    src: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """top_p_set's kept candidates as positions into their logits `src` (work[cand]), in the same
+    order, and their share (the TopP stage gathers their ids and logits in one pass: sampler_topp)."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
         src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
     if approx is not None and top_p * approx[0] * math.exp(approx[1] - mx) * _MARGIN <= 1.0:
         total = sampler_fused.exp_sum(src, mx, None)
         if top_p * total <= 1.0:  # (a sharp distribution: no search at all)
-            return _first_max(src, cand), 1.0 / total
+            return _first_max(src, None), 1.0 / total
     above = _deep_sample(src)
     if above is None:
         kept, mass, total = _top_p_stored(src, cand, top_p, mx)
     else:
         kept, mass, total = _top_p_deep(src, cand, top_p, mx, above)
-    return (kept if cand is None else cand[kept]), mass / total
+    return kept, mass / total
 
 
 #: an estimate's margin: it must say the most likely token holds more than this times the
