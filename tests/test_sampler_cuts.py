@@ -157,4 +157,6 @@ def test_take_is_numpys_gathers_over_long_rows() -> None:
                         sampler_fused.kernel = k
                     assert np.array_equal(got[0], want[0] if c is not None else kept) and got[2:] == want[2:]
     with pytest.raises(IndexError):
-        k.take(np.array([0, 5], np.int64), None, np.zeros(5, np.float32), np.empty(2, np.int64), np.empty(2, np.float32))
+        k.take(
+            np.array([0, 5], np.int64), None, np.zeros(5, np.float32), np.empty(2, np.int64), np.empty(2, np.float32)
+        )

@@ -35,8 +35,8 @@ import numpy as np
 from loopchat.engine import dry, sampler_fused, sampler_penalized
 from loopchat.engine.sampler_cuts import cut_after, cut_among, cut_below, top_and_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_p_bounded, top_set
-from loopchat.engine.sampler_topp import top_p_unsorted
 from loopchat.engine.sampler_raw import total_bounds
+from loopchat.engine.sampler_topp import top_p_unsorted
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport
 
