@@ -9,6 +9,7 @@ import pytest
 from sampler_paths import built_kernel, sampler_path  # noqa: F401 (a fixture)
 from test_sampler_kernel import ROWS
 
+from loopchat.engine import sampler_fused
 from loopchat.engine.sampler_cuts import cut_after, cut_below, first_cut, top_and_cut
 from loopchat.engine.sampler_math import top_indices
 
@@ -124,3 +125,38 @@ def test_the_masked_cut_below_is_numpys_over_long_rows() -> None:
                 want_i = int(np.flatnonzero(mask & (x == x[below].max()))[0]) if below.any() else -1
                 want = (want_i, int(np.count_nonzero(mask & (x == v))))
                 assert k.cut_below_mask(x, float(v), mask.view(np.uint8)) == want, (n, allowed, float(v))
+
+
+def test_take_is_numpys_gathers_over_long_rows() -> None:
+    """take (top-p's kept set as the new candidates, sampler_topp): cand[kept] and src[kept] with the
+    least of those and its ties, as numpy's gathers, min and count give them, on long rows with ties
+    and -inf, the kept positions in the unsorted order top-p leaves them (ascending, then a bin's
+    block), and against both paths of sampler_fused.take; a position outside src is an error."""
+    k = built_kernel()
+    rng = np.random.default_rng(13)
+    for n in (1, 17, 4111, 262_147):
+        src = np.round(rng.standard_normal(n) * 4).astype(np.float32)  # (many equal values)
+        src[rng.integers(0, n, n // 20 + 1)] = -np.inf
+        cand = np.sort(rng.choice(n + n // 3, n, replace=False)).astype(np.int64)
+        for share in (1.0, 0.9, 0.01):
+            chosen = np.flatnonzero(rng.random(n) < share)
+            kept = np.concatenate([chosen[::2], chosen[1::2][::-1]]).astype(np.int64)
+            if not kept.shape[0]:
+                continue
+            low = src[kept].min()
+            want = (cand[kept], src[kept], float(low), int(np.count_nonzero(src[kept] == low)))
+            for c in (cand, None):
+                ids, out = np.full(kept.shape[0], -1, np.int64), np.full(kept.shape[0], np.nan, np.float32)
+                assert k.take(kept, c, src, ids, out) == want[2:], (n, share)
+                assert np.array_equal(ids, want[0] if c is not None else kept) and np.array_equal(out, want[1])
+                for kernel in (k, None):
+                    sampler_fused.kernel = kernel
+                    try:
+                        got = sampler_fused.take(kept, c, src)
+                    finally:
+                        sampler_fused.kernel = k
+                    assert np.array_equal(got[0], want[0] if c is not None else kept) and got[2:] == want[2:]
+    with pytest.raises(IndexError):
+        k.take(
+            np.array([0, 5], np.int64), None, np.zeros(5, np.float32), np.empty(2, np.int64), np.empty(2, np.float32)
+        )

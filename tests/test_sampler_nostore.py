@@ -112,3 +112,48 @@ def test_top_p_without_stored_masses_keeps_what_it_keeps_with_them(name: str) ->
             ids, share = sampler_math.top_p_set(x, None, top_p, mx, (estimate * math.exp(1.5), mx - 1.5))
             assert np.array_equal(np.sort(ids), np.sort(want_ids)), (top_p, estimate)
             assert abs(share - want_share) <= 1e-12, (top_p, estimate)
+
+
+def _many_candidates_rows() -> dict[str, np.ndarray]:
+    """Rows whose chain leaves many unsorted candidates (top-k 5,000): spread logits, coarse ones
+    (ties across the reported top's cut), and tiny distinct logits next to a large one (two
+    logits, one float64 weight: exp((1e-30 - 10) / t) = exp((2e-30 - 10) / t))."""
+    rng = np.random.default_rng(14)
+    n = 60_000
+    spread = (rng.standard_normal(n) * 3).astype(np.float32)
+    coarse = np.round(rng.standard_normal(n) * 2).astype(np.float32)
+    collide = np.full(n, -30.0, dtype=np.float32)
+    collide[rng.choice(n, 6000, replace=False)] = -25.0
+    collide[7] = 10.0
+    collide[100:140] = np.arange(1, 41, dtype=np.float32) * np.float32(1e-30)
+    return {"spread": spread, "coarse": coarse, "collide": collide}
+
+
+@pytest.mark.parametrize("name", ["spread", "coarse", "collide"])
+def test_many_candidates_weights_are_not_stored_where_their_logits_order_them(name: str, monkeypatch) -> None:
+    """More than 1,024 candidates of a subset (top-k 5,000 here; a JSON schema's ~250,000 on Gemma):
+    the distribution's reported top is found among the float32 logits, its weights not stored,
+    where that is top_indices of the weights' answer (sampler._top_by_logits); every figure, the
+    token drawn, the reported top and a forced token's rank are what the stored weights give; and
+    the weights are stored where the logits cannot tell (coarse logits tied across the cut, the
+    tiny logits)."""
+    x = _many_candidates_rows()[name]
+    settings = sampler.SamplingSettings().replace(top_k=5000, top_p=1.0, min_p=0.0, temperature=2.0, seed=3)
+    stored: list[int] = []
+    real = sampler_fused.distribution
+    monkeypatch.setattr(sampler_fused, "distribution", lambda a, *r: stored.append(a.shape[0]) or real(a, *r))
+
+    def run() -> list:
+        out = []
+        for force in (None, int(np.argsort(-x, kind="stable")[2500])):
+            r = sampler.sample(x, [1, 2], settings, sampler.make_rng(4), 10, force=force)
+            out.append((r.token_id, r.sampled_top_ids.tolist(), r.sampled_top_probs.tobytes(), r.sampled_prob))
+            out.append((r.sampled_rank, r.sampled_entropy, r.kept, r.stages))
+        return out
+
+    got = run()
+    stored_now, stored[:] = list(stored), []
+    monkeypatch.setattr(sampler, "_top_by_logits", lambda *a: None)
+    assert run() == got
+    if sampler_fused.kernel is not None:  # (numpy's distribution_sums stores them all the same)
+        assert (5000 in stored_now) == (name != "spread"), stored_now

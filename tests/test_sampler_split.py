@@ -79,11 +79,28 @@ def _figures(k, x: np.ndarray, shift: float, words: np.ndarray) -> tuple:
     scan = k.constraint_scan(x, work, words, shift, sids, src)
     count = scan[0] if scan[0] * 2 > n else 0
     raw = np.array([*k.raw_sums(x, shift), *k.raw_sums64(x, shift)])  # (the raw softmax's sums: a -inf, a NaN dot)
-    return (total, q, above, ids[:kept], qs[:kept], scan, sids[:count], src[:count], raw)
+    return (total, q, above, ids[:kept], qs[:kept], scan, sids[:count], src[:count], raw, *_distributions(k, x, shift))
+
+
+def _distributions(k, x: np.ndarray, shift: float) -> tuple:
+    """The distribution's pass over float32 and float64 rows, weights stored or not, at t 1 and 2:
+    each one's weights, block sums, norm and sum of w * z."""
+    out: list = []
+    n = x.shape[0]
+    for src, sh in ((x, shift), (x.astype(np.float64) - shift, 0.0)):
+        for t in (1.0, 2.0):
+            for store in (True, False):
+                w = np.full(n, np.nan) if store else None
+                blocks = np.full((n + 1023) // 1024, np.nan)
+                out += [*k.distribution(src, sh, t, w, blocks, 1024), blocks, w]
+    return tuple(out)
 
 
 def _same(a: tuple, b: tuple) -> bool:
-    return all(np.array_equal(u, v, equal_nan=True) if isinstance(u, np.ndarray) else u == v for u, v in zip(a, b))
+    return len(a) == len(b) and all(
+        np.array_equal(u, v, equal_nan=True) if isinstance(u, np.ndarray) else u == v or (u != u and v != v)
+        for u, v in zip(a, b)
+    )
 
 
 def test_one_thread_or_two_give_the_same_bits(kernel) -> None:
@@ -110,6 +127,53 @@ def test_one_thread_or_two_give_the_same_bits(kernel) -> None:
         if helped > 0 or time.monotonic() > deadline:
             break
     assert helped > 0, "the helper thread never took a part in 20 s"
+
+
+def test_top_ps_pass_stores_every_exp_as_exp_sum_does(kernel) -> None:
+    """exp_sum_above's `full`: every exp of the row stored in the same pass (top-p's flat rows then
+    need no second pass, sampler_math._top_p_deep), the same bits as exp_sum's `out`, on one thread
+    or two; the total and the deep set's picks as without it."""
+    rng = np.random.default_rng(10)
+    for n in LENGTHS:
+        x = _row(rng, n)
+        shift, v = float(x.max()), float(np.sort(x)[-max(n // 30, 1)])
+        for threads in (1, 2):
+            kernel.set_threads(threads, 0)
+            q = np.full(n, np.nan)
+            kernel.exp_sum(x, shift, q)
+            ids, qs = np.full(n, -1, np.int64), np.full(n, np.nan)
+            want = kernel.exp_sum_above(x, shift, v, ids, qs)
+            want_picks = (ids[: want[1]].copy(), qs[: want[1]].copy())
+            full = np.full(n, np.nan)
+            got = kernel.exp_sum_above(x, shift, v, ids, qs, full)
+            assert got == want, (n, threads)
+            assert np.array_equal(full.view(np.int64), q.view(np.int64)), (n, threads)
+            assert np.array_equal(ids[: got[1]], want_picks[0]) and np.array_equal(qs[: got[1]], want_picks[1])
+
+
+def test_the_distributions_blocks_are_shared_with_the_helper(kernel) -> None:
+    """The distribution's pass over a long row (the chain's candidates: ~250,000 under a JSON
+    schema on Gemma) is offered to the helper by parts of 8,192: its block sums, norm and sum of
+    w * z have the same bits as on one thread (each block summed alone, the blocks added in order),
+    its weights are numpy's within the kernel's exp (2 ulp at t 1), and the helper does take
+    parts (waited for: a loaded machine may give its thread a core late)."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(262_147) * 3).astype(np.float32)
+    shift = float(x.max())
+    kernel.set_threads(1)
+    alone = _distributions(kernel, x, shift)
+    w = np.exp(x.astype(np.float64) - shift)
+    assert np.allclose(alone[3], w, rtol=5e-16, atol=0) and abs(alone[0] - w.sum()) <= 1e-12 * w.sum()
+    kernel.set_threads(2, 0)
+    start, helped = kernel.split_stats()[1], 0
+    deadline = time.monotonic() + 20
+    while helped == 0 and time.monotonic() < deadline:
+        w2 = np.full(x.shape[0], np.nan)
+        norm, wz = kernel.distribution(x, shift, 2.0, w2, np.empty(257), 1024)
+        helped = kernel.split_stats()[1] - start
+        assert (norm, wz) == alone[8:10] and np.array_equal(w2, alone[11])
+    assert helped > 0, "the helper thread never took a part of the distribution in 20 s"
+    assert _same(_distributions(kernel, x, shift), alone)
 
 
 def test_the_chain_draws_and_reports_the_same_with_the_helper(kernel) -> None:

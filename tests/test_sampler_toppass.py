@@ -81,8 +81,8 @@ def test_top_p_makes_one_pass_over_the_vocabulary_where_the_deep_set_holds_it(mo
     """A flat-ish row of Gemma 3's size whose cut-off lies below the exact top 64 but inside
     the deep set: the total and the deep set come from one pass (exp_sum_above); no other
     pass of the kernel reads the whole vocabulary (the head and the deep set used to be
-    found by two more, at_least's), the masses are not stored, and the cut-off is the full
-    sort's."""
+    found by two more, at_least's), the masses are not stored by a second pass, and the
+    cut-off is the full sort's."""
     n = 262_144
     rng = np.random.default_rng(12)
     x = (rng.standard_normal(n) * 0.5).astype(np.float32)

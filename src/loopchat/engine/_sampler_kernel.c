@@ -79,7 +79,7 @@ static int kernel_fma = 0;
 #define SPLIT_PART 8192
 static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t n);
 static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
-                                  Py_ssize_t *kout);
+                                  Py_ssize_t *kout, double *qf);
 
 /* One part's figures (scan_body): its sums (t, the side's a and ak), the largest forbidden and
    allowed values, how many forbidden, and the count of allowed ids written up to its end. */
@@ -97,6 +97,9 @@ static int split_take(Py_ssize_t p);
 static scan_part_out split_scanned(Py_ssize_t p);
 static void split_end(void);
 static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64);
+static int split_dist(const void *x, int f32, double shift, double t, double *w, double *bp, Py_ssize_t block,
+                      Py_ssize_t n);
+static double split_dist_wz(Py_ssize_t j);
 #endif
 
 #ifdef KERNEL_AVX2
@@ -243,9 +246,10 @@ static inline __attribute__((always_inline)) Py_ssize_t compress4(unsigned m, Py
 }
 
 /* exp_sum_above's pass in one loop: the exps in registers, the positions at or above v and
-   their exps moved out by a table of permutations (no branch per position kept). */
+   their exps moved out by a table of permutations (no branch per position kept); every exp
+   stored into qf too where it is not NULL (exp_sum's q, the same bits). */
 __attribute__((noinline)) static double exp_sum_above4(const float *x, double shift, float v, int64_t *ids,
-                                                       double *qs, Py_ssize_t n, Py_ssize_t *kout) {
+                                                       double *qs, Py_ssize_t n, Py_ssize_t *kout, double *qf) {
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
     __m256 vv = _mm256_set1_ps(v);
     Py_ssize_t i = 0, k = 0;
@@ -255,6 +259,10 @@ __attribute__((noinline)) static double exp_sum_above4(const float *x, double sh
         __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
         s0 = _mm256_add_pd(s0, e0);
         s1 = _mm256_add_pd(s1, e1);
+        if (qf) {
+            _mm256_storeu_pd(qf + i, e0);
+            _mm256_storeu_pd(qf + i + 4, e1);
+        }
         unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x8, vv, _CMP_GE_OQ));
         if (m) { /* (a branch: most groups of eight on a large vocabulary hold none) */
             k += compress4(m & 15, i, e0, ids + k, qs + k);
@@ -267,6 +275,7 @@ __attribute__((noinline)) static double exp_sum_above4(const float *x, double sh
     if (i < n) { /* the tail: its exps by the padded pass, then picked one by one */
         double w[8];
         total += pass4_f32(x + i, shift, 1.0, w, n - i, NULL);
+        for (Py_ssize_t j = 0; qf && j < n - i; j++) qf[i + j] = w[j];
         for (Py_ssize_t j = 0; j < n - i; j++)
             if (x[i + j] >= v) {
                 ids[k] = i + j;
@@ -812,6 +821,57 @@ PyDoc_STRVAR(distribution_doc,
              "weights, norm the sum of the weights, sum_wz the sum of weights * z (weights None: not stored,\n"
              "the same sums).");
 
+/* The distribution's blocks j0..j1-1 (of `block` positions, the last one up to n): each block's sum
+   into bp[j], its sum of w * z added to *wz or, with rec, into rec[j - j0] (from 0.0: the same
+   number, *wz never being -0.0); the weights into w where it is not NULL. */
+static void dist_blocks(const void *xv, int f32, double shift, double t, double *w, double *bp, Py_ssize_t block,
+                        Py_ssize_t n, Py_ssize_t j0, Py_ssize_t j1, double *wz, double *rec) {
+    for (Py_ssize_t j = j0; j < j1; j++) {
+        Py_ssize_t first = j * block, m = n - first < block ? n - first : block;
+        const float *x32 = (const float *)xv + first;
+        const double *x64 = (const double *)xv + first;
+        double a = 0.0, *acc = rec ? &a : wz, s;
+        if (w)
+            s = f32 ? block_f32(x32, shift, t, w + first, m, acc) : block_f64(x64, shift, t, w + first, m, acc);
+        else
+            s = f32 ? block_f32_sums(x32, shift, t, m, acc) : block_f64_sums(x64, shift, t, m, acc);
+        bp[j] = s;
+        if (rec) rec[j - j0] = a;
+    }
+}
+
+/* The distribution's pass: its blocks in order, or by parts of SPLIT_PART positions with the helper
+   thread (split_dist), each block's sums then added in the same order: the same bits either way. */
+static void dist_pass(const void *xv, int f32, double shift, double t, double *w, double *bp, Py_ssize_t block,
+                      Py_ssize_t n, double *norm, double *wz) {
+    Py_ssize_t nb = (n + block - 1) / block;
+#ifdef KERNEL_AVX2
+    if (split_dist(xv, f32, shift, t, w, bp, block, n)) {
+        Py_ssize_t per = SPLIT_PART / block;
+        for (Py_ssize_t p = 0, j0 = 0; j0 < nb; p++, j0 += per) {
+            Py_ssize_t j1 = j0 + per < nb ? j0 + per : nb;
+            if (split_take(p)) {
+                for (Py_ssize_t j = j0; j < j1; j++) {
+                    dist_blocks(xv, f32, shift, t, w, bp, block, n, j, j + 1, wz, NULL);
+                    *norm += bp[j];
+                }
+            } else {
+                for (Py_ssize_t j = j0; j < j1; j++) {
+                    *norm += bp[j];
+                    *wz += split_dist_wz(j);
+                }
+            }
+        }
+        split_end();
+        return;
+    }
+#endif
+    for (Py_ssize_t j = 0; j < nb; j++) {
+        dist_blocks(xv, f32, shift, t, w, bp, block, n, j, j + 1, wz, NULL);
+        *norm += bp[j];
+    }
+}
+
 static PyObject *py_distribution(PyObject *self, PyObject *args) {
     PyObject *xo, *wo, *bo;
     double shift, t;
@@ -838,18 +898,7 @@ static PyObject *py_distribution(PyObject *self, PyObject *args) {
     if ((!store || check_len(&w, n) == 0) && check_len(&b, nb) == 0) {
         int f32 = x.itemsize == 4;
         double *wp = store ? (double *)w.buf : NULL, *bp = (double *)b.buf;
-        Py_BEGIN_ALLOW_THREADS for (Py_ssize_t j = 0; j < nb; j++) {
-            Py_ssize_t first = j * block, m = n - first < block ? n - first : block;
-            const float *x32 = (const float *)x.buf + first;
-            const double *x64 = (const double *)x.buf + first;
-            double s;
-            if (wp)
-                s = f32 ? block_f32(x32, shift, t, wp + first, m, &wz) : block_f64(x64, shift, t, wp + first, m, &wz);
-            else
-                s = f32 ? block_f32_sums(x32, shift, t, m, &wz) : block_f64_sums(x64, shift, t, m, &wz);
-            bp[j] = s;
-            norm += s;
-        }
+        Py_BEGIN_ALLOW_THREADS dist_pass(x.buf, f32, shift, t, wp, bp, block, n, &norm, &wz);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&x);
@@ -959,15 +1008,16 @@ static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t 
 }
 
 static double exp_sum_above(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
-                            Py_ssize_t *kout) {
+                            Py_ssize_t *kout, double *qf) {
 #ifdef KERNEL_AVX2
-    if (kernel_fma) return exp_sum_above_parts(x, shift, v, ids, qs, n, kout);
+    if (kernel_fma) return exp_sum_above_parts(x, shift, v, ids, qs, n, kout, qf);
 #endif
     double w[ABOVE_BLOCK], total = 0.0;
     Py_ssize_t k = 0;
     for (Py_ssize_t first = 0; first < n; first += ABOVE_BLOCK) {
         Py_ssize_t m = n - first < ABOVE_BLOCK ? n - first : ABOVE_BLOCK;
         total += exp_block_f32(x + first, shift, w, m);
+        if (qf) memcpy(qf + first, w, (size_t)m * sizeof(double));
         for (Py_ssize_t i = 0; i < m; i++) { /* (branchless: every position written, kept or not) */
             ids[k] = first + i;
             qs[k] = w[i];
@@ -979,25 +1029,31 @@ static double exp_sum_above(const float *x, double shift, float v, int64_t *ids,
 }
 
 PyDoc_STRVAR(exp_sum_above_doc,
-             "exp_sum_above(x, shift, v, ids, q) -> (total, k): for float32 x, the sum of exp(float64(x[i]) - shift)\n"
-             "over every i, and the k positions with x[i] >= float32(v), in order, into ids[:k] (int64) with\n"
-             "their exps into q[:k] (float64; both x's length).");
+             "exp_sum_above(x, shift, v, ids, q, full=None) -> (total, k): for float32 x, the sum of\n"
+             "exp(float64(x[i]) - shift) over every i, and the k positions with x[i] >= float32(v), in order, into\n"
+             "ids[:k] (int64) with their exps into q[:k] (float64; both x's length); `full` (float64, x's length):\n"
+             "every exp stored there too (exp_sum's out, the same bits).");
 
 static PyObject *py_exp_sum_above(PyObject *self, PyObject *args) {
-    PyObject *xo, *io, *qo;
+    PyObject *xo, *io, *qo, *fo = Py_None;
     double shift, v;
-    Py_buffer x, ib, qb;
-    if (!PyArg_ParseTuple(args, "OddOO", &xo, &shift, &v, &io, &qo)) return NULL;
+    Py_buffer x, ib, qb, fb;
+    if (!PyArg_ParseTuple(args, "OddOO|O", &xo, &shift, &v, &io, &qo, &fo)) return NULL;
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     if (get_buf(io, &ib, 1, 'q') < 0) goto fail_x;
     if (get_buf(qo, &qb, 1, 'd') < 0) goto fail_i;
+    int full = fo != Py_None;
+    if (full && get_buf(fo, &fb, 1, 'd') < 0) goto fail_q;
     Py_ssize_t n = x.shape[0], k = 0;
     double total = 0.0;
-    if (check_len(&ib, n) == 0 && check_len(&qb, n) == 0) {
+    if (check_len(&ib, n) == 0 && check_len(&qb, n) == 0 && (!full || check_len(&fb, n) == 0)) {
+        double *qf = full ? (double *)fb.buf : NULL;
         Py_BEGIN_ALLOW_THREADS total =
-            exp_sum_above((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n, &k);
+            exp_sum_above((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n, &k, qf);
         Py_END_ALLOW_THREADS
     }
+    if (full) PyBuffer_Release(&fb);
+fail_q:
     PyBuffer_Release(&qb);
 fail_i:
     PyBuffer_Release(&ib);
@@ -2090,14 +2146,16 @@ static long split_stats[3]; /* jobs posted, parts the helper did, stalls (then n
 static long long split_off_until; /* (the callers' only: under pool.lock, or read before it) */
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
-enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4 };
+/* JOB_DIST: the distribution's blocks of at least this many positions (SPLIT_PART / DIST_MIN_BLOCK a part) */
+#define DIST_MIN_BLOCK 256
 
 typedef struct {
     int kind;
     const float *x;
     double shift;
     float v;
-    double *q; /* JOB_EXP_SUM: the caller's exps (NULL: not stored) */
+    double *q; /* JOB_EXP_SUM, JOB_ABOVE: the caller's exps of every position (NULL: not stored) */
     Py_ssize_t body;
     const float *wk; /* JOB_SCAN: constraint_scan's arrays (its ids and src written in place) */
     const uint32_t *w;
@@ -2106,6 +2164,11 @@ typedef struct {
     float *src;
     Py_ssize_t half; /* JOB_RAW: where the second half starts (x's length: body) */
     int want64;
+    const void *xv; /* JOB_DIST: dist_blocks' arguments (body: x's length) */
+    int f32;
+    double t;
+    double *wt, *bp;
+    Py_ssize_t block;
 } split_job;
 
 typedef struct {
@@ -2131,6 +2194,7 @@ typedef struct {
     float raw_out[SPLIT_MAX_PARTS + 2];
     int raw_nout;
     Py_ssize_t raw_n64;
+    double dist_wz[SPLIT_MAX_PARTS * (SPLIT_PART / DIST_MIN_BLOCK)]; /* JOB_DIST: each block's sum of w * z */
 } split_pool;
 
 static split_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
@@ -2162,9 +2226,10 @@ __attribute__((noinline)) static double part_exp_sum(const float *x, double shif
     return pass4_f32(x + a, shift, 1.0, q ? q + a : NULL, b - a, NULL);
 }
 
-/* exp_sum_above4's loop over positions [a, b): its sum, its picks into ids, qs (*k of them). */
+/* exp_sum_above4's loop over positions [a, b): its sum, its picks into ids, qs (*k of them), every
+   exp into qf + i where qf is not NULL. */
 __attribute__((noinline)) static double part_above(const float *x, double shift, float v, Py_ssize_t a, Py_ssize_t b, int64_t *ids,
-                         double *qs, Py_ssize_t *k) {
+                         double *qs, Py_ssize_t *k, double *qf) {
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
     __m256 vv = _mm256_set1_ps(v);
     Py_ssize_t c = 0;
@@ -2174,6 +2239,10 @@ __attribute__((noinline)) static double part_above(const float *x, double shift,
         __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
         s0 = _mm256_add_pd(s0, e0);
         s1 = _mm256_add_pd(s1, e1);
+        if (qf) {
+            _mm256_storeu_pd(qf + i, e0);
+            _mm256_storeu_pd(qf + i + 4, e1);
+        }
         unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x8, vv, _CMP_GE_OQ));
         if (m && i + 8 < b) {
             c += compress4(m & 15, i, e0, ids + c, qs + c);
@@ -2206,8 +2275,11 @@ static void helper_part(Py_ssize_t p) {
         pool.sum[p] = part_exp_sum(j->x, j->shift, j->q, a, b);
     else if (j->kind == JOB_ABOVE)
         pool.sum[p] = part_above(j->x, j->shift, j->v, a, b, pool.ids + p * SPLIT_GAP, pool.qs + p * SPLIT_GAP,
-                                 &pool.picked[p]);
-    else if (j->kind == JOB_SCAN)
+                                 &pool.picked[p], j->q);
+    else if (j->kind == JOB_DIST) {
+        Py_ssize_t j0 = a / j->block, j1 = (b + j->block - 1) / j->block;
+        dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
+    } else if (j->kind == JOB_SCAN)
         scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, pool.c0[p], &pool.scanned[p]);
     else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
         raw_dot d;
@@ -2413,6 +2485,17 @@ static int split_scan(const float *x, const float *wk, const uint32_t *w, double
 
 static scan_part_out split_scanned(Py_ssize_t p) { return pool.scanned[p]; }
 
+/* The distribution's blocks offered to the helper by parts (1: shared): blocks that divide a part. */
+static int split_dist(const void *x, int f32, double shift, double t, double *w, double *bp, Py_ssize_t block,
+                      Py_ssize_t n) {
+    if (block < DIST_MIN_BLOCK || block > SPLIT_PART || SPLIT_PART % block) return 0;
+    split_job job = {.kind = JOB_DIST, .xv = x, .f32 = f32, .shift = shift, .t = t, .wt = w, .bp = bp,
+                     .block = block, .body = n};
+    return split_begin(&job, NULL);
+}
+
+static double split_dist_wz(Py_ssize_t j) { return pool.dist_wz[j]; }
+
 /* raw_run's second half offered to the helper (1: the caller then does the first half, and
    split_take(1), split_raw_merge or its own second half, split_end). */
 static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64) {
@@ -2460,16 +2543,16 @@ static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t 
 
 /* exp_sum_above4 by parts, the same way: the helper's picks of a part moved into place in order. */
 static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
-                                  Py_ssize_t *kout) {
+                                  Py_ssize_t *kout, double *qf) {
     Py_ssize_t body = n & ~(Py_ssize_t)7, k = 0;
-    if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout);
-    split_job job = {.kind = JOB_ABOVE, .x = x, .shift = shift, .v = v, .body = body};
+    if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout, qf);
+    split_job job = {.kind = JOB_ABOVE, .x = x, .shift = shift, .v = v, .body = body, .q = qf};
     int shared = split_begin(&job, NULL);
     double s = 0.0;
     for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
         Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body, c;
         if (!shared || split_take(p)) {
-            s += part_above(x, shift, v, a, b, ids + k, qs + k, &c);
+            s += part_above(x, shift, v, a, b, ids + k, qs + k, &c, qf);
         } else {
             s += pool.sum[p];
             c = pool.picked[p];
@@ -2481,6 +2564,7 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
     if (shared) split_end();
     double w[8];
     if (body < n) s += pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* exp_sum_above4's tail */
+    for (Py_ssize_t j = 0; qf && body + j < n; j++) qf[body + j] = w[j];
     for (Py_ssize_t j = 0; body + j < n; j++) {
         if (x[body + j] >= v) {
             ids[k] = body + j;
@@ -2539,7 +2623,69 @@ static PyObject *py_split_stats(PyObject *self, PyObject *args) {
 #endif
 }
 
+/* ---- top-p's kept candidates in one pass (issue 24, eighth session) ----------------------------
+   The kept positions of top-p's set (into its source: the candidates' logits) become the new
+   candidates: their ids (cand[kept], or kept itself), their logits (src[kept], the later stages'
+   source) and the least of those with how many equal it (the stage's cut token, cut_after):
+   one loop instead of numpy's three gathers (ids, the logits for the cut, the logits again for
+   the distribution) and two passes (its min and its ties). */
+PyDoc_STRVAR(take_doc,
+             "take(kept, cand, src, ids, out) -> (low, n_low): for int64 positions kept into float32 src,\n"
+             "ids[i] = cand[kept[i]] (int64; cand None: kept[i]) and out[i] = src[kept[i]] (float32), i < len(kept);\n"
+             "low the least of out (inf for none; NaNs are passed over) and n_low how many of out equal it.");
+
+static PyObject *py_take(PyObject *self, PyObject *args) {
+    PyObject *ko, *co, *so, *io, *oo;
+    Py_buffer kb, cb, sb, ib, ob;
+    Py_ssize_t k = 0, n = 0, n_low = 0;
+    float low = INFINITY;
+    int bad = 0;
+    if (!PyArg_ParseTuple(args, "OOOOO", &ko, &co, &so, &io, &oo)) return NULL;
+    int has_cand = co != Py_None, got = 0;
+    if (get_buf(ko, &kb, 0, 'q') < 0) return NULL;
+    got = 1;
+    if (has_cand && get_buf(co, &cb, 0, 'q') < 0) goto done;
+    got = 2;
+    if (get_buf(so, &sb, 0, 'f') < 0) goto done;
+    got = 3;
+    if (get_buf(io, &ib, 1, 'q') < 0) goto done;
+    got = 4;
+    if (get_buf(oo, &ob, 1, 'f') < 0) goto done;
+    got = 5;
+    k = kb.shape[0], n = sb.shape[0];
+    if ((has_cand && cb.shape[0] != n) || check_len(&ib, k) < 0 || check_len(&ob, k) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "cand must be as long as src");
+        goto done;
+    }
+    const int64_t *kept = (const int64_t *)kb.buf, *cand = has_cand ? (const int64_t *)cb.buf : NULL;
+    const float *src = (const float *)sb.buf;
+    int64_t *ids = (int64_t *)ib.buf;
+    float *out = (float *)ob.buf;
+    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < k; i++) {
+        int64_t p = kept[i];
+        if ((uint64_t)p >= (uint64_t)n) {
+            bad = 1;
+            break;
+        }
+        float v = src[p];
+        ids[i] = cand ? cand[p] : p;
+        out[i] = v;
+        if (v < low) low = v, n_low = 0;
+        n_low += v == low;
+    }
+    Py_END_ALLOW_THREADS if (bad) PyErr_SetString(PyExc_IndexError, "a kept position outside src");
+done:
+    if (got >= 5) PyBuffer_Release(&ob);
+    if (got >= 4) PyBuffer_Release(&ib);
+    if (got >= 3) PyBuffer_Release(&sb);
+    if (got >= 2 && has_cand) PyBuffer_Release(&cb);
+    if (got >= 1) PyBuffer_Release(&kb);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(dn)", (double)low, n_low);
+}
+
 static PyMethodDef constraint_methods[] = {
+    {"take", py_take, METH_VARARGS, take_doc},
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},

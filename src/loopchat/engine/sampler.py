@@ -129,7 +129,15 @@ def _unsorted_distribution(c: Candidates) -> _Distribution:
         n = c.n_vocab
     else:
         src = c.source()
-        weights, blocks, norm, wz = sampler_fused.distribution(src, c.source_max(src), c.t, DRAW_BLOCK)
+        shift = c.source_max(src)
+        top_of_src = _top_by_logits(src, shift, c.t, c.report_k)
+        if top_of_src is not None:  # (the weights not stored either: their top is the logits')
+            blocks, norm, wz = sampler_fused.distribution_sums(src, shift, c.t, DRAW_BLOCK)
+            entropy = (math.log(norm) - wz / norm) * _LOG2E if src.shape[0] > 1 else 0.0
+            return _Distribution(
+                c.ids, None, norm, max(entropy, 0.0), top_of_src, blocks, src.shape[0], src, shift, c.t
+            )
+        weights, blocks, norm, wz = sampler_fused.distribution(src, shift, c.t, DRAW_BLOCK)
         n = weights.shape[0]
     entropy = (math.log(norm) - wz / norm) * _LOG2E if n > 1 else 0.0
     # only the reported candidates are sorted. Every token kept: the probabilities rise
@@ -144,6 +152,25 @@ def _unsorted_distribution(c: Candidates) -> _Distribution:
     if weights is None:
         return _Distribution(None, None, norm, max(entropy, 0.0), top, blocks, n, c.work, shift, c.t)
     return _Distribution(c.ids, weights, norm, max(entropy, 0.0), top, blocks, n)
+
+
+def _top_by_logits(src: np.ndarray, shift: float, t: float, k: int) -> np.ndarray | None:
+    """The positions of the k largest weights exp((src - shift) / t) of float32 candidates `src`,
+    largest first, equal ones by position (top_indices of the stored weights), found among the
+    float32 logits (half the bytes, the kernel's search) where that is the same answer: the top
+    k + 1 logits, no tie between the k-th and the next, and their k + 1 weights (as the
+    distribution computes them) strictly falling wherever the logits do. None: not so (a tie
+    across the cut, two logits one weight), or too few candidates: the weights are stored and
+    searched."""
+    n = src.shape[0]
+    if src.dtype != np.float32 or not 0 < k < n - 1:
+        return None
+    top = top_indices(src, k + 1)
+    v = src[top]
+    w = sampler_fused.weights_of(v, shift, t)
+    if not v[k - 1] > v[k] or np.any((v[1:] < v[:-1]) != (w[1:] < w[:-1])):
+        return None
+    return top[:k]
 
 
 def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:

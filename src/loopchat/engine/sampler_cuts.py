@@ -40,23 +40,33 @@ def cut_of_top(top: np.ndarray, k: int) -> int:
     return int(top[k]) if top.shape[0] > k else -1
 
 
-def cut_after(work: np.ndarray, entered: np.ndarray | None, kept: np.ndarray, mask: np.ndarray | None = None) -> int:
+def cut_after(
+    work: np.ndarray,
+    entered: np.ndarray | None,
+    kept: np.ndarray,
+    mask: np.ndarray | None = None,
+    least: tuple[float, int] | None = None,
+) -> int:
     """first_cut, where `kept` holds every entered token above its least logit (top-k's and
     top-p's sets). With the kernel, no copy of the vocabulary: the largest logit below the
     least kept one (its lowest id), in one read-only pass that also counts the ties of the
     least kept; where one of those was not kept (equal logits: rare), first_cut. Entered
     tokens (not None): only where `mask` (one bool a token: the constraint's) allows them
-    and no other, the pass skipping the tokens it forbids."""
+    and no other, the pass skipping the tokens it forbids. `least`: the least kept logit and how
+    many kept ones equal it, where the caller has them (sampler_fused.take), else found here."""
     kernel = sampler_fused.kernel
     n = work.shape[0] if entered is None else entered.shape[0]
     if kernel is None or not 0 < kept.shape[0] < n:
         return first_cut(work, entered, kept)
     if entered is not None and (mask is None or np.count_nonzero(mask) != n):  # (entered: a subset of it)
         return first_cut(work, entered, kept)
-    v = work[kept]
-    low = float(v.min())
+    if least is None:
+        v = work[kept]
+        low = float(v.min())
+        least = low, int(np.count_nonzero(v == low))
+    low = least[0]
     i, n_eq = kernel.cut_below(work, low) if mask is None else kernel.cut_below_mask(work, low, mask.view(np.uint8))
-    if n_eq > np.count_nonzero(v == low):  # a token not kept ties the least kept logit: rare, first_cut's way
+    if n_eq > least[1]:  # a token not kept ties the least kept logit: rare, first_cut's way
         return first_cut(work, entered, kept)
     return int(i)
 

@@ -74,16 +74,20 @@ def exp_sum(src: np.ndarray, shift: float, out: np.ndarray | None) -> float:
     return float(q.sum())
 
 
-def exp_sum_above(src: np.ndarray, shift: float, threshold: np.floating) -> tuple[float, np.ndarray, np.ndarray]:
+def exp_sum_above(
+    src: np.ndarray, shift: float, threshold: np.floating, full: np.ndarray | None = None
+) -> tuple[float, np.ndarray, np.ndarray]:
     """One pass over float32 src: the sum of exp(float64(src) - shift) over every entry (as
-    exp_sum, nothing stored), and the positions at or above threshold (of src's type), in
-    order (a fresh array), with their exps (scratch memory): top-p's deep set."""
+    exp_sum), and the positions at or above threshold (of src's type), in order (a fresh
+    array), with their exps (scratch memory): top-p's deep set. `full` (float64, src's length):
+    every exp stored there too, exp_sum's `out` (the same bits), so that a deep set that does
+    not hold top-p needs no second pass; None: not stored."""
     n = src.shape[0]
     if kernel is not None:
         ids, q = scratch.get("ids", n, np.int64), scratch.get("deep_q", n, np.float64)
-        total, k = kernel.exp_sum_above(src, shift, float(threshold), ids, q)
+        total, k = kernel.exp_sum_above(src, shift, float(threshold), ids, q, full)
         return float(total), ids[:k].astype(np.intp), q[:k]
-    q = scratch.get("f64b", n, np.float64)
+    q = scratch.get("f64b", n, np.float64) if full is None else full
     total = exp_sum(src, shift, q)
     deep = np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", n, np.bool_)))
     return total, deep, q[deep]
@@ -238,3 +242,20 @@ def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
     mask = scratch.get("mask", n, np.bool_)
     inside = np.flatnonzero(np.equal(idx, b, out=mask))
     return np.flatnonzero(np.greater(idx, b, out=mask)), inside
+
+
+def take(kept: np.ndarray, cand: np.ndarray | None, src: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """Top-p's kept positions into its source `src` (float32: the candidates' logits, in the order of
+    `cand`; cand None: the whole vocabulary) as the new candidates: (their ids, cand[kept] or kept;
+    their logits, src[kept]; the least of those; how many equal it). The kernel's one loop writes
+    the ids and logits into scratch memory (as the constraint's candidates: kept until the next
+    step), numpy's gathers into fresh arrays; the same numbers (NaN logits aside)."""
+    k = kept.shape[0]
+    if kernel is not None and src.dtype == np.float32 and (cand is None or cand.dtype == np.int64):
+        ids, out = scratch.get("take_ids", k, np.int64), scratch.get("take_src", k, np.float32)
+        low, n_low = kernel.take(kept.astype(np.int64, copy=False), cand, src, ids, out)
+        return ids, out, float(low), int(n_low)
+    ids = kept.copy() if cand is None else cand[kept]
+    out = src[kept]
+    low = float(out.min()) if k else float("inf")
+    return ids, out, low, int(np.count_nonzero(out == np.float32(low)))

@@ -84,9 +84,9 @@ def top_p_set(
     text), used only if those tokens do hold top_p of the mass (summed exactly): all
     tokens below it are then below the cut-off. Else, or within that set, the bins of
     top_p_bins find it. On a large vocabulary one pass (sampler_fused.exp_sum_above) sums
-    the masses and keeps the deep set's with their positions: the head is found inside it,
-    and the vocabulary's masses are stored (a second pass) only where the deep set does not
-    hold top_p. The float64 arrays are scratch memory (see sampler_scratch).
+    the masses and keeps the deep set's with their positions (and stores every mass, read
+    only where the deep set does not hold top_p): the head is found inside it. The float64
+    arrays are scratch memory (see sampler_scratch).
 
     `approx`: (an estimate of the candidates' total mass exp(logit - shift) to 1e-5, the
     shift): where it says the most likely token alone holds top_p, the total is summed
@@ -96,19 +96,33 @@ def top_p_set(
     Returns the kept candidates and the share of the candidates' softmax mass they hold
     (both sums in float64, found on the way). `known_max`: the candidates' largest logit,
     if the caller knows it."""
+    kept, share = top_p_positions(work, cand, top_p, known_max, approx, src)
+    return (kept if cand is None else cand[kept]), share
+
+
+def top_p_positions(
+    work: np.ndarray,
+    cand: np.ndarray | None,
+    top_p: float,
+    known_max: float | None = None,
+    approx: tuple[float, float] | None = None,
+    src: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """top_p_set's kept candidates as positions into their logits `src` (work[cand]), in the same
+    order, and their share (the TopP stage gathers their ids and logits in one pass: sampler_topp)."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
         src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
     if approx is not None and top_p * approx[0] * math.exp(approx[1] - mx) * _MARGIN <= 1.0:
         total = sampler_fused.exp_sum(src, mx, None)
         if top_p * total <= 1.0:  # (a sharp distribution: no search at all)
-            return _first_max(src, cand), 1.0 / total
+            return _first_max(src, None), 1.0 / total
     above = _deep_sample(src)
     if above is None:
         kept, mass, total = _top_p_stored(src, cand, top_p, mx)
     else:
         kept, mass, total = _top_p_deep(src, cand, top_p, mx, above)
-    return (kept if cand is None else cand[kept]), mass / total
+    return kept, mass / total
 
 
 #: an estimate's margin: it must say the most likely token holds more than this times the
@@ -168,8 +182,12 @@ def _top_p_deep(
     """top_p_set on a large vocabulary: one pass for the total and the deep set (the
     positions at or above above[-1], with their masses), the head found inside it (the
     positions at or above the sample's top _TOP_P_HEAD-th: as top_indices takes them),
-    the bins inside it where it holds top_p, else over everything (the masses stored)."""
-    total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1])
+    the bins inside it where it holds top_p, else over everything (the masses stored by the
+    same pass)."""
+    # (every mass stored on the way, 8 bytes a token written: where the deep set does not hold
+    # top_p, the bins below need them all, and a second exp pass over src is saved)
+    q = scratch.get("f64b", src.shape[0], np.float64)
+    total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1], q)
     target = top_p * total
     x_deep = src[deep]
     if target <= 1.0:  # (every token of the largest logit is in the deep set, in order)
@@ -183,8 +201,6 @@ def _top_p_deep(
     if float(q_deep.sum()) >= target:
         kept, mass = top_p_bins(x_deep, q_deep, target)
         return deep[kept], mass, total
-    q = scratch.get("f64b", src.shape[0], np.float64)
-    sampler_fused.exp_sum(src, mx, q)
     kept, mass = top_p_bins(src, q, target)
     return kept, mass, total
 

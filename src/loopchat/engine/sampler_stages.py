@@ -34,8 +34,9 @@ import numpy as np
 
 from loopchat.engine import dry, sampler_fused, sampler_penalized
 from loopchat.engine.sampler_cuts import cut_after, cut_among, cut_below, top_and_cut
-from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_p_bounded, top_p_set, top_set
+from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_p_bounded, top_set
 from loopchat.engine.sampler_raw import total_bounds
+from loopchat.engine.sampler_topp import top_p_unsorted
 from loopchat.settings import SamplingSettings
 from loopchat.stage_report import StageReport
 
@@ -342,13 +343,13 @@ class TopP:
             bounded = top_p_of_vocabulary(c, self.p) if before is None else None
             if bounded is not None:  # (the token cut: among the deep set's, if any is not kept)
                 c.ids, cut = bounded[0], cut_among(c.work, bounded[1], bounded[0])
-            else:
-                c.ids, share = top_p_set(c.work, c.ids, self.p, *known, src=c.source())
-                cut = cut_after(c.work, before, c.ids, None if before is None else c.allowed)
+            else:  # (the kept ids and their logits, the later stages' source, in one pass)
+                cut, share = top_p_unsorted(c, self.p, known)
+            assert c.ids is not None
             if c.ids.shape[0] <= SORT_LIMIT:
                 c.sort()
             if before is None:  # (share: of the float64 total; the kept mass is in the mass unit)
-                kept64 = c.logits64 if c.logits64 is not None else c.work[c.ids].astype(np.float64)
+                kept64 = c.logits64 if c.logits64 is not None else c.source().astype(np.float64)
                 return c.report(self.name, entered, c.mass_of(kept64), cut)
         return c.report(self.name, entered, c.mass * share, cut)
 
