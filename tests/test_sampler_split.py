@@ -63,7 +63,12 @@ def test_the_sums_follow_the_documented_order_of_parts(kernel) -> None:
         shift = float(x.max())
         for threads in (1, 2):
             kernel.set_threads(threads, 0)
-            assert kernel.exp_sum(x, shift, None) == _part_order_sum(kernel, x, shift), (n, threads)
+            want = _part_order_sum(kernel, x, shift)
+            assert kernel.exp_sum(x, shift, None) == want, (n, threads)
+            # top-p's pass (its total whatever it picks), the tail of n % 8 one by one too
+            ids, qs = np.empty(n, np.int64), np.empty(n)
+            for v in (-np.inf, float(np.median(x))):
+                assert kernel.exp_sum_above(x, shift, v, ids, qs)[0] == want, (n, threads, v)
 
 
 def _figures(k, x: np.ndarray, shift: float, words: np.ndarray) -> tuple:

@@ -272,9 +272,10 @@ __attribute__((noinline)) static double exp_sum_above4(const float *x, double sh
     double ls[4];
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     double total = (ls[0] + ls[1]) + (ls[2] + ls[3]);
-    if (i < n) { /* the tail: its exps by the padded pass, then picked one by one */
+    if (i < n) { /* the tail: its exps by the padded pass, added and picked one by one (exp_tail's order) */
         double w[8];
-        total += pass4_f32(x + i, shift, 1.0, w, n - i, NULL);
+        (void)pass4_f32(x + i, shift, 1.0, w, n - i, NULL);
+        for (Py_ssize_t j = 0; j < n - i; j++) total += w[j];
         for (Py_ssize_t j = 0; qf && j < n - i; j++) qf[i + j] = w[j];
         for (Py_ssize_t j = 0; j < n - i; j++)
             if (x[i + j] >= v) {
@@ -2563,7 +2564,8 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
     }
     if (shared) split_end();
     double w[8];
-    if (body < n) s += pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* exp_sum_above4's tail */
+    if (body < n) (void)pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* exp_sum_above4's tail, */
+    for (Py_ssize_t j = 0; body + j < n; j++) s += w[j];                     /* added one by one */
     for (Py_ssize_t j = 0; qf && body + j < n; j++) qf[body + j] = w[j];
     for (Py_ssize_t j = 0; body + j < n; j++) {
         if (x[body + j] >= v) {
