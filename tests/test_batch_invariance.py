@@ -1,11 +1,13 @@
 """Batch-invariant logits (issue 25): llama-cpp-python built as the Makefile builds it
-(GGML_LLAMAFILE=OFF) gives every position of a pass over k positions the logits a
+(patches/llama.cpp-sgemm-f16-vec-dot.patch: F16 matmuls through vec_dot at every pass size)
+gives every position of a pass over k positions the logits a
 one-position pass gives for the same prefix, bit for bit, on the default model.
 
 The stock build served passes of 2+ positions with llamafile's tinyBLAS and a one-position
-pass with ggml's vec_dot: other rounding (up to 0.8 in a logit here), so a verifying pass's or
+pass with ggml's vec_dot, for the F16 KV cache's attention matmuls too: other rounding (up to
+0.8 in a logit here), so a verifying pass's or
 a batch's draws could part from the plain loop's at a near-tie. This test fails on a wheel built
-without the flag (the stock wheel: the pass of 9 positions 0.5 off in a logit), so the property
+without the patch (the stock wheel: the pass of 9 positions 0.5 off in a logit), so the property
 cannot silently go away (docs/performance.md, "Batch-invariant logits")."""
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def test_every_step_is_what_one_sequence_alone_shows(fa_on: Engine) -> None:
 
 def test_flash_attention_off_differs_in_a_batch_of_sequences_only(engine: Engine) -> None:
     """Flash attention off: llama.cpp's own prefill (one sequence's rows in one batch) gives each row
-    the one-position pass's logits bit for bit (the Makefile's GGML_LLAMAFILE=OFF build; the stock
+    the one-position pass's logits bit for bit (the Makefile's patched build; the stock
     wheel's differed by up to 3.3e-2 in a probability), while a batch of sequences differs from the
     sequence alone (the unified cache's interleaved cells: the module's doc), measured up to 3e-2."""
     assert engine.flash_attn == "off"
@@ -129,7 +129,7 @@ def test_flash_attention_off_differs_in_a_batch_of_sequences_only(engine: Engine
         prefill = max(prefill, float(np.abs(_softmax(rows[i]) - _softmax(engine.logits())).max()))
     engine.reset()
     assert prefill == 0.0, (
-        f"llama.cpp's own prefill {prefill:.2e} from one row at a time: a wheel without GGML_LLAMAFILE=OFF?"
+        f"llama.cpp's own prefill {prefill:.2e} from one row at a time: a wheel without the Makefile's patch?"
     )
     assert batched > 0, "a batch of sequences gave each its rows alone bit for bit: say so (docs/trace-format.md)"
 

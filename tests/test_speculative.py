@@ -2,7 +2,7 @@
 the plain loop draws, every step is a full Step from its own row, and the pass fields are
 recorded (trace, history).
 
-Built as the Makefile builds llama-cpp-python (GGML_LLAMAFILE=OFF), llama.cpp's logits on the
+Built as the Makefile builds llama-cpp-python (its patch: F16 matmuls through vec_dot), llama.cpp's logits on the
 default model do not depend on how many positions a pass holds (tests/test_batch_invariance.py):
 a verifying pass's rows are the one-position passes' bit for bit, so at temperature 0, or under
 one seed, a speculative reply is the plain loop's reply, every step's distributions the same.
