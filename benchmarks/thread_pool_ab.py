@@ -21,7 +21,7 @@ Build the two binaries first (each ~5 min on 2 cores, outside the repo):
 
     benchmarks/build_llama_bench.sh
     LLAMA_BENCH_CMAKE_ARGS=-DGGML_OPENMP=OFF \\
-      LLAMA_BENCH_DIR=~/.cache/loopchat/llama-bench-0.3.36-noomp benchmarks/build_llama_bench.sh
+      LLAMA_BENCH_DIR=~/.cache/loopchat/llama-bench-0.3.36-noomp-f16vecdot benchmarks/build_llama_bench.sh
 
 then (about 5-6 minutes with the defaults on an otherwise idle 2-core machine; every llama-bench
 run is capped at --timeout seconds and a run that hits the cap is left out of the medians):
@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CACHE = Path.home() / ".cache" / "loopchat"
-DEFAULT_OMP = CACHE / "llama-bench-0.3.36" / "build" / "bin" / "llama-bench"
-DEFAULT_NOOMP = CACHE / "llama-bench-0.3.36-noomp" / "build" / "bin" / "llama-bench"
+DEFAULT_OMP = CACHE / "llama-bench-0.3.36-f16vecdot" / "build" / "bin" / "llama-bench"
+DEFAULT_NOOMP = CACHE / "llama-bench-0.3.36-noomp-f16vecdot" / "build" / "bin" / "llama-bench"
 
 # A CPU-bound loop that ends by itself: even if this script is killed hard, no competitor
 # outlives it by more than its time bound.

@@ -3,10 +3,12 @@ on the real default model.
 
 Exactness is checked on an engine with flash attention on: there a batched pass's row is bit
 for bit the single-sequence pass's (measured: 0.0 difference). With flash attention off (the
-default model's measured default), llama.cpp's attention over more than one row of a batch
-differs from its one-row path by up to a few 1e-2 in probability, in a batch of sequences as
-in its own prompt prefill (docs/trace-format.md, "Parallel sequences"), so there the structure
-is checked, and the size of the difference by test_flash_attention_off_differs_as_its_prefill_does.
+default model's measured default), llama.cpp's own prefill is exact too (the batch-invariant
+build: tests/test_batch_invariance.py), but a batch of sequences is not: in the unified KV cache
+the sequences' cells interleave, and attention without flash attention sums over every cell (the
+other sequences' at weight 0) in SIMD lanes set by the cell's index, so one sequence's terms are
+added in another order than alone (docs/trace-format.md, "Parallel sequences"); there the
+structure is checked, and the difference named by test_flash_attention_off_differs_in_a_batch_of_sequences_only.
 """
 
 from __future__ import annotations
@@ -107,10 +109,11 @@ def test_every_step_is_what_one_sequence_alone_shows(fa_on: Engine) -> None:
         assert worst < 1e-4, f"sequence {j}: a raw probability {worst:.2e} from the single-sequence one"
 
 
-def test_flash_attention_off_differs_as_its_prefill_does(engine: Engine) -> None:
-    """Flash attention off: a batched row differs from the one-row pass, by no more than llama.cpp's
-    own prompt prefill (a batch of one sequence's rows) differs from one row at a time (measured
-    on the same tokens: the difference is llama.cpp's attention over several rows, not the batch's)."""
+def test_flash_attention_off_differs_in_a_batch_of_sequences_only(engine: Engine) -> None:
+    """Flash attention off: llama.cpp's own prefill (one sequence's rows in one batch) gives each row
+    the one-position pass's logits bit for bit (the Makefile's patched build; the stock
+    wheel's differed by up to 3.3e-2 in a probability), while a batch of sequences differs from the
+    sequence alone (the unified cache's interleaved cells: the module's doc), measured up to 3e-2."""
     assert engine.flash_attn == "off"
     settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=11, max_tokens=20)
     replies = _replies(list(engine.generate(MESSAGES, settings, n=3)), 3)
@@ -125,7 +128,10 @@ def test_flash_attention_off_differs_as_its_prefill_does(engine: Engine) -> None
         engine.evaluate(tokens[: i + 1]) if i == 0 else engine.forward(tokens[i])
         prefill = max(prefill, float(np.abs(_softmax(rows[i]) - _softmax(engine.logits())).max()))
     engine.reset()
-    assert 0 < batched <= max(2 * prefill, 1e-3), f"batched rows {batched:.2e}, llama.cpp's own prefill {prefill:.2e}"
+    assert prefill == 0.0, (
+        f"llama.cpp's own prefill {prefill:.2e} from one row at a time: a wheel without the Makefile's patch?"
+    )
+    assert batched > 0, "a batch of sequences gave each its rows alone bit for bit: say so (docs/trace-format.md)"
 
 
 def test_a_sequence_is_the_reply_alone_with_its_seed(fa_on: Engine) -> None:

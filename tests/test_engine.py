@@ -152,7 +152,7 @@ def test_the_loop_leaves_no_garbage_for_the_cycle_collector(engine: Engine) -> N
     """On the engine thread, a collection pauses the loop: a step must not leave
     reference cycles behind (reading the logits through llama_cpp's binding left two a
     step: the pointer object and its dict)."""
-    settings = SamplingSettings(seed=3, max_tokens=48)
+    settings = SamplingSettings(seed=1, max_tokens=48)  # (seed 3 ended at 48 tokens on the stock wheel, 20 now)
     run(engine, convo("Count to twenty."), settings)  # warm: caches, templates
     with cyclic_garbage() as found:
         _, _, steps, _ = run(engine, convo("Count to twenty."), settings)

@@ -4,7 +4,8 @@ tests/data/record_run_trace.py) for each of tests/run_scenarios.py's scenarios (
 with a live settings change, a branch with DRY and a stop string, step mode with a reshape,
 a pick, granted draws and a resume). Real default model, 1 llama thread, flash attention off
 (as recorded), fixed seeds: every field of every event is equal, but for the clocks and the
-model file's place."""
+model file's place. (Recorded again on that old engine when the Makefile's llama.cpp patch moved
+the prefill's rounding, issue 25: e1b2a7e's src with 1c62737's recorder, over the patched wheel.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 passes (continuous batching: engine/shared_run.py, serve/batch_loop.py), through the official
 `openai` client on a real server (127.0.0.1, a free port) started once for the module.
 
-Each client gets, at temperature 0, the very text and tokens it gets alone; a client that
+Each client gets, at temperature 0, the very text and tokens it gets alone, or, flash attention
+off, parts from them at a near-tie that is named (a batch of sequences' rounding); a client that
 leaves mid-reply frees its sequence within one pass while the others' texts stay the same;
 one request's error fails only that one. (`--parallel 1`, one generation at a time, is
 test_serve.py's `one_at_a_time` server: its turns and queue tests.)"""
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import threading
+import warnings
 from typing import Any
 
 import httpx
@@ -90,6 +92,26 @@ def _together(server: Serve, jobs: list[tuple[str, int | None, int]]) -> list[di
     return out
 
 
+#: a raw-probability gap below which a batch's rounding may flip the greedy choice: flash attention
+#: off, a batch of sequences is not bit for bit each sequence alone (the unified cache's interleaved
+#: cells: test_batch_run.py, docs/trace-format.md "Parallel sequences"; measured up to 3e-2)
+NEAR_TIE = 0.03
+
+
+def _same_or_near_tie(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """The same text and tokens; or, where they part, a near-tie named as a warning: the other
+    reply's token within NEAR_TIE of the chosen one in both steps' raw distributions (on the stock
+    wheel the prompts gave identical texts; the patched wheel's prefill moved one to a near-tie)."""
+    if (b["text"], b["tokens"]) == (a["text"], a["tokens"]):
+        return
+    i = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), None)
+    assert i is not None, _parting(a, b)  # the same tokens, another text
+    for step, other in ((a["steps"][i], b["tokens"][i]), (b["steps"][i], a["tokens"][i])):
+        probs = {c[0]: c[2] for c in step["raw_top"]}
+        assert other in probs and probs[step["token_id"]] - probs[other] < NEAR_TIE, _parting(a, b)
+    warnings.warn(f"a batch's rounding flipped a near-tie (flash attention off): {_parting(a, b)}", stacklevel=2)
+
+
 def _parting(a: dict[str, Any], b: dict[str, Any]) -> str:
     """Where two replies' tokens part, with both steps' top candidates (a failure's message)."""
     i = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), None)
@@ -103,7 +125,7 @@ def test_four_concurrent_clients_each_get_the_text_they_get_alone(server: Serve,
     together = _together(server, [(p, None, TOKENS) for p in PROMPTS])
     for a, b in zip(alone, together):
         assert b["finish"] == "length" and len(b["tokens"]) == TOKENS
-        assert (b["text"], b["tokens"]) == (a["text"], a["tokens"]), _parting(a, b)
+        _same_or_near_tie(a, b)
     sizes = [s["batch"][1] for r in together for s in r["steps"] if s.get("batch")]
     assert max(sizes) >= 2  # they shared passes: [number, size, ms, single_ms]
     assert all(not s.get("batch") for r in alone for s in r["steps"])  # alone: no batched pass
@@ -118,7 +140,7 @@ def test_a_disconnect_in_a_batch_frees_its_sequence_and_leaves_the_others_unchan
     m = server.wait_for(r"client disconnected after (\d+) steps \(the loop ran (\d+) more\)", start=mark)
     assert int(m.group(2)) <= 1 and "finish: cancelled" in m.string  # freed within one pass
     for a, b in zip(alone[1:], together[1:]):
-        assert (b["text"], b["tokens"]) == (a["text"], a["tokens"]), _parting(a, b)
+        _same_or_near_tie(a, b)
     health = httpx.get(server.url + "/health", timeout=30).json()
     assert health["generating"] is False and health["parallel"] == 4
     after: dict[str, Any] = {}

@@ -2,25 +2,22 @@
 the plain loop draws, every step is a full Step from its own row, and the pass fields are
 recorded (trace, history).
 
-On the default model llama.cpp's logits from a batch of n >= 2 positions differ from a
-single-token pass's (measured here: up to ~0.9 in a logit, ~0.1 in a probability; batches of
-any n >= 2 agree with each other bit for bit), so a verifying pass's rows are not the plain
-loop's to the last bit: where that flips a near-tie the texts part, and the test names the
-step and the two probabilities rather than hiding it. The rows ARE a fresh evaluation of the
-same prefix batched the same way (the prompt whole, then each pass's positions as one batch):
-that is what each step's numbers are checked against, to 1e-4.
+Built as the Makefile builds llama-cpp-python (its patch: F16 matmuls through vec_dot), llama.cpp's logits on the
+default model do not depend on how many positions a pass holds (tests/test_batch_invariance.py):
+a verifying pass's rows are the one-position passes' bit for bit, so at temperature 0, or under
+one seed, a speculative reply is the plain loop's reply, every step's distributions the same.
+(The stock build's tinyBLAS gave passes of 2+ positions other rounding: the code rename below
+parted from the plain loop at its token 45 under lookup, 40 under a draft model.)
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 import pytest
-from speculative_help import NEAR_TIE, same_or_near_tie
 
 from loopchat.engine.draft_model import open_draft_model
 from loopchat.engine.draft_pace import DraftPace
@@ -56,8 +53,7 @@ def test_lookup_at_temperature_0_gives_the_plain_loop_s_text_in_fewer_passes(eng
     assert start.settings.draft == "lookup" and all(s.pass_report is None for s in plain)
     figures = pass_figures(spec)
     assert figures.kept > 10 and figures.passes < figures.tokens, draft_summary(figures)  # it drafted, and kept
-    if same_or_near_tie(plain, spec) is None:
-        assert f1.text == f0.text
+    assert [s.token_id for s in spec] == [s.token_id for s in plain] and f1.text == f0.text
     # each verifying pass's steps: its drafts kept in order, then (unless the reply ended) one drawn
     for number in {s.pass_report.number for s in spec if s.pass_report}:
         group = [s for s in spec if s.pass_report and s.pass_report.number == number]
@@ -73,42 +69,17 @@ def test_lookup_at_temperature_0_gives_the_plain_loop_s_text_in_fewer_passes(eng
 
 
 def _fresh_rows(model_path: Path, prompt: list[int], steps: list[Step]) -> list[np.ndarray]:
-    """The logits behind each step from a separate context (llama-cpp-python's own Llama and
-    batches of our own): the prompt whole, then each pass's positions as one batch, logits at
-    each: a plain pass the token fed alone, a verifying pass the token fed, the drafts it kept
-    and the draft it refused."""
+    """The logits behind each step from a separate context (llama-cpp-python's own Llama), as the
+    plain loop reads them: the prompt whole, then each step's token fed alone, one position a pass."""
     ref = llama_cpp.Llama(str(model_path), n_ctx=1024, n_threads=1, flash_attn=False, verbose=False)
     n_vocab, rows = ref.n_vocab(), []
-    batch = llama_cpp.llama_batch_init(64, 0, 1)
     try:
         ref.eval(prompt)
-        rows.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ref.ctx, -1), shape=(n_vocab,)).copy())
-        pos, i = len(prompt), 0
-        while i < len(steps) - 1:
-            report = steps[i + 1].pass_report
-            group = [s for s in steps[i + 1 :] if s.pass_report == report] if report else [steps[i + 1]]
-            fed = [steps[i].token_id] + [s.token_id for s in group if s.drafted]
-            fed += [group[-1].rejected.token_id] if group[-1].rejected is not None else []
-            fed = fed[: max(1, len(group))] if report is None else fed
-            batch.n_tokens = len(fed)
-            for j, t in enumerate(fed):
-                batch.token[j], batch.pos[j], batch.n_seq_id[j], batch.seq_id[j][0], batch.logits[j] = (
-                    t,
-                    pos + j,
-                    1,
-                    0,
-                    1,
-                )
-            assert llama_cpp.llama_decode(ref.ctx, batch) == 0
-            for j in range(len(group)):
-                ptr = llama_cpp.llama_get_logits_ith(ref.ctx, j)
-                rows.append(np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy())
-            kept = 1 + sum(1 for s in group if s.drafted)
-            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ref.ctx), -1, pos + kept, -1)
-            pos, i = pos + kept, i + len(group)
-        return rows[: len(steps)]
+        for step in steps:
+            rows.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ref.ctx, -1), shape=(n_vocab,)).copy())
+            ref.eval([step.token_id])
+        return rows
     finally:
-        llama_cpp.llama_batch_free(batch)
         ref.close()
 
 
@@ -121,6 +92,9 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 def test_every_step_of_a_sampled_speculative_reply_is_a_fresh_evaluation_of_its_prefix(
     engine: Engine, model_path: Path
 ) -> None:
+    """Each step's probabilities against softmax of a one-position pass's row of its prefix in
+    another context, to float32's rounding of the probabilities (1e-6; 1e-4 before the wheel
+    was batch-invariant, and then against rows batched as the verifying passes were)."""
     settings = COPY.replace(temperature=0.6, top_k=0, top_p=1.0, min_p=0.0, seed=3, max_tokens=60, draft="lookup")
     start, spec, _ = _reply(engine, REPEAT, settings)
     assert start.flash_attn == "off" and any(s.drafted for s in spec) and any(s.rejected for s in spec)
@@ -128,13 +102,25 @@ def test_every_step_of_a_sampled_speculative_reply_is_a_fresh_evaluation_of_its_
     assert len(rows) == len(spec)
     for step, z in zip(spec, rows, strict=True):
         p, q = _softmax(z), _softmax(z / settings.temperature)  # (no filter on: q is what was drawn from)
-        assert [c.prob for c in step.raw_top] == pytest.approx(p[[c.token_id for c in step.raw_top]], abs=1e-4)
-        assert step.raw_prob == pytest.approx(p[step.token_id], abs=1e-4), step.index
-        assert step.sampled_prob == pytest.approx(q[step.token_id], abs=1e-4), step.index
+        assert [c.prob for c in step.raw_top] == pytest.approx(p[[c.token_id for c in step.raw_top]], abs=1e-6)
+        assert step.raw_prob == pytest.approx(p[step.token_id], abs=1e-6), step.index
+        assert step.sampled_prob == pytest.approx(q[step.token_id], abs=1e-6), step.index
         if step.rejected is not None:  # the refused guess: its probabilities at the same row
-            assert step.rejected.raw_prob == pytest.approx(p[step.rejected.token_id], abs=1e-4)
-            assert step.rejected.sampled_prob == pytest.approx(q[step.rejected.token_id], abs=1e-4)
+            assert step.rejected.raw_prob == pytest.approx(p[step.rejected.token_id], abs=1e-6)
+            assert step.rejected.sampled_prob == pytest.approx(q[step.rejected.token_id], abs=1e-6)
             assert step.rejected.token_id != step.token_id
+
+
+def _same_steps(plain: list[Step], spec: list[Step]) -> None:
+    """The same tokens, and at every step the same raw and sampled distributions, bit for bit."""
+    assert [s.token_id for s in spec] == [s.token_id for s in plain]
+    for a, b in zip(plain, spec, strict=True):
+        assert (b.raw_top, b.sampled_top, b.raw_prob, b.sampled_prob) == (
+            a.raw_top,
+            a.sampled_top,
+            a.raw_prob,
+            a.sampled_prob,
+        ), b.index
 
 
 @pytest.mark.model
@@ -143,29 +129,39 @@ def test_with_sampling_and_a_seed_the_draft_does_not_change_the_reply(engine: En
     _, plain, _ = _reply(engine, REPEAT, settings)
     _, spec, _ = _reply(engine, REPEAT, settings.replace(draft="lookup"))
     assert pass_figures(spec).kept > 0
-    same_or_near_tie(plain, spec, sampled=True)
+    _same_steps(plain, spec)
+
+
+#: benchmarks/speculative.py's code rename, cut to 60 tokens: on the stock wheel (tinyBLAS) it
+#: parted from the plain loop at token 45 under lookup and 40 under the model as its own draft
+CODE = "\n".join(
+    ["def summarize(values, limit):", "    x = 0"]
+    + [f"    if values[{i}] > limit:\n        x = x + values[{i}]\n    else:\n        x = x - 1" for i in range(14)]
+    + ["    return x"]
+)
+RENAME = [Message("user", "Rename the variable x to count in this code:\n```python\n" + CODE + "\n```")]
 
 
 @pytest.mark.model
 def test_a_copy_of_the_model_as_its_draft_model_has_its_drafts_kept(engine: Engine, model_path: Path) -> None:
+    """At temperature 0, lookup and the model as its own draft model give the plain loop's reply,
+    every step's distributions bit for bit; the draft model (the same logits, one position a
+    pass) has every draft kept."""
+    settings = COPY.replace(max_tokens=60)
+    _, plain, _ = _reply(engine, RENAME, settings)
+    _, lookup, _ = _reply(engine, RENAME, settings.replace(draft="lookup"))
     engine.draft_model = open_draft_model(engine, model_path)
     try:
-        _, plain, _ = _reply(engine, [Message("user", "Name three colours.")], COPY.replace(max_tokens=40))
-        _, spec, _ = _reply(
-            engine, [Message("user", "Name three colours.")], COPY.replace(max_tokens=40, draft="model")
-        )
+        _, spec, _ = _reply(engine, RENAME, settings.replace(draft="model"))
     finally:
         engine.draft_model.close()
         engine.draft_model = None
+    for steps, source in ((lookup, "lookup"), (spec, "model")):
+        figures = pass_figures(steps)
+        assert figures.kept > 0 and {s.pass_report.source for s in steps if s.pass_report} == {source}
+        _same_steps(plain, steps)
     figures = pass_figures(spec)
-    assert figures.verifying > 0 and {s.pass_report.source for s in spec if s.pass_report} == {"model"}
-    refused = [s for s in spec if s.rejected is not None]
-    for s in refused:  # the draft model's passes are single-token ones: only a near-tie may part them
-        top = max(c.prob for c in s.raw_top)
-        assert top - s.rejected.raw_prob < NEAR_TIE, (s.index, s.piece, s.rejected)
-        warnings.warn(f"step {s.index}: the draft model's {s.rejected.text!r} refused at a near-tie", stacklevel=2)
-    assert figures.kept >= figures.drafted - len(refused) and figures.kept > 0
-    same_or_near_tie(plain, spec)
+    assert figures.kept == figures.drafted and not any(s.rejected for s in spec), draft_summary(figures)
 
 
 @pytest.mark.model

@@ -6,7 +6,10 @@ the events name (what a model-free host needs to replay the rows).
     .venv/bin/python tests/data/record_run_trace.py [OUT_DIR]   (default: tests/data)
 
 Recorded on the engine as it was before the reply run became an object (commit e1b2a7e),
-so tests/test_run_trace.py checks that the refactored engine gives the very same events.
+so tests/test_run_trace.py checks that the refactored engine gives the very same events. To record
+again on another llama-cpp-python build (as for issue 25's patch), run this file as it was at
+commit 1c62737 with that commit's src first on PYTHONPATH (`git archive 1c62737 src tests`), and
+copy the two files here: the old engine's events, not the current one's.
 """
 
 from __future__ import annotations
