@@ -31,7 +31,7 @@ JOIN = 30.0  # seconds a client thread may take (a busy 2-core machine)
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Serve("--parallel", "4", env={"LOOPCHAT_API_KEY": KEY})
+    s = Serve("--parallel", "4", "--flash-attn", "on", env={"LOOPCHAT_API_KEY": KEY})
     try:
         yield s
     finally:
@@ -92,9 +92,12 @@ def _together(server: Serve, jobs: list[tuple[str, int | None, int]]) -> list[di
     return out
 
 
-#: a raw-probability gap below which a batch's rounding may flip the greedy choice: flash attention
-#: off, a batch of sequences is not bit for bit each sequence alone (the unified cache's interleaved
-#: cells: test_batch_run.py, docs/trace-format.md "Parallel sequences"; measured up to 3e-2)
+#: a raw-probability gap below which a batch's rounding may flip the greedy choice: a batch of
+#: sequences is not bit for bit each sequence alone (the unified cache's interleaved cells:
+#: test_batch_run.py, docs/trace-format.md "Parallel sequences"). Flash attention off, a clean
+#: clone's suite saw 0.175 against 0.129 at a first token (not a near-tie: the texts parted
+#: there); on, where the kernel skips the other sequences' cells, the gaps seen were <= 0.012, the
+#: module's server runs with it on
 NEAR_TIE = 0.03
 
 
@@ -109,7 +112,7 @@ def _same_or_near_tie(a: dict[str, Any], b: dict[str, Any]) -> None:
     for step, other in ((a["steps"][i], b["tokens"][i]), (b["steps"][i], a["tokens"][i])):
         probs = {c[0]: c[2] for c in step["raw_top"]}
         assert other in probs and probs[step["token_id"]] - probs[other] < NEAR_TIE, _parting(a, b)
-    warnings.warn(f"a batch's rounding flipped a near-tie (flash attention off): {_parting(a, b)}", stacklevel=2)
+    warnings.warn(f"a batch's rounding flipped a near-tie: {_parting(a, b)}", stacklevel=2)
 
 
 def _parting(a: dict[str, Any], b: dict[str, Any]) -> str:
