@@ -103,8 +103,9 @@ def test_a_pass_s_events_are_flushed_together_before_the_next_decode(engine: Any
     """The server hands a pass's events to its event loop in one go (serve/batch_loop.py): the
     shared run calls `flush` once the sequences have drawn, before the decode. Each flush
     carries at most one Step of each request, and no token waits across a forward pass (the
-    engine's pass count when its Step was emitted is the count when it was flushed; a joining
-    request's Start goes with its first Step, after its prefill)."""
+    engine's pass count when its Step was emitted is the count when it was flushed), and no
+    Start waits for its prefill: a server sends the response's head while the prompt is read
+    (held back to the first Step, the first token over HTTP came ~2 ms later: performance.md)."""
     requests = [_request("What is rain?"), _request("Name a fruit."), _request("Count to five.")]
     pending: list[tuple[int, Any, int]] = []  # (request, event, engine.passes at the emit)
     flushes: list[list[tuple[int, Any, int]]] = []
@@ -131,6 +132,9 @@ def test_a_pass_s_events_are_flushed_together_before_the_next_decode(engine: Any
     # one flush a pass once all three run: 24 Steps in about 8 + 1 flushes, not 24
     assert sum(1 for s in steps if s) <= 10
     assert max(len(s) for s in steps) == 3
+    for i in range(3):
+        at = {type(e): n for n, f in enumerate(flushes) for j, e, _ in f if j == i and type(e) in (Start, Prefill)}
+        assert at[Start] < at[Prefill], f"request {i}'s Start waited for its prefill"
 
 
 def test_a_sequence_of_a_batch_finds_dry_s_breakers_through_its_engine(engine: Any) -> None:

@@ -94,11 +94,13 @@ class SharedBatch:
     def admit_all(self, tickets: list[Ticket]) -> None:
         """Start the requests that join at this pass: each one's Start; sequence 0's prefill at
         once (nothing else runs: as a reply alone), the others' in one batch (joint_prefill.py);
-        then each one's Prefill and first Step (or its end). `flush` (shared_run.py) before the
-        joint prefill: a first token drawn already does not wait for it."""
+        then each one's Prefill and first Step (or its end). `flush` (shared_run.py) after each
+        Start and before the joint prefill: neither a Start nor a first token drawn already waits
+        for a prefill."""
         joining: list[tuple[_Live, Prefill]] = []
         for ticket in tickets:
             live = self._open(ticket)
+            self.flush()  # (its Start before its prefill: a server sends the response's head meanwhile)
             if live is None:
                 continue
             if not live.host.own:
