@@ -245,6 +245,24 @@ static inline __attribute__((always_inline)) Py_ssize_t compress4(unsigned m, Py
     return __builtin_popcount(m);
 }
 
+/* exp_sum_above's tail, x[body:n] (fewer than eight): its exps by the padded pass, stored into qf
+   where it is not NULL, added to s one by one (exp_tail's order, docs/trace-format.md), and those at
+   or above v picked to ids + *k and qs + *k; the new sum returned. */
+static double above_tail(const float *x, double shift, float v, Py_ssize_t body, Py_ssize_t n, int64_t *ids,
+                         double *qs, Py_ssize_t *k, double *qf, double s) {
+    double w[8];
+    (void)pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* (its own sum: not used) */
+    for (Py_ssize_t j = 0; body + j < n; j++) {
+        if (qf) qf[body + j] = w[j];
+        s += w[j];
+        if (x[body + j] >= v) {
+            ids[*k] = body + j;
+            qs[(*k)++] = w[j];
+        }
+    }
+    return s;
+}
+
 /* exp_sum_above's pass in one loop: the exps in registers, the positions at or above v and
    their exps moved out by a table of permutations (no branch per position kept); every exp
    stored into qf too where it is not NULL (exp_sum's q, the same bits). */
@@ -272,17 +290,7 @@ __attribute__((noinline)) static double exp_sum_above4(const float *x, double sh
     double ls[4];
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     double total = (ls[0] + ls[1]) + (ls[2] + ls[3]);
-    if (i < n) { /* the tail: its exps by the padded pass, added and picked one by one (exp_tail's order) */
-        double w[8];
-        (void)pass4_f32(x + i, shift, 1.0, w, n - i, NULL);
-        for (Py_ssize_t j = 0; j < n - i; j++) total += w[j];
-        for (Py_ssize_t j = 0; qf && j < n - i; j++) qf[i + j] = w[j];
-        for (Py_ssize_t j = 0; j < n - i; j++)
-            if (x[i + j] >= v) {
-                ids[k] = i + j;
-                qs[k++] = w[j];
-            }
-    }
+    if (i < n) total = above_tail(x, shift, v, i, n, ids, qs, &k, qf, total);
     *kout = k;
     return total;
 }
@@ -2563,16 +2571,7 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
         k += c;
     }
     if (shared) split_end();
-    double w[8];
-    if (body < n) (void)pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* exp_sum_above4's tail, */
-    for (Py_ssize_t j = 0; body + j < n; j++) s += w[j];                     /* added one by one */
-    for (Py_ssize_t j = 0; qf && body + j < n; j++) qf[body + j] = w[j];
-    for (Py_ssize_t j = 0; body + j < n; j++) {
-        if (x[body + j] >= v) {
-            ids[k] = body + j;
-            qs[k++] = w[j];
-        }
-    }
+    if (body < n) s = above_tail(x, shift, v, body, n, ids, qs, &k, qf, s);
     *kout = k;
     return s;
 }
