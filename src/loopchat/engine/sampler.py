@@ -133,13 +133,11 @@ def _unsorted_distribution(c: Candidates) -> _Distribution:
         top_of_src = _top_by_logits(src, shift, c.t, c.report_k)
         if top_of_src is not None:  # (the weights not stored either: their top is the logits')
             blocks, norm, wz = sampler_fused.distribution_sums(src, shift, c.t, DRAW_BLOCK)
-            entropy = (math.log(norm) - wz / norm) * _LOG2E if src.shape[0] > 1 else 0.0
-            return _Distribution(
-                c.ids, None, norm, max(entropy, 0.0), top_of_src, blocks, src.shape[0], src, shift, c.t
-            )
+            entropy = _entropy_bits(norm, wz, src.shape[0])
+            return _Distribution(c.ids, None, norm, entropy, top_of_src, blocks, src.shape[0], src, shift, c.t)
         weights, blocks, norm, wz = sampler_fused.distribution(src, shift, c.t, DRAW_BLOCK)
         n = weights.shape[0]
-    entropy = (math.log(norm) - wz / norm) * _LOG2E if n > 1 else 0.0
+    entropy = _entropy_bits(norm, wz, n)
     # only the reported candidates are sorted. Every token kept: the probabilities rise
     # with the logits, so the top logits (float32, half the bytes) are the top
     # probabilities, and without a penalty they are the raw top already
@@ -150,8 +148,14 @@ def _unsorted_distribution(c: Candidates) -> _Distribution:
     else:
         top = top_indices(c.work, c.report_k)
     if weights is None:
-        return _Distribution(None, None, norm, max(entropy, 0.0), top, blocks, n, c.work, shift, c.t)
-    return _Distribution(c.ids, weights, norm, max(entropy, 0.0), top, blocks, n)
+        return _Distribution(None, None, norm, entropy, top, blocks, n, c.work, shift, c.t)
+    return _Distribution(c.ids, weights, norm, entropy, top, blocks, n)
+
+
+def _entropy_bits(norm: float, wz: float, n: int) -> float:
+    """The entropy in bits of n weights w summing to `norm` with sum(w z) = `wz`: ln(norm) -
+    wz / norm nats (0 for one candidate; never below 0, which rounding could give)."""
+    return max((math.log(norm) - wz / norm) * _LOG2E, 0.0) if n > 1 else 0.0
 
 
 def _top_by_logits(src: np.ndarray, shift: float, t: float, k: int) -> np.ndarray | None:
