@@ -4,9 +4,9 @@ candidates that say what they said before (the real default model)."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import pytest
+from call_count import python_calls
 
 from loopchat.engine import run as run_module
 from loopchat.events import Message, Step
@@ -27,18 +27,10 @@ def test_a_step_takes_few_python_calls_and_its_candidates_are_the_tokens_own(eng
     record = run_module.ReplyRun.record
 
     def counted(self, drawn):
-        n = 0
-
-        def profile(frame, event, arg):
-            nonlocal n
-            n += event == "call"
-
-        sys.setprofile(profile)
-        try:
-            return record(self, drawn)
-        finally:
-            sys.setprofile(None)
-            calls.append(n)
+        with python_calls() as n:
+            out = record(self, drawn)
+        calls.append(n[0])
+        return out
 
     monkeypatch.setattr(run_module.ReplyRun, "record", counted)
     settings = dataclasses.replace(SamplingSettings(), temperature=0.7, max_tokens=40, seed=7, dry_multiplier=0.0)

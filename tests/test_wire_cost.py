@@ -4,9 +4,10 @@ reply: tests/data/reply.jsonl)."""
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
+
+from call_count import python_calls
 
 from loopchat.event_json import to_json_dict
 from loopchat.events import Step
@@ -30,19 +31,10 @@ def test_a_token_chunk_takes_few_python_calls():
     steps = _steps()
     serializer = WireSerializer("smollm2", WireOptions(logprobs=True, top_logprobs=5, prompt=False))
     serializer.lines(steps[0])
-    calls = 0
-
-    def profile(frame, event, arg):
-        nonlocal calls
-        calls += event == "call"
-
-    sys.setprofile(profile)
-    try:
+    with python_calls() as calls:
         for step in steps[1:]:
             serializer.lines(step)
-    finally:
-        sys.setprofile(None)
-    per_chunk = calls / (len(steps) - 1)
+    per_chunk = calls[0] / (len(steps) - 1)
     assert per_chunk <= CALLS_PER_CHUNK, f"{per_chunk:.1f} Python calls per token chunk"
 
 
