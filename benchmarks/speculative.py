@@ -12,10 +12,11 @@ Tasks (the default model, temperature 0):
 Each task runs draft off and lookup (and model with --draft-model), alternating, `--rounds`
 times, quiet and then beside one CPU-bound process (`while True: pass`). The ceiling: the
 pass costs c(n) of a bare llama_decode of n positions with logits at each (measured on the
-spot, median of 7, after the task's prompt), the loop's own cost per token s (the plain
-run's ms per token minus c(1)), and the measured per-draft acceptance a (kept / (kept +
-refused)): max over k of E(k) / (c(k+1) + E(k) s), E(k) = 1 + a + ... + a^k, against one
-token per c(1) + s. The reply's own rate is Finish.tokens_per_s.
+spot after the task's prompt, median of 9 taken round robin over n), the loop's own cost per
+token s (the plain run's ms per token minus c(1)), and the measured per-draft acceptance a
+(kept / (kept + refused)): max over k of E(k) / (c(k+1) + E(k) s), E(k) = 1 + a + ... + a^k,
+against one token per c(1) + s. The reply's own rate is Finish.tokens_per_s. Beside it, the
+reply's own verifying passes: their median ms by positions checked (PassReport.ms).
 
     .venv/bin/python benchmarks/speculative.py [--threads 2] [--rounds 3] [--draft-model PATH]
 """
@@ -92,6 +93,7 @@ def reply(engine: Engine, messages: list[Message], settings: SamplingSettings, i
         "a": fig.kept / (fig.kept + refused) if fig.kept + refused else None,
         "ks": [r.drafted for r in reports.values()],
         "prompt": engine.n_past - len(steps),
+        "costs": reply_costs(steps),
     }
 
 
@@ -101,18 +103,28 @@ def pass_costs(engine: Engine, messages: list[Message], n_max: int = 9) -> dict[
     engine.reset()
     engine.evaluate(prompt)
     engine.sync()
-    costs = {}
-    for n in range(1, n_max + 1):
-        times = []
-        for _ in range(7):
+    times: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    for _ in range(9):  # round robin over n: a change of the load over the minute moves every c(n) alike
+        for n in times:
             engine.trim(len(prompt))
             t0 = time.perf_counter()
             engine.evaluate_scored(prompt[-n:])
             engine.sync()
-            times.append((time.perf_counter() - t0) * 1000.0)
-        costs[n] = statistics.median(times)
+            times[n].append((time.perf_counter() - t0) * 1000.0)
     engine.reset()
-    return costs
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def reply_costs(steps: list[Step]) -> dict[int, tuple[float, int]]:
+    """The reply's own verifying passes: positions checked (drafts + 1) -> (median ms, count)."""
+    by_n: dict[int, list[float]] = {}
+    seen: set[int] = set()
+    for step in steps:
+        r = step.pass_report
+        if r is not None and r.number not in seen:
+            seen.add(r.number)
+            by_n.setdefault(r.drafted + 1, []).append(r.ms)
+    return {n: (statistics.median(ms), len(ms)) for n, ms in sorted(by_n.items())}
 
 
 def ceiling(costs: dict[int, float], plain_rate: float, a: float | None) -> tuple[float, int]:
@@ -161,6 +173,12 @@ def run(engine: Engine, rounds: int, drafts: list[str], label: str) -> None:
                 f"k chosen median {statistics.median(ks) if ks else 0} (max {max(ks, default=0)}) · "
                 f"verifying passes {sum(r['fig'].verifying for r in rs)} · identical text {same}"
             )
+            seen = rs[-1]["costs"]
+            if seen:
+                print(
+                    "    its own verifying passes (last round): "
+                    + " ".join(f"c({n})={ms:.1f} ms x{count}" for n, (ms, count) in seen.items())
+                )
 
 
 def main() -> None:
