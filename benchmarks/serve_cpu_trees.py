@@ -3,7 +3,8 @@ server's CPU per token, by thread.
 
 All the servers are up at once and the streamed requests go round them in turn, the first
 of each round starting one further on (the same request as benchmarks/serve_vs_llama_server.py:
-128 tokens, ignore_eos, top_logprobs 5, llama-server's default sampling sent to all). For
+128 tokens, ignore_eos, top_logprobs 5, llama-server's default sampling sent to all, loopchat's
+extension off unless --extension on; every server with --parallel slots). For
 each request: the client's decode tok/s, the server process's CPU time per token (user +
 system), its main thread's (loopchat: the event loop that serializes and sends the
 chunks) and its busiest thread's (loopchat: the engine thread; llama-server: the one that
@@ -15,7 +16,7 @@ otherwise. At 1 llama thread no thread waits at a barrier, so the CPU per token 
 work done (docs/performance.md, "`loopchat serve`'s per-token cost").
 
     .venv/bin/python benchmarks/serve_cpu_trees.py --tree base=/tmp/base --tree new=. [--llama-server]
-        [--threads 1] [--flash-attn on] [--requests 8] [--tokens 128]
+        [--threads 1] [--flash-attn on] [--requests 8] [--tokens 128] [--parallel 4] [--extension off]
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from serve_vs_llama_server import body, llama_server, llama_server_binary  # noq
 from loopchat.model_files import builtin_model_path  # noqa: E402
 
 
-def loopchat_from(tree: Path, threads: int, flash_attn: str) -> Child:
+def loopchat_from(tree: Path, threads: int, flash_attn: str, parallel: int = 4) -> Child:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     args = [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", str(threads), "--flash-attn", flash_attn]
+    args += ["--parallel", str(parallel)]
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)  # (Child passes os.environ on)
@@ -79,19 +81,23 @@ def main() -> None:
     ap.add_argument("--flash-attn", default="on", choices=("on", "off"))
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--parallel", type=int, default=4, help="every server's slots (4: their default)")
+    ap.add_argument("--extension", default="off", choices=("on", "off"), help="loopchat's extension in the chunks")
     args = ap.parse_args()
     servers: dict[str, Child] = {}
     try:
         if args.llama_server:
             model = builtin_model_path("smollm2-135m-instruct")
-            servers["llama-server"] = llama_server(llama_server_binary(), model, args.threads, args.flash_attn)
+            binary = llama_server_binary()
+            servers["llama-server"] = llama_server(binary, model, args.threads, args.flash_attn, args.parallel)
         for spec in args.tree:
             name, _, path = spec.partition("=")
-            servers[name] = loopchat_from(Path(path).resolve(), args.threads, args.flash_attn)
-        warm = body(16)
+            servers[name] = loopchat_from(Path(path).resolve(), args.threads, args.flash_attn, args.parallel)
+        extension = args.extension == "on"
+        warm = body(16, extension)
         for server in servers.values():
             stream_request(server.url, warm)  # not counted
-        names, request = list(servers), body(args.tokens)
+        names, request = list(servers), body(args.tokens, extension)
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for i in range(args.requests):
             for name in names[i % len(names) :] + names[: i % len(names)]:
@@ -102,7 +108,7 @@ def main() -> None:
     first = names[0]
     print(
         f"threads {args.threads} · flash attention {args.flash_attn} · {args.requests} requests of {args.tokens} "
-        f"tokens each · load average {os.getloadavg()[0]:.1f}"
+        f"tokens each · parallel {args.parallel} · extension {args.extension} · load average {os.getloadavg()[0]:.1f}"
     )
     for name in names:
         r = runs[name]
