@@ -8,8 +8,9 @@ extension off unless --extension on; every server with --parallel slots). For
 each request: the client's decode tok/s, the server process's CPU time per token (its
 threads' schedstat), its main thread's (loopchat: the event loop that serializes and sends the
 chunks) and its busiest thread's (loopchat: the engine thread; llama-server: the one that
-runs the passes and samples), and the rest (loopchat: the hand-off thread). Printed: the medians per server and, against the first,
-the median of the per-round ratios. A tree is a folder with `src/loopchat` (e.g.
+runs the passes and samples), and the others' (loopchat: llama.cpp's second thread, the
+hand-off thread). Printed: the medians per server and, against the first, the median of the
+per-round ratios. A tree is a folder with `src/loopchat` (e.g.
 `git archive <commit> | tar -x -C /tmp/base`, and the built sampler kernel copied into its
 `src/loopchat/engine/`): its server runs with PYTHONPATH=<tree>/src, the venv's packages
 otherwise. At 1 llama thread no thread waits at a barrier, so the CPU per token is the
@@ -72,14 +73,16 @@ def measured(server: Child, request: dict) -> dict:
     after = thread_ns(pid)
     per_thread = {tid: (ns - before.get(tid, 0)) / 1e6 / got["tokens"] for tid, ns in after.items()}
     cpu = sum(per_thread.values())
-    main, busiest = per_thread.get(pid, 0.0), max(per_thread.values())
+    main = per_thread.get(pid, 0.0)
+    top = max(per_thread, key=per_thread.__getitem__)  # (llama-server: its main thread)
+    rest = sum(ms for tid, ms in per_thread.items() if tid not in (pid, top))
     return {
         "tok_s": got["tok_s"],
         "ttft_ms": got["ttft_ms"],
         "cpu_ms": cpu,
         "main_ms": main,
-        "busiest_ms": busiest,
-        "rest_ms": cpu - main - busiest,
+        "busiest_ms": per_thread[top],
+        "rest_ms": rest,
     }
 
 
