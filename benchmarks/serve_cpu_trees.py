@@ -3,19 +3,21 @@ server's CPU per token, by thread.
 
 All the servers are up at once and the streamed requests go round them in turn, the first
 of each round starting one further on (the same request as benchmarks/serve_vs_llama_server.py:
-128 tokens, ignore_eos, top_logprobs 5, llama-server's default sampling sent to all). For
-each request: the client's decode tok/s, the server process's CPU time per token (user +
-system), its main thread's (loopchat: the event loop that serializes and sends the
+128 tokens, ignore_eos, top_logprobs 5, llama-server's default sampling sent to all, loopchat's
+extension off unless --extension on; every server with --parallel slots). For
+each request: the client's decode tok/s, the server process's CPU time per token (its
+threads' schedstat), its main thread's (loopchat: the event loop that serializes and sends the
 chunks) and its busiest thread's (loopchat: the engine thread; llama-server: the one that
-runs the passes and samples). Printed: the medians per server and, against the first,
-the median of the per-round ratios. A tree is a folder with `src/loopchat` (e.g.
+runs the passes and samples), and the others' (loopchat: llama.cpp's second thread, the
+hand-off thread). Printed: the medians per server and, against the first, the median of the
+per-round ratios. A tree is a folder with `src/loopchat` (e.g.
 `git archive <commit> | tar -x -C /tmp/base`, and the built sampler kernel copied into its
 `src/loopchat/engine/`): its server runs with PYTHONPATH=<tree>/src, the venv's packages
 otherwise. At 1 llama thread no thread waits at a barrier, so the CPU per token is the
 work done (docs/performance.md, "`loopchat serve`'s per-token cost").
 
     .venv/bin/python benchmarks/serve_cpu_trees.py --tree base=/tmp/base --tree new=. [--llama-server]
-        [--threads 1] [--flash-attn on] [--requests 8] [--tokens 128]
+        [--threads 1] [--flash-attn on] [--requests 8] [--tokens 128] [--parallel 4] [--extension off]
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import psutil
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -37,9 +37,10 @@ from serve_vs_llama_server import body, llama_server, llama_server_binary  # noq
 from loopchat.model_files import builtin_model_path  # noqa: E402
 
 
-def loopchat_from(tree: Path, threads: int, flash_attn: str) -> Child:
+def loopchat_from(tree: Path, threads: int, flash_attn: str, parallel: int = 4) -> Child:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     args = [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", str(threads), "--flash-attn", flash_attn]
+    args += ["--parallel", str(parallel)]
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)  # (Child passes os.environ on)
@@ -50,24 +51,38 @@ def loopchat_from(tree: Path, threads: int, flash_attn: str) -> Child:
         os.environ.update(saved)
 
 
+def thread_ns(pid: int) -> dict[int, int]:
+    """Each thread's time on a CPU in ns (/proc/PID/task/TID/schedstat's first field: the
+    scheduler's own sum, exact; /proc's stat counts clock ticks of 10 ms, which at ~0.3 ms a
+    token and 128 tokens is a quarter of the figure)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # (a thread that ended meanwhile)
+            pass
+    return out
+
+
 def measured(server: Child, request: dict) -> dict:
-    """One request: client tok/s, and CPU ms per token of the process, its main thread, its busiest."""
-    proc = psutil.Process(server.proc.pid)
-    before_threads = {t.id: t.user_time + t.system_time for t in proc.threads()}
-    before = proc.cpu_times()
+    """One request: client tok/s, and CPU ms per token of the process, its main thread, its
+    busiest, the others (threads' times from schedstat)."""
+    pid = server.proc.pid
+    before = thread_ns(pid)
     got = stream_request(server.url, request)
-    after = proc.cpu_times()
-    per_thread = {
-        t.id: (t.user_time + t.system_time - before_threads.get(t.id, 0.0)) * 1000.0 / got["tokens"]
-        for t in proc.threads()
-    }
-    cpu = (after.user - before.user) + (after.system - before.system)
+    after = thread_ns(pid)
+    per_thread = {tid: (ns - before.get(tid, 0)) / 1e6 / got["tokens"] for tid, ns in after.items()}
+    cpu = sum(per_thread.values())
+    main = per_thread.get(pid, 0.0)
+    top = max(per_thread, key=per_thread.__getitem__)  # (llama-server: its main thread)
+    rest = sum(ms for tid, ms in per_thread.items() if tid not in (pid, top))
     return {
         "tok_s": got["tok_s"],
         "ttft_ms": got["ttft_ms"],
-        "cpu_ms": cpu * 1000.0 / got["tokens"],
-        "main_ms": per_thread.get(server.proc.pid, 0.0),
-        "busiest_ms": max(per_thread.values()),
+        "cpu_ms": cpu,
+        "main_ms": main,
+        "busiest_ms": per_thread[top],
+        "rest_ms": rest,
     }
 
 
@@ -79,19 +94,23 @@ def main() -> None:
     ap.add_argument("--flash-attn", default="on", choices=("on", "off"))
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--parallel", type=int, default=4, help="every server's slots (4: their default)")
+    ap.add_argument("--extension", default="off", choices=("on", "off"), help="loopchat's extension in the chunks")
     args = ap.parse_args()
     servers: dict[str, Child] = {}
     try:
         if args.llama_server:
             model = builtin_model_path("smollm2-135m-instruct")
-            servers["llama-server"] = llama_server(llama_server_binary(), model, args.threads, args.flash_attn)
+            binary = llama_server_binary()
+            servers["llama-server"] = llama_server(binary, model, args.threads, args.flash_attn, args.parallel)
         for spec in args.tree:
             name, _, path = spec.partition("=")
-            servers[name] = loopchat_from(Path(path).resolve(), args.threads, args.flash_attn)
-        warm = body(16)
+            servers[name] = loopchat_from(Path(path).resolve(), args.threads, args.flash_attn, args.parallel)
+        extension = args.extension == "on"
+        warm = body(16, extension)
         for server in servers.values():
             stream_request(server.url, warm)  # not counted
-        names, request = list(servers), body(args.tokens)
+        names, request = list(servers), body(args.tokens, extension)
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for i in range(args.requests):
             for name in names[i % len(names) :] + names[: i % len(names)]:
@@ -102,7 +121,7 @@ def main() -> None:
     first = names[0]
     print(
         f"threads {args.threads} · flash attention {args.flash_attn} · {args.requests} requests of {args.tokens} "
-        f"tokens each · load average {os.getloadavg()[0]:.1f}"
+        f"tokens each · parallel {args.parallel} · extension {args.extension} · load average {os.getloadavg()[0]:.1f}"
     )
     for name in names:
         r = runs[name]
@@ -110,7 +129,8 @@ def main() -> None:
         med = {k: statistics.median(x[k] for x in r) for k in r[0]}
         print(
             f"  {name:14} {med['tok_s']:6.1f} tok/s ({ratio:.3f} of {first}'s) · CPU per token {med['cpu_ms']:6.2f} ms"
-            f" · main thread {med['main_ms']:5.2f} · busiest thread {med['busiest_ms']:6.2f} · TTFT {med['ttft_ms']:6.1f} ms"
+            f" · main thread {med['main_ms']:5.2f} · busiest thread {med['busiest_ms']:6.2f} · the others {med['rest_ms']:5.2f}"
+            f" · TTFT {med['ttft_ms']:6.1f} ms"
         )
 
 

@@ -143,8 +143,13 @@ def _probe_decode(shim_path: str, passes: list[tuple[int, int, int, int]]) -> No
 
 
 def _probe_loop(loop_runs: list[tuple[int, int]], by_name: dict[str, list[float]]) -> None:
-    """Every callback the event loop (the main thread) runs, timed, and summed by name."""
+    """Every callback the event loop (the main thread) runs, timed, and summed by name (on
+    asyncio's own loop: uvloop's callbacks run in C, out of this probe's reach)."""
     import asyncio.events
+
+    from loopchat.serve import http_stack
+
+    http_stack.event_loop = lambda: "asyncio"  # type: ignore[assignment]
     import threading
     import time
 

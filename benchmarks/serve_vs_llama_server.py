@@ -10,7 +10,13 @@ top_logprobs=5, the same prompt, seed and sampling settings (temperature 0.7, to
 top_p 0.95, min_p 0.05, no repeat penalty, no DRY: llama-server's own defaults, sent to both:
 loopchat's bundled model defaults to DRY 0.8, which llama-server does not run unless asked),
 max_tokens --tokens and ignore_eos (both servers take it), so both write replies of the
-same length. Measured at the client as benchmarks/serve_overhead.py does (`stream_request`:
+same length. Equal otherwise too (checked, eighth session): the same 32 prompt tokens (both
+render the GGUF's ChatML template), the same chain order (penalties, DRY, top-k, top-p,
+min-p, temperature, draw), f16 KV cache in both, threads and threads_batch --threads, and
+the same number of slots (--parallel: loopchat's `--parallel N`, llama-server's `-np N`, with
+`-kvu` above 1: one KV cache shared by the slots, as loopchat's; 4 is both servers' default).
+loopchat's `loopchat` extension (the Step's whole record, ~2 KB a chunk) is off
+(`"loopchat": false`), llama-server having nothing like it; `--extension on` sends it. Measured at the client as benchmarks/serve_overhead.py does (`stream_request`:
 decode tok/s = (token chunks - 1) / (last chunk's arrival - first's); TTFT from sending to
 the first token chunk), and the server process's CPU time per token. Printed per setting:
 the medians, loopchat/llama-server's decode tok/s per pair of requests and its median (the
@@ -21,7 +27,7 @@ llama-server is built from the llama.cpp source vendored in the pinned llama-cpp
 (benchmarks/build_llama_bench.sh llama-server, as tests/remote_servers.py does).
 
     .venv/bin/python benchmarks/serve_vs_llama_server.py [--rounds 3] [--requests 3] [--tokens 128]
-        [--threads 2] [--settings default,off] [--busy 0]
+        [--threads 2] [--settings default,off] [--busy 0] [--parallel 4] [--extension off]
 """
 
 from __future__ import annotations
@@ -55,34 +61,38 @@ def llama_server_binary() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def llama_server(binary: str, model: Path, threads: int, flash_attn: str) -> Child:
+def llama_server(binary: str, model: Path, threads: int, flash_attn: str, parallel: int = 4) -> Child:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     fa = [] if flash_attn == "default" else ["-fa", flash_attn]
     args = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-t", str(threads)]
-    args += ["-tb", str(threads), "-np", "1", *fa]
+    args += ["-tb", str(threads), "-np", str(parallel), *(["-kvu"] if parallel > 1 else []), *fa]
     return Child(args, r"(listening on http://)", url=f"http://127.0.0.1:{port}")
 
 
-def loopchat(threads: int, flash_attn: str) -> Child:
-    return loopchat_serve(threads, *([] if flash_attn == "default" else ["--flash-attn", flash_attn]))
+def loopchat(threads: int, flash_attn: str, parallel: int = 4) -> Child:
+    fa = [] if flash_attn == "default" else ["--flash-attn", flash_attn]
+    return loopchat_serve(threads, "--parallel", str(parallel), *fa)
 
 
-def body(tokens: int) -> dict:
-    """serve_overhead's chat body with the top 5, the settings sent to both, no usage chunk."""
+def body(tokens: int, extension: bool = False) -> dict:
+    """serve_overhead's chat body with the top 5, the settings sent to both, no usage chunk,
+    loopchat's extension off unless asked (llama-server sends nothing like it)."""
     b = chat_body(tokens, top_logprobs=5, ignore_eos=True, **SAMPLING)
     del b["stream_options"]
+    if not extension:
+        b["loopchat"] = False
     return b
 
 
-def timed(server: Child, tokens: int) -> dict:
+def timed(server: Child, tokens: int, extension: bool = False) -> dict:
     """One request, with the server process's CPU time spent on it per token (user + system:
     on a shared machine a wall clock measures the others' load too; at 1 thread, where no
     llama.cpp thread waits for another, the CPU time is the work done)."""
     proc = psutil.Process(server.proc.pid)
     before = proc.cpu_times()
-    got = stream_request(server.url, body(tokens))
+    got = stream_request(server.url, body(tokens, extension))
     after = proc.cpu_times()
     cpu = (after.user - before.user) + (after.system - before.system)
     got["cpu_ms_per_token"] = cpu * 1000.0 / got["tokens"]
@@ -104,16 +114,16 @@ def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
     runs: dict[str, list[dict]] = {"loopchat": [], "llama-server": []}
     pairs = []
     for r in range(args.rounds):
-        servers = {"loopchat": loopchat(args.threads, setting)}
+        servers = {"loopchat": loopchat(args.threads, setting, args.parallel)}
         try:
-            servers["llama-server"] = llama_server(binary, model, args.threads, setting)
+            servers["llama-server"] = llama_server(binary, model, args.threads, setting, args.parallel)
             if r == 0:
                 print(f"  llama-server {setting}: {fa_line(servers['llama-server'])}", flush=True)
             for server in servers.values():
-                stream_request(server.url, body(16))  # warm-up: not counted
+                stream_request(server.url, body(16, args.extension == "on"))  # warm-up: not counted
             for i in range(args.requests):
                 order = ("loopchat", "llama-server") if (r + i) % 2 == 0 else ("llama-server", "loopchat")
-                got = {kind: timed(servers[kind], args.tokens) for kind in order}
+                got = {kind: timed(servers[kind], args.tokens, args.extension == "on") for kind in order}
                 for kind in order:
                     runs[kind].append(got[kind])
                 pairs.append({m: got["loopchat"][m] / got["llama-server"][m] for m in ("tok_s", "cpu_ms_per_token")})
@@ -133,7 +143,9 @@ def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
 
 def against_llama_server(threads: int, rounds: int, tokens: int, requests: int = 3, busy: int = 0) -> list[dict]:
     """Both servers side by side (serve_overhead.py --llama-server calls this too)."""
-    args = argparse.Namespace(threads=threads, rounds=rounds, tokens=tokens, requests=requests, busy=busy)
+    args = argparse.Namespace(
+        threads=threads, rounds=rounds, tokens=tokens, requests=requests, busy=busy, parallel=4, extension="off"
+    )
     return run_all(args, "default,off")
 
 
@@ -146,7 +158,8 @@ def run_all(args: argparse.Namespace, settings: str) -> list[dict]:
             results.append(res)
             lc, ls = res["median"]["loopchat"], res["median"]["llama-server"]
             print(
-                f"flash attention {setting:7} threads {args.threads}: loopchat serve {lc['tok_s']:.1f} tok/s "
+                f"flash attention {setting:7} threads {args.threads} parallel {args.parallel} extension "
+                f"{args.extension}: loopchat serve {lc['tok_s']:.1f} tok/s "
                 f"(TTFT {lc['ttft_ms']:.0f} ms) · llama-server {ls['tok_s']:.1f} tok/s (TTFT {ls['ttft_ms']:.0f} ms) · "
                 f"ratio {res['ratio']:.3f} (per request {', '.join(f'{x:.2f}' for x in res['ratio_per_request'])}) · "
                 f"CPU per token {lc['cpu_ms_per_token']:.2f} / {ls['cpu_ms_per_token']:.2f} ms "
@@ -165,6 +178,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--settings", default="default,off", help="flash attention: default (each its own), on, off")
     ap.add_argument("--busy", type=int, default=0, help="beside N CPU-bound processes")
+    ap.add_argument("--parallel", type=int, default=4, help="slots of both servers (4: both servers' default)")
+    ap.add_argument("--extension", default="off", choices=("on", "off"), help="loopchat's extension in the chunks")
     args = ap.parse_args()
     print(json.dumps(run_all(args, args.settings)))
 

@@ -140,6 +140,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from loopchat.engine.options import EngineOptions
     from loopchat.serve.app import ServedModel, create_app
     from loopchat.serve.batch_loop import BatchLoop
+    from loopchat.serve.http_stack import event_loop, http_implementation
     from loopchat.serve.loop import LoadFailed, OneLoop
 
     api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
@@ -191,7 +192,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     config_ = uvicorn.Config(
         app,
-        http="h11",
+        http=http_implementation(),
+        loop=event_loop(),
         ws="none",
         lifespan="on",
         log_level="warning",

@@ -42,7 +42,9 @@ from loopchat.settings import SETTING, SETTINGS, SamplingSettings, SettingsError
 from loopchat.stop_strings import MAX_STOP_STRINGS
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, WireOptions, error_body
 
-#: The candidates the engine reports per step at least (the extension's top-K, the panel's).
+#: The candidates the engine reports per step at least (the extension's top-K, the panel's);
+#: with the extension off (`loopchat: false`) only the top_logprobs asked for (at least 1),
+#: as llama-server's n_probs: nothing else reads the others.
 MIN_REPORT = 10
 #: Request keys that set a sampling setting, and the setting: each row's wire name and
 #: aliases (settings.SETTINGS; max_completion_tokens follows max_tokens: the newer name wins
@@ -170,7 +172,7 @@ def _request(
         messages,
         settings,
         stop=_stop(body.get("stop")),
-        report_k=max(MIN_REPORT, top),
+        report_k=max(MIN_REPORT, top) if extension else max(1, top),
         reuse_at_most=0 if cache_prompt is False else None,  # cache_prompt: false evaluates the whole prompt
         ignore_eos=bool(ignore_eos),
         stream=stream,
