@@ -31,8 +31,15 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return p / p.sum()
 
 
-def _agrees(engine: Engine) -> None:
-    start, steps = _lens_run(engine)
+@pytest.fixture(scope="module")
+def smol_lens_run(engine: Engine) -> tuple[Start, list[Step]]:
+    """The default model's lens run, drawn once for the module (a fresh context, seed 2: the
+    same Start and steps every time) and read by the tests below that take it."""
+    return _lens_run(engine)
+
+
+def _agrees(engine: Engine, run: tuple[Start, list[Step]] | None = None) -> None:
+    start, steps = run or _lens_run(engine)
     lens = engine.open_lens()
     assert not isinstance(lens, str), lens
     assert start.lens_note is None
@@ -62,8 +69,8 @@ def _agrees(engine: Engine) -> None:
 
 
 @pytest.mark.model
-def test_the_last_layer_agrees_with_the_raw_softmax_default_model(engine: Engine) -> None:
-    _agrees(engine)
+def test_the_last_layer_agrees_with_the_raw_softmax_default_model(engine: Engine, smol_lens_run) -> None:
+    _agrees(engine, smol_lens_run)
 
 
 @pytest.mark.model
@@ -102,10 +109,10 @@ def test_another_architecture_gets_a_one_line_notice(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_the_lens_rows_round_trip_through_a_trace(engine: Engine) -> None:
+def test_the_lens_rows_round_trip_through_a_trace(engine: Engine, smol_lens_run) -> None:
     from loopchat.event_json import event_from_json_dict, to_json_dict
 
-    _, steps = _lens_run(engine)
+    _, steps = smol_lens_run
     assert event_from_json_dict(to_json_dict(steps[0])) == steps[0]
     assert "lens" not in to_json_dict([e for e in engine.generate(DOC, SETTINGS) if isinstance(e, Step)][0])
 
@@ -145,8 +152,8 @@ def test_a_file_cut_short_is_a_one_line_error_not_a_traceback(tmp_path: Path) ->
 
 
 @pytest.mark.model
-def test_the_history_s_step_codec_keeps_the_lens_rows(engine: Engine) -> None:
+def test_the_history_s_step_codec_keeps_the_lens_rows(smol_lens_run) -> None:
     from loopchat.history.step_codec import decode_steps, encode_steps
 
-    _, steps = _lens_run(engine)
+    _, steps = smol_lens_run
     assert decode_steps(encode_steps(steps)) == steps
