@@ -43,8 +43,14 @@ def _agrees(engine: Engine, run: tuple[Start, list[Step]] | None = None) -> None
     lens = engine.open_lens()
     assert not isinstance(lens, str), lens
     assert start.lens_note is None
-    tokens = list(start.prompt_token_ids)
-    for step in steps:
+    tokens, captured = list(start.prompt_token_ids), []
+    for step in steps:  # each pass's hidden states, its tokens evaluated afresh in the lens's context
+        captured.append(lens.context.capture(tokens)[0])
+        tokens.append(step.token_id)
+    # the head applied to every pass's last-layer output at once: Gemma's head (not kept in
+    # memory) is dequantized once, not once a pass
+    last_layer = lens.head.logits(np.stack([hidden[lens.head.n_layer - 1] for hidden in captured]))
+    for step, hidden, z in zip(steps, captured, last_layer, strict=True):
         rows = step.lens
         assert rows is not None and [r.layer for r in rows] == list(range(lens.head.n_layer))
         last = rows[-1]
@@ -53,8 +59,7 @@ def _agrees(engine: Engine, run: tuple[Start, list[Step]] | None = None) -> None
         )
         assert last.drawn_rank == step.raw_rank and last.drawn_prob == pytest.approx(step.raw_prob, abs=1e-5)
         # the whole top 10: the head applied to the last layer's output against the raw softmax
-        hidden, _ = lens.context.capture(tokens)
-        p = _softmax(lens.head.logits(hidden[lens.head.n_layer - 1].reshape(1, -1))[0])
+        p = _softmax(z)
         order = list(np.argsort(-p, kind="stable")[:10])
         assert order == [c.token_id for c in step.raw_top], [(int(i), p[i]) for i in order] + [
             (c.token_id, c.prob, p[c.token_id]) for c in step.raw_top
@@ -65,7 +70,6 @@ def _agrees(engine: Engine, run: tuple[Start, list[Step]] | None = None) -> None
         assert [r.top_id for r in again] == [r.top_id for r in rows]
         assert [r.drawn_prob for r in again] == pytest.approx([r.drawn_prob for r in rows], abs=1e-5)
         assert [r.entropy for r in again] == pytest.approx([r.entropy for r in rows], abs=1e-4)
-        tokens.append(step.token_id)
 
 
 @pytest.mark.model
