@@ -11,7 +11,8 @@ then the rest by number of tests as xdist did, so the short files fill the gaps 
 COST_S: each listed file's CPU in one process, seconds: user+sys of the test process and
 of the children it reaped during the file (a session's shared server is not counted);
 docs/performance.md, "The suite in the sixth session", and the seventh's where they moved
-(test_cli, test_repeats, test_serve_clients, test_workers, test_history_crash; test_shared_run is new).
+(test_cli, test_repeats, test_serve_clients, test_workers, test_history_crash; test_shared_run is new),
+and the eighth's ("engine files": the files it cut; test_gemma and test_request, not listed before).
 Approximate is enough: the order,
 not the figure, is what is used. A file not listed is taken as short; a listed file that
 no longer exists fails test_suite_order.
@@ -26,23 +27,25 @@ import pytest
 
 COST_S: dict[str, float] = {
     "tests/test_cli.py": 56.5,
-    "tests/test_speculative.py": 54.0,
-    "tests/test_sampler_chain.py": 31.8,
+    "tests/test_speculative.py": 64.1,
+    "tests/test_sampler_chain.py": 27.0,
     "tests/test_render_fallback.py": 30.2,
-    "tests/test_engine.py": 25.6,
+    "tests/test_engine.py": 19.6,
     "tests/test_repeats.py": 25.2,
     "tests/test_serve_clients.py": 24.0,
-    "tests/test_history_store.py": 23.4,
+    "tests/test_history_store.py": 16.7,
     "tests/test_tui_branch.py": 22.7,
     "tests/test_tui_step.py": 20.9,
-    "tests/test_prompt_logprobs.py": 19.4,
+    "tests/test_prompt_logprobs.py": 17.4,
     "tests/test_web.py": 18.5,
-    "tests/test_lens.py": 15.5,
+    "tests/test_lens.py": 15.3,
     "tests/test_dry_settings.py": 12.6,
     "tests/test_tui_live.py": 11.6,
     "tests/test_tui_lens.py": 11.5,
+    "tests/test_gemma.py": 12.6,
     "tests/test_workers.py": 10.4,
     "tests/test_batch_run.py": 10.2,
+    "tests/test_request.py": 10.1,
     "tests/test_speculative_cli.py": 8.9,
     "tests/test_constraint.py": 7.4,
     "tests/test_probe_guard.py": 6.8,

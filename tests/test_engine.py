@@ -373,20 +373,21 @@ def test_token_pieces_are_exact_bytes(engine: Engine) -> None:
 
 
 def test_a_context_size_llama_cpp_pads_is_used_as_asked(model_path, tmp_path) -> None:
-    # llama.cpp pads n_ctx = 300 to 512; llama-cpp-python's token buffer keeps 300 slots.
-    # Was: engine.n_ctx 512, and an IndexError at token 300 of a long reply.
-    with Engine(model_path, n_ctx=300, threads=1, log_path=tmp_path / "llama.log") as eng:  # (1: small_engine)
-        assert eng.llm.n_ctx() > 300  # the padding this test is about (if it goes, so can the cap)
-        assert eng.n_ctx == 300 == len(eng.llm.input_ids)
+    # llama.cpp pads n_ctx = 300 to 512 (and 100 to 256); llama-cpp-python's token buffer keeps
+    # 300 slots. Was: engine.n_ctx 512, and an IndexError at token 300 of a long reply. 100 is
+    # padded as 300 is, and fills in a third of the tokens.
+    with Engine(model_path, n_ctx=100, threads=1, log_path=tmp_path / "llama.log") as eng:  # (1: small_engine)
+        assert eng.llm.n_ctx() > 100  # the padding this test is about (if it goes, so can the cap)
+        assert eng.n_ctx == 100 == len(eng.llm.input_ids)
         events = list(
             eng.generate(convo("Tell me a story."), SamplingSettings(max_tokens=1000, seed=1), ignore_eos=True)
         )
         start, finish = events[0], events[-1]
         assert isinstance(start, Start) and isinstance(finish, Finish)
-        assert start.n_ctx == finish.n_ctx == 300
+        assert start.n_ctx == finish.n_ctx == 100
         assert finish.reason == FinishReason.CONTEXT and finish.error is None
-        assert finish.n_past == 299 and finish.prompt_tokens + finish.completion_tokens == 300
-        assert max(e.n_past for e in events if isinstance(e, Step)) == 300
+        assert finish.n_past == 99 and finish.prompt_tokens + finish.completion_tokens == 100
+        assert max(e.n_past for e in events if isinstance(e, Step)) == 100
 
 
 def test_an_invalid_chat_template_is_a_load_error_naming_it(model_path, tmp_path) -> None:

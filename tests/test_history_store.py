@@ -197,8 +197,13 @@ def _file_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _filled(path: Path, engine: Engine) -> None:
-    events = short_reply(engine, "Fill the file.", 5, max_tokens=40)
+@pytest.fixture(scope="module")
+def fill_reply(engine: Engine) -> list:
+    """The 40-token reply each damaged file is filled with: drawn once (the same events every time)."""
+    return short_reply(engine, "Fill the file.", 5, max_tokens=40)
+
+
+def _filled(path: Path, events: list) -> None:
     with ConversationStore.open(path) as store:
         for i in range(30):
             conv = store.new_conversation(f"talk {i}", "m")
@@ -224,9 +229,9 @@ def test_a_newer_file_is_refused_and_not_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "garbage pages", "other program"])
-def test_a_damaged_file_is_refused_and_not_written(damage: str, engine: Engine, tmp_path: Path) -> None:
+def test_a_damaged_file_is_refused_and_not_written(damage: str, fill_reply: list, tmp_path: Path) -> None:
     path = tmp_path / "h.sqlite3"
-    _filled(path, engine)
+    _filled(path, fill_reply)
     data = _file_bytes(path)
     assert len(data) > 16 * 4096
     if damage == "truncated":

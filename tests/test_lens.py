@@ -31,13 +31,26 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return p / p.sum()
 
 
-def _agrees(engine: Engine) -> None:
-    start, steps = _lens_run(engine)
+@pytest.fixture(scope="module")
+def smol_lens_run(engine: Engine) -> tuple[Start, list[Step]]:
+    """The default model's lens run, drawn once for the module (a fresh context, seed 2: the
+    same Start and steps every time) and read by the tests below that take it."""
+    return _lens_run(engine)
+
+
+def _agrees(engine: Engine, run: tuple[Start, list[Step]] | None = None) -> None:
+    start, steps = run or _lens_run(engine)
     lens = engine.open_lens()
     assert not isinstance(lens, str), lens
     assert start.lens_note is None
-    tokens = list(start.prompt_token_ids)
-    for step in steps:
+    tokens, captured = list(start.prompt_token_ids), []
+    for step in steps:  # each pass's hidden states, its tokens evaluated afresh in the lens's context
+        captured.append(lens.context.capture(tokens)[0])
+        tokens.append(step.token_id)
+    # the head applied to every pass's last-layer output at once: Gemma's head (not kept in
+    # memory) is dequantized once, not once a pass
+    last_layer = lens.head.logits(np.stack([hidden[lens.head.n_layer - 1] for hidden in captured]))
+    for step, hidden, z in zip(steps, captured, last_layer, strict=True):
         rows = step.lens
         assert rows is not None and [r.layer for r in rows] == list(range(lens.head.n_layer))
         last = rows[-1]
@@ -46,8 +59,7 @@ def _agrees(engine: Engine) -> None:
         )
         assert last.drawn_rank == step.raw_rank and last.drawn_prob == pytest.approx(step.raw_prob, abs=1e-5)
         # the whole top 10: the head applied to the last layer's output against the raw softmax
-        hidden, _ = lens.context.capture(tokens)
-        p = _softmax(lens.head.logits(hidden[lens.head.n_layer - 1].reshape(1, -1))[0])
+        p = _softmax(z)
         order = list(np.argsort(-p, kind="stable")[:10])
         assert order == [c.token_id for c in step.raw_top], [(int(i), p[i]) for i in order] + [
             (c.token_id, c.prob, p[c.token_id]) for c in step.raw_top
@@ -58,12 +70,11 @@ def _agrees(engine: Engine) -> None:
         assert [r.top_id for r in again] == [r.top_id for r in rows]
         assert [r.drawn_prob for r in again] == pytest.approx([r.drawn_prob for r in rows], abs=1e-5)
         assert [r.entropy for r in again] == pytest.approx([r.entropy for r in rows], abs=1e-4)
-        tokens.append(step.token_id)
 
 
 @pytest.mark.model
-def test_the_last_layer_agrees_with_the_raw_softmax_default_model(engine: Engine) -> None:
-    _agrees(engine)
+def test_the_last_layer_agrees_with_the_raw_softmax_default_model(engine: Engine, smol_lens_run) -> None:
+    _agrees(engine, smol_lens_run)
 
 
 @pytest.mark.model
@@ -102,10 +113,10 @@ def test_another_architecture_gets_a_one_line_notice(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_the_lens_rows_round_trip_through_a_trace(engine: Engine) -> None:
+def test_the_lens_rows_round_trip_through_a_trace(engine: Engine, smol_lens_run) -> None:
     from loopchat.event_json import event_from_json_dict, to_json_dict
 
-    _, steps = _lens_run(engine)
+    _, steps = smol_lens_run
     assert event_from_json_dict(to_json_dict(steps[0])) == steps[0]
     assert "lens" not in to_json_dict([e for e in engine.generate(DOC, SETTINGS) if isinstance(e, Step)][0])
 
@@ -145,8 +156,8 @@ def test_a_file_cut_short_is_a_one_line_error_not_a_traceback(tmp_path: Path) ->
 
 
 @pytest.mark.model
-def test_the_history_s_step_codec_keeps_the_lens_rows(engine: Engine) -> None:
+def test_the_history_s_step_codec_keeps_the_lens_rows(smol_lens_run) -> None:
     from loopchat.history.step_codec import decode_steps, encode_steps
 
-    _, steps = _lens_run(engine)
+    _, steps = smol_lens_run
     assert decode_steps(encode_steps(steps)) == steps

@@ -40,8 +40,11 @@ REPEAT = [Message("user", "Repeat the following text exactly: " + TEXT)]
 COPY = SamplingSettings(temperature=0.0, repeat_penalty=1.0, dry_multiplier=0.0, max_tokens=90)
 
 
-def _reply(engine: Engine, messages: list[Message], settings: SamplingSettings) -> tuple[Start, list[Step], Finish]:
-    events = list(engine.generate(messages, settings, reuse_at_most=0))
+def _reply(
+    engine: Engine, messages: list[Message], settings: SamplingSettings, reuse_at_most: int | None = 0
+) -> tuple[Start, list[Step], Finish]:
+    """One reply's events; its prompt evaluated afresh unless `reuse_at_most` lets the KV cache serve it."""
+    events = list(engine.generate(messages, settings, reuse_at_most=reuse_at_most))
     start = next(e for e in events if isinstance(e, Start))
     return start, [e for e in events if isinstance(e, Step)], next(e for e in events if isinstance(e, Finish))
 
@@ -54,7 +57,7 @@ def test_lookup_at_temperature_0_gives_the_plain_loop_s_text_in_fewer_passes(
     # the passes' measured costs, which a loaded machine moves (8 kept in a clean clone's suite)
     monkeypatch.setattr(DraftPace, "length", lambda self, room: max(0, min(self.draft_max, room)))
     _, plain, f0 = _reply(engine, REPEAT, COPY)
-    start, spec, f1 = _reply(engine, REPEAT, COPY.replace(draft="lookup"))
+    start, spec, f1 = _reply(engine, REPEAT, COPY.replace(draft="lookup"), reuse_at_most=None)  # the prompt's cache
     assert start.settings.draft == "lookup" and all(s.pass_report is None for s in plain)
     figures = pass_figures(spec)
     assert figures.kept > 10 and figures.passes < figures.tokens, draft_summary(figures)  # it drafted, and kept
@@ -132,7 +135,7 @@ def _same_steps(plain: list[Step], spec: list[Step]) -> None:
 def test_with_sampling_and_a_seed_the_draft_does_not_change_the_reply(engine: Engine) -> None:
     settings = COPY.replace(temperature=1.0, seed=11, max_tokens=80)
     _, plain, _ = _reply(engine, REPEAT, settings)
-    _, spec, _ = _reply(engine, REPEAT, settings.replace(draft="lookup"))
+    _, spec, _ = _reply(engine, REPEAT, settings.replace(draft="lookup"), reuse_at_most=None)  # the prompt's cache
     assert pass_figures(spec).kept > 0
     _same_steps(plain, spec)
 
@@ -151,13 +154,17 @@ RENAME = [Message("user", "Rename the variable x to count in this code:\n```pyth
 def test_a_copy_of_the_model_as_its_draft_model_has_its_drafts_kept(engine: Engine, model_path: Path) -> None:
     """At temperature 0, lookup and the model as its own draft model give the plain loop's reply,
     every step's distributions bit for bit; the draft model (the same logits, one position a
-    pass) has every draft kept."""
+    pass) has every draft kept. The plain reply evaluates the 462-token prompt; the two
+    speculative replies reuse its KV cache (the engine's default: all but its last token, fed
+    alone), a third of the test's CPU each when evaluated again: the logits do not depend on
+    how many positions a pass holds (tests/test_batch_invariance.py), so the cache the plain
+    reply's prefill left is the one a fresh prefill would give, bit for bit."""
     settings = COPY.replace(max_tokens=60)
     _, plain, _ = _reply(engine, RENAME, settings)
-    _, lookup, _ = _reply(engine, RENAME, settings.replace(draft="lookup"))
+    _, lookup, _ = _reply(engine, RENAME, settings.replace(draft="lookup"), reuse_at_most=None)
     engine.draft_model = open_draft_model(engine, model_path)
     try:
-        _, spec, _ = _reply(engine, RENAME, settings.replace(draft="model"))
+        _, spec, _ = _reply(engine, RENAME, settings.replace(draft="model"), reuse_at_most=None)
     finally:
         engine.draft_model.close()
         engine.draft_model = None
