@@ -137,6 +137,42 @@ def test_a_pass_s_events_are_flushed_together_before_the_next_decode(engine: Any
         assert at[Start] < at[Prefill], f"request {i}'s Start waited for its prefill"
 
 
+def test_requests_that_arrive_during_the_first_one_s_prefill_join_its_joint_prefill(engine: Any) -> None:
+    """Requests that arrive while the first request to an idle run is prefilled alone (the
+    benchmark's N clients together: their POSTs land a few ms apart) are prefilled in one joint
+    decode at once, their first tokens before the first one's second; one that arrives during
+    that joint prefill is prefilled next, before the pass. Before, each waited for a pass of
+    the running requests and the next admission (docs/performance.md, eighth session)."""
+    late = [_request("Name a fruit."), _request("Count to five."), _request("Say hi."), _request("Name a tree.")]
+    order: list[tuple[int, Any]] = []
+    shared = SharedRun(5)
+    tickets: list[Ticket] = []
+
+    def emit(i: int, event: Any) -> None:
+        order.append((i, event))
+        if i == 0 and isinstance(event, Start):  # (on the engine thread, before its prefill)
+            for t in tickets[1:4]:
+                assert shared.submit(t) is False  # (serving already)
+        if i == 1 and isinstance(event, Prefill):  # (after the joint prefill)
+            assert shared.submit(tickets[4]) is False
+
+    tickets.extend(Ticket(i, r, lambda e, i=i: emit(i, e)) for i, r in enumerate([_request("What is rain?"), *late]))
+    engine.reset()
+    assert shared.submit(tickets[0])
+    shared.serve(engine)
+    firsts = {}
+    for n, (i, e) in enumerate(order):
+        if isinstance(e, Step):
+            firsts.setdefault((i, e.index), n)
+    assert all(firsts[(i, 0)] < firsts[(0, 1)] for i in (1, 2, 3, 4)), "a late request waited for a pass"
+    prefills = [next(e for i, e in order if i == j and isinstance(e, Prefill)) for j in (1, 2, 3, 4)]
+    assert len({p.ms for p in prefills[:3]}) == 1 and all(p.batches == 1 for p in prefills)  # one joint decode
+    assert prefills[3].ms != prefills[0].ms  # (the fifth's: a decode of its own)
+    for j in range(5):
+        (finish,) = [e for i, e in order if i == j and isinstance(e, Finish)]
+        assert finish.reason == FinishReason.LENGTH and finish.steps == 8
+
+
 def test_a_sequence_of_a_batch_finds_dry_s_breakers_through_its_engine(engine: Any) -> None:
     """Each request of a shared run (and each reply of n) reaches the model through a host of
     its own (SlotHost, SequenceHost): DRY's breakers (the vocabulary's tokens holding "\\n",
