@@ -72,6 +72,7 @@ class SharedBatch:
         self.calls = BatchCalls(engine.llm, engine.n_vocab)
         self.prefill = PrefillBatch(engine.llm, engine.n_batch)
         self.live: list[_Live] = []
+        self.faces: dict[int, tuple[str, bytes | None]] = {}  # every sequence's token faces (run.py)
         self.passes = 0  # batched passes (two sequences or more)
         self._probes: list[float] = []
 
@@ -129,7 +130,7 @@ class SharedBatch:
         """The request's sequence and Start (None: input the model cannot run, its error said)."""
         seq = self._free_seq()
         assert seq is not None  # (has_room() first)
-        host = SlotHost(self.engine, seq, self.calls, self.prefill, ticket.is_cancelled)
+        host = SlotHost(self.engine, seq, self.calls, self.prefill, ticket.is_cancelled, self.faces)
         run = ReplyRun(host, ticket.request)
         try:
             for event in run.open():
@@ -167,8 +168,7 @@ class SharedBatch:
             raise AssertionError("a shared run's draw never waits")  # pragma: no cover
         except StopIteration as done:
             drawn = done.value
-        step = run.record(drawn)
-        live.ticket.emit(step if live.report is None else dataclasses.replace(step, batch=live.report))
+        live.ticket.emit(run.record(drawn, live.report))
         if run.reason is None:
             live.token = drawn.result.token_id
         else:
