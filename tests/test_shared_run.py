@@ -173,6 +173,36 @@ def test_requests_that_arrive_during_the_first_one_s_prefill_join_its_joint_pref
         assert finish.reason == FinishReason.LENGTH and finish.steps == 8
 
 
+def test_a_sequence_s_draw_and_step_take_few_python_calls_and_faces_are_the_tokens_own(engine: Any, monkeypatch) -> None:
+    """Each pass, every sequence draws and records its Step on the engine thread while the others
+    wait: the Python calls of one (`SharedBatch._draw`), counted: ~238 before the batch's
+    sequences shared one table of token faces, SlotHost bound the engine's piece functions and
+    the Step was built with its BatchPass (not copied by dataclasses.replace), ~213 after (the
+    engine thread's CPU a draw and Step: 650-670 us before, 430-450 after, in process)."""
+    from call_count import python_calls
+
+    from loopchat.engine import shared_batch
+    from loopchat.token_faces import partial_bytes
+
+    calls: list[int] = []
+    draw = shared_batch.SharedBatch._draw
+
+    def counted(self: Any, live: Any) -> None:
+        with python_calls() as n:
+            draw(self, live)
+        if live.run.steps > 2:  # (a request's first draws: not a pass's)
+            calls.append(n[0])
+
+    monkeypatch.setattr(shared_batch.SharedBatch, "_draw", counted)
+    engine.reset()
+    events = _serve(engine, [_request("Tell me about the sea.", 24), _request("Name three birds.", 24)])
+    per_draw = sum(calls) / len(calls)
+    assert per_draw <= 225, f"{per_draw:.1f} Python calls a sequence's draw and Step"
+    for step in _of(events[1], Step):
+        for c in (*step.raw_top, *step.sampled_top):
+            assert (c.text, c.piece_bytes) == (engine.piece_text(c.token_id), partial_bytes(engine.piece(c.token_id)))
+
+
 def test_a_sequence_of_a_batch_finds_dry_s_breakers_through_its_engine(engine: Any) -> None:
     """Each request of a shared run (and each reply of n) reaches the model through a host of
     its own (SlotHost, SequenceHost): DRY's breakers (the vocabulary's tokens holding "\\n",
