@@ -173,7 +173,9 @@ def test_requests_that_arrive_during_the_first_one_s_prefill_join_its_joint_pref
         assert finish.reason == FinishReason.LENGTH and finish.steps == 8
 
 
-def test_a_sequence_s_draw_and_step_take_few_python_calls_and_faces_are_the_tokens_own(engine: Any, monkeypatch) -> None:
+def test_a_sequence_s_draw_and_step_take_few_python_calls_and_faces_are_the_tokens_own(
+    engine: Any, monkeypatch
+) -> None:
     """Each pass, every sequence draws and records its Step on the engine thread while the others
     wait: the Python calls of one (`SharedBatch._draw`), counted: ~238 before the batch's
     sequences shared one table of token faces, SlotHost bound the engine's piece functions and
