@@ -137,6 +137,74 @@ def test_a_pass_s_events_are_flushed_together_before_the_next_decode(engine: Any
         assert at[Start] < at[Prefill], f"request {i}'s Start waited for its prefill"
 
 
+def test_requests_that_arrive_during_the_first_one_s_prefill_join_its_joint_prefill(engine: Any) -> None:
+    """Requests that arrive while the first request to an idle run is prefilled alone (the
+    benchmark's N clients together: their POSTs land a few ms apart) are prefilled in one joint
+    decode at once, their first tokens before the first one's second; one that arrives during
+    that joint prefill is prefilled next, before the pass. Before, each waited for a pass of
+    the running requests and the next admission (docs/performance.md, eighth session)."""
+    late = [_request("Name a fruit."), _request("Count to five."), _request("Say hi."), _request("Name a tree.")]
+    order: list[tuple[int, Any]] = []
+    shared = SharedRun(5)
+    tickets: list[Ticket] = []
+
+    def emit(i: int, event: Any) -> None:
+        order.append((i, event))
+        if i == 0 and isinstance(event, Start):  # (on the engine thread, before its prefill)
+            for t in tickets[1:4]:
+                assert shared.submit(t) is False  # (serving already)
+        if i == 1 and isinstance(event, Prefill):  # (after the joint prefill)
+            assert shared.submit(tickets[4]) is False
+
+    tickets.extend(Ticket(i, r, lambda e, i=i: emit(i, e)) for i, r in enumerate([_request("What is rain?"), *late]))
+    engine.reset()
+    assert shared.submit(tickets[0])
+    shared.serve(engine)
+    firsts = {}
+    for n, (i, e) in enumerate(order):
+        if isinstance(e, Step):
+            firsts.setdefault((i, e.index), n)
+    assert all(firsts[(i, 0)] < firsts[(0, 1)] for i in (1, 2, 3, 4)), "a late request waited for a pass"
+    prefills = [next(e for i, e in order if i == j and isinstance(e, Prefill)) for j in (1, 2, 3, 4)]
+    assert len({p.ms for p in prefills[:3]}) == 1 and all(p.batches == 1 for p in prefills)  # one joint decode
+    assert prefills[3].ms != prefills[0].ms  # (the fifth's: a decode of its own)
+    for j in range(5):
+        (finish,) = [e for i, e in order if i == j and isinstance(e, Finish)]
+        assert finish.reason == FinishReason.LENGTH and finish.steps == 8
+
+
+def test_a_sequence_s_draw_and_step_take_few_python_calls_and_faces_are_the_tokens_own(
+    engine: Any, monkeypatch
+) -> None:
+    """Each pass, every sequence draws and records its Step on the engine thread while the others
+    wait: the Python calls of one (`SharedBatch._draw`), counted: ~238 before the batch's
+    sequences shared one table of token faces, SlotHost bound the engine's piece functions and
+    the Step was built with its BatchPass (not copied by dataclasses.replace), ~213 after (the
+    engine thread's CPU a draw and Step: 650-670 us before, 430-450 after, in process)."""
+    from call_count import python_calls
+
+    from loopchat.engine import shared_batch
+    from loopchat.token_faces import partial_bytes
+
+    calls: list[int] = []
+    draw = shared_batch.SharedBatch._draw
+
+    def counted(self: Any, live: Any) -> None:
+        with python_calls() as n:
+            draw(self, live)
+        if live.run.steps > 2:  # (a request's first draws: not a pass's)
+            calls.append(n[0])
+
+    monkeypatch.setattr(shared_batch.SharedBatch, "_draw", counted)
+    engine.reset()
+    events = _serve(engine, [_request("Tell me about the sea.", 24), _request("Name three birds.", 24)])
+    per_draw = sum(calls) / len(calls)
+    assert per_draw <= 225, f"{per_draw:.1f} Python calls a sequence's draw and Step"
+    for step in _of(events[1], Step):
+        for c in (*step.raw_top, *step.sampled_top):
+            assert (c.text, c.piece_bytes) == (engine.piece_text(c.token_id), partial_bytes(engine.piece(c.token_id)))
+
+
 def test_a_sequence_of_a_batch_finds_dry_s_breakers_through_its_engine(engine: Any) -> None:
     """Each request of a shared run (and each reply of n) reaches the model through a host of
     its own (SlotHost, SequenceHost): DRY's breakers (the vocabulary's tokens holding "\\n",

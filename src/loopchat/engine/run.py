@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from loopchat.batch import BatchPass
 from loopchat.engine import dry
 from loopchat.engine.branch import Branch
 from loopchat.engine.lens_run import NoLens
@@ -103,7 +104,10 @@ class ReplyRun:
         self.lens: NoLens = NoLens()  # the logit lens of each pass, when asked (lens_run.py)
         self.constraint: Any = None  # the constraint stage, when asked (sampler_constraint.py)
         self.drafts = RunDrafts(host, request)  # speculative decoding's verifying passes (run_drafts.py)
-        self._faces: dict[int, tuple[str, bytes | None]] = {}  # a token's text and partial bytes (_candidates)
+        # a token's text and partial bytes (_candidates): the host's table if it keeps one for the model
+        # (a shared run's sequences share one: slot_host.py), else the reply's own
+        faces = getattr(host, "faces", None)
+        self._faces: dict[int, tuple[str, bytes | None]] = faces if faces is not None else {}
 
     # ---------------------------------------------------------------- driver ----
     def events(self) -> Iterator[Event | Pending]:
@@ -243,9 +247,9 @@ class ReplyRun:
         chosen_by = self.gate.credit()
         return Drawn(sample(logits, self.context, settings, self.settings.rng, k, constraint=cons), chosen_by, started)
 
-    def record(self, drawn: Drawn) -> Step:
-        """The Step of the token drawn: its text, both distributions, the times; sets
-        `reason` if the reply ends with it."""
+    def record(self, drawn: Drawn, batch: BatchPass | None = None) -> Step:
+        """The Step of the token drawn: its text, both distributions, the times (`batch`: the
+        batched pass behind its logits, if any); sets `reason` if the reply ends with it."""
         host, res, settings, clock = self.host, drawn.result, self.settings.now, self.clock
         token = res.token_id
         is_stop = (not self.request.ignore_eos) and host.is_eog(token)
@@ -289,6 +293,7 @@ class ReplyRun:
             lens=lens,
             watched=seen,
             constraint=None if self.constraint is None else self.constraint.report,
+            batch=batch,
         )
         self.steps += 1
         self.settings.recorded()

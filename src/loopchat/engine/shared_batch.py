@@ -72,6 +72,7 @@ class SharedBatch:
         self.calls = BatchCalls(engine.llm, engine.n_vocab)
         self.prefill = PrefillBatch(engine.llm, engine.n_batch)
         self.live: list[_Live] = []
+        self.faces: dict[int, tuple[str, bytes | None]] = {}  # every sequence's token faces (run.py)
         self.passes = 0  # batched passes (two sequences or more)
         self._probes: list[float] = []
 
@@ -91,34 +92,45 @@ class SharedBatch:
         return next((s for s in range(1, SEQUENCES_MAX) if s not in used), None)
 
     # ---------------------------------------------------------------- admit ----
-    def admit_all(self, tickets: list[Ticket]) -> None:
+    def admit_all(self, tickets: list[Ticket], more: Callable[[], list[Ticket]] = list) -> None:
         """Start the requests that join at this pass: each one's Start; sequence 0's prefill at
         once (nothing else runs: as a reply alone), the others' in one batch (joint_prefill.py);
         then each one's Prefill and first Step (or its end). `flush` (shared_run.py) after each
         Start and before the joint prefill: neither a Start nor a first token drawn already waits
-        for a prefill."""
+        for a prefill. `more()` gives the requests that arrived meanwhile (shared_run.py): those
+        that came during sequence 0's prefill join the joint one, those that came during the
+        joint prefill are prefilled next, before the pass (not a pass and a prefill later)."""
         joining: list[tuple[_Live, Prefill]] = []
-        for ticket in tickets:
-            live = self._open(ticket)
-            self.flush()  # (its Start before its prefill: a server sends the response's head meanwhile)
-            if live is None:
-                continue
-            if not live.host.own:
-                self._started(live, live.run.prefill())
-            else:
-                live.host.defer = True
-                joining.append((live, live.run.prefill()))
-        if joining:
-            self.flush()  # (sequence 0's first token, if it started here, before the others' prefill)
-            jobs = [(live.host, live.run, event) for live, event in joining]
-            for (live, _), event in zip(joining, joint_prefill(self.engine, self.prefill, self.calls, jobs)):
-                self._started(live, event)
+        while tickets:
+            for ticket in tickets:
+                live = self._open(ticket)
+                self.flush()  # (its Start before its prefill: a server sends the response's head meanwhile)
+                if live is None:
+                    continue
+                if not live.host.own:
+                    self._started(live, live.run.prefill())
+                else:
+                    live.host.defer = True
+                    joining.append((live, live.run.prefill()))
+            tickets = more()  # (arrived during those prefills: in the same joint prefill)
+            if joining and not tickets:
+                self._joint(joining)
+                joining = []
+                tickets = more()  # (arrived during the joint prefill)
+
+    def _joint(self, joining: list[tuple[_Live, Prefill]]) -> None:
+        """The deferred prefills in one batch, then each one's Prefill and first Step, flushed."""
+        self.flush()  # (sequence 0's first token, if it started here, before the others' prefill)
+        jobs = [(live.host, live.run, event) for live, event in joining]
+        for (live, _), event in zip(joining, joint_prefill(self.engine, self.prefill, self.calls, jobs)):
+            self._started(live, event)
+        self.flush()
 
     def _open(self, ticket: Ticket) -> _Live | None:
         """The request's sequence and Start (None: input the model cannot run, its error said)."""
         seq = self._free_seq()
         assert seq is not None  # (has_room() first)
-        host = SlotHost(self.engine, seq, self.calls, self.prefill, ticket.is_cancelled)
+        host = SlotHost(self.engine, seq, self.calls, self.prefill, ticket.is_cancelled, self.faces)
         run = ReplyRun(host, ticket.request)
         try:
             for event in run.open():
@@ -156,8 +168,7 @@ class SharedBatch:
             raise AssertionError("a shared run's draw never waits")  # pragma: no cover
         except StopIteration as done:
             drawn = done.value
-        step = run.record(drawn)
-        live.ticket.emit(step if live.report is None else dataclasses.replace(step, batch=live.report))
+        live.ticket.emit(run.record(drawn, live.report))
         if run.reason is None:
             live.token = drawn.result.token_id
         else:

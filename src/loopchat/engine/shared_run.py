@@ -132,7 +132,16 @@ class SharedRun:
 
     def _admit(self, batch: SharedBatch) -> None:
         """The requests waiting join, in order, while there is room, all at this pass (one that
-        runs alone waits for the batch to end, and the ones after it wait for it)."""
+        runs alone waits for the batch to end, and the ones after it wait for it). Those that
+        arrive while the first of an idle run is prefilled alone join the same joint prefill
+        (`SharedBatch.admit_all` asks for them before it): not one pass and one prefill later."""
+        joining = self._joining(batch, alone_ok=True)
+        if joining:
+            batch.admit_all(joining, lambda: self._joining(batch, alone_ok=False))
+
+    def _joining(self, batch: SharedBatch, alone_ok: bool) -> list[Ticket]:
+        """The waiting requests that join now (a request that runs alone runs here if `alone_ok`
+        and nothing else runs; a cancelled one ends)."""
         joining: list[Ticket] = []
         while True:
             with self._lock:
@@ -140,7 +149,8 @@ class SharedRun:
                     break
                 head = self._inbox[0]
                 alone = runs_alone(head.request)
-                if (alone and (batch.live or joining)) or (not alone and not batch.has_room(len(joining))):
+                taken = len(joining)
+                if (alone and (batch.live or taken or not alone_ok)) or (not alone and not batch.has_room(taken)):
                     break
                 self._inbox.popleft()
             if head.cancelled:  # its client left before it started
@@ -149,8 +159,7 @@ class SharedRun:
                 self._run_alone(head)
             else:
                 joining.append(head)
-        if joining:
-            batch.admit_all(joining)
+        return joining
 
     def _run_alone(self, ticket: Ticket) -> None:
         engine = self._engine

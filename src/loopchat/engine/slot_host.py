@@ -25,8 +25,23 @@ class SlotHost(SequenceHost):
     """Sequence `seq` of a shared run on `engine`: `calls` (BatchCalls) copy and remove its
     cells, `prefill` (PrefillBatch) evaluates its prompt; `cancelled` is its request's flag."""
 
-    def __init__(self, engine: Any, seq: int, calls: Any, prefill: Any, cancelled: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        seq: int,
+        calls: Any,
+        prefill: Any,
+        cancelled: Callable[[], bool],
+        faces: dict[int, tuple[str, bytes | None]] | None = None,
+    ) -> None:
         super().__init__(engine, seq)
+        #: each token's text and partial bytes, as ReplyRun._candidates finds them: one table for the
+        #: model, shared by the batch's sequences (a reply's own table began empty: ~6 lookups a draw)
+        self.faces = faces
+        # what a draw and its Step ask of the model each token, bound here: not SequenceHost's
+        # __getattr__ (a failed lookup, then the engine's) a dozen times a sequence a pass
+        self.piece, self.piece_text, self.is_eog = engine.piece, engine.piece_text, engine.is_eog
+        self.n_ctx, self.n_vocab = engine.n_ctx, engine.n_vocab
         self.own = seq != 0  # False: the engine's own sequence (Llama's bookkeeping)
         self._calls, self._prefill, self._cancelled = calls, prefill, cancelled
         self.tokens: list[int] = []  # what this sequence's cells hold, in order (own sequences)
