@@ -12,8 +12,7 @@ asks for them (docs/performance.md, "Ninth session").
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -76,7 +75,9 @@ class Candidates:
         self.n_vocab = logits.shape[0]
         self.raw_max, self.norm = raw_max, total
         self.raw_top_ids, self.report_k = raw_top_ids, report_k
-        self.ids = None
+        self._ids: np.ndarray | None = None
+        self._ids_of: Callable[[], np.ndarray] | None = None  # (deferred ids: what makes them)
+        self._n_ids = 0
         #: the k of the top-k the chain takes right after the constraint (greedy: 1; 0: none or a larger k):
         #: the constraint then leaves its allowed ids unwritten (defer_ids), top-k reading its mask alone
         self.narrow_k = 0
@@ -106,7 +107,7 @@ class Candidates:
     def ids(self, ids: np.ndarray | None) -> None:
         self._ids, self._ids_of = ids, None
 
-    def defer_ids(self, n: int, make: Any) -> None:
+    def defer_ids(self, n: int, make: Callable[[], np.ndarray]) -> None:
         """The candidates are n ids that `make()` gives, made only if a stage reads them."""
         self._ids, self._ids_of, self._n_ids = None, make, n
 
