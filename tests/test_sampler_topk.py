@@ -97,3 +97,24 @@ def test_deferred_ids_are_made_only_when_read() -> None:
     assert c.ids.tolist() == [1, 3, 5, 7] and made == [1] and c.count == 4
     c.ids = None
     assert c.count == 10
+
+
+def test_a_flat_rows_top_p_does_not_search_its_head(monkeypatch) -> None:
+    """Top-p 0.95 over a flat row of 49,152 (thousands kept, a total mass within the head's reach):
+    the deep set's tokens above the head's threshold hold less than the target, so the head's cut is
+    not searched (it would not be found), and the kept set is the sort's; a sharp row's is still
+    found in the head."""
+    from loopchat.engine import sampler_math
+
+    calls = []
+    head_cut = sampler_math._head_cut
+    monkeypatch.setattr(sampler_math, "_head_cut", lambda *a: calls.append(1) or head_cut(*a))
+    for scale, searched in ((3.0, False), (12.0, True)):  # (3.0: ~4,000 kept, the target ~3.8 in the head's reach)
+        x = (np.random.default_rng(9).standard_normal(49_152) * scale).astype(np.float32)
+        calls.clear()
+        kept, _share = sampler_math.top_p_positions(x, None, 0.95)
+        w = np.exp(x.astype(np.float64) - float(x.max()))
+        order = np.lexsort((np.arange(x.shape[0]), -x))
+        n_keep = int(np.searchsorted(np.cumsum(w[order]), 0.95 * w.sum(), side="left")) + 1
+        assert sorted(kept.tolist()) == sorted(order[:n_keep].tolist()), scale
+        assert bool(calls) == searched, (scale, len(kept))
