@@ -1565,6 +1565,138 @@ static PyObject *py_sample_top(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok == 0);
 }
 
+#define TOP_K_MAX 256
+
+/* ==== gram5: the k largest of a row in one pass (sampler_math.top_indices, top-k by a mask) ====
+ * A min-heap of the m = k + 1 largest (value, position) pairs seen, over one pass of x: eight
+ * values at a time are compared with the heap's least, and only those above it (few, once the
+ * heap holds large values) enter it. Then the m pairs largest first. numpy's way (a sampled
+ * threshold, argpartition, a stable argsort) orders equal values as its partition leaves them, so
+ * the answer is taken only where no two of the m values are equal: the k largest are then one
+ * set in one order, whoever finds them (the (k + 1)-th may tie a value outside: it is not
+ * returned). Else (or a NaN anywhere in x, or fewer than m positions) numpy's way decides. */
+static void pair_down(float *hv, int64_t *hi, Py_ssize_t m, Py_ssize_t i) {
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, r = l + 1, s = i;
+        if (l < m && hv[l] < hv[s]) s = l;
+        if (r < m && hv[r] < hv[s]) s = r;
+        if (s == i) return;
+        float tv = hv[i];
+        int64_t ti = hi[i];
+        hv[i] = hv[s], hi[i] = hi[s];
+        hv[s] = tv, hi[s] = ti;
+        i = s;
+    }
+}
+
+static inline void pair_offer(float *hv, int64_t *hi, Py_ssize_t m, float v, Py_ssize_t i) {
+    if (v > hv[0]) {
+        hv[0] = v, hi[0] = i;
+        pair_down(hv, hi, m, 0);
+    }
+}
+
+/* The rest of the pass from position i (the heap full): 0, or -1 at a NaN. */
+static int top_k_rest_plain(const float *x, const uint8_t *mask, Py_ssize_t i, Py_ssize_t n, Py_ssize_t m,
+                            float *hv, int64_t *hi) {
+    for (; i < n; i++) {
+        float v = x[i];
+        if (v != v) return -1;
+        if (!mask || mask[i]) pair_offer(hv, hi, m, v, i);
+    }
+    return 0;
+}
+
+#ifdef KERNEL_AVX2
+__attribute__((target("avx2"))) static int top_k_rest_avx2(const float *x, const uint8_t *mask, Py_ssize_t i,
+                                                           Py_ssize_t n, Py_ssize_t m, float *hv, int64_t *hi) {
+    __m256 nan = _mm256_setzero_ps();
+    const __m128i zero = _mm_setzero_si128();
+    for (; i + 8 <= n; i += 8) {
+        __m256 x8 = _mm256_loadu_ps(x + i);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(x8, x8, _CMP_UNORD_Q));
+        unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x8, _mm256_set1_ps(hv[0]), _CMP_GT_OQ));
+        if (gt && mask) /* (the mask's eight bytes: nonzero ones allowed) */
+            gt &= ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadl_epi64((const __m128i *)(mask + i)), zero));
+        while (gt) {
+            int j = __builtin_ctz(gt);
+            gt &= gt - 1;
+            pair_offer(hv, hi, m, x[i + j], i + j);
+        }
+    }
+    if (_mm256_movemask_ps(nan)) return -1;
+    return top_k_rest_plain(x, mask, i, n, m, hv, hi);
+}
+#endif
+
+/* The k largest positions of x (among mask's, if not NULL), largest first, into ids: 1; 0 where
+   numpy's way must decide (two of the k + 1 largest equal, a NaN, fewer than k + 1 positions). */
+static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids) {
+    Py_ssize_t m = k + 1, c = 0, i = 0;
+    float hv[TOP_K_MAX + 1], sv[TOP_K_MAX + 1];
+    int64_t hi[TOP_K_MAX + 1], si[TOP_K_MAX + 1];
+    for (; i < n && c < m; i++) { /* the first m positions fill the heap */
+        if (x[i] != x[i]) return 0;
+        if (!mask || mask[i]) hv[c] = x[i], hi[c++] = i;
+    }
+    if (c < m) return 0;
+    for (Py_ssize_t j = m / 2; j-- > 0;) pair_down(hv, hi, m, j);
+    int bad;
+#ifdef KERNEL_AVX2
+    if (kernel_fma)
+        bad = top_k_rest_avx2(x, mask, i, n, m, hv, hi);
+    else
+#endif
+        bad = top_k_rest_plain(x, mask, i, n, m, hv, hi);
+    if (bad) return 0;
+    for (Py_ssize_t j = m; j-- > 0;) { /* the least first, into the last place */
+        sv[j] = hv[0], si[j] = hi[0];
+        hv[0] = hv[j], hi[0] = hi[j];
+        pair_down(hv, hi, j, 0);
+    }
+    for (Py_ssize_t j = 0; j + 1 < m; j++)
+        if (!(sv[j] > sv[j + 1])) return 0;
+    memcpy(ids, si, (size_t)k * sizeof(int64_t));
+    return 1;
+}
+
+PyDoc_STRVAR(top_k_doc,
+             "top_k(x, mask, out) -> ok: the positions of the len(out) largest of float32 x (among those where\n"
+             "mask, bytes one a position, is nonzero; None: all), largest first, into int64 out; False (out\n"
+             "unspecified) where two of the len(out) + 1 largest are equal, x holds a NaN, fewer than len(out) + 1\n"
+             "positions are allowed, or len(out) is 0 or above TOP_K_MAX (256).");
+
+static PyObject *py_top_k(PyObject *self, PyObject *args) {
+    PyObject *xo, *mo, *oo;
+    Py_buffer x, mb, o;
+    int ok = 0, has_mask;
+    if (!PyArg_ParseTuple(args, "OOO", &xo, &mo, &oo)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    has_mask = mo != Py_None;
+    if (has_mask && PyObject_GetBuffer(mo, &mb, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (get_buf(oo, &o, 1, 'q') < 0) {
+        PyBuffer_Release(&x);
+        if (has_mask) PyBuffer_Release(&mb);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0], k = o.shape[0];
+    if (has_mask && mb.len != n) {
+        PyErr_SetString(PyExc_ValueError, "top_k: the mask must hold one byte a position");
+    } else if (k > 0 && k <= TOP_K_MAX) {
+        const uint8_t *mp = has_mask ? (const uint8_t *)mb.buf : NULL;
+        Py_BEGIN_ALLOW_THREADS ok = top_k_pass((const float *)x.buf, mp, n, k, (int64_t *)o.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&o);
+    if (has_mask) PyBuffer_Release(&mb);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(ok);
+}
+
 PyDoc_STRVAR(bin_split_doc,
              "bin_split(idx, b, above, inside) -> (n_above, n_inside): the positions of int32 idx above b\n"
              "and at b, each in order, into above and inside (int64, idx's length).");
@@ -1787,6 +1919,7 @@ static PyMethodDef methods[] = {
     {"bin_split", py_bin_split, METH_VARARGS, bin_split_doc},
     {"top_p_cut", py_top_p_cut, METH_VARARGS, top_p_cut_doc},
     {"sample_top", py_sample_top, METH_VARARGS, sample_top_doc},
+    {"top_k", py_top_k, METH_VARARGS, top_k_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
     {"raw_sums64", py_raw_sums64, METH_VARARGS, raw_sums64_doc},
@@ -2057,9 +2190,9 @@ PyDoc_STRVAR(constraint_scan_doc,
              "side (the positions not allowed when more than half are allowed, else the allowed ones), and over\n"
              "that side of `work` (float32, x's length; None: x's sum again); the first position of the largest\n"
              "x[i] not allowed (-1: none). When more than half are allowed (and fewer than all), the allowed\n"
-             "positions go into ids (int64, x's length) in order, and, unless src is None, their values of work\n"
-             "(or x) into src (float32, x's length), src_max their largest (else -inf). Every position allowed or\n"
-             "none: nothing summed.");
+             "positions go into ids (int64, x's length; None: nothing written) in order, and, unless src is None,\n"
+             "their values of work (or x) into src (float32, x's length), src_max their largest (else -inf).\n"
+             "Every position allowed or none: nothing summed.");
 
 /* How many of the n positions the mask allows (the bits past n not counted). */
 static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
@@ -2083,18 +2216,19 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (get_buf(wo, &wb, 0, 'i') < 0) goto fail_w;
-    if (get_buf(io, &ib, 1, 'q') < 0) goto fail_i;
-    int has_src = so != Py_None;
+    int has_ids = io != Py_None; /* (None: no ids or values written, e.g. a top-k by the mask follows) */
+    if (has_ids && get_buf(io, &ib, 1, 'q') < 0) goto fail_i;
+    int has_src = has_ids && so != Py_None;
     if (has_src && get_buf(so, &sb, 1, 'f') < 0) goto fail_s;
     Py_ssize_t n = x.shape[0];
     if (wb.shape[0] < (n + 31) / 32) {
         PyErr_SetString(PyExc_ValueError, "constraint_scan: the mask holds fewer bits than x has positions");
-    } else if ((has_work && kb.shape[0] != n) || ib.shape[0] < n || (has_src && sb.shape[0] < n)) {
+    } else if ((has_work && kb.shape[0] != n) || (has_ids && ib.shape[0] < n) || (has_src && sb.shape[0] < n)) {
         PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids and src must hold x's length");
     } else {
         const float *xp = (const float *)x.buf, *kp = has_work ? (const float *)kb.buf : NULL;
         const uint32_t *wp = (const uint32_t *)wb.buf;
-        int64_t *ip = (int64_t *)ib.buf;
+        int64_t *ip = has_ids ? (int64_t *)ib.buf : NULL;
         float *sp = has_src ? (float *)sb.buf : NULL;
         count = mask_count(wp, n);
         int many = count * 2 > n;
@@ -2110,7 +2244,7 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
     }
     if (has_src) PyBuffer_Release(&sb);
 fail_s:
-    PyBuffer_Release(&ib);
+    if (has_ids) PyBuffer_Release(&ib);
 fail_i:
     PyBuffer_Release(&wb);
 fail_w:

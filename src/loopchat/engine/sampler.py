@@ -291,6 +291,7 @@ def _sample(
 
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k, raw.bound())
+    c.narrow_k = 1 if settings.greedy else settings.top_k  # (right after the constraint: chain_for's order)
     chain = (
         chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
     )

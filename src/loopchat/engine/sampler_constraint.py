@@ -28,6 +28,7 @@ the candidates' source, `Candidates.source_cache`); without it, numpy's passes (
 
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
 from typing import Any
@@ -138,19 +139,27 @@ class ConstraintStage:
         words, n_vocab, logits = self._bitmask[0], c.n_vocab, c.logits
         ids, src = scratch.get("constraint_ids", n_vocab, np.int64), scratch.get("constraint_src", n_vocab, np.float32)
         work = None if c.work is logits else c.work
-        n, total, side_sum, work_sum, top, src_max = kernel.constraint_scan(logits, work, words, c.raw_max, ids, src)
+        by_mask = 0 < c.narrow_k <= SORT_LIMIT  # (a top-k by the mask follows: the ids not written)
+        n, total, side_sum, work_sum, top, src_max = kernel.constraint_scan(
+            logits, work, words, c.raw_max, None if by_mask else ids, src
+        )
         if n == 0 or n >= n_vocab:
             return self._nothing_to_measure(c, entered, n)
         many = n * 2 > n_vocab  # (the side summed: the forbidden tokens, else the allowed ones)
-        allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))
-        if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
-            c.source_cache = (allowed, src[:n], src_max)
         forbidden = side_sum if many else max(total - side_sum, 0.0)
-        kept = c.mass - work_sum / c.norm if many else work_sum / c.norm
+        kept = max(c.mass - work_sum / c.norm if many else work_sum / c.norm, 0.0)
         p_top = float(np.exp(np.float64(logits[top]) - c.raw_max)) / total
         self.report = ConstraintReport(n, forbidden / total, top, self._piece_text(top), p_top, n == 1)
         bits = self._unpacked() if many and n > SORT_LIMIT else None
-        return self._narrow(c, entered, allowed, bits, max(kept, 0.0))
+        if many and by_mask:  # (the ids made only if a stage reads them: top-k reads the mask)
+            assert bits is not None
+            c.allowed = bits
+            c.defer_ids(n, functools.partial(np.flatnonzero, bits))
+            return c.report(self.name, entered, kept)
+        allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))
+        if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
+            c.source_cache = (allowed, src[:n], src_max)
+        return self._narrow(c, entered, allowed, bits, kept)
 
     def _measure(self, c: Candidates, bits: np.ndarray, allowed: np.ndarray) -> tuple[ConstraintReport, float]:
         """The pass's ConstraintReport, and the mass the allowed tokens keep in the chain's unit

@@ -71,6 +71,21 @@ def cut_after(
     return int(i)
 
 
+def cut_after_mask(work: np.ndarray, kept: np.ndarray, mask: np.ndarray) -> int:
+    """cut_after for the entered tokens every token `mask` allows (one bool a token), where their
+    ids were never made (a constraint's before top-k: Candidates.defer_ids): made only where a
+    token not kept ties the least kept logit (first_cut's way)."""
+    kernel = sampler_fused.kernel
+    if kernel is None or kept.shape[0] == 0:
+        return cut_after(work, np.flatnonzero(mask), kept, mask)
+    v = work[kept]
+    low = float(v.min())
+    i, n_eq = kernel.cut_below_mask(work, low, mask.view(np.uint8))
+    if n_eq > int(np.count_nonzero(v == low)):
+        return first_cut(work, np.flatnonzero(mask), kept)
+    return int(i)
+
+
 def cut_among(work: np.ndarray, deep: np.ndarray, kept: np.ndarray) -> int:
     """cut_after over the whole vocabulary, for top-p's kept ids inside its deep set `deep` (the
     positions, in order, of every logit at or above a threshold the kept ones reach): the most

@@ -198,6 +198,21 @@ def sample_top(x: np.ndarray, stride: int, k: int) -> np.ndarray:
     return np.sort(np.partition(sample, s - k)[s - k :])[::-1]
 
 
+#: the kernel's top_k takes at most this many (its heap on the stack)
+_TOP_K_MAX = 256
+
+
+def top_k(x: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray | None:
+    """The positions of the k largest of float32 x (among those `mask`, one bool a position,
+    allows), largest first, in one pass of the kernel (a heap of k + 1), where that is numpy's one
+    answer: no two of the k + 1 largest equal (sampler_math.top_indices' sampled threshold and
+    argpartition order equal ones their own way), no NaN. None: numpy's way decides."""
+    if kernel is None or x.dtype != np.float32 or not x.flags.c_contiguous or not 0 < k <= _TOP_K_MAX:
+        return None
+    out = np.empty(k, dtype=np.intp)
+    return out if kernel.top_k(x, None if mask is None else mask.view(np.uint8), out) else None
+
+
 def bin_masses(
     x: np.ndarray, lo: np.float32, scale: np.float32, bins: int, q: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:

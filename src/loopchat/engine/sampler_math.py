@@ -28,6 +28,9 @@ def top_indices(x: np.ndarray, k: int) -> np.ndarray:
         return np.argsort(-x, kind="stable")
     if k <= 0:
         return np.empty(0, dtype=np.intp)
+    fused = sampler_fused.top_k(x, k)  # (the kernel's one pass, where it is this answer)
+    if fused is not None:
+        return fused
     cand: np.ndarray | None = None
     if n > 4096 and (n + 31) // 32 > k:
         # (the sample's k-th largest: the kernel's heap over x[::32], or numpy's partition)
@@ -194,10 +197,13 @@ def _top_p_deep(
         return deep[int(np.argmax(x_deep)) : int(np.argmax(x_deep)) + 1], 1.0, total
     if target <= _TOP_P_HEAD:  # (each mass is at most 1: a head holds no more than its size)
         head = np.flatnonzero(x_deep >= above[_TOP_P_HEAD - 1])
-        at = _top_of(x_deep, head, _TOP_P_HEAD)
-        cut = _head_cut(src, cand, deep[at], q_deep[at], target)
-        if cut is not None:
-            return (*cut, total)
+        # (the head is among these: where they all hold less than the target, by more than their
+        # sums' rounding, the head's cut is not looked for, as it would not be found: a flat row's)
+        if float(q_deep[head].sum()) * (1.0 + 1e-9) >= target:
+            at = _top_of(x_deep, head, _TOP_P_HEAD)
+            cut = _head_cut(src, cand, deep[at], q_deep[at], target)
+            if cut is not None:
+                return (*cut, total)
     if float(q_deep.sum()) >= target:
         kept, mass = top_p_bins(x_deep, q_deep, target)
         return deep[kept], mass, total

@@ -16,7 +16,18 @@ from typing import Any
 
 from loopchat.engine import sampler_fused
 from loopchat.engine.sampler_cuts import cut_after
-from loopchat.engine.sampler_math import top_p_positions
+from loopchat.engine.sampler_math import top_p_bounded, top_p_positions
+from loopchat.engine.sampler_raw import total_bounds
+
+
+def top_p_of_vocabulary(c: Any, p: float) -> tuple[Any, Any] | None:
+    """top_p_set over the whole vocabulary, without its float64 exp pass where the raw pass's
+    bound on the total decides the cut (sampler_math.top_p_bounded: the kept ids, the deep
+    set); None: undecided. `c`: sampler_stages' Candidates."""
+    if c.bound is None:
+        return None
+    mx = c.source_max(c.work)
+    return top_p_bounded(c.work, p, mx, *total_bounds(c.bound, c.raw_max, mx))
 
 
 def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
