@@ -26,18 +26,18 @@ from typing import Any
 import pytest
 
 COST_S: dict[str, float] = {
-    "tests/test_cli.py": 56.5,
+    "tests/test_cli.py": 50.1,
     "tests/test_speculative.py": 64.1,
     "tests/test_sampler_chain.py": 27.0,
     "tests/test_render_fallback.py": 30.2,
     "tests/test_engine.py": 19.6,
     "tests/test_repeats.py": 25.2,
-    "tests/test_serve_clients.py": 24.0,
+    "tests/test_serve_clients.py": 18.8,
     "tests/test_history_store.py": 16.7,
-    "tests/test_tui_branch.py": 22.7,
-    "tests/test_tui_step.py": 20.9,
+    "tests/test_tui_branch.py": 22.2,
+    "tests/test_tui_step.py": 20.5,
     "tests/test_prompt_logprobs.py": 17.4,
-    "tests/test_web.py": 18.5,
+    "tests/test_web.py": 19.6,
     "tests/test_lens.py": 15.3,
     "tests/test_dry_settings.py": 12.6,
     "tests/test_tui_live.py": 11.6,

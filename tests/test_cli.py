@@ -40,8 +40,22 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         assert needle in lines[0], lines[0]
 
 
-def test_run_streams_and_ends_with_a_summary() -> None:
-    proc = loopchat("run", "Say hello in five words.", "--seed", "1", "--max-tokens", "24")
+#: the one `loopchat run` with a trace that several tests read (each started its own:
+#: a process that loads the model is ~1.3 s of CPU); LOOPCHAT_THREADS given for its process,
+#: as test_loopchat_threads_stands_for_the_threads_option_when_it_is_not_given reads it
+RECORDED_ARGS = ("run", "Say hello.", "--max-tokens", "12", "--seed", "4")
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    trace = tmp_path_factory.mktemp("recorded") / "full.jsonl"
+    proc = loopchat(*RECORDED_ARGS, "--trace", str(trace), env={"LOOPCHAT_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    return proc, trace
+
+
+def test_run_streams_and_ends_with_a_summary(recorded_run) -> None:
+    proc, _ = recorded_run
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
     summary = proc.stderr.strip().splitlines()
@@ -66,9 +80,8 @@ def test_prompt_from_stdin_and_show_steps() -> None:
     assert 1 <= len(step_lines) <= 5
 
 
-def test_trace_records_everything_needed_to_recheck_a_run(tmp_path: Path, model_path: Path) -> None:
-    trace = tmp_path / "t.jsonl"
-    proc = loopchat("run", "Hi there", "--max-tokens", "8", "--seed", "3", "--trace", str(trace))
+def test_trace_records_everything_needed_to_recheck_a_run(recorded_run, model_path: Path) -> None:
+    proc, trace = recorded_run
     assert proc.returncode == 0, proc.stderr
     first = json.loads(trace.read_text().splitlines()[0])
     assert first["kind"] == "header" and first["schema_version"] == 1
@@ -80,9 +93,9 @@ def test_trace_records_everything_needed_to_recheck_a_run(tmp_path: Path, model_
     assert start.model_size_bytes == model_path.stat().st_size
     assert start.prompt_text.endswith("<|im_start|>assistant\n")
     assert len(start.prompt_token_ids) > 5
-    assert start.settings.seed == 3
+    assert start.settings.seed == 4
     steps = [te.event for te in events if te.event.kind == "step"]
-    assert steps and all(s.settings.max_tokens == 8 for s in steps)
+    assert steps and all(s.settings.max_tokens == 12 for s in steps)
     assert events[-1].event.text == "".join(s.text for s in steps)
     assert proc.stdout.rstrip("\n") == events[-1].event.text.rstrip("\n")
     times = [te.t_ms for te in events]
@@ -98,7 +111,7 @@ def test_stop_ends_the_reply_before_the_text() -> None:
         "--temperature",
         "0",
         "--max-tokens",
-        "60",
+        "30",  # "7" is token 24 of the free reply
     )
     free = loopchat(*args)
     assert free.returncode == 0 and "7" in free.stdout, free.stdout
@@ -358,11 +371,14 @@ def _small_context_config(tmp_path: Path, n_ctx: int) -> Path:
 def test_a_reply_longer_than_an_unpadded_context_stops_at_the_context(tmp_path: Path) -> None:
     # n_ctx = 300: llama.cpp pads its context to 512, llama-cpp-python's token buffer keeps
     # 300 slots. Was: an IndexError at token 300, the reply cut mid-word with exit 0.
+    # A long prompt (272 tokens) leaves the reply ~30 of the 300: a prefill of the prompt
+    # costs less than drawing its tokens one by one (-1.1 s of CPU against a 48-token prompt)
     cfg = _small_context_config(tmp_path, 300)
     trace = tmp_path / "t.jsonl"
+    notes = "The dragon sleeps under the hill and wakes at night. " * 18
     proc = loopchat(
         "run",
-        "Write a very long story about a dragon, at least 2000 words.",
+        f"Here are my notes on the dragon. {notes}Write a very long story about this dragon, at least 2000 words.",
         "--config",
         str(cfg),
         "--max-tokens",
@@ -388,7 +404,7 @@ def test_a_reply_longer_than_an_unpadded_context_stops_at_the_context(tmp_path: 
     start, finish = events[0].event, events[-1].event
     assert start.n_ctx == finish.n_ctx == 300
     assert finish.reason == "context" and finish.n_past == 299
-    assert finish.prompt_tokens + finish.completion_tokens == 300
+    assert finish.prompt_tokens + finish.completion_tokens == 300 and finish.completion_tokens >= 10
     assert proc.stdout.rstrip("\n") == finish.text.rstrip("\n")
 
 
@@ -478,19 +494,13 @@ def test_a_file_that_is_not_a_trace_is_one_line_naming_the_file_and_line(tmp_pat
     assert_one_line_error(loopchat("replay", str(bad)), f"{bad}:{where}: ", *needles)
 
 
-def _recorded_trace(tmp_path: Path) -> Path:
-    trace = tmp_path / "full.jsonl"
-    proc = loopchat("run", "Say hello.", "--max-tokens", "12", "--seed", "4", "--trace", str(trace))
-    assert proc.returncode == 0, proc.stderr
-    return trace
-
-
-def test_a_trace_cut_short_ends_its_reply_with_an_error_finish(tmp_path: Path) -> None:
+def test_a_trace_cut_short_ends_its_reply_with_an_error_finish(recorded_run, tmp_path: Path) -> None:
     from loopchat.trace import CUT_SHORT
 
-    lines = _recorded_trace(tmp_path).read_text().splitlines(keepends=True)
+    recorded = recorded_run[1]
+    lines = recorded.read_text().splitlines(keepends=True)
     assert json.loads(lines[-1])["kind"] == "finish"
-    _, whole = read_trace(tmp_path / "full.jsonl")
+    _, whole = read_trace(recorded)
     assert not any(te.synthetic for te in whole)
     real = whole[-1].event
 
@@ -676,12 +686,12 @@ def test_threads_option_pins_or_lets_auto_choose(tmp_path: Path) -> None:
     assert steps[0].threads_reason and all(s.threads >= 1 for s in steps)
 
 
-def test_loopchat_threads_stands_for_the_threads_option_when_it_is_not_given(tmp_path: Path) -> None:
+def test_loopchat_threads_stands_for_the_threads_option_when_it_is_not_given(recorded_run) -> None:
     """LOOPCHAT_THREADS=N pins the threads as --threads N would (the README's models list);
     a value that is neither auto nor a count is one line that names the variable."""
-    trace = tmp_path / "t.jsonl"
+    pinned, trace = recorded_run  # run with LOOPCHAT_THREADS=1 and no --threads
     env = {"LOOPCHAT_THREADS": "1"}
-    pinned = loopchat("run", "Hi", "--max-tokens", "4", "--seed", "2", "--trace", str(trace), env=env)
+    assert "--threads" not in RECORDED_ARGS
     assert pinned.returncode == 0, pinned.stderr
     assert " · threads 1 · " in pinned.stderr
     _, events = read_trace(trace)

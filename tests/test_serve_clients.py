@@ -216,9 +216,14 @@ def test_seeds_beyond_32_bits_and_minus_one_are_taken(server: Serve) -> None:
         assert info.value.param == "seed" and "low 32 bits" in info.value.message
 
 
+#: the long message's words, ~3.6 tokens each: 720 tokens, the asked chunk 12.7x the plain
+#: one (300 words were a prefill of ~1,120 tokens, most of this module's server's CPU)
+LONG_WORDS = 200
+
+
 def _first_chunk(server: Serve, **extra: Any) -> tuple[dict[str, Any], int]:
     """The first chunk of a streamed reply to a long message, and the stream's bytes."""
-    long = " ".join(f"word{i}" for i in range(300))
+    long = " ".join(f"word{i}" for i in range(LONG_WORDS))
     body = {"messages": [{"role": "user", "content": long}], "max_tokens": 2, "stream": True, **extra}
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, headers=auth(), timeout=120) as r:
         assert r.status_code == 200
@@ -235,7 +240,7 @@ def test_the_prompt_is_in_the_extension_only_when_asked_for(server: Serve) -> No
     assert start["prompt_token_texts"] == [] and start["n_ctx"] and start["settings"]["seed"] == 7
     asked, asked_bytes = _first_chunk(server, loopchat={"prompt": True})
     full = asked["loopchat"]["start"]
-    assert len(full["prompt_token_ids"]) > 300 and "word299" in full["prompt_text"]
+    assert len(full["prompt_token_ids"]) > 300 and f"word{LONG_WORDS - 1}" in full["prompt_text"]
     assert full["messages"][0]["role"] == "user" and len(full["prompt_token_texts"]) == len(full["prompt_token_ids"])
     assert len(json.dumps(plain)) * 10 < len(json.dumps(asked))  # the prompt was the bulk of it
     assert plain_bytes < asked_bytes

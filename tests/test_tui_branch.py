@@ -28,7 +28,7 @@ def make_app(backend, tmp_path):
         backend=backend,
         prefs=Prefs(markdown=False),
         prefs_path=tmp_path / "prefs.json",
-        settings=SamplingSettings(seed=5, max_tokens=30, temperature=0.8),
+        settings=SamplingSettings(seed=5, max_tokens=20, temperature=0.8),
         history=False,
     )
 

@@ -206,7 +206,7 @@ async def test_slash_searches_the_vocabulary_and_enter_picks(backend, tmp_path) 
 
 
 async def test_f12_stops_a_running_reply_and_resumes_it(backend, tmp_path) -> None:
-    app = make_app(backend, tmp_path, max_tokens=60)
+    app = make_app(backend, tmp_path, max_tokens=12)  # (the gate holds it at 3: it cannot end before the stop)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         gate = StepGate(app, after=3)  # the engine held inside its 3rd step's hand-over

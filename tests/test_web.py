@@ -32,23 +32,29 @@ SCREENSHOT_ENV = "LOOPCHAT_WEB_SCREENSHOT"
 VIEWPORT = {"width": 1280, "height": 720}
 
 
-@pytest.fixture
-def browser(tmp_path):
+@pytest.fixture(scope="module")
+def chromium():
+    """One chromium for the module (a launch is ~1 s of CPU); each test has its own context."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),  # a fresh --user-data-dir
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport=VIEWPORT,
-        )
-        context.add_init_script(HOOK)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
-            yield context
+            yield browser
         finally:
-            context.close()
+            browser.close()
+
+
+@pytest.fixture
+def browser(chromium):
+    """A fresh browser context per test (its own cookies, storage and permissions, as a
+    fresh profile had), in the module's chromium."""
+    context = chromium.new_context(viewport=VIEWPORT)
+    context.add_init_script(HOOK)
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 @pytest.fixture
