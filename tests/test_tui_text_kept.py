@@ -270,9 +270,13 @@ async def test_the_document_view_draws_a_pasted_escape_as_a_symbol(live, tmp_pat
         await wait_run(pilot)
         assert "\x1b[31mred" in app.conversation.replies[0].start.prompt_text  # the model read the ESC
         await pilot.press("ctrl+t")
-        await wait_for(pilot, lambda: app.document.display and app.document.doc.rows, 10, "the document view")
-        shown = "".join(text for row in app.document.doc.rows for text, _, _ in row)
-        assert "Say ␛[31mred" in shown and "\x1b" not in shown
+
+        def shown() -> str:
+            return "".join(text for row in app.document.doc.rows for text, _, _ in row)
+
+        # the model starts as one empty row ([[]], truthy), filled as the view reads the document
+        await wait_for(pilot, lambda: app.document.display and "Say" in shown(), 10, "the document view's text")
+        assert "Say ␛[31mred" in shown() and "\x1b" not in shown()
 
 
 def test_the_paste_parser_keeps_keys_as_textuals_and_a_paste_whole_however_it_is_cut() -> None:
