@@ -280,9 +280,6 @@ class DocumentView(Widget):
     def on_mount(self) -> None:
         self.cursor_moved()
 
-    def on_resize(self, event: Any) -> None:
-        self._header()  # short or full follows the view's own height (the body's resize may not change)
-
     @property
     def doc(self) -> DocumentLines:
         return self.body.doc
