@@ -96,7 +96,7 @@ def test_the_chain_without_stored_weights_gives_what_the_reference_gives(t: floa
 
 @pytest.mark.parametrize("name", [n for n in ROWS if n != "-inf"])
 def test_top_p_without_stored_masses_keeps_what_it_keeps_with_them(name: str) -> None:
-    """top_p_set given an estimate of the total (the chain's float32 mass unit) sums the
+    """top_p_positions given an estimate of the total (the chain's float32 mass unit) sums the
     vocabulary's masses without storing them where the head or the deep set holds top_p:
     the same tokens and share as the pass that stores them, also when the estimate is
     wrong (too small: not stored, then the masses computed after all where the exact
@@ -107,9 +107,9 @@ def test_top_p_without_stored_masses_keeps_what_it_keeps_with_them(name: str) ->
     mx = float(x.max())
     true_total = float(np.exp(x.astype(np.float64) - mx).sum())
     for top_p in (0.3, 0.9, 0.95, 0.99, 0.999):
-        want_ids, want_share = sampler_math.top_p_set(x, None, top_p, mx)
+        want_ids, want_share = sampler_math.top_p_positions(x, None, top_p, mx)
         for estimate in (true_total, true_total * (1 + 3e-6), true_total * 1e3, true_total * 1e-3):
-            ids, share = sampler_math.top_p_set(x, None, top_p, mx, (estimate * math.exp(1.5), mx - 1.5))
+            ids, share = sampler_math.top_p_positions(x, None, top_p, mx, (estimate * math.exp(1.5), mx - 1.5))
             assert np.array_equal(np.sort(ids), np.sort(want_ids)), (top_p, estimate)
             assert abs(share - want_share) <= 1e-12, (top_p, estimate)
 

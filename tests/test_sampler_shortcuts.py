@@ -92,7 +92,7 @@ def test_top_p_reached_by_the_top_token_alone_needs_no_search(monkeypatch) -> No
 
     monkeypatch.setattr(sampler_math, "top_indices", top_indices)
     monkeypatch.setattr(sampler_math, "top_p_bins", top_p_bins)
-    kept, share = sampler_math.top_p_set(logits, None, 0.3)
+    kept, share = sampler_math.top_p_positions(logits, None, 0.3)
     assert searched == []
     assert kept.tolist() == [77]
     q = np.exp(logits.astype(np.float64) - 30.0)

@@ -183,7 +183,7 @@ def test_the_distributions_blocks_are_shared_with_the_helper(kernel) -> None:
 
 def test_the_chain_draws_and_reports_the_same_with_the_helper(kernel) -> None:
     """sample() on rows of Gemma's vocabulary size at settings that run the long passes (top-p
-    0.95 over a flat row: top_p_set's exps and masses): the same token, report and figures."""
+    0.95 over a flat row: top_p_positions's exps and masses): the same token, report and figures."""
     rng = np.random.default_rng(8)
     settings = SamplingSettings().replace(top_k=0, top_p=0.95, min_p=0.0, temperature=2.0, seed=1)
     rows = [(rng.standard_normal(262_144) * s).astype(np.float32) for s in (0.5, 1.0, 2.0)]
@@ -197,7 +197,7 @@ def test_the_chain_draws_and_reports_the_same_with_the_helper(kernel) -> None:
             out.append((r.token_id, r.kept, r.sampled_prob, r.sampled_entropy, r.raw_entropy, r.stages))
         runs[threads] = out
     assert runs[1] == runs[2]
-    assert runs[1][0][1] > 1024  # (the unsorted form: top_p_set's passes over the vocabulary ran)
+    assert runs[1][0][1] > 1024  # (the unsorted form: top_p_positions's passes over the vocabulary ran)
 
 
 def _in_child(queue) -> None:  # (a forked child: the kernel module as the parent left it)

@@ -97,7 +97,7 @@ def test_top_p_makes_one_pass_over_the_vocabulary_where_the_deep_set_holds_it(mo
             return _real(a, *args)
 
         monkeypatch.setattr(sampler_fused, name, spy)
-    kept, share = sampler_math.top_p_set(x, None, 0.9)
+    kept, share = sampler_math.top_p_positions(x, None, 0.9)
     assert whole == ["exp_sum_above"]
     q = np.exp(x.astype(np.float64) - x.max())
     order = np.argsort(-x, kind="stable")

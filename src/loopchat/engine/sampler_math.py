@@ -61,14 +61,14 @@ def top_set(work: np.ndarray, k: int) -> np.ndarray:
     return np.arange(n) if k >= n else np.argpartition(work, n - k)[n - k :]
 
 
-#: top-p first tries this many of the largest logits (see top_p_set) ...
+#: top-p first tries this many of the largest logits (see top_p_positions) ...
 _TOP_P_HEAD = 64
 #: ... then about this many, above a threshold taken from a strided sample
 _TOP_P_DEEP = 8192
 _TOP_P_STRIDE = 32
 
 
-def top_p_set(
+def top_p_positions(
     work: np.ndarray,
     cand: np.ndarray | None,
     top_p: float,
@@ -96,23 +96,10 @@ def top_p_set(
     with no deep set or search (if the estimate was wrong, the search follows). Either way
     the same numbers: the estimate only chooses what is computed.
 
-    Returns the kept candidates and the share of the candidates' softmax mass they hold
-    (both sums in float64, found on the way). `known_max`: the candidates' largest logit,
-    if the caller knows it."""
-    kept, share = top_p_positions(work, cand, top_p, known_max, approx, src)
-    return (kept if cand is None else cand[kept]), share
-
-
-def top_p_positions(
-    work: np.ndarray,
-    cand: np.ndarray | None,
-    top_p: float,
-    known_max: float | None = None,
-    approx: tuple[float, float] | None = None,
-    src: np.ndarray | None = None,
-) -> tuple[np.ndarray, float]:
-    """top_p_set's kept candidates as positions into their logits `src` (work[cand]), in the same
-    order, and their share (the TopP stage gathers their ids and logits in one pass: sampler_topp)."""
+    Returns the kept candidates, as positions into their logits `src` (work[cand]; with cand
+    None their ids: the TopP stage gathers their ids and logits in one pass, sampler_topp), and
+    the share of the candidates' softmax mass they hold (both sums in float64, found on the way).
+    `known_max`: the candidates' largest logit, if the caller knows it."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
         src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
@@ -163,7 +150,7 @@ def _head_cut(
 
 
 def _top_p_stored(src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float) -> tuple[np.ndarray, float, float]:
-    """top_p_set without a deep set: the masses stored, the head, then the bins.
+    """top_p_positions without a deep set: the masses stored, the head, then the bins.
     (kept positions of src, their mass, the total)."""
     q = scratch.get("f64b", src.shape[0], np.float64)
     total = sampler_fused.exp_sum(src, mx, q)
@@ -182,7 +169,7 @@ def _top_p_stored(src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: fl
 def _top_p_deep(
     src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, above: np.ndarray
 ) -> tuple[np.ndarray, float, float]:
-    """top_p_set on a large vocabulary: one pass for the total and the deep set (the
+    """top_p_positions on a large vocabulary: one pass for the total and the deep set (the
     positions at or above above[-1], with their masses), the head found inside it (the
     positions at or above the sample's top _TOP_P_HEAD-th: as top_indices takes them),
     the bins inside it where it holds top_p, else over everything (the masses stored by the
@@ -214,7 +201,7 @@ def _top_p_deep(
 def top_p_bounded(
     work: np.ndarray, top_p: float, mx: float, total_lo: float, total_hi: float
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """top_p_set over the whole vocabulary (cand None) without its float64 exp of every logit,
+    """top_p_positions over the whole vocabulary (cand None) without its float64 exp of every logit,
     where the total lies in [total_lo, total_hi] (the sum of exp(float64(work) - mx): see
     sampler_raw.total_bounds) and that bracket decides the cut. The tokens at or above a
     sampled threshold (a shallow set, then _top_p_deep's deep set) by a compare pass, the float64
@@ -224,9 +211,9 @@ def top_p_bounded(
     before the last of them (in their order: largest logit first, equal ones by position) below
     the lower end, each by a margin above the sums' rounding (so that any order of addition
     decides alike: the reference's sort and cumsum, the full pass's bins). Returns (the kept
-    ids, as top_p_set's; the set searched, whose tokens not kept hold the most likely one cut,
+    ids, as top_p_positions's; the set searched, whose tokens not kept hold the most likely one cut,
     if any), or None: the bracket leaves the cut open, or the set may not hold top_p (the caller
-    runs top_p_set: its full pass decides)."""
+    runs top_p_positions: its full pass decides)."""
     lo, hi = top_p * total_lo, top_p * total_hi
     if hi <= 1.0:  # (the most likely token alone holds top_p, at either end)
         return _first_max(work, None), np.empty(0, dtype=np.intp)

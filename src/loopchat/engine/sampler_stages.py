@@ -160,7 +160,7 @@ class TopP:
             share = float(cum[n_keep - 1])
         else:
             # the whole vocabulary: its mass unit estimates the total (float32 exps: to ~1e-6)
-            # (the candidates' mass in the unit's terms: an estimate for top_p_set, as the whole vocabulary's)
+            # (the candidates' mass in the unit's terms: an estimate for top_p_positions, as the whole vocabulary's)
             known = (c.work_max, (c.norm, c.raw_max)) if c.ids is None else (None, (c.norm * c.mass, c.raw_max))
             before = c.ids
             bounded = top_p_of_vocabulary(c, self.p) if before is None else None

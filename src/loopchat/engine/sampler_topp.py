@@ -21,7 +21,7 @@ from loopchat.engine.sampler_raw import total_bounds
 
 
 def top_p_of_vocabulary(c: Any, p: float) -> tuple[Any, Any] | None:
-    """top_p_set over the whole vocabulary, without its float64 exp pass where the raw pass's
+    """top_p_positions over the whole vocabulary, without its float64 exp pass where the raw pass's
     bound on the total decides the cut (sampler_math.top_p_bounded: the kept ids, the deep
     set); None: undecided. `c`: sampler_stages' Candidates."""
     if c.bound is None:
@@ -34,7 +34,7 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     """The unsorted candidates `c` (sampler_stages.Candidates) narrowed to their top-p set: `c.ids`
     and `c.source_cache` set to the kept ones, whose largest logit is the candidates' (top-p keeps
     the most likely token). `known`: (the candidates' largest logit if known, (the estimate of their
-    mass, its shift)), as top_p_set takes them. Returns (the most likely token cut, -1: none; the
+    mass, its shift)), as top_p_positions takes them. Returns (the most likely token cut, -1: none; the
     share of the candidates' mass kept)."""
     before, src = c.ids, c.source()
     mx = c.source_max(src) if before is not None else known[0]
