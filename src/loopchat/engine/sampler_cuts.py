@@ -10,6 +10,8 @@ cut first.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from loopchat.engine import sampler_fused
@@ -60,15 +62,23 @@ def cut_after(
         return first_cut(work, entered, kept)
     if entered is not None and (mask is None or np.count_nonzero(mask) != n):  # (entered: a subset of it)
         return first_cut(work, entered, kept)
+    cut = _cut_below(kernel, work, kept, mask, least)
+    return first_cut(work, entered, kept) if cut is None else cut
+
+
+def _cut_below(
+    kernel: Any, work: np.ndarray, kept: np.ndarray, mask: np.ndarray | None, least: tuple[float, int] | None
+) -> int | None:
+    """The kernel's pass of cut_after: the largest logit below the least kept one (among those
+    `mask` allows), or None where a token not kept ties the least kept logit (rare: first_cut's
+    way). `least`: (the least kept logit, how many kept ones equal it), or None: found here."""
     if least is None:
         v = work[kept]
         low = float(v.min())
         least = low, int(np.count_nonzero(v == low))
     low = least[0]
     i, n_eq = kernel.cut_below(work, low) if mask is None else kernel.cut_below_mask(work, low, mask.view(np.uint8))
-    if n_eq > least[1]:  # a token not kept ties the least kept logit: rare, first_cut's way
-        return first_cut(work, entered, kept)
-    return int(i)
+    return None if n_eq > least[1] else int(i)
 
 
 def cut_after_mask(work: np.ndarray, kept: np.ndarray, mask: np.ndarray) -> int:
@@ -78,12 +88,8 @@ def cut_after_mask(work: np.ndarray, kept: np.ndarray, mask: np.ndarray) -> int:
     kernel = sampler_fused.kernel
     if kernel is None or kept.shape[0] == 0:
         return cut_after(work, np.flatnonzero(mask), kept, mask)
-    v = work[kept]
-    low = float(v.min())
-    i, n_eq = kernel.cut_below_mask(work, low, mask.view(np.uint8))
-    if n_eq > int(np.count_nonzero(v == low)):
-        return first_cut(work, np.flatnonzero(mask), kept)
-    return int(i)
+    cut = _cut_below(kernel, work, kept, mask, None)
+    return first_cut(work, np.flatnonzero(mask), kept) if cut is None else cut
 
 
 def cut_among(work: np.ndarray, deep: np.ndarray, kept: np.ndarray) -> int:
