@@ -54,6 +54,10 @@ class SequenceHost:
         self._engine = engine
         self.seq = seq
         dry.stands_for(self, engine)  # (DRY's breakers: the engine's, found once)
+        # what a draw and its Step ask of the model each token, bound here: not __getattr__ (a
+        # failed lookup, then the engine's) a dozen times a sequence a pass
+        self.piece, self.piece_text, self.is_eog = engine.piece, engine.piece_text, engine.is_eog
+        self.n_ctx, self.n_vocab = engine.n_ctx, engine.n_vocab
         self.row: np.ndarray | None = None  # None: the prefill's logits (the engine's last)
         self.pos: int | None = None  # tokens in this sequence's context (None: the engine's n_past)
 

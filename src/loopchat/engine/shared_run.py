@@ -53,9 +53,9 @@ def runs_alone(request: ReplyRequest) -> bool:
 class SharedRun:
     """Requests sharing one engine's passes, at most `slots` at once (1..SEQUENCES_MAX)."""
 
-    def __init__(self, slots: int, flush: Callable[[], None] | None = None) -> None:
+    def __init__(self, slots: int, flush: Callable[[], None] = lambda: None) -> None:
         self.slots = slots
-        self._flush = flush if flush is not None else _nothing
+        self._flush = flush
         self._lock = threading.Lock()
         self._inbox: deque[Ticket] = deque()
         self._serving = False
@@ -187,10 +187,6 @@ class SharedRun:
         for ticket in tickets:
             ticket.emit(error)
             ticket.emit(RunDone(ticket.run_id))
-
-
-def _nothing() -> None:
-    pass
 
 
 __all__ = ["SharedRun", "Ticket", "runs_alone"]

@@ -38,10 +38,6 @@ class SlotHost(SequenceHost):
         #: each token's text and partial bytes, as ReplyRun._candidates finds them: one table for the
         #: model, shared by the batch's sequences (a reply's own table began empty: ~6 lookups a draw)
         self.faces = faces
-        # what a draw and its Step ask of the model each token, bound here: not SequenceHost's
-        # __getattr__ (a failed lookup, then the engine's) a dozen times a sequence a pass
-        self.piece, self.piece_text, self.is_eog = engine.piece, engine.piece_text, engine.is_eog
-        self.n_ctx, self.n_vocab = engine.n_ctx, engine.n_vocab
         self.own = seq != 0  # False: the engine's own sequence (Llama's bookkeeping)
         self._calls, self._prefill, self._cancelled = calls, prefill, cancelled
         self.tokens: list[int] = []  # what this sequence's cells hold, in order (own sequences)
