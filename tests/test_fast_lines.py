@@ -12,10 +12,11 @@ import pytest
 from rich.cells import cell_len
 from rich.style import Style
 from textual._segment_tools import line_pad
+from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
-from tui_fixtures import FakeBackend, fake_app, reply_to
+from tui_fixtures import FakeBackend, fake_app, reply_to, wait_for
 
 from loopchat.chat.prefs import Prefs
 from loopchat.tui.app import LoopChatApp
@@ -206,3 +207,24 @@ async def test_the_transcript_scrollbar_paints_what_textual_paints(tmp_path, mon
         first = next(iter(bar._rows.values()))
         bar._rows = dict.fromkeys(bar._rows, first)
         assert _bar_differences(bar)
+
+
+class _Narrow(App[None]):
+    CSS = "FastStatic { width: 20; height: auto; }"
+
+    def compose(self) -> ComposeResult:
+        yield FastStatic()
+
+
+async def test_a_fast_static_is_as_high_as_its_lines_however_long_they_are() -> None:
+    """It draws line y on row y, cut at its width: lines made for a wider view (the document's
+    header during a resize) wrapped in Textual's own measure, and the header stood 13 rows high
+    over its 5 lines at 120x40 (test_tui_document's short view, at the Pilot's 2 ms pace)."""
+    app = _Narrow()
+    async with app.run_test(size=(40, 20)) as pilot:
+        static = app.query_one(FastStatic)
+        static.set_lines([[("x" * 50, Style())] for _ in range(3)])
+        static.refresh(layout=True)
+        await pilot.pause()
+        await wait_for(pilot, lambda: static.size.width == 20, 5, "the layout")
+        assert static.size.height == 3 and [s.text for s in static.render_lines(Region(0, 0, 20, 3))] == ["x" * 20] * 3

@@ -23,7 +23,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.cache import LRUCache
 from textual.filter import ANSIToTruecolor, LineFilter
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.style import Style as TextualStyle
 from textual.widget import Widget
@@ -100,6 +100,12 @@ class FastStatic(Widget):
             regions.append(Region(0, start, width, prev - start + 1))
             self.refresh(*regions)
         return len(dirty)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """One row a line: render_line draws line y on row y, cut at the width. (Textual's own
+        measure wraps render()'s Text at the width: lines made for a wider view, measured in a
+        narrower one during a resize, came out taller than they are drawn, and stayed so.)"""
+        return len(self._lines)
 
     def render(self) -> Text:
         """All lines as one Text (drawing itself goes through render_line)."""
