@@ -85,9 +85,17 @@ async def _screen(monkeypatch, tmp_path, stock: bool, size: tuple[int, int], key
         # at the same blink state whenever the picture is taken
         for field in app.screen.query(Input):
             field.cursor_blink = False
-        await pilot.pause()
-        await pilot.pause()
-        return _cells(app)
+        # the picture once two of them 0.1 s apart agree: a screen's footer shows its keys a
+        # frame or more after the screen itself (Textual redraws it on a later message), and
+        # the Pilot's pause ends when the process looks idle, which may come first
+        cells = _cells(app)
+        for _ in range(50):
+            await pilot.pause(0.1)
+            again = _cells(app)
+            if again == cells:
+                return cells
+            cells = again
+        raise AssertionError("the screen did not settle in 5 s")
 
 
 @pytest.mark.skipif(not REPLY_TRACE.exists(), reason="tests/data/reply.jsonl not recorded")

@@ -5,7 +5,7 @@ conversation goes on from."""
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import FakeBackend, StepGate, reply_to, wait_for, wait_run
+from tui_fixtures import FakeBackend, StepGate, document_settled, reply_to, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.settings import SamplingSettings
@@ -283,7 +283,7 @@ async def test_the_document_view_of_a_branch_shows_its_prefix_once(backend, tmp_
         at = max(1, len(first.steps) // 2)
         branch = await make_branch(pilot, first.number, at, "0")
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         doc = app.document
         ids = [t.token_id for t in doc.doc.tokens[doc.reply_start :]]
         assert ids == [s.token_id for s in branch.steps]

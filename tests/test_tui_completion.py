@@ -7,7 +7,7 @@ The real default model (and Gemma 3 270M base, which has no chat template) with 
 from __future__ import annotations
 
 import pytest
-from tui_fixtures import drawn, fake_app, palette_pick, panel_text, wait_for, wait_run
+from tui_fixtures import document_settled, drawn, fake_app, palette_pick, panel_text, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.engine.chat_prompt import NO_TEMPLATE_NOTE
@@ -108,13 +108,14 @@ async def test_completion_mode_continues_one_document_with_no_template(backend, 
 
         # Ctrl+T: the document the model read, with no template tokens
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         read = app.document.doc
         assert app.document.display and CONTROL not in {t.kind for t in read.tokens}
         text = "".join(s for row in read.rows for s, _, _ in row)
         assert text.replace("\n", "").startswith(whole.replace("\n", "↵"))  # the document, as it is
         assert "<|im_start|>" not in text and "<|im_end|>" not in text
         await pilot.press("ctrl+t")
+        await document_settled(pilot)
 
         # F5: the last continuation again, in its place: still one document
         await pilot.press("f5")

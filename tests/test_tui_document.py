@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fixtures import DATA, REPLY_TRACE, StepGate, palette_pick, panel_text, wait_for, wait_run
+from tui_fixtures import DATA, REPLY_TRACE, StepGate, document_settled, palette_pick, panel_text, wait_for, wait_run
 
 from loopchat.chat.conversation import STREAM, ReplyRecord
 from loopchat.chat.prefs import Prefs
@@ -70,7 +70,7 @@ async def shown(pilot) -> None:
     """The played trace has ended and Ctrl+T shows its document."""
     await wait_run(pilot, 10)
     await pilot.press("ctrl+t")
-    await pilot.pause()
+    await document_settled(pilot)
 
 
 # ------------------------------------------------------------ a recorded trace ----
@@ -102,7 +102,7 @@ async def test_ctrl_t_shows_the_exact_text_and_back(tmp_path) -> None:
         assert f"KV cache: {rec.prefill.reused_tokens} reused, {rec.prefill.evaluated_tokens} evaluated" in h
         assert "context policy: nothing dropped" in h and "older trace" not in h
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         assert app.transcript.display and not doc.display
         assert app.prompt.disabled and app.focused is app.transcript  # a replay has no message box
 
@@ -212,16 +212,27 @@ async def test_a_short_view_keeps_its_rows_for_the_text(tmp_path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await shown(pilot)
         doc = app.document
+        # the view's first size comes in the layout after Ctrl+T showed it; the short header
+        # (and the body's new height) in the one after: await them (the full header came first)
+        await wait_for(
+            pilot,
+            lambda: len(doc.head.lines) <= 2 and doc.body.size.height >= 5,
+            timeout=15,
+            what="the short header at 80x24, the body its rows",
+        )
         assert len(doc.head.lines) <= 2 and doc.body.size.height >= 5, (len(doc.head.lines), doc.body.size)
         text = head(app)
         assert "Reply 1 as the model reads it" in text and "KV cache: 0 reused, 35 evaluated" in text
         assert "nothing dropped" not in text and "cursor:" not in text
         await pilot.resize_terminal(120, 40)
         # the header's new lines and its new height come in two layout passes (a loaded
-        # machine showed the lines before the height): await both
+        # machine showed the lines before the height), and the view passes through narrower
+        # widths on its way (lines made for them wrap "nothing dropped"): await the last
         await wait_for(
             pilot,
-            lambda: "cursor:" in head(app) and doc.head.size.height == len(doc.head.lines),
+            lambda: "cursor:" in head(app)
+            and "nothing dropped" in head(app)
+            and doc.head.size.height == len(doc.head.lines),
             timeout=15,
             what="the full header at 120x40, its height its number of lines",
         )
@@ -254,7 +265,7 @@ async def test_the_selected_token_is_the_cursor(tmp_path) -> None:
         await pilot.pause()
         step = app.selection[1]
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         assert app.document.cursor_token.step.index == step
         await pilot.press("escape")  # the selection goes: the latest reply, its start
         await pilot.pause()
@@ -270,13 +281,14 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
     app = LoopChatApp(FakeBackend(delay=0.002), prefs=Prefs(markdown=False), prefs_path=tmp_path / "p.json")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         assert app.document.display and "no reply yet" in head(app) and status(app) == "no token"
         head_w = app.document.head.content_size.width  # laid out at its width (it took 80: cut here)
         assert all(sum(len(t) for t, _ in line) <= head_w for line in app.document.head.lines)
         for key in ("left", "right", "up", "down", "pageup", "pagedown", "home", "end"):
             await pilot.press(key)  # nothing to move over: no harm
         await pilot.press("ctrl+t")  # back to the box, to type
+        await document_settled(pilot)
         await pilot.press(*"hi", "enter", "ctrl+t")
         await wait_run(pilot)
         await pilot.pause()
@@ -293,7 +305,7 @@ async def test_ctrl_t_before_any_reply_then_a_reply_a_new_conversation_and_a_nar
         await pilot.pause()
         assert app.document.display
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         assert app.transcript.display and app.focused is app.prompt
 
 
@@ -418,7 +430,7 @@ async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend
         await pilot.press(*"Write a short poem about the sea.", "enter")
         await wait_for(pilot, lambda: gate.holding and app.steps_seen >= 4, 30, "the first steps")
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         doc = app.document
         rec = app.current
         assert doc.record is rec and not rec.done
@@ -439,10 +451,11 @@ async def test_a_live_reply_grows_in_the_document_and_ids_match_tokenize(backend
             await pilot.press("right")
         # a second turn: the document is the new reply's, its prefill reused the cache
         await pilot.press("ctrl+t")
+        await document_settled(pilot)
         await pilot.press(*"Thanks", "enter")
         await wait_run(pilot)
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         second = app.conversation.replies[1]
         assert doc.record is second and second.prefill.reused_tokens > 0
         assert f"KV cache: {second.prefill.reused_tokens} reused" in head(app)
@@ -460,7 +473,7 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
         await pilot.press(*"Hello there", "enter")
         await wait_for(pilot, lambda: app.session.stopped and isinstance(app.focused, StepBar), 30, "the stop")
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         doc = app.document
         assert isinstance(app.focused, DocumentBody) and doc.record is app.current
         n_prompt = len(app.current.start.prompt_token_ids)
@@ -469,7 +482,7 @@ async def test_ctrl_t_while_the_loop_is_stopped_gives_the_die_bar_its_focus_back
         await pilot.press("home", "right")
         assert status(app).startswith(f"id {app.current.start.prompt_token_ids[1]} · ")
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         assert isinstance(app.focused, StepBar)  # the die's keys work again
         await pilot.press("enter")  # one draw
         await wait_for(pilot, lambda: len(app.current.steps) == 1, 30, "the drawn token")
@@ -488,6 +501,7 @@ async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_f
         await pilot.press(*"Write a short poem about the sea.", "enter")
         await wait_for(pilot, lambda: gate.holding, 30, "the first steps")
         await pilot.press("ctrl+t")  # the document of the live reply
+        await document_settled(pilot)
         await pilot.press("f12")  # stops before its next draw
         gate.release()
         s = app.session
@@ -513,7 +527,7 @@ async def test_the_die_keys_work_in_the_document_view_and_a_stop_leaves_it_the_f
         assert "picked by hand" not in status(app)  # the token drawn with Enter
         assert f"stopped before token {n + 3}," in head(app)
         await pilot.press("ctrl+t")  # back: the die bar has the focus (the loop is stopped)
-        await pilot.pause()
+        await document_settled(pilot)
         assert isinstance(app.focused, StepBar)
         await pilot.press("escape")
         await wait_run(pilot)
@@ -533,7 +547,7 @@ async def test_a_live_reply_in_a_short_view_stays_in_sight(backend, tmp_path) ->
         await pilot.press("n")
         await wait_for(pilot, lambda: gate.holding, 30, "the first steps")
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         body = app.document.body
         view_h = body.scrollable_content_region.height
         top = body.scroll_offset.y

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from tui_fixtures import wait_for, wait_run
+from tui_fixtures import document_settled, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.chat.views.document_surprisal import surprisal_bg
@@ -41,7 +41,7 @@ async def test_a_reply_sent_with_the_document_open_has_its_prompt_coloured_by_su
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         await pilot.press(*"What is the capital of Germany?", "enter")
         await wait_run(pilot)
         await pilot.pause()
@@ -84,6 +84,7 @@ async def test_a_reply_sent_with_the_document_open_has_its_prompt_coloured_by_su
         assert f"the model's guess {guess.text!r} {guess.prob:.3f}" in line
         # closed, the next reply's prompt is not scored
         await pilot.press("ctrl+t")
+        await document_settled(pilot)
         await pilot.press(*"Thanks", "enter")
         await wait_run(pilot)
         assert app.conversation.replies[1].prefill.prompt_logprobs is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from tui_fixtures import FakeBackend, StepGate, fake_app, reply_to, wait_for, wait_run
+from tui_fixtures import FakeBackend, StepGate, document_settled, fake_app, reply_to, wait_for, wait_run
 
 from loopchat.chat.prefs import Prefs
 from loopchat.events import FinishReason, Start
@@ -235,10 +235,12 @@ async def test_completion_mode_adds_the_space_a_typed_word_needs_and_a_pref_turn
         assert second.messages[0].content == doc + " she"  # what the model read
         assert app.transcript.blocks[0].body_text().startswith(doc + " she")
         await pilot.press("ctrl+t")  # the document view: the exact text the model read, the space in it
+        await document_settled(pilot)
         await wait_for(pilot, lambda: app.document.display and app.document.doc.tokens, 10, "the document view")
         read = "".join(t.text for t in app.document.doc.tokens)
         assert read.startswith(doc + " she"), read
         await pilot.press("ctrl+t")
+        await document_settled(pilot)
         # the pref off (palette): appended exactly as typed, and remembered
         await palette_pick(pilot, "space before typed text")
         assert load_prefs(tmp_path / "prefs.json").completion_space is False
@@ -270,6 +272,7 @@ async def test_the_document_view_draws_a_pasted_escape_as_a_symbol(live, tmp_pat
         await wait_run(pilot)
         assert "\x1b[31mred" in app.conversation.replies[0].start.prompt_text  # the model read the ESC
         await pilot.press("ctrl+t")
+        await document_settled(pilot)
 
         def shown() -> str:
             return "".join(text for row in app.document.doc.rows for text, _, _ in row)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from gc_check import cyclic_garbage
-from tui_fixtures import FakeBackend, fake_app, panel_text, reply_to, wait_for, wait_run
+from tui_fixtures import FakeBackend, document_settled, fake_app, panel_text, reply_to, wait_for, wait_run
 
 from loopchat.chat.plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
 from loopchat.chat.prefs import Prefs, load_prefs, save_prefs
@@ -173,7 +173,7 @@ async def test_typing_in_the_document_view_goes_to_the_message_box(tmp_path) -> 
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "hello")
         await pilot.press("ctrl+t")
-        await pilot.pause()
+        await document_settled(pilot)
         assert app.document.display and app.focused is app.document.body
         await pilot.press("right")  # the document's cursor keys stay its own
         await pilot.press(*"next")  # (the keys went nowhere)

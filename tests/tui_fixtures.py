@@ -26,6 +26,15 @@ async def wait_for(pilot: Any, predicate: Callable[[], bool], timeout: float = 3
         await pilot.pause(0.02)
 
 
+async def document_settled(pilot: Any, timeout: float = 15.0) -> None:
+    """After Ctrl+T: the document view, if shown, laid out at its width. It is laid out in
+    the layout after the key, which the Pilot's pause need not await (it ends when the process
+    looks idle)."""
+    await pilot.pause()
+    doc = pilot.app.document
+    await wait_for(pilot, lambda: not doc.display or doc.ready, timeout, "the document laid out")
+
+
 async def wait_run(pilot: Any, timeout: float = 60.0) -> None:
     app = pilot.app
     await asyncio.wait_for(app.run_finished.wait(), timeout)

@@ -290,6 +290,11 @@ class DocumentView(Widget):
         return self.laid_out.reply_start
 
     @property
+    def ready(self) -> bool:
+        """Laid out at the view's width (not yet between Ctrl+T and the view's first layout)."""
+        return not self._deferred
+
+    @property
     def fallback(self) -> bool:
         """An older trace: the prompt as its text, no boundaries."""
         return self.laid_out.fallback
