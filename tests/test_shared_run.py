@@ -5,6 +5,7 @@ the next pass with its cells freed, and one request's error fails only that one.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import llama_cpp
@@ -219,3 +220,24 @@ def test_a_sequence_of_a_batch_finds_dry_s_breakers_through_its_engine(engine: A
     assert found and all(any(b in engine.piece(i) for b in dry.BREAKERS) for i in sorted(found)[:50])
     for host in (SlotHost(engine, 1, None, None, lambda: False), SequenceHost(engine, 2)):
         assert dry.History([1, 2], host).breakers is found
+
+
+def test_a_pass_of_requests_that_show_no_batch_figures_is_not_probed(engine: Any) -> None:
+    """A probe (what one sequence's pass costs beside the batch's: BatchPass.single_ms) is a decode
+    of the model's weights of its own: a pass none of whose requests shows batch figures (a served
+    request with the extension off, `loopchat: false`) makes none; one request that shows them is
+    enough for the pass to be probed, and its figures are every request's of that pass."""
+    from loopchat.serve.requests import parse_chat
+
+    asks = [{"messages": [{"role": "user", "content": "Hi."}], **x} for x in ({"loopchat": False}, {})]
+    assert [parse_chat(a, SamplingSettings()).reply.batch_probes for a in asks] == [False, True]
+    quiet = [
+        dataclasses.replace(_request(t, tokens=4), batch_probes=False) for t in ("What is rain?", "Name a colour.")
+    ]
+    engine.reset()
+    for requests, probed in ((quiet, False), ([quiet[0], _request("Name a colour.", tokens=4)], True)):
+        events = _serve(engine, requests)
+        for each in events:
+            passes = [s.batch for s in _of(each, Step) if s.batch is not None]
+            assert len(passes) == 3 and all(p.size == 2 for p in passes)  # (steps 1-3: batched passes 1-3)
+            assert all((p.single_ms is not None) is probed for p in passes), passes

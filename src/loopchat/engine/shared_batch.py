@@ -17,7 +17,9 @@ A request alone on sequence 0 runs exactly as a reply alone does (its pass is th
 own, `ReplyRun.feed_back`: the events and figures of `loopchat serve --parallel 1`). A pass
 of two sequences or more is a `BatchPass` on each Step it gave (Step.batch), its
 `single_ms` measured as batch_run.py measures it: one sequence's token decoded alone in a
-scratch sequence at passes 1, 2, 3 and every 32nd, the median of the latest three.
+scratch sequence at passes 1, 2, 3 and every 32nd, the median of the latest three; a pass
+none of whose requests shows batch figures (ReplyRequest.batch_probes: a served request with
+the extension off) is not probed (a probe is a decode of the model's weights for one token).
 """
 
 from __future__ import annotations
@@ -199,7 +201,9 @@ class SharedBatch:
         if n > 1:
             self.passes += 1
             if self.passes in PROBE_FIRST or self.passes % PROBE_EVERY == 0:
-                self._probe(going[0])
+                probed = next((x for x in going if x.run.request.batch_probes), None)
+                if probed is not None:  # (None: no request of the pass shows batch figures)
+                    self._probe(probed)
         triples = [(x.host.seq, x.token, x.host.n_past) for x in going]
         t0 = time.perf_counter()
         self.engine.passes += 1

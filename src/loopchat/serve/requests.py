@@ -179,6 +179,7 @@ def _request(
         prompt_logprobs=prompt_logprobs,
         constraint=_constraint(body),
         n=int(body.get("n") or 1),
+        batch_probes=extension,
     )
     return GenerationRequest(
         reply=reply,
