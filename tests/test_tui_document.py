@@ -230,9 +230,11 @@ async def test_a_short_view_keeps_its_rows_for_the_text(tmp_path) -> None:
         # widths on its way (lines made for them wrap "nothing dropped"): await the last
         await wait_for(
             pilot,
-            lambda: "cursor:" in head(app)
-            and "nothing dropped" in head(app)
-            and doc.head.size.height == len(doc.head.lines),
+            lambda: (
+                "cursor:" in head(app)
+                and "nothing dropped" in head(app)
+                and doc.head.size.height == len(doc.head.lines)
+            ),
             timeout=15,
             what="the full header at 120x40, its height its number of lines",
         )
