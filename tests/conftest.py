@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from gemma_model import gemma_path as _gemma_path
+from pilot_pace import quicken
 from serve_process import KEY, Serve
 from suite_order import SuiteOrder
 from suite_tally import ALONE_FILES_ENV, alone_files_left_out, alone_without_cost_marker, record
@@ -121,6 +122,10 @@ def queue_one_server():
 def pytest_configure(config: pytest.Config) -> None:
     # the files' order for make test's workers, the longest first (suite_order.py)
     config.pluginmanager.register(SuiteOrder(), "loopchat_suite_order")
+    # the Pilot's idle poll every 2 ms instead of 20 (pilot_pace.py)
+    left = quicken()
+    if left:
+        config.issue_config_time_warning(pytest.PytestWarning(left), stacklevel=2)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
