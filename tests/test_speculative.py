@@ -40,11 +40,13 @@ REPEAT = [Message("user", "Repeat the following text exactly: " + TEXT)]
 COPY = SamplingSettings(temperature=0.0, repeat_penalty=1.0, dry_multiplier=0.0, max_tokens=90)
 
 
-def _reply(
-    engine: Engine, messages: list[Message], settings: SamplingSettings, reuse_at_most: int | None = 0
-) -> tuple[Start, list[Step], Finish]:
-    """One reply's events; its prompt evaluated afresh unless `reuse_at_most` lets the KV cache serve it."""
-    events = list(engine.generate(messages, settings, reuse_at_most=reuse_at_most))
+def _reply(engine: Engine, messages: list[Message], settings: SamplingSettings) -> tuple[Start, list[Step], Finish]:
+    """One reply's events. The prompt's KV cache serves it as far as it holds the same tokens
+    (the engine's default reuse: all but the last token, fed alone): on this build a pass's rows
+    do not depend on how many positions it holds (tests/test_batch_invariance.py), so a reused
+    cache is the one a fresh prefill gives, bit for bit. (Each test's first reply evaluated its
+    prompt afresh, `reuse_at_most=0`: REPEAT's 95 tokens are ~0.8 s of CPU, six times a run.)"""
+    events = list(engine.generate(messages, settings))
     start = next(e for e in events if isinstance(e, Start))
     return start, [e for e in events if isinstance(e, Step)], next(e for e in events if isinstance(e, Finish))
 
@@ -57,7 +59,7 @@ def test_lookup_at_temperature_0_gives_the_plain_loop_s_text_in_fewer_passes(
     # the passes' measured costs, which a loaded machine moves (8 kept in a clean clone's suite)
     monkeypatch.setattr(DraftPace, "length", lambda self, room: max(0, min(self.draft_max, room)))
     _, plain, f0 = _reply(engine, REPEAT, COPY)
-    start, spec, f1 = _reply(engine, REPEAT, COPY.replace(draft="lookup"), reuse_at_most=None)  # the prompt's cache
+    start, spec, f1 = _reply(engine, REPEAT, COPY.replace(draft="lookup"))  # the prompt's cache
     assert start.settings.draft == "lookup" and all(s.pass_report is None for s in plain)
     figures = pass_figures(spec)
     assert figures.kept > 10 and figures.passes < figures.tokens, draft_summary(figures)  # it drafted, and kept
@@ -135,7 +137,7 @@ def _same_steps(plain: list[Step], spec: list[Step]) -> None:
 def test_with_sampling_and_a_seed_the_draft_does_not_change_the_reply(engine: Engine) -> None:
     settings = COPY.replace(temperature=1.0, seed=11, max_tokens=80)
     _, plain, _ = _reply(engine, REPEAT, settings)
-    _, spec, _ = _reply(engine, REPEAT, settings.replace(draft="lookup"), reuse_at_most=None)  # the prompt's cache
+    _, spec, _ = _reply(engine, REPEAT, settings.replace(draft="lookup"))  # the prompt's cache
     assert pass_figures(spec).kept > 0
     _same_steps(plain, spec)
 
@@ -161,10 +163,10 @@ def test_a_copy_of_the_model_as_its_draft_model_has_its_drafts_kept(engine: Engi
     reply's prefill left is the one a fresh prefill would give, bit for bit."""
     settings = COPY.replace(max_tokens=60)
     _, plain, _ = _reply(engine, RENAME, settings)
-    _, lookup, _ = _reply(engine, RENAME, settings.replace(draft="lookup"), reuse_at_most=None)
+    _, lookup, _ = _reply(engine, RENAME, settings.replace(draft="lookup"))
     engine.draft_model = open_draft_model(engine, model_path)
     try:
-        _, spec, _ = _reply(engine, RENAME, settings.replace(draft="model"), reuse_at_most=None)
+        _, spec, _ = _reply(engine, RENAME, settings.replace(draft="model"))
     finally:
         engine.draft_model.close()
         engine.draft_model = None
@@ -226,7 +228,7 @@ def test_speculative_draws_are_calibrated_against_their_step_records(
         if n_steps >= 2000:
             break
         # the prompt's KV cache is kept from one seed to the next (the engine's default reuse;
-        # _reply's reuse_at_most=0 would evaluate the same prompt again for every seed: a fifth
+        # a fresh prefill (reuse_at_most=0) would evaluate the same prompt again for every seed: a fifth
         # of the test's CPU). The steps read here are the verifying passes', after the prefill.
         # The last reply is closed once 2,000 steps are counted (a stop, as Esc's): its
         # remaining tokens would be read by nothing.
@@ -310,8 +312,9 @@ def test_a_speculative_reply_s_replay_gives_its_tokens(engine: Engine) -> None:
     session.change_settings(draft="lookup", max_tokens=60)
     session.send("Repeat the following text exactly: " + TEXT, STREAM)
     for run in (1, 2):
-        request = session.backend.requests[run - 1].with_(reuse_at_most=0)
-        session.consume([*engine.run_reply(request), RunDone(run)])
+        # the requests as the session makes them: the first reuses what the engine's cache
+        # holds of its prompt, the replay as much as the original reused (session.py)
+        session.consume([*engine.run_reply(session.backend.requests[run - 1]), RunDone(run)])
         if run == 1:
             original = session.last_done_reply()
             replay = session.replay_other_mode()
