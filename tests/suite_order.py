@@ -28,7 +28,7 @@ import pytest
 
 COST_S: dict[str, float] = {
     "tests/test_cli.py": 50.1,
-    "tests/test_speculative.py": 64.1,
+    "tests/test_speculative.py": 61.5,
     "tests/test_sampler_chain.py": 27.0,
     "tests/test_render_fallback.py": 30.2,
     "tests/test_engine.py": 18.4,
@@ -37,7 +37,7 @@ COST_S: dict[str, float] = {
     "tests/test_history_store.py": 16.7,
     "tests/test_tui_branch.py": 22.2,
     "tests/test_tui_step.py": 20.5,
-    "tests/test_prompt_logprobs.py": 17.4,
+    "tests/test_prompt_logprobs.py": 15.9,
     "tests/test_web.py": 19.6,
     "tests/test_lens.py": 15.3,
     "tests/test_dry_settings.py": 12.6,
