@@ -1401,6 +1401,54 @@ static void min_max(const float *x, Py_ssize_t n, float *lo_out, float *mx_out) 
     *lo_out = lo, *mx_out = mx;
 }
 
+/* top_p_cut's split: the positions whose bin is above b into kept[:*na], in order, and those of
+   bin b into idx[:*ni], in order (each written over a slot of idx already read: the j-th of them
+   sits at or after position j). Eight bins at a time by AVX2 (the positions above b moved to the
+   front of two four-lane stores by compress_lut, as exp_sum_above picks its deep set: ~8x fewer
+   stores than a position at a time); the rest, or without AVX2, branchless (a flat row keeps
+   most positions in no order a branch predicts; every position written, the count moves on). */
+#ifdef KERNEL_AVX2
+__attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(int32_t *idx, int32_t b, int64_t *kept,
+                                                                       Py_ssize_t n, Py_ssize_t *na_out,
+                                                                       Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, i = 0;
+    const __m256i vb = _mm256_set1_epi32(b);
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(idx + i));
+        unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, vb)));
+        unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, vb)));
+        for (int h = 0; h < 2; h++) { /* (four lanes written at kept + na: na <= i + 4h, so within n) */
+            unsigned m = gt >> (4 * h) & 15u;
+            __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
+            __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)), _mm256_set_epi64x(3, 2, 1, 0));
+            _mm256_storeu_si256((__m256i *)(kept + na), _mm256_permutevar8x32_epi32(pos, perm));
+            na += __builtin_popcount(m);
+        }
+        while (eq) { /* (rare: the cut bin's positions, each after the group was read) */
+            idx[ni++] = (int32_t)(i + __builtin_ctz(eq));
+            eq &= eq - 1;
+        }
+    }
+    *na_out = na, *ni_out = ni;
+    return i;
+}
+#endif
+
+static void split_bins(int32_t *idx, int32_t b, int64_t *kept, Py_ssize_t n, Py_ssize_t *na_out, Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, i = 0;
+#ifdef KERNEL_AVX2
+    if (kernel_fma) i = split_bins_avx2(idx, b, kept, n, &na, &ni);
+#endif
+    for (; i < n; i++) {
+        int32_t v = idx[i];
+        kept[na] = i;
+        idx[ni] = (int32_t)i; /* (ni <= i: a slot already read) */
+        na += v > b;
+        ni += v == b;
+    }
+    *na_out = na, *ni_out = ni;
+}
+
 static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
                             int64_t *kept, Py_ssize_t n, double *mass) {
     float mx, lo;
@@ -1428,19 +1476,10 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
     free(hist);
     Py_ssize_t na = 0, ni = 0;
-    for (Py_ssize_t i = 0; i < n; i++) { /* (branchless: a flat row keeps half its positions in no order a
-                                            branch predicts; every position written, the count moves on; the
-                                            cut bin's positions from kept's end, backwards: the two never meet
-                                            but in the slot both write i) */
-        int32_t v = idx[i];
-        kept[na] = i;
-        kept[n - 1 - ni] = i;
-        na += v > b;
-        ni += v == b;
-    }
+    split_bins(idx, (int32_t)b, kept, n, &na, &ni);
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
-    for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[kept[n - 1 - j]], kept[n - 1 - j]};
+    for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[idx[j]], idx[j]};
     qsort(in, (size_t)ni, sizeof(cut_entry), cut_cmp);
     double part = 0.0, cum = 0.0;
     Py_ssize_t keep = ni;

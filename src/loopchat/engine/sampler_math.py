@@ -97,7 +97,8 @@ def top_p_positions(
     the same numbers: the estimate only chooses what is computed.
 
     Returns the kept candidates, as positions into their logits `src` (work[cand]; with cand
-    None their ids: the TopP stage gathers their ids and logits in one pass, sampler_topp), and
+    None their ids: the TopP stage gathers their ids and logits in one pass, sampler_topp; the
+    kernel's bins over every candidate leave them in scratch memory, the next call's), and
     the share of the candidates' softmax mass they hold (both sums in float64, found on the way).
     `known_max`: the candidates' largest logit, if the caller knows it."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
