@@ -39,11 +39,11 @@ ARGS = _args()
 sys.path.insert(0, str(ARGS.src))
 sys.path.insert(0, str(HERE))
 
-import constraint_cpu as cc  # noqa: E402
-
 from loopchat.constraint import read_constraint  # noqa: E402
 from loopchat.engine import sampler, sampler_fused  # noqa: E402
 from loopchat.engine.engine import Engine  # noqa: E402
+
+import constraint_cpu as cc  # noqa: E402, I001 (after loopchat: it puts this tree's src first, --src may name another)
 
 TIMES: dict[str, int] = collections.defaultdict(int)
 
@@ -78,6 +78,8 @@ def install() -> None:
     for cls in (*(getattr(sampler_stages, n) for n in ("RepeatPenalty", "Dry", "TopK", "TopP", "MinP")),):
         cls.apply = _wrap(cls.__name__, cls.apply)
     sampler_constraint.ConstraintStage.apply = _wrap("Constraint", sampler_constraint.ConstraintStage.apply)
+    sampler_constraint.ConstraintStage.consume = _wrap("consume", sampler_constraint.ConstraintStage.consume)
+    sampler.sample = _wrap("sample", sampler.sample)
     names = [
         "raw_softmax", "top_indices", "_unsorted_distribution", "_draw", "rank_of", "_sampled_rank",
         "top_p_positions", "top_p_bins", "take", "cut_after", "_top_by_logits", "step_penalties",

@@ -58,6 +58,7 @@ class Candidates:
         "allowed",
         "bound",
         "source_cache",
+        "work_copy",
     )
 
     def __init__(
@@ -95,6 +96,8 @@ class Candidates:
         #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
         self.bound = bound
         self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
+        #: scratch memory the raw pass already copied the logits into (sampler_raw's `copy`), or None
+        self.work_copy: np.ndarray | None = None
 
     @property
     def ids(self) -> np.ndarray | None:
