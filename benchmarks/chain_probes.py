@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import statistics
 import sys
 import time
@@ -39,11 +40,13 @@ ARGS = _args()
 sys.path.insert(0, str(ARGS.src))
 sys.path.insert(0, str(HERE))
 
+# (loopchat imported before constraint_cpu, which puts this tree's src first: --src may name another)
+importlib.import_module("loopchat.engine.engine")
+cc = importlib.import_module("constraint_cpu")
+
 from loopchat.constraint import read_constraint  # noqa: E402
 from loopchat.engine import sampler, sampler_fused  # noqa: E402
 from loopchat.engine.engine import Engine  # noqa: E402
-
-import constraint_cpu as cc  # noqa: E402, I001 (after loopchat: it puts this tree's src first, --src may name another)
 
 TIMES: dict[str, int] = collections.defaultdict(int)
 
@@ -70,8 +73,6 @@ class _KernelProbe:
 
 def install() -> None:
     """Probes on the kernel, the stages' apply and sample()'s helpers (every module that names them)."""
-    import importlib
-
     from loopchat.engine import sampler_constraint, sampler_stages
 
     sampler_fused.kernel = _KernelProbe(sampler_fused.kernel)  # type: ignore[assignment]
