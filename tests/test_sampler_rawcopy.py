@@ -82,3 +82,25 @@ def test_the_penalties_take_the_raw_passs_copy_and_report_the_same(kernel, monke
     want = [_figures(sampler.sample(row, context, s, sampler.make_rng(i), 40)) for i in range(3)]
     assert copies[0] is True
     assert got == want
+
+
+def test_the_raw_max_from_the_raw_tops_pass_is_numpys_max(kernel) -> None:  # type: ignore[no-untyped-def]
+    """sample() takes the raw max from the kernel's top-K pass where it answers (no tie among the
+    top, no NaN) instead of numpy's max pass: on rows with a distinct max, a tie at the max, a max of
+    0.0 beside -0.0, and a tie inside the top K, the raw figures are numpy's, bit for bit."""
+    rng = np.random.default_rng(9)
+    base = (rng.standard_normal(49_152) * 3).astype(np.float32)
+    tied_top, zero_top, tied_inside = base.copy(), base - base.max(), base.copy()
+    tied_top[[5, 900]] = base.max() + 1
+    zero_top[[3, 4]] = (-0.0, 0.0)
+    tied_inside[np.argsort(-base)[[3, 4]]] = base[np.argsort(-base)[2]]
+    s = SamplingSettings(top_k=0, top_p=1.0, min_p=0.0, temperature=1.0, seed=1, repeat_penalty=1.0)
+    for row in (base, tied_top, zero_top, tied_inside):
+        res = sampler.sample(row, [], s, sampler.make_rng(0), 10)
+        shifted = row - np.float32(float(row.max()))
+        e = np.exp(shifted)
+        total, dot = float(e.sum()), float(np.einsum("i,i->", e, shifted))
+        want_entropy = (np.log(total) - dot / total) / np.log(2.0)
+        assert res.raw_top_ids.tolist() == sampler.top_indices(row, 10).tolist()
+        assert res.raw_top_probs.tobytes() == (e[res.raw_top_ids].astype(np.float64) / total).tobytes()
+        assert res.raw_entropy == pytest.approx(want_entropy, abs=1e-12)

@@ -288,7 +288,10 @@ def _sample(
 ) -> SampleResult:
     """sample()'s chain."""
     # --- raw softmax over the whole vocabulary ---------------------------------
-    raw_max = float(logits.max())
+    # (the raw top first: where the kernel's one pass finds it (no tie, no NaN) its first is the
+    # max, and numpy's pass for it is saved; else top_indices as before)
+    raw_top_ids = sampler_fused.top_k(logits, report_k) if 0 < report_k < logits.shape[0] else None
+    raw_max = float(logits.max()) if raw_top_ids is None else float(logits[raw_top_ids[0]])
     # (sampler_raw: one fused pass or numpy's, the same bits; the float64 sum where top-p may
     # run over the whole vocabulary: its bound, sampler_math.top_p_bounded)
     whole_top_p = (
@@ -299,7 +302,8 @@ def _sample(
     raw = raw_softmax(logits, raw_max, whole_top_p, copy)
     total = raw.total
     raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
-    raw_top_ids = top_indices(logits, report_k)
+    if raw_top_ids is None:
+        raw_top_ids = top_indices(logits, report_k)
     raw_top_probs = raw.exp_at(raw_top_ids).astype(np.float64) / total
 
     # --- the stages, then the distribution sampled from, then the draw ----------
