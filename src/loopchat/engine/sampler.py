@@ -30,9 +30,10 @@ from typing import cast
 
 import numpy as np
 
-from loopchat.engine import sampler_fused
+from loopchat.engine import dry, sampler_fused
 from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, top_indices
 from loopchat.engine.sampler_raw import raw_softmax
+from loopchat.engine.sampler_scratch import scratch
 from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled, with_constraint
 from loopchat.settings import SamplingSettings
 
@@ -231,6 +232,16 @@ def _sampled_rank(d: _Distribution, pick: int, pick_weight: float, top_weights: 
     return sampler_fused.count_greater(d.probs, pick) + 1
 
 
+def _may_penalize(settings: SamplingSettings, context: Sequence[int]) -> bool:
+    """Whether a stage of the chain may change logits this step (the repeat penalty, DRY, a logit bias)."""
+    if settings.logit_bias:
+        return True
+    if not context:
+        return False
+    repeat = settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0
+    return repeat or dry.enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n)
+
+
 def entropy_bits(logits: np.ndarray) -> float:
     """Entropy in bits of softmax(logits), computed stably in float64."""
     z = logits.astype(np.float64, copy=False)
@@ -277,20 +288,27 @@ def _sample(
 ) -> SampleResult:
     """sample()'s chain."""
     # --- raw softmax over the whole vocabulary ---------------------------------
-    raw_max = float(logits.max())
+    # (the raw top first: where the kernel's one pass finds it (no tie, no NaN) its first is the
+    # max, and numpy's pass for it is saved; else top_indices as before)
+    raw_top_ids = sampler_fused.top_k(logits, report_k) if 0 < report_k < logits.shape[0] else None
+    raw_max = float(logits.max()) if raw_top_ids is None else float(logits[raw_top_ids[0]])
     # (sampler_raw: one fused pass or numpy's, the same bits; the float64 sum where top-p may
     # run over the whole vocabulary: its bound, sampler_math.top_p_bounded)
     whole_top_p = (
         constraint is None and not settings.greedy and settings.top_p < 1.0 and not 0 < settings.top_k < logits.shape[0]
     )
-    raw = raw_softmax(logits, raw_max, whole_top_p)
+    # (the logits copied in the same pass where a penalty may change some: sampler_penalized's copy)
+    copy = scratch.get("work", logits.shape[0], np.float32) if _may_penalize(settings, recent_tokens) else None
+    raw = raw_softmax(logits, raw_max, whole_top_p, copy)
     total = raw.total
     raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
-    raw_top_ids = top_indices(logits, report_k)
+    if raw_top_ids is None:
+        raw_top_ids = top_indices(logits, report_k)
     raw_top_probs = raw.exp_at(raw_top_ids).astype(np.float64) / total
 
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k, raw.bound())
+    c.work_copy = raw.copied
     c.narrow_k = 1 if settings.greedy else settings.top_k  # (right after the constraint: chain_for's order)
     chain = (
         chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))

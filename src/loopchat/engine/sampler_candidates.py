@@ -56,8 +56,10 @@ class Candidates:
         "work_max",
         "work_max_id",
         "allowed",
+        "allowed_n",
         "bound",
         "source_cache",
+        "work_copy",
     )
 
     def __init__(
@@ -92,9 +94,12 @@ class Candidates:
         self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
         #: a constraint that left most of the vocabulary: its mask (a bool a token), for top-k and top-p's cut
         self.allowed: np.ndarray | None = None
+        self.allowed_n = -1  # (how many tokens `allowed` allows, where the constraint counted them; -1: not known)
         #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
         self.bound = bound
         self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
+        #: scratch memory the raw pass already copied the logits into (sampler_raw's `copy`), or None
+        self.work_copy: np.ndarray | None = None
 
     @property
     def ids(self) -> np.ndarray | None:
