@@ -30,8 +30,8 @@ from typing import cast
 
 import numpy as np
 
-from loopchat.engine import sampler_fused
-from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, top_indices
+from loopchat.engine import dry, sampler_fused
+from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
 from loopchat.engine.sampler_raw import raw_softmax
 from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled, with_constraint
 from loopchat.settings import SamplingSettings
@@ -177,6 +177,29 @@ def _top_by_logits(src: np.ndarray, shift: float, t: float, k: int) -> np.ndarra
     return top[:k]
 
 
+def _wide_top(
+    logits: np.ndarray, settings: SamplingSettings, report_k: int, constraint: Stage | None
+) -> np.ndarray | None:
+    """Where top-k will read the model's logits unchanged (no penalty, DRY, bias or constraint
+    before it) and keep k <= SORT_LIMIT of them, more than the report asks for: the k + 1 largest,
+    largest first, in the kernel's one pass where they are distinct and there is no NaN. They are
+    then top_indices(logits, k + 1), which top-k takes (Candidates.take_top), and their first
+    report_k are top_indices(logits, report_k), the raw top: one pass for both, and the first is
+    the max (the pass logits.max() took is saved). None: not so; each is searched as before."""
+    k = settings.top_k
+    if (
+        constraint is not None
+        or settings.greedy
+        or not report_k <= k <= SORT_LIMIT
+        or k >= logits.shape[0]
+        or settings.logit_bias
+        or (settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0)
+        or dry.enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n)
+    ):
+        return None
+    return sampler_fused.top_k(logits, k + 1)
+
+
 def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:
     """(the token, its position in d; None: a forced token the filters cut)."""
     n_kept = d.n
@@ -277,7 +300,8 @@ def _sample(
 ) -> SampleResult:
     """sample()'s chain."""
     # --- raw softmax over the whole vocabulary ---------------------------------
-    raw_max = float(logits.max())
+    wide = _wide_top(logits, settings, report_k, constraint)  # (top-k's k + 1 and the raw top, one pass)
+    raw_max = float(logits.max()) if wide is None else float(logits[wide[0]])
     # (sampler_raw: one fused pass or numpy's, the same bits; the float64 sum where top-p may
     # run over the whole vocabulary: its bound, sampler_math.top_p_bounded)
     whole_top_p = (
@@ -286,11 +310,12 @@ def _sample(
     raw = raw_softmax(logits, raw_max, whole_top_p)
     total = raw.total
     raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
-    raw_top_ids = top_indices(logits, report_k)
+    raw_top_ids = top_indices(logits, report_k) if wide is None else wide[:report_k]
     raw_top_probs = raw.exp_at(raw_top_ids).astype(np.float64) / total
 
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k, raw.bound())
+    c.wide_top = wide
     c.narrow_k = 1 if settings.greedy else settings.top_k  # (right after the constraint: chain_for's order)
     chain = (
         chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
@@ -299,7 +324,10 @@ def _sample(
     d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
     token_id, pick = _draw(d, rng, force)
 
-    raw_rank = rank_of(logits, token_id, raw_top_ids)
+    top_list = raw_top_ids.tolist()
+    at = top_list.index(token_id) if token_id in top_list else -1
+    # (wide: the top's logits strictly fall, so a token among them has its place for its rank)
+    raw_rank = at + 1 if wide is not None and at >= 0 else rank_of(logits, token_id, raw_top_ids)
     top_weights = d.weights(d.top)
     pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
     if pick is None:
@@ -316,8 +344,8 @@ def _sample(
         raw_top_probs=raw_top_probs,
         sampled_top_ids=d.top if d.ids is None else d.ids[d.top],
         sampled_top_probs=top_weights / d.norm,
-        raw_prob=float(raw.exp_at(np.array([token_id]))[0])
-        / total,  # as raw_top_probs: the same token, the same number
+        # as raw_top_probs: the same token, the same number (its own there, when it is among them)
+        raw_prob=float(raw_top_probs[at]) if at >= 0 else float(raw.exp_at(np.array([token_id]))[0]) / total,
         raw_rank=raw_rank,
         sampled_prob=pick_weight / d.norm,
         sampled_rank=sampled_rank,
