@@ -30,7 +30,7 @@ from typing import cast
 
 import numpy as np
 
-from loopchat.engine import dry, sampler_fused
+from loopchat.engine import dry, sampler_fused, sampler_tail
 from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
 from loopchat.engine.sampler_raw import raw_softmax
 from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled, with_constraint
@@ -200,6 +200,26 @@ def _wide_top(
     return sampler_fused.top_k(logits, k + 1)
 
 
+def _chain_and_draw(
+    c: Candidates, chain: tuple[Stage, ...], rng: np.random.Generator, force: int | None
+) -> tuple[tuple[StageReport, ...], _Distribution, int, int | None, int | None]:
+    """The stages on `c`, the distribution and the draw: (the reports, the distribution, the
+    token, its position in it, its rank there if known). The sorted form's top-p, min-p and
+    temperature and its draw in Python floats where sampler_tail can (the same numbers)."""
+    at = sampler_tail.starts_at(chain) if force is None else len(chain)
+    reports = [stage.apply(c) for stage in chain[:at]]
+    tail = sampler_tail.draw_sorted(c, chain[at:], rng) if at < len(chain) else None
+    if tail is not None:
+        assert c.ids is not None
+        n = len(tail.probs)
+        d = _Distribution(c.ids, np.array(tail.probs), 1.0, tail.entropy, np.arange(min(c.report_k, n)), None, n)
+        return (*reports, *tail.reports), d, int(c.ids[tail.pick]), tail.pick, tail.rank
+    reports += [stage.apply(c) for stage in chain[at:]]
+    d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
+    token_id, pick = _draw(d, rng, force)
+    return tuple(reports), d, token_id, pick, None
+
+
 def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:
     """(the token, its position in d; None: a forced token the filters cut)."""
     n_kept = d.n
@@ -320,9 +340,7 @@ def _sample(
     chain = (
         chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
     )
-    reports = tuple(stage.apply(c) for stage in chain)
-    d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
-    token_id, pick = _draw(d, rng, force)
+    reports, d, token_id, pick, tail_rank = _chain_and_draw(c, chain, rng, force)
 
     top_list = raw_top_ids.tolist()
     at = top_list.index(token_id) if token_id in top_list else -1
@@ -332,6 +350,8 @@ def _sample(
     pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
     if pick is None:
         sampled_rank = 0
+    elif tail_rank is not None:  # (sampler_tail's count, the same as _sampled_rank's)
+        sampled_rank = tail_rank
     elif d.ids is None and c.work is logits:
         # every token kept, no penalty: the probabilities rise with the raw logits, so
         # the ranks are the same (a pass over the vocabulary saved)
