@@ -60,6 +60,7 @@ class Candidates:
         "bound",
         "source_cache",
         "work_copy",
+        "wide_top",
     )
 
     def __init__(
@@ -100,6 +101,8 @@ class Candidates:
         self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
         #: scratch memory the raw pass already copied the logits into (sampler_raw's `copy`), or None
         self.work_copy: np.ndarray | None = None
+        #: the model's k + 1 largest logits' ids, largest first, distinct, when sampler._wide_top found them
+        self.wide_top: np.ndarray | None = None
 
     @property
     def ids(self) -> np.ndarray | None:
@@ -160,8 +163,12 @@ class Candidates:
                 return -1
             self.ids = top_set(self.work, k)  # (its order is the draw's: see _unsorted_distribution)
             return cut_after(self.work, None, self.ids)
-        raw_top = self.raw_top_ids if self.work is self.logits and k <= self.report_k else None
-        self.ids, cut = top_and_cut(self.work, k, raw_top)
+        wide = self.wide_top
+        if wide is not None and self.work is self.logits and wide.shape[0] == k + 1:  # (top_and_cut's answer)
+            self.ids, cut = wide[:k], int(wide[k])
+        else:
+            raw_top = self.raw_top_ids if self.work is self.logits and k <= self.report_k else None
+            self.ids, cut = top_and_cut(self.work, k, raw_top)
         self.sorted = True
         self.logits64 = self.work[self.ids].astype(np.float64)
         return cut
