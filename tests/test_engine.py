@@ -313,10 +313,12 @@ def test_old_turns_are_dropped_when_the_conversation_outgrows_the_context(small_
 
 
 def test_generation_stops_when_the_context_is_full(small_engine: Engine) -> None:
-    events = list(small_engine.generate(convo("Count."), SamplingSettings(max_tokens=10_000, seed=1), ignore_eos=True))
+    ask = "Count. " + " ".join(["Then say the numbers again, slowly and clearly, one per line."] * 14)  # 218 tokens
+    events = list(small_engine.generate(convo(ask), SamplingSettings(max_tokens=10_000, seed=1), ignore_eos=True))
     finish = events[-1]
     assert finish.reason == FinishReason.CONTEXT
     assert finish.n_past == 255
+    assert sum(isinstance(e, Step) for e in events) >= 10  # (38: "Count." alone drew 234, each ~1.5x a prompt token)
 
 
 def _cores_in_proc_cpuinfo() -> int | None:

@@ -82,9 +82,10 @@ def test_not_asked_not_computed(engine: Engine) -> None:
 
 def test_chunks_are_bounded_and_a_next_turn_reuses_the_scored_cache(engine: Engine) -> None:
     engine.reset()
-    # 80 words: 250 tokens, two chunks of 170 (120 words made 390 tokens, three chunks, for the
-    # same checks: the chunks' count, the second turn's reuse and its fresh row)
-    long_chat = (CHAT[0], Message("user", " ".join(f"word{i}" for i in range(80))))
+    # 60 words: 190 tokens, two chunks (170 + 20) (120 words made 390 tokens, three chunks, and
+    # 80 words 250, for the same checks: the chunks' count, the second turn's reuse and its fresh
+    # row; each prompt token is evaluated twice: the first turn's prefill, the fresh row's)
+    long_chat = (CHAT[0], Message("user", " ".join(f"word{i}" for i in range(60))))
     start, prefill = _start_prefill(engine, long_chat, prompt_logprobs=1)
     chunk = CHUNK_FLOATS // engine.n_vocab
     assert len(start.prompt_token_ids) > chunk  # more than one chunk

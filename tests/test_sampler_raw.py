@@ -125,7 +125,7 @@ def test_the_sampler_takes_the_fused_pass_and_reports_numpys_numbers(monkeypatch
     row = (np.random.default_rng(3).standard_normal(262_144) * 3).astype(np.float32)
     calls: list[int] = []
     real = k.raw_sums
-    monkeypatch.setattr(k, "raw_sums", lambda x, m: calls.append(len(x)) or real(x, m))
+    monkeypatch.setattr(k, "raw_sums", lambda x, m, *copy: calls.append(len(x)) or real(x, m, *copy))
     fused = sampler.sample(row, [1, 2, 3], S(top_k=40), sampler.make_rng(0), 10)
     assert calls == [262_144]
     monkeypatch.setattr(sampler_raw, "RAW_FUSED", False)

@@ -144,3 +144,25 @@ def test_the_cut_off_finds_the_rows_least_and_greatest_logit_in_any_lane() -> No
                 with numpy_path():
                     want = sampler_math.top_p_bins(x, q, p * float(q.sum()))
                 assert got is not None and np.array_equal(got[0], want[0]) and got[1] == want[1], (n, at, p)
+
+
+@pytest.mark.usefixtures("kernel_on")
+def test_the_cut_offs_split_by_eight_lanes_is_numpys_over_long_rows() -> None:
+    """top_p_cut's split (the positions above the cut bin, eight at a time by AVX2, and the cut bin's,
+    written over its index array) keeps numpy's positions in numpy's order with numpy's mass on rows
+    of Gemma's size and a few more (a tail past the last group of eight): logits on a coarse grid, so
+    that the cut bin holds thousands of positions in every lane and the groups mix all three sides,
+    and a flat row where the cut keeps most of the vocabulary."""
+    rng = np.random.default_rng(24)
+    for n in (262_144, 262_147, 49_157):
+        coarse = (rng.integers(0, 40, n) * 0.25).astype(np.float32)
+        flat = (rng.standard_normal(n) * 0.3).astype(np.float32)
+        for x in (coarse, flat):
+            q = np.exp(x.astype(np.float64) - float(x.max()))
+            for p in (0.05, 0.5, 0.95, 0.9999):
+                got = sampler_fused.top_p_cut(x, q, p * float(q.sum()), 2048)
+                assert got is not None
+                kept, mass = got[0].copy(), got[1]
+                with numpy_path():
+                    want = sampler_math.top_p_bins(x, q, p * float(q.sum()))
+                assert np.array_equal(kept, want[0]) and mass == want[1], (n, p)

@@ -96,7 +96,7 @@ static int split_scan(const float *x, const float *wk, const uint32_t *w, double
 static int split_take(Py_ssize_t p);
 static scan_part_out split_scanned(Py_ssize_t p);
 static void split_end(void);
-static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64);
+static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64, float *copy);
 static int split_dist(const void *x, int f32, double shift, double t, double *w, double *bp, Py_ssize_t block,
                       Py_ssize_t n);
 static double split_dist_wz(Py_ssize_t j);
@@ -519,6 +519,10 @@ typedef struct {
     int nrec_out;
     double *rec64;
     Py_ssize_t nrec64;
+    /* the logits copied on the way (raw_sums' `copy`: the penalties' copy, made here while the pass
+       reads them): copy[i] = base[i] for every position the pass reads (NULL: none) */
+    float *copy;
+    const float *base;
 } raw_dot;
 
 static inline void raw_add64(raw_dot *d, double v) {
@@ -662,8 +666,11 @@ static inline __attribute__((always_inline)) float raw_leaf_body(const float *x,
     __m256 vm = _mm256_set1_ps(m), r = _mm256_setzero_ps();
     __m128 acc = d->acc;
     __m256d a64 = _mm256_setzero_pd();
+    float *cp = d->copy ? d->copy + (x - d->base) : NULL;
     for (Py_ssize_t i = 0; i < n; i += 16) {
-        __m256 s0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm), s1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm);
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        if (cp) _mm256_storeu_ps(cp + i, x0), _mm256_storeu_ps(cp + i + 8, x1);
+        __m256 s0 = _mm256_sub_ps(x0, vm), s1 = _mm256_sub_ps(x1, vm);
         __m256 e0 = np_exp8(s0), e1 = np_exp8(s1);
         r = i == 0 ? _mm256_add_ps(e0, e1) : _mm256_add_ps(_mm256_add_ps(r, e0), e1);
         if (SUM64) { /* raw_sums64: the e's widened to float64 (exact) and added */
@@ -702,6 +709,7 @@ static float raw_pairwise(const float *x, float m, Py_ssize_t n, raw_dot *d) {
         return raw_leaf_fast(x, m, n, d);
     if (n <= RAW_LEAF) {
         float s[RAW_LEAF], e[RAW_LEAF], p[RAW_LEAF];
+        if (d->copy) memcpy(d->copy + (x - d->base), x, (size_t)n * sizeof(float));
         raw_exp_block(x, m, s, e, n);
         Py_ssize_t i = 0;
         for (; i + 8 <= n; i += 8)
@@ -726,7 +734,7 @@ static float raw_run(const float *x, float m, Py_ssize_t n, raw_dot *d) {
     Py_ssize_t n2 = n / 2;
     n2 -= n2 % 8;
     float total;
-    if (n > RAW_LEAF && n2 % RAW_CHUNK == 0 && split_raw(x, m, n, n2, d->want64)) {
+    if (n > RAW_LEAF && n2 % RAW_CHUNK == 0 && split_raw(x, m, n, n2, d->want64, d->copy)) {
         float left = raw_pairwise(x, m, n2, d), right;
         int aligned = d->npend == 0 && d->in_chunk == 0;
         if (split_take(1) || !aligned) {
@@ -1401,6 +1409,54 @@ static void min_max(const float *x, Py_ssize_t n, float *lo_out, float *mx_out) 
     *lo_out = lo, *mx_out = mx;
 }
 
+/* top_p_cut's split: the positions whose bin is above b into kept[:*na], in order, and those of
+   bin b into idx[:*ni], in order (each written over a slot of idx already read: the j-th of them
+   sits at or after position j). Eight bins at a time by AVX2 (the positions above b moved to the
+   front of two four-lane stores by compress_lut, as exp_sum_above picks its deep set: ~8x fewer
+   stores than a position at a time); the rest, or without AVX2, branchless (a flat row keeps
+   most positions in no order a branch predicts; every position written, the count moves on). */
+#ifdef KERNEL_AVX2
+__attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(int32_t *idx, int32_t b, int64_t *kept,
+                                                                       Py_ssize_t n, Py_ssize_t *na_out,
+                                                                       Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, i = 0;
+    const __m256i vb = _mm256_set1_epi32(b);
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(idx + i));
+        unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, vb)));
+        unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, vb)));
+        for (int h = 0; h < 2; h++) { /* (four lanes written at kept + na: na <= i + 4h, so within n) */
+            unsigned m = gt >> (4 * h) & 15u;
+            __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
+            __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)), _mm256_set_epi64x(3, 2, 1, 0));
+            _mm256_storeu_si256((__m256i *)(kept + na), _mm256_permutevar8x32_epi32(pos, perm));
+            na += __builtin_popcount(m);
+        }
+        while (eq) { /* (rare: the cut bin's positions, each after the group was read) */
+            idx[ni++] = (int32_t)(i + __builtin_ctz(eq));
+            eq &= eq - 1;
+        }
+    }
+    *na_out = na, *ni_out = ni;
+    return i;
+}
+#endif
+
+static void split_bins(int32_t *idx, int32_t b, int64_t *kept, Py_ssize_t n, Py_ssize_t *na_out, Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, i = 0;
+#ifdef KERNEL_AVX2
+    if (kernel_fma) i = split_bins_avx2(idx, b, kept, n, &na, &ni);
+#endif
+    for (; i < n; i++) {
+        int32_t v = idx[i];
+        kept[na] = i;
+        idx[ni] = (int32_t)i; /* (ni <= i: a slot already read) */
+        na += v > b;
+        ni += v == b;
+    }
+    *na_out = na, *ni_out = ni;
+}
+
 static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
                             int64_t *kept, Py_ssize_t n, double *mass) {
     float mx, lo;
@@ -1428,19 +1484,10 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
     free(hist);
     Py_ssize_t na = 0, ni = 0;
-    for (Py_ssize_t i = 0; i < n; i++) { /* (branchless: a flat row keeps half its positions in no order a
-                                            branch predicts; every position written, the count moves on; the
-                                            cut bin's positions from kept's end, backwards: the two never meet
-                                            but in the slot both write i) */
-        int32_t v = idx[i];
-        kept[na] = i;
-        kept[n - 1 - ni] = i;
-        na += v > b;
-        ni += v == b;
-    }
+    split_bins(idx, (int32_t)b, kept, n, &na, &ni);
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
-    for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[kept[n - 1 - j]], kept[n - 1 - j]};
+    for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[idx[j]], idx[j]};
     qsort(in, (size_t)ni, sizeof(cut_entry), cut_cmp);
     double part = 0.0, cum = 0.0;
     Py_ssize_t keep = ni;
@@ -1739,22 +1786,28 @@ static int raw_supported(void) {
 }
 
 PyDoc_STRVAR(raw_sums_doc,
-             "raw_sums(logits, m) -> (total, dot): for float32 logits and s = logits - float32(m), e = exp(s),\n"
+             "raw_sums(logits, m[, copy]) -> (total, dot): for float32 logits and s = logits - float32(m), e = exp(s),\n"
              "float(e.sum()) and float(np.einsum('i,i->', e, s)) as numpy 2.4 computes them in float32\n"
-             "(nothing stored). RuntimeError where the CPU has no AVX2 and FMA.");
+             "(nothing stored; `copy`, a float32 array of the logits' length: the logits copied into it on the\n"
+             "way). RuntimeError where the CPU has no AVX2 and FMA.");
 
 /* raw_sums' and raw_sums64's one pass: parses (logits, m), runs raw_run over the logits (the e's
  * also summed in float64 where want64); 0, or -1 with the error set ("NAME needs AVX2 and FMA"). */
 static int raw_pass(PyObject *args, const char *missing, int want64, float *total, float *dot, double *sum64) {
-    PyObject *xo;
+    PyObject *xo, *co = Py_None;
     double m;
-    Py_buffer x;
-    if (!PyArg_ParseTuple(args, "Od", &xo, &m)) return -1;
+    Py_buffer x, c = {0};
+    if (!PyArg_ParseTuple(args, "Od|O", &xo, &m, &co)) return -1;
     if (!raw_supported()) {
         PyErr_SetString(PyExc_RuntimeError, missing);
         return -1;
     }
     if (get_buf(xo, &x, 0, 'f') < 0) return -1;
+    if (co != Py_None && (get_buf(co, &c, 1, 'f') < 0 || check_len(&c, x.shape[0]) < 0)) {
+        if (c.obj) PyBuffer_Release(&c);
+        PyBuffer_Release(&x);
+        return -1;
+    }
     *total = 0.0f, *dot = 0.0f, *sum64 = 0.0;
 #ifdef KERNEL_AVX2
     Py_ssize_t n = x.shape[0];
@@ -1762,6 +1815,7 @@ static int raw_pass(PyObject *args, const char *missing, int want64, float *tota
     memset(&d, 0, sizeof d);
     d.acc = _mm_setzero_ps();
     d.want64 = want64;
+    d.copy = c.obj ? (float *)c.buf : NULL, d.base = (const float *)x.buf;
     Py_BEGIN_ALLOW_THREADS *total = raw_run((const float *)x.buf, (float)m, n, &d);
     *dot = d.out;
     *sum64 = d.sum64;
@@ -1769,6 +1823,7 @@ static int raw_pass(PyObject *args, const char *missing, int want64, float *tota
 #else
     (void)want64;
 #endif
+    if (c.obj) PyBuffer_Release(&c);
     PyBuffer_Release(&x);
     return 0;
 }
@@ -1821,8 +1876,8 @@ static PyObject *py_raw_exp(PyObject *self, PyObject *args) {
  * brackets the float64 total top-p needs, so that top-p over the whole vocabulary skips its
  * float64 exp of every logit wherever the bracket decides the cut (sampler_math.top_p_bounded). */
 PyDoc_STRVAR(raw_sums64_doc,
-             "raw_sums64(logits, m) -> (total, dot, sum64): raw_sums' two float32 sums, and the same e's\n"
-             "summed in float64 (widened exactly; added in the pass's own order).");
+             "raw_sums64(logits, m[, copy]) -> (total, dot, sum64): raw_sums' two float32 sums, and the same e's\n"
+             "summed in float64 (widened exactly; added in the pass's own order); `copy` as raw_sums'.");
 
 static PyObject *py_raw_sums64(PyObject *self, PyObject *args) {
     float total, dot;
@@ -2307,6 +2362,7 @@ typedef struct {
     float *src;
     Py_ssize_t half; /* JOB_RAW: where the second half starts (x's length: body) */
     int want64;
+    float *copy; /* JOB_RAW: where the logits are copied (NULL: not copied) */
     const void *xv; /* JOB_DIST: dist_blocks' arguments (body: x's length) */
     int f32;
     double t;
@@ -2429,6 +2485,7 @@ static void helper_part(Py_ssize_t p) {
         memset(&d, 0, sizeof d);
         d.acc = _mm_setzero_ps();
         d.want64 = j->want64, d.rec_out = pool.raw_out, d.rec64 = pool.qs;
+        d.copy = j->copy, d.base = j->x;
         pool.raw_right = raw_pairwise(j->x + j->half, (float)j->shift, j->body - j->half, &d);
         if (d.in_chunk || d.npend) raw_dot_flush(&d);
         pool.raw_nout = d.nrec_out, pool.raw_n64 = d.nrec64;
@@ -2641,9 +2698,9 @@ static double split_dist_wz(Py_ssize_t j) { return pool.dist_wz[j]; }
 
 /* raw_run's second half offered to the helper (1: the caller then does the first half, and
    split_take(1), split_raw_merge or its own second half, split_end). */
-static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64) {
+static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int want64, float *copy) {
     if (n - half > (Py_ssize_t)RAW_CHUNK * SPLIT_MAX_PARTS) return 0;
-    split_job job = {.kind = JOB_RAW, .x = x, .shift = m, .body = n, .half = half, .want64 = want64};
+    split_job job = {.kind = JOB_RAW, .x = x, .shift = m, .body = n, .half = half, .want64 = want64, .copy = copy};
     return split_begin(&job, NULL);
 }
 

@@ -30,9 +30,10 @@ from typing import cast
 
 import numpy as np
 
-from loopchat.engine import sampler_fused
-from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, top_indices
+from loopchat.engine import dry, sampler_fused, sampler_tail
+from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
 from loopchat.engine.sampler_raw import raw_softmax
+from loopchat.engine.sampler_scratch import scratch
 from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled, with_constraint
 from loopchat.settings import SamplingSettings
 
@@ -177,6 +178,49 @@ def _top_by_logits(src: np.ndarray, shift: float, t: float, k: int) -> np.ndarra
     return top[:k]
 
 
+def _wide_top(
+    logits: np.ndarray, settings: SamplingSettings, report_k: int, constraint: Stage | None
+) -> np.ndarray | None:
+    """Where top-k will read the model's logits unchanged (no penalty, DRY, bias or constraint
+    before it) and keep k <= SORT_LIMIT of them, more than the report asks for: the k + 1 largest,
+    largest first, in the kernel's one pass where they are distinct and there is no NaN. They are
+    then top_indices(logits, k + 1), which top-k takes (Candidates.take_top), and their first
+    report_k are top_indices(logits, report_k), the raw top: one pass for both, and the first is
+    the max (the pass logits.max() took is saved). None: not so; each is searched as before."""
+    k = settings.top_k
+    if (
+        constraint is not None
+        or settings.greedy
+        or not report_k <= k <= SORT_LIMIT
+        or k >= logits.shape[0]
+        or settings.logit_bias
+        or (settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0)
+        or dry.enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n)
+    ):
+        return None
+    return sampler_fused.top_k(logits, k + 1)
+
+
+def _chain_and_draw(
+    c: Candidates, chain: tuple[Stage, ...], rng: np.random.Generator, force: int | None
+) -> tuple[tuple[StageReport, ...], _Distribution, int, int | None, int | None]:
+    """The stages on `c`, the distribution and the draw: (the reports, the distribution, the
+    token, its position in it, its rank there if known). The sorted form's top-p, min-p and
+    temperature and its draw in Python floats where sampler_tail can (the same numbers)."""
+    at = sampler_tail.starts_at(chain) if force is None else len(chain)
+    reports = [stage.apply(c) for stage in chain[:at]]
+    tail = sampler_tail.draw_sorted(c, chain[at:], rng) if at < len(chain) else None
+    if tail is not None:
+        assert c.ids is not None
+        n = len(tail.probs)
+        d = _Distribution(c.ids, np.array(tail.probs), 1.0, tail.entropy, np.arange(min(c.report_k, n)), None, n)
+        return (*reports, *tail.reports), d, int(c.ids[tail.pick]), tail.pick, tail.rank
+    reports += [stage.apply(c) for stage in chain[at:]]
+    d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
+    token_id, pick = _draw(d, rng, force)
+    return tuple(reports), d, token_id, pick, None
+
+
 def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:
     """(the token, its position in d; None: a forced token the filters cut)."""
     n_kept = d.n
@@ -231,6 +275,16 @@ def _sampled_rank(d: _Distribution, pick: int, pick_weight: float, top_weights: 
     return sampler_fused.count_greater(d.probs, pick) + 1
 
 
+def _may_penalize(settings: SamplingSettings, context: Sequence[int]) -> bool:
+    """Whether a stage of the chain may change logits this step (the repeat penalty, DRY, a logit bias)."""
+    if settings.logit_bias:
+        return True
+    if not context:
+        return False
+    repeat = settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0
+    return repeat or dry.enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n)
+
+
 def entropy_bits(logits: np.ndarray) -> float:
     """Entropy in bits of softmax(logits), computed stably in float64."""
     z = logits.astype(np.float64, copy=False)
@@ -277,33 +331,50 @@ def _sample(
 ) -> SampleResult:
     """sample()'s chain."""
     # --- raw softmax over the whole vocabulary ---------------------------------
-    raw_max = float(logits.max())
+    # (the raw top first: where the kernel's one pass finds it (no tie, no NaN) its first is the
+    # max, and numpy's pass for it is saved; else top_indices as before. Where top-k will read the
+    # logits unchanged, the one pass finds its k + 1 too: _wide_top)
+    wide = _wide_top(logits, settings, report_k, constraint)
+    if wide is not None:
+        raw_top_ids: np.ndarray | None = wide[:report_k]
+        raw_max = float(logits[wide[0]])
+    else:
+        raw_top_ids = sampler_fused.top_k(logits, report_k) if 0 < report_k < logits.shape[0] else None
+        raw_max = float(logits.max()) if raw_top_ids is None else float(logits[raw_top_ids[0]])
     # (sampler_raw: one fused pass or numpy's, the same bits; the float64 sum where top-p may
     # run over the whole vocabulary: its bound, sampler_math.top_p_bounded)
     whole_top_p = (
         constraint is None and not settings.greedy and settings.top_p < 1.0 and not 0 < settings.top_k < logits.shape[0]
     )
-    raw = raw_softmax(logits, raw_max, whole_top_p)
+    # (the logits copied in the same pass where a penalty may change some: sampler_penalized's copy)
+    copy = scratch.get("work", logits.shape[0], np.float32) if _may_penalize(settings, recent_tokens) else None
+    raw = raw_softmax(logits, raw_max, whole_top_p, copy)
     total = raw.total
     raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
-    raw_top_ids = top_indices(logits, report_k)
+    if raw_top_ids is None:
+        raw_top_ids = top_indices(logits, report_k)
     raw_top_probs = raw.exp_at(raw_top_ids).astype(np.float64) / total
 
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k, raw.bound())
+    c.work_copy = raw.copied
+    c.wide_top = wide
     c.narrow_k = 1 if settings.greedy else settings.top_k  # (right after the constraint: chain_for's order)
     chain = (
         chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
     )
-    reports = tuple(stage.apply(c) for stage in chain)
-    d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
-    token_id, pick = _draw(d, rng, force)
+    reports, d, token_id, pick, tail_rank = _chain_and_draw(c, chain, rng, force)
 
-    raw_rank = rank_of(logits, token_id, raw_top_ids)
+    top_list = raw_top_ids.tolist()
+    at = top_list.index(token_id) if token_id in top_list else -1
+    # (wide: the top's logits strictly fall, so a token among them has its place for its rank)
+    raw_rank = at + 1 if wide is not None and at >= 0 else rank_of(logits, token_id, raw_top_ids)
     top_weights = d.weights(d.top)
     pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
     if pick is None:
         sampled_rank = 0
+    elif tail_rank is not None:  # (sampler_tail's count, the same as _sampled_rank's)
+        sampled_rank = tail_rank
     elif d.ids is None and c.work is logits:
         # every token kept, no penalty: the probabilities rise with the raw logits, so
         # the ranks are the same (a pass over the vocabulary saved)
@@ -316,8 +387,8 @@ def _sample(
         raw_top_probs=raw_top_probs,
         sampled_top_ids=d.top if d.ids is None else d.ids[d.top],
         sampled_top_probs=top_weights / d.norm,
-        raw_prob=float(raw.exp_at(np.array([token_id]))[0])
-        / total,  # as raw_top_probs: the same token, the same number
+        # as raw_top_probs: the same token, the same number (its own there, when it is among them)
+        raw_prob=float(raw_top_probs[at]) if at >= 0 else float(raw.exp_at(np.array([token_id]))[0]) / total,
         raw_rank=raw_rank,
         sampled_prob=pick_weight / d.norm,
         sampled_rank=sampled_rank,

@@ -56,8 +56,11 @@ class Candidates:
         "work_max",
         "work_max_id",
         "allowed",
+        "allowed_n",
         "bound",
         "source_cache",
+        "work_copy",
+        "wide_top",
     )
 
     def __init__(
@@ -92,9 +95,14 @@ class Candidates:
         self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
         #: a constraint that left most of the vocabulary: its mask (a bool a token), for top-k and top-p's cut
         self.allowed: np.ndarray | None = None
+        self.allowed_n = -1  # (how many tokens `allowed` allows, where the constraint counted them; -1: not known)
         #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
         self.bound = bound
         self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
+        #: scratch memory the raw pass already copied the logits into (sampler_raw's `copy`), or None
+        self.work_copy: np.ndarray | None = None
+        #: the model's k + 1 largest logits' ids, largest first, distinct, when sampler._wide_top found them
+        self.wide_top: np.ndarray | None = None
 
     @property
     def ids(self) -> np.ndarray | None:
@@ -155,8 +163,12 @@ class Candidates:
                 return -1
             self.ids = top_set(self.work, k)  # (its order is the draw's: see _unsorted_distribution)
             return cut_after(self.work, None, self.ids)
-        raw_top = self.raw_top_ids if self.work is self.logits and k <= self.report_k else None
-        self.ids, cut = top_and_cut(self.work, k, raw_top)
+        wide = self.wide_top
+        if wide is not None and self.work is self.logits and wide.shape[0] == k + 1:  # (top_and_cut's answer)
+            self.ids, cut = wide[:k], int(wide[k])
+        else:
+            raw_top = self.raw_top_ids if self.work is self.logits and k <= self.report_k else None
+            self.ids, cut = top_and_cut(self.work, k, raw_top)
         self.sorted = True
         self.logits64 = self.work[self.ids].astype(np.float64)
         return cut

@@ -127,7 +127,7 @@ class ConstraintStage:
         if n <= SORT_LIMIT:
             c.sort()
         elif bits is not None and n * 2 > c.n_vocab:
-            c.allowed = bits
+            c.allowed, c.allowed_n = bits, n
         return c.report(self.name, entered, kept_mass)
 
     def _apply_scan(self, c: Candidates, entered: int, kernel: Any) -> StageReport:
@@ -153,7 +153,7 @@ class ConstraintStage:
         bits = self._unpacked() if many and n > SORT_LIMIT else None
         if many and by_mask:  # (the ids made only if a stage reads them: top-k reads the mask)
             assert bits is not None
-            c.allowed = bits
+            c.allowed, c.allowed_n = bits, n
             c.defer_ids(n, functools.partial(np.flatnonzero, bits))
             return c.report(self.name, entered, kept)
         allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))

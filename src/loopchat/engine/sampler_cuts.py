@@ -48,6 +48,7 @@ def cut_after(
     kept: np.ndarray,
     mask: np.ndarray | None = None,
     least: tuple[float, int] | None = None,
+    mask_n: int = -1,
 ) -> int:
     """first_cut, where `kept` holds every entered token above its least logit (top-k's and
     top-p's sets). With the kernel, no copy of the vocabulary: the largest logit below the
@@ -55,12 +56,14 @@ def cut_after(
     least kept; where one of those was not kept (equal logits: rare), first_cut. Entered
     tokens (not None): only where `mask` (one bool a token: the constraint's) allows them
     and no other, the pass skipping the tokens it forbids. `least`: the least kept logit and how
-    many kept ones equal it, where the caller has them (sampler_fused.take), else found here."""
+    many kept ones equal it, where the caller has them (sampler_fused.take), else found here. `mask_n`:
+    how many tokens `mask` allows, where the caller knows it (-1: counted here)."""
     kernel = sampler_fused.kernel
     n = work.shape[0] if entered is None else entered.shape[0]
     if kernel is None or not 0 < kept.shape[0] < n:
         return first_cut(work, entered, kept)
-    if entered is not None and (mask is None or np.count_nonzero(mask) != n):  # (entered: a subset of it)
+    if entered is not None and (mask is None or (np.count_nonzero(mask) if mask_n < 0 else mask_n) != n):
+        # (entered: a subset of the tokens the mask allows)
         return first_cut(work, entered, kept)
     cut = _cut_below(kernel, work, kept, mask, least)
     return first_cut(work, entered, kept) if cut is None else cut

@@ -236,15 +236,15 @@ def bin_masses(
 
 def top_p_cut(x: np.ndarray, q: np.ndarray, target: float, bins: int) -> tuple[np.ndarray, float] | None:
     """sampler_math.top_p_bins in one call of the kernel (its steps one for one: the same
-    positions in the same order, the same mass): (the kept positions, a fresh array; their
-    mass), or None where numpy's steps must run (no kernel; a non-finite logit, a single
+    positions in the same order, the same mass): (the kept positions, scratch memory until the
+    next call: not copied, ~0.06 ms on Gemma's flat rows; their mass), or None where numpy's steps must run (no kernel; a non-finite logit, a single
     value, a spread too narrow for float32's scale)."""
     n = x.shape[0]
     if kernel is None or n == 0 or x.dtype != np.float32 or q.dtype != np.float64:
         return None
     kept = scratch.get("ids2", n, np.int64)
     k, mass = kernel.top_p_cut(x, np.ascontiguousarray(q), target, bins, scratch.get("bins32", n, np.int32), kept)
-    return None if k < 0 else (kept[:k].astype(np.intp), float(mass))
+    return None if k < 0 else (kept[:k].astype(np.intp, copy=False), float(mass))
 
 
 def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:

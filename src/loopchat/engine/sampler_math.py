@@ -97,7 +97,8 @@ def top_p_positions(
     the same numbers: the estimate only chooses what is computed.
 
     Returns the kept candidates, as positions into their logits `src` (work[cand]; with cand
-    None their ids: the TopP stage gathers their ids and logits in one pass, sampler_topp), and
+    None their ids: the TopP stage gathers their ids and logits in one pass, sampler_topp; the
+    kernel's bins over every candidate leave them in scratch memory, the next call's), and
     the share of the candidates' softmax mass they hold (both sums in float64, found on the way).
     `known_max`: the candidates' largest logit, if the caller knows it."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
@@ -187,8 +188,12 @@ def _top_p_deep(
         # (the head is among these: where they all hold less than the target, by more than their
         # sums' rounding, the head's cut is not looked for, as it would not be found: a flat row's)
         if float(q_deep[head].sum()) * (1.0 + 1e-9) >= target:
-            at = _top_of(x_deep, head, _TOP_P_HEAD)
-            cut = _head_cut(src, cand, deep[at], q_deep[at], target)
+            # (the kernel's heap where the 65 largest are distinct: the same 64 in the same order; the
+            # head's cut only where the 64 hold the target, by the same margin, or it would not be found)
+            at = sampler_fused.top_k(x_deep, _TOP_P_HEAD)
+            at = _top_of(x_deep, head, _TOP_P_HEAD) if at is None else at
+            q_at = q_deep[at]
+            cut = _head_cut(src, cand, deep[at], q_at, target) if float(q_at.sum()) * (1.0 + 1e-9) >= target else None
             if cut is not None:
                 return (*cut, total)
     if float(q_deep.sum()) >= target:

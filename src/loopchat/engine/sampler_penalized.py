@@ -33,7 +33,10 @@ def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray) -> tuple[in
     change_logits: the same steps in C, libm's exp) or numpy's."""
     kernel = sampler_fused.kernel
     copy = c.work is c.logits
-    if copy:
+    prefilled = getattr(c, "work_copy", None)  # (the raw pass copied them already: sampler_raw's `copy`)
+    if copy and prefilled is not None:
+        c.work, copy = prefilled, False
+    elif copy:
         c.work = scratch.get("work", c.n_vocab, np.float32)
     if kernel is not None and ids.dtype == np.int64 and c.logits.dtype == np.float32 and c.logits.flags.c_contiguous:
         watch = c.work_max_id if c.work_max is not None else -1

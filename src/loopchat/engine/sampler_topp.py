@@ -42,4 +42,5 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
     c.ids = ids
     c.source_cache = (ids, kept_src, c.source_max(src) if mx is None else mx)
-    return cut_after(c.work, before, ids, None if before is None else c.allowed, (low, n_low)), share
+    mask = None if before is None else c.allowed
+    return cut_after(c.work, before, ids, mask, (low, n_low), c.allowed_n if mask is not None else -1), share
