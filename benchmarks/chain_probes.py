@@ -102,24 +102,15 @@ def install() -> None:
                 setattr(mod, n, wrapped[id(f)])
 
 
+def _wall_ms() -> float:
+    return time.perf_counter_ns() / 1e6
+
+
 def run(engine: Engine, constraint, replies: list, combo: tuple) -> tuple[list[float], int]:  # noqa: ANN001
-    s, report = cc.settings_of(combo), combo[4]
-    out, steps = [], 0
-    for _rows, prompt, tokens in replies:
-        engine.reset()
-        engine._eval(prompt)
-        stage, rng, context = engine.open_constraint(constraint), sampler.make_rng(1), list(prompt)
-        for token in tokens:
-            logits = engine._logits()
-            t0 = time.perf_counter_ns()
-            sampler.sample(logits, context, s, rng, report, constraint=None if ARGS.without else stage)
-            stage.consume(token)
-            out.append((time.perf_counter_ns() - t0) / 1e6)
-            steps += 1
-            context.append(token)
-            engine._decode_one(token)
-            engine._sync()
-    return out, steps
+    """Each step's wall ms of sample() and consume, each row fresh from a forward pass
+    (constraint_cpu's time_after_pass, timed by the wall clock), and the number of steps."""
+    ms, _passes = cc.time_after_pass(engine, constraint, replies, combo, clock=_wall_ms, without=ARGS.without)
+    return ms, len(ms)
 
 
 def main() -> None:

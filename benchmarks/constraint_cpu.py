@@ -26,6 +26,7 @@ import itertools
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -151,11 +152,25 @@ def time_combo(engine: Engine, constraint, replies: list, combo: tuple) -> list[
     return out
 
 
-def time_after_pass(engine: Engine, constraint, replies: list, combo: tuple) -> tuple[list[float], list[float]]:
+def _thread_ms() -> float:
+    return time.thread_time() * 1e3
+
+
+def time_after_pass(
+    engine: Engine,
+    constraint,  # noqa: ANN001
+    replies: list,
+    combo: tuple,
+    clock: Callable[[], float] = _thread_ms,
+    without: bool | None = None,
+) -> tuple[list[float], list[float]]:
     """As time_combo, each row the logits of a real forward pass run just before (the replies'
-    tokens fed back): the chain's thread CPU ms as the engine sees it, its arrays evicted by the
-    pass from the caches; and each pass's thread CPU ms."""
+    tokens fed back): the chain's ms by `clock` (thread CPU: as the engine sees it), its arrays
+    evicted by the pass from the caches; and each pass's thread CPU ms. `without`: no constraint
+    (None: --without's)."""
     s, report = settings_of(combo), combo[4]
+    if without is None:
+        without = bool(ARGS and ARGS.without)
     out, passes = [], []
     for _rows, prompt, tokens in replies:
         engine.reset()
@@ -163,10 +178,10 @@ def time_after_pass(engine: Engine, constraint, replies: list, combo: tuple) -> 
         stage, rng, context = engine.open_constraint(constraint), sampler.make_rng(1), list(prompt)
         for token in tokens:
             logits = engine._logits()
-            t0 = time.thread_time()
-            sampler.sample(logits, context, s, rng, report, constraint=None if ARGS and ARGS.without else stage)
+            t0 = clock()
+            sampler.sample(logits, context, s, rng, report, constraint=None if without else stage)
             stage.consume(token)  # (counted: a tree may compute the next mask there)
-            out.append((time.thread_time() - t0) * 1e3)
+            out.append(clock() - t0)
             context.append(token)
             t0 = time.thread_time()
             engine._decode_one(token)
