@@ -263,7 +263,6 @@ class DocumentView(Widget):
         self.laid_out = DocumentLayout(self.body.doc)
         self._selected: int | None = None  # the transcript's selected step shown
         self._head_key: tuple | None = None
-        self._head_width = 0  # the width the header's lines were last made for
         # the Start and Prefill the rows were made from (a Prefill's prompt surprisals colour them)
         self._start: tuple[Start | None, Prefill | None] = (None, None)
         self._deferred = False  # rows to make once the body has its width
@@ -402,11 +401,9 @@ class DocumentView(Widget):
         stopped = self.stopped_before if rec is not None and not rec.done else None
         rows, width = len(self.head.lines), self.head.content_size.width or 80
         self.head.set_lines(header_lines(rec, self.fallback, width, stopped, short))
-        # its height is its number of lines, as last laid out: again when their number
-        # changes, or their width (lines made for a wider head, measured in a narrower one
-        # during a resize, wrap: that height stayed with the same number of new lines)
-        if len(self.head.lines) != rows or width != self._head_width:
-            self._head_width = width
+        # its height is its number of lines (FastStatic's, whatever their width): laid out
+        # again when their number changes
+        if len(self.head.lines) != rows:
             self.head.refresh(layout=True)
 
     def cursor_moved(self) -> None:
