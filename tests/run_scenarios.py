@@ -12,11 +12,13 @@ run is the same every time. tests/data/run_trace.jsonl holds what the engine gav
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loopchat.engine import sampler_tail
 from loopchat.events import Event, Message, Pending, Step
 from loopchat.request import ReplyRequest
 from loopchat.settings import LiveSettings, SamplingSettings
@@ -118,6 +120,27 @@ NOT_COMPARED = frozenset(
 
 def comparable(event: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event.items() if k not in NOT_COMPARED}
+
+
+#: how far a float of this CPU's may sit from the recording's: 0 (bit for bit) where numpy's
+#: float64 exp and log2 are the C library's, as on the AVX2 machine that made the recording;
+#: on an AVX-512 CPU numpy runs its own exp and log2, whose last bit can differ (seen: one
+#: sampled probability 1 ulp off), so a few ulps there
+ULPS = 0 if sampler_tail.EXACT else 4
+
+
+def differences(got: Any, want: Any, where: str = "") -> list[str]:
+    """Where two JSON values differ: every part equal, floats within ULPS units in the last place."""
+    if isinstance(got, float) and isinstance(want, float):
+        close = got == want or (math.isfinite(want) and abs(got - want) <= ULPS * math.ulp(want))
+        return [] if close else [f"{where}: {got!r} != {want!r}"]
+    if isinstance(got, dict) and isinstance(want, dict):
+        if set(got) != set(want):
+            return [f"{where}: keys {sorted(set(got) ^ set(want))}"]
+        return [d for k in got for d in differences(got[k], want[k], f"{where}.{k}")]
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        return [d for i, (g, w) in enumerate(zip(got, want)) for d in differences(g, w, f"{where}[{i}]")]
+    return [] if type(got) is type(want) and got == want else [f"{where}: {got!r} != {want!r}"]
 
 
 def recorded(name: str) -> list[dict[str, Any]]:

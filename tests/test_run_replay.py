@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from replay_host import ReplayHost
-from run_scenarios import REPLAYED, SCENARIOS, comparable, play, recorded
+from run_scenarios import REPLAYED, SCENARIOS, comparable, differences, play, recorded
 
 from loopchat.engine.run import ReplyRun
 from loopchat.event_json import event_from_json_dict, to_json_dict
@@ -30,7 +30,7 @@ def test_the_run_on_recorded_logits_gives_the_events_the_engine_gave() -> None:
             assert [r[0] for r in g.pop("stages")][:2] == ["repeat_penalty", "dry"]
     assert [e["kind"] for e in got] == [e["kind"] for e in want]
     for g, w in zip(got, (comparable(w) for w in want)):
-        assert g == w, {k: (g.get(k), w.get(k)) for k in set(g) | set(w) if g.get(k) != w.get(k)}
+        assert not differences(g, w), differences(g, w)
     # each token drawn went back through the "model", but the last (the reply ended with it)
     steps = [e for e in events if isinstance(e, Step)]
     assert host.forwarded == [s.token_id for s in steps[:-1]]

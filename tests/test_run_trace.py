@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from run_scenarios import SCENARIOS, comparable, play, recorded
+from run_scenarios import SCENARIOS, comparable, differences, play, recorded
 
 from loopchat.engine.engine import Engine
 from loopchat.event_json import to_json_dict
@@ -44,4 +44,4 @@ def test_the_run_gives_the_events_the_old_engine_gave(one_thread: Engine, scenar
             assert [r[0] for r in g.pop("stages")][:2] == ["repeat_penalty", "dry"]
     assert [e["kind"] for e in got] == [e["kind"] for e in want]
     for g, w in zip(got, want):
-        assert g == w, {k: (g.get(k), w.get(k)) for k in set(g) | set(w) if g.get(k) != w.get(k)}
+        assert not differences(g, w), differences(g, w)

@@ -72,6 +72,26 @@ needs_tail = pytest.mark.skipif(not sampler_tail.EXACT, reason="numpy's float64 
 
 
 @pytest.mark.model
+@pytest.mark.skipif(sampler_tail.EXACT, reason="numpy's float64 exp is math.exp here: the tail runs")
+def test_where_numpy_exp_is_not_maths_the_tail_declines_every_step(rows, monkeypatch) -> None:
+    """On an AVX-512 CPU numpy's float64 exp and log2 are its own, not the C library's: the tail
+    would not give the stages' bits, so it must decline (None) and the stages run."""
+    taken, draw_sorted = [0, 0], sampler_tail.draw_sorted
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        got = draw_sorted(*args)
+        taken[got is not None] += 1
+        return got
+
+    monkeypatch.setattr(sampler_tail, "draw_sorted", counted)
+    rng = sampler.make_rng(7)
+    for settings in GRID:
+        for r in rows:
+            sampler.sample(r, [], settings, rng, 5)
+    assert taken[1] == 0 and taken[0] >= len(rows) * 8  # (asked on the sorted form, declined each time)
+
+
+@pytest.mark.model
 @needs_tail
 def test_the_tail_and_the_shared_top_give_the_stages_numbers_bit_for_bit(rows, monkeypatch) -> None:
     """Every field of every step (the stages' reports, both top lists, the entropies, the ranks)
