@@ -1959,7 +1959,93 @@ fail_l:
     return res;
 }
 
+/* ---- DRY's repeats (engine/dry.py, `penalties` steps 2 and 3) ------------------------------
+ * For each end position e < n - 1 of the context a, how many tokens the sequence ending at e has
+ * in common with the one ending at the context's end (compared backwards), at most rep_limit:
+ * the Z-array of the reversed context (Z[i], the longest common prefix of r and r[i:], r[i] =
+ * a[n - 1 - i]), as llama.cpp's dry_repeat_count, in O(n) where numpy's blocks of offsets are
+ * O(n) calls for a long repeat; then, for each token that follows an end position whose count
+ * is at least allowed_length, the longest such count: ids ascending (np.unique's), each with its
+ * longest. Integers throughout: dry._match_lengths' and np.maximum.at's very numbers. */
+typedef struct {
+    int64_t id, count;
+} dry_pair;
+
+static int dry_cmp(const void *a, const void *b) {
+    const dry_pair *p = (const dry_pair *)a, *q = (const dry_pair *)b;
+    return p->id < q->id ? -1 : (p->id > q->id);
+}
+
+/* Returns how many ids were written (-2: out of memory). */
+static Py_ssize_t dry_longest(const int64_t *a, Py_ssize_t n, Py_ssize_t rep_limit, Py_ssize_t allowed,
+                              int64_t *ids, int64_t *longest) {
+    if (n < 2) return 0;
+    Py_ssize_t *z = (Py_ssize_t *)malloc((size_t)n * sizeof(Py_ssize_t));
+    dry_pair *pairs = (dry_pair *)malloc((size_t)(n - 1) * sizeof(dry_pair));
+    if (!z || !pairs) {
+        free(z);
+        free(pairs);
+        return -2;
+    }
+#define R(i) a[n - 1 - (i)]
+    z[0] = n;
+    for (Py_ssize_t i = 1, l = 0, r = 0; i < n; i++) {
+        Py_ssize_t k = 0;
+        if (i < r) k = r - i < z[i - l] ? r - i : z[i - l];
+        while (i + k < n && R(k) == R(i + k)) k++;
+        z[i] = k;
+        if (i + k > r) l = i, r = i + k;
+    }
+#undef R
+    Py_ssize_t m = 0;
+    for (Py_ssize_t e = 0; e < n - 1; e++) {
+        Py_ssize_t c = rep_limit <= 0 ? 0 : (z[n - 1 - e] < rep_limit ? z[n - 1 - e] : rep_limit);
+        if (c >= allowed) pairs[m++] = (dry_pair){a[e + 1], (int64_t)c};
+    }
+    free(z);
+    qsort(pairs, (size_t)m, sizeof(dry_pair), dry_cmp);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (k && ids[k - 1] == pairs[j].id) {
+            if (pairs[j].count > longest[k - 1]) longest[k - 1] = pairs[j].count;
+        } else {
+            ids[k] = pairs[j].id, longest[k++] = pairs[j].count;
+        }
+    }
+    free(pairs);
+    return k;
+}
+
+PyDoc_STRVAR(dry_longest_doc,
+             "dry_longest(a, rep_limit, allowed_length, ids, longest) -> k: DRY's steps 2 and 3 (engine/dry.py)\n"
+             "on the context a (int64): the k tokens (ascending, into ids) that follow an end position whose\n"
+             "repeat of the context's end (at most rep_limit long) is at least allowed_length, each with the\n"
+             "longest such repeat (into longest; both int64, at least len(a) - 1 long).");
+
+static PyObject *py_dry_longest(PyObject *self, PyObject *args) {
+    PyObject *ao, *io, *lo;
+    Py_ssize_t rep_limit, allowed, k = 0;
+    Py_buffer a, ib, lb;
+    if (!PyArg_ParseTuple(args, "OnnOO", &ao, &rep_limit, &allowed, &io, &lo)) return NULL;
+    if (get_buf(ao, &a, 0, 'q') < 0) return NULL;
+    if (get_buf(io, &ib, 1, 'q') < 0) goto fail_a;
+    if (get_buf(lo, &lb, 1, 'q') < 0) goto fail_i;
+    Py_ssize_t n = a.shape[0];
+    if (check_len(&ib, n - 1) == 0 && check_len(&lb, n - 1) == 0) {
+        k = dry_longest((const int64_t *)a.buf, n, rep_limit, allowed, (int64_t *)ib.buf, (int64_t *)lb.buf);
+        if (k == -2) PyErr_NoMemory();
+    }
+    PyBuffer_Release(&lb);
+fail_i:
+    PyBuffer_Release(&ib);
+fail_a:
+    PyBuffer_Release(&a);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(k);
+}
+
 static PyMethodDef methods[] = {
+    {"dry_longest", py_dry_longest, METH_VARARGS, dry_longest_doc},
     {"exp", py_exp, METH_VARARGS, exp_doc},
     {"exp_sum", py_exp_sum, METH_VARARGS, exp_sum_doc},
     {"distribution", py_distribution, METH_VARARGS, distribution_doc},

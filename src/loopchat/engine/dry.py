@@ -25,6 +25,8 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from loopchat.engine import sampler_fused
+
 #: llama.cpp's default `dry_sequence_breakers`
 BREAKERS: tuple[bytes, ...] = (b"\n", b":", b'"', b"*")
 #: llama.cpp's FLOAT_MAX_LOG: the exponent is clamped to FLOAT_MAX_LOG / ln(base)
@@ -172,6 +174,30 @@ def _match_lengths(a: np.ndarray, rep_limit: int) -> np.ndarray:
 _BLOCK = 64
 
 
+def _longest_numpy(a: np.ndarray, rep_limit: int, allowed_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """`penalties`' steps 2 and 3 in numpy: (the tokens that would extend a repeat of at least
+    allowed_length, ascending; each one's longest repeat)."""
+    counts = _match_lengths(a, rep_limit)
+    where = np.flatnonzero(counts >= allowed_length)
+    following = a[where + 1]
+    ids, inverse = np.unique(following, return_inverse=True)
+    longest = np.zeros(ids.shape[0], dtype=np.intp)
+    np.maximum.at(longest, inverse, counts[where])
+    return ids, longest
+
+
+def _longest_kernel(a: np.ndarray, rep_limit: int, allowed_length: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """_longest_numpy in one call of the kernel (its dry_longest: the reversed context's Z-array, as
+    llama.cpp's, O(n)); the same integers. None: no kernel."""
+    kernel = sampler_fused.kernel
+    if kernel is None:
+        return None
+    m = max(a.shape[0] - 1, 1)
+    ids, longest = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    k = kernel.dry_longest(a, rep_limit, allowed_length, ids, longest)
+    return ids[:k], longest[:k]
+
+
 def penalties(
     context: Sequence[int],
     breakers: frozenset[int] | set[int] | BreakerTable,
@@ -199,16 +225,12 @@ def penalties(
             rep_limit = n - 1 - int(hits[-1])
     if rep_limit < allowed_length:
         return _EMPTY
-    # step 2: the length of the repeat that ends at each earlier position
-    counts = _match_lengths(a, rep_limit)
-    # step 3: the token after each such position would extend it; keep the longest per token
-    where = np.flatnonzero(counts >= allowed_length)
-    if where.size == 0:
+    # steps 2 and 3: the length of the repeat that ends at each earlier position; the token after
+    # each such position would extend it: the longest per token (the kernel: one call, the same integers)
+    longest_of = _longest_kernel(a, rep_limit, allowed_length)
+    ids, longest = _longest_numpy(a, rep_limit, allowed_length) if longest_of is None else longest_of
+    if ids.size == 0:
         return _EMPTY
-    following = a[where + 1]
-    ids, inverse = np.unique(following, return_inverse=True)
-    longest = np.zeros(ids.shape[0], dtype=np.intp)
-    np.maximum.at(longest, inverse, counts[where])
     # step 4: a breaker is never penalized; the exponent is clamped as llama.cpp's
     if breakers:
         keep = ~_is_breaker(ids, breakers)
