@@ -78,3 +78,30 @@ def test_the_kernels_change_logits_refuses_an_id_outside_the_vocabulary() -> Non
     with pytest.raises(IndexError):
         built_kernel().change_logits(row, row.copy(), np.array([10]), np.array([1.0], np.float32), 0.0, 1.0, False, -1)
     assert c.work is row
+
+
+@pytest.mark.parametrize("penalty", [1.1, 1.3, 0.9, 2.0])
+def test_the_repeat_penaltys_values_made_in_the_kernel_are_numpys(penalty: float) -> None:
+    """change_logits with values None (the repeat penalty's: v / penalty where v > 0, else v *
+    penalty) changes the logits and the mass unit exactly as the values numpy's np.where makes,
+    passed in: every figure the same bits, on logits of both signs, zeros among them."""
+    kernel = built_kernel()
+    rng = np.random.default_rng(11)
+    row = (rng.standard_normal(5000) * 6).astype(np.float32)
+    ids = rng.choice(row.shape[0], 64, replace=False).astype(np.intp)
+    row[ids[:3]] = [0.0, -0.0, 1e-30]
+    got, want = candidates(row.copy()), candidates(row.copy())
+    old = sampler_fused.kernel
+    try:
+        sampler_fused.kernel = kernel
+        g = sampler_penalized.change_logits(got, ids, None, penalty)
+        v = want.work[ids]
+        w = sampler_penalized.change_logits(want, ids, np.where(v > 0, v / penalty, v * penalty))
+        sampler_fused.kernel = None  # (numpy's path: the same values made there)
+        n = candidates(row.copy())
+        ref = sampler_penalized.change_logits(n, ids, None, penalty)
+    finally:
+        sampler_fused.kernel = old
+    assert g == w and got.work.tobytes() == want.work.tobytes() and got.norm == want.norm
+    assert got.bound == want.bound and got.work_max == want.work_max
+    assert n.work.tobytes() == want.work.tobytes() and ref[0] == w[0]

@@ -1895,24 +1895,36 @@ static PyObject *py_raw_sums64(PyObject *self, PyObject *args) {
  * whether `watch` (the known maximum's token) is among ids). */
 PyDoc_STRVAR(change_logits_doc,
              "change_logits(logits, work, ids, values, raw_max, norm, copy, watch) -> (norm, moved, changed,\n"
-             "before_sum, after_sum, top_value, top_index, watched): see sampler_penalized.change_logits.");
+             "before_sum, after_sum, top_value, top_index, watched): see sampler_penalized.change_logits.\n"
+             "change_logits(logits, work, ids, None, raw_max, norm, copy, watch, penalty): the repeat penalty's\n"
+             "values, each logit v (float32) becoming v / penalty if v > 0, else v * penalty, penalty in float32.");
 
 static PyObject *py_change_logits(PyObject *self, PyObject *args) {
     PyObject *lo, *wo, *io, *vo, *res = NULL;
     double raw_max, norm0;
     int copy;
     long long watch;
+    double penalty = 0.0;
     Py_buffer lb, wb, ib, vb;
-    if (!PyArg_ParseTuple(args, "OOOOddpL", &lo, &wo, &io, &vo, &raw_max, &norm0, &copy, &watch)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOddpL|d", &lo, &wo, &io, &vo, &raw_max, &norm0, &copy, &watch, &penalty))
+        return NULL;
+    if (vo == Py_None && !(penalty > 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "change_logits: values None without a penalty");
+        return NULL;
+    }
     if (get_buf(lo, &lb, 0, 'f') < 0) return NULL;
     if (get_buf(wo, &wb, 1, 'f') < 0) goto fail_l;
     if (get_buf(io, &ib, 0, 'q') < 0) goto fail_w;
-    if (get_buf(vo, &vb, 0, 0) < 0) goto fail_i;
+    if (vo == Py_None) { /* (the repeat penalty's values, made from the logits below: vb unused) */
+        memset(&vb, 0, sizeof vb);
+    } else if (get_buf(vo, &vb, 0, 0) < 0)
+        goto fail_i;
     Py_ssize_t n = lb.shape[0], m = ib.shape[0];
     const int64_t *ids = (const int64_t *)ib.buf;
     float *work = (float *)wb.buf;
+    const float pf = (float)penalty; /* (numpy: a Python float beside float32 is float32, NEP 50) */
     if (check_len(&wb, n) < 0) goto fail_v;
-    if (vb.shape[0] != m) {
+    if (vo != Py_None && vb.shape[0] != m) {
         PyErr_SetString(PyExc_ValueError, "ids and values differ in length");
         goto fail_v;
     }
@@ -1932,7 +1944,9 @@ static PyObject *py_change_logits(PyObject *self, PyObject *args) {
     if (copy) memcpy(work, lb.buf, (size_t)n * sizeof(float));
     for (Py_ssize_t j = 0; j < m; j++) {
         int64_t i = ids[j];
-        float old = work[i], st = f64 ? (float)((const double *)vb.buf)[j] : ((const float *)vb.buf)[j];
+        float old = work[i], st;
+        if (vo == Py_None) st = old > 0 ? old / pf : old * pf; /* (RepeatPenalty's np.where, in float32) */
+        else st = f64 ? (float)((const double *)vb.buf)[j] : ((const float *)vb.buf)[j];
         work[i] = st;
         ba[j] = exp((double)old - raw_max);
         aa[j] = exp((double)st - raw_max);

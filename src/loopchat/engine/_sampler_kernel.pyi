@@ -23,7 +23,15 @@ def sample_top(x: Any, stride: int, out: Any) -> bool: ...
 def top_k(x: Any, mask: Any | None, out: Any) -> bool: ...
 def dry_longest(a: Any, rep_limit: int, allowed_length: int, ids: Any, longest: Any) -> int: ...
 def change_logits(
-    logits: Any, work: Any, ids: Any, values: Any, raw_max: float, norm: float, copy: bool, watch: int
+    logits: Any,
+    work: Any,
+    ids: Any,
+    values: Any | None,
+    raw_max: float,
+    norm: float,
+    copy: bool,
+    watch: int,
+    penalty: float = 0.0,
 ) -> tuple[float, float, int, float, float, float, int, int]: ...
 
 # gramcost: the constraint stage's pass (sampler_constraint.py)

@@ -137,9 +137,10 @@ class Candidates:
             return self.source_cache[2]
         return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
 
-    def change_logits(self, ids: np.ndarray, values: np.ndarray) -> tuple[int, float]:
-        """Give the tokens `ids` new logits (on a copy of the model's): sampler_penalized."""
-        return sampler_penalized.change_logits(self, ids, values)
+    def change_logits(self, ids: np.ndarray, values: np.ndarray | None, penalty: float = 0.0) -> tuple[int, float]:
+        """Give the tokens `ids` new logits (on a copy of the model's; values None: the repeat
+        penalty's, by `penalty`): sampler_penalized."""
+        return sampler_penalized.change_logits(self, ids, values, penalty)
 
     def take_top(self, k: int) -> int:
         """Keep the k largest logits (k <= n_vocab): sorted if k <= SORT_LIMIT, else

@@ -25,12 +25,14 @@ class Penalized(Protocol):
     bound: tuple[float, float] | None
 
 
-def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray) -> tuple[int, float]:
+def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray | None, penalty: float = 0.0) -> tuple[int, float]:
     """Give the tokens `ids` (distinct) new logits, on a copy of the model's, and move the mass
     unit with them (before any stage has narrowed the candidates). Returns how many logits
     changed and the mass moved: the total variation distance between the softmax before and
     after (the other tokens all scale by the same factor). One call of the kernel (its
-    change_logits: the same steps in C, libm's exp) or numpy's."""
+    change_logits: the same steps in C, libm's exp) or numpy's. `values` None: the repeat
+    penalty's, each logit v divided by `penalty` where v > 0, else multiplied (in float32, as
+    numpy's np.where of the two; made in the same kernel call)."""
     kernel = sampler_fused.kernel
     copy = c.work is c.logits
     prefilled = getattr(c, "work_copy", None)  # (the raw pass copied them already: sampler_raw's `copy`)
@@ -40,12 +42,16 @@ def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray) -> tuple[in
         c.work = scratch.get("work", c.n_vocab, np.float32)
     if kernel is not None and ids.dtype == np.int64 and c.logits.dtype == np.float32 and c.logits.flags.c_contiguous:
         watch = c.work_max_id if c.work_max is not None else -1
+        vals = None if values is None else np.ascontiguousarray(values)
         norm, moved, changed, before_sum, after_sum, top, at, watched = kernel.change_logits(
-            c.logits, c.work, ids, np.ascontiguousarray(values), c.raw_max, c.norm, copy, watch
+            c.logits, c.work, ids, vals, c.raw_max, c.norm, copy, watch, penalty
         )
         c.norm = norm
         top_id = int(ids[at]) if at >= 0 else -1
     else:
+        if values is None:  # (the repeat penalty's: before the copy, the logits are the work's)
+            v = c.work[ids] if not copy else c.logits[ids]
+            values = np.where(v > 0, v / penalty, v * penalty)
         moved, changed, before_sum, after_sum, top, top_id, watched = _numpy_change(c, ids, values, copy)
     if c.bound is not None:  # (the changed exps are float64's: the sum moved within 1e-12 of them)
         c.bound = (c.bound[0] + (after_sum - before_sum), c.bound[1] + 1e-12 * (after_sum + before_sum))

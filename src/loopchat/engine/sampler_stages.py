@@ -68,8 +68,8 @@ class RepeatPenalty:
         changed, moved = 0, 0.0
         if recent:
             ids = np.fromiter(recent, dtype=np.intp, count=len(recent))
-            v = c.work[ids]
-            changed, moved = c.change_logits(ids, np.where(v > 0, v / self.penalty, v * self.penalty))
+            # (the new values v / penalty where v > 0, else v * penalty, made with the change)
+            changed, moved = c.change_logits(ids, None, self.penalty)
         return c.report(self.name, c.count, c.mass, changed=changed, moved=moved)
 
 
