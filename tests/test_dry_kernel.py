@@ -61,3 +61,30 @@ def test_the_penalties_are_the_same_on_both_paths(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setattr(sampler_fused, "kernel", built_kernel())
         got = dry.penalties(ctx, breakers, *args)
         assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes(), (ctx, breakers, args)
+
+
+class _Vocab:
+    """A vocabulary of 5,000 pieces, every 7th holding a colon."""
+
+    n_vocab = 5000
+
+    def piece(self, i: int) -> bytes:
+        return b"a:" if i % 7 == 0 else b" w%d" % i
+
+
+@pytest.mark.parametrize("path", ["kernel", "numpy"])
+def test_the_last_breaker_is_found_from_the_end_as_the_mask_finds_it(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BreakerTable.last_in (the kernel's pass from the end, tokens looked up as they are met) and
+    its few-token mask give what the whole mask gives, whatever the table has looked up so far;
+    ids outside the vocabulary are no breakers."""
+    monkeypatch.setattr(sampler_fused, "kernel", built_kernel() if path == "kernel" else None)
+    rng = random.Random(9)
+    vocab = _Vocab()
+    table = dry.BreakerTable(vocab)
+    for _ in range(400):
+        ctx = np.array([rng.choice([-2, 5000, *range(0, 300)]) for _ in range(rng.randint(0, 60))], dtype=np.int64)
+        flags = [0 <= int(t) < 5000 and int(t) % 7 == 0 for t in ctx]
+        want = max((i for i, f in enumerate(flags) if f), default=-1)
+        assert table.last_in(ctx) == want, ctx
+        few = ctx[:16]
+        assert table.mask(few).tolist() == flags[:16]

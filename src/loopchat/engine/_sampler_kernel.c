@@ -2058,7 +2058,44 @@ fail_a:
     return PyLong_FromSsize_t(k);
 }
 
+PyDoc_STRVAR(last_flagged_doc,
+             "last_flagged(a, table) -> (i, unknown): DRY's last breaker (engine/dry.py, BreakerTable): from the\n"
+             "end of a (int64 token ids), the first position whose token's entry in table (int8 by id: 1 a breaker,\n"
+             "0 not, -1 not looked up yet; ids outside it are not breakers) is 1: (i, -1); or the first token met\n"
+             "whose entry is -1: (-1, that token), to be looked up; (-1, -1): no breaker.");
+
+static PyObject *py_last_flagged(PyObject *self, PyObject *args) {
+    PyObject *ao, *to;
+    Py_buffer a, t;
+    if (!PyArg_ParseTuple(args, "OO", &ao, &to)) return NULL;
+    if (get_buf(ao, &a, 0, 'q') < 0) return NULL;
+    if (PyObject_GetBuffer(to, &t, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    const int64_t *ids = (const int64_t *)a.buf;
+    const int8_t *tab = (const int8_t *)t.buf;
+    Py_ssize_t found = -1, size = t.len;
+    long long unknown = -1;
+    for (Py_ssize_t i = a.shape[0] - 1; i >= 0; i--) {
+        int64_t id = ids[i];
+        if (id < 0 || id >= size) continue;
+        if (tab[id] == 1) {
+            found = i;
+            break;
+        }
+        if (tab[id] < 0) {
+            unknown = id;
+            break;
+        }
+    }
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&a);
+    return Py_BuildValue("(nL)", found, unknown);
+}
+
 static PyMethodDef methods[] = {
+    {"last_flagged", py_last_flagged, METH_VARARGS, last_flagged_doc},
     {"dry_longest", py_dry_longest, METH_VARARGS, dry_longest_doc},
     {"exp", py_exp, METH_VARARGS, exp_doc},
     {"exp_sum", py_exp_sum, METH_VARARGS, exp_sum_doc},

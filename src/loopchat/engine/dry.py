@@ -71,18 +71,42 @@ class BreakerTable:
         self._model = weakref.ref(model)  # (the table lives in a WeakKeyDictionary keyed by it)
         self._table = np.full(int(model.n_vocab), -1, dtype=np.int8)
 
+    def _look_up(self, i: int) -> int:
+        model = self._model()
+        piece = model.piece(i) if model is not None else b""
+        self._table[i] = flag = 1 if any(b in piece for b in BREAKERS) else 0
+        return flag
+
+    def last_in(self, tokens: np.ndarray) -> int:
+        """The position of the last breaker among `tokens` (int64; -1: none): the kernel's pass from
+        the end (last_flagged), each token not looked up yet looked up as it is met (a few at a
+        reply's first steps: then mask() looks up all of them at once); else mask()'s."""
+        kernel = sampler_fused.kernel
+        if kernel is not None and tokens.dtype == np.int64 and tokens.flags.c_contiguous:
+            for _ in range(_LOOKUPS):
+                at, unknown = kernel.last_flagged(tokens, self._table)
+                if unknown < 0:
+                    return int(at)
+                self._look_up(int(unknown))
+        hits = np.flatnonzero(self.mask(tokens))
+        return int(hits[-1]) if hits.size else -1
+
     def mask(self, tokens: np.ndarray) -> np.ndarray:
         """Which of `tokens` are breakers (an id outside the vocabulary is not)."""
         table = self._table
+        if tokens.shape[0] <= _FEW:  # (DRY's few penalized ids: a lookup each, not numpy's passes)
+            n = table.shape[0]
+            return np.array(
+                [0 <= i < n and (table[i] if table[i] >= 0 else self._look_up(i)) == 1 for i in tokens.tolist()],
+                dtype=bool,
+            )
         inside = (tokens >= 0) & (tokens < table.shape[0])
         at = np.where(inside, tokens, 0)
         known = table[at]
         new = np.unique(at[(known < 0) & inside])
         if new.size:
-            model = self._model()
             for i in new.tolist():
-                piece = model.piece(i) if model is not None else b""
-                table[i] = 1 if any(b in piece for b in BREAKERS) else 0
+                self._look_up(i)
             known = table[at]
         return inside & (known == 1)
 
@@ -93,6 +117,11 @@ class BreakerTable:
             return False
         return bool(self.mask(np.array([i], dtype=np.int64))[0])
 
+
+#: BreakerTable.last_in's lookups one at a time before mask() looks up every token at once
+_LOOKUPS = 8
+#: BreakerTable.mask looks these few tokens up one by one
+_FEW = 16
 
 _BREAKER_TABLES: WeakKeyDictionary[Any, BreakerTable] = WeakKeyDictionary()
 
@@ -137,6 +166,11 @@ def _is_breaker(tokens: np.ndarray, breakers: frozenset[int] | set[int] | Breake
         _mask_cache = (breakers, table)
     inside = (tokens >= 0) & (tokens < table.shape[0])
     return inside & table[np.where(inside, tokens, 0)] if table.shape[0] else inside
+
+
+def _last_of(flags: np.ndarray) -> int:
+    hits = np.flatnonzero(flags)
+    return int(hits[-1]) if hits.size else -1
 
 
 def enabled(multiplier: float, base: float, last_n: int) -> bool:
@@ -220,9 +254,9 @@ def penalties(
     # step 1: the repeat may not reach back past the last breaker
     rep_limit = n
     if breakers:
-        hits = np.flatnonzero(_is_breaker(a, breakers))
-        if hits.size:
-            rep_limit = n - 1 - int(hits[-1])
+        last = breakers.last_in(a) if isinstance(breakers, BreakerTable) else _last_of(_is_breaker(a, breakers))
+        if last >= 0:
+            rep_limit = n - 1 - last
     if rep_limit < allowed_length:
         return _EMPTY
     # steps 2 and 3: the length of the repeat that ends at each earlier position; the token after
