@@ -2652,7 +2652,6 @@ static int helper_sleep(unsigned long seen) {
 static void *split_helper(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "loopchat-split"); /* (so a test and a profile can find it) */
-    { struct sched_param sp = {0}; pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); }
     unsigned long seen = 0;
     for (;;) {
         long long t0 = now_ns();
