@@ -8,12 +8,14 @@ import random
 
 import numpy as np
 import pytest
-
-from loopchat.engine import dry, sampler_fused
 from sampler_paths import built_kernel
 
+from loopchat.engine import dry, sampler_fused
 
-def _both(a: list[int], rep_limit: int, allowed: int) -> tuple[tuple[list[int], list[int]], tuple[list[int], list[int]]]:
+
+def _both(
+    a: list[int], rep_limit: int, allowed: int
+) -> tuple[tuple[list[int], list[int]], tuple[list[int], list[int]]]:
     arr = np.asarray(a, dtype=np.int64)
     got = dry._longest_kernel(arr, rep_limit, allowed)
     assert got is not None
@@ -73,7 +75,9 @@ class _Vocab:
 
 
 @pytest.mark.parametrize("path", ["kernel", "numpy"])
-def test_the_last_breaker_is_found_from_the_end_as_the_mask_finds_it(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_last_breaker_is_found_from_the_end_as_the_mask_finds_it(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """BreakerTable.last_in (the kernel's pass from the end, tokens looked up as they are met) and
     its few-token mask give what the whole mask gives, whatever the table has looked up so far;
     ids outside the vocabulary are no breakers."""
