@@ -190,34 +190,3 @@ def test_equal_forbidden_logits_name_the_lowest_id_on_both_paths(engine, monkeyp
         r = stage.report
         assert r.top_forbidden_id == min(tied), (path, r.top_forbidden_id)
         assert bits[res.token_id] and r.allowed == int(bits.sum())
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_the_scan_writes_its_values_strided_sample(threads: int) -> None:
-    """With `samp`, the scan writes src[::32] of the allowed values it gathers (top-p's deep sample,
-    part by part on one thread or two, the tail too), the same floats as the strided slice of src;
-    and nothing else changes."""
-    k = built_kernel()
-    rng = np.random.default_rng(7)
-    old = sampler_fused._threads
-    sampler_fused.use_threads(threads)
-    try:
-        for n in [33, 1000, 49_152, 49_157, 262_144, 262_147]:
-            x = rng.standard_normal(n).astype(np.float32) * 5
-            work = x.copy()
-            work[rng.integers(0, n, 20)] -= 3.0
-            for m in _masks(rng, n):
-                words = np.packbits(m, bitorder="little").view(np.int32)
-                ids, src = np.empty(n, np.int64), np.empty(n, np.float32)
-                ids2, src2 = np.empty(n, np.int64), np.empty(n, np.float32)
-                samp = np.full((n + 31) // 32, np.nan, np.float32)
-                got = k.constraint_scan(x, work, words, float(x.max()), ids, src, samp)
-                want = k.constraint_scan(x, work, words, float(x.max()), ids2, src2)
-                assert got == want
-                c = got[0]
-                if 2 * c > n and c < n:  # (the allowed values gathered: most allowed, not all)
-                    s = (c + 31) // 32
-                    assert samp[:s].tobytes() == src[:c][::32].tobytes()
-                    assert ids[:c].tobytes() == ids2[:c].tobytes() and src[:c].tobytes() == src2[:c].tobytes()
-    finally:
-        sampler_fused.use_threads(old)

@@ -92,7 +92,7 @@ typedef struct {
 #ifdef KERNEL_AVX2
 /* the helper thread (at the end of the file): offer a scan's parts, take a part, a part it did, the end */
 static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src, float *samp);
+                      int64_t *ids, float *src);
 static int split_take(Py_ssize_t p);
 static scan_part_out split_scanned(Py_ssize_t p);
 static void split_end(void);
@@ -2162,17 +2162,8 @@ static Py_ssize_t first_forbidden(const float *x, const uint32_t *w, float fmax,
     return -1;
 }
 
-/* The strided sample of the allowed values src[c] written so far, c in [c0, c1): samp[c / SCAN_STRIDE]
-   = src[c] for each c a multiple of SCAN_STRIDE (top-p's deep sample, sampler_math._deep_sample: its
-   src[::32], read here where the values were just written instead of by a strided pass later). */
-#define SCAN_STRIDE 32
-static inline void scan_sample(const float *src, Py_ssize_t c0, Py_ssize_t c1, float *samp) {
-    for (Py_ssize_t m = (c0 + SCAN_STRIDE - 1) / SCAN_STRIDE * SCAN_STRIDE; m < c1; m += SCAN_STRIDE)
-        samp[m / SCAN_STRIDE] = src[m];
-}
-
 static void scan_plain(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                       int64_t *ids, float *src, float *samp, scan_out *o) {
+                       int64_t *ids, float *src, scan_out *o) {
     double t = 0.0, side = 0.0, work_side = 0.0;
     Py_ssize_t c = 0, forbidden = 0;
     float fmax = -INFINITY, smax = -INFINITY;
@@ -2198,7 +2189,6 @@ static void scan_plain(const float *x, const float *wk, const uint32_t *w, doubl
     }
     o->total = t, o->side = side, o->work_side = work_side, o->top = forbidden ? first_forbidden(x, w, fmax, n) : -1;
     o->src_max = smax;
-    if (samp && ids && src) scan_sample(src, 0, c, samp);
 }
 
 #ifdef KERNEL_AVX2
@@ -2309,11 +2299,10 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
 
 __attribute__((noinline)) static void scan_part(const float *x, const float *wk, const uint32_t *w, double shift,
                                                 Py_ssize_t from, Py_ssize_t to, int many, int64_t *ids, float *src,
-                                                float *samp, Py_ssize_t c, scan_part_out *o) {
-    if (many && ids && src) {
+                                                Py_ssize_t c, scan_part_out *o) {
+    if (many && ids && src)
         scan_body(x, wk, w, shift, from, to, 1, ids, src, c, o);
-        if (samp) scan_sample(src, c, o->c, samp); /* (the part's values still in this core's caches) */
-    } else if (many && ids)
+    else if (many && ids)
         scan_body(x, wk, w, shift, from, to, 1, ids, NULL, c, o);
     else if (many)
         scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, c, o);
@@ -2326,16 +2315,16 @@ __attribute__((noinline)) static void scan_part(const float *x, const float *wk,
    parts shared with the helper thread where it is offered (split_scan), then the padded tail and
    the first position of the largest forbidden logit. */
 static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                      int64_t *ids, float *src, float *samp, scan_out *o) {
+                      int64_t *ids, float *src, scan_out *o) {
     Py_ssize_t body = n & ~(Py_ssize_t)7, c = 0, forbidden = 0;
     double t = 0.0, a = 0.0, ak = 0.0;
     float fmax = -INFINITY, sm = -INFINITY;
-    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src, samp);
+    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src);
     for (Py_ssize_t p = 0, from = 0; from < body; p++, from += SPLIT_PART) {
         Py_ssize_t to = from + SPLIT_PART < body ? from + SPLIT_PART : body;
         scan_part_out po;
         if (!shared || split_take(p))
-            scan_part(x, wk, w, shift, from, to, many, ids, src, samp, c, &po);
+            scan_part(x, wk, w, shift, from, to, many, ids, src, c, &po);
         else
             po = split_scanned(p);
         t += po.t, a += po.a, ak += po.ak, forbidden += po.forbidden, c = po.c;
@@ -2343,7 +2332,6 @@ static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double
         sm = po.smax > sm ? po.smax : sm;
     }
     if (shared) split_end();
-    Py_ssize_t c_body = c;
     const __m256d vs = _mm256_set1_pd(shift);
     for (Py_ssize_t i = body; i < n; i += 4) { /* the tail, padded to four lanes as pass4's */
         double tx[4] = {0.0, 0.0, 0.0, 0.0}, te[4];
@@ -2370,7 +2358,6 @@ static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double
             }
         }
     }
-    if (samp && ids && src) scan_sample(src, c_body, c, samp);
     Py_ssize_t top = -1;
     if (forbidden) { /* the first forbidden position holding the largest forbidden logit */
         const uint8_t *mb = (const uint8_t *)w;
@@ -2396,8 +2383,7 @@ PyDoc_STRVAR(constraint_scan_doc,
              "that side of `work` (float32, x's length; None: x's sum again); the first position of the largest\n"
              "x[i] not allowed (-1: none). When more than half are allowed (and fewer than all), the allowed\n"
              "positions go into ids (int64, x's length; None: nothing written) in order, and, unless src is None,\n"
-             "their values of work (or x) into src (float32, x's length), src_max their largest (else -inf);\n"
-             "with samp (float32, at least len(x) / 32 rounded up), src[::32] into samp as well.\n"
+             "their values of work (or x) into src (float32, x's length), src_max their largest (else -inf).\n"
              "Every position allowed or none: nothing summed.");
 
 /* How many of the n positions the mask allows (the bits past n not counted). */
@@ -2409,12 +2395,12 @@ static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
 }
 
 static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
-    PyObject *xo, *ko, *wo, *io, *so, *mo = Py_None;
+    PyObject *xo, *ko, *wo, *io, *so;
     double shift;
-    Py_buffer x, kb, wb, ib, sb, mb;
+    Py_buffer x, kb, wb, ib, sb;
     Py_ssize_t count = 0;
     scan_out o = {0.0, 0.0, 0.0, -1, -INFINITY};
-    if (!PyArg_ParseTuple(args, "OOOdOO|O", &xo, &ko, &wo, &shift, &io, &so, &mo)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOdOO", &xo, &ko, &wo, &shift, &io, &so)) return NULL;
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     int has_work = ko != Py_None;
     if (has_work && get_buf(ko, &kb, 0, 'f') < 0) {
@@ -2426,33 +2412,28 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
     if (has_ids && get_buf(io, &ib, 1, 'q') < 0) goto fail_i;
     int has_src = has_ids && so != Py_None;
     if (has_src && get_buf(so, &sb, 1, 'f') < 0) goto fail_s;
-    int has_samp = has_src && mo != Py_None; /* (the sample of src: every SCAN_STRIDE-th value) */
-    if (has_samp && get_buf(mo, &mb, 1, 'f') < 0) goto fail_m;
     Py_ssize_t n = x.shape[0];
     if (wb.shape[0] < (n + 31) / 32) {
         PyErr_SetString(PyExc_ValueError, "constraint_scan: the mask holds fewer bits than x has positions");
-    } else if ((has_work && kb.shape[0] != n) || (has_ids && ib.shape[0] < n) || (has_src && sb.shape[0] < n) ||
-               (has_samp && mb.shape[0] < (n + SCAN_STRIDE - 1) / SCAN_STRIDE)) {
-        PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids and src must hold x's length, samp its 32nd");
+    } else if ((has_work && kb.shape[0] != n) || (has_ids && ib.shape[0] < n) || (has_src && sb.shape[0] < n)) {
+        PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids and src must hold x's length");
     } else {
         const float *xp = (const float *)x.buf, *kp = has_work ? (const float *)kb.buf : NULL;
         const uint32_t *wp = (const uint32_t *)wb.buf;
         int64_t *ip = has_ids ? (int64_t *)ib.buf : NULL;
-        float *sp = has_src ? (float *)sb.buf : NULL, *mp = has_samp ? (float *)mb.buf : NULL;
+        float *sp = has_src ? (float *)sb.buf : NULL;
         count = mask_count(wp, n);
         int many = count * 2 > n;
         Py_BEGIN_ALLOW_THREADS if (count > 0 && count < n) {
 #ifdef KERNEL_AVX2
             if (kernel_fma && __builtin_cpu_supports("bmi"))
-                scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, many ? mp : NULL, &o);
+                scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
             else
 #endif
-                scan_plain(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, many ? mp : NULL, &o);
+                scan_plain(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
         }
         Py_END_ALLOW_THREADS
     }
-    if (has_samp) PyBuffer_Release(&mb);
-fail_m:
     if (has_src) PyBuffer_Release(&sb);
 fail_s:
     if (has_ids) PyBuffer_Release(&ib);
@@ -2516,7 +2497,6 @@ typedef struct {
     int many;
     int64_t *ids;
     float *src;
-    float *samp; /* JOB_SCAN: the sample of src (scan_sample), or NULL */
     Py_ssize_t half; /* JOB_RAW: where the second half starts (x's length: body) */
     int want64;
     float *copy; /* JOB_RAW: where the logits are copied (NULL: not copied) */
@@ -2636,7 +2616,7 @@ static void helper_part(Py_ssize_t p) {
         Py_ssize_t j0 = a / j->block, j1 = (b + j->block - 1) / j->block;
         dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
     } else if (j->kind == JOB_SCAN)
-        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->samp, pool.c0[p], &pool.scanned[p]);
+        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, pool.c0[p], &pool.scanned[p]);
     else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
         raw_dot d;
         memset(&d, 0, sizeof d);
@@ -2826,7 +2806,7 @@ static void split_end(void) { pthread_mutex_unlock(&pool.lock); }
 /* constraint_scan's parts offered to the helper (1: shared), each part's ids written from the
    count of allowed positions before it (the mask's bits, counted by 32-bit words). */
 static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src, float *samp) {
+                      int64_t *ids, float *src) {
     Py_ssize_t parts = (body + SPLIT_PART - 1) / SPLIT_PART, c0[SPLIT_MAX_PARTS], c = 0;
     if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
     for (Py_ssize_t p = 0; p < parts; p++) {
@@ -2836,7 +2816,7 @@ static int split_scan(const float *x, const float *wk, const uint32_t *w, double
                 c += __builtin_popcount(w[j]);
     }
     split_job job = {.kind = JOB_SCAN, .x = x, .shift = shift, .body = body, .wk = wk, .w = w, .many = many,
-                     .ids = ids, .src = src, .samp = samp};
+                     .ids = ids, .src = src};
     return split_begin(&job, c0);
 }
 

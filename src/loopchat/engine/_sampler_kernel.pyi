@@ -37,12 +37,6 @@ def change_logits(
 
 # gramcost: the constraint stage's pass (sampler_constraint.py)
 def constraint_scan(
-    x: Any,
-    work: Any | None,
-    words: Any,
-    shift: float,
-    ids: Any | None,
-    src: Any | None,
-    samp: Any | None = None,
+    x: Any, work: Any | None, words: Any, shift: float, ids: Any | None, src: Any | None
 ) -> tuple[int, float, float, float, int, float]: ...
 def take(kept: Any, cand: Any | None, src: Any, ids: Any, out: Any) -> tuple[float, int]: ...

@@ -59,7 +59,6 @@ class Candidates:
         "allowed_n",
         "bound",
         "source_cache",
-        "source_sample",
         "work_copy",
         "wide_top",
     )
@@ -100,8 +99,6 @@ class Candidates:
         #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
         self.bound = bound
         self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
-        #: (source_cache's logits, their strided sample src[::32]): written by the same pass (top-p's deep sample)
-        self.source_sample: tuple | None = None
         #: scratch memory the raw pass already copied the logits into (sampler_raw's `copy`), or None
         self.work_copy: np.ndarray | None = None
         #: the model's k + 1 largest logits' ids, largest first, distinct, when sampler._wide_top found them
@@ -133,12 +130,6 @@ class Candidates:
         if self.source_cache is not None and self.source_cache[0] is self.ids:
             return self.source_cache[1]
         return self.work if self.ids is None else self.work[self.ids]
-
-    def sample_of(self, src: np.ndarray) -> np.ndarray | None:
-        """src[::32] (top-p's deep sample) where the constraint's pass wrote it beside `src`, else None."""
-        if self.source_sample is not None and self.source_sample[0] is src:
-            return self.source_sample[1]
-        return None
 
     def source_max(self, src: np.ndarray) -> float:
         """The largest of `src` (from source()): known, for the whole vocabulary or a cached source, without a pass."""

@@ -45,8 +45,6 @@ from loopchat.engine.sampler_scratch import scratch
 from loopchat.engine.sampler_stages import Candidates, StageReport
 
 _LANES = np.arange(32)
-#: the kernel's sample of the allowed logits (constraint_scan's samp): every _STRIDE-th, as top-p's deep sample
-_STRIDE = 32
 
 
 class ConstraintStage:
@@ -142,9 +140,8 @@ class ConstraintStage:
         ids, src = scratch.get("constraint_ids", n_vocab, np.int64), scratch.get("constraint_src", n_vocab, np.float32)
         work = None if c.work is logits else c.work
         by_mask = 0 < c.narrow_k <= SORT_LIMIT  # (a top-k by the mask follows: the ids not written)
-        sample = scratch.get("constraint_sample", (n_vocab + _STRIDE - 1) // _STRIDE, np.float32)
         n, total, side_sum, work_sum, top, src_max = kernel.constraint_scan(
-            logits, work, words, c.raw_max, None if by_mask else ids, src, sample
+            logits, work, words, c.raw_max, None if by_mask else ids, src
         )
         if n == 0 or n >= n_vocab:
             return self._nothing_to_measure(c, entered, n)
@@ -162,8 +159,6 @@ class ConstraintStage:
         allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))
         if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
             c.source_cache = (allowed, src[:n], src_max)
-            # (and their src[::32], written part by part as the values were: top-p's deep sample)
-            c.source_sample = (c.source_cache[1], sample[: (n + _STRIDE - 1) // _STRIDE])
         return self._narrow(c, entered, allowed, bits, kept)
 
     def _measure(self, c: Candidates, bits: np.ndarray, allowed: np.ndarray) -> tuple[ConstraintReport, float]:

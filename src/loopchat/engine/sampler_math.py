@@ -75,7 +75,6 @@ def top_p_positions(
     known_max: float | None = None,
     approx: tuple[float, float] | None = None,
     src: np.ndarray | None = None,
-    sample: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float]:
     """The top-p candidates of `cand` (unsorted; None: the whole vocabulary): what a sort
     by logit, largest first (equal logits in id order), keeps up to and including the
@@ -101,8 +100,7 @@ def top_p_positions(
     None their ids: the TopP stage gathers their ids and logits in one pass, sampler_topp; the
     kernel's bins over every candidate leave them in scratch memory, the next call's), and
     the share of the candidates' softmax mass they hold (both sums in float64, found on the way).
-    `known_max`: the candidates' largest logit, if the caller knows it. `sample`: src[::32], where the
-    caller has it (the constraint's pass writes it): the deep set's sample read there, the same values."""
+    `known_max`: the candidates' largest logit, if the caller knows it."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
         src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
@@ -110,7 +108,7 @@ def top_p_positions(
         total = sampler_fused.exp_sum(src, mx, None)
         if top_p * total <= 1.0:  # (a sharp distribution: no search at all)
             return _first_max(src, None), 1.0 / total
-    above = _deep_sample(src, sample)
+    above = _deep_sample(src)
     if above is None:
         kept, mass, total = _top_p_stored(src, cand, top_p, mx)
     else:
@@ -130,17 +128,12 @@ def _first_max(src: np.ndarray, cand: np.ndarray | None) -> np.ndarray:
     return np.array([top if cand is None else cand[top]], dtype=np.intp)
 
 
-def _deep_sample(src: np.ndarray, sample: np.ndarray | None = None) -> np.ndarray | None:
+def _deep_sample(src: np.ndarray) -> np.ndarray | None:
     """The j + 1 largest of a strided sample of src (j = _TOP_P_DEEP / _TOP_P_STRIDE),
     largest first: the last the deep set's threshold, the _TOP_P_HEAD-th the head's; None:
-    src too small for a deep set. `sample`: that strided sample src[::_TOP_P_STRIDE], given (the
-    same values: read where they lie together, not across src)."""
+    src too small for a deep set."""
     s, j = (src.shape[0] + _TOP_P_STRIDE - 1) // _TOP_P_STRIDE, _TOP_P_DEEP // _TOP_P_STRIDE
-    if not s > 4 * j:
-        return None
-    if sample is not None and sample.shape[0] == s:
-        return sampler_fused.sample_top(sample, 1, j + 1)
-    return sampler_fused.sample_top(src, _TOP_P_STRIDE, j + 1)
+    return sampler_fused.sample_top(src, _TOP_P_STRIDE, j + 1) if s > 4 * j else None
 
 
 def _head_cut(

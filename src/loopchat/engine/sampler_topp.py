@@ -38,7 +38,7 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     share of the candidates' mass kept)."""
     before, src = c.ids, c.source()
     mx = c.source_max(src) if before is not None else known[0]
-    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, sample=c.sample_of(src))
+    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src)
     ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
     c.ids = ids
     c.source_cache = (ids, kept_src, c.source_max(src) if mx is None else mx)
