@@ -15,7 +15,18 @@ from loopchat.trace import read_trace
 from loopchat.wire import WireOptions, WireSerializer
 
 DATA = Path(__file__).parent / "data"
-TEXTS = ["", " the", 'say "hi"', "back\\slash", "tab\tnew\nline\r", "\x00\x01\x1f\x7f", "naïve ✓ 日本", "\u2028\u2029", "\ufffd", "🙂"]
+TEXTS = [
+    "",
+    " the",
+    'say "hi"',
+    "back\\slash",
+    "tab\tnew\nline\r",
+    "\x00\x01\x1f\x7f",
+    "naïve ✓ 日本",
+    "\u2028\u2029",
+    "\ufffd",
+    "🙂",
+]
 PROBS = [1.0, 0.5, 1e-300, 5e-324, 0.0, None, float("nan"), 0.1 + 0.2]
 
 

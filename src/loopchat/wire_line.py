@@ -54,7 +54,7 @@ class TokenLine:
         self._token_bytes, self._logprob = token_bytes, logprob
         # {"id":...,"object":...,"created":...,"model":...,"system_fingerprint":null,"choices":[{"index":0,"delta":{"content":
         fields = ",".join(encode(k) + ":" + encode(v) for k, v in head.items())
-        self._head = 'data: {' + fields + ',"system_fingerprint":null,"choices":[{"index":0,"delta":{"content":'
+        self._head = "data: {" + fields + ',"system_fingerprint":null,"choices":[{"index":0,"delta":{"content":'
         self._tail = '"finish_reason":null}]' + (',"usage":null' if usage else "") + "}\n\n"
         #: (text, piece bytes) -> ('{"token":<text>,"logprob":', ',"bytes":<bytes>}'): a top entry's fixed parts
         self._faces: dict[tuple[str, bytes | None], tuple[str, str]] = {}
