@@ -15,6 +15,7 @@ wire.py's plain objects, so no pydantic models are needed.
 from __future__ import annotations
 
 import argparse
+import gc
 import contextlib
 import os
 import signal
@@ -183,6 +184,13 @@ def serve_command(args: argparse.Namespace) -> int:
         threads = f"threads auto: {ready.threads_reason}"
 
     def listening() -> None:
+        # everything made so far (the model's Python side, the app, uvicorn, the imports: ~54,000
+        # objects) lives as long as the server: out of the cycle collector's sight. A full
+        # collection (rare: once a quarter as many objects again have survived) would scan them
+        # all, ~15-20 ms on whichever thread allocates, a token held up that long; the young
+        # collections while serving came 4 times in 8 requests, not 17 (docs/performance.md,
+        # "`loopchat serve`'s token on both threads")
+        gc.freeze()
         print(
             f"loopchat serve: listening on {url} · OpenAI base_url {url}/v1 · model {model.id} · "
             f"{threads} · queue {args.queue} · parallel {args.parallel} · "
