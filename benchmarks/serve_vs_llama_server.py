@@ -20,7 +20,8 @@ loopchat's `loopchat` extension (the Step's whole record, ~2 KB a chunk) is off
 decode tok/s = (token chunks - 1) / (last chunk's arrival - first's); TTFT from sending to
 the first token chunk), and the server process's CPU time per token. Printed per setting:
 the medians, loopchat/llama-server's decode tok/s per pair of requests and its median (the
-target is >= 1.0), and each one's CPU time per token (llama-server's / loopchat's >= 1.0:
+target is >= 1.0) with a 95% interval for that median (`median_ci`: a median of 8 pairs decides
+little on a shared machine; `--requests 8` gives 16), and each one's CPU time per token (llama-server's / loopchat's >= 1.0:
 loopchat does the same work with no more CPU).
 
 llama-server is built from the llama.cpp source vendored in the pinned llama-cpp-python
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import socket
 import statistics
@@ -108,6 +110,22 @@ def fa_line(server: Child) -> str:
 METRICS = ("tok_s", "ttft_ms", "tokens", "cpu_ms_per_token")
 
 
+def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of the pairs' ratios (order statistics: the
+    k-th smallest and k-th largest of n, k the largest with a binomial(n, 1/2) coverage of at
+    least `confidence`) and its coverage. With 8 pairs (the issue's `--rounds 2 --requests 4`) it
+    is their whole range (the 2nd smallest to the 2nd largest cover only 93%); with 16, the 4th
+    to the 13th (98%). On a shared machine one request of a pair can stall, so the median of a
+    few pairs says little; the interval says how little (docs/performance.md, tenth session)."""
+    xs, n = sorted(values), len(values)
+    below = [math.comb(n, i) / 2**n for i in range(n + 1)]  # P(binomial(n, 1/2) = i)
+    k, coverage = 1, 1.0 - 2 * below[0]
+    while k < n // 2 and 1.0 - 2 * sum(below[: k + 1]) >= confidence:  # (coverage of the next k)
+        k += 1
+        coverage = 1.0 - 2 * sum(below[:k])
+    return xs[k - 1], xs[n - k], coverage
+
+
 def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
     """Rounds of both servers up at once, requests alternating between them (one at a time)."""
     model = builtin_model_path("smollm2-135m-instruct")
@@ -137,6 +155,7 @@ def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
         "median": med,
         "ratio_per_request": [p["tok_s"] for p in pairs],
         "ratio": statistics.median(p["tok_s"] for p in pairs),
+        "ratio_ci": median_ci([p["tok_s"] for p in pairs]),
         "cpu_ratio": statistics.median(p["cpu_ms_per_token"] for p in pairs),
     }
 
@@ -161,7 +180,9 @@ def run_all(args: argparse.Namespace, settings: str) -> list[dict]:
                 f"flash attention {setting:7} threads {args.threads} parallel {args.parallel} extension "
                 f"{args.extension}: loopchat serve {lc['tok_s']:.1f} tok/s "
                 f"(TTFT {lc['ttft_ms']:.0f} ms) · llama-server {ls['tok_s']:.1f} tok/s (TTFT {ls['ttft_ms']:.0f} ms) · "
-                f"ratio {res['ratio']:.3f} (per request {', '.join(f'{x:.2f}' for x in res['ratio_per_request'])}) · "
+                f"ratio {res['ratio']:.3f} ({res['ratio_ci'][2]:.0%} interval of the median "
+                f"{res['ratio_ci'][0]:.3f}-{res['ratio_ci'][1]:.3f}; per request "
+                f"{', '.join(f'{x:.2f}' for x in res['ratio_per_request'])}) · "
                 f"CPU per token {lc['cpu_ms_per_token']:.2f} / {ls['cpu_ms_per_token']:.2f} ms "
                 f"(llama-server/loopchat {1 / res['cpu_ratio']:.3f}) · "
                 f"load avg {os.getloadavg()[0]:.2f}",

@@ -40,6 +40,7 @@ from typing import Any
 from loopchat.event_json import event_from_json_dict, to_json_dict
 from loopchat.events import Candidate, ContextTrimmed, Event, Finish, FinishReason, Prefill, Start, Step
 from loopchat.wire_echo import PromptEcho
+from loopchat.wire_line import TokenLine
 
 #: The key of loopchat's own fields in a chunk or body.
 EXTENSION_KEY = "loopchat"
@@ -126,9 +127,23 @@ class WireSerializer:
         self._prefill: Prefill | None = None
         self._tail = ""  # text released by the stop token's step: sent with the finish chunk
         self._echo: PromptEcho | None = None  # echo: the prompt, sent after the Prefill
+        # a chat stream without the extension: its token chunks written straight as their lines
+        # (wire_line.py: the same text, a token's chunk object neither built nor walked)
+        self._line: TokenLine | None = None
+        if options.chat and options.stream and not options.extension:
+            head = self._base()
+            self._line = TokenLine(
+                _encode, head, options.top_logprobs, options.logprobs, options.include_usage, token_bytes, logprob
+            )
 
     # ---- the stream -------------------------------------------------------------
     def lines(self, event: Event) -> list[str]:
+        line = self._line
+        if line is not None and type(event) is Step and not event.is_stop and not self._pending:
+            # (_token_chunk's bookkeeping; a stream has no body, so no body's logprobs list)
+            self._text.append(event.text)
+            self._offset += len(event.text)
+            return [line.line(event)]
         return [sse_line(c) for c in self.feed(event)]
 
     def feed(self, event: Event) -> list[dict[str, Any]]:

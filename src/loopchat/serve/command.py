@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -183,6 +184,7 @@ def serve_command(args: argparse.Namespace) -> int:
         threads = f"threads auto: {ready.threads_reason}"
 
     def listening() -> None:
+        _keep_startup_objects()
         print(
             f"loopchat serve: listening on {url} · OpenAI base_url {url}/v1 · model {model.id} · "
             f"{threads} · queue {args.queue} · parallel {args.parallel} · "
@@ -210,6 +212,16 @@ def serve_command(args: argparse.Namespace) -> int:
     why = f" ({signal.Signals(server.signal).name})" if server.signal else ""
     print(f"loopchat serve: stopped{why} after {one.runs} generations; the model is closed", file=sys.stderr)
     return 0
+
+
+def _keep_startup_objects() -> None:
+    """Everything made before the server listens (the model's Python side, the app, uvicorn, the
+    imports: ~54,000 objects) lives as long as the server: out of the cycle collector's sight. A
+    full collection (rare: once a quarter as many objects again have survived) would scan them all,
+    ~15-20 ms on whichever thread allocates, a token held up that long; the young collections while
+    serving came 4 times in 8 requests, not 17 (docs/performance.md, "`loopchat serve`'s token on
+    both threads")."""
+    gc.freeze()
 
 
 class _SignalledServer(Protocol):

@@ -45,17 +45,19 @@ class Handoff:
         self._thread.join(timeout)
 
     def _main(self) -> None:
-        get, get_nowait = self._queue.get, self._queue.get_nowait
+        q = self._queue
+        get, get_nowait, empty = q.get, q.get_nowait, q.empty
         while True:
+            # what came meanwhile goes in the same wake-up (empty(), not get_nowait's Empty: no
+            # exception raised and caught at every wake-up, a token's)
             batch = [get()]
-            while True:  # what came meanwhile: one wake-up for all of it
-                try:
-                    batch.append(get_nowait())
-                except queue.Empty:
+            while not empty():
+                batch.append(get_nowait())
+            stop = False
+            for i, e in enumerate(batch):
+                if e is _STOP:  # (nothing is put after close)
+                    batch, stop = batch[:i], True
                     break
-            stop = any(e is _STOP for e in batch)
-            if stop:  # (nothing is put after close)
-                batch = batch[: next(i for i, e in enumerate(batch) if e is _STOP)]
             if batch:
                 try:
                     self._loop.call_soon_threadsafe(self._run, batch)

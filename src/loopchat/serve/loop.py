@@ -61,6 +61,9 @@ class Run:
     def record(self, event: Any, closing: bool) -> None:
         """(The event loop.) Keep what the request's end needs of `event` and queue it for the
         client; `closing`: the server is stopping (a cancelled finish then says so)."""
+        if type(event) is Step:  # (a token's: kept by no field, and most events are)
+            self.events.put_nowait(event)
+            return
         if isinstance(event, Start):
             self.start = event
         elif isinstance(event, Prefill):
