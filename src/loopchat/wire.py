@@ -141,8 +141,7 @@ class WireSerializer:
         line = self._line
         if line is not None and type(event) is Step and not event.is_stop and not self._pending:
             # (_token_chunk's bookkeeping; a stream has no body, so no body's logprobs list)
-            self._text.append(event.text)
-            self._offset += len(event.text)
+            self._advance(event.text)
             return [line.line(event)]
         return [sse_line(c) for c in self.feed(event)]
 
@@ -238,7 +237,6 @@ class WireSerializer:
         return self._extend(obj)
 
     def _token_chunk(self, step: Step) -> dict[str, Any]:
-        self._text.append(step.text)
         lp: Any = None
         if self.options.logprobs:
             if self.options.chat:
@@ -246,9 +244,14 @@ class WireSerializer:
                 self._logprobs.append(entry)
                 lp = {"content": [entry], "refusal": None}
             else:
-                lp = self._legacy_logprob(step)
-        self._offset += len(step.text)
+                lp = self._legacy_logprob(step)  # (its text_offset: the offset before this token)
+        self._advance(step.text)
         return self._chunk({"content": step.text}, lp)
+
+    def _advance(self, text: str) -> None:
+        """A token's text is the reply's: kept for the body, the legacy text_offset moved past it."""
+        self._text.append(text)
+        self._offset += len(text)
 
     def _chat_logprob(self, step: Step) -> dict[str, Any]:
         n = self.options.top_logprobs

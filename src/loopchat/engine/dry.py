@@ -88,8 +88,7 @@ class BreakerTable:
                 if unknown < 0:
                     return int(at)
                 self._look_up(int(unknown))
-        hits = np.flatnonzero(self.mask(tokens))
-        return int(hits[-1]) if hits.size else -1
+        return _last_of(self.mask(tokens))
 
     def mask(self, tokens: np.ndarray) -> np.ndarray:
         """Which of `tokens` are breakers (an id outside the vocabulary is not)."""
