@@ -399,12 +399,13 @@ class DocumentView(Widget):
             return
         self._head_key = key
         stopped = self.stopped_before if rec is not None and not rec.done else None
-        rows, width = len(self.head.lines), self.head.content_size.width or 80
+        width = self.head.content_size.width or 80
         self.head.set_lines(header_lines(rec, self.fallback, width, stopped, short))
-        # its height is its number of lines (FastStatic's, whatever their width): laid out
-        # again when their number changes
-        if len(self.head.lines) != rows:
-            self.head.refresh(layout=True)
+        # its height is its number of lines, set as its style: refresh(layout=True) twice
+        # before the head's idle counts once in Textual's box-model cache key, so a height
+        # measured in between (13 rows of lines made for a narrow width during a resize)
+        # stayed; a new style height is a new key
+        self.head.styles.height = len(self.head.lines)
 
     def cursor_moved(self) -> None:
         t = self.cursor_token
