@@ -29,11 +29,19 @@ reuses the shared head from sequence 0's cells). Figures, medians over --rounds:
 Each table twice (--extension on,off): with the `loopchat` extension objects in every chunk (the
 default reply) and without (`"loopchat": false`: OpenAI's chunks only, as llama-server sends).
 
+--peer: llama.cpp's own llama-server as the peer (built from the pinned source,
+benchmarks/build_llama_bench.sh; `-np 8 -kvu`, flash attention as loopchat's engine has it for
+the default model: off), sent the same clients right after loopchat's in every round (each server
+idle while the other serves): its aggregate, its rate while all run and its worst TTFT beside
+loopchat's. When N clients arrive together, the last one's first token waits for every joining
+prompt's prefill on any server: the peer's TTFT says what that costs on this machine.
+
 The soak: --soak requests (4 clients at once, 8 tokens each); the server's RSS after the first
 request and after the last (/proc, psutil). The load average is printed: figures on a shared
 machine are only comparable with the load beside them.
 
     .venv/bin/python benchmarks/serve_batch.py [--rounds 2] [--tokens 48] [--threads 2] [--soak 200] [--extension on,off]
+        [--peer]
 """
 
 from __future__ import annotations
@@ -54,7 +62,8 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from batch import bare  # noqa: E402
-from serve_overhead import _TOKEN_CHUNK, SYSTEM, loopchat_serve  # noqa: E402
+from serve_overhead import _TOKEN_CHUNK, SYSTEM, Child, loopchat_serve  # noqa: E402
+from serve_vs_llama_server import llama_server, llama_server_binary  # noqa: E402
 
 from loopchat.engine.engine import Engine  # noqa: E402
 from loopchat.events import Message, Start  # noqa: E402
@@ -168,24 +177,22 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--soak", type=int, default=200)
     ap.add_argument("--extension", default="on,off", help="the loopchat extension in the replies: on, off or both")
+    ap.add_argument("--peer", action="store_true", help="llama-server -np 8 beside loopchat, the same clients")
     args = ap.parse_args()
     server = loopchat_serve(args.threads, "--parallel", "8")
+    peer: Child | None = None
     engine = Engine(builtin_model_path(), n_ctx=2048, threads=args.threads)
     try:
+        if args.peer:
+            peer = llama_server(llama_server_binary(), builtin_model_path(), args.threads, "off", parallel=8)
+            together(peer.url, 1, 4)  # (a warm-up)
         prompt = prompt_tokens(engine)
         together(server.url, 1, 4)  # (a warm-up)
         for extension in args.extension.split(","):
-            rows = {}
-            for n in SIZES:
-                rates, ttfts, bares, steadies = [], [], [], []
-                for _ in range(args.rounds):
-                    bares.append(bare(engine, prompt, n, args.tokens))
-                    rate, ttft, steady = together(server.url, n, args.tokens, extension == "on")
-                    rates.append(rate)
-                    ttfts.append(max(ttft))
-                    steadies.append(steady)
-                rows[n] = (*(statistics.median(x) for x in (bares, rates, ttfts, steadies)),)
+            rows, peer_rows = measure(server, peer, engine, prompt, args, extension == "on")
             report(rows, args, extension)
+            if peer is not None:
+                report_peer(rows, peer_rows, extension)
         if args.soak:
             first, last = soak(server.url, args.soak, server.rss)
             print(f"\nsoak of {args.soak} requests: RSS {first / 2**20:.1f} MiB after the first, "
@@ -193,9 +200,53 @@ def main() -> None:
     finally:
         engine.close()
         server.stop()
+        if peer is not None:
+            peer.stop()
 
 
-def report(rows: dict[int, tuple[float, ...]], args: argparse.Namespace, extension: str) -> None:
+Rows = dict[int, tuple[float, ...]]
+
+
+def measure(
+    server: Child, peer: Child | None, engine: Engine, prompt: list[int], args: argparse.Namespace, ext: bool
+) -> tuple[Rows, Rows]:
+    """Per N, the medians over the rounds: loopchat's (bare tok/s, aggregate, worst TTFT, all
+    running) and the peer's (aggregate, worst TTFT, all running), the peer right after loopchat."""
+    rows: Rows = {}
+    peer_rows: Rows = {}
+    for n in SIZES:
+        got: dict[str, list[float]] = {
+            k: [] for k in ("bare", "rate", "ttft", "steady", "p_rate", "p_ttft", "p_steady")
+        }
+        for _ in range(args.rounds):
+            got["bare"].append(bare(engine, prompt, n, args.tokens))
+            for pre, url in (("", server.url), ("p_", peer.url if peer else None)):
+                if url is None:
+                    continue
+                rate, ttft, steady = together(url, n, args.tokens, ext)
+                got[pre + "rate"].append(rate)
+                got[pre + "ttft"].append(max(ttft))
+                got[pre + "steady"].append(steady)
+        med = {k: statistics.median(v) if v else 0.0 for k, v in got.items()}
+        rows[n] = (med["bare"], med["rate"], med["ttft"], med["steady"])
+        peer_rows[n] = (med["p_rate"], med["p_ttft"], med["p_steady"])
+    return rows, peer_rows
+
+
+def report_peer(rows: Rows, peer_rows: Rows, extension: str) -> None:
+    print(f"\nllama-server -np 8 -fa off, the same clients (loopchat's extension {extension}; the peer ignores it)")
+    print(
+        f"{'N':>3} {'peer tok/s':>11} {'loopchat/peer':>14} {'all running':>12} {'loopchat/peer':>14} {'peer worst TTFT':>16} {'loopchat':>9}"
+    )
+    for n, (p_rate, p_ttft, p_steady) in peer_rows.items():
+        _, rate, ttft, steady = rows[n]
+        print(
+            f"{n:>3} {p_rate:>11.1f} {rate / p_rate:>13.2f}x {p_steady:>12.1f} {steady / p_steady:>13.2f}x"
+            f" {p_ttft:>13.0f} ms {ttft:>6.0f} ms"
+        )
+
+
+def report(rows: Rows, args: argparse.Namespace, extension: str) -> None:
     one = rows[1][1]
     idle_ttft = rows[1][2]
     load = os.getloadavg()[0]
