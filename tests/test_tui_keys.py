@@ -94,7 +94,10 @@ async def test_a_multi_line_paste_arrives_whole(tmp_path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         # what the terminal driver posts for a bracketed paste
         app.post_message(events.Paste(pasted))
-        await wait_for(pilot, lambda: app.prompt.value == pasted, 5, "the pasted text in the box")
+        # the box grows with the text in the layout after it (a loaded machine reads the text first)
+        await wait_for(
+            pilot, lambda: app.prompt.value == pasted and app.prompt.size.height == 4, 5, "the paste, 4 rows"
+        )
         assert app.prompt.size.height == 4  # the box grew with the text
         await pilot.press("enter")
         await wait_run(pilot)
@@ -110,8 +113,9 @@ async def test_the_box_grows_to_six_lines_then_scrolls(tmp_path) -> None:
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         app.post_message(events.Paste("\n".join(f"line {i}" for i in range(20))))
-        await wait_for(pilot, lambda: app.prompt.value.count("\n") == 19, 5, "the paste")
-        await pilot.pause()
+        await wait_for(
+            pilot, lambda: app.prompt.value.count("\n") == 19 and app.prompt.size.height == 6, 5, "the paste, 6 rows"
+        )
         assert app.prompt.size.height == 6  # 6 lines of text (8 rows with the border)
         assert app.prompt.outer_size.height == 8
         assert app.prompt.max_scroll_y > 0
