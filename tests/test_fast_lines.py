@@ -228,3 +228,25 @@ async def test_a_fast_static_is_as_high_as_its_lines_however_long_they_are() -> 
         await pilot.pause()
         await wait_for(pilot, lambda: static.size.width == 20, 5, "the layout")
         assert static.size.height == 3 and [s.text for s in static.render_lines(Region(0, 0, 20, 3))] == ["x" * 20] * 3
+
+
+class _Fitted(App[None]):
+    CSS = "FastStatic { width: 20; }"
+
+    def compose(self) -> ComposeResult:
+        yield FastStatic(fit=True)
+
+
+async def test_a_fitted_fast_static_follows_its_lines_with_a_layout_between_two_changes() -> None:
+    """13 lines, a layout of the screen before the widget's own idle (another widget's resize
+    does that on a loaded machine), then 5 lines: 5 rows high. Asked by refresh(layout=True),
+    Textual kept the 13 rows measured in between (the document view's header after a resize)."""
+    app = _Fitted()
+    async with app.run_test(size=(40, 30)) as pilot:
+        static = app.query_one(FastStatic)
+        for n in (2, 13, 5):
+            static.set_lines([[("x", Style())] for _ in range(n)])
+            app.screen._refresh_layout()  # (Textual's own layout pass, here before the widget's idle)
+        await wait_for(pilot, lambda: static.size.height == 5, 5, "5 rows")
+        await pilot.pause()
+        assert static.size.height == 5 and len(static.lines) == 5

@@ -255,7 +255,7 @@ class DocumentView(Widget):
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.head = FastStatic(id="doc-head")
+        self.head = FastStatic(fit=True, id="doc-head")  # as high as its lines
         self.body = DocumentBody(id="doc-body")
         self.status = FastStatic(id="doc-status")
         self.record: ReplyRecord | None = None
@@ -401,11 +401,6 @@ class DocumentView(Widget):
         stopped = self.stopped_before if rec is not None and not rec.done else None
         width = self.head.content_size.width or 80
         self.head.set_lines(header_lines(rec, self.fallback, width, stopped, short))
-        # its height is its number of lines, set as its style: refresh(layout=True) twice
-        # before the head's idle counts once in Textual's box-model cache key, so a height
-        # measured in between (13 rows of lines made for a narrow width during a resize)
-        # stayed; a new style height is a new key
-        self.head.styles.height = len(self.head.lines)
 
     def cursor_moved(self) -> None:
         t = self.cursor_token

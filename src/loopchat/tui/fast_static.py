@@ -49,7 +49,13 @@ def split_filters(widget: Widget) -> tuple[ANSIToTruecolor | None, list[LineFilt
 
 
 class FastStatic(Widget):
-    """Shows a list of Lines; give it a fixed size in CSS (it never asks for a re-layout)."""
+    """Shows a list of Lines; give it a fixed size in CSS (it never asks for a re-layout), or
+    `fit=True`: its height is then its number of lines, set as its style when that changes.
+
+    (Not `refresh(layout=True)`: Textual 8 counts a widget's layout refreshes in its box-model
+    cache key only while none is pending, so two before the widget's idle count once, and a
+    height measured by a layout in between stays under the same key. The document view's
+    header kept 13 rows for 5 lines that way after a resize. A new style is a new key.)"""
 
     DEFAULT_CSS = """
     FastStatic {
@@ -57,9 +63,10 @@ class FastStatic(Widget):
     }
     """
 
-    def __init__(self, **kw: Any) -> None:
+    def __init__(self, fit: bool = False, **kw: Any) -> None:
         self._fast = render.fast()  # draw without the styles cache where it applies
         super().__init__(**kw)
+        self._fit = fit
         self._lines: list[Line] = []
         self._strips: list[Strip | None] = []
         self._strip_key: tuple | None = None  # what the strips were made for
@@ -88,6 +95,8 @@ class FastStatic(Widget):
                 dirty.append(y)
         dirty.extend(range(len(lines), n_old))
         self._lines, self._strips = list(lines), strips
+        if self._fit and len(lines) != n_old:
+            self.styles.height = len(lines)
         if dirty and self.is_mounted:
             width = max(1, self.size.width)
             start = prev = dirty[0]
