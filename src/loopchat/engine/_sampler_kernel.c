@@ -1500,6 +1500,9 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
         }
     }
     for (Py_ssize_t j = 0; j < keep; j++) kept[na + j] = in[j].pos;
+    /* (after them, the most likely position not kept where the cut bin holds one: its largest, the first
+       of equal ones; every lower bin holds smaller logits. -1: the bin was kept whole) */
+    if (na + keep < n) kept[na + keep] = keep < ni ? in[keep].pos : -1;
     free(in);
     *mass = cum;
     return na + keep;
@@ -1509,7 +1512,8 @@ PyDoc_STRVAR(top_p_cut_doc,
              "top_p_cut(x, q, target, bins, idx, kept) -> (k, mass): sampler_math.top_p_bins in one call for\n"
              "float32 x and float64 q (idx: int32 scratch, kept: int64, both x's length): the k positions kept\n"
              "into kept[:k] (those above the cut-off's bin in order, then that bin's, largest first) and their\n"
-             "mass; k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow).");
+             "mass; kept[k] (k < len(x)): the most likely position not kept, if that bin holds one, else -1;\n"
+             "k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow).");
 
 static PyObject *py_top_p_cut(PyObject *self, PyObject *args) {
     PyObject *xo, *qo, *io, *ko;

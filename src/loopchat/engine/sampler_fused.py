@@ -234,17 +234,25 @@ def bin_masses(
     return idx, np.bincount(idx, weights=q, minlength=bins)
 
 
-def top_p_cut(x: np.ndarray, q: np.ndarray, target: float, bins: int) -> tuple[np.ndarray, float] | None:
+def top_p_cut(
+    x: np.ndarray, q: np.ndarray, target: float, bins: int, cut_out: list | None = None
+) -> tuple[np.ndarray, float] | None:
     """sampler_math.top_p_bins in one call of the kernel (its steps one for one: the same
     positions in the same order, the same mass): (the kept positions, scratch memory until the
     next call: not copied, ~0.06 ms on Gemma's flat rows; their mass), or None where numpy's steps must run (no kernel; a non-finite logit, a single
-    value, a spread too narrow for float32's scale)."""
+    value, a spread too narrow for float32's scale). `cut_out`: the most likely position not kept is
+    appended where the cut-off's bin holds one (the largest logit not kept, the first of equal ones),
+    else -1; nothing where every position was kept."""
     n = x.shape[0]
     if kernel is None or n == 0 or x.dtype != np.float32 or q.dtype != np.float64:
         return None
     kept = scratch.get("ids2", n, np.int64)
     k, mass = kernel.top_p_cut(x, np.ascontiguousarray(q), target, bins, scratch.get("bins32", n, np.int32), kept)
-    return None if k < 0 else (kept[:k].astype(np.intp, copy=False), float(mass))
+    if k < 0:
+        return None
+    if cut_out is not None and k < n:
+        cut_out.append(int(kept[k]))
+    return kept[:k].astype(np.intp, copy=False), float(mass)
 
 
 def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
