@@ -33,7 +33,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=2, help="sampler_fused.use_threads (the pass's threads)")
     ap.add_argument("--no-probes", action="store_true", help="the wall time alone")
     ap.add_argument("--without", action="store_true", help="the chain without the constraint")
-    ap.add_argument("--cpu", action="store_true", help="the caller thread's CPU ms, not wall ms (the helper's not counted)")
+    ap.add_argument(
+        "--cpu", action="store_true", help="the caller thread's CPU ms, not wall ms (the helper's not counted)"
+    )
     return ap.parse_args()
 
 
@@ -77,7 +79,9 @@ def install() -> None:
     from loopchat.engine import sampler_constraint, sampler_stages
 
     sampler_fused.kernel = _KernelProbe(sampler_fused.kernel)  # type: ignore[assignment]
-    for cls in (*(getattr(sampler_stages, n) for n in ("RepeatPenalty", "Dry", "TopK", "TopP", "MinP", "Temperature")),):
+    for cls in (
+        *(getattr(sampler_stages, n) for n in ("RepeatPenalty", "Dry", "TopK", "TopP", "MinP", "Temperature")),
+    ):
         cls.apply = _wrap(cls.__name__, cls.apply)
     sampler_constraint.ConstraintStage.apply = _wrap("Constraint", sampler_constraint.ConstraintStage.apply)
     sampler_constraint.ConstraintStage.consume = _wrap("consume", sampler_constraint.ConstraintStage.consume)

@@ -1874,6 +1874,62 @@ static PyObject *py_raw_exp(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(raw_probs_doc,
+             "raw_probs(logits, ids, m, total, out): out[j] = float64(exp(logits[ids[j]] - float32(m))) / total for\n"
+             "float32 logits, int64 ids and float64 out: raw_exp's float32 bits at those ids, widened and divided\n"
+             "(the raw top's probabilities in one call: numpy's gather, raw_exp, astype and divide).");
+
+/* get_buf for n objects, in order (fmts: their formats; writable: a bit each, 1 << i for the i-th):
+   0, or -1 with those already taken released. */
+static int get_bufs(PyObject *const *objs, Py_buffer *views, const char *fmts, unsigned writable, int n) {
+    for (int i = 0; i < n; i++) {
+        if (get_buf(objs[i], &views[i], (int)(writable >> i & 1u), fmts[i]) < 0) {
+            while (i-- > 0) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *py_raw_probs(PyObject *self, PyObject *args) {
+    PyObject *objs[3];
+    double m, total;
+    Py_buffer v[3];
+    if (!PyArg_ParseTuple(args, "OOddO", &objs[0], &objs[1], &m, &total, &objs[2])) return NULL;
+    if (!raw_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "raw_probs needs AVX2 and FMA");
+        return NULL;
+    }
+    if (get_bufs(objs, v, "fqd", 4u, 3) < 0) return NULL;
+    Py_buffer *x = &v[0], *ib = &v[1], *o = &v[2];
+#ifdef KERNEL_AVX2
+    Py_ssize_t k = ib->shape[0], n = x->shape[0];
+    if (check_len(o, k) == 0) {
+        const int64_t *ids = (const int64_t *)ib->buf;
+        const float *xp = (const float *)x->buf;
+        double *op = (double *)o->buf;
+        float v[RAW_LEAF], e[RAW_LEAF], s[RAW_LEAF];
+        for (Py_ssize_t first = 0; first < k && !PyErr_Occurred(); first += RAW_LEAF) {
+            Py_ssize_t c = k - first < RAW_LEAF ? k - first : RAW_LEAF;
+            for (Py_ssize_t j = 0; j < c; j++) {
+                int64_t i = ids[first + j];
+                if (i < 0 || i >= n) {
+                    PyErr_SetString(PyExc_IndexError, "raw_probs: an id out of range");
+                    break;
+                }
+                v[j] = xp[i];
+            }
+            if (PyErr_Occurred()) break;
+            raw_exp_block(v, (float)m, s, e, c);
+            for (Py_ssize_t j = 0; j < c; j++) op[first + j] = (double)e[j] / total;
+        }
+    }
+#endif
+    for (int i = 2; i >= 0; i--) PyBuffer_Release(&v[i]);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- chaincost (issue 23 item 3, issue 24's cost): the raw pass's float64 sum, the penalties' change
  * raw_sums64: raw_sums' pass (the same float32 bits) that also sums the float32 e's in
  * float64: with the raw pass's own bound on those e's (sampler_raw.RawSoftmax.bound) it
@@ -2118,6 +2174,7 @@ static PyMethodDef methods[] = {
     {"top_k", py_top_k, METH_VARARGS, top_k_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
+    {"raw_probs", py_raw_probs, METH_VARARGS, raw_probs_doc},
     {"raw_sums64", py_raw_sums64, METH_VARARGS, raw_sums64_doc},
     {"change_logits", py_change_logits, METH_VARARGS, change_logits_doc},
     {NULL, NULL, 0, NULL},

@@ -44,12 +44,13 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
     c.ids = ids
     c.source_cache = (ids, kept_src, c.source_max(src) if mx is None else mx)
-    mask = None if before is None else c.allowed
-    in_order = before is None or (mask is not None and c.allowed_n == before.shape[0])  # (ascending ids)
+    # (the constraint's ascending ids: all it allows; its mask is made only where cut_after reads it)
+    in_order = before is None or (c.has_allowed and c.allowed_n == before.shape[0])
     if inside and in_order:
         cut = _cut_inside(inside[0], src, before, (low, n_low))
         if cut is not None:
             return cut, share
+    mask = None if before is None else c.allowed
     return cut_after(c.work, before, ids, mask, (low, n_low), c.allowed_n if mask is not None else -1), share
 
 
