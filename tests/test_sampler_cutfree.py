@@ -72,6 +72,7 @@ def test_top_p_s_cut_token_from_its_search_is_cut_after_s(before: str, monkeypat
     for x in _rows():
         for p in (0.3, 0.9, 0.95):
             got, want = [], []
+            mask = rng.random(x.shape[0]) < 0.97
             for shortcut in (True, False):
                 if not shortcut:
                     monkeypatch.setattr(sampler_topp, "_cut_inside", lambda *a: None)
@@ -79,7 +80,6 @@ def test_top_p_s_cut_token_from_its_search_is_cut_after_s(before: str, monkeypat
                 top = sampler_math.top_indices(x, 10)
                 c = Candidates(x, [], raw_max, float(np.exp(x.astype(np.float64) - raw_max).sum()), top, 10)
                 if before == "allowed":
-                    mask = rng.random(x.shape[0]) < 0.97 if shortcut else mask
                     mask[top[0]] = True
                     c.ids = np.flatnonzero(mask)
                     c.allowed, c.allowed_n = mask, int(c.ids.shape[0])
