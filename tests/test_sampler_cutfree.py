@@ -110,3 +110,33 @@ def test_the_chain_is_the_settings_own_and_kept_for_the_same_objects() -> None:
     assert sampler._chain_of(a, None) is sampler._chain_of(a, None)
     assert sampler._chain_of(b, None) == chain_for(b) != chain_for(a)
     assert sampler._chain_of(a, None) == chain_for(a)
+
+
+@pytest.mark.usefixtures("kernel_on")
+def test_the_sampled_top_above_64_is_numpys_partition() -> None:
+    """sample_top's larger k of a larger sample (the kernel's threshold from every eighth: the deep
+    set's 257 of Gemma's ~8,000): the values numpy's partition and sort give, on rows of grids,
+    ties, infinities, signed zeros and sorted runs (a sample whose every eighth misses the top:
+    declined, numpy's way)."""
+    rng = np.random.default_rng(11)
+    kinds = [
+        lambda n: rng.standard_normal(n) * 3,
+        lambda n: np.round(rng.standard_normal(n) * 4),
+        lambda n: rng.standard_normal(n) * 1e-3 + 10,
+        lambda n: rng.choice(np.array([-np.inf, 0.0, -0.0, 1.5, np.inf, -3.0]), n),
+        lambda n: np.sort(rng.standard_normal(n)),
+    ]
+    used = 0
+    for trial in range(150):
+        n, k, stride = int(rng.integers(140_000, 400_000)), int(rng.integers(65, 400)), int(rng.integers(1, 33))
+        x = kinds[trial % len(kinds)](n).astype(np.float32)
+        s = x[::stride]
+        want = np.sort(np.partition(s, s.shape[0] - k)[s.shape[0] - k :])[::-1]
+        got = sampler_fused.sample_top(x, stride, k)
+        assert np.array_equal(got, want), trial
+        used += s.shape[0] > sampler_fused._BINS_S
+    assert used >= 100
+    with_nan = _rows()[2].copy()
+    with_nan[64] = np.nan
+    out = np.empty(257, dtype=np.float32)
+    assert not built_kernel().sample_top(with_nan, 32, out)  # (numpy's order for a NaN)

@@ -1569,7 +1569,61 @@ static int float_desc(const void *a, const void *b) {
     return x > y ? -1 : (x < y);
 }
 
+/* keys[:c] largest first (an LSD radix sort of their complements, eight bits a pass; tmp: c more). */
+static uint32_t *keys_desc(uint32_t *keys, uint32_t *tmp, Py_ssize_t c) {
+    for (int shift = 0; shift < 32; shift += 8) {
+        Py_ssize_t cnt[257] = {0};
+        for (Py_ssize_t j = 0; j < c; j++) cnt[((~keys[j]) >> shift & 255u) + 1]++;
+        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
+        for (Py_ssize_t j = 0; j < c; j++) tmp[cnt[(~keys[j]) >> shift & 255u]++] = keys[j];
+        uint32_t *sw = keys;
+        keys = tmp, tmp = sw;
+    }
+    return keys; /* (four passes: the sorted keys are back in `keys`' own memory) */
+}
+
+/* sample_top for a larger k (the deep set's 257 of ~8,000 on Gemma: numpy's partition ~37 us, the heap's
+   inserts branch unpredictably): the sampled values as order-preserving 32-bit keys; a threshold from
+   every eighth of them (their (k / 8 + slack)-th largest: some 450 keys reach it where k is 257); the keys
+   at or above it sorted, their k largest. The k largest values, largest first: what numpy's partition and
+   sort give (equal values are the same whatever their order; -0.0 and 0.0 compare equal, as every use of
+   them does). -1: a NaN, or fewer than k at or above the threshold (numpy's way then). */
+static int sample_top_bins(const float *x, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t k, float *out) {
+    Py_ssize_t s = (n + stride - 1) / stride, m = 0, ns = 0, c = 0;
+    uint32_t *key = (uint32_t *)malloc((size_t)(4 * s + 2) * sizeof(uint32_t)); /* (key, sub, pick, tmp) */
+    if (!key) return -2;
+    uint32_t *sub = key + s, *pick = sub + s / 8 + 1, *tmp = pick + s;
+    for (Py_ssize_t i = 0; i < n; i += stride) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) {
+            free(key);
+            return -1;
+        }
+        key[m++] = u & 0x80000000u ? ~u : u | 0x80000000u;
+    }
+    for (Py_ssize_t j = 0; j < m; j += 8) sub[ns++] = key[j];
+    Py_ssize_t r = k / 8 + 8 + 3 * (Py_ssize_t)sqrt((double)(k / 8 + 1)); /* (the threshold's rank among them) */
+    if (r > ns) r = ns;
+    uint32_t floor_key = keys_desc(sub, tmp, ns)[r - 1];
+    for (Py_ssize_t j = 0; j < m; j++) { /* (branchless: every key written, the count moved on) */
+        pick[c] = key[j];
+        c += key[j] >= floor_key;
+    }
+    int ok = c >= k ? 0 : -1;
+    if (ok == 0) {
+        uint32_t *a = keys_desc(pick, tmp, c);
+        for (Py_ssize_t j = 0; j < k; j++) {
+            uint32_t u = a[j] & 0x80000000u ? a[j] & 0x7fffffffu : ~a[j];
+            memcpy(out + j, &u, sizeof u);
+        }
+    }
+    free(key);
+    return ok;
+}
+
 static int sample_top(const float *x, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t k, float *h) {
+    if (k > 64 && (n + stride - 1) / stride > 4096) return sample_top_bins(x, n, stride, k, h);
     Py_ssize_t m = 0;
     for (Py_ssize_t i = 0; i < n; i += stride) {
         float v = x[i];
@@ -1589,7 +1643,8 @@ static int sample_top(const float *x, Py_ssize_t n, Py_ssize_t stride, Py_ssize_
 
 PyDoc_STRVAR(sample_top_doc,
              "sample_top(x, stride, out) -> ok: the len(out) largest of float32 x[::stride], largest first, into\n"
-             "float32 out (fewer than len(out) sampled: all of them); False where x holds a NaN (numpy's order).");
+             "float32 out (fewer than len(out) sampled: all of them); False where x holds a NaN (numpy's order).\n"
+             "Above 64 of more than 4,096 sampled: by a threshold from every eighth (sample_top_bins), else a heap.");
 
 static PyObject *py_sample_top(PyObject *self, PyObject *args) {
     PyObject *xo, *oo;
