@@ -4,7 +4,7 @@ forward pass just run (the replies' recorded tokens fed back, so two trees time 
 
 Rows: constraint_cpu.py's (`--rows FILE.npz`, recorded there if absent). For each combination
 (`--combo top_k,top_p,min_p,t,report,dry`, repeatable; default the top-k off, top-p 0.95 rows),
-prints the median wall ms of sample() (and the matcher's consume) and, per probe, its mean wall
+prints the median wall ms (`--cpu`: the calling thread's CPU ms) of sample() (and the matcher's consume) and, per probe, its mean wall
 ms a step (a probe inside another counts in both; the kernel's calls are `k.NAME`).
 
     .venv/bin/python benchmarks/chain_probes.py [--model gemma] --rows /tmp/rows.npz [--src OTHER/src]
@@ -33,6 +33,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=2, help="sampler_fused.use_threads (the pass's threads)")
     ap.add_argument("--no-probes", action="store_true", help="the wall time alone")
     ap.add_argument("--without", action="store_true", help="the chain without the constraint")
+    ap.add_argument(
+        "--cpu", action="store_true", help="the caller thread's CPU ms, not wall ms (the helper's not counted)"
+    )
     return ap.parse_args()
 
 
@@ -76,7 +79,9 @@ def install() -> None:
     from loopchat.engine import sampler_constraint, sampler_stages
 
     sampler_fused.kernel = _KernelProbe(sampler_fused.kernel)  # type: ignore[assignment]
-    for cls in (*(getattr(sampler_stages, n) for n in ("RepeatPenalty", "Dry", "TopK", "TopP", "MinP")),):
+    for cls in (
+        *(getattr(sampler_stages, n) for n in ("RepeatPenalty", "Dry", "TopK", "TopP", "MinP", "Temperature")),
+    ):
         cls.apply = _wrap(cls.__name__, cls.apply)
     sampler_constraint.ConstraintStage.apply = _wrap("Constraint", sampler_constraint.ConstraintStage.apply)
     sampler_constraint.ConstraintStage.consume = _wrap("consume", sampler_constraint.ConstraintStage.consume)
@@ -85,11 +90,13 @@ def install() -> None:
         "raw_softmax", "top_indices", "_unsorted_distribution", "_draw", "rank_of", "_sampled_rank",
         "top_p_positions", "top_p_bins", "take", "cut_after", "_top_by_logits", "step_penalties",
         "change_logits", "exp_sum_above", "exp_sum", "top_p_cut", "sample_top", "_top_p_deep", "count_greater",
-        "distribution_sums", "weights_of", "top_p_unsorted", "top_p_of_vocabulary",
+        "distribution_sums", "weights_of", "top_p_unsorted", "top_p_of_vocabulary", "draw_sorted", "starts_at",
+        "chain_starts", "chain_ends", "with_constraint", "_wide_top", "_chain_and_draw", "_sorted_distribution",
+        "_top_p_stored", "top_p_bounded", "_sample",
     ]  # fmt: skip
     mods = [
         "sampler", "sampler_math", "sampler_topp", "sampler_cuts", "sampler_stages", "sampler_candidates",
-        "sampler_penalized", "dry", "sampler_fused",
+        "sampler_penalized", "dry", "sampler_fused", "sampler_tail", "sampler_topp",
     ]  # fmt: skip
     wrapped: dict[int, object] = {}
     for m in mods:
@@ -109,7 +116,8 @@ def _wall_ms() -> float:
 def run(engine: Engine, constraint, replies: list, combo: tuple) -> tuple[list[float], int]:  # noqa: ANN001
     """Each step's wall ms of sample() and consume, each row fresh from a forward pass
     (constraint_cpu's time_after_pass, timed by the wall clock), and the number of steps."""
-    ms, _passes = cc.time_after_pass(engine, constraint, replies, combo, clock=_wall_ms, without=ARGS.without)
+    clock = cc._thread_ms if ARGS.cpu else _wall_ms
+    ms, _passes = cc.time_after_pass(engine, constraint, replies, combo, clock=clock, without=ARGS.without)
     return ms, len(ms)
 
 
@@ -136,7 +144,7 @@ def main() -> None:
             ms, n = run(engine, constraint, replies, combo)
             meds.append(statistics.median(ms))
             steps += n
-        print(f"{combo}: sample+consume median wall ms {' '.join(f'{m:.3f}' for m in meds)}")
+        print(f"{combo}: sample+consume median {'CPU' if ARGS.cpu else 'wall'} ms {' '.join(f'{m:.3f}' for m in meds)}")
         for name, ns in sorted(TIMES.items(), key=lambda kv: -kv[1]):
             print(f"    {name:28s} {ns / steps / 1e6:.4f} ms a step")
     print("load average", " ".join(f"{x:.1f}" for x in os.getloadavg()))

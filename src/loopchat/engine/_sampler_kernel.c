@@ -1500,6 +1500,9 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
         }
     }
     for (Py_ssize_t j = 0; j < keep; j++) kept[na + j] = in[j].pos;
+    /* (after them, the most likely position not kept where the cut bin holds one: its largest, the first
+       of equal ones; every lower bin holds smaller logits. -1: the bin was kept whole) */
+    if (na + keep < n) kept[na + keep] = keep < ni ? in[keep].pos : -1;
     free(in);
     *mass = cum;
     return na + keep;
@@ -1509,7 +1512,8 @@ PyDoc_STRVAR(top_p_cut_doc,
              "top_p_cut(x, q, target, bins, idx, kept) -> (k, mass): sampler_math.top_p_bins in one call for\n"
              "float32 x and float64 q (idx: int32 scratch, kept: int64, both x's length): the k positions kept\n"
              "into kept[:k] (those above the cut-off's bin in order, then that bin's, largest first) and their\n"
-             "mass; k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow).");
+             "mass; kept[k] (k < len(x)): the most likely position not kept, if that bin holds one, else -1;\n"
+             "k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow).");
 
 static PyObject *py_top_p_cut(PyObject *self, PyObject *args) {
     PyObject *xo, *qo, *io, *ko;
@@ -1565,7 +1569,61 @@ static int float_desc(const void *a, const void *b) {
     return x > y ? -1 : (x < y);
 }
 
+/* keys[:c] largest first (an LSD radix sort of their complements, eight bits a pass; tmp: c more). */
+static uint32_t *keys_desc(uint32_t *keys, uint32_t *tmp, Py_ssize_t c) {
+    for (int shift = 0; shift < 32; shift += 8) {
+        Py_ssize_t cnt[257] = {0};
+        for (Py_ssize_t j = 0; j < c; j++) cnt[((~keys[j]) >> shift & 255u) + 1]++;
+        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
+        for (Py_ssize_t j = 0; j < c; j++) tmp[cnt[(~keys[j]) >> shift & 255u]++] = keys[j];
+        uint32_t *sw = keys;
+        keys = tmp, tmp = sw;
+    }
+    return keys; /* (four passes: the sorted keys are back in `keys`' own memory) */
+}
+
+/* sample_top for a larger k (the deep set's 257 of ~8,000 on Gemma: numpy's partition ~37 us, the heap's
+   inserts branch unpredictably): the sampled values as order-preserving 32-bit keys; a threshold from
+   every eighth of them (their (k / 8 + slack)-th largest: some 450 keys reach it where k is 257); the keys
+   at or above it sorted, their k largest. The k largest values, largest first: what numpy's partition and
+   sort give (equal values are the same whatever their order; -0.0 and 0.0 compare equal, as every use of
+   them does). -1: a NaN, or fewer than k at or above the threshold (numpy's way then). */
+static int sample_top_bins(const float *x, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t k, float *out) {
+    Py_ssize_t s = (n + stride - 1) / stride, m = 0, ns = 0, c = 0;
+    uint32_t *key = (uint32_t *)malloc((size_t)(4 * s + 2) * sizeof(uint32_t)); /* (key, sub, pick, tmp) */
+    if (!key) return -2;
+    uint32_t *sub = key + s, *pick = sub + s / 8 + 1, *tmp = pick + s;
+    for (Py_ssize_t i = 0; i < n; i += stride) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) {
+            free(key);
+            return -1;
+        }
+        key[m++] = u & 0x80000000u ? ~u : u | 0x80000000u;
+    }
+    for (Py_ssize_t j = 0; j < m; j += 8) sub[ns++] = key[j];
+    Py_ssize_t r = k / 8 + 8 + 3 * (Py_ssize_t)sqrt((double)(k / 8 + 1)); /* (the threshold's rank among them) */
+    if (r > ns) r = ns;
+    uint32_t floor_key = keys_desc(sub, tmp, ns)[r - 1];
+    for (Py_ssize_t j = 0; j < m; j++) { /* (branchless: every key written, the count moved on) */
+        pick[c] = key[j];
+        c += key[j] >= floor_key;
+    }
+    int ok = c >= k ? 0 : -1;
+    if (ok == 0) {
+        uint32_t *a = keys_desc(pick, tmp, c);
+        for (Py_ssize_t j = 0; j < k; j++) {
+            uint32_t u = a[j] & 0x80000000u ? a[j] & 0x7fffffffu : ~a[j];
+            memcpy(out + j, &u, sizeof u);
+        }
+    }
+    free(key);
+    return ok;
+}
+
 static int sample_top(const float *x, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t k, float *h) {
+    if (k > 64 && (n + stride - 1) / stride > 4096) return sample_top_bins(x, n, stride, k, h);
     Py_ssize_t m = 0;
     for (Py_ssize_t i = 0; i < n; i += stride) {
         float v = x[i];
@@ -1585,7 +1643,8 @@ static int sample_top(const float *x, Py_ssize_t n, Py_ssize_t stride, Py_ssize_
 
 PyDoc_STRVAR(sample_top_doc,
              "sample_top(x, stride, out) -> ok: the len(out) largest of float32 x[::stride], largest first, into\n"
-             "float32 out (fewer than len(out) sampled: all of them); False where x holds a NaN (numpy's order).");
+             "float32 out (fewer than len(out) sampled: all of them); False where x holds a NaN (numpy's order).\n"
+             "Above 64 of more than 4,096 sampled: by a threshold from every eighth (sample_top_bins), else a heap.");
 
 static PyObject *py_sample_top(PyObject *self, PyObject *args) {
     PyObject *xo, *oo;
@@ -1870,6 +1929,62 @@ static PyObject *py_raw_exp(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(raw_probs_doc,
+             "raw_probs(logits, ids, m, total, out): out[j] = float64(exp(logits[ids[j]] - float32(m))) / total for\n"
+             "float32 logits, int64 ids and float64 out: raw_exp's float32 bits at those ids, widened and divided\n"
+             "(the raw top's probabilities in one call: numpy's gather, raw_exp, astype and divide).");
+
+/* get_buf for n objects, in order (fmts: their formats; writable: a bit each, 1 << i for the i-th):
+   0, or -1 with those already taken released. */
+static int get_bufs(PyObject *const *objs, Py_buffer *views, const char *fmts, unsigned writable, int n) {
+    for (int i = 0; i < n; i++) {
+        if (get_buf(objs[i], &views[i], (int)(writable >> i & 1u), fmts[i]) < 0) {
+            while (i-- > 0) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *py_raw_probs(PyObject *self, PyObject *args) {
+    PyObject *objs[3];
+    double m, total;
+    Py_buffer v[3];
+    if (!PyArg_ParseTuple(args, "OOddO", &objs[0], &objs[1], &m, &total, &objs[2])) return NULL;
+    if (!raw_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "raw_probs needs AVX2 and FMA");
+        return NULL;
+    }
+    if (get_bufs(objs, v, "fqd", 4u, 3) < 0) return NULL;
+    Py_buffer *x = &v[0], *ib = &v[1], *o = &v[2];
+#ifdef KERNEL_AVX2
+    Py_ssize_t k = ib->shape[0], n = x->shape[0];
+    if (check_len(o, k) == 0) {
+        const int64_t *ids = (const int64_t *)ib->buf;
+        const float *xp = (const float *)x->buf;
+        double *op = (double *)o->buf;
+        float v[RAW_LEAF], e[RAW_LEAF], s[RAW_LEAF];
+        for (Py_ssize_t first = 0; first < k && !PyErr_Occurred(); first += RAW_LEAF) {
+            Py_ssize_t c = k - first < RAW_LEAF ? k - first : RAW_LEAF;
+            for (Py_ssize_t j = 0; j < c; j++) {
+                int64_t i = ids[first + j];
+                if (i < 0 || i >= n) {
+                    PyErr_SetString(PyExc_IndexError, "raw_probs: an id out of range");
+                    break;
+                }
+                v[j] = xp[i];
+            }
+            if (PyErr_Occurred()) break;
+            raw_exp_block(v, (float)m, s, e, c);
+            for (Py_ssize_t j = 0; j < c; j++) op[first + j] = (double)e[j] / total;
+        }
+    }
+#endif
+    for (int i = 2; i >= 0; i--) PyBuffer_Release(&v[i]);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- chaincost (issue 23 item 3, issue 24's cost): the raw pass's float64 sum, the penalties' change
  * raw_sums64: raw_sums' pass (the same float32 bits) that also sums the float32 e's in
  * float64: with the raw pass's own bound on those e's (sampler_raw.RawSoftmax.bound) it
@@ -2114,6 +2229,7 @@ static PyMethodDef methods[] = {
     {"top_k", py_top_k, METH_VARARGS, top_k_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
+    {"raw_probs", py_raw_probs, METH_VARARGS, raw_probs_doc},
     {"raw_sums64", py_raw_sums64, METH_VARARGS, raw_sums64_doc},
     {"change_logits", py_change_logits, METH_VARARGS, change_logits_doc},
     {NULL, NULL, 0, NULL},

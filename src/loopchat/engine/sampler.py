@@ -275,6 +275,26 @@ def _sampled_rank(d: _Distribution, pick: int, pick_weight: float, top_weights: 
     return sampler_fused.count_greater(d.probs, pick) + 1
 
 
+#: the last step's (settings, constraint, chain), one tuple (read and replaced whole: another
+#: thread's step sees the old tuple or the new one): a reply's steps pass the same objects
+_last_chain: list = [(None, None, ())]
+
+
+def _chain_of(settings: SamplingSettings, constraint: Stage | None) -> tuple[Stage, ...]:
+    """chain_for(settings), with the constraint's stage in its place (with_constraint): the last
+    step's tuple where the settings and the constraint are the very objects it was made for (the
+    settings immutable, the stage the same object: the same stages), without the two caches'
+    hashing of the settings (~20 us a step after a forward pass, their code and data cold)."""
+    last = _last_chain[0]
+    if last[0] is settings and last[1] is constraint:
+        return cast(tuple, last[2])
+    chain = (
+        chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
+    )
+    _last_chain[0] = (settings, constraint, chain)
+    return chain
+
+
 def _may_penalize(settings: SamplingSettings, context: Sequence[int]) -> bool:
     """Whether a stage of the chain may change logits this step (the repeat penalty, DRY, a logit bias)."""
     if settings.logit_bias:
@@ -353,16 +373,14 @@ def _sample(
     raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
     if raw_top_ids is None:
         raw_top_ids = top_indices(logits, report_k)
-    raw_top_probs = raw.exp_at(raw_top_ids).astype(np.float64) / total
+    raw_top_probs = raw.probs_at(raw_top_ids)
 
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k, raw.bound())
     c.work_copy = raw.copied
     c.wide_top = wide
     c.narrow_k = 1 if settings.greedy else settings.top_k  # (right after the constraint: chain_for's order)
-    chain = (
-        chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
-    )
+    chain = _chain_of(settings, constraint)
     reports, d, token_id, pick, tail_rank = _chain_and_draw(c, chain, rng, force)
 
     top_list = raw_top_ids.tolist()

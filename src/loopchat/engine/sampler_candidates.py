@@ -55,7 +55,8 @@ class Candidates:
         "mass",
         "work_max",
         "work_max_id",
-        "allowed",
+        "_allowed",
+        "_allowed_of",
         "allowed_n",
         "bound",
         "source_cache",
@@ -93,8 +94,9 @@ class Candidates:
         # the penalties' few changes: a pass over the vocabulary saved at each stage
         self.work_max: float | None = raw_max if raw_top_ids.shape[0] else None
         self.work_max_id = int(raw_top_ids[0]) if raw_top_ids.shape[0] else -1
-        #: a constraint that left most of the vocabulary: its mask (a bool a token), for top-k and top-p's cut
-        self.allowed: np.ndarray | None = None
+        # a constraint that left most of the vocabulary: its mask (`allowed`), or what makes it (defer_allowed)
+        self._allowed: np.ndarray | None = None
+        self._allowed_of: Callable[[], np.ndarray] | None = None
         self.allowed_n = -1  # (how many tokens `allowed` allows, where the constraint counted them; -1: not known)
         #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
         self.bound = bound
@@ -114,6 +116,29 @@ class Candidates:
     @ids.setter
     def ids(self, ids: np.ndarray | None) -> None:
         self._ids, self._ids_of = ids, None
+
+    @property
+    def allowed(self) -> np.ndarray | None:
+        """A constraint that left most of the vocabulary: its mask (a bool a token), for top-k and
+        top-p's cut (None: none); a deferred one is made on first read (defer_allowed)."""
+        make = self._allowed_of
+        if make is not None:
+            self.allowed = make()
+        return self._allowed
+
+    @allowed.setter
+    def allowed(self, mask: np.ndarray | None) -> None:
+        self._allowed, self._allowed_of = mask, None
+
+    def defer_allowed(self, make: Callable[[], np.ndarray]) -> None:
+        """The mask is what `make()` gives, made only if a stage reads it (before the matcher moves
+        on: the stages' reads all come before it): on top-p's rows it is mostly not (sampler_topp)."""
+        self._allowed, self._allowed_of = None, make
+
+    @property
+    def has_allowed(self) -> bool:
+        """Whether a constraint's mask is set (made or deferred), without making it."""
+        return self._allowed is not None or self._allowed_of is not None
 
     def defer_ids(self, n: int, make: Callable[[], np.ndarray]) -> None:
         """The candidates are n ids that `make()` gives, made only if a stage reads them."""
@@ -184,7 +209,7 @@ class Candidates:
             if n <= SORT_LIMIT:
                 self.sort()
             return
-        if self.allowed is not None and k <= SORT_LIMIT:
+        if k <= SORT_LIMIT and self.allowed is not None:
             # most of the vocabulary allowed: the k largest allowed, by the kernel's pass over the
             # mask where they are distinct, else among the largest logits
             top = sampler_fused.top_k(self.work, k, self.allowed)

@@ -150,16 +150,20 @@ class ConstraintStage:
         kept = max(c.mass - work_sum / c.norm if many else work_sum / c.norm, 0.0)
         p_top = float(np.exp(np.float64(logits[top]) - c.raw_max)) / total
         self.report = ConstraintReport(n, forbidden / total, top, self._piece_text(top), p_top, n == 1)
-        bits = self._unpacked() if many and n > SORT_LIMIT else None
         if many and by_mask:  # (the ids made only if a stage reads them: top-k reads the mask)
-            assert bits is not None
+            bits = self._unpacked()
             c.allowed, c.allowed_n = bits, n
             c.defer_ids(n, functools.partial(np.flatnonzero, bits))
             return c.report(self.name, entered, kept)
         allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))
         if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
             c.source_cache = (allowed, src[:n], src_max)
-        return self._narrow(c, entered, allowed, bits, kept)
+        if many and n > SORT_LIMIT:  # (the mask unpacked only if a stage reads it: top-p's cut mostly does not)
+            c.ids = allowed
+            c.defer_allowed(self._unpacked)
+            c.allowed_n = n
+            return c.report(self.name, entered, kept)
+        return self._narrow(c, entered, allowed, None, kept)
 
     def _measure(self, c: Candidates, bits: np.ndarray, allowed: np.ndarray) -> tuple[ConstraintReport, float]:
         """The pass's ConstraintReport, and the mass the allowed tokens keep in the chain's unit

@@ -180,16 +180,19 @@ def at_least(src: np.ndarray, threshold: np.floating) -> np.ndarray:
 
 #: above this k numpy's partition of the sample beats the kernel's heap (whose insertions
 #: branch unpredictably): top-p's 257 of 1,536 sampled logits 0.016 ms against 0.055, of
-#: 8,192 0.055 against 0.12; at 10-64 the heap is as fast or faster
+#: 8,192 0.055 against 0.12; at 10-64 the heap is as fast or faster. Above it, of more than
+#: _BINS_S sampled, the kernel's threshold from every eighth (sample_top_bins): Gemma's 257 of
+#: ~8,000 26 us against numpy's 59 warm (of 1,536, numpy's 11 against its 13.5)
 _HEAP_K = 64
+_BINS_S = 4096
 
 
 def sample_top(x: np.ndarray, stride: int, k: int) -> np.ndarray:
     """The k largest of the strided sample x[::stride] (k < its size), largest first (a fresh
     array of x's type): the values np.partition of the sample gives, found by the kernel's
     one pass over the sample (a heap of k) for float32 and k <= _HEAP_K, by numpy's partition
-    otherwise."""
-    if kernel is not None and x.dtype == np.float32 and k <= _HEAP_K:
+    otherwise, or the kernel's threshold from every eighth of a larger sample (_BINS_S)."""
+    if kernel is not None and x.dtype == np.float32 and (k <= _HEAP_K or (x.shape[0] + stride - 1) // stride > _BINS_S):
         out = np.empty(k, dtype=np.float32)
         if kernel.sample_top(x, stride, out):
             return out
@@ -234,17 +237,25 @@ def bin_masses(
     return idx, np.bincount(idx, weights=q, minlength=bins)
 
 
-def top_p_cut(x: np.ndarray, q: np.ndarray, target: float, bins: int) -> tuple[np.ndarray, float] | None:
+def top_p_cut(
+    x: np.ndarray, q: np.ndarray, target: float, bins: int, cut_out: list | None = None
+) -> tuple[np.ndarray, float] | None:
     """sampler_math.top_p_bins in one call of the kernel (its steps one for one: the same
     positions in the same order, the same mass): (the kept positions, scratch memory until the
     next call: not copied, ~0.06 ms on Gemma's flat rows; their mass), or None where numpy's steps must run (no kernel; a non-finite logit, a single
-    value, a spread too narrow for float32's scale)."""
+    value, a spread too narrow for float32's scale). `cut_out`: the most likely position not kept is
+    appended where the cut-off's bin holds one (the largest logit not kept, the first of equal ones),
+    else -1; nothing where every position was kept."""
     n = x.shape[0]
     if kernel is None or n == 0 or x.dtype != np.float32 or q.dtype != np.float64:
         return None
     kept = scratch.get("ids2", n, np.int64)
     k, mass = kernel.top_p_cut(x, np.ascontiguousarray(q), target, bins, scratch.get("bins32", n, np.int32), kept)
-    return None if k < 0 else (kept[:k].astype(np.intp, copy=False), float(mass))
+    if k < 0:
+        return None
+    if cut_out is not None and k < n:
+        cut_out.append(int(kept[k]))
+    return kept[:k].astype(np.intp, copy=False), float(mass)
 
 
 def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:

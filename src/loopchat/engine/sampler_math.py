@@ -75,6 +75,7 @@ def top_p_positions(
     known_max: float | None = None,
     approx: tuple[float, float] | None = None,
     src: np.ndarray | None = None,
+    inside: list | None = None,
 ) -> tuple[np.ndarray, float]:
     """The top-p candidates of `cand` (unsorted; None: the whole vocabulary): what a sort
     by logit, largest first (equal logits in id order), keeps up to and including the
@@ -100,7 +101,12 @@ def top_p_positions(
     None their ids: the TopP stage gathers their ids and logits in one pass, sampler_topp; the
     kernel's bins over every candidate leave them in scratch memory, the next call's), and
     the share of the candidates' softmax mass they hold (both sums in float64, found on the way).
-    `known_max`: the candidates' largest logit, if the caller knows it."""
+    `known_max`: the candidates' largest logit, if the caller knows it. `inside`: what the search
+    knows of the most likely candidate it cut is appended to it: ("at", its position), where the
+    kernel's bins found it (top_p_cut's `cut_out`); ("deep", the deep set's positions, ascending,
+    their logits, the kept ones as positions into the deep set), where the cut fell inside the deep
+    set (every candidate outside it has a smaller logit than every one in it: the most likely one
+    cut is the deep set's, if it holds one not kept); nothing else."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
         src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
@@ -112,7 +118,7 @@ def top_p_positions(
     if above is None:
         kept, mass, total = _top_p_stored(src, cand, top_p, mx)
     else:
-        kept, mass, total = _top_p_deep(src, cand, top_p, mx, above)
+        kept, mass, total = _top_p_deep(src, cand, top_p, mx, above, inside)
     return kept, mass / total
 
 
@@ -168,13 +174,13 @@ def _top_p_stored(src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: fl
 
 
 def _top_p_deep(
-    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, above: np.ndarray
+    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, above: np.ndarray, inside: list | None = None
 ) -> tuple[np.ndarray, float, float]:
     """top_p_positions on a large vocabulary: one pass for the total and the deep set (the
     positions at or above above[-1], with their masses), the head found inside it (the
     positions at or above the sample's top _TOP_P_HEAD-th: as top_indices takes them),
     the bins inside it where it holds top_p, else over everything (the masses stored by the
-    same pass)."""
+    same pass). `inside`: as top_p_positions's."""
     # (every mass stored on the way, 8 bytes a token written: where the deep set does not hold
     # top_p, the bins below need them all, and a second exp pass over src is saved)
     q = scratch.get("f64b", src.shape[0], np.float64)
@@ -195,11 +201,18 @@ def _top_p_deep(
             q_at = q_deep[at]
             cut = _head_cut(src, cand, deep[at], q_at, target) if float(q_at.sum()) * (1.0 + 1e-9) >= target else None
             if cut is not None:
+                if inside is not None:
+                    inside.append(("deep", deep, x_deep, np.searchsorted(deep, cut[0])))
                 return (*cut, total)
+    nxt: list | None = None if inside is None else []
     if float(q_deep.sum()) >= target:
-        kept, mass = top_p_bins(x_deep, q_deep, target)
+        kept, mass = top_p_bins(x_deep, q_deep, target, cut_out=nxt)
+        if inside is not None:
+            inside.append(("at", int(deep[nxt[0]])) if nxt and nxt[0] >= 0 else ("deep", deep, x_deep, kept))
         return deep[kept], mass, total
-    kept, mass = top_p_bins(src, q, target)
+    kept, mass = top_p_bins(src, q, target, cut_out=nxt)
+    if inside is not None and nxt and nxt[0] >= 0:
+        inside.append(("at", nxt[0]))
     return kept, mass, total
 
 
@@ -274,15 +287,18 @@ def _bounded_cut(
     return deep[kept] if mass - float(q_deep[last]) < lo else None
 
 
-def top_p_bins(x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048) -> tuple[np.ndarray, float]:
+def top_p_bins(
+    x: np.ndarray, q: np.ndarray, target: float, bins: int = 2048, cut_out: list | None = None
+) -> tuple[np.ndarray, float]:
     """Positions in x (float32 logits; q their masses exp(x - max), float64) of what a
     stable sort by logit, largest first, keeps until the mass reaches target (unsorted).
     The logits go into bins of equal width (a bin index is monotone in the logit, so a
     higher bin holds only larger logits); the bins' masses, summed from the top, point
     to the bin where the target is reached; every token above it is kept, and only the
     tokens of that bin are sorted. Also returns the kept tokens' mass (the sum of their q).
-    The kernel does it all in one call (sampler_fused.top_p_cut), the same steps."""
-    fused = sampler_fused.top_p_cut(x, q, target, bins)
+    The kernel does it all in one call (sampler_fused.top_p_cut), the same steps; `cut_out`: as
+    its (the kernel's alone: numpy's steps append nothing)."""
+    fused = sampler_fused.top_p_cut(x, q, target, bins, cut_out)
     if fused is not None:
         return fused
     c = x.shape[0]

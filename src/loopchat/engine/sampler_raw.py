@@ -125,6 +125,16 @@ class RawSoftmax:
         sampler_fused.kernel.raw_exp(np.ascontiguousarray(self.logits[ids]), self.shift, out)  # type: ignore[union-attr]
         return out
 
+    def probs_at(self, ids: np.ndarray) -> np.ndarray:
+        """The raw probabilities at these ids: exp_at(ids), widened to float64, over `total` (the
+        fused pass's: one kernel call, the same bits, where the logits and ids are the kernel's)."""
+        kernel = sampler_fused.kernel
+        if self.e is None and kernel is not None and ids.dtype == np.int64 and self.logits.flags.c_contiguous:
+            out = np.empty(ids.shape[0], dtype=np.float64)
+            kernel.raw_probs(self.logits, ids, self.shift, self.total, out)
+            return out
+        return self.exp_at(ids).astype(np.float64) / self.total
+
 
 def raw_softmax(logits: np.ndarray, raw_max: float, sum64: bool = False, copy: np.ndarray | None = None) -> RawSoftmax:
     """The raw softmax's sums over float32 logits whose max is raw_max: one fused pass where

@@ -12,6 +12,7 @@ time (docs/performance.md, "Eighth session"). The same ids in the same order, th
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from loopchat.engine import sampler_fused
@@ -38,9 +39,41 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     share of the candidates' mass kept)."""
     before, src = c.ids, c.source()
     mx = c.source_max(src) if before is not None else known[0]
-    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src)
+    inside: list = []
+    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, inside=inside)
     ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
     c.ids = ids
     c.source_cache = (ids, kept_src, c.source_max(src) if mx is None else mx)
+    # (the constraint's ascending ids: all it allows; its mask is made only where cut_after reads it)
+    in_order = before is None or (c.has_allowed and c.allowed_n == before.shape[0])
+    if inside and in_order:
+        cut = _cut_inside(inside[0], src, before, (low, n_low))
+        if cut is not None:
+            return cut, share
     mask = None if before is None else c.allowed
     return cut_after(c.work, before, ids, mask, (low, n_low), c.allowed_n if mask is not None else -1), share
+
+
+def _cut_inside(inside: tuple, src: Any, before: Any, least: tuple[float, int]) -> int | None:
+    """The most likely candidate top-p cut, from what its search knew (`inside`: top_p_positions's), where
+    the candidates `before` are in id order (None: the whole vocabulary; else the constraint's ascending
+    ids), so that the first position of equal logits is their lowest id: ("at", its position), the kernel's
+    bins'; ("deep", ...): every candidate outside the deep set has a smaller logit than every one in it, so
+    where the deep set holds one not kept, the most likely of those is the candidates' (cut_after over the
+    deep set's logits, in position order; the ties of the least kept are all in it). None: every deep-set
+    candidate was kept, or a logit is not finite (cut_after over the candidates decides)."""
+    if sampler_fused.kernel is None:
+        return None
+    if inside[0] == "at":
+        pos = inside[1]
+        if not math.isfinite(float(src[pos])):
+            return None
+    else:
+        _, deep, x_deep, local = inside
+        if local.shape[0] >= deep.shape[0] or not math.isfinite(float(x_deep.min())):
+            return None
+        i = cut_after(x_deep, None, local, None, least)
+        if i < 0:
+            return -1
+        pos = int(deep[i])
+    return pos if before is None else int(before[pos])
