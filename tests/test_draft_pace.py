@@ -91,6 +91,7 @@ def test_the_tries_of_unmeasured_lengths_are_bounded() -> None:
 def test_the_pace_backs_off_when_drafts_keep_failing(cost: Cost) -> None:
     pace, rate = run(cost, 0.2)
     assert len(pace.chosen) < 60, Counter(pace.chosen)  # of 600 passes
+    assert len(pace.explored) <= 1, pace.explored  # (no tries of longer drafts while drafting does not pay)
     assert rate >= 0.95, rate
 
 

@@ -13,14 +13,16 @@ give on average E(k) = 1 + a + a^2 + ... + a^k tokens (the drafts up to the firs
 plus the pass's own). The length chosen maximises E(k) / cost(k).
 
 A pace that drafts one token learns only c(2), and the last slope from c(1) to c(2) makes
-every longer pass look dear: so now and then (`EXPLORE_EVERY` verifying passes apart) it tries
-a length it has not measured, when a concave guess past the largest measured n (c(1) plus the
-last measured rise times the square root of the ratio of the further positions) says that
-length would beat the best measured one. One pass at that length measures it; from then on
-the measured cost is used. When even the best is not faster than a plain pass (one token per
-c(1)), the run drafts nothing for a while (`BACKOFF` passes, doubling while it keeps failing,
-up to `BACKOFF_MAX`), then tries one draft (a probe: cheap, and what lets a stretch the context
-repeats be found again). The acceptance starts from a prior of 0.9 (`PRIOR_KEPT` of
+every longer pass look dear: so now and then (`EXPLORE_EVERY` verifying passes apart), while
+drafting pays, it tries a length it has not measured, when a concave guess past the largest
+measured n (c(1) plus the last measured rise times the square root of the ratio of the further
+positions) says that length would beat the best measured one. One pass at that length
+measures it; from then on the measured cost is used (so at most `draft_max` tries a reply).
+
+When even the best is not faster than a plain pass (one token per c(1)), the run drafts
+nothing for a while (`BACKOFF` passes, doubling while it keeps failing, up to `BACKOFF_MAX`),
+then tries one draft (a probe: cheap, and what lets a stretch the context repeats be found
+again). The acceptance starts from a prior of 0.9 (`PRIOR_KEPT` of
 `PRIOR_TRIALS`, decayed as any count): a first try is a real one. Pure: no model, no clock.
 """
 
@@ -109,7 +111,7 @@ class DraftPace:
             return 1
         best = max(range(1, limit + 1), key=self.gain)
         top = self.gain(best)
-        if self._since_explore >= EXPLORE_EVERY and len(self.pass_ms) > 1:
+        if top >= MARGIN and self._since_explore >= EXPLORE_EVERY and len(self.pass_ms) > 1:
             unmeasured = [k for k in range(1, limit + 1) if k + 1 > max(self.pass_ms)]
             if unmeasured:
                 probe = max(unmeasured, key=lambda k: self.gain(k, guess=True))
