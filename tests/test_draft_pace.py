@@ -48,7 +48,11 @@ def run(cost: Cost, a: float, passes: int = 600, seed: int = 1) -> tuple[DraftPa
     return pace, tokens / ms * cost(1)
 
 
-@pytest.mark.parametrize(("cost", "a"), [(CONCAVE, 0.82), (CONCAVE, 0.9), (ISSUE, 0.9), (LINEAR, 0.82)])
+@pytest.mark.parametrize(
+    ("cost", "a"),
+    [(CONCAVE, 0.82), (CONCAVE, 0.9), (ISSUE, 0.9), (LINEAR, 0.82)],
+    ids=["concave-0.82", "concave-0.9", "issue-0.9", "linear-0.82"],
+)
 def test_the_pace_settles_near_the_length_the_true_costs_favour(cost: Cost, a: float) -> None:
     best = max(range(1, 9), key=lambda k: true_gain(cost, a, k))
     pace, rate = run(cost, a)
@@ -87,7 +91,7 @@ def test_the_tries_of_unmeasured_lengths_are_bounded() -> None:
     assert len(pace.explored) <= 8 and pace.explored == sorted(pace.explored), pace.explored
 
 
-@pytest.mark.parametrize("cost", [CONCAVE, ISSUE, LINEAR, STEEP])
+@pytest.mark.parametrize("cost", [CONCAVE, ISSUE, LINEAR, STEEP], ids=["concave", "issue", "linear", "steep"])
 def test_the_pace_backs_off_when_drafts_keep_failing(cost: Cost) -> None:
     pace, rate = run(cost, 0.2)
     assert len(pace.chosen) < 60, Counter(pace.chosen)  # of 600 passes
