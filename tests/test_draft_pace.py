@@ -79,7 +79,7 @@ def test_on_a_concave_cost_a_pace_that_drafted_one_token_tries_longer_ones() -> 
     k = pace.length(8)
     assert k > 2 and pace.explored == [k]
     pace.verified(k, k, CONCAVE(k + 1), 0.0)  # measured: the pace now reads its true cost
-    assert pace.pass_cost(k + 1) == CONCAVE(k + 1)
+    assert pace.pass_cost(k + 1) == pytest.approx(CONCAVE(k + 1))
     following = [pace.length(8) for _ in range(EXPLORE_EVERY - 1)]
     assert pace.explored == [k] and min(following) > 1, following  # no new try before EXPLORE_EVERY
 
@@ -114,3 +114,15 @@ def test_costs_between_measured_lengths_are_read_on_the_line_between_them() -> N
     assert pace.pass_cost(4) == pytest.approx(16.0 + 14.0 * 2 / 4)
     assert pace.pass_cost(8) == pytest.approx(30.0 + 3.5 * 2)  # the last segment's slope
     assert pace.pass_cost(8, guess=True) == pytest.approx(10.0 + 20.0 * math.sqrt(7 / 5))
+
+
+def test_a_load_that_slows_every_pass_alike_leaves_the_costs_ratios_alone() -> None:
+    """c(4) measured in a quiet minute, then the plain passes four times slower (a busy one):
+    a 4-position pass is priced at its ratio to the plain pass now, not its stale 20 ms (which
+    against a 40 ms plain pass would make every draft look nearly free)."""
+    pace = DraftPace(8)
+    pace.plain(10.0)
+    pace.verified(3, 0, 20.0, 0.0)
+    for _ in range(30):
+        pace.plain(40.0)
+    assert pace.pass_cost(4) == pytest.approx(80.0, rel=0.01)

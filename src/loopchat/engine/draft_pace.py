@@ -3,11 +3,14 @@ length that the measured pass costs and the measured acceptance say pays most, o
 
 A verifying pass of k drafts costs c(k+1) ms, plus the drafting (measured per drafted token).
 c(n) is kept by the number of positions n, as measured: c(1) from the plain passes, c(n) from
-the verifying passes of n - 1 drafts (each a decayed mean). On a CPU a pass's cost is concave in
-its positions (the second position dearer than the sixth), so the costs are not one slope:
-between two measured n a cost is read on the line between them; past the largest measured n it
-goes on at the last measured segment's slope (what a concave cost does not exceed: the
-estimate the pace acts on), and before any verifying pass at half a plain pass a position.
+the verifying passes of n - 1 drafts as a ratio to c(1) at the time (each a decayed mean: a
+load that slows every pass alike, measured at another minute, leaves the ratios alone where a
+stale absolute c(n) against a fresh c(1) would make drafting look cheap or dear). On a CPU a
+pass's cost is concave in its positions (the second position dearer than the sixth), so the
+costs are not one slope: between two measured n a cost is read on the line between them; past
+the largest measured n it goes on at the last measured segment's slope (what a concave cost
+does not exceed: the estimate the pace acts on), and before any verifying pass at half a plain
+pass a position.
 With a per-draft acceptance a (the share of drafts kept, over recent passes, decayed), k drafts
 give on average E(k) = 1 + a + a^2 + ... + a^k tokens (the drafts up to the first refused one,
 plus the pass's own). The length chosen maximises E(k) / cost(k).
@@ -45,8 +48,10 @@ EXPLORE_EVERY = 8
 class DraftPace:
     def __init__(self, draft_max: int) -> None:
         self.draft_max = draft_max
-        #: a pass's ms by the positions it held (1: a plain pass), each a decayed mean
-        self.pass_ms: dict[int, float] = {}
+        self.plain_ms: float | None = None  # a one-position pass (decayed mean)
+        #: a verifying pass's ms by the positions it held, over the plain pass's ms at the time
+        #: (a load that slows every pass alike leaves these alone), each a decayed mean
+        self.ratio: dict[int, float] = {1: 1.0}
         self.draft_token_ms = 0.0  # drafting, per drafted token
         #: decayed counts of drafts kept, and checked up to a refusal (from the prior, which decays too)
         self._kept, self._trials = PRIOR_KEPT, PRIOR_TRIALS
@@ -56,11 +61,6 @@ class DraftPace:
         self._since_explore = EXPLORE_EVERY  # verifying passes since a length was last tried unmeasured
         self.chosen: list[int] = []  # the length chosen at each verifying pass (the benchmark reports it)
         self.explored: list[int] = []  # the lengths tried unmeasured (the benchmark reports them)
-
-    @property
-    def plain_ms(self) -> float | None:
-        """A one-position pass (decayed mean); None before the first."""
-        return self.pass_ms.get(1)
 
     @property
     def acceptance(self) -> float:
@@ -74,21 +74,25 @@ class DraftPace:
     def pass_cost(self, n: int, guess: bool = False) -> float:
         """c(n): measured, or read between two measured n, or past the largest measured n at
         the last measured slope (`guess`: at the concave guess instead)."""
-        ms = self.pass_ms
-        if n in ms:
-            return ms[n]
-        known = sorted(ms)
-        low = max(m for m in known if m < n)  # (1 is known: no draft before a plain pass)
+        assert self.plain_ms is not None
+        return self.plain_ms * self._ratio_at(n, guess)
+
+    def _ratio_at(self, n: int, guess: bool) -> float:
+        r = self.ratio
+        if n in r:
+            return r[n]
+        known = sorted(r)
+        low = max(m for m in known if m < n)  # (1 is known)
         high = next((m for m in known if m > n), None)
         if high is not None:
-            return ms[low] + (ms[high] - ms[low]) * (n - low) / (high - low)
+            return r[low] + (r[high] - r[low]) * (n - low) / (high - low)
         if low == 1:
-            return ms[1] * (1.0 + 0.5 * (n - 1))
+            return 1.0 + 0.5 * (n - 1)
         if guess:
-            return ms[1] + max(0.0, ms[low] - ms[1]) * math.sqrt((n - 1) / (low - 1))
+            return 1.0 + max(0.0, r[low] - 1.0) * math.sqrt((n - 1) / (low - 1))
         before = max(m for m in known if m < low)
-        slope = max(0.0, (ms[low] - ms[before]) / (low - before))
-        return ms[low] + slope * (n - low)
+        slope = max(0.0, (r[low] - r[before]) / (low - before))
+        return r[low] + slope * (n - low)
 
     def cost(self, k: int, guess: bool = False) -> float:
         return self.pass_cost(k + 1, guess) + k * self.draft_token_ms
@@ -111,8 +115,8 @@ class DraftPace:
             return 1
         best = max(range(1, limit + 1), key=self.gain)
         top = self.gain(best)
-        if top >= MARGIN and self._since_explore >= EXPLORE_EVERY and len(self.pass_ms) > 1:
-            unmeasured = [k for k in range(1, limit + 1) if k + 1 > max(self.pass_ms)]
+        if top >= MARGIN and self._since_explore >= EXPLORE_EVERY and len(self.ratio) > 1:
+            unmeasured = [k for k in range(1, limit + 1) if k + 1 > max(self.ratio)]
             if unmeasured:
                 probe = max(unmeasured, key=lambda k: self.gain(k, guess=True))
                 if self.gain(probe, guess=True) > max(top, MARGIN):
@@ -127,18 +131,15 @@ class DraftPace:
 
     def plain(self, ms: float) -> None:
         """A plain pass took `ms`."""
-        self._measured(1, ms)
-
-    def _measured(self, n: int, ms: float) -> None:
-        old = self.pass_ms.get(n)
-        self.pass_ms[n] = ms if old is None else DECAY * old + (1 - DECAY) * ms
+        self.plain_ms = ms if self.plain_ms is None else DECAY * self.plain_ms + (1 - DECAY) * ms
 
     def verified(self, drafted: int, kept: int, ms: float, draft_ms: float) -> None:
         """A verifying pass of `drafted` drafts (drafted + 1 positions) kept `kept` of them."""
         self.chosen.append(drafted)
         self._since_explore += 1
-        if drafted > 0:
-            self._measured(drafted + 1, ms)
+        if self.plain_ms is not None and drafted > 0:
+            old, ratio = self.ratio.get(drafted + 1), ms / self.plain_ms
+            self.ratio[drafted + 1] = ratio if old is None else DECAY * old + (1 - DECAY) * ratio
             self.draft_token_ms = DECAY * self.draft_token_ms + (1 - DECAY) * draft_ms / drafted
         trials = kept + (1 if kept < drafted else 0)
         self._kept = DECAY * self._kept + kept
