@@ -60,7 +60,7 @@ class DraftPace:
         self._probe = False  # the pass after a back-off tries one draft
         self._since_explore = EXPLORE_EVERY  # verifying passes since a length was last tried unmeasured
         self.chosen: list[int] = []  # the length chosen at each verifying pass (the benchmark reports it)
-        self.explored: list[int] = []  # the lengths tried unmeasured (the benchmark reports them)
+        self.explored: list[int] = []  # the lengths tried unmeasured (tests/test_draft_pace.py reads them)
 
     @property
     def acceptance(self) -> float:
