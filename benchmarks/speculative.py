@@ -27,6 +27,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,6 +174,7 @@ def run(engine: Engine, rounds: int, drafts: list[str], label: str) -> None:
                 f"k chosen median {statistics.median(ks) if ks else 0} (max {max(ks, default=0)}) · "
                 f"verifying passes {sum(r['fig'].verifying for r in rs)} · identical text {same}"
             )
+            print("    k chosen: " + " ".join(f"{k}x{n}" for k, n in sorted(Counter(ks).items())))
             seen = rs[-1]["costs"]
             if seen:
                 print(

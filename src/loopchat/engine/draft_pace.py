@@ -1,19 +1,37 @@
 """How many tokens to draft at the next pass (speculative decoding, speculate.py): the draft
 length that the measured pass costs and the measured acceptance say pays most, or none.
 
-A verifying pass of k drafts costs c(k+1) ms (measured on the spot: a one-position pass,
-and each further position's cost), plus the drafting (measured per drafted token). With a
-per-draft acceptance a (the share of drafts kept, over recent passes, decayed), it gives
-on average E(k) = 1 + a + a^2 + ... + a^k tokens (the drafts up to the first refused one,
-plus the pass's own). The length chosen maximises E(k) / cost(k); when even the best is
-not faster than a plain pass (one token per c(1)), the run drafts nothing for a while
-(`BACKOFF` passes, doubling while it keeps failing, up to `BACKOFF_MAX`), then tries one
-draft (a probe: cheap, and what lets a stretch the context repeats be found again). The
-acceptance starts from a prior of 0.9 (`PRIOR_KEPT` of `PRIOR_TRIALS`, decayed as any count): a first try is a real one.
-Pure: no model, no clock.
+A verifying pass of k drafts costs c(k+1) ms, plus the drafting (measured per drafted token).
+c(n) is kept by the number of positions n, as measured: c(1) from the plain passes, c(n) from
+the verifying passes of n - 1 drafts as a ratio to c(1) at the time (each a decayed mean: a
+load that slows every pass alike, measured at another minute, leaves the ratios alone where a
+stale absolute c(n) against a fresh c(1) would make drafting look cheap or dear). On a CPU a
+pass's cost is concave in its positions (the second position dearer than the sixth), so the
+costs are not one slope: between two measured n a cost is read on the line between them; past
+the largest measured n it goes on at the last measured segment's slope (what a concave cost
+does not exceed: the estimate the pace acts on), and before any verifying pass at half a plain
+pass a position.
+With a per-draft acceptance a (the share of drafts kept, over recent passes, decayed), k drafts
+give on average E(k) = 1 + a + a^2 + ... + a^k tokens (the drafts up to the first refused one,
+plus the pass's own). The length chosen maximises E(k) / cost(k).
+
+A pace that drafts one token learns only c(2), and the last slope from c(1) to c(2) makes
+every longer pass look dear: so now and then (`EXPLORE_EVERY` verifying passes apart), while
+drafting pays, it tries a length it has not measured, when a concave guess past the largest
+measured n (c(1) plus the last measured rise times the square root of the ratio of the further
+positions) says that length would beat the best measured one. One pass at that length
+measures it; from then on the measured cost is used (so at most `draft_max` tries a reply).
+
+When even the best is not faster than a plain pass (one token per c(1)), the run drafts
+nothing for a while (`BACKOFF` passes, doubling while it keeps failing, up to `BACKOFF_MAX`),
+then tries one draft (a probe: cheap, and what lets a stretch the context repeats be found
+again). The acceptance starts from a prior of 0.9 (`PRIOR_KEPT` of
+`PRIOR_TRIALS`, decayed as any count): a first try is a real one. Pure: no model, no clock.
 """
 
 from __future__ import annotations
+
+import math
 
 #: plain passes after a failed bet before drafting again (doubled while failing, capped)
 BACKOFF, BACKOFF_MAX = 4, 64
@@ -23,20 +41,26 @@ DECAY = 0.8
 MARGIN = 1.02
 #: the acceptance's prior: drafts kept of drafts checked
 PRIOR_KEPT, PRIOR_TRIALS = 4.5, 5.0
+#: verifying passes between two tries of a length not measured yet
+EXPLORE_EVERY = 8
 
 
 class DraftPace:
     def __init__(self, draft_max: int) -> None:
         self.draft_max = draft_max
         self.plain_ms: float | None = None  # a one-position pass (decayed mean)
-        self.slope_ms: float | None = None  # each further position of a pass
+        #: a verifying pass's ms by the positions it held, over the plain pass's ms at the time
+        #: (a load that slows every pass alike leaves these alone), each a decayed mean
+        self.ratio: dict[int, float] = {1: 1.0}
         self.draft_token_ms = 0.0  # drafting, per drafted token
         #: decayed counts of drafts kept, and checked up to a refusal (from the prior, which decays too)
         self._kept, self._trials = PRIOR_KEPT, PRIOR_TRIALS
         self._rest = 0  # plain passes still to make before drafting again
         self._backoff = BACKOFF
         self._probe = False  # the pass after a back-off tries one draft
+        self._since_explore = EXPLORE_EVERY  # verifying passes since a length was last tried unmeasured
         self.chosen: list[int] = []  # the length chosen at each verifying pass (the benchmark reports it)
+        self.explored: list[int] = []  # the lengths tried unmeasured (tests/test_draft_pace.py reads them)
 
     @property
     def acceptance(self) -> float:
@@ -47,15 +71,36 @@ class DraftPace:
         a = self.acceptance
         return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
-    def cost(self, k: int) -> float:
+    def pass_cost(self, n: int, guess: bool = False) -> float:
+        """c(n): measured, or read between two measured n, or past the largest measured n at
+        the last measured slope (`guess`: at the concave guess instead)."""
         assert self.plain_ms is not None
-        slope = self.slope_ms if self.slope_ms is not None else 0.5 * self.plain_ms
-        return self.plain_ms + k * (slope + self.draft_token_ms)
+        return self.plain_ms * self._ratio_at(n, guess)
 
-    def gain(self, k: int) -> float:
+    def _ratio_at(self, n: int, guess: bool) -> float:
+        r = self.ratio
+        if n in r:
+            return r[n]
+        known = sorted(r)
+        low = max(m for m in known if m < n)  # (1 is known)
+        high = next((m for m in known if m > n), None)
+        if high is not None:
+            return r[low] + (r[high] - r[low]) * (n - low) / (high - low)
+        if low == 1:
+            return 1.0 + 0.5 * (n - 1)
+        if guess:
+            return 1.0 + max(0.0, r[low] - 1.0) * math.sqrt((n - 1) / (low - 1))
+        before = max(m for m in known if m < low)
+        slope = max(0.0, (r[low] - r[before]) / (low - before))
+        return r[low] + slope * (n - low)
+
+    def cost(self, k: int, guess: bool = False) -> float:
+        return self.pass_cost(k + 1, guess) + k * self.draft_token_ms
+
+    def gain(self, k: int, guess: bool = False) -> float:
         """The decode rate k drafts promise, over a plain pass's."""
         assert self.plain_ms is not None
-        return self.expected(k) * self.plain_ms / self.cost(k)
+        return self.expected(k) * self.plain_ms / self.cost(k, guess)
 
     def length(self, room: int) -> int:
         """The drafts to ask for now (0: a plain pass). `room`: the most that fit."""
@@ -69,7 +114,16 @@ class DraftPace:
             self._probe = False
             return 1
         best = max(range(1, limit + 1), key=self.gain)
-        if self.gain(best) < MARGIN:
+        top = self.gain(best)
+        if top >= MARGIN and self._since_explore >= EXPLORE_EVERY and len(self.ratio) > 1:
+            unmeasured = [k for k in range(1, limit + 1) if k + 1 > max(self.ratio)]
+            if unmeasured:
+                probe = max(unmeasured, key=lambda k: self.gain(k, guess=True))
+                if self.gain(probe, guess=True) > max(top, MARGIN):
+                    self._since_explore = 0
+                    self.explored.append(probe)
+                    return probe
+        if top < MARGIN:
             self._rest, self._backoff = self._backoff, min(2 * self._backoff, BACKOFF_MAX)
             self._probe = True
             return 0
@@ -82,11 +136,11 @@ class DraftPace:
     def verified(self, drafted: int, kept: int, ms: float, draft_ms: float) -> None:
         """A verifying pass of `drafted` drafts (drafted + 1 positions) kept `kept` of them."""
         self.chosen.append(drafted)
+        self._since_explore += 1
         if self.plain_ms is not None and drafted > 0:
-            slope = max(0.0, (ms - self.plain_ms) / drafted)
-            self.slope_ms = slope if self.slope_ms is None else DECAY * self.slope_ms + (1 - DECAY) * slope
-            per = draft_ms / drafted
-            self.draft_token_ms = DECAY * self.draft_token_ms + (1 - DECAY) * per
+            old, ratio = self.ratio.get(drafted + 1), ms / self.plain_ms
+            self.ratio[drafted + 1] = ratio if old is None else DECAY * old + (1 - DECAY) * ratio
+            self.draft_token_ms = DECAY * self.draft_token_ms + (1 - DECAY) * draft_ms / drafted
         trials = kept + (1 if kept < drafted else 0)
         self._kept = DECAY * self._kept + kept
         self._trials = DECAY * self._trials + trials
