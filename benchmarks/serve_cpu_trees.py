@@ -9,7 +9,7 @@ each request: the client's decode tok/s, the server process's CPU time per token
 threads' schedstat), its main thread's (loopchat: the event loop that serializes and sends the
 chunks) and its busiest thread's (loopchat: the engine thread; llama-server: the one that
 runs the passes and samples), and the others' (loopchat: llama.cpp's second thread, the
-hand-off thread). Printed: the medians per server and, against the first, the median of the
+hand-off thread until the eleventh session). Printed: the medians per server and, against the first, the median of the
 per-round ratios. A tree is a folder with `src/loopchat` (e.g.
 `git archive <commit> | tar -x -C /tmp/base`, and the built sampler kernel copied into its
 `src/loopchat/engine/`): its server runs with PYTHONPATH=<tree>/src, the venv's packages

@@ -89,27 +89,22 @@ def child(shim_path: str, dump: str, argv: list[str]) -> None:
 
 
 def _batch_policy() -> None:
-    """The experiment: the hand-off's and the event loop's threads SCHED_BATCH (no wake-up
-    preemption: woken as the engine thread lets go of the GIL, they no longer take its core)."""
+    """The experiment: the event loop's thread SCHED_BATCH (no wake-up preemption: woken as
+    the engine thread lets go of the GIL, it no longer takes its core). (Until the eleventh
+    session the hand-off thread's too: there is none now, serve/handoff.py.)"""
     import threading
 
-    from loopchat.serve import handoff
     from loopchat.serve import loop as serve_loop
 
     def batch() -> None:
         os.sched_setscheduler(threading.get_native_id(), os.SCHED_BATCH, os.sched_param(0))
 
-    main_, attach = handoff.Handoff._main, serve_loop.OneLoop.attach
-
-    def handoff_main(self: handoff.Handoff) -> None:
-        batch()
-        main_(self)
+    attach = serve_loop.OneLoop.attach
 
     def loop_attach(self: serve_loop.OneLoop) -> None:  # (the event loop's thread, the engine's already started)
         batch()
         attach(self)
 
-    handoff.Handoff._main = handoff_main  # type: ignore[method-assign]
     serve_loop.OneLoop.attach = loop_attach  # type: ignore[method-assign]
 
 

@@ -4,16 +4,20 @@ for the loop's thread (no model: OneLoop's worker has none loaded; the events ar
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import sys
 import threading
 import time
 
+from loopchat.serve import handoff as handoff_module
 from loopchat.serve.handoff import Handoff
 from loopchat.serve.loop import OneLoop
 
 #: the C functions the engine thread's emit may call: none of them lets go of the GIL
-#: (SimpleQueue.put is C code that never does)
-HOLDS_THE_GIL = {"isinstance", "put"}
+#: (deque.append is C code that never does; `__exit__` is the wake-up lock's release, the
+#: lock taken only against close(); the wake-up's write is a ctypes PyDLL function, which
+#: sys.setprofile does not report: its flag is checked below)
+HOLDS_THE_GIL = {"isinstance", "append", "__exit__"}
 
 
 def test_the_engine_thread_emits_without_letting_go_of_the_gil():
@@ -22,7 +26,8 @@ def test_the_engine_thread_emits_without_letting_go_of_the_gil():
     `send`, which lets go of the GIL): the woken event loop could take the GIL and
     serialize and send the chunk (~0.6 ms) while the engine thread waited to take it back,
     the pass not started (on a loaded machine, 5% of the engine thread's time, measured
-    with py-spy: docs/performance.md). Now the emit calls only C code that keeps the GIL."""
+    with py-spy: docs/performance.md). Now the emit calls only C code that keeps the GIL,
+    and wakes the event loop itself with a write that keeps it too (no hand-off thread)."""
     one = OneLoop()
     called: list[str] = []
     emitted = threading.Event()
@@ -55,8 +60,48 @@ def test_the_engine_thread_emits_without_letting_go_of_the_gil():
     finally:
         one.close()
     assert emitted.is_set()
-    assert "put" in called
+    assert "append" in called
     assert set(called) <= HOLDS_THE_GIL, f"the emit called {sorted(set(called) - HOLDS_THE_GIL)}"
+    # the wake-up's write: a PyDLL function (ctypes calls it without letting go of the GIL)
+    assert handoff_module._write._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]
+
+
+def test_the_loop_is_woken_once_for_what_queued_up_meanwhile():
+    """The engine thread writes the wake-up descriptor only when the loop has taken every
+    event since its last wake-up: a pass's events (or a burst) cost one write, one wake-up."""
+    got: list[int] = []
+    writes: list[int] = []
+    real = handoff_module._write
+
+    def counting(fd: int, data: bytes, n: int) -> int:
+        writes.append(fd)
+        return int(real(fd, data, n))
+
+    async def main() -> None:
+        arrived = asyncio.Event()
+
+        def dispatch(event: int) -> None:
+            got.append(event)
+            if event in (4, 5):
+                arrived.set()
+
+        handoff = Handoff(asyncio.get_running_loop(), dispatch)
+        handoff_module._write = counting  # type: ignore[assignment]
+        try:
+            for i in range(5):
+                handoff.put(i)  # (the loop does not run meanwhile: one wake-up for all five)
+            await asyncio.wait_for(arrived.wait(), 30)
+            arrived.clear()
+            handoff.put(5)
+            await asyncio.wait_for(arrived.wait(), 30)
+        finally:
+            handoff_module._write = real  # type: ignore[assignment]
+            handoff.close()
+        handoff.put(6)  # after close: dropped, never written anywhere
+
+    asyncio.run(main())
+    assert got == [0, 1, 2, 3, 4, 5]
+    assert len(writes) == 2
 
 
 def test_events_arrive_on_the_loop_thread_whole_and_in_order():

@@ -1,71 +1,98 @@
 """The engine thread's events to the event loop, without the engine thread waiting for it.
 
-`loop.call_soon_threadsafe` wakes the event loop by writing a byte to its self-pipe; the
-write releases the GIL, the woken event loop takes it and serializes and sends the
-token's chunk (~0.6 ms of Python), and the engine thread, back from the write, waits for
-the GIL through all of it before it can start the next forward pass: every token's
-pass started that much later (docs/performance.md, "`loopchat serve`'s hand-off"; on a
-loaded machine, longer: the event loop may be descheduled while it holds the GIL).
+The engine thread appends each event to a deque (C code, the GIL kept) and, if the event
+loop has not been woken since it last took the deque's events, wakes it: 8 bytes written
+to an eventfd (a pipe where there is none) that the loop watches (`add_reader`). The
+write is libc's `write` called through `ctypes.pythonapi` (a PyDLL: the GIL is kept
+across the call), so the engine thread goes on, holding the GIL, into its forward pass;
+the pass lets go of the GIL, and only then can the woken event loop take it and write
+the token's chunk: the loop's work runs beside the pass, not before it.
 
-Here the engine thread only puts the event on a `queue.SimpleQueue` (C code that never
-releases the GIL) and goes on into the forward pass, which releases it. A hand-off thread
-blocked on the queue then wakes the event loop: the loop's work runs beside the pass, not
-before it. Events keep their order (one queue, one thread, one callback per wake-up);
-what has queued up meanwhile goes in one wake-up.
+A wake-up that let go of the GIL (`loop.call_soon_threadsafe` on asyncio's loop writes
+its self-pipe with a socket `send`, which does) would let the woken event loop take the
+GIL while the engine thread waited to take it back, the pass not started. Until the
+eleventh session a hand-off thread blocked on a queue made the wake-up instead: a third
+thread woken each token (~60 us of CPU, and a wake-up that took a core from a llama
+thread on a 2-core machine: docs/performance.md, "`loopchat serve` without the hand-off
+thread").
+
+Events keep their order (one deque, drained in order on the loop's thread); what has
+queued up meanwhile goes in one wake-up.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
+import collections
+import ctypes
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
-_STOP = object()
+#: libc's write(2), the GIL kept across the call (ctypes.pythonapi is a PyDLL of the process)
+_write = ctypes.pythonapi.write
+_write.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+_write.restype = ctypes.c_ssize_t
+_ONE = (1).to_bytes(8, "little")  # an eventfd's write adds this 8-byte count
+
+
+def _wake_fds() -> tuple[int, int]:
+    """(read end, write end): one eventfd on Linux, else a pipe, both non-blocking."""
+    if hasattr(os, "eventfd"):
+        fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        return fd, fd
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    return r, w
 
 
 class Handoff:
-    """Calls `dispatch(event)` on `loop`'s thread for each event `put` from any thread, in order."""
+    """Calls `dispatch(event)` on `loop`'s thread for each event `put` from any thread, in order.
+    Made on the loop's thread (it watches its wake-up descriptor there)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, dispatch: Callable[[Any], None]) -> None:
         self._loop = loop
         self._dispatch = dispatch
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._main, name="loopchat-serve-handoff", daemon=True)
-        self._thread.start()
+        self._events: collections.deque[Any] = collections.deque()
+        self._woken = False  # the loop was woken and has not yet taken the events since
+        self._lock = threading.Lock()  # a wake-up's write against close() (never waits otherwise)
+        self._read_fd, self._write_fd = _wake_fds()
+        loop.add_reader(self._read_fd, self._drain)
 
     def put(self, event: Any) -> None:
-        """Any thread; returns at once (never waits for the GIL or the event loop)."""
-        self._queue.put(event)
+        """Any thread; returns at once, the GIL kept throughout (never waits for the event loop)."""
+        self._events.append(event)
+        if not self._woken:
+            with self._lock:
+                if not self._woken and self._write_fd >= 0:
+                    self._woken = True
+                    _write(self._write_fd, _ONE, 8)  # (a full pipe: EAGAIN, the loop is woken anyway)
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the thread (the events put before are still handed over, if the loop runs)."""
-        self._queue.put(_STOP)
-        self._thread.join(timeout)
+    def close(self) -> None:
+        """Stop watching (the loop's thread, or once it has stopped); a later `put` is dropped."""
+        with self._lock:
+            read_fd, write_fd = self._read_fd, self._write_fd
+            self._read_fd = self._write_fd = -1
+            self._woken = True  # (no more writes)
+        if read_fd < 0:
+            return
+        try:
+            self._loop.remove_reader(read_fd)
+        except RuntimeError:  # the loop has closed: nothing watches it any more
+            pass
+        os.close(read_fd)
+        if write_fd != read_fd:
+            os.close(write_fd)
 
-    def _main(self) -> None:
-        q = self._queue
-        get, get_nowait, empty = q.get, q.get_nowait, q.empty
-        while True:
-            # what came meanwhile goes in the same wake-up (empty(), not get_nowait's Empty: no
-            # exception raised and caught at every wake-up, a token's)
-            batch = [get()]
-            while not empty():
-                batch.append(get_nowait())
-            stop = False
-            for i, e in enumerate(batch):
-                if e is _STOP:  # (nothing is put after close)
-                    batch, stop = batch[:i], True
-                    break
-            if batch:
-                try:
-                    self._loop.call_soon_threadsafe(self._run, batch)
-                except RuntimeError:  # the event loop has closed (shutting down): nobody to tell
-                    return
-            if stop:
-                return
-
-    def _run(self, batch: list[Any]) -> None:
-        for event in batch:
-            self._dispatch(event)
+    def _drain(self) -> None:
+        """(The event loop.) Every event queued so far, in order."""
+        try:
+            os.read(self._read_fd, 4096)  # (an eventfd's count, or a pipe's bytes: cleared)
+        except BlockingIOError:  # pragma: no cover - woken with nothing written
+            pass
+        self._woken = False  # (before taking the events: a put from now on wakes the loop again)
+        events, dispatch = self._events, self._dispatch
+        while events:
+            dispatch(events.popleft())

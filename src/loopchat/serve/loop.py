@@ -8,7 +8,7 @@ longer) reading: a client that went away cannot hold the loop, and the next run'
 events can never mix with the last one's.
 
 The worker's events arrive on the engine thread; `_emit` hands them to the event loop
-(handoff.py: the engine thread never waits for the loop) and counts the run's steps there, so `cancel` knows how many
+(handoff.py: the engine thread wakes it itself, never waiting for it) and counts the run's steps there, so `cancel` knows how many
 steps the engine had produced when the client left, and the request's log line can say
 how many ran after.
 """
