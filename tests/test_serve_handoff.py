@@ -125,3 +125,50 @@ def test_events_arrive_on_the_loop_thread_whole_and_in_order():
     asyncio.run(main())
     assert got == list(range(3000))
     assert threads == {threading.get_ident()}  # asyncio.run's loop runs on this thread
+
+
+def test_a_wake_up_left_to_the_pass_is_made_by_it_or_by_the_next_put():
+    """A shared batch's tokens are put with the wake-up left to the pass (`soon`): no write
+    until `pay` (the engine thread, right before llama_decode: engine/pass_hook.py) or the
+    next plain put; one write for all of them; nothing owed once the loop took them."""
+    got: list[int] = []
+    writes: list[int] = []
+    real = handoff_module._write
+
+    def counting(fd: int, data: bytes, n: int) -> int:
+        writes.append(fd)
+        return int(real(fd, data, n))
+
+    async def main() -> None:
+        arrived = asyncio.Event()
+
+        def dispatch(event: int) -> None:
+            got.append(event)
+            arrived.set()
+
+        handoff = Handoff(asyncio.get_running_loop(), dispatch)
+        handoff_module._write = counting  # type: ignore[assignment]
+        try:
+            handoff.put(0, soon=True)
+            handoff.put(1, soon=True)
+            assert writes == []
+            handoff.pay()  # (the decode)
+            handoff.pay()  # (nothing owed any more)
+            assert len(writes) == 1
+            await asyncio.wait_for(arrived.wait(), 30)
+            arrived.clear()
+            handoff.put(2, soon=True)
+            handoff.put(3)  # (a plain put pays what is owed: one write)
+            assert len(writes) == 2
+            await asyncio.wait_for(arrived.wait(), 30)
+            while len(got) < 4:  # (2 and 3 came in one wake-up)
+                arrived.clear()
+                await asyncio.wait_for(arrived.wait(), 30)
+            handoff.pay()  # (the loop took them: nothing owed)
+            assert len(writes) == 2
+        finally:
+            handoff_module._write = real  # type: ignore[assignment]
+            handoff.close()
+
+    asyncio.run(main())
+    assert got == [0, 1, 2, 3]

@@ -19,6 +19,8 @@ import ctypes.util
 import llama_cpp
 from llama_cpp import llama_cpp as _bindings
 
+from loopchat.engine import pass_hook
+
 # llama_get_logits_ith(ctx, i) -> float*: the logits of the i-th output of the last
 # decode (-1: the last one). Bound again here to return a plain int address: llama-cpp-python's
 # binding returns a POINTER(c_float) object, which (with the np.ctypeslib.as_array view
@@ -100,6 +102,7 @@ class LlamaCalls:
         llama.cpp's code: 0 ok, 2 aborted by the callback, other values failures."""
         self._token[0] = token
         self._batch.pos[0] = pos
+        pass_hook.call()
         return llama_cpp.llama_decode(self._ctx, self._batch)
 
     def synchronize(self) -> None:
@@ -164,6 +167,7 @@ class LlamaCalls:
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0  # sequence 0, as every other call here
             b.logits[i] = True  # int8 flag: keep this position's logits
+        pass_hook.call()
         return llama_cpp.llama_decode(self._ctx, b)
 
     def logits_row_address(self, i: int) -> int:

@@ -14,8 +14,9 @@ requests before it have ended (the ones after it wait meanwhile): N replies to o
 scored prefill is the engine's own), speculative decoding (its verifying passes), step mode.
 
 The events of a pass go out together: `flush` (the constructor's, on the engine thread) is
-called once the running requests have drawn, again once the joining ones have (their first
-tokens), both before the pass's decode, and after each event of a request running alone. A
+called once the running requests have drawn if a request waits to join (before its
+prefill), `flush_for_pass` once the joining ones have drawn too (their first tokens), right
+before the pass's decode, and `flush` after each event of a request running alone. A
 server hands what its tickets emitted since the last flush to its event loop in one go
 (serve/batch_loop.py): one wake-up a pass, not one a token, and no token waits for a decode.
 
@@ -53,9 +54,14 @@ def runs_alone(request: ReplyRequest) -> bool:
 class SharedRun:
     """Requests sharing one engine's passes, at most `slots` at once (1..SEQUENCES_MAX)."""
 
-    def __init__(self, slots: int, flush: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, slots: int, flush: Callable[[], None] = lambda: None, flush_for_pass: Callable[[], None] | None = None
+    ) -> None:
         self.slots = slots
         self._flush = flush
+        # the flush right before a pass (its tokens): a server may leave its wake-up to the
+        # pass's decode (engine/pass_hook.py); `flush` where none is given
+        self._flush_for_pass = flush if flush_for_pass is None else flush_for_pass
         self._lock = threading.Lock()
         self._inbox: deque[Ticket] = deque()
         self._serving = False
@@ -110,9 +116,10 @@ class SharedRun:
         try:
             while self._more(batch):
                 batch.draw_all()
-                self._flush()  # (the running requests' tokens: before a joining request's prefill)
+                if self._inbox:
+                    self._flush()  # (the running requests' tokens: before a joining request's prefill)
                 self._admit(batch)
-                self._flush()  # (the joining requests' first tokens)
+                self._flush_for_pass()  # (the tokens drawn, the joining requests' first ones)
                 batch.step()
         except Exception as exc:  # a bug: every running request gets its error
             batch.fail_all(_internal_error(exc, "generate"))

@@ -12,7 +12,8 @@ Each request's events arrive on the engine thread through its own ticket and wai
 Run they belong to, in an outbox that the shared run's `flush` hands to the event loop whole
 (loop.py's hand-off, handoff.py: the engine thread never waits for the event loop): one
 hand-off a pass, carrying every request's events of that pass, made before the pass's decode
-(engine/shared_run.py says when). One client's stream never carries another's events.
+(engine/shared_run.py says when), its wake-up of the event loop made by the decode itself
+(engine/pass_hook.py: right before llama_decode lets go of the GIL). One client's stream never carries another's events.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from loopchat.engine import pass_hook
 from loopchat.engine.shared_batch import Ticket
 from loopchat.engine.shared_run import SharedRun
 from loopchat.events import RunDone, Step
@@ -32,7 +34,7 @@ class BatchLoop(OneLoop):
         super().__init__(queue_limit)
         self.parallel = parallel
         self.turns = f"runs {parallel} generations at once (--parallel)"
-        self.shared = SharedRun(parallel, self._flush)
+        self.shared = SharedRun(parallel, self._flush, self._flush_for_pass)
         self._outbox: list[tuple[Run, Any]] = []  # (the engine thread's) events since the last flush
         self.generating = 0  # requests with a place (running, or about to join the batch)
         self._places: asyncio.Semaphore | None = None
@@ -42,6 +44,12 @@ class BatchLoop(OneLoop):
     def attach(self) -> None:
         super().attach()
         self._places = asyncio.Semaphore(self.parallel)
+        assert self._handoff is not None
+        pass_hook.before_decode = self._handoff.pay  # (the wake-up a pass's tokens owe: _flush_for_pass)
+
+    def detach(self) -> None:
+        pass_hook.before_decode = None
+        super().detach()
 
     def _dispatch(self, item: Any) -> None:
         """(The event loop.) The hand-off's callback: a flush's (Run, event) pairs, in order."""
@@ -99,15 +107,24 @@ class BatchLoop(OneLoop):
             run.steps += 1
         self._outbox.append((run, event))
 
-    def _flush(self) -> None:
+    def _flush(self, for_pass: bool = False) -> None:
         """(The engine thread: SharedRun's flush.) The outbox to the hand-off in one put: the
         engine thread returns at once, and a pass of N requests wakes the event loop once."""
+        handoff = self._handoff
         if not self._outbox:
+            if handoff is not None:
+                handoff.pay()  # (a wake-up still owed by a flush for a pass that made no decode)
             return
         box, self._outbox = self._outbox, []
-        handoff = self._handoff
         if handoff is not None:
-            handoff.put(box)
+            handoff.put(box, soon=for_pass)
+
+    def _flush_for_pass(self) -> None:
+        """(The engine thread: SharedRun's flush right before a pass.) The outbox handed over,
+        the event loop's wake-up left to the pass's decode (engine/pass_hook.py), a
+        microsecond before the pass lets go of the GIL (or to the next flush, if no decode
+        comes)."""
+        self._flush(for_pass=True)
 
     def _deliver(self, run: Run, event: Any) -> None:
         run.record(event, self.closing)

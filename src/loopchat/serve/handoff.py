@@ -6,7 +6,11 @@ to an eventfd (a pipe where there is none) that the loop watches (`add_reader`).
 write is libc's `write` called through `ctypes.pythonapi` (a PyDLL: the GIL is kept
 across the call), so the engine thread goes on, holding the GIL, into its forward pass;
 the pass lets go of the GIL, and only then can the woken event loop take it and write
-the token's chunk: the loop's work runs beside the pass, not before it.
+the token's chunk: the loop's work runs beside the pass, not before it. A shared batch's
+tokens are put with the wake-up left to the pass (`put(soon=True)`, then `pay` right before
+llama_decode: engine/pass_hook.py): woken where they were put, tens of microseconds of the
+engine thread's Python before the pass, the event loop's thread woke into a wait for the
+GIL, one more sleep and wake-up a token.
 
 A wake-up that let go of the GIL (`loop.call_soon_threadsafe` on asyncio's loop writes
 its self-pipe with a socket `send`, which does) would let the woken event loop take the
@@ -57,13 +61,29 @@ class Handoff:
         self._dispatch = dispatch
         self._events: collections.deque[Any] = collections.deque()
         self._woken = False  # the loop was woken and has not yet taken the events since
+        self._owed = False  # events were put with the wake-up left to the pass (`pay`)
         self._lock = threading.Lock()  # a wake-up's write against close() (never waits otherwise)
         self._read_fd, self._write_fd = _wake_fds()
         loop.add_reader(self._read_fd, self._drain)
 
-    def put(self, event: Any) -> None:
-        """Any thread; returns at once, the GIL kept throughout (never waits for the event loop)."""
+    def put(self, event: Any, soon: bool = False) -> None:
+        """Any thread; returns at once, the GIL kept throughout (never waits for the event loop).
+        `soon`: the engine thread's pass follows at once, and the wake-up is left to it (`pay`,
+        called right before llama_decode: engine/pass_hook.py) or to the next `put`."""
         self._events.append(event)
+        if soon:
+            self._owed = True
+            return
+        self._owed = False
+        self._wake()
+
+    def pay(self) -> None:
+        """(The engine thread, right before a decode.) The wake-up a `put(soon=True)` left owed."""
+        if self._owed:
+            self._owed = False
+            self._wake()
+
+    def _wake(self) -> None:
         if not self._woken:
             with self._lock:
                 if not self._woken and self._write_fd >= 0:
@@ -92,7 +112,7 @@ class Handoff:
             os.read(self._read_fd, 4096)  # (an eventfd's count, or a pipe's bytes: cleared)
         except BlockingIOError:  # pragma: no cover - woken with nothing written
             pass
-        self._woken = False  # (before taking the events: a put from now on wakes the loop again)
+        self._woken = self._owed = False  # (before taking the events: a put from now on wakes the loop again)
         events, dispatch = self._events, self._dispatch
         while events:
             dispatch(events.popleft())
