@@ -150,22 +150,27 @@ def test_a_wake_up_left_to_the_pass_is_made_by_it_or_by_the_next_put():
         handoff_module._write = counting  # type: ignore[assignment]
         try:
             handoff.put(0, soon=True)
-            handoff.put(1, soon=True)
             assert writes == []
             handoff.pay()  # (the decode)
             handoff.pay()  # (nothing owed any more)
             assert len(writes) == 1
             await asyncio.wait_for(arrived.wait(), 30)
             arrived.clear()
+            handoff.put(1, soon=True)
+            handoff.put(9, soon=True)  # (no decode paid the last: never left owed past one pass)
+            assert len(writes) == 2
+            while len(got) < 3:
+                await asyncio.wait_for(arrived.wait(), 30)
+                arrived.clear()
+            got.remove(9)
             handoff.put(2, soon=True)
             handoff.put(3)  # (a plain put pays what is owed: one write)
-            assert len(writes) == 2
-            await asyncio.wait_for(arrived.wait(), 30)
+            assert len(writes) == 3
             while len(got) < 4:  # (2 and 3 came in one wake-up)
-                arrived.clear()
                 await asyncio.wait_for(arrived.wait(), 30)
+                arrived.clear()
             handoff.pay()  # (the loop took them: nothing owed)
-            assert len(writes) == 2
+            assert len(writes) == 3
         finally:
             handoff_module._write = real  # type: ignore[assignment]
             handoff.close()

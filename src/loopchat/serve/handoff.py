@@ -69,9 +69,10 @@ class Handoff:
     def put(self, event: Any, soon: bool = False) -> None:
         """Any thread; returns at once, the GIL kept throughout (never waits for the event loop).
         `soon`: the engine thread's pass follows at once, and the wake-up is left to it (`pay`,
-        called right before llama_decode: engine/pass_hook.py) or to the next `put`."""
+        called right before llama_decode: engine/pass_hook.py) or to the next `put` (which
+        makes it, `soon` or not: a wake-up is never left owed past one pass)."""
         self._events.append(event)
-        if soon:
+        if soon and not self._owed:
             self._owed = True
             return
         self._owed = False
