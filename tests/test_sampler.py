@@ -143,7 +143,9 @@ def test_top_p_over_a_large_vocabulary_is_exact_on_each_path(shape: str, monkeyp
     logits[[7, 70_000]] = logits.max()  # a tie at the top: equal logits go in id order
     binned: list[int] = []
     real_bins = sampler_math.top_p_bins
-    monkeypatch.setattr(sampler_math, "top_p_bins", lambda x, q, t: binned.append(x.shape[0]) or real_bins(x, q, t))
+    monkeypatch.setattr(
+        sampler_math, "top_p_bins", lambda x, q, t, **kw: binned.append(x.shape[0]) or real_bins(x, q, t, **kw)
+    )
     s = SamplingSettings(temperature=1.3, top_k=0, top_p=0.9, min_p=0.0, repeat_penalty=1.0)
     ref = reference_chain(logits, [], s)
     res = sampler.sample(logits, [], s, sampler.make_rng(3), report_k=40)
