@@ -49,8 +49,12 @@ def test_the_start_up_line_says_what_auto_chose_and_requests_share_the_tuner() -
         assert first[0]["threads_reason"] == m.group(1)
         in_force = [x["threads_reason"] for x in first if x["threads_reason"]][-1]
         # the next request goes on with the same tuner: the reason in force at the end of
-        # the last reply (a tuner per request would start again from "until measured")
+        # the last reply, or a later one where a probe of that tuner ended in between (seen
+        # under load); a tuner per request would start again from "until measured"
         second = steps(s.url, 20)
-        assert second[0]["threads_reason"] == in_force
+        reason = second[0]["threads_reason"]
+        assert reason == in_force or (
+            "until measured" not in reason and "(first measurement)" not in reason and "measured yet" not in reason
+        ), (reason, in_force)
     finally:
         s.stop()
