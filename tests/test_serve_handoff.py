@@ -4,10 +4,12 @@ for the loop's thread (no model: OneLoop's worker has none loaded; the events ar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from loopchat.serve import handoff as handoff_module
 from loopchat.serve.handoff import Handoff
@@ -18,6 +20,23 @@ from loopchat.serve.loop import OneLoop
 #: lock taken only against close(); the wake-up's write is a ctypes PyDLL function, which
 #: sys.setprofile does not report: its flag is checked below)
 HOLDS_THE_GIL = {"isinstance", "append", "__exit__"}
+
+
+@contextlib.contextmanager
+def counted_writes() -> Iterator[list[int]]:
+    """The hand-off's wake-up writes while inside: each one's descriptor, listed (and made)."""
+    writes: list[int] = []
+    real = handoff_module._write
+
+    def counting(fd: int, data: bytes, n: int) -> int:
+        writes.append(fd)
+        return int(real(fd, data, n))
+
+    handoff_module._write = counting  # type: ignore[assignment]
+    try:
+        yield writes
+    finally:
+        handoff_module._write = real  # type: ignore[assignment]
 
 
 def test_the_engine_thread_emits_without_letting_go_of_the_gil():
@@ -70,12 +89,6 @@ def test_the_loop_is_woken_once_for_what_queued_up_meanwhile():
     """The engine thread writes the wake-up descriptor only when the loop has taken every
     event since its last wake-up: a pass's events (or a burst) cost one write, one wake-up."""
     got: list[int] = []
-    writes: list[int] = []
-    real = handoff_module._write
-
-    def counting(fd: int, data: bytes, n: int) -> int:
-        writes.append(fd)
-        return int(real(fd, data, n))
 
     async def main() -> None:
         arrived = asyncio.Event()
@@ -86,7 +99,6 @@ def test_the_loop_is_woken_once_for_what_queued_up_meanwhile():
                 arrived.set()
 
         handoff = Handoff(asyncio.get_running_loop(), dispatch)
-        handoff_module._write = counting  # type: ignore[assignment]
         try:
             for i in range(5):
                 handoff.put(i)  # (the loop does not run meanwhile: one wake-up for all five)
@@ -95,11 +107,11 @@ def test_the_loop_is_woken_once_for_what_queued_up_meanwhile():
             handoff.put(5)
             await asyncio.wait_for(arrived.wait(), 30)
         finally:
-            handoff_module._write = real  # type: ignore[assignment]
             handoff.close()
         handoff.put(6)  # after close: dropped, never written anywhere
 
-    asyncio.run(main())
+    with counted_writes() as writes:
+        asyncio.run(main())
     assert got == [0, 1, 2, 3, 4, 5]
     assert len(writes) == 2
 
@@ -132,14 +144,8 @@ def test_a_wake_up_left_to_the_pass_is_made_by_it_or_by_the_next_put():
     until `pay` (the engine thread, right before llama_decode: engine/pass_hook.py) or the
     next plain put; one write for all of them; nothing owed once the loop took them."""
     got: list[int] = []
-    writes: list[int] = []
-    real = handoff_module._write
 
-    def counting(fd: int, data: bytes, n: int) -> int:
-        writes.append(fd)
-        return int(real(fd, data, n))
-
-    async def main() -> None:
+    async def main(writes: list[int]) -> None:
         arrived = asyncio.Event()
 
         def dispatch(event: int) -> None:
@@ -147,7 +153,6 @@ def test_a_wake_up_left_to_the_pass_is_made_by_it_or_by_the_next_put():
             arrived.set()
 
         handoff = Handoff(asyncio.get_running_loop(), dispatch)
-        handoff_module._write = counting  # type: ignore[assignment]
         try:
             handoff.put(0, soon=True)
             assert writes == []
@@ -172,8 +177,8 @@ def test_a_wake_up_left_to_the_pass_is_made_by_it_or_by_the_next_put():
             handoff.pay()  # (the loop took them: nothing owed)
             assert len(writes) == 3
         finally:
-            handoff_module._write = real  # type: ignore[assignment]
             handoff.close()
 
-    asyncio.run(main())
+    with counted_writes() as writes:
+        asyncio.run(main(writes))
     assert got == [0, 1, 2, 3]

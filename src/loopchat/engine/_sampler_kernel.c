@@ -782,6 +782,23 @@ static int check_len(Py_buffer *out, Py_ssize_t n) {
     return 0;
 }
 
+/* get_buf for n objects, in order (fmts: their formats; writable: a bit each, 1 << i for the i-th):
+   0, or -1 with those already taken released. */
+static int get_bufs(PyObject *const *objs, Py_buffer *views, const char *fmts, unsigned writable, int n) {
+    for (int i = 0; i < n; i++) {
+        if (get_buf(objs[i], &views[i], (int)(writable >> i & 1u), fmts[i]) < 0) {
+            while (i-- > 0) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* get_bufs' n views released, the last first. */
+static void release_bufs(Py_buffer *views, int n) {
+    while (n-- > 0) PyBuffer_Release(&views[n]);
+}
+
 PyDoc_STRVAR(exp_doc, "exp(x, out): out[i] = exp(x[i]) for float64 x <= 0 (x's length).");
 
 static PyObject *py_exp(PyObject *self, PyObject *args) {
@@ -1934,18 +1951,6 @@ PyDoc_STRVAR(raw_probs_doc,
              "float32 logits, int64 ids and float64 out: raw_exp's float32 bits at those ids, widened and divided\n"
              "(the raw top's probabilities in one call: numpy's gather, raw_exp, astype and divide).");
 
-/* get_buf for n objects, in order (fmts: their formats; writable: a bit each, 1 << i for the i-th):
-   0, or -1 with those already taken released. */
-static int get_bufs(PyObject *const *objs, Py_buffer *views, const char *fmts, unsigned writable, int n) {
-    for (int i = 0; i < n; i++) {
-        if (get_buf(objs[i], &views[i], (int)(writable >> i & 1u), fmts[i]) < 0) {
-            while (i-- > 0) PyBuffer_Release(&views[i]);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 static PyObject *py_raw_probs(PyObject *self, PyObject *args) {
     PyObject *objs[3];
     double m, total;
@@ -1980,7 +1985,7 @@ static PyObject *py_raw_probs(PyObject *self, PyObject *args) {
         }
     }
 #endif
-    for (int i = 2; i >= 0; i--) PyBuffer_Release(&v[i]);
+    release_bufs(v, 3);
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
 }
@@ -2152,23 +2157,18 @@ PyDoc_STRVAR(dry_longest_doc,
              "longest such repeat (into longest; both int64, at least len(a) - 1 long).");
 
 static PyObject *py_dry_longest(PyObject *self, PyObject *args) {
-    PyObject *ao, *io, *lo;
+    PyObject *objs[3];
     Py_ssize_t rep_limit, allowed, k = 0;
-    Py_buffer a, ib, lb;
-    if (!PyArg_ParseTuple(args, "OnnOO", &ao, &rep_limit, &allowed, &io, &lo)) return NULL;
-    if (get_buf(ao, &a, 0, 'q') < 0) return NULL;
-    if (get_buf(io, &ib, 1, 'q') < 0) goto fail_a;
-    if (get_buf(lo, &lb, 1, 'q') < 0) goto fail_i;
-    Py_ssize_t n = a.shape[0];
-    if (check_len(&ib, n - 1) == 0 && check_len(&lb, n - 1) == 0) {
-        k = dry_longest((const int64_t *)a.buf, n, rep_limit, allowed, (int64_t *)ib.buf, (int64_t *)lb.buf);
+    Py_buffer v[3];
+    if (!PyArg_ParseTuple(args, "OnnOO", &objs[0], &rep_limit, &allowed, &objs[1], &objs[2])) return NULL;
+    if (get_bufs(objs, v, "qqq", 6u, 3) < 0) return NULL;
+    Py_buffer *a = &v[0], *ib = &v[1], *lb = &v[2];
+    Py_ssize_t n = a->shape[0];
+    if (check_len(ib, n - 1) == 0 && check_len(lb, n - 1) == 0) {
+        k = dry_longest((const int64_t *)a->buf, n, rep_limit, allowed, (int64_t *)ib->buf, (int64_t *)lb->buf);
         if (k == -2) PyErr_NoMemory();
     }
-    PyBuffer_Release(&lb);
-fail_i:
-    PyBuffer_Release(&ib);
-fail_a:
-    PyBuffer_Release(&a);
+    release_bufs(v, 3);
     if (PyErr_Occurred()) return NULL;
     return PyLong_FromSsize_t(k);
 }
