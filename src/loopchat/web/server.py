@@ -68,6 +68,22 @@ class TabService(AppService):
     def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
         return {**super()._build_environment(width, height), WEB_URL_ENV: self.page_url}
 
+    async def stop(self) -> None:
+        """Tell the chat to quit, then wait for its process to end (QUIT_WAIT_S at most).
+        textual-serve's stop returns once the chat's output has ended, while the chat may still
+        be releasing its model: a server stopped with a tab open exited before its chat had."""
+        await super().stop()
+        process = self._process  # (textual-serve's: the chat's shell)
+        if process is not None and process.returncode is None:
+            try:
+                await asyncio.wait_for(process.wait(), QUIT_WAIT_S)
+            except TimeoutError:
+                _log(f"a tab's chat (pid {process.pid}) has not quit after {QUIT_WAIT_S:.0f} s: left running")
+
+
+#: how long a tab's stop waits for its chat's process to end
+QUIT_WAIT_S = 10.0
+
 
 class WebServer(Server):
     """textual-serve's server on `sock`, at most `max_sessions` tabs at once."""
