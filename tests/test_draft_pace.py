@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+from loopchat.engine import draft_pace
 from loopchat.engine.draft_pace import EXPLORE_EVERY, DraftPace
 
 Cost = Callable[[int], float]
@@ -73,7 +74,8 @@ def test_on_a_concave_cost_a_pace_that_drafted_one_token_tries_longer_ones() -> 
     for _ in range(3):
         pace.verified(1, 1, CONCAVE(2), 0.0)
         pace.verified(1, 0, CONCAVE(2), 0.0)
-    pace._kept, pace._trials = 0.82 * 5, 5.0  # (the rename's acceptance)
+    pace._kept, pace._trials = 0.82 * 5, 5.0  # (the rename's acceptance, pooled and at the first position)
+    pace.by_position = {1: (0.82 * 5, 5.0)}
     linear = CONCAVE(1) + 5 * (CONCAVE(2) - CONCAVE(1))  # what a linear pace thinks k = 5 costs
     assert pace.cost(5) == pytest.approx(linear) and pace.cost(5) > 1.3 * CONCAVE(6)
     k = pace.length(8)
@@ -126,3 +128,29 @@ def test_a_load_that_slows_every_pass_alike_leaves_the_costs_ratios_alone() -> N
     for _ in range(30):
         pace.plain(40.0)
     assert pace.pass_cost(4) == pytest.approx(80.0, rel=0.01)
+
+
+def fixed_place_run(monkeypatch: pytest.MonkeyPatch, prior: float) -> Counter[int]:
+    monkeypatch.setattr(draft_pace, "POSITION_PRIOR", prior)
+    pace = DraftPace(8)
+    pace.plain(CONCAVE(1))
+    for _ in range(200):
+        k = pace.length(8)
+        if k == 0:
+            pace.plain(CONCAVE(1))
+        else:
+            pace.verified(k, min(k, 3), CONCAVE(k + 1), 0.0)
+    return Counter(pace.chosen[len(pace.chosen) // 2 :])
+
+
+def test_refusals_at_a_fixed_place_are_read_by_position(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy that always parts from its source at the 4th draft (a rename's renamed word): the
+    first three drafts are always kept, the 4th always refused. By position a_1..a_3 = 1 and
+    a_4 = 0: E(k) = 4 for every k >= 3, so three drafts (the cheapest pass giving 4 tokens) is
+    the length that pays; now and then a longer one is tried again (a position not checked for
+    a while reads near the pooled acceptance). A pooled per-draft acceptance alone (the prior
+    outweighing every count) promised longer drafts more than the record gives."""
+    late = fixed_place_run(monkeypatch, draft_pace.POSITION_PRIOR)
+    assert late.most_common(1)[0][0] == 3 and late[3] >= 0.75 * late.total(), late
+    pooled = fixed_place_run(monkeypatch, 1e9)
+    assert pooled[3] < 0.5 * pooled.total(), pooled

@@ -11,9 +11,16 @@ costs are not one slope: between two measured n a cost is read on the line betwe
 the largest measured n it goes on at the last measured segment's slope (what a concave cost
 does not exceed: the estimate the pace acts on), and before any verifying pass at half a plain
 pass a position.
-With a per-draft acceptance a (the share of drafts kept, over recent passes, decayed), k drafts
-give on average E(k) = 1 + a + a^2 + ... + a^k tokens (the drafts up to the first refused one,
-plus the pass's own). The length chosen maximises E(k) / cost(k).
+The acceptance is kept by draft position: a_i, the share of the i-th drafts kept among those
+checked (the drafts before them kept), each a decayed count (`POSITION_DECAY`). k drafts give on
+average E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_k tokens (the drafts up to the first refused
+one, plus the pass's own). A copy's refusals cluster (a rename's fall at each renamed word, a
+repeat's long runs are kept whole), so a_i is far from one figure for every position: a single
+per-draft acceptance a (E(k) = 1 + a + ... + a^k) made long drafts look dearer or cheaper than
+the record said. Each position's figure has `POSITION_PRIOR` checks at the pooled per-draft
+acceptance (`acceptance`, over recent passes) beside its own: a position seldom checked (a long
+draft not tried for a while) reads near the pool, not at one old refusal. The length chosen
+maximises E(k) / cost(k).
 
 A pace that drafts one token learns only c(2), and the last slope from c(1) to c(2) makes
 every longer pass look dear: so now and then (`EXPLORE_EVERY` verifying passes apart), while
@@ -43,6 +50,9 @@ MARGIN = 1.02
 PRIOR_KEPT, PRIOR_TRIALS = 4.5, 5.0
 #: verifying passes between two tries of a length not measured yet
 EXPLORE_EVERY = 8
+#: the weight of the past in the acceptance by position (per verifying pass), and the checks at
+#: the pooled acceptance each position's figure starts from (one refusal does not make it 0)
+POSITION_DECAY, POSITION_PRIOR = 0.95, 1.0
 
 
 class DraftPace:
@@ -55,6 +65,8 @@ class DraftPace:
         self.draft_token_ms = 0.0  # drafting, per drafted token
         #: decayed counts of drafts kept, and checked up to a refusal (from the prior, which decays too)
         self._kept, self._trials = PRIOR_KEPT, PRIOR_TRIALS
+        #: by draft position (1 = the first draft): decayed (kept, checked) counts
+        self.by_position: dict[int, tuple[float, float]] = {}
         self._rest = 0  # plain passes still to make before drafting again
         self._backoff = BACKOFF
         self._probe = False  # the pass after a back-off tries one draft
@@ -67,9 +79,19 @@ class DraftPace:
         """The share of drafts kept, over the decayed counts."""
         return self._kept / self._trials if self._trials > 0 else 0.0
 
+    def position_acceptance(self, i: int) -> float:
+        """a_i: the share of i-th drafts kept among those checked, with `POSITION_PRIOR` checks
+        at the pooled acceptance beside them (a position seldom checked reads near the pool)."""
+        kept, checked = self.by_position.get(i, (0.0, 0.0))
+        return (kept + POSITION_PRIOR * self.acceptance) / (checked + POSITION_PRIOR)
+
     def expected(self, k: int) -> float:
-        a = self.acceptance
-        return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+        """E(k): the tokens a pass of k drafts gives on average (its own one included)."""
+        e = reach = 1.0
+        for i in range(1, k + 1):
+            reach *= self.position_acceptance(i)
+            e += reach
+        return e
 
     def pass_cost(self, n: int, guess: bool = False) -> float:
         """c(n): measured, or read between two measured n, or past the largest measured n at
@@ -144,6 +166,10 @@ class DraftPace:
         trials = kept + (1 if kept < drafted else 0)
         self._kept = DECAY * self._kept + kept
         self._trials = DECAY * self._trials + trials
+        for i in range(1, max(trials, max(self.by_position, default=0)) + 1):
+            k, n = self.by_position.get(i, (0.0, 0.0))  # checked: those kept and the first refused
+            checked = i <= trials
+            self.by_position[i] = (POSITION_DECAY * k + (checked and i <= kept), POSITION_DECAY * n + checked)
         if kept == drafted:
             self._backoff = BACKOFF  # a bet that paid: back off briefly next time
 
