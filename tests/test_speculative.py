@@ -267,7 +267,11 @@ def test_speculative_draws_are_calibrated_against_their_step_records(
 def test_prompt_lookup_proposes_what_followed_the_longest_earlier_n_gram() -> None:
     lookup = LookupDrafter()
     assert lookup.propose([5, 6, 7, 8, 9, 1, 6, 7], 3) == [8, 9, 1]  # (7 8 9 after "6 7")
-    assert lookup.propose([1, 2, 3, 4, 2, 3, 9, 2, 3], 2) == [9, 2]  # the latest earlier occurrence
+    assert lookup.propose([1, 2, 3, 9, 2, 3], 2) == [9, 2]  # one earlier occurrence: what followed it
+    assert lookup.propose([2, 3, 9, 8, 2, 3, 9, 7, 2, 3], 3) == [9]  # two: as far as they agree
+    assert lookup.propose([1, 2, 3, 4, 2, 3, 9, 2, 3], 2) == []  # they part at once: no draft
+    agreeing = [2, 3, 0, 5, 2, 3, 1, 5, 2, 3, 9, 5, 2, 3, 9, 5, 2, 3, 9, 5, 2, 3, 9, 5, 2, 3]
+    assert lookup.propose(agreeing, 2) == [9, 5]  # only the latest 4 occurrences must agree
     assert lookup.propose([1, 2, 3, 4], 4) == []  # nothing repeats: no draft
     assert lookup.propose([4, 1, 2, 7, 1, 2], 8) == [7, 1, 2]  # up to the context's end
 

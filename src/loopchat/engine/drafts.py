@@ -3,9 +3,12 @@ draft model. A drafter proposes up to k tokens to follow the context; the verify
 the model (speculate.py) decides which of them the reply keeps.
 
 `LookupDrafter`: the longest n-gram (3, then 2 tokens) at the context's end that also
-occurs earlier in the context proposes the tokens that followed its latest earlier
-occurrence. Free (a numpy search over the context), strong where the reply quotes, repeats or
-edits its prompt; nothing found: no draft (the pass is a plain one).
+occurs earlier in the context proposes the tokens that followed it, as far as its latest
+earlier occurrences (up to `LOOKUP_AGREE` of them) all agree on what followed: where they part
+(a list's index that changes, a word that differs between two copies) the draft stops, as a
+guess there would be refused as often as not. One occurrence: what followed it. Free (a numpy
+search over the context), strong where the reply quotes, repeats or edits its prompt; nothing
+found, or the occurrences part at once: no draft (the pass is a plain one).
 
 `ModelDrafter`: a second GGUF with the same vocabulary (`open_draft_model` refuses another
 one in one line: draft_model.py), decoding greedily on a context of its own, kept in step with the
@@ -23,14 +26,19 @@ import numpy as np
 #: the n-gram sizes prompt lookup tries, longest first (one token alone proposes too often
 #: on free text, where what followed a word once rarely follows it again)
 LOOKUP_NGRAMS = (3, 2)
+#: the latest earlier occurrences whose continuations must agree for a drafted token (on the
+#: benchmark's code rename, replayed with this machine's pass costs: 2 occurrences 1.17x the
+#: plain loop, 4 1.20x, 8 1.18x, the latest alone 1.08x; docs/performance.md, twelfth session)
+LOOKUP_AGREE = 4
 
 
 class LookupDrafter:
     source = "lookup"
 
     def propose(self, context: Sequence[int], k: int) -> list[int]:
-        """Up to k tokens that followed the latest earlier occurrence of the context's last
-        n tokens (the longest n of LOOKUP_NGRAMS that occurs); [] when none does."""
+        """Up to k tokens that followed the latest earlier occurrences (LOOKUP_AGREE at most)
+        of the context's last n tokens (the longest n of LOOKUP_NGRAMS that occurs), as far as
+        they all agree; [] when none occurs or they part at the first token."""
         if k <= 0 or len(context) < 2:
             return []
         arr = np.asarray(context, dtype=np.int64)
@@ -45,12 +53,25 @@ class LookupDrafter:
                 hits &= arr[i : n_ctx - n + i] == tail[i]
             where = np.flatnonzero(hits)
             if where.size:
-                start = int(where[-1]) + n
-                return arr[start : start + k].tolist()
+                return _agreed(arr, where[-LOOKUP_AGREE:] + n, k)
         return []
 
     def close(self) -> None:
         pass
+
+
+def _agreed(arr: np.ndarray, starts: np.ndarray, k: int) -> list[int]:
+    """Up to k tokens from the latest of `starts` on, as long as every start's continuation
+    has the same token there (a continuation that runs into the context's end stops counting)."""
+    latest = int(starts[-1])
+    run = arr[latest : latest + k]
+    for start in starts[:-1].tolist():
+        other = arr[start : start + run.shape[0]]
+        m = min(other.shape[0], run.shape[0])
+        parted = np.flatnonzero(other[:m] != run[:m])
+        if parted.size:
+            run = run[: int(parted[0])]
+    return run.tolist()
 
 
 class ModelDrafter:
