@@ -181,7 +181,8 @@ def main() -> None:
     args = ap.parse_args()
     server = loopchat_serve(args.threads, "--parallel", "8")
     peer: Child | None = None
-    engine = Engine(builtin_model_path(), n_ctx=2048, threads=args.threads)
+    # (the served model's context, models.toml's default: 8 clients of 256 tokens need more than 2048)
+    engine = Engine(builtin_model_path(), n_ctx=4096, threads=args.threads)
     try:
         if args.peer:
             peer = llama_server(llama_server_binary(), builtin_model_path(), args.threads, "off", parallel=8)
