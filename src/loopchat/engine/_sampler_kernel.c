@@ -79,7 +79,7 @@ static int kernel_fma = 0;
 #define SPLIT_PART 8192
 static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t n);
 static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
-                                  Py_ssize_t *kout, double *qf);
+                                  Py_ssize_t *kout, double *qf, int stored);
 
 /* One part's figures (scan_body): its sums (t, the side's a and ak), the largest forbidden and
    allowed values, how many forbidden, and the count of allowed ids written up to its end. */
@@ -92,7 +92,7 @@ typedef struct {
 #ifdef KERNEL_AVX2
 /* the helper thread (at the end of the file): offer a scan's parts, take a part, a part it did, the end */
 static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src);
+                      int64_t *ids, float *src, double *q);
 static int split_take(Py_ssize_t p);
 static scan_part_out split_scanned(Py_ssize_t p);
 static void split_end(void);
@@ -247,13 +247,17 @@ static inline __attribute__((always_inline)) Py_ssize_t compress4(unsigned m, Py
 
 /* exp_sum_above's tail, x[body:n] (fewer than eight): its exps by the padded pass, stored into qf
    where it is not NULL, added to s one by one (exp_tail's order, docs/trace-format.md), and those at
-   or above v picked to ids + *k and qs + *k; the new sum returned. */
+   or above v picked to ids + *k and qs + *k; the new sum returned. `stored`: the exps read from qf
+   (the constraint's scan computed them: the same bits), not computed. */
 static double above_tail(const float *x, double shift, float v, Py_ssize_t body, Py_ssize_t n, int64_t *ids,
-                         double *qs, Py_ssize_t *k, double *qf, double s) {
+                         double *qs, Py_ssize_t *k, double *qf, double s, int stored) {
     double w[8];
-    (void)pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* (its own sum: not used) */
+    if (stored)
+        memcpy(w, qf + body, (size_t)(n - body) * sizeof(double));
+    else
+        (void)pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* (its own sum: not used) */
     for (Py_ssize_t j = 0; body + j < n; j++) {
-        if (qf) qf[body + j] = w[j];
+        if (qf && !stored) qf[body + j] = w[j];
         s += w[j];
         if (x[body + j] >= v) {
             ids[*k] = body + j;
@@ -263,21 +267,35 @@ static double above_tail(const float *x, double shift, float v, Py_ssize_t body,
     return s;
 }
 
+/* Eight exps of x + i: exp4 of float64(x) - shift, or read from q + i where STORED (the
+   constraint's scan wrote them: the same bits, docs/performance.md "chain9"). */
+static inline __attribute__((always_inline)) void above_exps(__m256 x8, __m256d vs, const double *q, Py_ssize_t i,
+                                                             const int STORED, __m256d *e0, __m256d *e1) {
+    if (STORED) {
+        *e0 = _mm256_loadu_pd(q + i);
+        *e1 = _mm256_loadu_pd(q + i + 4);
+    } else {
+        *e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        *e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+    }
+}
+
 /* exp_sum_above's pass in one loop: the exps in registers, the positions at or above v and
    their exps moved out by a table of permutations (no branch per position kept); every exp
-   stored into qf too where it is not NULL (exp_sum's q, the same bits). */
-__attribute__((noinline)) static double exp_sum_above4(const float *x, double shift, float v, int64_t *ids,
-                                                       double *qs, Py_ssize_t n, Py_ssize_t *kout, double *qf) {
+   stored into qf too where it is not NULL (exp_sum's q, the same bits), or, STORED, read from it. */
+static inline __attribute__((always_inline)) double above4_body(const float *x, double shift, float v, int64_t *ids,
+                                                                double *qs, Py_ssize_t n, Py_ssize_t *kout,
+                                                                double *qf, const int STORED) {
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
     __m256 vv = _mm256_set1_ps(v);
     Py_ssize_t i = 0, k = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 x8 = _mm256_loadu_ps(x + i);
-        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
-        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        __m256d e0, e1;
+        above_exps(x8, vs, qf, i, STORED, &e0, &e1);
         s0 = _mm256_add_pd(s0, e0);
         s1 = _mm256_add_pd(s1, e1);
-        if (qf) {
+        if (qf && !STORED) {
             _mm256_storeu_pd(qf + i, e0);
             _mm256_storeu_pd(qf + i + 4, e1);
         }
@@ -290,9 +308,16 @@ __attribute__((noinline)) static double exp_sum_above4(const float *x, double sh
     double ls[4];
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     double total = (ls[0] + ls[1]) + (ls[2] + ls[3]);
-    if (i < n) total = above_tail(x, shift, v, i, n, ids, qs, &k, qf, total);
+    if (i < n) total = above_tail(x, shift, v, i, n, ids, qs, &k, qf, total, STORED);
     *kout = k;
     return total;
+}
+
+__attribute__((noinline)) static double exp_sum_above4(const float *x, double shift, float v, int64_t *ids,
+                                                       double *qs, Py_ssize_t n, Py_ssize_t *kout, double *qf,
+                                                       int stored) {
+    if (stored) return above4_body(x, shift, v, ids, qs, n, kout, qf, 1);
+    return above4_body(x, shift, v, ids, qs, n, kout, qf, 0);
 }
 #pragma GCC pop_options
 #define FMA_PASS(CALL) \
@@ -1044,7 +1069,7 @@ static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t 
 static double exp_sum_above(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
                             Py_ssize_t *kout, double *qf) {
 #ifdef KERNEL_AVX2
-    if (kernel_fma) return exp_sum_above_parts(x, shift, v, ids, qs, n, kout, qf);
+    if (kernel_fma) return exp_sum_above_parts(x, shift, v, ids, qs, n, kout, qf, 0);
 #endif
     double w[ABOVE_BLOCK], total = 0.0;
     Py_ssize_t k = 0;
@@ -1066,13 +1091,25 @@ PyDoc_STRVAR(exp_sum_above_doc,
              "exp_sum_above(x, shift, v, ids, q, full=None) -> (total, k): for float32 x, the sum of\n"
              "exp(float64(x[i]) - shift) over every i, and the k positions with x[i] >= float32(v), in order, into\n"
              "ids[:k] (int64) with their exps into q[:k] (float64; both x's length); `full` (float64, x's length):\n"
-             "every exp stored there too (exp_sum's out, the same bits).");
+             "every exp stored there too (exp_sum's out, the same bits). `stored` true: `full` holds those exps\n"
+             "already (constraint_scan's q: the same bits), read and not computed; only where the CPU has AVX2\n"
+             "and FMA (constraint_scan wrote q), else a ValueError.");
 
 static PyObject *py_exp_sum_above(PyObject *self, PyObject *args) {
     PyObject *xo, *io, *qo, *fo = Py_None;
     double shift, v;
+    int stored = 0;
     Py_buffer x, ib, qb, fb;
-    if (!PyArg_ParseTuple(args, "OddOO|O", &xo, &shift, &v, &io, &qo, &fo)) return NULL;
+    if (!PyArg_ParseTuple(args, "OddOO|Op", &xo, &shift, &v, &io, &qo, &fo, &stored)) return NULL;
+#ifdef KERNEL_AVX2
+    int can_store = kernel_fma;
+#else
+    int can_store = 0;
+#endif
+    if (stored && (fo == Py_None || !can_store)) {
+        PyErr_SetString(PyExc_ValueError, "exp_sum_above: stored exps need `full` and a CPU with AVX2 and FMA");
+        return NULL;
+    }
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     if (get_buf(io, &ib, 1, 'q') < 0) goto fail_x;
     if (get_buf(qo, &qb, 1, 'd') < 0) goto fail_i;
@@ -1082,8 +1119,14 @@ static PyObject *py_exp_sum_above(PyObject *self, PyObject *args) {
     double total = 0.0;
     if (check_len(&ib, n) == 0 && check_len(&qb, n) == 0 && (!full || check_len(&fb, n) == 0)) {
         double *qf = full ? (double *)fb.buf : NULL;
-        Py_BEGIN_ALLOW_THREADS total =
-            exp_sum_above((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n, &k, qf);
+        Py_BEGIN_ALLOW_THREADS
+#ifdef KERNEL_AVX2
+        if (stored)
+            total = exp_sum_above_parts((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n,
+                                        &k, qf, 1);
+        else
+#endif
+            total = exp_sum_above((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n, &k, qf);
         Py_END_ALLOW_THREADS
     }
     if (full) PyBuffer_Release(&fb);
@@ -2331,8 +2374,8 @@ static inline __attribute__((always_inline)) void compress_ids4(unsigned m, Py_s
    adds its eight positions to ids by two stores. */
 static inline __attribute__((always_inline)) void scan_body(const float *x, const float *wk, const uint32_t *w,
                                                             double shift, Py_ssize_t from, Py_ssize_t to,
-                                                            const int MANY, int64_t *ids, float *src, Py_ssize_t c,
-                                                            scan_part_out *o) {
+                                                            const int MANY, int64_t *ids, float *src, double *q,
+                                                            Py_ssize_t c, scan_part_out *o) {
     const uint8_t *mb = (const uint8_t *)w; /* (x86: little-endian, byte j holds tokens 8j..8j+7) */
     const __m256i bit8 = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
     const unsigned common = MANY ? 0xFFu : 0u; /* the larger side's groups */
@@ -2354,10 +2397,11 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
             __m256d hi = _mm256_loadu_pd((const double *)LANES4[side >> 4]);
             a0 = _mm256_add_pd(a0, _mm256_and_pd(lo, e0));
             a1 = _mm256_add_pd(a1, _mm256_and_pd(hi, e1));
+            __m256d g0 = e0, g1 = e1; /* (the exps of the values src holds) */
             if (wk) { /* the penalized logits' exps, for the side's eight alone */
                 __m256 w8 = _mm256_loadu_ps(wk + i);
-                __m256d g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w8)), vs));
-                __m256d g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w8, 1)), vs));
+                g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w8)), vs));
+                g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w8, 1)), vs));
                 k0 = _mm256_add_pd(k0, _mm256_add_pd(_mm256_and_pd(lo, g0), _mm256_and_pd(hi, g1)));
             }
             forbidden += __builtin_popcount(~m & 0xFFu);
@@ -2367,9 +2411,15 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
             if (MANY && ids) {
                 if (src) { /* (the allowed values of the penalized logits, in order; their max) */
                     const float *v = wk ? wk : x;
+                    double g8[8];
+                    if (q) {
+                        _mm256_storeu_pd(g8, g0);
+                        _mm256_storeu_pd(g8 + 4, g1);
+                    }
                     Py_ssize_t k = c;
                     for (int j = 0; j < 8; j++)
                         if (m >> j & 1u) {
+                            if (q) q[k] = g8[j];
                             src[k++] = v[i + j];
                             smax = _mm256_max_ps(_mm256_set1_ps(v[i + j]), smax);
                         }
@@ -2389,6 +2439,15 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                     __m256 v8 = wk ? _mm256_loadu_ps(wk + i) : x8;
                     _mm256_storeu_ps(src + c, v8);
                     smax = _mm256_max_ps(v8, smax); /* (a NaN: not) */
+                    if (q) { /* (their exps: x's, where the penalties left all eight as they were) */
+                        __m256d g0 = e0, g1 = e1;
+                        if (wk && _mm256_movemask_ps(_mm256_cmp_ps(v8, x8, _CMP_EQ_OQ)) != 0xFF) {
+                            g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v8)), vs));
+                            g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v8, 1)), vs));
+                        }
+                        _mm256_storeu_pd(q + c, g0);
+                        _mm256_storeu_pd(q + c + 4, g1);
+                    }
                 }
                 c += 8;
             }
@@ -2415,15 +2474,17 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
 
 __attribute__((noinline)) static void scan_part(const float *x, const float *wk, const uint32_t *w, double shift,
                                                 Py_ssize_t from, Py_ssize_t to, int many, int64_t *ids, float *src,
-                                                Py_ssize_t c, scan_part_out *o) {
-    if (many && ids && src)
-        scan_body(x, wk, w, shift, from, to, 1, ids, src, c, o);
+                                                double *q, Py_ssize_t c, scan_part_out *o) {
+    if (many && ids && src && q)
+        scan_body(x, wk, w, shift, from, to, 1, ids, src, q, c, o);
+    else if (many && ids && src)
+        scan_body(x, wk, w, shift, from, to, 1, ids, src, NULL, c, o);
     else if (many && ids)
-        scan_body(x, wk, w, shift, from, to, 1, ids, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 1, ids, NULL, NULL, c, o);
     else if (many)
-        scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, NULL, c, o);
     else
-        scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, NULL, c, o);
 }
 
 /* The whole pass: its parts of SPLIT_PART (one where the row is no longer: the sums as before),
@@ -2431,16 +2492,17 @@ __attribute__((noinline)) static void scan_part(const float *x, const float *wk,
    parts shared with the helper thread where it is offered (split_scan), then the padded tail and
    the first position of the largest forbidden logit. */
 static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                      int64_t *ids, float *src, scan_out *o) {
+                      int64_t *ids, float *src, double *q, scan_out *o) {
     Py_ssize_t body = n & ~(Py_ssize_t)7, c = 0, forbidden = 0;
     double t = 0.0, a = 0.0, ak = 0.0;
     float fmax = -INFINITY, sm = -INFINITY;
-    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src);
+    if (!(ids && src)) q = NULL;
+    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src, q);
     for (Py_ssize_t p = 0, from = 0; from < body; p++, from += SPLIT_PART) {
         Py_ssize_t to = from + SPLIT_PART < body ? from + SPLIT_PART : body;
         scan_part_out po;
         if (!shared || split_take(p))
-            scan_part(x, wk, w, shift, from, to, many, ids, src, c, &po);
+            scan_part(x, wk, w, shift, from, to, many, ids, src, q, c, &po);
         else
             po = split_scanned(p);
         t += po.t, a += po.a, ak += po.ak, forbidden += po.forbidden, c = po.c;
@@ -2454,6 +2516,11 @@ static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double
         Py_ssize_t k = n - i < 4 ? n - i : 4;
         for (Py_ssize_t j = 0; j < k; j++) tx[j] = (double)x[i + j];
         _mm256_storeu_pd(te, exp4(_mm256_sub_pd(_mm256_loadu_pd(tx), vs)));
+        double tg[4] = {te[0], te[1], te[2], te[3]}; /* (the exps of the values src holds, for q) */
+        if (q && wk) {
+            for (Py_ssize_t j = 0; j < k; j++) tx[j] = (double)wk[i + j];
+            _mm256_storeu_pd(tg, exp4(_mm256_sub_pd(_mm256_loadu_pd(tx), vs)));
+        }
         for (Py_ssize_t j = 0; j < k; j++) {
             t += te[j];
             int al = allowed_at(w, i + j);
@@ -2464,6 +2531,7 @@ static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double
             if (al) {
                 if (ids && src) {
                     float v = wk ? wk[i + j] : x[i + j];
+                    if (q) q[c] = tg[j];
                     src[c] = v;
                     sm = v > sm ? v : sm;
                 }
@@ -2500,7 +2568,10 @@ PyDoc_STRVAR(constraint_scan_doc,
              "x[i] not allowed (-1: none). When more than half are allowed (and fewer than all), the allowed\n"
              "positions go into ids (int64, x's length; None: nothing written) in order, and, unless src is None,\n"
              "their values of work (or x) into src (float32, x's length), src_max their largest (else -inf).\n"
-             "Every position allowed or none: nothing summed.");
+             "Every position allowed or none: nothing summed. `q` (float64, x's length; optional): where the CPU has\n"
+             "AVX2 and FMA and the ids and src are written, the exps of src, exp(float64(src[c]) - shift), into q[c]\n"
+             "(the bits exp_sum_above computes for src at that shift: it may read them, `stored`); the tuple then\n"
+             "has a seventh item, whether q was written.");
 
 /* How many of the n positions the mask allows (the bits past n not counted). */
 static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
@@ -2511,12 +2582,13 @@ static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
 }
 
 static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
-    PyObject *xo, *ko, *wo, *io, *so;
+    PyObject *xo, *ko, *wo, *io, *so, *qo = NULL;
     double shift;
-    Py_buffer x, kb, wb, ib, sb;
+    Py_buffer x, kb, wb, ib, sb, qb;
     Py_ssize_t count = 0;
+    int q_written = 0;
     scan_out o = {0.0, 0.0, 0.0, -1, -INFINITY};
-    if (!PyArg_ParseTuple(args, "OOOdOO", &xo, &ko, &wo, &shift, &io, &so)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOdOO|O", &xo, &ko, &wo, &shift, &io, &so, &qo)) return NULL;
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     int has_work = ko != Py_None;
     if (has_work && get_buf(ko, &kb, 0, 'f') < 0) {
@@ -2528,28 +2600,35 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
     if (has_ids && get_buf(io, &ib, 1, 'q') < 0) goto fail_i;
     int has_src = has_ids && so != Py_None;
     if (has_src && get_buf(so, &sb, 1, 'f') < 0) goto fail_s;
+    int has_q = has_src && qo && qo != Py_None;
+    if (has_q && get_buf(qo, &qb, 1, 'd') < 0) goto fail_q;
     Py_ssize_t n = x.shape[0];
     if (wb.shape[0] < (n + 31) / 32) {
         PyErr_SetString(PyExc_ValueError, "constraint_scan: the mask holds fewer bits than x has positions");
-    } else if ((has_work && kb.shape[0] != n) || (has_ids && ib.shape[0] < n) || (has_src && sb.shape[0] < n)) {
-        PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids and src must hold x's length");
+    } else if ((has_work && kb.shape[0] != n) || (has_ids && ib.shape[0] < n) || (has_src && sb.shape[0] < n) ||
+               (has_q && qb.shape[0] < n)) {
+        PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids, src and q must hold x's length");
     } else {
         const float *xp = (const float *)x.buf, *kp = has_work ? (const float *)kb.buf : NULL;
         const uint32_t *wp = (const uint32_t *)wb.buf;
         int64_t *ip = has_ids ? (int64_t *)ib.buf : NULL;
         float *sp = has_src ? (float *)sb.buf : NULL;
+        double *qp = has_q ? (double *)qb.buf : NULL;
         count = mask_count(wp, n);
         int many = count * 2 > n;
         Py_BEGIN_ALLOW_THREADS if (count > 0 && count < n) {
 #ifdef KERNEL_AVX2
-            if (kernel_fma && __builtin_cpu_supports("bmi"))
-                scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
-            else
+            if (kernel_fma && __builtin_cpu_supports("bmi")) {
+                scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, many ? qp : NULL, &o);
+                q_written = many && qp != NULL;
+            } else
 #endif
                 scan_plain(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
         }
         Py_END_ALLOW_THREADS
     }
+    if (has_q) PyBuffer_Release(&qb);
+fail_q:
     if (has_src) PyBuffer_Release(&sb);
 fail_s:
     if (has_ids) PyBuffer_Release(&ib);
@@ -2559,6 +2638,8 @@ fail_w:
     PyBuffer_Release(&x);
     if (has_work) PyBuffer_Release(&kb);
     if (PyErr_Occurred()) return NULL;
+    if (qo) return Py_BuildValue("(ndddndO)", count, o.total, o.side, o.work_side, o.top, (double)o.src_max,
+                                 q_written ? Py_True : Py_False);
     return Py_BuildValue("(ndddnd)", count, o.total, o.side, o.work_side, o.top, (double)o.src_max);
 }
 
@@ -2606,7 +2687,8 @@ typedef struct {
     const float *x;
     double shift;
     float v;
-    double *q; /* JOB_EXP_SUM, JOB_ABOVE: the caller's exps of every position (NULL: not stored) */
+    double *q; /* JOB_EXP_SUM, JOB_ABOVE, JOB_SCAN: the caller's exps of every position (NULL: not stored) */
+    int stored; /* JOB_ABOVE: q holds the exps already (read, not computed) */
     Py_ssize_t body;
     const float *wk; /* JOB_SCAN: constraint_scan's arrays (its ids and src written in place) */
     const uint32_t *w;
@@ -2679,19 +2761,21 @@ __attribute__((noinline)) static double part_exp_sum(const float *x, double shif
 }
 
 /* exp_sum_above4's loop over positions [a, b): its sum, its picks into ids, qs (*k of them), every
-   exp into qf + i where qf is not NULL. */
-__attribute__((noinline)) static double part_above(const float *x, double shift, float v, Py_ssize_t a, Py_ssize_t b, int64_t *ids,
-                         double *qs, Py_ssize_t *k, double *qf) {
+   exp into qf + i where qf is not NULL (STORED: read from it). */
+static inline __attribute__((always_inline)) double part_above_body(const float *x, double shift, float v,
+                                                                    Py_ssize_t a, Py_ssize_t b, int64_t *ids,
+                                                                    double *qs, Py_ssize_t *k, double *qf,
+                                                                    const int STORED) {
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
     __m256 vv = _mm256_set1_ps(v);
     Py_ssize_t c = 0;
     for (Py_ssize_t i = a; i < b; i += 8) {
         __m256 x8 = _mm256_loadu_ps(x + i);
-        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
-        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        __m256d e0, e1;
+        above_exps(x8, vs, qf, i, STORED, &e0, &e1);
         s0 = _mm256_add_pd(s0, e0);
         s1 = _mm256_add_pd(s1, e1);
-        if (qf) {
+        if (qf && !STORED) {
             _mm256_storeu_pd(qf + i, e0);
             _mm256_storeu_pd(qf + i + 4, e1);
         }
@@ -2712,6 +2796,12 @@ __attribute__((noinline)) static double part_above(const float *x, double shift,
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     return (ls[0] + ls[1]) + (ls[2] + ls[3]);
 }
+
+__attribute__((noinline)) static double part_above(const float *x, double shift, float v, Py_ssize_t a, Py_ssize_t b,
+                                                   int64_t *ids, double *qs, Py_ssize_t *k, double *qf, int stored) {
+    if (stored) return part_above_body(x, shift, v, a, b, ids, qs, k, qf, 1);
+    return part_above_body(x, shift, v, a, b, ids, qs, k, qf, 0);
+}
 #pragma GCC pop_options
 
 static long long now_ns(void) {
@@ -2727,12 +2817,12 @@ static void helper_part(Py_ssize_t p) {
         pool.sum[p] = part_exp_sum(j->x, j->shift, j->q, a, b);
     else if (j->kind == JOB_ABOVE)
         pool.sum[p] = part_above(j->x, j->shift, j->v, a, b, pool.ids + p * SPLIT_GAP, pool.qs + p * SPLIT_GAP,
-                                 &pool.picked[p], j->q);
+                                 &pool.picked[p], j->q, j->stored);
     else if (j->kind == JOB_DIST) {
         Py_ssize_t j0 = a / j->block, j1 = (b + j->block - 1) / j->block;
         dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
     } else if (j->kind == JOB_SCAN)
-        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, pool.c0[p], &pool.scanned[p]);
+        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->q, pool.c0[p], &pool.scanned[p]);
     else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
         raw_dot d;
         memset(&d, 0, sizeof d);
@@ -2922,7 +3012,7 @@ static void split_end(void) { pthread_mutex_unlock(&pool.lock); }
 /* constraint_scan's parts offered to the helper (1: shared), each part's ids written from the
    count of allowed positions before it (the mask's bits, counted by 32-bit words). */
 static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src) {
+                      int64_t *ids, float *src, double *q) {
     Py_ssize_t parts = (body + SPLIT_PART - 1) / SPLIT_PART, c0[SPLIT_MAX_PARTS], c = 0;
     if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
     for (Py_ssize_t p = 0; p < parts; p++) {
@@ -2932,7 +3022,7 @@ static int split_scan(const float *x, const float *wk, const uint32_t *w, double
                 c += __builtin_popcount(w[j]);
     }
     split_job job = {.kind = JOB_SCAN, .x = x, .shift = shift, .body = body, .wk = wk, .w = w, .many = many,
-                     .ids = ids, .src = src};
+                     .ids = ids, .src = src, .q = q};
     return split_begin(&job, c0);
 }
 
@@ -2996,16 +3086,16 @@ static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t 
 
 /* exp_sum_above4 by parts, the same way: the helper's picks of a part moved into place in order. */
 static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
-                                  Py_ssize_t *kout, double *qf) {
+                                  Py_ssize_t *kout, double *qf, int stored) {
     Py_ssize_t body = n & ~(Py_ssize_t)7, k = 0;
-    if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout, qf);
-    split_job job = {.kind = JOB_ABOVE, .x = x, .shift = shift, .v = v, .body = body, .q = qf};
+    if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout, qf, stored);
+    split_job job = {.kind = JOB_ABOVE, .x = x, .shift = shift, .v = v, .body = body, .q = qf, .stored = stored};
     int shared = split_begin(&job, NULL);
     double s = 0.0;
     for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
         Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body, c;
         if (!shared || split_take(p)) {
-            s += part_above(x, shift, v, a, b, ids + k, qs + k, &c, qf);
+            s += part_above(x, shift, v, a, b, ids + k, qs + k, &c, qf, stored);
         } else {
             s += pool.sum[p];
             c = pool.picked[p];
@@ -3015,7 +3105,7 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
         k += c;
     }
     if (shared) split_end();
-    if (body < n) s = above_tail(x, shift, v, body, n, ids, qs, &k, qf, s);
+    if (body < n) s = above_tail(x, shift, v, body, n, ids, qs, &k, qf, s, stored);
     *kout = k;
     return s;
 }
