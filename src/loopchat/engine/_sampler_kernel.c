@@ -2663,13 +2663,26 @@ fail_w:
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <errno.h>
 
 #define SPLIT_MAX_PARTS 256
 #define SPLIT_GAP (SPLIT_PART + 8)
 #define SPLIT_SPIN_NS 30000
+/* The timed wake (docs/performance.md, "chain9"): at a chain's end the sleeping helper is set to wake
+   by its own timer a little (AHEAD_MIN_NS + a sixteenth of it) before the next chain should start, as
+   far from this end as the last chain's start was from the one before's end (the forward pass between
+   them), and then polls, offering its core, for AHEAD_HOLD_NS: the chain's start then finds it awake
+   and sends no interrupt (a futex wake of a halted vCPU costs its sender ~30 us here). A gap of more
+   than AHEAD_MAX_GAP_NS (a pause, a user's step) sets no timer. set_ahead(0) turns it off. */
+#define AHEAD_MIN_NS 100000LL
+#define AHEAD_HOLD_NS 2000000LL
+#define AHEAD_MAX_GAP_NS 100000000LL
+static int split_ahead = 1;
 static Py_ssize_t split_min = 32768;
 static int split_threads = 1;
-static long split_stats[3]; /* jobs posted, parts the helper did, stalls (then no helper for a while) */
+/* jobs posted, parts the helper did, stalls (then no helper for a while), chain starts that found the helper
+   asleep (a signal sent), timed wakes (split_wake(0)'s) */
+static long split_stats[5];
 /* A caller that waited SPLIT_STALL_NS for a part the helper had taken (its thread lost its core
    mid-part: a loaded machine) offers no job for SPLIT_BACKOFF_NS after it: at most one such wait
    in that time, and none while the machine stays loaded enough to cause it. */
@@ -2713,6 +2726,8 @@ typedef struct {
     int started, idle; /* idle: the helper is between jobs (under wake_lock) */
     int asleep, nudge;  /* asleep: in cond_wait (atomic, seq_cst); nudge: split_wake's (under wake_lock) */
     long long hold_until; /* split_wake: the helper polls, not sleeps, until then (atomic, seq_cst) */
+    long long ahead_at;   /* split_wake(0): the helper's timed wake, ahead of the next chain's start (atomic) */
+    long long chain_end, gap; /* (the callers': the last chain's end, the time from it to the next one's start) */
     unsigned long seq; /* a new job: seq moves on (under wake_lock; read atomically while polling) */
     split_job job;
     Py_ssize_t parts;
@@ -2839,16 +2854,29 @@ static void helper_part(Py_ssize_t p) {
    asleep is stored before hold_until is read, as split_wake stores hold_until before reading
    asleep (both seq_cst), so a wake is never missed between the poll and the sleep. */
 static int helper_sleep(unsigned long seen) {
+    int timed = 0;
     while (pool.seq == seen && !pool.nudge) {
         __atomic_store_n(&pool.asleep, 1, __ATOMIC_SEQ_CST);
-        if (now_ns() < __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) pool.nudge = 1;
-        else pthread_cond_wait(&pool.wake, &pool.wake_lock);
+        long long t = now_ns(), at = __atomic_load_n(&pool.ahead_at, __ATOMIC_SEQ_CST);
+        if (t < __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) {
+            pool.nudge = 1;
+        } else if (at > t) { /* (split_wake(0)'s timed wake: its own timer, no caller's interrupt) */
+            struct timespec ts = {(time_t)(at / 1000000000LL), (long)(at % 1000000000LL)};
+            if (pthread_cond_clockwait(&pool.wake, &pool.wake_lock, CLOCK_MONOTONIC, &ts) == ETIMEDOUT &&
+                __atomic_compare_exchange_n(&pool.ahead_at, &at, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+                __atomic_store_n(&pool.hold_until, now_ns() + AHEAD_HOLD_NS, __ATOMIC_SEQ_CST);
+                pool.nudge = 1, timed = 1;
+                __atomic_add_fetch(&split_stats[4], 1, __ATOMIC_RELAXED);
+            }
+        } else {
+            pthread_cond_wait(&pool.wake, &pool.wake_lock);
+        }
         __atomic_store_n(&pool.asleep, 0, __ATOMIC_SEQ_CST);
     }
     pool.nudge = 0;
     if (pool.seq != seen) return 0;
     pthread_mutex_unlock(&pool.wake_lock);
-    return 1;
+    return timed ? 2 : 1;
 }
 
 /* The helper: polls for a job for SPLIT_SPIN_NS after each (a chain's passes come in a row),
@@ -2859,8 +2887,10 @@ static void *split_helper(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "loopchat-split"); /* (so a test and a profile can find it) */
     unsigned long seen = 0;
+    int ahead = 0;
     for (;;) {
-        long long t0 = now_ns();
+        /* (after a timed wake, the core offered at once: a thread of the forward pass may be on it) */
+        long long t0 = now_ns() - (ahead ? SPLIT_SPIN_NS + 1 : 0);
         for (unsigned spins = 0; __atomic_load_n(&pool.seq, __ATOMIC_ACQUIRE) == seen; spins++) {
             __builtin_ia32_pause();
             if ((spins & 63) == 63) {
@@ -2872,7 +2902,11 @@ static void *split_helper(void *arg) {
             }
         }
         pthread_mutex_lock(&pool.wake_lock);
-        if (helper_sleep(seen)) continue; /* (split_wake's nudge: poll again) */
+        ahead = helper_sleep(seen);
+        if (ahead) { /* (split_wake's nudge, or the timed wake: poll again) */
+            ahead = ahead == 2;
+            continue;
+        }
         seen = pool.seq;
         pool.idle = 0;
         pthread_mutex_unlock(&pool.wake_lock);
@@ -2914,6 +2948,7 @@ static void split_forked(void) {
     pthread_mutex_init(&pool.wake_lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
     pool.started = 0, pool.idle = 1, pool.seq = 0, pool.asleep = 0, pool.nudge = 0, pool.hold_until = 0;
+    pool.ahead_at = 0, pool.chain_end = 0, pool.gap = 0;
 }
 
 /* The helper thread started if it was not (under pool.lock): 0, it cannot be. */
@@ -2933,11 +2968,18 @@ static int split_start(void) {
    sleeping after SPLIT_SPIN_NS, until ns from now, woken now if it sleeps, so the chain's first
    long pass does not wait for its wake-up. Nothing when the helper is off. */
 static void split_wake(long long ns) {
+    long long t = now_ns();
     if (ns <= 0) {
         __atomic_store_n(&pool.hold_until, 0, __ATOMIC_SEQ_CST);
+        long long g = pool.gap, lead = g / 16 + AHEAD_MIN_NS;
+        int on = split_ahead && split_threads > 1 && g > 2 * lead && g < AHEAD_MAX_GAP_NS;
+        __atomic_store_n(&pool.ahead_at, on ? t + g - lead : 0, __ATOMIC_SEQ_CST);
+        pool.chain_end = t;
         return;
     }
-    if (split_threads < 2 || (split_off_until && now_ns() < split_off_until)) return;
+    pool.gap = pool.chain_end ? t - pool.chain_end : 0;
+    pool.chain_end = 0;
+    if (split_threads < 2 || (split_off_until && t < split_off_until)) return;
     if (!pool.started) {
         if (pthread_mutex_trylock(&pool.lock) != 0) return;
         int ok = split_start();
@@ -2946,6 +2988,7 @@ static void split_wake(long long ns) {
     }
     __atomic_store_n(&pool.hold_until, now_ns() + ns, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool.asleep, __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(&split_stats[3], 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&pool.wake_lock);
         pool.nudge = 1;
         pthread_cond_signal(&pool.wake);
@@ -3145,16 +3188,35 @@ static PyObject *py_wake(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts, stalls): the jobs offered to the helper thread, the parts it\n"
-             "did, the waits of more than 0.1 ms for one (each followed by a second without the helper).");
+PyDoc_STRVAR(set_ahead_doc, "set_ahead(on) -> int: whether a chain's end sets the helper's timed wake before the next\n"
+             "chain (on by default; the previous setting returned).");
+
+static PyObject *py_set_ahead(PyObject *self, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+#ifdef KERNEL_AVX2
+    int before = split_ahead;
+    split_ahead = on;
+    if (!on) __atomic_store_n(&pool.ahead_at, 0, __ATOMIC_SEQ_CST);
+    return PyLong_FromLong(before);
+#else
+    return PyLong_FromLong(0);
+#endif
+}
+
+PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts, stalls, signals, timed): the jobs offered to the helper thread,\n"
+             "the parts it did, the waits of more than 0.1 ms for one (each followed by a second without the helper),\n"
+             "the chain starts that found it asleep (and woke it), its timed wakes before a chain (set_ahead).");
 
 static PyObject *py_split_stats(PyObject *self, PyObject *args) {
 #ifdef KERNEL_AVX2
-    return Py_BuildValue("(lll)", __atomic_load_n(&split_stats[0], __ATOMIC_RELAXED),
+    return Py_BuildValue("(lllll)", __atomic_load_n(&split_stats[0], __ATOMIC_RELAXED),
                          __atomic_load_n(&split_stats[1], __ATOMIC_RELAXED),
-                         __atomic_load_n(&split_stats[2], __ATOMIC_RELAXED));
+                         __atomic_load_n(&split_stats[2], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[3], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[4], __ATOMIC_RELAXED));
 #else
-    return Py_BuildValue("(lll)", 0L, 0L, 0L);
+    return Py_BuildValue("(lllll)", 0L, 0L, 0L, 0L, 0L);
 #endif
 }
 
@@ -3225,6 +3287,7 @@ static PyMethodDef constraint_methods[] = {
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},
     {"wake", py_wake, METH_VARARGS, wake_doc},
+    {"set_ahead", py_set_ahead, METH_VARARGS, set_ahead_doc},
     {NULL, NULL, 0, NULL},
 };
 
