@@ -82,8 +82,8 @@ def test_the_scan_gives_numpys_figures_on_rows_made_to_break_it() -> None:
                     assert abs(got[1] - total) <= 1e-12 * total and abs(got[2] - side) <= 1e-12 * total
                     assert abs(got[3] - (side if w is None else work_side)) <= 1e-12 * total
                     assert got[4] == top, (n, kind, got[4], top)
-                    if count * 2 > n:  # most allowed: their ids, in order, and their (penalized) logits
-                        assert np.array_equal(ids[:count], allowed), (n, kind)
+                    assert np.array_equal(ids[:count], allowed), (n, kind)  # (the allowed ids, in order)
+                    if count * 2 > n:  # most allowed: their (penalized) logits too
                         values = (x if w is None else w)[allowed]
                         assert np.array_equal(src[:count], values) and got[5] == values.max()
                         assert k.constraint_scan(x, w, words, shift, ids, None)[:5] == got[:5]

@@ -2408,8 +2408,8 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
             __m256 allowed8 =
                 _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)m), bit8), bit8));
             vmax = _mm256_max_ps(_mm256_blendv_ps(x8, _mm256_set1_ps(-INFINITY), allowed8), vmax); /* (NaN: not) */
-            if (MANY && ids) {
-                if (src) { /* (the allowed values of the penalized logits, in order; their max) */
+            if (ids) { /* (MANY or not: the allowed ids; their values and exps where MANY) */
+                if (MANY && src) { /* (the allowed values of the penalized logits, in order; their max) */
                     const float *v = wk ? wk : x;
                     double g8[8];
                     if (q) {
@@ -2483,6 +2483,8 @@ __attribute__((noinline)) static void scan_part(const float *x, const float *wk,
         scan_body(x, wk, w, shift, from, to, 1, ids, NULL, NULL, c, o);
     else if (many)
         scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, NULL, c, o);
+    else if (ids)
+        scan_body(x, wk, w, shift, from, to, 0, ids, NULL, NULL, c, o);
     else
         scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, NULL, c, o);
 }
@@ -2565,9 +2567,9 @@ PyDoc_STRVAR(constraint_scan_doc,
              "are allowed; the sum of exp(float64(x[i]) - shift) over every position; the same over the smaller\n"
              "side (the positions not allowed when more than half are allowed, else the allowed ones), and over\n"
              "that side of `work` (float32, x's length; None: x's sum again); the first position of the largest\n"
-             "x[i] not allowed (-1: none). When more than half are allowed (and fewer than all), the allowed\n"
-             "positions go into ids (int64, x's length; None: nothing written) in order, and, unless src is None,\n"
-             "their values of work (or x) into src (float32, x's length), src_max their largest (else -inf).\n"
+             "x[i] not allowed (-1: none). The allowed positions go into ids (int64, x's length; None: nothing\n"
+             "written) in order; when more than half are allowed (and fewer than all), unless src is None, their\n"
+             "values of work (or x) into src (float32, x's length), src_max their largest (else -inf).\n"
              "Every position allowed or none: nothing summed. `q` (float64, x's length; optional): where the CPU has\n"
              "AVX2 and FMA and the ids and src are written, the exps of src, exp(float64(src[c]) - shift), into q[c]\n"
              "(the bits exp_sum_above computes for src at that shift: it may read them, `stored`); the tuple then\n"
@@ -2619,11 +2621,11 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS if (count > 0 && count < n) {
 #ifdef KERNEL_AVX2
             if (kernel_fma && __builtin_cpu_supports("bmi")) {
-                scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, many ? qp : NULL, &o);
+                scan_avx2(xp, kp, wp, shift, n, many, ip, many ? sp : NULL, many ? qp : NULL, &o);
                 q_written = many && qp != NULL;
             } else
 #endif
-                scan_plain(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
+                scan_plain(xp, kp, wp, shift, n, many, ip, many ? sp : NULL, &o);
         }
         Py_END_ALLOW_THREADS
     }
@@ -3060,7 +3062,7 @@ static int split_scan(const float *x, const float *wk, const uint32_t *w, double
     if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
     for (Py_ssize_t p = 0; p < parts; p++) {
         c0[p] = c;
-        if (many && ids)
+        if (ids)
             for (Py_ssize_t j = p * (SPLIT_PART / 32); j < (p + 1) * (SPLIT_PART / 32) && j * 32 < body; j++)
                 c += __builtin_popcount(w[j]);
     }

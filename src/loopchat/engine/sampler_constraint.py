@@ -156,7 +156,8 @@ class ConstraintStage:
             c.allowed, c.allowed_n = bits, n
             c.defer_ids(n, functools.partial(np.flatnonzero, bits))
             return c.report(self.name, entered, kept)
-        allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))
+        # (the kernel wrote the allowed ids, many or few, where it was given `ids`)
+        allowed = ids[:n] if not by_mask else self._ids_in(words, np.flatnonzero(words))
         if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
             values = src[:n]
             c.source_cache = (allowed, values, src_max)
