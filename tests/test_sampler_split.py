@@ -84,14 +84,7 @@ def _figures(k, x: np.ndarray, shift: float, words: np.ndarray) -> tuple:
     scan = k.constraint_scan(x, work, words, shift, sids, src)
     count = scan[0]
     raw = np.array([*k.raw_sums(x, shift), *k.raw_sums64(x, shift)])  # (the raw softmax's sums: a -inf, a NaN dot)
-    tops: list = []  # (top_k: the helper takes a long row's second half, the two heaps merged)
-    allowed = np.unpackbits(words.view(np.uint8), count=n, bitorder="little")
-    for mask in (None, allowed):
-        for want in (1, 40, 256):
-            out = np.full(want, -1, np.int64)
-            ok = k.top_k(x, mask, out)
-            tops += [ok, out if ok else None]
-    figures = (total, q, above, ids[:kept], qs[:kept], scan, sids[:count], src[:count], raw, *tops)
+    figures = (total, q, above, ids[:kept], qs[:kept], scan, sids[:count], src[:count], raw)
     return (*figures, *_distributions(k, x, shift))
 
 

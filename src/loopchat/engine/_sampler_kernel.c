@@ -100,8 +100,6 @@ static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int
 static int split_dist(const void *x, int f32, double shift, double t, double *w, double *bp, Py_ssize_t block,
                       Py_ssize_t n);
 static double split_dist_wz(Py_ssize_t j);
-static int split_topk(const float *x, const uint8_t *mask, Py_ssize_t half, Py_ssize_t n, Py_ssize_t m);
-static int split_topk_result(float *hv, int64_t *hi, Py_ssize_t *c);
 #endif
 
 #ifdef KERNEL_AVX2
@@ -1797,62 +1795,26 @@ __attribute__((target("avx2"))) static int top_k_rest_avx2(const float *x, const
 }
 #endif
 
-/* The heap of the m largest of x[from:to) (among mask's, if not NULL) into hv, hi: *c of them (fewer
-   than m where fewer are allowed: then in position order, not a heap); -1 at a NaN, else 0. */
-static int top_k_heap(const float *x, const uint8_t *mask, Py_ssize_t from, Py_ssize_t to, Py_ssize_t m, float *hv,
-                      int64_t *hi, Py_ssize_t *c) {
-    Py_ssize_t i = from;
-    *c = 0;
-    for (; i < to && *c < m; i++) { /* the first m positions fill the heap */
-        if (x[i] != x[i]) return -1;
-        if (!mask || mask[i]) hv[*c] = x[i], hi[(*c)++] = i;
-    }
-    if (*c < m) {
-        for (; i < to; i++)
-            if (x[i] != x[i]) return -1;
-        return 0;
-    }
-    for (Py_ssize_t j = m / 2; j-- > 0;) pair_down(hv, hi, m, j);
-#ifdef KERNEL_AVX2
-    if (kernel_fma) return top_k_rest_avx2(x, mask, i, to, m, hv, hi);
-#endif
-    return top_k_rest_plain(x, mask, i, to, m, hv, hi);
-}
-
 /* The k largest positions of x (among mask's, if not NULL), largest first, into ids: 1; 0 where
-   numpy's way must decide (two of the k + 1 largest equal, a NaN, fewer than k + 1 positions). A long
-   row's second half goes to the helper thread where it is offered (split_topk): each half's heap of
-   k + 1, the two merged into one (the k + 1 largest of the row are among them; the answer is the same
-   where they are distinct, the only case answered). */
+   numpy's way must decide (two of the k + 1 largest equal, a NaN, fewer than k + 1 positions). */
 static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids) {
-    Py_ssize_t m = k + 1, c = 0, c2 = 0, half = n;
-    float hv[2 * (TOP_K_MAX + 1)], sv[TOP_K_MAX + 1];
-    int64_t hi[2 * (TOP_K_MAX + 1)], si[TOP_K_MAX + 1];
-    int shared = 0;
+    Py_ssize_t m = k + 1, c = 0, i = 0;
+    float hv[TOP_K_MAX + 1], sv[TOP_K_MAX + 1];
+    int64_t hi[TOP_K_MAX + 1], si[TOP_K_MAX + 1];
+    for (; i < n && c < m; i++) { /* the first m positions fill the heap */
+        if (x[i] != x[i]) return 0;
+        if (!mask || mask[i]) hv[c] = x[i], hi[c++] = i;
+    }
+    if (c < m) return 0;
+    for (Py_ssize_t j = m / 2; j-- > 0;) pair_down(hv, hi, m, j);
+    int bad;
 #ifdef KERNEL_AVX2
-    if (n >= 2 * SPLIT_PART) {
-        half = (n / 2) & ~(Py_ssize_t)7;
-        shared = split_topk(x, mask, half, n, m);
-        if (!shared) half = n;
-    }
+    if (kernel_fma)
+        bad = top_k_rest_avx2(x, mask, i, n, m, hv, hi);
+    else
 #endif
-    int bad = top_k_heap(x, mask, 0, half, m, hv, hi, &c);
-#ifdef KERNEL_AVX2
-    if (shared) { /* (the second half's heap after the first's: the merge below) */
-        if (split_take(1)) {
-            bad |= top_k_heap(x, mask, half, n, m, hv + c, hi + c, &c2);
-        } else {
-            bad |= split_topk_result(hv + c, hi + c, &c2);
-        }
-        split_end();
-    }
-#endif
-    if (bad || c + c2 < m) return 0;
-    if (shared) { /* the m largest of both halves' (c + c2 of them), as one heap */
-        if (c < m) /* (the first half's positions not a heap yet) */
-            for (Py_ssize_t j = m / 2; j-- > 0;) pair_down(hv, hi, m, j);
-        for (Py_ssize_t j = m; j < c + c2; j++) pair_offer(hv, hi, m, hv[j], hi[j]);
-    }
+        bad = top_k_rest_plain(x, mask, i, n, m, hv, hi);
+    if (bad) return 0;
     for (Py_ssize_t j = m; j-- > 0;) { /* the least first, into the last place */
         sv[j] = hv[0], si[j] = hi[0];
         hv[0] = hv[j], hi[0] = hi[j];
@@ -2731,7 +2693,7 @@ static long split_stats[5];
 static long long split_off_until; /* (the callers' only: under pool.lock, or read before it) */
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
-enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4, JOB_TOPK = 5 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4 };
 /* JOB_DIST: the distribution's blocks of at least this many positions (SPLIT_PART / DIST_MIN_BLOCK a part) */
 #define DIST_MIN_BLOCK 256
 
@@ -2756,8 +2718,6 @@ typedef struct {
     double t;
     double *wt, *bp;
     Py_ssize_t block;
-    const uint8_t *mask8; /* JOB_TOPK: top_k's mask (NULL: none), its heap's size (half: where its half starts) */
-    Py_ssize_t m;
 } split_job;
 
 typedef struct {
@@ -2786,10 +2746,6 @@ typedef struct {
     int raw_nout;
     Py_ssize_t raw_n64;
     double dist_wz[SPLIT_MAX_PARTS * (SPLIT_PART / DIST_MIN_BLOCK)]; /* JOB_DIST: each block's sum of w * z */
-    float topk_v[TOP_K_MAX + 1]; /* JOB_TOPK: the second half's heap, its size, a NaN there (-1) */
-    int64_t topk_i[TOP_K_MAX + 1];
-    Py_ssize_t topk_c;
-    int topk_bad;
 } split_pool;
 
 static split_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
@@ -2882,9 +2838,6 @@ static void helper_part(Py_ssize_t p) {
     else if (j->kind == JOB_DIST) {
         Py_ssize_t j0 = a / j->block, j1 = (b + j->block - 1) / j->block;
         dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
-    } else if (j->kind == JOB_TOPK) {
-        if (p == 1)
-            pool.topk_bad = top_k_heap(j->x, j->mask8, j->half, j->body, j->m, pool.topk_v, pool.topk_i, &pool.topk_c);
     } else if (j->kind == JOB_SCAN)
         scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->q, pool.c0[p], &pool.scanned[p]);
     else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
@@ -3063,7 +3016,7 @@ static int split_begin(const split_job *job, const Py_ssize_t *c0) {
         goto alone;
     }
     for (Py_ssize_t p = 0; p < parts; p++) __atomic_store_n(&pool.state[p], PART_FREE, __ATOMIC_RELAXED);
-    if (kind == JOB_RAW || kind == JOB_TOPK) parts = 2, pool.state[0] = PART_MAIN; /* (the first half the caller's) */
+    if (kind == JOB_RAW) parts = 2, pool.state[0] = PART_MAIN; /* (the first half the caller's) */
     pool.job = *job, pool.parts = parts;
     if (c0) memcpy(pool.c0, c0, (size_t)parts * sizeof(Py_ssize_t));
     __atomic_store_n(&pool.seq, pool.seq + 1, __ATOMIC_RELEASE);
@@ -3137,21 +3090,6 @@ static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int
     if (n - half > (Py_ssize_t)RAW_CHUNK * SPLIT_MAX_PARTS) return 0;
     split_job job = {.kind = JOB_RAW, .x = x, .shift = m, .body = n, .half = half, .want64 = want64, .copy = copy};
     return split_begin(&job, NULL);
-}
-
-/* top_k_pass's second half, x[half:n), offered to the helper (1: the caller then does the first half,
-   split_take(1), split_topk_result or its own second half, split_end). */
-static int split_topk(const float *x, const uint8_t *mask, Py_ssize_t half, Py_ssize_t n, Py_ssize_t m) {
-    split_job job = {.kind = JOB_TOPK, .x = x, .mask8 = mask, .half = half, .body = n, .m = m};
-    return split_begin(&job, NULL);
-}
-
-/* The helper's heap of the second half copied out: its size into *c; -1 where it met a NaN. */
-static int split_topk_result(float *hv, int64_t *hi, Py_ssize_t *c) {
-    *c = pool.topk_c;
-    memcpy(hv, pool.topk_v, (size_t)*c * sizeof(float));
-    memcpy(hi, pool.topk_i, (size_t)*c * sizeof(int64_t));
-    return pool.topk_bad;
 }
 
 /* The helper's second half added to the caller's einsum and float64 sum, in order; its sum. */
