@@ -83,7 +83,7 @@ def main() -> None:
             for mode in modes:
                 sampler_fused.use_threads(mode or 2)
                 sampler_fused.chain_starts = starts if mode else lambda: None  # type: ignore[assignment]
-                before, before_stalls = kernel.split_stats()[1:]
+                before, before_stalls = kernel.split_stats()[1:3]
                 times, figures = replay(engine, constraint, replies, combo, args.without, args.gap_ms)
                 parts += kernel.split_stats()[1] - before
                 stalls += kernel.split_stats()[2] - before_stalls

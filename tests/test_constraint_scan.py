@@ -82,13 +82,68 @@ def test_the_scan_gives_numpys_figures_on_rows_made_to_break_it() -> None:
                     assert abs(got[1] - total) <= 1e-12 * total and abs(got[2] - side) <= 1e-12 * total
                     assert abs(got[3] - (side if w is None else work_side)) <= 1e-12 * total
                     assert got[4] == top, (n, kind, got[4], top)
-                    if count * 2 > n:  # most allowed: their ids, in order, and their (penalized) logits
-                        assert np.array_equal(ids[:count], allowed), (n, kind)
+                    assert np.array_equal(ids[:count], allowed), (n, kind)  # (the allowed ids, in order)
+                    if count * 2 > n:  # most allowed: their (penalized) logits too
                         values = (x if w is None else w)[allowed]
                         assert np.array_equal(src[:count], values) and got[5] == values.max()
                         assert k.constraint_scan(x, w, words, shift, ids, None)[:5] == got[:5]
                     checked += 1
     assert checked > 400
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_scans_exps_are_top_ps(threads: int) -> None:
+    """constraint_scan's `q`: the allowed tokens' float64 exps at the shift, of the values it gathers
+    (the penalized logits' where work is given), the very bits exp_sum computes for those values; and
+    exp_sum_above reading them (`stored`) gives the total, the deep set and its masses it computes
+    itself, on one thread or two (rows longer than a part: the parts' order), tails included."""
+    k = built_kernel()
+    k.set_threads(threads, 0)
+    rng = np.random.default_rng(9)
+    checked = 0
+    try:
+        for n in (1001, 8200, 49_152, 70_001, 262_144):
+            for kind in ("normal", "ties", "-inf", "penalized"):
+                x = (rng.standard_normal(n) * 4).astype(np.float32)
+                if kind == "ties":
+                    x = np.round(x).astype(np.float32)
+                elif kind == "-inf":
+                    x[rng.integers(0, n, n // 5)] = -np.inf
+                work = None
+                if kind == "penalized":  # (a few logits changed: groups of eight with and without one)
+                    work = x.copy()
+                    changed = rng.integers(0, n, 300)
+                    work[changed] = work[changed] * np.float32(1.3) - np.float32(0.5)
+                for mask in _masks(rng, n)[4:]:
+                    mask[: n // 3] = True  # (most allowed, in runs)
+                    words = np.packbits(mask, bitorder="little").view(np.int32)
+                    shift = float(x.max())
+                    ids, src, q = np.full(n, -5, np.int64), np.full(n, np.nan, np.float32), np.full(n, np.nan)
+                    got = k.constraint_scan(x, work, words, shift, ids, src, q)
+                    plain = k.constraint_scan(x, work, words, shift, np.empty(n, np.int64), np.empty(n, np.float32))
+                    assert got[:6] == plain
+                    count = got[0]
+                    assert got[6] == (n > count and count * 2 > n)  # (written where most, not all, are allowed)
+                    if not got[6]:
+                        continue
+                    values = src[:count].copy()
+                    want = np.full(count, np.nan)
+                    total = k.exp_sum(values, shift, want)
+                    assert np.array_equal(q[:count].view(np.int64), want.view(np.int64)), (n, kind)
+                    picks, picked = ids[:count].copy(), np.empty(count)
+                    assert k.exp_sum_above(values, shift, np.nan, picks, picked, q[:count], True)[0] == total
+                    v = float(np.sort(values)[-max(count // 30, 1)])
+                    out = []
+                    for stored in (False, True):
+                        full = q[:count].copy() if stored else np.full(count, np.nan)
+                        i2, q2 = np.full(count, -1, np.int64), np.full(count, np.nan)
+                        t, kept = k.exp_sum_above(values, shift, v, i2, q2, full, stored)
+                        out.append((t, i2[:kept].tolist(), q2[:kept].tobytes(), full.tobytes()))
+                    assert out[0] == out[1], (n, kind)
+                    checked += 1
+    finally:
+        k.set_threads(1, 32_768)
+    assert checked >= 30
 
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}, "required": ["name"]}

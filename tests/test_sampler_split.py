@@ -82,9 +82,10 @@ def _figures(k, x: np.ndarray, shift: float, words: np.ndarray) -> tuple:
     work[:: max(n // 40, 1)] -= np.float32(1.5)
     sids, src = np.full(n, -1, np.int64), np.full(n, np.nan, np.float32)
     scan = k.constraint_scan(x, work, words, shift, sids, src)
-    count = scan[0] if scan[0] * 2 > n else 0
+    count = scan[0]
     raw = np.array([*k.raw_sums(x, shift), *k.raw_sums64(x, shift)])  # (the raw softmax's sums: a -inf, a NaN dot)
-    return (total, q, above, ids[:kept], qs[:kept], scan, sids[:count], src[:count], raw, *_distributions(k, x, shift))
+    figures = (total, q, above, ids[:kept], qs[:kept], scan, sids[:count], src[:count], raw)
+    return (*figures, *_distributions(k, x, shift))
 
 
 def _distributions(k, x: np.ndarray, shift: float) -> tuple:
@@ -266,3 +267,41 @@ def test_a_chain_start_wakes_the_helper_and_its_end_lets_it_sleep(kernel) -> Non
     settings = SamplingSettings().replace(top_k=0, top_p=0.95, min_p=0.0, temperature=2.0, seed=1)
     sample(x, [1, 2, 3], settings, make_rng(5), 10)
     assert _until("S") == ["S"], "the helper still polls after sample()"
+
+
+def test_a_chain_end_times_the_helpers_wake_to_the_next_chain(kernel) -> None:
+    """wake(0) (a chain's end) sets the sleeping helper's own timer a little before the next chain
+    should start, as far from this end as the last chain's start was from the end before it (the
+    forward pass between them): the helper sleeps through most of that gap, then polls, and the next
+    chain's start finds it awake and sends no wake-up (split_stats()[3], the starts that found it
+    asleep; [4], the timed wakes). set_ahead(False): every start after a gap finds it asleep."""
+    x = (np.random.default_rng(11).standard_normal(262_144) * 3).astype(np.float32)
+    kernel.set_threads(2, 0)
+    kernel.exp_sum(x, float(x.max()), None)  # (the helper started)
+    if kernel.split_stats()[2]:  # (the back-off after a wait on a loaded machine: wake() does nothing for 1 s)
+        time.sleep(1.1)
+
+    def chain_after(gap_s: float) -> tuple[int, int]:
+        """A chain started gap_s after the last one's end (and ended): (its start's signals, the timed wakes)."""
+        before = kernel.split_stats()
+        deadline = time.monotonic() + gap_s
+        while time.monotonic() < deadline:  # (the "forward pass": busy, as llama.cpp's threads are)
+            pass
+        kernel.wake(5000)
+        kernel.exp_sum(x, float(x.max()), None)
+        kernel.wake(0)
+        after = kernel.split_stats()
+        return after[3] - before[3], after[4] - before[4]
+
+    assert kernel.set_ahead(True) is not None
+    # (the first measures the gap; on a loaded machine the helper may not get a core before a start: some miss)
+    results = [chain_after(0.02) for _ in range(16)]
+    assert any(r == (0, 1) for r in results[1:]), results
+    assert _until("S") == ["S"], "the helper does not sleep after its timed poll"
+    try:
+        kernel.set_ahead(False)
+        results = [chain_after(0.02) for _ in range(4)]
+        assert all(timed == 0 for _, timed in results), results
+        assert sum(signals for signals, _ in results) >= 1, results  # (asleep at a start after a gap)
+    finally:
+        kernel.set_ahead(True)

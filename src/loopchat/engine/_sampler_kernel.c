@@ -79,7 +79,7 @@ static int kernel_fma = 0;
 #define SPLIT_PART 8192
 static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t n);
 static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
-                                  Py_ssize_t *kout, double *qf);
+                                  Py_ssize_t *kout, double *qf, int stored);
 
 /* One part's figures (scan_body): its sums (t, the side's a and ak), the largest forbidden and
    allowed values, how many forbidden, and the count of allowed ids written up to its end. */
@@ -92,7 +92,7 @@ typedef struct {
 #ifdef KERNEL_AVX2
 /* the helper thread (at the end of the file): offer a scan's parts, take a part, a part it did, the end */
 static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src);
+                      int64_t *ids, float *src, double *q);
 static int split_take(Py_ssize_t p);
 static scan_part_out split_scanned(Py_ssize_t p);
 static void split_end(void);
@@ -247,13 +247,17 @@ static inline __attribute__((always_inline)) Py_ssize_t compress4(unsigned m, Py
 
 /* exp_sum_above's tail, x[body:n] (fewer than eight): its exps by the padded pass, stored into qf
    where it is not NULL, added to s one by one (exp_tail's order, docs/trace-format.md), and those at
-   or above v picked to ids + *k and qs + *k; the new sum returned. */
+   or above v picked to ids + *k and qs + *k; the new sum returned. `stored`: the exps read from qf
+   (the constraint's scan computed them: the same bits), not computed. */
 static double above_tail(const float *x, double shift, float v, Py_ssize_t body, Py_ssize_t n, int64_t *ids,
-                         double *qs, Py_ssize_t *k, double *qf, double s) {
+                         double *qs, Py_ssize_t *k, double *qf, double s, int stored) {
     double w[8];
-    (void)pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* (its own sum: not used) */
+    if (stored)
+        memcpy(w, qf + body, (size_t)(n - body) * sizeof(double));
+    else
+        (void)pass4_f32(x + body, shift, 1.0, w, n - body, NULL); /* (its own sum: not used) */
     for (Py_ssize_t j = 0; body + j < n; j++) {
-        if (qf) qf[body + j] = w[j];
+        if (qf && !stored) qf[body + j] = w[j];
         s += w[j];
         if (x[body + j] >= v) {
             ids[*k] = body + j;
@@ -263,21 +267,35 @@ static double above_tail(const float *x, double shift, float v, Py_ssize_t body,
     return s;
 }
 
+/* Eight exps of x + i: exp4 of float64(x) - shift, or read from q + i where STORED (the
+   constraint's scan wrote them: the same bits, docs/performance.md "chain9"). */
+static inline __attribute__((always_inline)) void above_exps(__m256 x8, __m256d vs, const double *q, Py_ssize_t i,
+                                                             const int STORED, __m256d *e0, __m256d *e1) {
+    if (STORED) {
+        *e0 = _mm256_loadu_pd(q + i);
+        *e1 = _mm256_loadu_pd(q + i + 4);
+    } else {
+        *e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+        *e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+    }
+}
+
 /* exp_sum_above's pass in one loop: the exps in registers, the positions at or above v and
    their exps moved out by a table of permutations (no branch per position kept); every exp
-   stored into qf too where it is not NULL (exp_sum's q, the same bits). */
-__attribute__((noinline)) static double exp_sum_above4(const float *x, double shift, float v, int64_t *ids,
-                                                       double *qs, Py_ssize_t n, Py_ssize_t *kout, double *qf) {
+   stored into qf too where it is not NULL (exp_sum's q, the same bits), or, STORED, read from it. */
+static inline __attribute__((always_inline)) double above4_body(const float *x, double shift, float v, int64_t *ids,
+                                                                double *qs, Py_ssize_t n, Py_ssize_t *kout,
+                                                                double *qf, const int STORED) {
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
     __m256 vv = _mm256_set1_ps(v);
     Py_ssize_t i = 0, k = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 x8 = _mm256_loadu_ps(x + i);
-        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
-        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        __m256d e0, e1;
+        above_exps(x8, vs, qf, i, STORED, &e0, &e1);
         s0 = _mm256_add_pd(s0, e0);
         s1 = _mm256_add_pd(s1, e1);
-        if (qf) {
+        if (qf && !STORED) {
             _mm256_storeu_pd(qf + i, e0);
             _mm256_storeu_pd(qf + i + 4, e1);
         }
@@ -290,9 +308,16 @@ __attribute__((noinline)) static double exp_sum_above4(const float *x, double sh
     double ls[4];
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     double total = (ls[0] + ls[1]) + (ls[2] + ls[3]);
-    if (i < n) total = above_tail(x, shift, v, i, n, ids, qs, &k, qf, total);
+    if (i < n) total = above_tail(x, shift, v, i, n, ids, qs, &k, qf, total, STORED);
     *kout = k;
     return total;
+}
+
+__attribute__((noinline)) static double exp_sum_above4(const float *x, double shift, float v, int64_t *ids,
+                                                       double *qs, Py_ssize_t n, Py_ssize_t *kout, double *qf,
+                                                       int stored) {
+    if (stored) return above4_body(x, shift, v, ids, qs, n, kout, qf, 1);
+    return above4_body(x, shift, v, ids, qs, n, kout, qf, 0);
 }
 #pragma GCC pop_options
 #define FMA_PASS(CALL) \
@@ -1044,7 +1069,7 @@ static double exp_block_f32(const float *x, double shift, double *w, Py_ssize_t 
 static double exp_sum_above(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
                             Py_ssize_t *kout, double *qf) {
 #ifdef KERNEL_AVX2
-    if (kernel_fma) return exp_sum_above_parts(x, shift, v, ids, qs, n, kout, qf);
+    if (kernel_fma) return exp_sum_above_parts(x, shift, v, ids, qs, n, kout, qf, 0);
 #endif
     double w[ABOVE_BLOCK], total = 0.0;
     Py_ssize_t k = 0;
@@ -1066,13 +1091,25 @@ PyDoc_STRVAR(exp_sum_above_doc,
              "exp_sum_above(x, shift, v, ids, q, full=None) -> (total, k): for float32 x, the sum of\n"
              "exp(float64(x[i]) - shift) over every i, and the k positions with x[i] >= float32(v), in order, into\n"
              "ids[:k] (int64) with their exps into q[:k] (float64; both x's length); `full` (float64, x's length):\n"
-             "every exp stored there too (exp_sum's out, the same bits).");
+             "every exp stored there too (exp_sum's out, the same bits). `stored` true: `full` holds those exps\n"
+             "already (constraint_scan's q: the same bits), read and not computed; only where the CPU has AVX2\n"
+             "and FMA (constraint_scan wrote q), else a ValueError.");
 
 static PyObject *py_exp_sum_above(PyObject *self, PyObject *args) {
     PyObject *xo, *io, *qo, *fo = Py_None;
     double shift, v;
+    int stored = 0;
     Py_buffer x, ib, qb, fb;
-    if (!PyArg_ParseTuple(args, "OddOO|O", &xo, &shift, &v, &io, &qo, &fo)) return NULL;
+    if (!PyArg_ParseTuple(args, "OddOO|Op", &xo, &shift, &v, &io, &qo, &fo, &stored)) return NULL;
+#ifdef KERNEL_AVX2
+    int can_store = kernel_fma;
+#else
+    int can_store = 0;
+#endif
+    if (stored && (fo == Py_None || !can_store)) {
+        PyErr_SetString(PyExc_ValueError, "exp_sum_above: stored exps need `full` and a CPU with AVX2 and FMA");
+        return NULL;
+    }
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     if (get_buf(io, &ib, 1, 'q') < 0) goto fail_x;
     if (get_buf(qo, &qb, 1, 'd') < 0) goto fail_i;
@@ -1082,8 +1119,14 @@ static PyObject *py_exp_sum_above(PyObject *self, PyObject *args) {
     double total = 0.0;
     if (check_len(&ib, n) == 0 && check_len(&qb, n) == 0 && (!full || check_len(&fb, n) == 0)) {
         double *qf = full ? (double *)fb.buf : NULL;
-        Py_BEGIN_ALLOW_THREADS total =
-            exp_sum_above((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n, &k, qf);
+        Py_BEGIN_ALLOW_THREADS
+#ifdef KERNEL_AVX2
+        if (stored)
+            total = exp_sum_above_parts((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n,
+                                        &k, qf, 1);
+        else
+#endif
+            total = exp_sum_above((const float *)x.buf, shift, (float)v, (int64_t *)ib.buf, (double *)qb.buf, n, &k, qf);
         Py_END_ALLOW_THREADS
     }
     if (full) PyBuffer_Release(&fb);
@@ -2331,8 +2374,8 @@ static inline __attribute__((always_inline)) void compress_ids4(unsigned m, Py_s
    adds its eight positions to ids by two stores. */
 static inline __attribute__((always_inline)) void scan_body(const float *x, const float *wk, const uint32_t *w,
                                                             double shift, Py_ssize_t from, Py_ssize_t to,
-                                                            const int MANY, int64_t *ids, float *src, Py_ssize_t c,
-                                                            scan_part_out *o) {
+                                                            const int MANY, int64_t *ids, float *src, double *q,
+                                                            Py_ssize_t c, scan_part_out *o) {
     const uint8_t *mb = (const uint8_t *)w; /* (x86: little-endian, byte j holds tokens 8j..8j+7) */
     const __m256i bit8 = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
     const unsigned common = MANY ? 0xFFu : 0u; /* the larger side's groups */
@@ -2354,22 +2397,29 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
             __m256d hi = _mm256_loadu_pd((const double *)LANES4[side >> 4]);
             a0 = _mm256_add_pd(a0, _mm256_and_pd(lo, e0));
             a1 = _mm256_add_pd(a1, _mm256_and_pd(hi, e1));
+            __m256d g0 = e0, g1 = e1; /* (the exps of the values src holds) */
             if (wk) { /* the penalized logits' exps, for the side's eight alone */
                 __m256 w8 = _mm256_loadu_ps(wk + i);
-                __m256d g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w8)), vs));
-                __m256d g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w8, 1)), vs));
+                g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w8)), vs));
+                g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w8, 1)), vs));
                 k0 = _mm256_add_pd(k0, _mm256_add_pd(_mm256_and_pd(lo, g0), _mm256_and_pd(hi, g1)));
             }
             forbidden += __builtin_popcount(~m & 0xFFu);
             __m256 allowed8 =
                 _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)m), bit8), bit8));
             vmax = _mm256_max_ps(_mm256_blendv_ps(x8, _mm256_set1_ps(-INFINITY), allowed8), vmax); /* (NaN: not) */
-            if (MANY && ids) {
-                if (src) { /* (the allowed values of the penalized logits, in order; their max) */
+            if (ids) { /* (MANY or not: the allowed ids; their values and exps where MANY) */
+                if (MANY && src) { /* (the allowed values of the penalized logits, in order; their max) */
                     const float *v = wk ? wk : x;
+                    double g8[8];
+                    if (q) {
+                        _mm256_storeu_pd(g8, g0);
+                        _mm256_storeu_pd(g8 + 4, g1);
+                    }
                     Py_ssize_t k = c;
                     for (int j = 0; j < 8; j++)
                         if (m >> j & 1u) {
+                            if (q) q[k] = g8[j];
                             src[k++] = v[i + j];
                             smax = _mm256_max_ps(_mm256_set1_ps(v[i + j]), smax);
                         }
@@ -2389,6 +2439,15 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                     __m256 v8 = wk ? _mm256_loadu_ps(wk + i) : x8;
                     _mm256_storeu_ps(src + c, v8);
                     smax = _mm256_max_ps(v8, smax); /* (a NaN: not) */
+                    if (q) { /* (their exps: x's, where the penalties left all eight as they were) */
+                        __m256d g0 = e0, g1 = e1;
+                        if (wk && _mm256_movemask_ps(_mm256_cmp_ps(v8, x8, _CMP_EQ_OQ)) != 0xFF) {
+                            g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v8)), vs));
+                            g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v8, 1)), vs));
+                        }
+                        _mm256_storeu_pd(q + c, g0);
+                        _mm256_storeu_pd(q + c + 4, g1);
+                    }
                 }
                 c += 8;
             }
@@ -2415,15 +2474,19 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
 
 __attribute__((noinline)) static void scan_part(const float *x, const float *wk, const uint32_t *w, double shift,
                                                 Py_ssize_t from, Py_ssize_t to, int many, int64_t *ids, float *src,
-                                                Py_ssize_t c, scan_part_out *o) {
-    if (many && ids && src)
-        scan_body(x, wk, w, shift, from, to, 1, ids, src, c, o);
+                                                double *q, Py_ssize_t c, scan_part_out *o) {
+    if (many && ids && src && q)
+        scan_body(x, wk, w, shift, from, to, 1, ids, src, q, c, o);
+    else if (many && ids && src)
+        scan_body(x, wk, w, shift, from, to, 1, ids, src, NULL, c, o);
     else if (many && ids)
-        scan_body(x, wk, w, shift, from, to, 1, ids, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 1, ids, NULL, NULL, c, o);
     else if (many)
-        scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, NULL, c, o);
+    else if (ids)
+        scan_body(x, wk, w, shift, from, to, 0, ids, NULL, NULL, c, o);
     else
-        scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, NULL, c, o);
 }
 
 /* The whole pass: its parts of SPLIT_PART (one where the row is no longer: the sums as before),
@@ -2431,16 +2494,17 @@ __attribute__((noinline)) static void scan_part(const float *x, const float *wk,
    parts shared with the helper thread where it is offered (split_scan), then the padded tail and
    the first position of the largest forbidden logit. */
 static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                      int64_t *ids, float *src, scan_out *o) {
+                      int64_t *ids, float *src, double *q, scan_out *o) {
     Py_ssize_t body = n & ~(Py_ssize_t)7, c = 0, forbidden = 0;
     double t = 0.0, a = 0.0, ak = 0.0;
     float fmax = -INFINITY, sm = -INFINITY;
-    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src);
+    if (!(ids && src)) q = NULL;
+    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src, q);
     for (Py_ssize_t p = 0, from = 0; from < body; p++, from += SPLIT_PART) {
         Py_ssize_t to = from + SPLIT_PART < body ? from + SPLIT_PART : body;
         scan_part_out po;
         if (!shared || split_take(p))
-            scan_part(x, wk, w, shift, from, to, many, ids, src, c, &po);
+            scan_part(x, wk, w, shift, from, to, many, ids, src, q, c, &po);
         else
             po = split_scanned(p);
         t += po.t, a += po.a, ak += po.ak, forbidden += po.forbidden, c = po.c;
@@ -2454,6 +2518,11 @@ static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double
         Py_ssize_t k = n - i < 4 ? n - i : 4;
         for (Py_ssize_t j = 0; j < k; j++) tx[j] = (double)x[i + j];
         _mm256_storeu_pd(te, exp4(_mm256_sub_pd(_mm256_loadu_pd(tx), vs)));
+        double tg[4] = {te[0], te[1], te[2], te[3]}; /* (the exps of the values src holds, for q) */
+        if (q && wk) {
+            for (Py_ssize_t j = 0; j < k; j++) tx[j] = (double)wk[i + j];
+            _mm256_storeu_pd(tg, exp4(_mm256_sub_pd(_mm256_loadu_pd(tx), vs)));
+        }
         for (Py_ssize_t j = 0; j < k; j++) {
             t += te[j];
             int al = allowed_at(w, i + j);
@@ -2464,6 +2533,7 @@ static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double
             if (al) {
                 if (ids && src) {
                     float v = wk ? wk[i + j] : x[i + j];
+                    if (q) q[c] = tg[j];
                     src[c] = v;
                     sm = v > sm ? v : sm;
                 }
@@ -2497,10 +2567,13 @@ PyDoc_STRVAR(constraint_scan_doc,
              "are allowed; the sum of exp(float64(x[i]) - shift) over every position; the same over the smaller\n"
              "side (the positions not allowed when more than half are allowed, else the allowed ones), and over\n"
              "that side of `work` (float32, x's length; None: x's sum again); the first position of the largest\n"
-             "x[i] not allowed (-1: none). When more than half are allowed (and fewer than all), the allowed\n"
-             "positions go into ids (int64, x's length; None: nothing written) in order, and, unless src is None,\n"
-             "their values of work (or x) into src (float32, x's length), src_max their largest (else -inf).\n"
-             "Every position allowed or none: nothing summed.");
+             "x[i] not allowed (-1: none). The allowed positions go into ids (int64, x's length; None: nothing\n"
+             "written) in order; when more than half are allowed (and fewer than all), unless src is None, their\n"
+             "values of work (or x) into src (float32, x's length), src_max their largest (else -inf).\n"
+             "Every position allowed or none: nothing summed. `q` (float64, x's length; optional): where the CPU has\n"
+             "AVX2 and FMA and the ids and src are written, the exps of src, exp(float64(src[c]) - shift), into q[c]\n"
+             "(the bits exp_sum_above computes for src at that shift: it may read them, `stored`); the tuple then\n"
+             "has a seventh item, whether q was written.");
 
 /* How many of the n positions the mask allows (the bits past n not counted). */
 static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
@@ -2511,12 +2584,13 @@ static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
 }
 
 static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
-    PyObject *xo, *ko, *wo, *io, *so;
+    PyObject *xo, *ko, *wo, *io, *so, *qo = NULL;
     double shift;
-    Py_buffer x, kb, wb, ib, sb;
+    Py_buffer x, kb, wb, ib, sb, qb;
     Py_ssize_t count = 0;
+    int q_written = 0;
     scan_out o = {0.0, 0.0, 0.0, -1, -INFINITY};
-    if (!PyArg_ParseTuple(args, "OOOdOO", &xo, &ko, &wo, &shift, &io, &so)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOdOO|O", &xo, &ko, &wo, &shift, &io, &so, &qo)) return NULL;
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     int has_work = ko != Py_None;
     if (has_work && get_buf(ko, &kb, 0, 'f') < 0) {
@@ -2528,28 +2602,35 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
     if (has_ids && get_buf(io, &ib, 1, 'q') < 0) goto fail_i;
     int has_src = has_ids && so != Py_None;
     if (has_src && get_buf(so, &sb, 1, 'f') < 0) goto fail_s;
+    int has_q = has_src && qo && qo != Py_None;
+    if (has_q && get_buf(qo, &qb, 1, 'd') < 0) goto fail_q;
     Py_ssize_t n = x.shape[0];
     if (wb.shape[0] < (n + 31) / 32) {
         PyErr_SetString(PyExc_ValueError, "constraint_scan: the mask holds fewer bits than x has positions");
-    } else if ((has_work && kb.shape[0] != n) || (has_ids && ib.shape[0] < n) || (has_src && sb.shape[0] < n)) {
-        PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids and src must hold x's length");
+    } else if ((has_work && kb.shape[0] != n) || (has_ids && ib.shape[0] < n) || (has_src && sb.shape[0] < n) ||
+               (has_q && qb.shape[0] < n)) {
+        PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids, src and q must hold x's length");
     } else {
         const float *xp = (const float *)x.buf, *kp = has_work ? (const float *)kb.buf : NULL;
         const uint32_t *wp = (const uint32_t *)wb.buf;
         int64_t *ip = has_ids ? (int64_t *)ib.buf : NULL;
         float *sp = has_src ? (float *)sb.buf : NULL;
+        double *qp = has_q ? (double *)qb.buf : NULL;
         count = mask_count(wp, n);
         int many = count * 2 > n;
         Py_BEGIN_ALLOW_THREADS if (count > 0 && count < n) {
 #ifdef KERNEL_AVX2
-            if (kernel_fma && __builtin_cpu_supports("bmi"))
-                scan_avx2(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
-            else
+            if (kernel_fma && __builtin_cpu_supports("bmi")) {
+                scan_avx2(xp, kp, wp, shift, n, many, ip, many ? sp : NULL, many ? qp : NULL, &o);
+                q_written = many && qp != NULL;
+            } else
 #endif
-                scan_plain(xp, kp, wp, shift, n, many, many ? ip : NULL, many ? sp : NULL, &o);
+                scan_plain(xp, kp, wp, shift, n, many, ip, many ? sp : NULL, &o);
         }
         Py_END_ALLOW_THREADS
     }
+    if (has_q) PyBuffer_Release(&qb);
+fail_q:
     if (has_src) PyBuffer_Release(&sb);
 fail_s:
     if (has_ids) PyBuffer_Release(&ib);
@@ -2559,6 +2640,8 @@ fail_w:
     PyBuffer_Release(&x);
     if (has_work) PyBuffer_Release(&kb);
     if (PyErr_Occurred()) return NULL;
+    if (qo) return Py_BuildValue("(ndddndO)", count, o.total, o.side, o.work_side, o.top, (double)o.src_max,
+                                 q_written ? Py_True : Py_False);
     return Py_BuildValue("(ndddnd)", count, o.total, o.side, o.work_side, o.top, (double)o.src_max);
 }
 
@@ -2582,13 +2665,26 @@ fail_w:
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <errno.h>
 
 #define SPLIT_MAX_PARTS 256
 #define SPLIT_GAP (SPLIT_PART + 8)
 #define SPLIT_SPIN_NS 30000
+/* The timed wake (docs/performance.md, "chain9"): at a chain's end the sleeping helper is set to wake
+   by its own timer a little (AHEAD_MIN_NS + a sixteenth of it) before the next chain should start, as
+   far from this end as the last chain's start was from the one before's end (the forward pass between
+   them), and then polls, offering its core, for AHEAD_HOLD_NS: the chain's start then finds it awake
+   and sends no interrupt (a futex wake of a halted vCPU costs its sender ~30 us here). A gap of more
+   than AHEAD_MAX_GAP_NS (a pause, a user's step) sets no timer. set_ahead(0) turns it off. */
+#define AHEAD_MIN_NS 100000LL
+#define AHEAD_HOLD_NS 2000000LL
+#define AHEAD_MAX_GAP_NS 100000000LL
+static int split_ahead = 1;
 static Py_ssize_t split_min = 32768;
 static int split_threads = 1;
-static long split_stats[3]; /* jobs posted, parts the helper did, stalls (then no helper for a while) */
+/* jobs posted, parts the helper did, stalls (then no helper for a while), chain starts that found the helper
+   asleep (a signal sent), timed wakes (split_wake(0)'s) */
+static long split_stats[5];
 /* A caller that waited SPLIT_STALL_NS for a part the helper had taken (its thread lost its core
    mid-part: a loaded machine) offers no job for SPLIT_BACKOFF_NS after it: at most one such wait
    in that time, and none while the machine stays loaded enough to cause it. */
@@ -2606,7 +2702,8 @@ typedef struct {
     const float *x;
     double shift;
     float v;
-    double *q; /* JOB_EXP_SUM, JOB_ABOVE: the caller's exps of every position (NULL: not stored) */
+    double *q; /* JOB_EXP_SUM, JOB_ABOVE, JOB_SCAN: the caller's exps of every position (NULL: not stored) */
+    int stored; /* JOB_ABOVE: q holds the exps already (read, not computed) */
     Py_ssize_t body;
     const float *wk; /* JOB_SCAN: constraint_scan's arrays (its ids and src written in place) */
     const uint32_t *w;
@@ -2631,6 +2728,8 @@ typedef struct {
     int started, idle; /* idle: the helper is between jobs (under wake_lock) */
     int asleep, nudge;  /* asleep: in cond_wait (atomic, seq_cst); nudge: split_wake's (under wake_lock) */
     long long hold_until; /* split_wake: the helper polls, not sleeps, until then (atomic, seq_cst) */
+    long long ahead_at;   /* split_wake(0): the helper's timed wake, ahead of the next chain's start (atomic) */
+    long long chain_end, gap; /* (the callers': the last chain's end, the time from it to the next one's start) */
     unsigned long seq; /* a new job: seq moves on (under wake_lock; read atomically while polling) */
     split_job job;
     Py_ssize_t parts;
@@ -2679,19 +2778,21 @@ __attribute__((noinline)) static double part_exp_sum(const float *x, double shif
 }
 
 /* exp_sum_above4's loop over positions [a, b): its sum, its picks into ids, qs (*k of them), every
-   exp into qf + i where qf is not NULL. */
-__attribute__((noinline)) static double part_above(const float *x, double shift, float v, Py_ssize_t a, Py_ssize_t b, int64_t *ids,
-                         double *qs, Py_ssize_t *k, double *qf) {
+   exp into qf + i where qf is not NULL (STORED: read from it). */
+static inline __attribute__((always_inline)) double part_above_body(const float *x, double shift, float v,
+                                                                    Py_ssize_t a, Py_ssize_t b, int64_t *ids,
+                                                                    double *qs, Py_ssize_t *k, double *qf,
+                                                                    const int STORED) {
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
     __m256 vv = _mm256_set1_ps(v);
     Py_ssize_t c = 0;
     for (Py_ssize_t i = a; i < b; i += 8) {
         __m256 x8 = _mm256_loadu_ps(x + i);
-        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
-        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        __m256d e0, e1;
+        above_exps(x8, vs, qf, i, STORED, &e0, &e1);
         s0 = _mm256_add_pd(s0, e0);
         s1 = _mm256_add_pd(s1, e1);
-        if (qf) {
+        if (qf && !STORED) {
             _mm256_storeu_pd(qf + i, e0);
             _mm256_storeu_pd(qf + i + 4, e1);
         }
@@ -2712,6 +2813,12 @@ __attribute__((noinline)) static double part_above(const float *x, double shift,
     _mm256_storeu_pd(ls, _mm256_add_pd(s0, s1));
     return (ls[0] + ls[1]) + (ls[2] + ls[3]);
 }
+
+__attribute__((noinline)) static double part_above(const float *x, double shift, float v, Py_ssize_t a, Py_ssize_t b,
+                                                   int64_t *ids, double *qs, Py_ssize_t *k, double *qf, int stored) {
+    if (stored) return part_above_body(x, shift, v, a, b, ids, qs, k, qf, 1);
+    return part_above_body(x, shift, v, a, b, ids, qs, k, qf, 0);
+}
 #pragma GCC pop_options
 
 static long long now_ns(void) {
@@ -2727,12 +2834,12 @@ static void helper_part(Py_ssize_t p) {
         pool.sum[p] = part_exp_sum(j->x, j->shift, j->q, a, b);
     else if (j->kind == JOB_ABOVE)
         pool.sum[p] = part_above(j->x, j->shift, j->v, a, b, pool.ids + p * SPLIT_GAP, pool.qs + p * SPLIT_GAP,
-                                 &pool.picked[p], j->q);
+                                 &pool.picked[p], j->q, j->stored);
     else if (j->kind == JOB_DIST) {
         Py_ssize_t j0 = a / j->block, j1 = (b + j->block - 1) / j->block;
         dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
     } else if (j->kind == JOB_SCAN)
-        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, pool.c0[p], &pool.scanned[p]);
+        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->q, pool.c0[p], &pool.scanned[p]);
     else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
         raw_dot d;
         memset(&d, 0, sizeof d);
@@ -2749,16 +2856,29 @@ static void helper_part(Py_ssize_t p) {
    asleep is stored before hold_until is read, as split_wake stores hold_until before reading
    asleep (both seq_cst), so a wake is never missed between the poll and the sleep. */
 static int helper_sleep(unsigned long seen) {
+    int timed = 0;
     while (pool.seq == seen && !pool.nudge) {
         __atomic_store_n(&pool.asleep, 1, __ATOMIC_SEQ_CST);
-        if (now_ns() < __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) pool.nudge = 1;
-        else pthread_cond_wait(&pool.wake, &pool.wake_lock);
+        long long t = now_ns(), at = __atomic_load_n(&pool.ahead_at, __ATOMIC_SEQ_CST);
+        if (t < __atomic_load_n(&pool.hold_until, __ATOMIC_SEQ_CST)) {
+            pool.nudge = 1;
+        } else if (at > t) { /* (split_wake(0)'s timed wake: its own timer, no caller's interrupt) */
+            struct timespec ts = {(time_t)(at / 1000000000LL), (long)(at % 1000000000LL)};
+            if (pthread_cond_clockwait(&pool.wake, &pool.wake_lock, CLOCK_MONOTONIC, &ts) == ETIMEDOUT &&
+                __atomic_compare_exchange_n(&pool.ahead_at, &at, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+                __atomic_store_n(&pool.hold_until, now_ns() + AHEAD_HOLD_NS, __ATOMIC_SEQ_CST);
+                pool.nudge = 1, timed = 1;
+                __atomic_add_fetch(&split_stats[4], 1, __ATOMIC_RELAXED);
+            }
+        } else {
+            pthread_cond_wait(&pool.wake, &pool.wake_lock);
+        }
         __atomic_store_n(&pool.asleep, 0, __ATOMIC_SEQ_CST);
     }
     pool.nudge = 0;
     if (pool.seq != seen) return 0;
     pthread_mutex_unlock(&pool.wake_lock);
-    return 1;
+    return timed ? 2 : 1;
 }
 
 /* The helper: polls for a job for SPLIT_SPIN_NS after each (a chain's passes come in a row),
@@ -2769,8 +2889,10 @@ static void *split_helper(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "loopchat-split"); /* (so a test and a profile can find it) */
     unsigned long seen = 0;
+    int ahead = 0;
     for (;;) {
-        long long t0 = now_ns();
+        /* (after a timed wake, the core offered at once: a thread of the forward pass may be on it) */
+        long long t0 = now_ns() - (ahead ? SPLIT_SPIN_NS + 1 : 0);
         for (unsigned spins = 0; __atomic_load_n(&pool.seq, __ATOMIC_ACQUIRE) == seen; spins++) {
             __builtin_ia32_pause();
             if ((spins & 63) == 63) {
@@ -2782,7 +2904,11 @@ static void *split_helper(void *arg) {
             }
         }
         pthread_mutex_lock(&pool.wake_lock);
-        if (helper_sleep(seen)) continue; /* (split_wake's nudge: poll again) */
+        ahead = helper_sleep(seen);
+        if (ahead) { /* (split_wake's nudge, or the timed wake: poll again) */
+            ahead = ahead == 2;
+            continue;
+        }
         seen = pool.seq;
         pool.idle = 0;
         pthread_mutex_unlock(&pool.wake_lock);
@@ -2824,6 +2950,7 @@ static void split_forked(void) {
     pthread_mutex_init(&pool.wake_lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
     pool.started = 0, pool.idle = 1, pool.seq = 0, pool.asleep = 0, pool.nudge = 0, pool.hold_until = 0;
+    pool.ahead_at = 0, pool.chain_end = 0, pool.gap = 0;
 }
 
 /* The helper thread started if it was not (under pool.lock): 0, it cannot be. */
@@ -2843,11 +2970,18 @@ static int split_start(void) {
    sleeping after SPLIT_SPIN_NS, until ns from now, woken now if it sleeps, so the chain's first
    long pass does not wait for its wake-up. Nothing when the helper is off. */
 static void split_wake(long long ns) {
+    long long t = now_ns();
     if (ns <= 0) {
         __atomic_store_n(&pool.hold_until, 0, __ATOMIC_SEQ_CST);
+        long long g = pool.gap, lead = g / 16 + AHEAD_MIN_NS;
+        int on = split_ahead && split_threads > 1 && g > 2 * lead && g < AHEAD_MAX_GAP_NS;
+        __atomic_store_n(&pool.ahead_at, on ? t + g - lead : 0, __ATOMIC_SEQ_CST);
+        pool.chain_end = t;
         return;
     }
-    if (split_threads < 2 || (split_off_until && now_ns() < split_off_until)) return;
+    pool.gap = pool.chain_end ? t - pool.chain_end : 0;
+    pool.chain_end = 0;
+    if (split_threads < 2 || (split_off_until && t < split_off_until)) return;
     if (!pool.started) {
         if (pthread_mutex_trylock(&pool.lock) != 0) return;
         int ok = split_start();
@@ -2856,6 +2990,7 @@ static void split_wake(long long ns) {
     }
     __atomic_store_n(&pool.hold_until, now_ns() + ns, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool.asleep, __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(&split_stats[3], 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&pool.wake_lock);
         pool.nudge = 1;
         pthread_cond_signal(&pool.wake);
@@ -2922,17 +3057,17 @@ static void split_end(void) { pthread_mutex_unlock(&pool.lock); }
 /* constraint_scan's parts offered to the helper (1: shared), each part's ids written from the
    count of allowed positions before it (the mask's bits, counted by 32-bit words). */
 static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src) {
+                      int64_t *ids, float *src, double *q) {
     Py_ssize_t parts = (body + SPLIT_PART - 1) / SPLIT_PART, c0[SPLIT_MAX_PARTS], c = 0;
     if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
     for (Py_ssize_t p = 0; p < parts; p++) {
         c0[p] = c;
-        if (many && ids)
+        if (ids)
             for (Py_ssize_t j = p * (SPLIT_PART / 32); j < (p + 1) * (SPLIT_PART / 32) && j * 32 < body; j++)
                 c += __builtin_popcount(w[j]);
     }
     split_job job = {.kind = JOB_SCAN, .x = x, .shift = shift, .body = body, .wk = wk, .w = w, .many = many,
-                     .ids = ids, .src = src};
+                     .ids = ids, .src = src, .q = q};
     return split_begin(&job, c0);
 }
 
@@ -2996,16 +3131,16 @@ static double exp_sum_parts(const float *x, double shift, double *q, Py_ssize_t 
 
 /* exp_sum_above4 by parts, the same way: the helper's picks of a part moved into place in order. */
 static double exp_sum_above_parts(const float *x, double shift, float v, int64_t *ids, double *qs, Py_ssize_t n,
-                                  Py_ssize_t *kout, double *qf) {
+                                  Py_ssize_t *kout, double *qf, int stored) {
     Py_ssize_t body = n & ~(Py_ssize_t)7, k = 0;
-    if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout, qf);
-    split_job job = {.kind = JOB_ABOVE, .x = x, .shift = shift, .v = v, .body = body, .q = qf};
+    if (body <= SPLIT_PART) return exp_sum_above4(x, shift, v, ids, qs, n, kout, qf, stored);
+    split_job job = {.kind = JOB_ABOVE, .x = x, .shift = shift, .v = v, .body = body, .q = qf, .stored = stored};
     int shared = split_begin(&job, NULL);
     double s = 0.0;
     for (Py_ssize_t p = 0, a = 0; a < body; p++, a += SPLIT_PART) {
         Py_ssize_t b = a + SPLIT_PART < body ? a + SPLIT_PART : body, c;
         if (!shared || split_take(p)) {
-            s += part_above(x, shift, v, a, b, ids + k, qs + k, &c, qf);
+            s += part_above(x, shift, v, a, b, ids + k, qs + k, &c, qf, stored);
         } else {
             s += pool.sum[p];
             c = pool.picked[p];
@@ -3015,7 +3150,7 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
         k += c;
     }
     if (shared) split_end();
-    if (body < n) s = above_tail(x, shift, v, body, n, ids, qs, &k, qf, s);
+    if (body < n) s = above_tail(x, shift, v, body, n, ids, qs, &k, qf, s, stored);
     *kout = k;
     return s;
 }
@@ -3055,16 +3190,35 @@ static PyObject *py_wake(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts, stalls): the jobs offered to the helper thread, the parts it\n"
-             "did, the waits of more than 0.1 ms for one (each followed by a second without the helper).");
+PyDoc_STRVAR(set_ahead_doc, "set_ahead(on) -> int: whether a chain's end sets the helper's timed wake before the next\n"
+             "chain (on by default; the previous setting returned).");
+
+static PyObject *py_set_ahead(PyObject *self, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+#ifdef KERNEL_AVX2
+    int before = split_ahead;
+    split_ahead = on;
+    if (!on) __atomic_store_n(&pool.ahead_at, 0, __ATOMIC_SEQ_CST);
+    return PyLong_FromLong(before);
+#else
+    return PyLong_FromLong(0);
+#endif
+}
+
+PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts, stalls, signals, timed): the jobs offered to the helper thread,\n"
+             "the parts it did, the waits of more than 0.1 ms for one (each followed by a second without the helper),\n"
+             "the chain starts that found it asleep (and woke it), its timed wakes before a chain (set_ahead).");
 
 static PyObject *py_split_stats(PyObject *self, PyObject *args) {
 #ifdef KERNEL_AVX2
-    return Py_BuildValue("(lll)", __atomic_load_n(&split_stats[0], __ATOMIC_RELAXED),
+    return Py_BuildValue("(lllll)", __atomic_load_n(&split_stats[0], __ATOMIC_RELAXED),
                          __atomic_load_n(&split_stats[1], __ATOMIC_RELAXED),
-                         __atomic_load_n(&split_stats[2], __ATOMIC_RELAXED));
+                         __atomic_load_n(&split_stats[2], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[3], __ATOMIC_RELAXED),
+                         __atomic_load_n(&split_stats[4], __ATOMIC_RELAXED));
 #else
-    return Py_BuildValue("(lll)", 0L, 0L, 0L);
+    return Py_BuildValue("(lllll)", 0L, 0L, 0L, 0L, 0L);
 #endif
 }
 
@@ -3135,6 +3289,7 @@ static PyMethodDef constraint_methods[] = {
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},
     {"wake", py_wake, METH_VARARGS, wake_doc},
+    {"set_ahead", py_set_ahead, METH_VARARGS, set_ahead_doc},
     {NULL, NULL, 0, NULL},
 };
 

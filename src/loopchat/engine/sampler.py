@@ -380,6 +380,7 @@ def _sample(
     c.work_copy = raw.copied
     c.wide_top = wide
     c.narrow_k = 1 if settings.greedy else settings.top_k  # (right after the constraint: chain_for's order)
+    c.exps_wanted = not settings.greedy and settings.top_p < 1.0 and not 0 < settings.top_k < logits.shape[0]
     chain = _chain_of(settings, constraint)
     reports, d, token_id, pick, tail_rank = _chain_and_draw(c, chain, rng, force)
 

@@ -60,6 +60,8 @@ class Candidates:
         "allowed_n",
         "bound",
         "source_cache",
+        "source_exps",
+        "exps_wanted",
         "work_copy",
         "wide_top",
     )
@@ -101,6 +103,11 @@ class Candidates:
         #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
         self.bound = bound
         self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
+        #: (src, q, shift): q[i] = exp(float64(src[i]) - shift) for source_cache's src, the constraint's pass's
+        #: float64 exps (the bits top-p's pass computes: it reads them where its shift is that one, exps_of)
+        self.source_exps: tuple | None = None
+        #: top-p will run over the constraint's candidates (top_p < 1, no top-k, not greedy): its exps are wanted
+        self.exps_wanted = False
         #: scratch memory the raw pass already copied the logits into (sampler_raw's `copy`), or None
         self.work_copy: np.ndarray | None = None
         #: the model's k + 1 largest logits' ids, largest first, distinct, when sampler._wide_top found them
@@ -161,6 +168,11 @@ class Candidates:
         if self.source_cache is not None and src is self.source_cache[1]:
             return self.source_cache[2]
         return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
+
+    def exps_of(self, src: np.ndarray, shift: float) -> np.ndarray | None:
+        """exp(float64(src) - shift), float64, where the constraint's pass computed them (source_exps), else None."""
+        e = self.source_exps
+        return e[1] if e is not None and src is e[0] and e[2] == shift else None
 
     def change_logits(self, ids: np.ndarray, values: np.ndarray | None, penalty: float = 0.0) -> tuple[int, float]:
         """Give the tokens `ids` new logits (on a copy of the model's; values None: the repeat

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import warnings
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from llguidance import LLMatcher
@@ -140,8 +140,9 @@ class ConstraintStage:
         ids, src = scratch.get("constraint_ids", n_vocab, np.int64), scratch.get("constraint_src", n_vocab, np.float32)
         work = None if c.work is logits else c.work
         by_mask = 0 < c.narrow_k <= SORT_LIMIT  # (a top-k by the mask follows: the ids not written)
-        n, total, side_sum, work_sum, top, src_max = kernel.constraint_scan(
-            logits, work, words, c.raw_max, None if by_mask else ids, src
+        q = scratch.get("constraint_q", n_vocab, np.float64) if self._exps_wanted(c, words) else None
+        n, total, side_sum, work_sum, top, src_max, q_written = kernel.constraint_scan(
+            logits, work, words, c.raw_max, None if by_mask else ids, src, q
         )
         if n == 0 or n >= n_vocab:
             return self._nothing_to_measure(c, entered, n)
@@ -155,15 +156,31 @@ class ConstraintStage:
             c.allowed, c.allowed_n = bits, n
             c.defer_ids(n, functools.partial(np.flatnonzero, bits))
             return c.report(self.name, entered, kept)
-        allowed = ids[:n] if many else self._ids_in(words, np.flatnonzero(words))
+        # (the kernel wrote the allowed ids, many or few, where it was given `ids`)
+        allowed = ids[:n] if not by_mask else self._ids_in(words, np.flatnonzero(words))
         if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
-            c.source_cache = (allowed, src[:n], src_max)
+            values = src[:n]
+            c.source_cache = (allowed, values, src_max)
+            if q_written:  # (and their float64 exps at the raw max: top-p's, where that is their max too)
+                c.source_exps = (values, cast(np.ndarray, q)[:n], c.raw_max)
         if many and n > SORT_LIMIT:  # (the mask unpacked only if a stage reads it: top-p's cut mostly does not)
             c.ids = allowed
             c.defer_allowed(self._unpacked)
             c.allowed_n = n
             return c.report(self.name, entered, kept)
         return self._narrow(c, entered, allowed, None, kept)
+
+    @staticmethod
+    def _exps_wanted(c: Candidates, words: np.ndarray) -> bool:
+        """Whether the pass should store the allowed tokens' float64 exps at the raw max for top-p
+        (Candidates.exps_of): top-p follows over them, and the token holding the largest (penalized)
+        logit is allowed, so that the raw max is likely their max, top-p's shift (its pass then
+        reads them: one exp pass over ~250,000 candidates saved on Gemma; where their max is another,
+        they were written for nothing, and top-p computes its own)."""
+        if not c.exps_wanted or c.work_max is None or c.work_max != c.raw_max:
+            return False
+        i = c.work_max_id
+        return bool(int(words[i >> 5]) >> (i & 31) & 1)
 
     def _measure(self, c: Candidates, bits: np.ndarray, allowed: np.ndarray) -> tuple[ConstraintReport, float]:
         """The pass's ConstraintReport, and the mass the allowed tokens keep in the chain's unit

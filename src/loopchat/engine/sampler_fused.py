@@ -75,22 +75,30 @@ def exp_sum(src: np.ndarray, shift: float, out: np.ndarray | None) -> float:
 
 
 def exp_sum_above(
-    src: np.ndarray, shift: float, threshold: np.floating, full: np.ndarray | None = None
+    src: np.ndarray, shift: float, threshold: np.floating, full: np.ndarray | None = None, stored: bool = False
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """One pass over float32 src: the sum of exp(float64(src) - shift) over every entry (as
     exp_sum), and the positions at or above threshold (of src's type), in order (a fresh
     array), with their exps (scratch memory): top-p's deep set. `full` (float64, src's length):
     every exp stored there too, exp_sum's `out` (the same bits), so that a deep set that does
-    not hold top-p needs no second pass; None: not stored."""
+    not hold top-p needs no second pass; None: not stored. `stored`: `full` holds those exps already
+    (the kernel's constraint_scan wrote them, the same bits), read and not computed: the kernel's path alone."""
     n = src.shape[0]
     if kernel is not None:
         ids, q = scratch.get("ids", n, np.int64), scratch.get("deep_q", n, np.float64)
-        total, k = kernel.exp_sum_above(src, shift, float(threshold), ids, q, full)
+        total, k = kernel.exp_sum_above(src, shift, float(threshold), ids, q, full, stored)
         return float(total), ids[:k].astype(np.intp), q[:k]
+    assert not stored, "stored exps come from the kernel's constraint_scan"
     q = scratch.get("f64b", n, np.float64) if full is None else full
     total = exp_sum(src, shift, q)
     deep = np.flatnonzero(np.greater_equal(src, threshold, out=scratch.get("mask", n, np.bool_)))
     return total, deep, q[deep]
+
+
+def stored_sum(src: np.ndarray, exps: np.ndarray) -> float:
+    """exp_sum(src, shift, None) where `exps` holds those exps already (exp_sum_above's `stored`: the
+    same sum, in the same order; no position is at or above a NaN threshold)."""
+    return exp_sum_above(src, 0.0, np.float32(np.nan), exps, stored=True)[0]
 
 
 def distribution(x: np.ndarray, shift: float, t: float, block: int) -> tuple[np.ndarray, np.ndarray, float, float]:

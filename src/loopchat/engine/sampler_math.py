@@ -76,6 +76,7 @@ def top_p_positions(
     approx: tuple[float, float] | None = None,
     src: np.ndarray | None = None,
     inside: list | None = None,
+    exps: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float]:
     """The top-p candidates of `cand` (unsorted; None: the whole vocabulary): what a sort
     by logit, largest first (equal logits in id order), keeps up to and including the
@@ -106,19 +107,21 @@ def top_p_positions(
     kernel's bins found it (top_p_cut's `cut_out`); ("deep", the deep set's positions, ascending,
     their logits, the kept ones as positions into the deep set), where the cut fell inside the deep
     set (every candidate outside it has a smaller logit than every one in it: the most likely one
-    cut is the deep set's, if it holds one not kept); nothing else."""
+    cut is the deep set's, if it holds one not kept); nothing else. `exps`: exp(float64(src) - the candidates'
+    largest logit), float64, as this search computes them (the constraint's pass's: sampler_constraint), read
+    instead of computed (the kernel's `stored` passes: the same sums, in the same order); None: computed."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
         src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
     if approx is not None and top_p * approx[0] * math.exp(approx[1] - mx) * _MARGIN <= 1.0:
-        total = sampler_fused.exp_sum(src, mx, None)
+        total = sampler_fused.exp_sum(src, mx, None) if exps is None else sampler_fused.stored_sum(src, exps)
         if top_p * total <= 1.0:  # (a sharp distribution: no search at all)
             return _first_max(src, None), 1.0 / total
     above = _deep_sample(src)
     if above is None:
-        kept, mass, total = _top_p_stored(src, cand, top_p, mx)
+        kept, mass, total = _top_p_stored(src, cand, top_p, mx, exps)
     else:
-        kept, mass, total = _top_p_deep(src, cand, top_p, mx, above, inside)
+        kept, mass, total = _top_p_deep(src, cand, top_p, mx, above, inside, exps)
     return kept, mass / total
 
 
@@ -156,11 +159,16 @@ def _head_cut(
     return None
 
 
-def _top_p_stored(src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float) -> tuple[np.ndarray, float, float]:
-    """top_p_positions without a deep set: the masses stored, the head, then the bins.
+def _top_p_stored(
+    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, exps: np.ndarray | None = None
+) -> tuple[np.ndarray, float, float]:
+    """top_p_positions without a deep set: the masses stored (or `exps`, given), the head, then the bins.
     (kept positions of src, their mass, the total)."""
-    q = scratch.get("f64b", src.shape[0], np.float64)
-    total = sampler_fused.exp_sum(src, mx, q)
+    if exps is None:
+        q = scratch.get("f64b", src.shape[0], np.float64)
+        total = sampler_fused.exp_sum(src, mx, q)
+    else:
+        q, total = exps, sampler_fused.stored_sum(src, exps)
     target = top_p * total
     if target <= 1.0:
         return _first_max(src, None), 1.0, total
@@ -174,17 +182,27 @@ def _top_p_stored(src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: fl
 
 
 def _top_p_deep(
-    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, above: np.ndarray, inside: list | None = None
+    src: np.ndarray,
+    cand: np.ndarray | None,
+    top_p: float,
+    mx: float,
+    above: np.ndarray,
+    inside: list | None = None,
+    exps: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, float]:
     """top_p_positions on a large vocabulary: one pass for the total and the deep set (the
     positions at or above above[-1], with their masses), the head found inside it (the
     positions at or above the sample's top _TOP_P_HEAD-th: as top_indices takes them),
     the bins inside it where it holds top_p, else over everything (the masses stored by the
-    same pass). `inside`: as top_p_positions's."""
+    same pass). `inside`, `exps`: as top_p_positions's (exps: the masses read, not computed)."""
     # (every mass stored on the way, 8 bytes a token written: where the deep set does not hold
     # top_p, the bins below need them all, and a second exp pass over src is saved)
-    q = scratch.get("f64b", src.shape[0], np.float64)
-    total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1], q)
+    if exps is None:
+        q = scratch.get("f64b", src.shape[0], np.float64)
+        total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1], q)
+    else:
+        q = exps
+        total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1], q, stored=True)
     target = top_p * total
     x_deep = src[deep]
     if target <= 1.0:  # (every token of the largest logit is in the deep set, in order)

@@ -40,7 +40,8 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     before, src = c.ids, c.source()
     mx = c.source_max(src) if before is not None else known[0]
     inside: list = []
-    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, inside=inside)
+    exps = c.exps_of(src, mx) if mx is not None else None  # (the constraint's pass's, where at this shift)
+    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, inside=inside, exps=exps)
     ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
     c.ids = ids
     c.source_cache = (ids, kept_src, c.source_max(src) if mx is None else mx)
