@@ -53,11 +53,12 @@ _decode_in_c = _kernel_decode()
 
 def decode(ctx: int, batch: llama_cpp.llama_batch) -> int:
     """llama_decode(ctx, batch), waited for (llama_synchronize): 0 ok, 2 aborted by the
-    callback, other values failures. The wake-up an attached server owes for the tokens the
-    pass carries (pass_hook.py) is made by the kernel's call once it has let go of the GIL,
-    or, without the kernel, by the server's own write right before the ctypes call."""
+    callback, other values failures. Where a server is attached (pass_hook.py) the kernel's
+    call makes the pass, and the wake-up the server owes for the tokens the pass carries once
+    it has let go of the GIL; elsewhere (the chat, `run`, a server without the kernel) the
+    ctypes calls, the server's own write (if any) right before them."""
     in_c = _decode_in_c
-    if in_c is None:
+    if in_c is None or not pass_hook.before_decode:
         pass_hook.call()
         rc = int(llama_cpp.llama_decode(ctx, batch))
         llama_cpp.llama_synchronize(ctx)
