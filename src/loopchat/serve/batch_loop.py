@@ -13,7 +13,8 @@ Run they belong to, in an outbox that the shared run's `flush` hands to the even
 (loop.py's hand-off, handoff.py: the engine thread never waits for the event loop): one
 hand-off a pass, carrying every request's events of that pass, made before the pass's decode
 (engine/shared_run.py says when), its wake-up of the event loop made by the decode itself
-(engine/pass_hook.py: right before llama_decode lets go of the GIL). One client's stream never carries another's events.
+(engine/pass_hook.py: the kernel's decode writes it once it has let go of the GIL). One
+client's stream never carries another's events.
 """
 
 from __future__ import annotations

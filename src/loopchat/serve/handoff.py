@@ -7,10 +7,15 @@ write is libc's `write` called through `ctypes.pythonapi` (a PyDLL: the GIL is k
 across the call), so the engine thread goes on, holding the GIL, into its forward pass;
 the pass lets go of the GIL, and only then can the woken event loop take it and write
 the token's chunk: the loop's work runs beside the pass, not before it. A shared batch's
-tokens are put with the wake-up left to the pass (`put(soon=True)`, then `pay` right before
-llama_decode: engine/pass_hook.py): woken where they were put, tens of microseconds of the
-engine thread's Python before the pass, the event loop's thread woke into a wait for the
-GIL, one more sleep and wake-up a token.
+tokens are put with the wake-up left to the pass (`put(soon=True)`): woken where they were
+put, tens of microseconds of the engine thread's Python before the pass, the event loop's
+thread woke into a wait for the GIL, one more sleep and wake-up a token. The pass's decode
+makes it (engine/pass_hook.py): the C kernel's, which writes the descriptor `lend` gives it
+once it has let go of the GIL (the woken loop then finds the GIL free; `settle` after the
+pass), or, without the kernel, `pay` right before the ctypes call (which lets go of the GIL
+a few microseconds after the write: the loop, woken meanwhile, often reached the GIL first
+and slept on it again: docs/performance.md, "`loopchat serve`'s pass wakes the event loop
+from C").
 
 A wake-up that let go of the GIL (`loop.call_soon_threadsafe` on asyncio's loop writes
 its self-pipe with a socket `send`, which does) would let the woken event loop take the
