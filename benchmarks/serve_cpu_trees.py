@@ -64,13 +64,24 @@ def thread_ns(pid: int) -> dict[int, int]:
     return out
 
 
+def switches(pid: int) -> tuple[int, int]:
+    """The main thread's voluntary and involuntary context switches so far (/proc's status)."""
+    counts = dict.fromkeys(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"), 0)
+    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in counts:
+            counts[key] = int(value)
+    return counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"]
+
+
 def measured(server: Child, request: dict) -> dict:
     """One request: client tok/s, and CPU ms per token of the process, its main thread, its
-    busiest, the others (threads' times from schedstat)."""
+    busiest, the others (threads' times from schedstat); the main thread's context switches
+    per token, voluntary and not (loopchat: the event loop's sleeps in epoll and on the GIL)."""
     pid = server.proc.pid
-    before = thread_ns(pid)
+    before, sw0 = thread_ns(pid), switches(pid)
     got = stream_request(server.url, request)
-    after = thread_ns(pid)
+    after, sw1 = thread_ns(pid), switches(pid)
     per_thread = {tid: (ns - before.get(tid, 0)) / 1e6 / got["tokens"] for tid, ns in after.items()}
     cpu = sum(per_thread.values())
     main = per_thread.get(pid, 0.0)
@@ -83,6 +94,8 @@ def measured(server: Child, request: dict) -> dict:
         "main_ms": main,
         "busiest_ms": per_thread[top],
         "rest_ms": rest,
+        "main_vol": (sw1[0] - sw0[0]) / got["tokens"],
+        "main_invol": (sw1[1] - sw0[1]) / got["tokens"],
     }
 
 
@@ -130,7 +143,7 @@ def main() -> None:
         print(
             f"  {name:14} {med['tok_s']:6.1f} tok/s ({ratio:.3f} of {first}'s) · CPU per token {med['cpu_ms']:6.2f} ms"
             f" · main thread {med['main_ms']:5.2f} · busiest thread {med['busiest_ms']:6.2f} · the others {med['rest_ms']:5.2f}"
-            f" · TTFT {med['ttft_ms']:6.1f} ms"
+            f" · TTFT {med['ttft_ms']:6.1f} ms · main thread's switches a token {med['main_vol']:.2f} / {med['main_invol']:.2f}"
         )
 
 

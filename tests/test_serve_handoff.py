@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import os
 import sys
 import threading
 import time
 from collections.abc import Iterator
+
+import pytest
 
 from loopchat.serve import handoff as handoff_module
 from loopchat.serve.handoff import Handoff
@@ -182,3 +185,58 @@ def test_a_wake_up_left_to_the_pass_is_made_by_it_or_by_the_next_put():
     with counted_writes() as writes:
         asyncio.run(main(writes))
     assert got == [0, 1, 2, 3]
+
+
+def test_a_wake_up_lent_to_the_decode_is_the_loops_wake_up():
+    """With the kernel, the pass's decode writes the descriptor itself once it has let go of
+    the GIL (`lend`, engine/pass_hook.py): the wake-up owed is lent once, counted as made (a
+    put meanwhile writes nothing), and the events arrive on that write."""
+    got: list[int] = []
+
+    async def main(writes: list[int]) -> None:
+        arrived = asyncio.Event()
+
+        def dispatch(event: int) -> None:
+            got.append(event)
+            arrived.set()
+
+        handoff = Handoff(asyncio.get_running_loop(), dispatch)
+        try:
+            assert handoff.lend() == -1  # (nothing owed)
+            handoff.put(0, soon=True)
+            fd = handoff.lend()
+            assert fd >= 0 and handoff.lend() == -1  # (lent once)
+            handoff.put(1)  # (the loop counts as woken: no write of its own)
+            assert writes == []
+            os.write(fd, (1).to_bytes(8, "little"))  # (the decode's write)
+            handoff.settle()
+            while len(got) < 2:
+                await asyncio.wait_for(arrived.wait(), 30)
+                arrived.clear()
+        finally:
+            handoff.close()
+
+    with counted_writes() as writes:
+        asyncio.run(main(writes))
+    assert got == [0, 1]
+
+
+def test_a_close_while_the_descriptor_is_lent_waits_for_the_decode():
+    """The server stops during a pass that was lent the descriptor: it stays open (the decode
+    may still write it: a number closed and reused would be some other file's) until the
+    decode is settled, then closes; nothing is lent after the close."""
+
+    async def main() -> None:
+        handoff = Handoff(asyncio.get_running_loop(), lambda event: None)
+        handoff.put(0, soon=True)
+        fd = handoff.lend()
+        handoff.close()
+        os.fstat(fd)  # (still open)
+        os.write(fd, (1).to_bytes(8, "little"))  # (the decode's write, after the close)
+        handoff.settle()
+        with pytest.raises(OSError):
+            os.fstat(fd)
+        handoff.put(1, soon=True)
+        assert handoff.lend() == -1
+
+    asyncio.run(main())

@@ -17,8 +17,7 @@ import llama_cpp
 import numpy as np
 
 from loopchat.batch import N_SEQ_MAX
-from loopchat.engine import pass_hook
-from loopchat.engine._llama_ffi import _logits_ith
+from loopchat.engine._llama_ffi import _logits_ith, decode
 
 
 def decode_entries(ctx: Any, batch: Any, entries: Sequence[tuple[int, int, int, bool]]) -> int:
@@ -33,10 +32,7 @@ def decode_entries(ctx: Any, batch: Any, entries: Sequence[tuple[int, int, int, 
         batch.n_seq_id[i] = 1
         batch.seq_id[i][0] = seq
         batch.logits[i] = keep
-    pass_hook.call()
-    rc = int(llama_cpp.llama_decode(ctx, batch))
-    llama_cpp.llama_synchronize(ctx)
-    return rc
+    return decode(ctx, batch)
 
 
 class BatchCalls:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Callable
 
 import llama_cpp
 from llama_cpp import llama_cpp as _bindings
@@ -30,6 +31,44 @@ from loopchat.engine import pass_hook
 _logits_ith = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
     ("llama_get_logits_ith", _bindings._lib)
 )
+
+
+def _kernel_decode() -> Callable[[int, int, int], int] | None:
+    """The C kernel's `decode` (engine/_sampler_kernel.c): the GIL let go, then a server's
+    wake-up written, then llama_decode and llama_synchronize, in one call; given this
+    library's two functions. None (no kernel built): the ctypes calls."""
+    from loopchat.engine.sampler_fused import kernel
+
+    if kernel is None or not hasattr(kernel, "decode"):
+        return None
+    lib = _bindings._lib
+    kernel.llama_calls(
+        ctypes.cast(lib.llama_decode, ctypes.c_void_p).value, ctypes.cast(lib.llama_synchronize, ctypes.c_void_p).value
+    )
+    return kernel.decode
+
+
+_decode_in_c = _kernel_decode()
+
+
+def decode(ctx: int, batch: llama_cpp.llama_batch) -> int:
+    """llama_decode(ctx, batch), waited for (llama_synchronize): 0 ok, 2 aborted by the
+    callback, other values failures. Where a server is attached (pass_hook.py) the kernel's
+    call makes the pass, and the wake-up the server owes for the tokens the pass carries once
+    it has let go of the GIL; elsewhere (the chat, `run`, a server without the kernel) the
+    ctypes calls, the server's own write (if any) right before them."""
+    in_c = _decode_in_c
+    if in_c is None or not pass_hook.before_decode:
+        pass_hook.call()
+        rc = int(llama_cpp.llama_decode(ctx, batch))
+        llama_cpp.llama_synchronize(ctx)
+        return rc
+    fd, lender = pass_hook.lend()
+    try:
+        return in_c(ctx, ctypes.addressof(batch), fd)
+    finally:
+        if lender is not None:
+            lender.settle()
 
 
 class AbortFlag:
@@ -88,6 +127,7 @@ class LlamaCalls:
         self._batch.seq_id[0][0] = 0  # sequence 0, the one Llama.eval uses
         self._batch.logits[0] = True
         self._token = self._batch.token
+        self._synced = False  # the last decode_one waited for its pass (synchronize: nothing left)
         # a batch with logits for every position (decode_all), made on first use, grown as needed
         self._wide: llama_cpp.llama_batch | None = None
         self._wide_size = 0
@@ -102,12 +142,18 @@ class LlamaCalls:
         llama.cpp's code: 0 ok, 2 aborted by the callback, other values failures."""
         self._token[0] = token
         self._batch.pos[0] = pos
-        pass_hook.call()
-        return llama_cpp.llama_decode(self._ctx, self._batch)
+        self._synced = True
+        return decode(self._ctx, self._batch)
 
     def synchronize(self) -> None:
         """llama_synchronize: wait until the last decode has finished (so the time
-        measured is the forward pass's, and the logits are ready)."""
+        measured is the forward pass's, and the logits are ready). A `decode_one` waited
+        already (`decode`): its synchronize is not called again. (Were the flag left set by a
+        decode_one no synchronize followed, when Llama.eval decodes next, skipping this call
+        would change nothing: llama_get_logits_ith synchronizes before it returns a row.)"""
+        if self._synced:
+            self._synced = False
+            return
         llama_cpp.llama_synchronize(self._ctx)
 
     def logits_address(self) -> int:
@@ -167,8 +213,7 @@ class LlamaCalls:
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0  # sequence 0, as every other call here
             b.logits[i] = True  # int8 flag: keep this position's logits
-        pass_hook.call()
-        return llama_cpp.llama_decode(self._ctx, b)
+        return decode(self._ctx, b)
 
     def logits_row_address(self, i: int) -> int:
         """The address of the n_vocab float logits of the i-th output of the last decode

@@ -3293,4 +3293,79 @@ static PyMethodDef constraint_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static int add_constraint_functions(PyObject *module) { return PyModule_AddFunctions(module, constraint_methods); }
+static int add_pass_functions(PyObject *module); /* (the pass's, at the end of the file) */
+
+static int add_constraint_functions(PyObject *module) {
+    if (PyModule_AddFunctions(module, constraint_methods) < 0) return -1;
+    return add_pass_functions(module);
+}
+
+/* ==== the pass: llama_decode with the event loop's wake-up made once the GIL is let go ========
+ * (engine/_llama_ffi.py's `decode`, issue 25 item 0.) `loopchat serve` wakes its event loop for
+ * the tokens a pass's batch carries (serve/handoff.py): an 8-byte write to an eventfd the loop
+ * watches. Made from Python right before llama_decode's ctypes call, the woken loop's thread
+ * reached the GIL before the call's conversions had let go of it, and slept again on the GIL's
+ * condition or mutex (perf's sched_switch, the eleventh session). Here the GIL is let go first,
+ * then the descriptor is written, then the pass runs and is waited for (llama_synchronize): the
+ * woken loop finds the GIL free, and the pass's wait is in the same call. llama.cpp's three
+ * functions are called by the addresses `llama_calls` gave (its shared library as
+ * llama-cpp-python loaded it); the batch is llama.h's `struct llama_batch`, passed by value as
+ * llama_decode takes it (its layout copied below: llama-cpp-python 0.3.36's, pinned). */
+#include <unistd.h>
+
+typedef struct {
+    int32_t n_tokens;
+    void *token, *embd, *pos, *n_seq_id, *seq_id, *logits;
+} lc_batch;
+typedef int32_t (*lc_decode_fn)(void *, lc_batch);
+typedef void (*lc_sync_fn)(void *);
+static lc_decode_fn lc_decode;
+static lc_sync_fn lc_sync;
+
+PyDoc_STRVAR(llama_calls_doc, "llama_calls(decode, synchronize) -> None: the addresses of llama_decode and\n"
+             "llama_synchronize in the loaded llama.cpp (decode calls them).");
+
+static PyObject *py_llama_calls(PyObject *self, PyObject *args) {
+    unsigned long long d, s;
+    if (!PyArg_ParseTuple(args, "KK", &d, &s)) return NULL;
+    if (!d || !s) {
+        PyErr_SetString(PyExc_ValueError, "a null address");
+        return NULL;
+    }
+    lc_decode = (lc_decode_fn)(uintptr_t)d;
+    lc_sync = (lc_sync_fn)(uintptr_t)s;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(decode_doc, "decode(ctx, batch, fd) -> int: the GIL let go; 8 bytes (a count of 1) written to fd\n"
+             "when fd >= 0; llama_decode(ctx, *batch) (batch: the address of a struct llama_batch);\n"
+             "llama_synchronize(ctx); llama_decode's return code.");
+
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    unsigned long long ctx, batch;
+    int fd;
+    if (!PyArg_ParseTuple(args, "KKi", &ctx, &batch, &fd)) return NULL;
+    if (!lc_decode || !lc_sync || !ctx || !batch) {
+        PyErr_SetString(PyExc_ValueError, "llama_calls first, and a context and a batch");
+        return NULL;
+    }
+    lc_batch b = *(const lc_batch *)(uintptr_t)batch;
+    void *c = (void *)(uintptr_t)ctx;
+    int32_t rc;
+    Py_BEGIN_ALLOW_THREADS if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(fd, &one, sizeof one); /* (a full pipe: EAGAIN, the loop is woken anyway) */
+        (void)w;
+    }
+    rc = lc_decode(c, b);
+    lc_sync(c);
+    Py_END_ALLOW_THREADS return PyLong_FromLong(rc);
+}
+
+static PyMethodDef pass_methods[] = {
+    {"llama_calls", py_llama_calls, METH_VARARGS, llama_calls_doc},
+    {"decode", py_decode, METH_VARARGS, decode_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int add_pass_functions(PyObject *module) { return PyModule_AddFunctions(module, pass_methods); }

@@ -13,19 +13,20 @@ Run they belong to, in an outbox that the shared run's `flush` hands to the even
 (loop.py's hand-off, handoff.py: the engine thread never waits for the event loop): one
 hand-off a pass, carrying every request's events of that pass, made before the pass's decode
 (engine/shared_run.py says when), its wake-up of the event loop made by the decode itself
-(engine/pass_hook.py: right before llama_decode lets go of the GIL). One client's stream never carries another's events.
+(engine/pass_hook.py: the kernel's decode writes it once it has let go of the GIL). One
+client's stream never carries another's events.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from loopchat.engine import pass_hook
 from loopchat.engine.shared_batch import Ticket
 from loopchat.engine.shared_run import SharedRun
 from loopchat.events import RunDone, Step
+from loopchat.serve.handoff import Handoff
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.requests import GenerationRequest
 
@@ -41,19 +42,19 @@ class BatchLoop(OneLoop):
         self._places: asyncio.Semaphore | None = None
         self._tickets: dict[int, Ticket] = {}
         self._next_id = 0
-        self._pay: Callable[[], None] | None = None  # (the hand-off's, in engine/pass_hook.py while attached)
+        self._waker: Handoff | None = None  # (the hand-off, in engine/pass_hook.py while attached)
 
     def attach(self) -> None:
         super().attach()
         self._places = asyncio.Semaphore(self.parallel)
         assert self._handoff is not None
-        self._pay = self._handoff.pay
-        pass_hook.before_decode.append(self._pay)  # (the wake-up a pass's tokens owe: _flush_for_pass)
+        self._waker = self._handoff
+        pass_hook.before_decode.append(self._waker)  # (the wake-up a pass's tokens owe: _flush_for_pass)
 
     def detach(self) -> None:
-        pay, self._pay = self._pay, None
-        if pay is not None and pay in pass_hook.before_decode:
-            pass_hook.before_decode.remove(pay)
+        waker, self._waker = self._waker, None
+        if waker is not None and waker in pass_hook.before_decode:
+            pass_hook.before_decode.remove(waker)
         super().detach()
 
     def _dispatch(self, item: Any) -> None:

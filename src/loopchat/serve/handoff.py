@@ -7,10 +7,15 @@ write is libc's `write` called through `ctypes.pythonapi` (a PyDLL: the GIL is k
 across the call), so the engine thread goes on, holding the GIL, into its forward pass;
 the pass lets go of the GIL, and only then can the woken event loop take it and write
 the token's chunk: the loop's work runs beside the pass, not before it. A shared batch's
-tokens are put with the wake-up left to the pass (`put(soon=True)`, then `pay` right before
-llama_decode: engine/pass_hook.py): woken where they were put, tens of microseconds of the
-engine thread's Python before the pass, the event loop's thread woke into a wait for the
-GIL, one more sleep and wake-up a token.
+tokens are put with the wake-up left to the pass (`put(soon=True)`): woken where they were
+put, tens of microseconds of the engine thread's Python before the pass, the event loop's
+thread woke into a wait for the GIL, one more sleep and wake-up a token. The pass's decode
+makes it (engine/pass_hook.py): the C kernel's, which writes the descriptor `lend` gives it
+once it has let go of the GIL (the woken loop then finds the GIL free; `settle` after the
+pass), or, without the kernel, `pay` right before the ctypes call (which lets go of the GIL
+a few microseconds after the write: the loop, woken meanwhile, often reached the GIL first
+and slept on it again: docs/performance.md, "`loopchat serve`'s pass wakes the event loop
+from C").
 
 A wake-up that let go of the GIL (`loop.call_soon_threadsafe` on asyncio's loop writes
 its self-pipe with a socket `send`, which does) would let the woken event loop take the
@@ -52,6 +57,12 @@ def _wake_fds() -> tuple[int, int]:
     return r, w
 
 
+def _close_fds(read_fd: int, write_fd: int) -> None:
+    os.close(read_fd)
+    if write_fd != read_fd:
+        os.close(write_fd)
+
+
 class Handoff:
     """Calls `dispatch(event)` on `loop`'s thread for each event `put` from any thread, in order.
     Made on the loop's thread (it watches its wake-up descriptor there)."""
@@ -63,6 +74,8 @@ class Handoff:
         self._woken = False  # the loop was woken and has not yet taken the events since
         self._owed = False  # events were put with the wake-up left to the pass (`pay`)
         self._lock = threading.Lock()  # a wake-up's write against close() (never waits otherwise)
+        self._lent = 0  # descriptors lent to decodes not yet settled
+        self._closed_fds: tuple[int, int] | None = None  # closed while lent: settle closes them
         self._read_fd, self._write_fd = _wake_fds()
         loop.add_reader(self._read_fd, self._drain)
 
@@ -84,6 +97,33 @@ class Handoff:
             self._owed = False
             self._wake()
 
+    def lend(self) -> int:
+        """(The engine thread, right before a decode that can write it: the kernel's, which lets
+        go of the GIL first: engine/_llama_ffi.py.) The descriptor to write for the wake-up a
+        `put(soon=True)` left owed, counted as the loop's wake-up; -1: nothing to write. A
+        descriptor lent stays open until `settle` (a close meanwhile waits for it)."""
+        if not self._owed:
+            return -1
+        self._owed = False
+        if self._woken:
+            return -1
+        with self._lock:
+            if self._woken or self._write_fd < 0:
+                return -1
+            self._woken = True
+            self._lent += 1
+            return self._write_fd
+
+    def settle(self) -> None:
+        """(The engine thread, after the decode `lend` gave a descriptor to.) A close that came
+        meanwhile closes the descriptors now."""
+        with self._lock:
+            self._lent -= 1
+            closing = self._lent == 0 and self._closed_fds is not None
+            fds, self._closed_fds = (self._closed_fds, None) if closing else (None, self._closed_fds)
+        if fds is not None:
+            _close_fds(*fds)
+
     def _wake(self) -> None:
         if not self._woken:
             with self._lock:
@@ -92,20 +132,23 @@ class Handoff:
                     _write(self._write_fd, _ONE, 8)  # (a full pipe: EAGAIN, the loop is woken anyway)
 
     def close(self) -> None:
-        """Stop watching (the loop's thread, or once it has stopped); a later `put` is dropped."""
+        """Stop watching (the loop's thread, or once it has stopped); a later `put` is dropped.
+        The descriptors close now, or once a decode that was lent one has written it (`settle`)."""
         with self._lock:
             read_fd, write_fd = self._read_fd, self._write_fd
             self._read_fd = self._write_fd = -1
-            self._woken = True  # (no more writes)
+            self._woken = True  # (no more writes, nor lends)
         if read_fd < 0:
             return
         try:
             self._loop.remove_reader(read_fd)
         except RuntimeError:  # the loop has closed: nothing watches it any more
             pass
-        os.close(read_fd)
-        if write_fd != read_fd:
-            os.close(write_fd)
+        with self._lock:
+            if self._lent:
+                self._closed_fds = (read_fd, write_fd)  # (settle closes them)
+                return
+        _close_fds(read_fd, write_fd)
 
     def _drain(self) -> None:
         """(The event loop.) Every event queued so far, in order."""
