@@ -11,9 +11,11 @@ Tasks (the default model, temperature 0):
 
 Each task runs draft off and lookup (and model with --draft-model), alternating, `--rounds`
 times, quiet and then beside one CPU-bound process (`while True: pass`). The ceiling: the
-pass costs c(n) of a bare llama_decode of n positions with logits at each (measured on the
-spot after the task's prompt, median of 9 taken round robin over n), the loop's own cost per
-token s (the plain run's ms per token minus c(1)), and the measured per-draft acceptance a
+pass costs c(n): c(1) the plain replies' own forward passes (median), c(n) that times the ratio
+c(n) / c(1) of a bare llama_decode of n positions with logits at each (measured after the
+replies, after the task's prompt, median of 9 taken round robin over n: a bare c(1) measured
+minutes later was up to 15% off the replies' own), the loop's own cost per token s (the plain
+run's ms per token minus c(1)), and the measured per-draft acceptance a
 (kept / (kept + refused)): max over k of E(k) / (c(k+1) + E(k) s), E(k) = 1 + a + ... + a^k,
 against one token per c(1) + s. That formula takes each draft as kept independently; a copy's
 refusals are not (they fall at fixed places: a renamed word, an index that changes), so beside it
@@ -106,6 +108,7 @@ def reply(engine: Engine, messages: list[Message], settings: SamplingSettings, i
         "prompt": engine.n_past - len(steps),
         "costs": reply_costs(steps),
         "context": [*start.prompt_token_ids, *(s.token_id for s in steps)],
+        "forward_ms": statistics.median(s.forward_ms for s in steps[1:] if s.forward_ms),
     }
 
 
@@ -200,12 +203,16 @@ def run(engine: Engine, rounds: int, drafts: list[str], label: str, tasks: list[
             for d in drafts:
                 engine.reset()
                 results[d].append(reply(engine, messages, settings.replace(draft=d), ignore_eos))
-        costs = pass_costs(engine, messages)
+        bare = pass_costs(engine, messages)
         plain = statistics.median(r["rate"] for r in results["off"])
+        # c(1): the plain replies' own forward passes; c(n): the bare passes' ratios to c(1) at that
+        # c(1) (the bare passes, measured minutes later, drift with the load)
+        loop_c1 = statistics.median(r["forward_ms"] for r in results["off"])
+        costs = {n: c * loop_c1 / bare[1] for n, c in bare.items()}
         print(
             f"{name}: {results['off'][0]['tokens']} tokens · plain {plain:.1f} tok/s · pass costs "
             + " ".join(f"c({n})={c:.1f}" for n, c in costs.items())
-            + " ms"
+            + f" ms (bare c(1) {bare[1]:.1f} ms, scaled to the plain replies' own passes)"
         )
         for d in drafts[1:]:
             rs = results[d]
