@@ -238,3 +238,41 @@ def test_not_given_survives_a_trace_round_trip() -> None:
     d = to_json_dict(events[1])
     assert d["sampled_top"] is None and d["forward_ms"] is None and d["raw_top"][0][0] is None
     assert d["arrival_ms"] == 20.0 and d["piece_bytes"] == "4869"
+
+
+def _replay_pair(original_ids: list[int], replay_ids: list[int], source: str) -> tuple:
+    """Two finished replies (the second F9's replay of the first) of the given token ids: the id 2
+    a step that adds no text (an end token a server sent as a chunk, not marked a stop)."""
+    from loopchat.chat.conversation import STREAM, ReplyRecord
+
+    def step(i: int, token: int) -> Step:
+        text = "" if token == 2 else f"t{token}"
+        return Step(i, token, text, text, False, (), None, None, None, None, None, None, None, None, None, None, None,
+                    SamplingSettings(), (), None)  # fmt: skip
+
+    def reply(number: int, ids: list[int], replay_of: int | None) -> ReplyRecord:
+        start = Start("m", None, None, None, None, None, (Message("user", "hi"),), None, None, SamplingSettings(), 5,
+                      source=source)  # fmt: skip
+        text = "".join(f"t{t}" for t in ids if t != 2)
+        finish = Finish(FinishReason.STOP, 5, len(ids), len(ids), 1.0, 1.0, 0.0, 1.0, 0.0, text, 5 + len(ids), 512)
+        steps = [step(i, t) for i, t in enumerate(ids)]
+        return ReplyRecord(number, STREAM, (), replay_of=replay_of, start=start, steps=steps, finish=finish)
+
+    return reply(1, original_ids, None), reply(2, replay_ids, 1)
+
+
+def test_a_remote_replay_is_the_same_with_or_without_the_end_tokens_chunk() -> None:
+    """llama-server sends the end token's chunk (its logprobs, no text) in one reply and not in another
+    of the same tokens (seen in a clean clone's CI): the replay check leaves a remote reply's last
+    text-less step out, and still tells a real difference; a local reply's steps all count."""
+    from loopchat.chat.replay_check import replay_verdict
+
+    url = "http://127.0.0.1:8080"
+    original, replay = _replay_pair([5, 6, 7], [5, 6, 7, 2], url)
+    assert replay_verdict(replay, original) == "same tokens as reply 1 (3)"
+    original, replay = _replay_pair([5, 6, 7, 2], [5, 6, 8, 2], url)
+    assert (
+        replay_verdict(replay, original) == "differs from reply 1 from token 3: this server did not reproduce the seed"
+    )
+    original, replay = _replay_pair([5, 6, 7], [5, 6, 7, 2], "")
+    assert replay_verdict(replay, original) == "differs from reply 1 from token 4: the same seed drew other tokens"

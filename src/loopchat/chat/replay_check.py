@@ -5,8 +5,11 @@ not (one that ignores `seed`, or OpenAI's best effort). So a finished replay's t
 compared with its original's, and a difference is said: once as a notice, at the end of
 the replay's info line, and in Compare's "replay" row.
 
-Tokens are compared by (token id, piece) in order, stop tokens left out; a replay or an
-original that was stopped or failed is not compared (it ended for another reason).
+Tokens are compared by (token id, piece) in order, stop tokens left out, and so is the last
+step of a remote server's reply that ended by itself where that step adds no text: its end token
+(llama-server sends its chunk, with its logprobs, in one reply and not in another of the same
+tokens, and a remote step does not know it is a stop token). A replay or an original that was
+stopped or failed is not compared (it ended for another reason).
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ _WHOLE = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT)
 
 
 def tokens(rec: ReplyRecord) -> list[tuple[int | None, str]]:
-    return [(s.token_id, s.piece) for s in rec.steps if not s.is_stop]
+    steps = [s for s in rec.steps if not s.is_stop]
+    remote = rec.start is not None and bool(rec.start.source)
+    if remote and steps and steps[-1].text == "" and rec.finish is not None and rec.finish.reason == FinishReason.STOP:
+        steps.pop()  # (a remote server's end token, sent or not)
+    return [(s.token_id, s.piece) for s in steps]
 
 
 def replay_verdict(replay: ReplyRecord, original: ReplyRecord) -> str | None:
