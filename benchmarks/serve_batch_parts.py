@@ -51,11 +51,11 @@ ROOT = HERE.parent
 # ---------------------------------------------------------------- the server's side ----
 def child(dump: str, argv: list[str]) -> None:
     """`loopchat serve` with the two probes; what they saw written to `dump` at exit."""
-    import asyncio.events
     import atexit
 
+    from serve_pass_gaps import probe_loop
+
     from loopchat.engine import _batch_ffi
-    from loopchat.serve import http_stack
 
     passes: list[tuple[int, int, int, int, int]] = []  # (call, return, sequences, thread CPU, thread)
     loop_runs: list[tuple[int, int]] = []
@@ -83,20 +83,7 @@ def child(dump: str, argv: list[str]) -> None:
         return rc
 
     llama_module.llama_decode = llama_cpp.llama_decode = timed_llama_decode
-    http_stack.event_loop = lambda: "asyncio"  # type: ignore[assignment] # (uvloop's callbacks are out of reach)
-    main = threading.main_thread()
-    run = asyncio.events.Handle._run
-
-    def timed_run(self: asyncio.events.Handle) -> None:
-        if threading.current_thread() is not main:
-            return run(self)
-        a = clock()
-        try:
-            return run(self)
-        finally:
-            loop_runs.append((a, clock()))
-
-    asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
+    probe_loop(loop_runs)  # (asyncio's loop: uvloop's callbacks are out of reach)
     atexit.register(
         lambda: Path(dump).write_text(json.dumps({"passes": passes, "loop": loop_runs, "prefills": prefills}))
     )

@@ -72,7 +72,7 @@ def child(shim_path: str, dump: str, argv: list[str]) -> None:
     loop_runs: list[tuple[int, int]] = []
     by_name: dict[str, list[float]] = {}
     _probe_decode(shim_path, passes)
-    _probe_loop(loop_runs, by_name)
+    probe_loop(loop_runs, by_name)
 
     def write() -> None:
         Path(dump).write_text(json.dumps({"passes": passes, "loop": loop_runs, "by_name": by_name}))
@@ -137,9 +137,10 @@ def _probe_decode(shim_path: str, passes: list[tuple[int, int, int, int]]) -> No
     _llama_ffi.LlamaCalls.decode_one = decode_one  # type: ignore[method-assign]
 
 
-def _probe_loop(loop_runs: list[tuple[int, int]], by_name: dict[str, list[float]]) -> None:
-    """Every callback the event loop (the main thread) runs, timed, and summed by name (on
-    asyncio's own loop: uvloop's callbacks run in C, out of this probe's reach)."""
+def probe_loop(loop_runs: list[tuple[int, int]], by_name: dict[str, list[float]] | None = None) -> None:
+    """Every callback the event loop (the main thread) runs, timed, and summed by name where
+    `by_name` is given (on asyncio's own loop: uvloop's callbacks run in C, out of this probe's
+    reach; serve_batch_parts.py uses it too)."""
     import asyncio.events
 
     from loopchat.serve import http_stack
@@ -161,16 +162,21 @@ def _probe_loop(loop_runs: list[tuple[int, int]], by_name: dict[str, list[float]
         finally:
             b = clock()
             loop_runs.append((a, b))
-            cb = self._callback
-            name = getattr(cb, "__qualname__", None) or type(cb).__name__
-            if "Task" in name:  # (which coroutine the task runs)
-                coro = getattr(getattr(cb, "__self__", None), "get_coro", lambda: None)()
-                name += ":" + getattr(coro, "__qualname__", "?")
-            slot = by_name.setdefault(name, [0, 0.0])
-            slot[0] += 1
-            slot[1] += (b - a) / 1e6
+            if by_name is not None:
+                _count(by_name, self._callback, (b - a) / 1e6)
 
     asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
+
+
+def _count(by_name: dict[str, list[float]], cb: Any, ms: float) -> None:
+    """One callback's run added to its name's count and ms (a task: with its coroutine's name)."""
+    name = getattr(cb, "__qualname__", None) or type(cb).__name__
+    if "Task" in name:  # (which coroutine the task runs)
+        coro = getattr(getattr(cb, "__self__", None), "get_coro", lambda: None)()
+        name += ":" + getattr(coro, "__qualname__", "?")
+    slot = by_name.setdefault(name, [0, 0.0])
+    slot[0] += 1
+    slot[1] += ms
 
 
 def _profile_loop(path: str) -> None:
