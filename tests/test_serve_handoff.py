@@ -42,6 +42,23 @@ def counted_writes() -> Iterator[list[int]]:
         handoff_module._write = real  # type: ignore[assignment]
 
 
+class Arrivals:
+    """What a Handoff dispatched, in order, and a wait for the loop to have taken so many."""
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+        self._arrived = asyncio.Event()
+
+    def dispatch(self, event: int) -> None:
+        self.got.append(event)
+        self._arrived.set()
+
+    async def until(self, n: int) -> None:
+        while len(self.got) < n:
+            await asyncio.wait_for(self._arrived.wait(), 30)
+            self._arrived.clear()
+
+
 def test_the_engine_thread_emits_without_letting_go_of_the_gil():
     """Each token's Step is emitted on the engine thread just before its next forward
     pass. Before, `call_soon_threadsafe` wrote to the event loop's self-pipe (a socket
@@ -146,37 +163,26 @@ def test_a_wake_up_left_to_the_pass_is_made_by_it_or_by_the_next_put():
     """A shared batch's tokens are put with the wake-up left to the pass (`soon`): no write
     until `pay` (the engine thread, right before llama_decode: engine/pass_hook.py) or the
     next plain put; one write for all of them; nothing owed once the loop took them."""
-    got: list[int] = []
+    arrivals = Arrivals()
 
     async def main(writes: list[int]) -> None:
-        arrived = asyncio.Event()
-
-        def dispatch(event: int) -> None:
-            got.append(event)
-            arrived.set()
-
-        handoff = Handoff(asyncio.get_running_loop(), dispatch)
+        handoff = Handoff(asyncio.get_running_loop(), arrivals.dispatch)
         try:
             handoff.put(0, soon=True)
             assert writes == []
             handoff.pay()  # (the decode)
             handoff.pay()  # (nothing owed any more)
             assert len(writes) == 1
-            await asyncio.wait_for(arrived.wait(), 30)
-            arrived.clear()
+            await arrivals.until(1)
             handoff.put(1, soon=True)
             handoff.put(9, soon=True)  # (no decode paid the last: never left owed past one pass)
             assert len(writes) == 2
-            while len(got) < 3:
-                await asyncio.wait_for(arrived.wait(), 30)
-                arrived.clear()
-            got.remove(9)
+            await arrivals.until(3)
+            arrivals.got.remove(9)
             handoff.put(2, soon=True)
             handoff.put(3)  # (a plain put pays what is owed: one write)
             assert len(writes) == 3
-            while len(got) < 4:  # (2 and 3 came in one wake-up)
-                await asyncio.wait_for(arrived.wait(), 30)
-                arrived.clear()
+            await arrivals.until(4)  # (2 and 3 came in one wake-up)
             handoff.pay()  # (the loop took them: nothing owed)
             assert len(writes) == 3
         finally:
@@ -184,23 +190,17 @@ def test_a_wake_up_left_to_the_pass_is_made_by_it_or_by_the_next_put():
 
     with counted_writes() as writes:
         asyncio.run(main(writes))
-    assert got == [0, 1, 2, 3]
+    assert arrivals.got == [0, 1, 2, 3]
 
 
 def test_a_wake_up_lent_to_the_decode_is_the_loops_wake_up():
     """With the kernel, the pass's decode writes the descriptor itself once it has let go of
     the GIL (`lend`, engine/pass_hook.py): the wake-up owed is lent once, counted as made (a
     put meanwhile writes nothing), and the events arrive on that write."""
-    got: list[int] = []
+    arrivals = Arrivals()
 
     async def main(writes: list[int]) -> None:
-        arrived = asyncio.Event()
-
-        def dispatch(event: int) -> None:
-            got.append(event)
-            arrived.set()
-
-        handoff = Handoff(asyncio.get_running_loop(), dispatch)
+        handoff = Handoff(asyncio.get_running_loop(), arrivals.dispatch)
         try:
             assert handoff.lend() == -1  # (nothing owed)
             handoff.put(0, soon=True)
@@ -210,15 +210,13 @@ def test_a_wake_up_lent_to_the_decode_is_the_loops_wake_up():
             assert writes == []
             os.write(fd, (1).to_bytes(8, "little"))  # (the decode's write)
             handoff.settle()
-            while len(got) < 2:
-                await asyncio.wait_for(arrived.wait(), 30)
-                arrived.clear()
+            await arrivals.until(2)
         finally:
             handoff.close()
 
     with counted_writes() as writes:
         asyncio.run(main(writes))
-    assert got == [0, 1]
+    assert arrivals.got == [0, 1]
 
 
 def test_a_close_while_the_descriptor_is_lent_waits_for_the_decode():
