@@ -26,7 +26,6 @@ from loopchat.engine import pass_hook
 from loopchat.engine.shared_batch import Ticket
 from loopchat.engine.shared_run import SharedRun
 from loopchat.events import RunDone, Step
-from loopchat.serve.handoff import Handoff
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.requests import GenerationRequest
 
@@ -42,19 +41,16 @@ class BatchLoop(OneLoop):
         self._places: asyncio.Semaphore | None = None
         self._tickets: dict[int, Ticket] = {}
         self._next_id = 0
-        self._waker: Handoff | None = None  # (the hand-off, in engine/pass_hook.py while attached)
 
     def attach(self) -> None:
         super().attach()
         self._places = asyncio.Semaphore(self.parallel)
         assert self._handoff is not None
-        self._waker = self._handoff
-        pass_hook.before_decode.append(self._waker)  # (the wake-up a pass's tokens owe: _flush_for_pass)
+        pass_hook.before_decode.append(self._handoff)  # (the wake-up a pass's tokens owe: _flush_for_pass)
 
     def detach(self) -> None:
-        waker, self._waker = self._waker, None
-        if waker is not None and waker in pass_hook.before_decode:
-            pass_hook.before_decode.remove(waker)
+        if self._handoff in pass_hook.before_decode:  # (attached: the one this loop appended)
+            pass_hook.before_decode.remove(self._handoff)
         super().detach()
 
     def _dispatch(self, item: Any) -> None:

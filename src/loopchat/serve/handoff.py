@@ -117,10 +117,11 @@ class Handoff:
     def settle(self) -> None:
         """(The engine thread, after the decode `lend` gave a descriptor to.) A close that came
         meanwhile closes the descriptors now."""
+        fds = None
         with self._lock:
             self._lent -= 1
-            closing = self._lent == 0 and self._closed_fds is not None
-            fds, self._closed_fds = (self._closed_fds, None) if closing else (None, self._closed_fds)
+            if self._lent == 0:
+                fds, self._closed_fds = self._closed_fds, None
         if fds is not None:
             _close_fds(*fds)
 
