@@ -135,6 +135,12 @@ static inline __attribute__((always_inline)) __m256d exp4(__m256d x) {
     return _mm256_blendv_pd(y, x, _mm256_cmp_pd(x, x, _CMP_UNORD_Q));
 }
 
+/* exp4 of float64(x8) - shift, eight floats: the low four into *e0, the high four into *e1. */
+static inline __attribute__((always_inline)) void exp8(__m256 x8, __m256d vs, __m256d *e0, __m256d *e1) {
+    *e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
+    *e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+}
+
 /* The passes' loop: z = (x[i] - shift) (times inv_t if SCALED), e = exp4(z), e stored into w
    (if W), s += e (returned), a += e * z (into *wz, if WZ); x float32 (F32) or float64. */
 static inline __attribute__((always_inline)) double pass4(const void *xv, int F32, double shift, int SCALED,
@@ -275,8 +281,7 @@ static inline __attribute__((always_inline)) void above_exps(__m256 x8, __m256d 
         *e0 = _mm256_loadu_pd(q + i);
         *e1 = _mm256_loadu_pd(q + i + 4);
     } else {
-        *e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
-        *e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        exp8(x8, vs, e0, e1);
     }
 }
 
@@ -2387,8 +2392,8 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
     for (Py_ssize_t i = from; i < to; i += 8) {
         unsigned m = mb[i >> 3];
         __m256 x8 = _mm256_loadu_ps(x + i);
-        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
-        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        __m256d e0, e1;
+        exp8(x8, vs, &e0, &e1);
         s0 = _mm256_add_pd(s0, e0);
         s1 = _mm256_add_pd(s1, e1);
         if (__builtin_expect(m != common, 0)) {
@@ -2400,8 +2405,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
             __m256d g0 = e0, g1 = e1; /* (the exps of the values src holds) */
             if (wk) { /* the penalized logits' exps, for the side's eight alone */
                 __m256 w8 = _mm256_loadu_ps(wk + i);
-                g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w8)), vs));
-                g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w8, 1)), vs));
+                exp8(w8, vs, &g0, &g1);
                 k0 = _mm256_add_pd(k0, _mm256_add_pd(_mm256_and_pd(lo, g0), _mm256_and_pd(hi, g1)));
             }
             forbidden += __builtin_popcount(~m & 0xFFu);
@@ -2442,8 +2446,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                     if (q) { /* (their exps: x's, where the penalties left all eight as they were) */
                         __m256d g0 = e0, g1 = e1;
                         if (wk && _mm256_movemask_ps(_mm256_cmp_ps(v8, x8, _CMP_EQ_OQ)) != 0xFF) {
-                            g0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v8)), vs));
-                            g1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v8, 1)), vs));
+                            exp8(v8, vs, &g0, &g1);
                         }
                         _mm256_storeu_pd(q + c, g0);
                         _mm256_storeu_pd(q + c + 4, g1);
@@ -2758,8 +2761,8 @@ static inline __attribute__((always_inline)) double part_exp_sum_body(const floa
     __m256d vs = _mm256_set1_pd(shift), s0 = _mm256_setzero_pd(), s1 = s0;
     for (Py_ssize_t i = a; i < b; i += 8) {
         __m256 x8 = _mm256_loadu_ps(x + i);
-        __m256d e0 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), vs));
-        __m256d e1 = exp4(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), vs));
+        __m256d e0, e1;
+        exp8(x8, vs, &e0, &e1);
         if (Q) {
             _mm256_storeu_pd(q + i, e0);
             _mm256_storeu_pd(q + i + 4, e1);

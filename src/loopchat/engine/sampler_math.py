@@ -197,12 +197,8 @@ def _top_p_deep(
     same pass). `inside`, `exps`: as top_p_positions's (exps: the masses read, not computed)."""
     # (every mass stored on the way, 8 bytes a token written: where the deep set does not hold
     # top_p, the bins below need them all, and a second exp pass over src is saved)
-    if exps is None:
-        q = scratch.get("f64b", src.shape[0], np.float64)
-        total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1], q)
-    else:
-        q = exps
-        total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1], q, stored=True)
+    q = scratch.get("f64b", src.shape[0], np.float64) if exps is None else exps
+    total, deep, q_deep = sampler_fused.exp_sum_above(src, mx, above[-1], q, exps is not None)
     target = top_p * total
     x_deep = src[deep]
     if target <= 1.0:  # (every token of the largest logit is in the deep set, in order)
