@@ -99,16 +99,26 @@ def test_deferred_ids_are_made_only_when_read() -> None:
     assert c.count == 10
 
 
-def test_a_flat_rows_top_p_does_not_search_its_head(monkeypatch) -> None:
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_flat_rows_top_p_does_not_search_its_head(monkeypatch, fused: bool) -> None:
     """Top-p 0.95 over a flat row of 49,152 (thousands kept, a total mass within the head's reach):
     the deep set's tokens above the head's threshold hold less than the target, so the head's cut is
     not searched (it would not be found), and the kept set is the sort's; a sharp row's is still
-    found in the head."""
+    found in the head. Both by the Python steps (`fused` off) and the kernel's one call (top_p_deep:
+    its answer says where the search ended)."""
     from loopchat.engine import sampler_math
 
     calls = []
-    head_cut = sampler_math._head_cut
+    head_cut, one_call = sampler_math._head_cut, sampler_fused.top_p_deep
     monkeypatch.setattr(sampler_math, "_head_cut", lambda *a: calls.append(1) or head_cut(*a))
+
+    def top_p_deep(*a):  # type: ignore[no-untyped-def]
+        out = one_call(*a) if fused else None
+        if out is not None and out[0] == "head":
+            calls.append(1)
+        return out
+
+    monkeypatch.setattr(sampler_fused, "top_p_deep", top_p_deep)
     for scale, searched in ((3.0, False), (12.0, True)):  # (3.0: ~4,000 kept, the target ~3.8 in the head's reach)
         x = (np.random.default_rng(9).standard_normal(49_152) * scale).astype(np.float32)
         calls.clear()

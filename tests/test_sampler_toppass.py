@@ -79,8 +79,9 @@ def test_the_cut_off_in_one_call_is_top_p_bins_step_for_step(name: str) -> None:
 @pytest.mark.usefixtures("kernel_on")
 def test_top_p_makes_one_pass_over_the_vocabulary_where_the_deep_set_holds_it(monkeypatch) -> None:
     """A flat-ish row of Gemma 3's size whose cut-off lies below the exact top 64 but inside
-    the deep set: the total and the deep set come from one pass (exp_sum_above); no other
-    pass of the kernel reads the whole vocabulary (the head and the deep set used to be
+    the deep set: the total and the deep set come from one pass (exp_sum_above, inside the kernel's
+    one call for the search since chain10: top_p_deep, whose bins then read the deep set alone); no
+    other pass of the kernel reads the whole vocabulary (the head and the deep set used to be
     found by two more, at_least's), the masses are not stored by a second pass, and the
     cut-off is the full sort's."""
     n = 262_144
@@ -88,17 +89,18 @@ def test_top_p_makes_one_pass_over_the_vocabulary_where_the_deep_set_holds_it(mo
     x = (rng.standard_normal(n) * 0.5).astype(np.float32)
     x[rng.choice(n, 3000, replace=False)] += 8.0  # the cut-off among these
     whole: list[str] = []
-    for name in ("at_least", "exp_sum", "exp_sum_above", "count_greater", "weights_of"):
+    for name in ("at_least", "exp_sum", "exp_sum_above", "count_greater", "weights_of", "top_p_deep"):
         real = getattr(sampler_fused, name)
 
         def spy(a: np.ndarray, *args: object, _real=real, _name=name) -> object:  # type: ignore[no-untyped-def]
-            if a.shape[0] == n:
-                whole.append(_name)
-            return _real(a, *args)
+            out = _real(a, *args)
+            if a.shape[0] == n:  # (top_p_deep: which bins it ran, "deep": the deep set's alone)
+                whole.append(_name if _name != "top_p_deep" else f"{_name} {out and out[0]}")
+            return out
 
         monkeypatch.setattr(sampler_fused, name, spy)
     kept, share = sampler_math.top_p_positions(x, None, 0.9)
-    assert whole == ["exp_sum_above"]
+    assert whole == ["top_p_deep deep"]
     q = np.exp(x.astype(np.float64) - x.max())
     order = np.argsort(-x, kind="stable")
     cum = np.cumsum(q[order])

@@ -1736,6 +1736,188 @@ static PyObject *py_sample_top(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok == 0);
 }
 
+/* ==== chain10: top-p's search over a large vocabulary in one call (sampler_math.top_p_positions) ====
+ * What top_p_positions did in Python and numpy around the kernel's passes, the same steps in the same
+ * order: the deep set's threshold from the strided sample (its 257 largest: sample_top_bins), the one
+ * pass for the total and the deep set (exp_sum_above), the deep set's logits gathered, the head's test
+ * (numpy's pairwise sum of the head's masses), numpy's pairwise sum of the deep set's masses, and the
+ * bins (top_p_cut) inside the deep set or over everything. Each float64 sum is added in the order the
+ * Python steps added it (pw_sum: numpy's pairwise recursion for a contiguous float64 array). */
+static double pw_rec(const double *a, Py_ssize_t n) {
+    if (n < 8) {
+        double res = -0.0;
+        for (Py_ssize_t i = 0; i < n; i++) res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        Py_ssize_t i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return res;
+    }
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pw_rec(a, n2) + pw_rec(a + n2, n - n2);
+}
+
+/* numpy's add.reduce: its identity 0.0 plus the pairwise sum (0.0 for no entries, as numpy's) */
+static double pw_sum(const double *a, Py_ssize_t n) { return 0.0 + pw_rec(a, n); }
+
+/* top_p_deep's answers (its `code`) */
+#define TPD_PYTHON 0 /* numpy's steps decide from the start (no deep set, a NaN sampled, the sample's bins short) */
+#define TPD_FIRST 1  /* the most likely alone: kabs[0] */
+#define TPD_REST 2   /* the deep set made; the head's cut (ties) or numpy's bins are the caller's from there */
+#define TPD_DEEP 3   /* the bins inside the deep set: kept[:k] positions in it, kabs[:k] in x */
+#define TPD_ALL 4    /* the bins over everything: kabs[:k] */
+#define TPD_HEAD 5   /* the head's cut: as TPD_DEEP's, cut -1 */
+#define TPD_ON (-3)  /* (top_p_head's: no cut in the head, the bins follow) */
+
+typedef struct {
+    double total, mass;
+    Py_ssize_t nd, k, cut;
+    float a_head;
+} tpd_out;
+
+static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids);
+
+/* top_p_deep's head (_top_p_deep's): the deep set's 64 largest by top_k_pass (where the 65 largest are
+   distinct: else TPD_REST, numpy's order of ties is the caller's), their masses' pairwise sum for the
+   test, then their running sum, largest first (the lexsort's order: the values are distinct), to the
+   target: where it ends before the 64th, the kept ones as positions in the deep set (kept) and in x (kabs),
+   their mass, cut -1 (the caller looks for the cut inside the deep set): TPD_HEAD; else TPD_ON (the bins). */
+static int top_p_head(const int64_t *ids, const double *qd, const float *xd, Py_ssize_t nd, double target,
+                      int64_t *kept, int64_t *kabs, tpd_out *o) {
+    int64_t at[64];
+    double qa[64], cum = 0.0;
+    if (!top_k_pass(xd, NULL, nd, 64, at)) return TPD_REST;
+    for (int j = 0; j < 64; j++) qa[j] = qd[at[j]];
+    if (!(pw_sum(qa, 64) * (1.0 + 1e-9) >= target)) return TPD_ON;
+    for (int j = 0; j < 63; j++) {
+        cum += qa[j];
+        if (cum >= target) {
+            for (int i = 0; i <= j; i++) kept[i] = at[i], kabs[i] = ids[at[i]];
+            o->k = j + 1, o->mass = cum, o->cut = -1;
+            return TPD_HEAD;
+        }
+    }
+    return TPD_ON;
+}
+
+static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, double *full, int stored,
+                      int64_t *ids, double *qd, float *xd, int32_t *idx, int64_t *kept, int64_t *kabs, Py_ssize_t bins,
+                      tpd_out *o) {
+    float above[257];
+    Py_ssize_t s = (n + 31) / 32;
+    if (s <= 4 * 256 || sample_top_bins(x, n, 32, 257, above) != 0) return TPD_PYTHON;
+    Py_ssize_t nd = 0;
+#ifdef KERNEL_AVX2
+    if (stored) o->total = exp_sum_above_parts(x, shift, above[256], ids, qd, n, &nd, full, 1);
+    else
+#endif
+        o->total = exp_sum_above(x, shift, above[256], ids, qd, n, &nd, full);
+    o->nd = nd, o->a_head = above[63], o->cut = -2, o->k = 0, o->mass = 0.0;
+    for (Py_ssize_t j = 0; j < nd; j++) xd[j] = x[ids[j]];
+    double target = top_p * o->total;
+    if (target <= 1.0) { /* (every token of the largest logit is in the deep set, in order: argmax's first) */
+        Py_ssize_t b = 0;
+        for (Py_ssize_t j = 1; j < nd; j++) b = xd[j] > xd[b] ? j : b;
+        kabs[0] = ids[b], o->k = 1, o->mass = 1.0;
+        return TPD_FIRST;
+    }
+    if (target <= 64.0) { /* (the head's test: its masses' sum, as numpy's q_deep[head].sum()) */
+        double *hq = (double *)malloc((size_t)(nd ? nd : 1) * sizeof(double));
+        if (!hq) return -2;
+        Py_ssize_t c = 0;
+        for (Py_ssize_t j = 0; j < nd; j++)
+            if (xd[j] >= above[63]) hq[c++] = qd[j];
+        double h = pw_sum(hq, c);
+        free(hq);
+        int head = h * (1.0 + 1e-9) >= target ? top_p_head(ids, qd, xd, nd, target, kept, kabs, o) : TPD_ON;
+        if (head != TPD_ON) return head;
+    }
+    double mass = 0.0;
+    if (pw_sum(qd, nd) >= target) {
+        Py_ssize_t k = top_p_cut(xd, qd, target, bins, idx, kept, nd, &mass);
+        if (k < 0) return k == -2 ? -2 : TPD_REST;
+        for (Py_ssize_t j = 0; j < k; j++) kabs[j] = ids[kept[j]];
+        o->k = k, o->mass = mass;
+        o->cut = k < nd ? (kept[k] >= 0 ? ids[kept[k]] : -1) : -2;
+        return TPD_DEEP;
+    }
+    Py_ssize_t k = top_p_cut(x, full, target, bins, idx, kabs, n, &mass);
+    if (k < 0) return k == -2 ? -2 : TPD_REST;
+    o->k = k, o->mass = mass, o->cut = k < n ? kabs[k] : -2;
+    return TPD_ALL;
+}
+
+PyDoc_STRVAR(pairwise_sum_doc, "pairwise_sum(q) -> float: numpy's q.sum() for contiguous float64 q (top_p_deep's sums).");
+
+static PyObject *py_pairwise_sum(PyObject *self, PyObject *args) {
+    PyObject *qo;
+    Py_buffer q;
+    if (!PyArg_ParseTuple(args, "O", &qo)) return NULL;
+    if (get_buf(qo, &q, 0, 'd') < 0) return NULL;
+    double s = pw_sum((const double *)q.buf, q.shape[0]);
+    PyBuffer_Release(&q);
+    return PyFloat_FromDouble(s);
+}
+
+PyDoc_STRVAR(top_p_deep_doc,
+             "top_p_deep(x, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, bins) -> (code, total, nd, k,\n"
+             "mass, cut, a_head): sampler_math.top_p_positions' search over float32 x (more than 32,768 entries)\n"
+             "in one call, its steps one for one: the strided sample's 257 largest (the deep set's threshold; the\n"
+             "64th: a_head), exp_sum_above(x, shift, threshold, ids, qd, full, stored) (total; the deep set's nd\n"
+             "positions and masses), their logits into xd, target = top_p * total; then code 1: target <= 1, the\n"
+             "deep set's first largest logit's position in kabs[0]; 5: the head's cut (the head's masses, numpy's\n"
+             "pairwise sum, may hold the target; its 64 largest distinct; the running sum ends before the 64th):\n"
+             "k positions into the deep set in kept[:k], in x in kabs[:k], their mass; 3: top_p_cut inside the\n"
+             "deep set (its masses' pairwise sum holds the target), kept and kabs as 5's; 4: top_p_cut over x and\n"
+             "full, kabs[:k]; 2: the deep set made, the rest is the caller's (ties among the head's 65 largest,\n"
+             "or top_p_cut refused). cut (3, 4): the most likely position of x not kept where the cut bin holds\n"
+             "one, -1 where it was kept whole (and 5's), -2 where every position was kept. 0: nothing done (no\n"
+             "deep set, a NaN sampled, the sample's threshold short). ids, kept, kabs: int64; qd, full: float64;\n"
+             "xd: float32; idx: int32; all x's length.");
+
+static PyObject *py_top_p_deep(PyObject *self, PyObject *args) {
+    PyObject *o[8];
+    double shift, top_p;
+    int stored = 0;
+    Py_ssize_t bins;
+    if (!PyArg_ParseTuple(args, "OddOpOOOOOOn", &o[0], &shift, &top_p, &o[1], &stored, &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &bins))
+        return NULL;
+#ifdef KERNEL_AVX2
+    int can_store = kernel_fma;
+#else
+    int can_store = 0;
+#endif
+    if ((stored && !can_store) || bins <= 1 || bins > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "top_p_deep: stored exps need a CPU with AVX2 and FMA; bins out of range");
+        return NULL;
+    }
+    Py_buffer v[8];
+    if (get_bufs(o, v, "fdqdfiqq", 0xfe, 8) < 0) return NULL;
+    Py_ssize_t n = v[0].shape[0];
+    int code = 0;
+    tpd_out r = {0.0, 0.0, 0, 0, -2, 0.0f};
+    int ok = 1;
+    for (int i = 1; i < 8; i++) ok = ok && check_len(&v[i], n) == 0;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS code = top_p_deep((const float *)v[0].buf, n, shift, top_p, (double *)v[1].buf, stored,
+                                                 (int64_t *)v[2].buf, (double *)v[3].buf, (float *)v[4].buf,
+                                                 (int32_t *)v[5].buf, (int64_t *)v[6].buf, (int64_t *)v[7].buf, bins, &r);
+        Py_END_ALLOW_THREADS
+        if (code == -2) PyErr_NoMemory();
+    }
+    release_bufs(v, 8);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(idnndnd)", code, r.total, r.nd, r.k, r.mass, r.cut, (double)r.a_head);
+}
+
 #define TOP_K_MAX 256
 
 /* ==== gram5: the k largest of a row in one pass (sampler_math.top_indices, top-k by a mask) ====
@@ -2274,6 +2456,8 @@ static PyMethodDef methods[] = {
     {"bin_split", py_bin_split, METH_VARARGS, bin_split_doc},
     {"top_p_cut", py_top_p_cut, METH_VARARGS, top_p_cut_doc},
     {"sample_top", py_sample_top, METH_VARARGS, sample_top_doc},
+    {"top_p_deep", py_top_p_deep, METH_VARARGS, top_p_deep_doc},
+    {"pairwise_sum", py_pairwise_sum, METH_VARARGS, pairwise_sum_doc},
     {"top_k", py_top_k, METH_VARARGS, top_k_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},

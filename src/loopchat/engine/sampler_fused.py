@@ -266,6 +266,40 @@ def top_p_cut(
     return kept[:k].astype(np.intp, copy=False), float(mass)
 
 
+#: top_p_deep's answers, by the kernel's code (0: none)
+_TOP_P_HOW = ("", "first", "rest", "deep", "all", "head")
+
+
+def top_p_deep(src: np.ndarray, shift: float, top_p: float, full: np.ndarray, stored: bool) -> tuple | None:
+    """sampler_math's _deep_sample and _top_p_deep up to the bins, in one call of the kernel (their steps
+    one for one, each float64 sum in their order): None where their own steps decide (no kernel, no deep
+    set, a NaN sampled); else (how: "first", the most likely alone; "rest", the deep set made, the head's
+    cut or numpy's bins left to the caller; "head", the head's cut; "deep" or "all", the bins inside the
+    deep set or over every position; the total; the kept mass; the kept positions of src; the same as positions in the deep set
+    ("head", "deep"); the most likely position cut, -1 where the cut bin was kept whole, -2 where every position
+    was; (the deep set's positions, logits and masses, the head's threshold)), arrays in scratch memory.
+    `full`, `stored`: exp_sum_above's."""
+    n = src.shape[0]
+    if kernel is None or src.dtype != np.float32 or not src.flags.c_contiguous:
+        return None
+    ids, qd, xd = (
+        scratch.get("ids", n, np.int64),
+        scratch.get("deep_q", n, np.float64),
+        scratch.get("deep_x", n, np.float32),
+    )
+    kept, kabs, idx = (
+        scratch.get("ids2", n, np.int64),
+        scratch.get("tp_kept", n, np.int64),
+        scratch.get("bins32", n, np.int32),
+    )
+    code, total, nd, k, mass, cut, a_head = kernel.top_p_deep(
+        src, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, 2048
+    )
+    if code == 0:
+        return None
+    return _TOP_P_HOW[code], total, mass, kabs[:k], kept[:k], cut, (ids[:nd], xd[:nd], qd[:nd], np.float32(a_head))
+
+
 def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
     """The positions of idx above b and at b, each in order (fresh arrays)."""
     n = idx.shape[0]

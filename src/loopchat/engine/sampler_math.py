@@ -102,6 +102,7 @@ def top_p_positions(
     None their ids: the TopP stage gathers their ids and logits in one pass, sampler_topp; the
     kernel's bins over every candidate leave them in scratch memory, the next call's), and
     the share of the candidates' softmax mass they hold (both sums in float64, found on the way).
+    With the kernel the search from the sample to the bins is its one call (_top_p_fused).
     `known_max`: the candidates' largest logit, if the caller knows it. `inside`: what the search
     knows of the most likely candidate it cut is appended to it: ("at", its position), where the
     kernel's bins found it (top_p_cut's `cut_out`); ("deep", the deep set's positions, ascending,
@@ -117,12 +118,37 @@ def top_p_positions(
         total = sampler_fused.exp_sum(src, mx, None) if exps is None else sampler_fused.stored_sum(src, exps)
         if top_p * total <= 1.0:  # (a sharp distribution: no search at all)
             return _first_max(src, None), 1.0 / total
+    fused = _top_p_fused(src, cand, top_p, mx, inside, exps)
+    if fused is not None:
+        return fused[0], fused[1] / fused[2]
     above = _deep_sample(src)
     if above is None:
         kept, mass, total = _top_p_stored(src, cand, top_p, mx, exps)
     else:
         kept, mass, total = _top_p_deep(src, cand, top_p, mx, above, inside, exps)
     return kept, mass / total
+
+
+def _top_p_fused(
+    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, inside: list | None, exps: np.ndarray | None
+) -> tuple[np.ndarray, float, float] | None:
+    """_deep_sample and _top_p_deep in one call of the kernel (sampler_fused.top_p_deep: their steps one
+    for one, each sum in their order), the head's cut left to _deep_rest where it may end there (or where
+    the kernel's bins refused): (the kept positions, their mass, the total), as _top_p_deep's. None: no
+    kernel, or no deep set: the steps above decide."""
+    q = scratch.get("f64b", src.shape[0], np.float64) if exps is None else exps
+    r = sampler_fused.top_p_deep(src, mx, top_p, q, exps is not None)
+    if r is None:
+        return None
+    how, total, mass, kept, local, cut, deep = r
+    if how == "rest":
+        return _deep_rest(src, cand, top_p * total, deep[:3], (q, total, deep[3]), inside)
+    if inside is not None and how != "first":
+        if cut >= 0:
+            inside.append(("at", cut))
+        elif how in ("deep", "head"):
+            inside.append(("deep", deep[0], deep[1], local))
+    return kept, mass, total
 
 
 #: an estimate's margin: it must say the most likely token holds more than this times the
@@ -203,8 +229,18 @@ def _top_p_deep(
     x_deep = src[deep]
     if target <= 1.0:  # (every token of the largest logit is in the deep set, in order)
         return deep[int(np.argmax(x_deep)) : int(np.argmax(x_deep)) + 1], 1.0, total
+    return _deep_rest(src, cand, target, (deep, x_deep, q_deep), (q, total, above[_TOP_P_HEAD - 1]), inside)
+
+
+def _deep_rest(
+    src: np.ndarray, cand: np.ndarray | None, target: float, ds: tuple, qs: tuple, inside: list | None
+) -> tuple[np.ndarray, float, float]:
+    """_top_p_deep from its deep set on (`ds`: its positions, logits and masses; `qs`: every mass, the
+    total, the head's threshold), where the target is above 1: the head's cut, else the bins."""
+    deep, x_deep, q_deep = ds
+    q, total, a_head = qs
     if target <= _TOP_P_HEAD:  # (each mass is at most 1: a head holds no more than its size)
-        head = np.flatnonzero(x_deep >= above[_TOP_P_HEAD - 1])
+        head = np.flatnonzero(x_deep >= a_head)
         # (the head is among these: where they all hold less than the target, by more than their
         # sums' rounding, the head's cut is not looked for, as it would not be found: a flat row's)
         if float(q_deep[head].sum()) * (1.0 + 1e-9) >= target:

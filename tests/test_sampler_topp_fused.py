@@ -1,0 +1,133 @@
+"""Top-p's search over a large vocabulary in one call of the kernel (issue 24, 2026-12-06, chain10):
+sampler_math's _deep_sample and _top_p_deep (the deep set's threshold from the strided sample, the
+pass for the total and the deep set, the head's test and cut, numpy's pairwise sums of the masses,
+the bins inside the deep set or over everything) as the kernel's top_p_deep. Its answer is the
+steps' own, bit for bit: the kept positions in their order, the kept mass, the total, and what the
+search hands top-p's cut token (`inside`), on rows made to end at each of its exits, with the masses
+computed or read (the constraint's stored exps), on one thread and two."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from sampler_paths import built_kernel
+
+from loopchat.engine import sampler_fused, sampler_math
+
+
+@pytest.fixture
+def kernel_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(sampler_fused, "kernel", built_kernel())
+    yield
+    sampler_fused.use_threads(1)
+
+
+def _rows() -> dict[str, np.ndarray]:
+    """Rows for each exit: one token far above the rest (the most likely alone), a few well above
+    (the head's cut), a head that holds the target only past its 64th (the bins after the head's
+    test), a coarse grid (ties among the 65 largest: the head left to numpy's order), a flat row (the
+    bins inside the deep set, or over everything), -inf over most of it (non-finite logits in the deep
+    set: numpy's bins), a NaN (numpy's steps from the sample on), and the sizes around the deep set's
+    floor (32,768: no deep set at or below it)."""
+    rng = np.random.default_rng(2612)
+    n = 49_157
+    out = {}
+    x = rng.standard_normal(n).astype(np.float32)
+    x[77] += 40.0
+    out["sharp"] = x
+    x = rng.standard_normal(n).astype(np.float32)
+    x[rng.choice(n, 12, replace=False)] += 9.0
+    out["few"] = x
+    x = rng.standard_normal(n).astype(np.float32)
+    x[rng.choice(n, 90, replace=False)] += 7.0
+    out["head_short"] = x
+    out["coarse"] = (np.round(rng.standard_normal(n) * 2.0) + np.where(rng.random(n) < 0.002, 9.0, 0.0)).astype(
+        np.float32
+    )
+    out["flat"] = (rng.standard_normal(262_147) * 0.3).astype(np.float32)
+    out["smooth"] = (rng.standard_normal(n) * 2.0).astype(np.float32)
+    x = rng.standard_normal(n).astype(np.float32)
+    x[rng.random(n) < 0.9] = -np.inf
+    out["-inf"] = x
+    x = rng.standard_normal(n).astype(np.float32)
+    x[64] = np.nan
+    out["nan"] = x
+    out["floor"] = rng.standard_normal(32_768).astype(np.float32)
+    out["above_floor"] = rng.standard_normal(32_769).astype(np.float32)
+    return out
+
+
+ROWS = _rows()
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal to the bit: arrays by dtype and bytes, floats by their bits, tuples and lists item by item."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b, strict=True))
+    if isinstance(a, float) or isinstance(b, float):
+        return float(a).hex() == float(b).hex()  # type: ignore[arg-type]
+    return bool(a == b)
+
+
+def _steps(x: np.ndarray, cand: np.ndarray | None, p: float, exps: np.ndarray | None) -> tuple | None:
+    """_deep_sample and _top_p_deep's own steps (the kernel's passes one by one): (kept, mass, total,
+    inside), or None where there is no deep set."""
+    above = sampler_math._deep_sample(x)
+    if above is None:
+        return None
+    inside: list = []
+    kept, mass, total = sampler_math._top_p_deep(x, cand, p, float(x.max()), above, inside, exps)
+    return kept.copy(), mass, total, [tuple(a.copy() if isinstance(a, np.ndarray) else a for a in t) for t in inside]
+
+
+@pytest.mark.usefixtures("kernel_on")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_top_p_s_search_in_one_call_is_its_steps_to_the_bit(threads: int) -> None:
+    sampler_fused.use_threads(threads)
+    exits: set[str] = set()
+    real = sampler_fused.top_p_deep
+
+    def spy(*args: object) -> tuple | None:
+        r = real(*args)  # type: ignore[arg-type]
+        exits.add("none" if r is None else r[0])
+        return r
+
+    for name, x in ROWS.items():
+        mx = float(np.nanmax(x)) if name != "nan" else float(x[0])
+        cands = [None, np.arange(0, x.shape[0], dtype=np.intp)]
+        for p in (0.05, 0.3, 0.5, 0.9, 0.95, 0.999, 0.99999):
+            for stored in (False, True):
+                exps = None
+                if stored:
+                    exps = np.empty(x.shape[0])
+                    sampler_fused.exp_sum(x, mx, exps)
+                want = _steps(x, cands[p > 0.9], p, exps)
+                sampler_fused.top_p_deep = spy  # type: ignore[assignment]
+                try:
+                    inside: list = []
+                    got = sampler_math._top_p_fused(x, cands[p > 0.9], p, mx, inside, exps)
+                finally:
+                    sampler_fused.top_p_deep = real  # type: ignore[assignment]
+                if got is None:
+                    assert want is None or name == "nan", (name, p)
+                    continue
+                assert want is not None, (name, p)
+                assert _same((got[0], got[1], got[2]), want[:3]), (name, p, stored)
+                assert _same(inside, want[3]), (name, p, stored)
+    assert exits == {"none", "first", "rest", "head", "deep", "all"}, exits
+
+
+def test_numpys_pairwise_sum_is_the_kernels_for_the_head_and_the_deep_set() -> None:
+    """The head's test and the deep set's (numpy's q.sum(), pairwise: eight lanes up to 128, halves a
+    multiple of eight above) decide which bins run: the kernel's sum is numpy's for every length up to
+    300 and longer ones, on masses whose order of addition shows in the bits."""
+    k = built_kernel()
+    rng = np.random.default_rng(7)
+    for n in [*range(300), 1023, 8191, 8192, 8193, 12_345, 262_147]:
+        q = np.exp(rng.standard_normal(n) * 6.0)
+        assert float(k.pairwise_sum(q)).hex() == float(q.sum()).hex(), n
