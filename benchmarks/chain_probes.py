@@ -92,20 +92,22 @@ def install() -> None:
         "change_logits", "exp_sum_above", "exp_sum", "top_p_cut", "sample_top", "_top_p_deep", "count_greater",
         "distribution_sums", "weights_of", "top_p_unsorted", "top_p_of_vocabulary", "draw_sorted", "starts_at",
         "chain_starts", "chain_ends", "with_constraint", "_wide_top", "_chain_and_draw", "_sorted_distribution",
-        "_top_p_stored", "top_p_bounded", "_sample",
+        "_top_p_stored", "top_p_bounded", "_sample", "top_p_deep", "_top_p_fused", "_cut_inside",
     ]  # fmt: skip
     mods = [
         "sampler", "sampler_math", "sampler_topp", "sampler_cuts", "sampler_stages", "sampler_candidates",
-        "sampler_penalized", "dry", "sampler_fused", "sampler_tail", "sampler_topp",
+        "sampler_penalized", "dry", "sampler_fused", "sampler_tail", "sampler_constraint", "sampler_raw",
     ]  # fmt: skip
     wrapped: dict[int, object] = {}
+    probes = set()
     for m in mods:
         mod = importlib.import_module("loopchat.engine." + m)
         for n in names:
             f = getattr(mod, n, None)
-            if callable(f) and not isinstance(f, type):
+            if callable(f) and not isinstance(f, type) and id(f) not in probes:  # (a probe: wrapped once)
                 if id(f) not in wrapped:
                     wrapped[id(f)] = _wrap(n, f)
+                    probes.add(id(wrapped[id(f)]))
                 setattr(mod, n, wrapped[id(f)])
 
 

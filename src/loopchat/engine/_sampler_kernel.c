@@ -1832,8 +1832,10 @@ static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, 
         double *hq = (double *)malloc((size_t)(nd ? nd : 1) * sizeof(double));
         if (!hq) return -2;
         Py_ssize_t c = 0;
-        for (Py_ssize_t j = 0; j < nd; j++)
-            if (xd[j] >= above[63]) hq[c++] = qd[j];
+        for (Py_ssize_t j = 0; j < nd; j++) { /* (branchless: every mass written, the count moved on) */
+            hq[c] = qd[j];
+            c += xd[j] >= above[63];
+        }
         double h = pw_sum(hq, c);
         free(hq);
         int head = h * (1.0 + 1e-9) >= target ? top_p_head(ids, qd, xd, nd, target, kept, kabs, o) : TPD_ON;
