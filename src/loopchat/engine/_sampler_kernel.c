@@ -1784,6 +1784,22 @@ typedef struct {
 
 static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids);
 
+/* top_p_deep's scratch for the head's masses: the calling thread's own, kept from call to call up to
+   TPD_KEEP entries (a fresh block of 64 KB from malloc was page-faulted in at every call: glibc gives
+   the freed top of its heap back; ~6 us of the default model's ~10 us head test), larger ones freed. */
+#define TPD_KEEP 65536
+static __thread double *tpd_buf;
+
+static double *tpd_scratch(Py_ssize_t n) {
+    if (n > TPD_KEEP) return (double *)malloc((size_t)n * sizeof(double));
+    if (!tpd_buf) tpd_buf = (double *)malloc(TPD_KEEP * sizeof(double));
+    return tpd_buf;
+}
+
+static void tpd_scratch_done(double *p) {
+    if (p != tpd_buf) free(p);
+}
+
 /* top_p_deep's head (_top_p_deep's): the deep set's 64 largest by top_k_pass (where the 65 largest are
    distinct: else TPD_REST, numpy's order of ties is the caller's), their masses' pairwise sum for the
    test, then their running sum, largest first (the lexsort's order: the values are distinct), to the
@@ -1829,7 +1845,7 @@ static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, 
         return TPD_FIRST;
     }
     if (target <= 64.0) { /* (the head's test: its masses' sum, as numpy's q_deep[head].sum()) */
-        double *hq = (double *)malloc((size_t)(nd ? nd : 1) * sizeof(double));
+        double *hq = tpd_scratch(nd);
         if (!hq) return -2;
         Py_ssize_t c = 0;
         for (Py_ssize_t j = 0; j < nd; j++) { /* (branchless: every mass written, the count moved on) */
@@ -1837,7 +1853,7 @@ static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, 
             c += xd[j] >= above[63];
         }
         double h = pw_sum(hq, c);
-        free(hq);
+        tpd_scratch_done(hq);
         int head = h * (1.0 + 1e-9) >= target ? top_p_head(ids, qd, xd, nd, target, kept, kabs, o) : TPD_ON;
         if (head != TPD_ON) return head;
     }
