@@ -21,7 +21,8 @@ def full_rank(x: np.ndarray, i: int) -> int:
 @pytest.mark.parametrize("k", [1, 10, 40])
 def test_a_rank_from_the_reported_top_is_the_rank_over_the_whole_array(k: int) -> None:
     """Inside the reported top the rank is counted among the entries before it; outside,
-    over the whole array: both as a count over the whole array, ties included."""
+    over the whole array: both as a count over the whole array, ties included; the same where
+    the caller says where in the top the entry is (`at`, sample()'s: -1 outside it)."""
     rng = np.random.default_rng(4)
     x = (rng.standard_normal(49_152) * 3).astype(np.float32)
     order = np.argsort(-x, kind="stable")
@@ -30,6 +31,8 @@ def test_a_rank_from_the_reported_top_is_the_rank_over_the_whole_array(k: int) -
     top = sampler_math.top_indices(x, k)
     for i in [*order[: k + 8].tolist(), int(order[-1]), int(order[5000])]:
         assert rank_of(x, i, top) == full_rank(x, i), i
+        at = top.tolist().index(i) if i in top.tolist() else -1
+        assert rank_of(x, i, top, at) == full_rank(x, i), i
 
 
 def test_a_rank_inside_the_top_makes_no_pass_over_the_array(monkeypatch) -> None:

@@ -237,14 +237,16 @@ def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tupl
     return (pick if d.ids is None else int(d.ids[pick])), pick
 
 
-def rank_of(x: np.ndarray, i: int, top: np.ndarray) -> int:
+def rank_of(x: np.ndarray, i: int, top: np.ndarray, at: int | None = None) -> int:
     """1 + how many entries of x are larger than x[i]. `top`: the positions of x's largest
     entries, largest first (exact: nothing outside them is larger than the last). If i is
-    among them, only those before it can be larger: a pass over x saved."""
-    value = x[i]
-    where = np.flatnonzero(top == i)
-    if where.size:
-        return int(np.count_nonzero(x[top[: int(where[0])]] > value)) + 1
+    among them, only those before it can be larger: a pass over x saved. `at`: i's place in
+    `top` (-1: not there) where the caller knows it; None: looked for."""
+    if at is None:
+        where = np.flatnonzero(top == i)
+        at = int(where[0]) if where.size else -1
+    if at >= 0:
+        return int(np.count_nonzero(x[top[:at]] > x[i])) + 1
     return sampler_fused.count_greater(x, i) + 1
 
 
@@ -387,7 +389,7 @@ def _sample(
     top_list = raw_top_ids.tolist()
     at = top_list.index(token_id) if token_id in top_list else -1
     # (wide: the top's logits strictly fall, so a token among them has its place for its rank)
-    raw_rank = at + 1 if wide is not None and at >= 0 else rank_of(logits, token_id, raw_top_ids)
+    raw_rank = at + 1 if wide is not None and at >= 0 else rank_of(logits, token_id, raw_top_ids, at)
     top_weights = d.weights(d.top)
     pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
     if pick is None:
