@@ -1647,6 +1647,32 @@ static uint32_t *keys_desc(uint32_t *keys, uint32_t *tmp, Py_ssize_t c) {
     return keys; /* (four passes: the sorted keys are back in `keys`' own memory) */
 }
 
+/* Scratch memory kept by the calling thread from call to call, a block a slot (0: top_p_deep's head
+   masses), up to TLS_KEEP bytes; larger requests are malloc'd and freed. The head's 64 KB malloc'd and
+   freed at every call were page-faulted in again at every call (glibc hands the freed top of its heap
+   back): 27 -> 19 kcycles a call for the head's test on the default model's rows. (sample_top_bins' keys
+   the same way were slower on Gemma's rows, 97 -> 132-171 kcycles: a kept block is out of the caches
+   after the forward pass, a fresh page is zeroed into them; left to malloc.) */
+#define TLS_KEEP ((size_t)1 << 20)
+static __thread void *tls_buf[1];
+static __thread size_t tls_cap[1];
+
+static void *tls_scratch(int slot, size_t bytes) {
+    if (bytes > TLS_KEEP) return malloc(bytes ? bytes : 1);
+    if (tls_cap[slot] < bytes || !tls_buf[slot]) {
+        free(tls_buf[slot]);
+        size_t cap = bytes < 65536 ? 65536 : bytes;
+        tls_buf[slot] = malloc(cap);
+        tls_cap[slot] = tls_buf[slot] ? cap : 0;
+        if (!tls_buf[slot]) return NULL;
+    }
+    return tls_buf[slot];
+}
+
+static void tls_done(int slot, void *p) {
+    if (p != tls_buf[slot]) free(p);
+}
+
 /* sample_top for a larger k (the deep set's 257 of ~8,000 on Gemma: numpy's partition ~37 us, the heap's
    inserts branch unpredictably): the sampled values as order-preserving 32-bit keys; a threshold from
    every eighth of them (their (k / 8 + slack)-th largest: some 450 keys reach it where k is 257); the keys
@@ -1784,21 +1810,6 @@ typedef struct {
 
 static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids);
 
-/* top_p_deep's scratch for the head's masses: the calling thread's own, kept from call to call up to
-   TPD_KEEP entries (a fresh block of 64 KB from malloc was page-faulted in at every call: glibc gives
-   the freed top of its heap back; ~6 us of the default model's ~10 us head test), larger ones freed. */
-#define TPD_KEEP 65536
-static __thread double *tpd_buf;
-
-static double *tpd_scratch(Py_ssize_t n) {
-    if (n > TPD_KEEP) return (double *)malloc((size_t)n * sizeof(double));
-    if (!tpd_buf) tpd_buf = (double *)malloc(TPD_KEEP * sizeof(double));
-    return tpd_buf;
-}
-
-static void tpd_scratch_done(double *p) {
-    if (p != tpd_buf) free(p);
-}
 
 /* top_p_deep's head (_top_p_deep's): the deep set's 64 largest by top_k_pass (where the 65 largest are
    distinct: else TPD_REST, numpy's order of ties is the caller's), their masses' pairwise sum for the
@@ -1845,7 +1856,7 @@ static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, 
         return TPD_FIRST;
     }
     if (target <= 64.0) { /* (the head's test: its masses' sum, as numpy's q_deep[head].sum()) */
-        double *hq = tpd_scratch(nd);
+        double *hq = (double *)tls_scratch(0, (size_t)nd * sizeof(double));
         if (!hq) return -2;
         Py_ssize_t c = 0;
         for (Py_ssize_t j = 0; j < nd; j++) { /* (branchless: every mass written, the count moved on) */
@@ -1853,7 +1864,7 @@ static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, 
             c += xd[j] >= above[63];
         }
         double h = pw_sum(hq, c);
-        tpd_scratch_done(hq);
+        tls_done(0, hq);
         int head = h * (1.0 + 1e-9) >= target ? top_p_head(ids, qd, xd, nd, target, kept, kabs, o) : TPD_ON;
         if (head != TPD_ON) return head;
     }
