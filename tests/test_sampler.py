@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from loopchat.engine import sampler, sampler_math
+from loopchat.engine import sampler, sampler_fused, sampler_math
 from loopchat.settings import SamplingSettings
 
 
@@ -130,7 +130,9 @@ def test_entropy_in_bits() -> None:
 def test_top_p_over_a_large_vocabulary_is_exact_on_each_path(shape: str, monkeypatch) -> None:
     """Top-k off on a 262,144-token vocabulary (Gemma 3's size): the cut-off is found in
     the exact top 64 (sharp), among the tokens above a sampled threshold (spread), or by
-    the bins over the whole vocabulary (flat); each against the full-sort reference."""
+    the bins over the whole vocabulary (flat); each against the full-sort reference. (The
+    bins run in numpy's steps or the kernel's, top_p_bins, or inside its one call for the
+    search, top_p_deep, whose answer says over which set.)"""
     n = 262_144
     rng = np.random.default_rng(11)
     logits = rng.standard_normal(n).astype(np.float32)
@@ -142,10 +144,18 @@ def test_top_p_over_a_large_vocabulary_is_exact_on_each_path(shape: str, monkeyp
         logits *= 0.5
     logits[[7, 70_000]] = logits.max()  # a tie at the top: equal logits go in id order
     binned: list[int] = []
-    real_bins = sampler_math.top_p_bins
+    real_bins, one_call = sampler_math.top_p_bins, sampler_fused.top_p_deep
     monkeypatch.setattr(
         sampler_math, "top_p_bins", lambda x, q, t, **kw: binned.append(x.shape[0]) or real_bins(x, q, t, **kw)
     )
+
+    def top_p_deep(src, *args):  # type: ignore[no-untyped-def]
+        out = one_call(src, *args)  # (the kernel's bins in its one call: over the deep set or every token)
+        if out is not None and out[0] in ("deep", "all"):
+            binned.append(out[6][0].shape[0] if out[0] == "deep" else src.shape[0])
+        return out
+
+    monkeypatch.setattr(sampler_fused, "top_p_deep", top_p_deep)
     s = SamplingSettings(temperature=1.3, top_k=0, top_p=0.9, min_p=0.0, repeat_penalty=1.0)
     ref = reference_chain(logits, [], s)
     res = sampler.sample(logits, [], s, sampler.make_rng(3), report_k=40)

@@ -106,16 +106,25 @@ def test_top_p_skips_the_float64_pass_where_the_bound_decides_and_keeps_the_same
 
 @pytest.mark.usefixtures("sampler_path")
 def test_where_the_bound_leaves_the_cut_open_the_full_pass_decides(monkeypatch) -> None:
-    """A bound too wide to decide anything (forced): every step takes the full pass, and
-    reports what the bounded steps report (with DRY and a logit bias too)."""
+    """A bound too wide to decide anything (forced): every step takes the full pass (exp_sum_above, alone
+    or in the kernel's one call for top-p's search), and reports what the bounded steps report (with DRY
+    and a logit bias too)."""
     rows = shaped_rows()
     settings = [s for p in (0.9, 0.95) for s in worst_settings(p, dry=True)]
     context = [1, 2, 3, 1, 2, 3, 1, 2]
     bounded = [sampler.sample(r, context, s, sampler.make_rng(2), 40) for r in rows for s in settings]
     monkeypatch.setattr(sampler_raw.RawSoftmax, "bound", lambda self: (self.sum64, 0.25 * self.sum64))
     calls: list[int] = []
-    real = sampler_fused.exp_sum_above
+    real, one_call = sampler_fused.exp_sum_above, sampler_fused.top_p_deep
     monkeypatch.setattr(sampler_fused, "exp_sum_above", lambda *a: calls.append(1) or real(*a))
+
+    def top_p_deep(*a):  # type: ignore[no-untyped-def]
+        out = one_call(*a)  # (the kernel's one call for the search makes the full pass, exp_sum_above's)
+        if out is not None:
+            calls.append(1)
+        return out
+
+    monkeypatch.setattr(sampler_fused, "top_p_deep", top_p_deep)
     wide = [sampler.sample(r, context, s, sampler.make_rng(2), 40) for r in rows for s in settings]
     for a, b in zip(bounded, wide, strict=True):
         for name in a.__slots__:  # (bit for bit: the same tokens kept, the same passes after)

@@ -1651,7 +1651,7 @@ static uint32_t *keys_desc(uint32_t *keys, uint32_t *tmp, Py_ssize_t c) {
    masses), up to TLS_KEEP bytes; larger requests are malloc'd and freed. The head's 64 KB malloc'd and
    freed at every call were page-faulted in again at every call (glibc hands the freed top of its heap
    back): 27 -> 19 kcycles a call for the head's test on the default model's rows. (sample_top_bins' keys
-   the same way were slower on Gemma's rows, 97 -> 132-171 kcycles: a kept block is out of the caches
+   the same way measured slower on Gemma's rows, 97 -> 132-171 kcycles: a kept block is out of the caches
    after the forward pass, a fresh page is zeroed into them; left to malloc.) */
 #define TLS_KEEP ((size_t)1 << 20)
 static __thread void *tls_buf[1];
@@ -1809,7 +1809,6 @@ typedef struct {
 } tpd_out;
 
 static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids);
-
 
 /* top_p_deep's head (_top_p_deep's): the deep set's 64 largest by top_k_pass (where the 65 largest are
    distinct: else TPD_REST, numpy's order of ties is the caller's), their masses' pairwise sum for the
