@@ -17,7 +17,7 @@ off). Printed, medians over the rounds:
   served pass       one served pass of N, llama_decode alone (wall; the engine thread's CPU)
   gap               from one served pass's return to the next pass's call: the engine
                     thread's Python (each sequence's draw and Step, the flush, the pass's own
-                    Python); a probe (a single-sequence pass at passes 1, 2, 3 and every 32nd,
+                    Python); a probe (a single-sequence pass at passes 1, 2, 3 and every 64th,
                     docs/trace-format.md "Parallel sequences") falls in its gap and is counted
                     apart
   loop in pass      the event loop's callbacks during a served pass (the chunks' serializing,

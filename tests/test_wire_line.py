@@ -10,6 +10,7 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
+from loopchat import wire_line
 from loopchat.events import Candidate, Step
 from loopchat.trace import read_trace
 from loopchat.wire import WireOptions, WireSerializer
@@ -78,6 +79,24 @@ def test_the_token_line_is_the_chunk_objects_line() -> None:
         for step in steps:
             assert fast.lines(step) == slow.lines(step), (opts, step.piece, step.text)
         assert fast._text == slow._text and fast._offset == slow._offset
+
+
+def test_the_faces_table_is_shared_and_cleared_when_full(monkeypatch) -> None:
+    """Every writer reads one table of faces, kept from reply to reply; past FACES_MAX it is
+    cleared, and the lines are the same."""
+    monkeypatch.setattr(wire_line, "FACES_MAX", 7)
+    recorded = recorded_steps()
+    steps = recorded + made_up_steps(recorded[0], 60)
+    opts = WireOptions(logprobs=True, top_logprobs=20, extension=False, prompt=False)
+    first, second = (WireSerializer("m", opts, id="chatcmpl-x", created=1) for _ in range(2))
+    assert first._line is not None and second._line is not None
+    assert first._line._faces is second._line._faces
+    first._line._faces.clear()  # (earlier tests' faces)
+    slow = WireSerializer("m", opts, id="chatcmpl-x", created=1)
+    slow._line = None
+    for i, step in enumerate(steps):
+        assert (first if i % 2 else second).lines(step) == slow.lines(step), (step.piece, step.text)
+        assert len(first._line._faces) <= 7
 
 
 def test_the_other_events_and_the_extension_take_the_objects_path() -> None:

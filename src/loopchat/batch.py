@@ -39,7 +39,7 @@ class BatchPass(NamedTuple):
     size: int  # sequences in the batch (one token each)
     ms: float  # wall time of the batched llama_decode, waited for
     #: one sequence's pass at the same context length, measured in this run: the median of the latest
-    #: three single-sequence probes (engine/batch_run.py: at passes 1, 2, 3 and every 32nd); None: none yet
+    #: three single-sequence probes (engine/batch_run.py: at passes 1, 2, 3 and every 64th); None: none yet
     single_ms: float | None
 
 

@@ -43,6 +43,11 @@ def _plain(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:  # (most values: the checks below cost a step's chunk more than its encoding)
         return value
+    if kind is Candidate:  # (a step's ~20, in the tuples below: their exact types first, the same forms)
+        out = [value.token_id, value.text, value.prob]
+        return out if value.piece_bytes is None else [*out, value.piece_bytes.hex()]
+    if kind is tuple:
+        return [v if type(v) in _SCALARS else _plain(v) for v in value]
     if isinstance(value, SamplingSettings):
         return _settings_dict(value)
     if isinstance(value, Message):

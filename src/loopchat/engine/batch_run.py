@@ -16,7 +16,7 @@ drives the phases:
     finish      the cache is left holding the prompt as sequence 0, as after a reply alone
 
 The cost of a pass against one sequence (BatchPass.single_ms) is measured, not assumed: at
-passes 1, 2, 3 and every 32nd, before the batched decode, the first live sequence's token is
+passes 1, 2, 3 and every 64th, before the batched decode, the first live sequence's token is
 decoded alone in a scratch sequence (a copy of its cells, removed after), at the same
 position; `single_ms` is the median of the latest three such probes.
 """
@@ -41,9 +41,13 @@ from loopchat.events import Event, Finish, FinishReason, Pending, Start
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings, new_seed
 
-#: the single-sequence probes: at these pass numbers, and every PROBE_EVERY passes
+#: the single-sequence probes: at these pass numbers, and every PROBE_EVERY passes. Each is a pass of
+#: the model's weights for one token, between two batched passes: ~3% of a 48-token round of 4 and
+#: ~1.4% of a 256-token one every 32 passes; every 64 leaves 3 in 47 and 6 in 255 (the figure, the
+#: median of the latest three, moved less with 500 tokens of context than from pass to pass under
+#: load: docs/performance.md, "The event loop's work per chunk, and the batch's probes")
 PROBE_FIRST = (1, 2, 3)
-PROBE_EVERY = 32
+PROBE_EVERY = 64
 
 
 class SequenceHost:

@@ -17,7 +17,7 @@ A request alone on sequence 0 runs exactly as a reply alone does (its pass is th
 own, `ReplyRun.feed_back`: the events and figures of `loopchat serve --parallel 1`). A pass
 of two sequences or more is a `BatchPass` on each Step it gave (Step.batch), its
 `single_ms` measured as batch_run.py measures it: one sequence's token decoded alone in a
-scratch sequence at passes 1, 2, 3 and every 32nd, the median of the latest three; a pass
+scratch sequence at passes 1, 2, 3 and every 64th, the median of the latest three; a pass
 none of whose requests shows batch figures (ReplyRequest.batch_probes: a served request with
 the extension off) is not probed (a probe is a decode of the model's weights for one token).
 """

@@ -31,15 +31,16 @@ import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
+from loopchat.serve.event_stream import EventStream
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat, parse_completion, parse_json
 from loopchat.settings import SamplingSettings
-from loopchat.wire import DONE_LINE, WireSerializer, error_body, sse_line
+from loopchat.wire import WireSerializer, error_body
 from loopchat.wire_batch import BatchSerializer, serializer_for
 
 ENDPOINTS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health"
@@ -171,16 +172,12 @@ class _Routes:
         # streaming: the response starts once the run has started (an error before its
         # first event, e.g. a prompt too long for the context, is still a 4xx)
         first = await run.events.get()
-        gone.remove_done_callback(client_left)  # from here Starlette watches for the client
-        gone.cancel()
         if isinstance(first, WorkerError):
+            gone.remove_done_callback(client_left)
+            gone.cancel()
             await _until_done(run)
             return _worker_error(first, chat)
-        return StreamingResponse(
-            _stream(loop, run, serializer, first),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return EventStream(loop, run, serializer, first, gone)  # (`gone` still cancels the run)
 
     async def take_turn(
         self, request: Request, req: GenerationRequest, mode: str
@@ -302,27 +299,6 @@ def create_app(
         exception_handlers={HTTPException: routes.http_error},
         lifespan=routes.lifespan,
     )
-
-
-async def _stream(
-    loop: OneLoop, run: Run, serializer: WireSerializer | BatchSerializer, first: Any
-) -> AsyncIterator[str]:
-    """The SSE text of one run: wire.py's lines for each event, then [DONE]. If the client
-    goes, Starlette cancels this generator: the run is cancelled (within one step)."""
-    try:
-        event = first
-        while not isinstance(event, RunDone):
-            if isinstance(event, WorkerError):  # after the stream started: an error chunk
-                yield sse_line(error_body(event.message, "server_error", code="generation_error"))
-            else:
-                lines = serializer.lines(event)
-                if lines:
-                    yield lines[0] if len(lines) == 1 else "".join(lines)
-            event = await run.events.get()
-        yield DONE_LINE
-    finally:
-        if not run.done:
-            loop.cancel(run)
 
 
 async def _blocking(run: Run, serializer: WireSerializer | BatchSerializer, chat: bool) -> Response:

@@ -7,8 +7,8 @@ Ctrl+C or SIGTERM: the generation in progress is cancelled, the open responses e
 engine is closed and the exit code is 0 (a second Ctrl+C stops without waiting).
 
 Why Starlette on uvicorn: a small, well-kept ASGI stack (Starlette is what FastAPI is
-built on; uvicorn its usual server) whose StreamingResponse writes our bytes as they are:
-the stream is wire.py's lines, exactly what the chat's wire view shows. Bodies are
+built on; uvicorn its usual server) whose ASGI `send` writes our bytes as they are:
+the stream is wire.py's lines (serve/event_stream.py), exactly what the chat's wire view shows. Bodies are
 wire.py's plain objects, so no pydantic models are needed.
 """
 
