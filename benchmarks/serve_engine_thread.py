@@ -12,7 +12,11 @@ trees in turn (PYTHONPATH=<tree>/src, as serve_cpu_trees.py does) to compare two
     PYTHONPATH=/tmp/base/src .venv/bin/python benchmarks/serve_engine_thread.py [--rounds 3] [--parts]
 
 `--parts` also times the chain (sampler._sample) and the Step (ReplyRun.record) on their own.
-Prints one JSON object: medians over the rounds, µs per token.
+`--requests N`: N requests submitted together (a pass of N once they have joined: the shared
+batch's path, slot_host.py), each of --tokens tokens; every llama_decode (the prefills' and the
+batched passes' too) is "the pass" then, and the figures are per token of any request.
+`--extension`: the requests as a served request with the extension on asks them (report_k 20,
+the batch's probes), not off. Prints one JSON object: medians over the rounds, µs per token.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import llama_cpp
+
+from loopchat.engine import _batch_ffi, _llama_ffi, sampler
 from loopchat.engine import run as run_module
-from loopchat.engine import sampler
 from loopchat.engine.engine import Engine
 from loopchat.engine.shared_batch import Ticket
 from loopchat.engine.shared_run import SharedRun
@@ -57,21 +63,38 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="replies counted (after one not counted)")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--parts", action="store_true", help="the chain and the Step timed on their own too")
+    ap.add_argument("--requests", type=int, default=1, help="requests submitted together (a shared batch)")
+    ap.add_argument("--extension", action="store_true", help="report_k 20 and the batch's probes (extension on)")
     args = ap.parse_args()
     engine = Engine(builtin_model_path("smollm2-135m-instruct"), n_ctx=4096, threads=1)
     times: dict[str, list[int]] = {}
-    timed(engine._c, "decode_one", times, "pass")
+    if args.requests == 1:
+        timed(engine._c, "decode_one", times, "pass")
+    else:  # every decode: the prefills (Llama.eval's and the joint one), the batched passes, the probes
+        timed(_llama_ffi, "decode", times, "pass")
+        _batch_ffi.decode = _llama_ffi.decode
+        timed(llama_cpp.llama_cpp, "llama_decode", times, "pass")
     if args.parts:
         timed(sampler, "_sample", times, "chain")
         timed(run_module.ReplyRun, "record", times, "step_record")
     settings = dataclasses.replace(SamplingSettings(), max_tokens=args.tokens, seed=7, **SETTINGS)
-    request = ReplyRequest((Message("user", "Write a story about the sea."),), settings, ignore_eos=True, report_k=5)
+    k, probes = (20, True) if args.extension else (5, False)
+    prompts = ["Write a story about the sea.", "Tell me about cats.", "What is rain?", "Describe a tree."]
+    # (as `loopchat serve` asks: the step detail with the extension only; a tree from before it: none)
+    detail = {"step_detail": probes} if "step_detail" in ReplyRequest.__dataclass_fields__ else {}
+    requests = [
+        ReplyRequest(
+            (Message("user", prompts[j % 4]),), settings, ignore_eos=True, report_k=k, batch_probes=probes, **detail
+        )
+        for j in range(args.requests)
+    ]
     rows = []
     for i in range(args.rounds + 1):
         times.clear()
         events: list[Any] = []
-        shared = SharedRun(4)
-        shared.submit(Ticket(1, request, events.append))
+        shared = SharedRun(max(4, args.requests))
+        for j, request in enumerate(requests):
+            shared.submit(Ticket(j + 1, request, events.append))
         t0 = time.thread_time_ns()
         shared.serve(engine)
         total = time.thread_time_ns() - t0

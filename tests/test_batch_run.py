@@ -178,3 +178,30 @@ def test_a_cancel_ends_every_sequence(engine: Engine) -> None:
     assert all(f.reason == FinishReason.CANCELLED for f in finishes)
     prompt = next(e for e in events if isinstance(e, Start)).prompt_token_ids
     assert engine.n_past == len(prompt or ())
+
+
+def test_the_rows_of_a_pass_are_the_rows_asked_one_by_one(engine: Engine) -> None:
+    """BatchCalls.rows (one llama_get_logits_ith call a pass: llama.h's rows in the batch's order)
+    gives the very rows llama_get_logits_ith gives each token, for passes of 1 to 5 sequences."""
+    from loopchat.engine._batch_ffi import BatchCalls
+
+    engine.reset()
+    prompt = engine.tokenize("The sea is")
+    engine.evaluate(prompt)
+    calls = BatchCalls(engine.llm, engine.n_vocab)
+    try:
+        for n in range(1, 6):
+            for seq in range(1, n + 1):
+                calls.copy(0, seq, -1)
+            assert calls.decode([(seq, 1000 + 7 * seq, len(prompt)) for seq in range(1, n + 1)]) == 0
+            rows = calls.rows(n)
+            assert len(rows) == n
+            for i in range(n):
+                one = calls.row(i)
+                assert rows[i].ctypes.data == one.ctypes.data and np.array_equal(rows[i], one)
+            assert not np.array_equal(rows[0], rows[-1]) or n == 1  # (distinct tokens: distinct rows)
+            for seq in range(1, n + 1):
+                calls.remove(seq, 0)
+    finally:
+        calls.close()
+        engine.reset()

@@ -60,6 +60,7 @@ EVERY_FIELD = ReplyRequest(
     n=2,
     draft_plan=((2, 3),),  # (draft off in SETTINGS: no pass drafts)
     batch_probes=False,  # (a reply alone: no pass shared with another request to probe)
+    step_detail=False,
 )
 
 pytestmark = [pytest.mark.model, pytest.mark.server]  # the real model on both hosts; a loopchat serve
@@ -156,6 +157,9 @@ def test_both_hosts_run_every_field_of_the_request(model_path: Path) -> None:
         assert steps[0].token_id == request.first_token and steps[0].chosen_by == HAND and not steps[0].is_stop
         # watch: each step follows the texts' first tokens
         assert [t for t, _ in start.watch] == list(request.watch) and all(len(s.watched) == 2 for s in steps)
+        # step_detail off: no sampled-from top list, no repeat, the stage reports without cut texts
+        assert all(s.sampled_top is None and s.repeat is None for s in steps)
+        assert all(r.cut_text == "" for s in steps for r in s.stages) and any(s.stages for s in steps)
         # forced: the steps after the first token's take these, by hand too
         assert [(s.token_id, s.chosen_by) for s in steps[1:3]] == [(t, HAND) for t in request.forced]
         # a forced run ends with its last given token (here before max_tokens)

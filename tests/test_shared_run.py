@@ -241,3 +241,38 @@ def test_a_pass_of_requests_that_show_no_batch_figures_is_not_probed(engine: Any
             passes = [s.batch for s in _of(each, Step) if s.batch is not None]
             assert len(passes) == 3 and all(p.size == 2 for p in passes)  # (steps 1-3: batched passes 1-3)
             assert all((p.single_ms is not None) is probed for p in passes), passes
+
+
+def test_a_request_without_step_detail_gives_the_same_steps_less_the_detail(engine: Any) -> None:
+    """A served request with the extension off (`loopchat: false`) asks for no step detail: its
+    Steps are the full ones (same seed, alone and in a pass of two) but for the sampled-from top
+    list (None: not given), the stage reports' cut texts ("") and the repeat (None), none of which
+    its chunks carry; every figure the wire sends from a Step is the same."""
+    from loopchat.serve.requests import parse_chat
+
+    asks = [{"messages": [{"role": "user", "content": "Hi."}], **x} for x in ({"loopchat": False}, {})]
+    assert [parse_chat(a, SamplingSettings()).reply.step_detail for a in asks] == [False, True]
+    settings = SamplingSettings(temperature=0.9, top_k=40, top_p=0.9, min_p=0.05, seed=11, max_tokens=24)
+    drawn = ReplyRequest((Message("user", "Sing."),), settings, ignore_eos=True, report_k=5)
+    # (a reply that repeats itself, its tokens given: Step.repeat set at steps of the full one)
+    repeating = dataclasses.replace(drawn, forced=(engine.tokenize(" la")[-1],) * 24)
+    other = _request("What is rain?", tokens=24)
+    detail = ("sampled_top", "stages", "repeat")
+    full_steps: list[Step] = []
+    for full in (drawn, repeating):
+        lean = dataclasses.replace(full, step_detail=False)
+        for group in ([full], [full, other]):
+            engine.reset()
+            a = _of(_serve(engine, group)[0], Step)
+            engine.reset()
+            b = _of(_serve(engine, [lean, *group[1:]])[0], Step)
+            assert len(a) == len(b) == 24
+            for x, y in zip(a, b):
+                assert y.sampled_top is None and y.repeat is None
+                assert y.stages == tuple(r._replace(cut_text="") for r in x.stages)
+                for f in dataclasses.fields(Step):
+                    if f.name not in detail and f.name not in ("sample_ms", "elapsed_ms", "forward_ms", "batch"):
+                        assert getattr(x, f.name) == getattr(y, f.name), (x.index, f.name)
+            full_steps += a
+    assert all(s.sampled_top for s in full_steps) and any(r.cut_text for s in full_steps for r in s.stages)
+    assert any(s.repeat is not None for s in full_steps)

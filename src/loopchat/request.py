@@ -74,6 +74,12 @@ class ReplyRequest:
     #: (the probes behind BatchPass.single_ms: a decode each) for this request's steps; False: its
     #: asker shows no batch figures (a served request with the extension off, `loopchat: false`)
     batch_probes: bool = True
+    #: each Step's figures that only a reader of the whole record shows: the sampled-from top list,
+    #: the stage reports' cut texts, the repeat. False: an asker that reads of a Step only its
+    #: token, its text and its raw figures (a served request with the extension off: its chunks
+    #: carry the raw top list): Step.sampled_top None (not given), each stage report's cut_text ""
+    #: (not known), Step.repeat None; the rest of the Step is as ever
+    step_detail: bool = True
 
     def __post_init__(self) -> None:
         # callers may pass lists; the request stays hashable and immutable

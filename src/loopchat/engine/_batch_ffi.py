@@ -44,12 +44,39 @@ class BatchCalls:
         self._n_vocab = n_vocab
         # llama_batch_init(N_SEQ_MAX, 0, 1): token ids, one sequence id per token
         self._batch: Any = llama_cpp.llama_batch_init(N_SEQ_MAX, 0, 1)
+        b = self._batch
+        # the batch's arrays, each pointer read once (a field of the struct read makes a new
+        # pointer object: five a token a pass otherwise); every entry keeps its logits
+        self._token, self._pos, self._seq = b.token, b.pos, [b.seq_id[i] for i in range(N_SEQ_MAX)]
+        for i in range(N_SEQ_MAX):
+            b.n_seq_id[i], b.logits[i] = 1, True
         self._views: dict[int, np.ndarray] = {}  # a float view per logits row address, kept while it stays
+        #: the rows of a pass of n, one view each, by (first row's address, n): see `rows`
+        self._blocks: dict[tuple[int, int], list[np.ndarray]] = {}
 
     def decode(self, tokens: list[tuple[int, int, int]]) -> int:
         """llama_decode of (sequence, token, position) triples, each with its logits kept, waited
         for (llama_synchronize). Returns llama.cpp's code: 0 ok, 2 aborted, other values failures."""
-        return decode_entries(self._ctx, self._batch, [(seq, token, pos, True) for seq, token, pos in tokens])
+        token, pos, seq_ids = self._token, self._pos, self._seq
+        for i, (seq, tok, at) in enumerate(tokens):
+            token[i], pos[i] = tok, at
+            seq_ids[i][0] = seq
+        self._batch.n_tokens = len(tokens)
+        return decode(self._ctx, self._batch)
+
+    def rows(self, n: int) -> list[np.ndarray]:
+        """The logits of the last `decode`'s n tokens, in its order: views of llama.cpp's buffer,
+        valid until the next decode. llama.h's llama_get_logits: the rows of the tokens whose
+        logits are kept lie contiguously in the order they appeared in the batch (all of them
+        here), so one call finds them all (`row` makes one a token); the views are kept while
+        the buffer stays where it is."""
+        address = _logits_ith(self._ctx, 0)
+        views = self._blocks.get((address, n))
+        if views is None:
+            floats: Any = (ctypes.c_float * (n * self._n_vocab)).from_address(address)
+            block = np.frombuffer(floats, dtype=np.float32).reshape(n, self._n_vocab)
+            views = self._blocks[(address, n)] = list(block)
+        return views
 
     def row(self, i: int) -> np.ndarray:
         """The logits of the i-th token of the last decode: a view of llama.cpp's buffer, valid
@@ -75,3 +102,4 @@ class BatchCalls:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
             self._views.clear()
+            self._blocks.clear()

@@ -222,9 +222,10 @@ class BatchRun:
             for run, _ in going:
                 run.reason, run.error = reason, error
             return None
+        rows = self.calls.rows(len(going))
         for i, (run, _) in enumerate(going):
             host = self._host(run)
-            host.row = self.calls.row(i)
+            host.row = rows[i]
             host.pos = host.n_past + 1
             run.clock.forward_ms, run.clock.forward_tokens = ms, len(going)
         single = statistics.median(self._probes[-3:]) if self._probes else None

@@ -48,7 +48,7 @@ from loopchat.errors import ContextOverflowError
 from loopchat.events import Candidate, Event, Finish, FinishReason, Pending, Prefill, Start, Step, decode_rate
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings, new_seed
-from loopchat.stage_report import with_cut_text
+from loopchat.stage_report import StageReport, with_cut_text
 from loopchat.step_control import HAND, StepControl
 from loopchat.token_faces import partial_bytes
 
@@ -289,7 +289,7 @@ class ReplyRun:
             threads_reason=self.threads.reason_to_record(),
             probe_cut_ms=self.threads.cut_ms,
             chosen_by=drawn.chosen_by,
-            repeat=None if (rep := self.repeats.feed(token)) is None else rep.as_tuple(),
+            repeat=self._repeat(token),
             lens=lens,
             watched=seen,
             constraint=None if self.constraint is None else self.constraint.report,
@@ -381,19 +381,30 @@ class ReplyRun:
 
     def _die(self, res: SampleResult) -> dict[str, Any]:
         """What a Step and a Pending both say of the die: its two distributions and the
-        forward pass that gave the logits."""
+        forward pass that gave the logits (without `step_detail`: the raw one's top list only,
+        the stages without their cut texts: request.py)."""
+        detail = self.request.step_detail
         return {
             "raw_top": self._candidates(res.raw_top_ids, res.raw_top_probs),
-            "sampled_top": self._candidates(res.sampled_top_ids, res.sampled_top_probs),
+            "sampled_top": self._candidates(res.sampled_top_ids, res.sampled_top_probs) if detail else None,
             "raw_entropy": res.raw_entropy,
             "sampled_entropy": res.sampled_entropy,
             "candidates_kept": res.kept,
-            "stages": tuple(
-                with_cut_text(r, self.host.piece_text(r.cut_id)) if r.cut_id >= 0 else r for r in res.stages
-            ),
+            "stages": self._stages(res.stages) if detail else res.stages,
             "forward_ms": self.clock.forward_ms,
             "forward_tokens": self.clock.forward_tokens,
         }
+
+    def _stages(self, stages: tuple[StageReport, ...]) -> tuple[StageReport, ...]:
+        """The stage reports with their cut tokens' texts."""
+        return tuple(with_cut_text(r, self.host.piece_text(r.cut_id)) if r.cut_id >= 0 else r for r in stages)
+
+    def _repeat(self, token: int) -> tuple[int, int] | None:
+        """Step.repeat for the token just drawn (None without `step_detail`: the finder not fed)."""
+        if not self.request.step_detail:
+            return None
+        rep = self.repeats.feed(token)
+        return None if rep is None else rep.as_tuple()
 
     def _candidates(self, ids: np.ndarray, probs: np.ndarray) -> tuple[Candidate, ...]:
         """(tolist: Python ints and floats.) Each token's text and bytes are asked of the host

@@ -218,9 +218,10 @@ class SharedBatch:
             return
         single = statistics.median(self._probes[-3:]) if self._probes else None
         report = BatchPass(self.passes, n, ms, single) if n > 1 else None
+        rows = self.calls.rows(n)
         for i, live in enumerate(going):
             assert live.token is not None
-            live.host.took(live.token, self.calls.row(i))
+            live.host.took(live.token, rows[i])
             live.token, live.report = None, report
             live.run.clock.forward_ms, live.run.clock.forward_tokens = ms, n
 

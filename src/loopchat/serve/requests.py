@@ -180,6 +180,7 @@ def _request(
         constraint=_constraint(body),
         n=int(body.get("n") or 1),
         batch_probes=extension,
+        step_detail=extension,
     )
     return GenerationRequest(
         reply=reply,
