@@ -64,6 +64,7 @@ class Candidates:
         "exps_wanted",
         "work_copy",
         "wide_top",
+        "ascending_ids",
     )
 
     def __init__(
@@ -112,6 +113,8 @@ class Candidates:
         self.work_copy: np.ndarray | None = None
         #: the model's k + 1 largest logits' ids, largest first, distinct, when sampler._wide_top found them
         self.wide_top: np.ndarray | None = None
+        #: the constraint's allowed ids (ascending), while they are the candidates' (`ids is` them), else None
+        self.ascending_ids: np.ndarray | None = None
 
     @property
     def ids(self) -> np.ndarray | None:

@@ -123,7 +123,7 @@ class ConstraintStage:
         """The candidates become the allowed ids (sorted when few; with the mask when most of
         the vocabulary: top-k then looks among the largest logits, sampler_stages)."""
         n = int(allowed.shape[0])
-        c.ids = allowed
+        c.ids = c.ascending_ids = allowed
         if n <= SORT_LIMIT:
             c.sort()
         elif bits is not None and n * 2 > c.n_vocab:
@@ -164,7 +164,7 @@ class ConstraintStage:
             if q_written:  # (and their float64 exps at the raw max: top-p's, where that is their max too)
                 c.source_exps = (values, cast(np.ndarray, q)[:n], c.raw_max)
         if many and n > SORT_LIMIT:  # (the mask unpacked only if a stage reads it: top-p's cut mostly does not)
-            c.ids = allowed
+            c.ids = c.ascending_ids = allowed
             c.defer_allowed(self._unpacked)
             c.allowed_n = n
             return c.report(self.name, entered, kept)

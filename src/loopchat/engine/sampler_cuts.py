@@ -108,10 +108,14 @@ def cut_among(work: np.ndarray, deep: np.ndarray, kept: np.ndarray) -> int:
     return int(deep[i]) if i >= 0 else -1
 
 
-def cut_below(work: np.ndarray, entered: np.ndarray | None, kept: np.ndarray, src: np.ndarray, floor: float) -> int:
+def cut_below(
+    work: np.ndarray, entered: np.ndarray | None, kept: np.ndarray, src: np.ndarray, floor: float, ascending: bool = False
+) -> int:
     """first_cut, where `kept` are the entered tokens whose float64 logit is at least `floor`
     (min-p; `src`: the entered tokens' logits, in the order of `entered`): the largest logit
-    below the floor, its lowest id. With the kernel: a read-only pass over `src`."""
+    below the floor, its lowest id. With the kernel: a read-only pass over `src`. `ascending`:
+    `entered` is in id order (the constraint's ids), so that the kernel's first position of the
+    largest is the lowest id of equal ones, without a second pass over `src` for them."""
     kernel = sampler_fused.kernel
     if kernel is None or kept.shape[0] >= src.shape[0]:
         return first_cut(work, entered, kept)
@@ -121,6 +125,8 @@ def cut_below(work: np.ndarray, entered: np.ndarray | None, kept: np.ndarray, sr
     i = int(kernel.cut_below(src, float(v))[0])
     if i < 0 or entered is None:
         return i
+    if ascending:
+        return int(entered[i])
     return int(entered[src == src[i]].min())  # (equal logits: the lowest id, whatever the order of `entered`)
 
 

@@ -206,7 +206,8 @@ class MinP:
         before = c.ids
         c.ids = kept if c.ids is None else c.ids[kept]
         c.z = z  # the candidates' logits minus their max, at temperature 1 so far
-        cut = cut_below(c.work, before, c.ids, src, floor)
+        # (the constraint's ascending ids: the first of equal logits is their lowest id)
+        cut = cut_below(c.work, before, c.ids, src, floor, before is not None and before is c.ascending_ids)
         return c.report(self.name, entered, w_sum * math.exp(mx - c.raw_max) / c.norm, cut)
 
 
