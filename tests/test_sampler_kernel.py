@@ -135,11 +135,17 @@ def test_each_fused_pass_gives_what_the_numpy_passes_give(name: str) -> None:
     for min_p in (1.0, 0.05, 1e-9):
 
         def keep(min_p: float = min_p) -> tuple:
-            ids, z, mass = sampler_fused.min_p_keep(x, mx + np.log(min_p), mx)
+            ids, z, mass, _ = sampler_fused.min_p_keep(x, mx + np.log(min_p), mx)
             return ids.copy(), z.copy(), mass
 
         (ki, kz, km), (ni, nz, nm) = both(keep)
         assert ki.dtype == ni.dtype and np.array_equal(ki, ni) and np.array_equal(kz, nz) and close(km, nm)
+        # the cut token's position from the same pass: cut_below's own pass at the least float32 >= the floor
+        for floor in (mx + np.log(min_p), float(np.nextafter(np.float32(mx + np.log(min_p)), np.float32(-np.inf)))):
+            at = built_kernel().min_p(x, floor, mx, np.empty(n, np.int64), np.empty(n))[2]
+            v = np.float32(floor)
+            v = np.nextafter(v, np.float32(np.inf)) if float(v) < floor else v
+            assert at == built_kernel().cut_below(x, float(v))[0], (min_p, floor)
 
     for threshold in {x.max(), x[0], x.min(), np.float32(np.inf), np.float32(-np.inf)}:
         got, want = both(sampler_fused.at_least, x, np.float32(threshold))

@@ -972,10 +972,61 @@ static PyObject *py_distribution(PyObject *self, PyObject *args) {
     return Py_BuildValue("(dd)", norm, wz);
 }
 
+/* min-p's pass: the positions at or above v in order, their float64 values minus shift, and the largest
+   value below v (min-p's cut token, sampler_cuts.cut_below's pass), in one read. v: the least float32 whose
+   float64 is at least the floor, so that x >= v exactly where float64(x) >= floor (NaN: neither). */
+static Py_ssize_t min_p_plain(const float *x, float v, double shift, Py_ssize_t from, Py_ssize_t n, int64_t *ids,
+                              double *z, Py_ssize_t k, float *below) {
+    float m = *below;
+    for (Py_ssize_t i = from; i < n; i++) {
+        if (x[i] >= v) {
+            ids[k] = i;
+            z[k] = (double)x[i] - shift;
+            k++;
+        } else if (x[i] < v && x[i] > m)
+            m = x[i];
+    }
+    *below = m;
+    return k;
+}
+
+#ifdef KERNEL_AVX2
+/* The same, eight at a time: the compare's lanes at or above v (few: min-p keeps the head) written in
+   order from its bits, the others' max by a blend (max_below_avx2's). */
+__attribute__((target("avx2"))) static Py_ssize_t min_p_avx2(const float *x, float v, double shift, Py_ssize_t n,
+                                                             int64_t *ids, double *z, float *below) {
+    const __m256 vv = _mm256_set1_ps(v), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 m0 = ninf, m1 = ninf;
+    Py_ssize_t i = 0, k = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        m0 = _mm256_max_ps(m0, _mm256_blendv_ps(ninf, a, _mm256_cmp_ps(a, vv, _CMP_LT_OQ)));
+        m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, b, _mm256_cmp_ps(b, vv, _CMP_LT_OQ)));
+        unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, vv, _CMP_GE_OQ)) |
+                        (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(b, vv, _CMP_GE_OQ)) << 8;
+        while (bits) {
+            Py_ssize_t j = i + __builtin_ctz(bits);
+            ids[k] = j;
+            z[k] = (double)x[j] - shift;
+            k++;
+            bits &= bits - 1;
+        }
+    }
+    float lanes_m[8], m = -INFINITY;
+    _mm256_storeu_ps(lanes_m, _mm256_max_ps(m0, m1));
+    for (int l = 0; l < 8; l++) m = lanes_m[l] > m ? lanes_m[l] : m;
+    *below = m;
+    return min_p_plain(x, v, shift, i, n, ids, z, k, below);
+}
+#endif
+
+static Py_ssize_t first_equal(const float *x, float v, Py_ssize_t from, Py_ssize_t n);
+
 PyDoc_STRVAR(min_p_doc,
-             "min_p(src, floor, shift, ids, z) -> (k, mass): the k positions i of float32 src with\n"
+             "min_p(src, floor, shift, ids, z) -> (k, mass, at): the k positions i of float32 src with\n"
              "float64(src[i]) >= floor, in order, into ids[:k] (int64), z[:k] = float64(src[i]) - shift,\n"
-             "and mass the sum of exp(z[:k]).");
+             "mass the sum of exp(z[:k]), and at the first position of the largest src[i] below the floor\n"
+             "(-1 where there is none or it is -inf: cut_below's answer at the least float32 at or above it).");
 
 static PyObject *py_min_p(PyObject *self, PyObject *args) {
     PyObject *so, *io, *zo;
@@ -992,19 +1043,21 @@ static PyObject *py_min_p(PyObject *self, PyObject *args) {
         PyBuffer_Release(&ib);
         return NULL;
     }
-    Py_ssize_t n = s.shape[0], k = 0;
+    Py_ssize_t n = s.shape[0], k = 0, at = -1;
     double *z = (double *)zb.buf;
     if (check_len(&ib, n) == 0 && check_len(&zb, n) == 0) {
         const float *src = (const float *)s.buf;
         int64_t *ids = (int64_t *)ib.buf;
-        Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
-            double v = (double)src[i];
-            if (v >= floor_) {
-                ids[k] = i;
-                z[k] = v - shift;
-                k++;
-            }
-        }
+        float v = (float)floor_, below = -INFINITY;
+        if ((double)v < floor_) v = nextafterf(v, INFINITY);
+        Py_BEGIN_ALLOW_THREADS
+#ifdef KERNEL_AVX2
+        if (__builtin_cpu_supports("avx2"))
+            k = min_p_avx2(src, v, shift, n, ids, z, &below);
+        else
+#endif
+            k = min_p_plain(src, v, shift, 0, n, ids, z, 0, &below);
+        if (below > -INFINITY) at = first_equal(src, below, 0, n);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&s);
@@ -1017,7 +1070,7 @@ static PyObject *py_min_p(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS mass = sum_exp_f64(z, k);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&zb);
-    return Py_BuildValue("(nd)", k, mass);
+    return Py_BuildValue("(ndn)", k, mass, at);
 }
 
 PyDoc_STRVAR(count_greater_doc, "count_greater(x, i) -> int: how many entries of x (float32 or float64) exceed x[i].");

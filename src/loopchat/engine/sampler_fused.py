@@ -153,21 +153,23 @@ def weights_of(x: np.ndarray, shift: float, t: float) -> np.ndarray:
     return np.exp(z, out=z)
 
 
-def min_p_keep(src: np.ndarray, floor: float, shift: float) -> tuple[np.ndarray, np.ndarray, float]:
+def min_p_keep(src: np.ndarray, floor: float, shift: float) -> tuple[np.ndarray, np.ndarray, float, int | None]:
     """The positions of float32 src whose float64 value is at least floor (a fresh array,
-    in order), their float64 values minus shift (scratch memory), the sum of exp of those."""
+    in order), their float64 values minus shift (scratch memory), the sum of exp of those, and
+    the first position of the largest below the floor (-1: none, or -inf), the kernel's in the
+    same pass (sampler_cuts.cut_below's answer: `at`); None without the kernel."""
     n = src.shape[0]
     z = scratch.get("f64a", n, np.float64)
     if kernel is not None:
         ids = scratch.get("ids", n, np.int64)
-        k, mass = kernel.min_p(src, floor, shift, ids, z)
-        return ids[:k].astype(np.intp), z[:k], mass
+        k, mass, at = kernel.min_p(src, floor, shift, ids, z)
+        return ids[:k].astype(np.intp), z[:k], mass, at
     z[...] = src
     keep = np.greater_equal(z, floor, out=scratch.get("mask", n, np.bool_))
     kept = np.flatnonzero(keep)
     z = z[keep]
     z -= shift
-    return kept, z, float(np.exp(z).sum())
+    return kept, z, float(np.exp(z).sum()), None
 
 
 def count_greater(x: np.ndarray, i: int) -> int:
