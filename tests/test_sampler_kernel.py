@@ -142,10 +142,13 @@ def test_each_fused_pass_gives_what_the_numpy_passes_give(name: str) -> None:
         assert ki.dtype == ni.dtype and np.array_equal(ki, ni) and np.array_equal(kz, nz) and close(km, nm)
         # the cut token's position from the same pass: cut_below's own pass at the least float32 >= the floor
         for floor in (mx + np.log(min_p), float(np.nextafter(np.float32(mx + np.log(min_p)), np.float32(-np.inf)))):
-            at = built_kernel().min_p(x, floor, mx, np.empty(n, np.int64), np.empty(n))[2]
+            at, again = built_kernel().min_p(x, floor, mx, np.empty(n, np.int64), np.empty(n), True)[2:]
             v = np.float32(floor)
             v = np.nextafter(v, np.float32(np.inf)) if float(v) < floor else v
             assert at == built_kernel().cut_below(x, float(v))[0], (min_p, floor)
+            same = np.flatnonzero(x == x[at]) if at >= 0 else np.array([-1, -1])
+            assert again == (same[1] if same.shape[0] > 1 else -1), (min_p, floor)
+            assert built_kernel().min_p(x, floor, mx, np.empty(n, np.int64), np.empty(n))[3] == -2
 
     for threshold in {x.max(), x[0], x.min(), np.float32(np.inf), np.float32(-np.inf)}:
         got, want = both(sampler_fused.at_least, x, np.float32(threshold))

@@ -1023,16 +1023,18 @@ __attribute__((target("avx2"))) static Py_ssize_t min_p_avx2(const float *x, flo
 static Py_ssize_t first_equal(const float *x, float v, Py_ssize_t from, Py_ssize_t n);
 
 PyDoc_STRVAR(min_p_doc,
-             "min_p(src, floor, shift, ids, z) -> (k, mass, at): the k positions i of float32 src with\n"
-             "float64(src[i]) >= floor, in order, into ids[:k] (int64), z[:k] = float64(src[i]) - shift,\n"
-             "mass the sum of exp(z[:k]), and at the first position of the largest src[i] below the floor\n"
-             "(-1 where there is none or it is -inf: cut_below's answer at the least float32 at or above it).");
+             "min_p(src, floor, shift, ids, z, ties=0) -> (k, mass, at, again): the k positions i of float32 src\n"
+             "with float64(src[i]) >= floor, in order, into ids[:k] (int64), z[:k] = float64(src[i]) - shift,\n"
+             "mass the sum of exp(z[:k]), at the first position of the largest src[i] below the floor (-1 where\n"
+             "there is none or it is -inf: cut_below's answer at the least float32 at or above it), and, where\n"
+             "ties is nonzero, the next position of an equal value (-1: none; not looked for: -2).");
 
 static PyObject *py_min_p(PyObject *self, PyObject *args) {
     PyObject *so, *io, *zo;
     double floor_, shift;
     Py_buffer s, ib, zb;
-    if (!PyArg_ParseTuple(args, "OddOO", &so, &floor_, &shift, &io, &zo)) return NULL;
+    int ties = 0;
+    if (!PyArg_ParseTuple(args, "OddOO|p", &so, &floor_, &shift, &io, &zo, &ties)) return NULL;
     if (get_buf(so, &s, 0, 'f') < 0) return NULL;
     if (get_buf(io, &ib, 1, 'q') < 0) {
         PyBuffer_Release(&s);
@@ -1043,7 +1045,7 @@ static PyObject *py_min_p(PyObject *self, PyObject *args) {
         PyBuffer_Release(&ib);
         return NULL;
     }
-    Py_ssize_t n = s.shape[0], k = 0, at = -1;
+    Py_ssize_t n = s.shape[0], k = 0, at = -1, again = ties ? -1 : -2;
     double *z = (double *)zb.buf;
     if (check_len(&ib, n) == 0 && check_len(&zb, n) == 0) {
         const float *src = (const float *)s.buf;
@@ -1058,6 +1060,7 @@ static PyObject *py_min_p(PyObject *self, PyObject *args) {
 #endif
             k = min_p_plain(src, v, shift, 0, n, ids, z, 0, &below);
         if (below > -INFINITY) at = first_equal(src, below, 0, n);
+        if (ties && at >= 0) again = first_equal(src, below, at + 1, n);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&s);
@@ -1070,7 +1073,7 @@ static PyObject *py_min_p(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS mass = sum_exp_f64(z, k);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&zb);
-    return Py_BuildValue("(ndn)", k, mass, at);
+    return Py_BuildValue("(ndnn)", k, mass, at, again);
 }
 
 PyDoc_STRVAR(count_greater_doc, "count_greater(x, i) -> int: how many entries of x (float32 or float64) exceed x[i].");

@@ -115,14 +115,15 @@ def cut_below(
     src: np.ndarray,
     floor: float,
     ascending: bool = False,
-    at: int | None = None,
+    at: tuple[int, int] | None = None,
 ) -> int:
     """first_cut, where `kept` are the entered tokens whose float64 logit is at least `floor`
     (min-p; `src`: the entered tokens' logits, in the order of `entered`): the largest logit
     below the floor, its lowest id. With the kernel: a read-only pass over `src`, or `at`, its
-    answer where the kernel's min-p pass found it (sampler_fused.min_p_keep). `ascending`:
-    `entered` is in id order (the constraint's ids), so that the kernel's first position of the
-    largest is the lowest id of equal ones, without a second pass over `src` for them."""
+    answer where the kernel's min-p pass found it (sampler_fused.min_p_keep: the first position
+    and the next of an equal logit, -1 none, -2 not looked for). `ascending`: `entered` is in id
+    order (the constraint's ids), so that the kernel's first position of the largest is the lowest
+    id of equal ones; so is it where no other position holds that logit. Else a pass over `src` for them."""
     kernel = sampler_fused.kernel
     if kernel is None or kept.shape[0] >= src.shape[0]:
         return first_cut(work, entered, kept)
@@ -130,11 +131,11 @@ def cut_below(
         v = np.float32(floor)  # the least float32 at or above the floor: x < v exactly where float64(x) < floor
         if float(v) < floor:
             v = np.nextafter(v, np.float32(np.inf))
-        at = int(kernel.cut_below(src, float(v))[0])
-    i = at
+        at = int(kernel.cut_below(src, float(v))[0]), -2
+    i = at[0]
     if i < 0 or entered is None:
         return i
-    if ascending:
+    if ascending or at[1] == -1:
         return int(entered[i])
     return int(entered[src == src[i]].min())  # (equal logits: the lowest id, whatever the order of `entered`)
 

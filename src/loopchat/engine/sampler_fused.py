@@ -153,17 +153,20 @@ def weights_of(x: np.ndarray, shift: float, t: float) -> np.ndarray:
     return np.exp(z, out=z)
 
 
-def min_p_keep(src: np.ndarray, floor: float, shift: float) -> tuple[np.ndarray, np.ndarray, float, int | None]:
+def min_p_keep(
+    src: np.ndarray, floor: float, shift: float, ties: bool = False
+) -> tuple[np.ndarray, np.ndarray, float, tuple[int, int] | None]:
     """The positions of float32 src whose float64 value is at least floor (a fresh array,
     in order), their float64 values minus shift (scratch memory), the sum of exp of those, and
-    the first position of the largest below the floor (-1: none, or -inf), the kernel's in the
-    same pass (sampler_cuts.cut_below's answer: `at`); None without the kernel."""
+    (the first position of the largest below the floor (-1: none, or -inf), the next of an equal
+    value (-1: none), looked for where `ties`, else -2), the kernel's in the same pass
+    (sampler_cuts.cut_below's answer: `at`); None without the kernel."""
     n = src.shape[0]
     z = scratch.get("f64a", n, np.float64)
     if kernel is not None:
         ids = scratch.get("ids", n, np.int64)
-        k, mass, at = kernel.min_p(src, floor, shift, ids, z)
-        return ids[:k].astype(np.intp), z[:k], mass, at
+        k, mass, at, again = kernel.min_p(src, floor, shift, ids, z, ties)
+        return ids[:k].astype(np.intp), z[:k], mass, (at, again)
     z[...] = src
     keep = np.greater_equal(z, floor, out=scratch.get("mask", n, np.bool_))
     kept = np.flatnonzero(keep)

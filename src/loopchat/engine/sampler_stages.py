@@ -202,12 +202,14 @@ class MinP:
         src = c.source()
         mx = c.source_max(src)
         floor = mx + math.log(self.min_p)
-        kept, z, w_sum, at = sampler_fused.min_p_keep(src, floor, mx)
         before = c.ids
-        c.ids = kept if c.ids is None else c.ids[kept]
+        # (the constraint's ascending ids: the first of equal logits is their lowest id; other ids: the
+        # kernel looks for a second position of the cut logit)
+        ascending = before is None or before is c.ascending_ids
+        kept, z, w_sum, at = sampler_fused.min_p_keep(src, floor, mx, not ascending)
+        c.ids = kept if before is None else before[kept]
         c.z = z  # the candidates' logits minus their max, at temperature 1 so far
-        # (the constraint's ascending ids: the first of equal logits is their lowest id)
-        cut = cut_below(c.work, before, c.ids, src, floor, before is not None and before is c.ascending_ids, at)
+        cut = cut_below(c.work, before, c.ids, src, floor, ascending, at)
         return c.report(self.name, entered, w_sum * math.exp(mx - c.raw_max) / c.norm, cut)
 
 
