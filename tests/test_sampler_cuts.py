@@ -79,6 +79,15 @@ def test_cut_below_names_the_token_first_cut_names(name: str) -> None:
         src = x[entered]
         kept = entered[src.astype(np.float64) >= floor]
         assert cut_below(x, entered, kept, src, floor) == first_cut(x, entered, kept), (name, floor)
+        # the position from min-p's own pass (the kernel's: None on numpy's path): over these ids, looking
+        # for a second equal logit; over ascending ids (the constraint's), the first position alone
+        at = sampler_fused.min_p_keep(src, floor, 0.0, True)[3]
+        assert cut_below(x, entered, kept, src, floor, False, at) == first_cut(x, entered, kept), (name, floor)
+        ascending = np.sort(entered)
+        src = x[ascending]
+        kept = ascending[src.astype(np.float64) >= floor]
+        at = sampler_fused.min_p_keep(src, floor, 0.0)[3]
+        assert cut_below(x, ascending, kept, src, floor, True, at) == first_cut(x, ascending, kept), (name, floor)
 
 
 @pytest.mark.usefixtures("sampler_path")
