@@ -44,24 +44,32 @@ def _plain(value: Any) -> Any:
     if kind in _SCALARS:  # (most values: the checks below cost a step's chunk more than its encoding)
         return value
     if kind is Candidate:  # (a step's ~20, in the tuples below: their exact types first, the same forms)
-        out = [value.token_id, value.text, value.prob]
-        return out if value.piece_bytes is None else [*out, value.piece_bytes.hex()]
+        return _candidate(value)
     if kind is tuple:
-        return [v if type(v) in _SCALARS else _plain(v) for v in value]
+        return _items(value)
     if isinstance(value, SamplingSettings):
         return _settings_dict(value)
     if isinstance(value, Message):
         return value.to_dict()
     if isinstance(value, Candidate):
-        out = [value.token_id, value.text, value.prob]
-        return out if value.piece_bytes is None else [*out, value.piece_bytes.hex()]
+        return _candidate(value)
     if isinstance(value, FinishReason):
         return value.value
     if isinstance(value, bytes):
         return value.hex()
-    if isinstance(value, tuple):
-        return [v if type(v) in _SCALARS else _plain(v) for v in value]
+    if isinstance(value, tuple):  # (a NamedTuple's too)
+        return _items(value)
     return value
+
+
+def _candidate(c: Candidate) -> list[Any]:
+    """[token id, text, probability] and, where recorded, its bytes in hex."""
+    out = [c.token_id, c.text, c.prob]
+    return out if c.piece_bytes is None else [*out, c.piece_bytes.hex()]
+
+
+def _items(value: tuple[Any, ...]) -> list[Any]:
+    return [v if type(v) in _SCALARS else _plain(v) for v in value]
 
 
 #: the last settings written and their dict: a reply's steps share one SamplingSettings object
