@@ -13,7 +13,6 @@ keeps the numpy path (a benchmark's "before"); `PATH` says which one runs.
 from __future__ import annotations
 
 import os
-import threading
 from types import ModuleType
 
 import numpy as np
@@ -274,6 +273,8 @@ def top_p_cut(
 
 #: top_p_deep's answers, by the kernel's code (0: none)
 _TOP_P_HOW = ("", "first", "rest", "deep", "all", "head")
+#: its six scratch arrays' types: ids, qd, xd, idx, kept, kabs
+_TOP_P_TYPES = (np.int64, np.float64, np.float32, np.int32, np.int64, np.int64)
 
 
 def top_p_deep(src: np.ndarray, shift: float, top_p: float, full: np.ndarray, stored: bool) -> tuple | None:
@@ -288,31 +289,13 @@ def top_p_deep(src: np.ndarray, shift: float, top_p: float, full: np.ndarray, st
     n = src.shape[0]
     if kernel is None or src.dtype != np.float32 or not src.flags.c_contiguous:
         return None
-    ids, qd, xd, idx, kept, kabs = _top_p_scratch(n)
+    ids, qd, xd, idx, kept, kabs = scratch.group("top_p_deep", n, _TOP_P_TYPES)
     code, total, nd, k, mass, cut, a_head = kernel.top_p_deep(
         src, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, 2048
     )
     if code == 0:
         return None
     return _TOP_P_HOW[code], total, mass, kabs[:k], kept[:k], cut, (ids[:nd], xd[:nd], qd[:nd], np.float32(a_head))
-
-
-class _TopPScratch(threading.local):
-    """top_p_deep's six arrays, this thread's (the vocabulary's size): taken together, not by six lookups."""
-
-    arrays: tuple[np.ndarray, ...] = ()
-
-
-_top_p_arrays = _TopPScratch()
-
-
-def _top_p_scratch(n: int) -> tuple[np.ndarray, ...]:
-    """(ids, qd, xd, idx, kept, kabs) of at least n entries: scratch memory, reused from call to call."""
-    a = _top_p_arrays.arrays
-    if not a or a[0].shape[0] < n:
-        types = (np.int64, np.float64, np.float32, np.int32, np.int64, np.int64)
-        a = _top_p_arrays.arrays = tuple(np.empty(n, dtype=t) for t in types)
-    return a
 
 
 def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ class _Scratch(threading.local):
 
     def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
+        self.groups: dict[str, tuple[np.ndarray, ...]] = {}
 
     def get(self, name: str, n: int, dtype: type) -> np.ndarray:
         """An uninitialised array of n entries: a view of this thread's `name` buffer."""
@@ -26,6 +27,14 @@ class _Scratch(threading.local):
         if a is None or a.shape[0] < n:
             a = self.arrays[name] = np.empty(n, dtype=dtype)
         return a[:n]
+
+    def group(self, name: str, n: int, dtypes: tuple[type, ...]) -> tuple[np.ndarray, ...]:
+        """Uninitialised arrays of at least n entries, one per dtype, this thread's `name` set:
+        taken in one lookup (a kernel call that fills several), whole (not views of n)."""
+        g = self.groups.get(name)
+        if g is None or g[0].shape[0] < n:
+            g = self.groups[name] = tuple(np.empty(n, dtype=t) for t in dtypes)
+        return g
 
 
 scratch = _Scratch()
