@@ -9,8 +9,9 @@ hand-off thread"). Where the C kernel is built, the wake-up is the kernel's deco
 once it has let go of the GIL (`lend`: the woken loop then finds the GIL free, instead of
 reaching it before the ctypes call let go of it: docs/performance.md, "`loopchat serve`'s
 pass wakes the event loop from C"). Called by `_llama_ffi.decode` (`LlamaCalls.decode_one` /
-`decode_all`: a reply's own pass, a verifying pass; `_batch_ffi.decode_entries`: a shared
-batch's pass, a joint prefill, a probe); empty (the chat, `run`): nothing is called.
+`decode_all`: a reply's own pass, a verifying pass; `_batch_ffi.BatchCalls.decode`: a shared
+batch's pass, a probe; `_batch_ffi.decode_entries`: a joint prefill); empty (the chat, `run`):
+nothing is called.
 """
 
 from __future__ import annotations
