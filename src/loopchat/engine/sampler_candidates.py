@@ -204,14 +204,19 @@ class Candidates:
                 return -1
             self.ids = top_set(self.work, k)  # (its order is the draw's: see _unsorted_distribution)
             return cut_after(self.work, None, self.ids)
-        wide = self.wide_top
-        if wide is not None and self.work is self.logits and wide.shape[0] == k + 1:  # (top_and_cut's answer)
+        wide, work = self.wide_top, self.work
+        unchanged = work is self.logits
+        raw_top = self.raw_top_ids if unchanged and k <= self.report_k else None
+        if wide is not None and unchanged and wide.shape[0] == k + 1:  # (top_and_cut's answer)
             self.ids, cut = wide[:k], int(wide[k])
+        elif raw_top is None and k + 1 < self.n_vocab and (top := sampler_fused.top_k(work, k + 1)) is not None:
+            # (the kernel's k + 1 are distinct and strictly falling where it finds them: top_and_cut's
+            # answer, without its test of their order)
+            self.ids, cut = top[:k], int(top[k])
         else:
-            raw_top = self.raw_top_ids if self.work is self.logits and k <= self.report_k else None
-            self.ids, cut = top_and_cut(self.work, k, raw_top)
+            self.ids, cut = top_and_cut(work, k, raw_top)
         self.sorted = True
-        self.logits64 = self.work[self.ids].astype(np.float64)
+        self.logits64 = work[self.ids].astype(np.float64)
         return cut
 
     def _take_top_of_ids(self, k: int) -> None:
@@ -269,7 +274,7 @@ class Candidates:
 
     def mass_of(self, logits64: np.ndarray) -> float:
         """The share of the mass unit these (float64) logits hold."""
-        return float(np.exp(logits64 - self.raw_max).sum()) / self.norm
+        return float(np.add.reduce(np.exp(logits64 - self.raw_max))) / self.norm  # (ndarray.sum's reduce, without its Python)
 
     def report(
         self, stage: str, entered: int, kept_mass: float, cut: int = -1, changed: int = 0, moved: float = 0.0

@@ -88,8 +88,9 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
     unsorted form, an infinite top): the stages run as they are."""
     if not c.sorted or c.z is not None or c.t != 1.0 or c.logits64 is None or len(tail) != 3:
         return None
-    top_p, min_p, temp = tail
-    assert isinstance(top_p, TopP) and isinstance(min_p, MinP) and isinstance(temp, Temperature)
+    top_p: TopP = tail[0]  # type: ignore[assignment]  # (chain_for's order: starts_at found them)
+    min_p: MinP = tail[1]  # type: ignore[assignment]
+    temp: Temperature = tail[2]  # type: ignore[assignment]
     l64 = c.logits64
     entered = l64.shape[0]
     if not entered or not math.isfinite(l64[0]):  # (an infinite top: numpy's NaN rules decide)
@@ -106,9 +107,8 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
         e, w_all = both[:entered], both[entered:]
     else:
         e, w_all = [], np.exp(d / t).tolist()
-    reports = []
     if top_p.p >= 1.0 or entered <= 1:
-        reports.append(c.report(top_p.name, entered, c.mass))
+        reports = [c.report(top_p.name, entered, c.mass)]
     else:
         cum = list(itertools.accumulate(e))
         last = cum[-1]
@@ -116,21 +116,20 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
         n_keep = min(max(bisect.bisect_left(cum, top_p.p) + 1, 1), entered)
         cut = int(c.ids[n_keep]) if n_keep < entered else -1  # type: ignore[index]
         c.keep_first(n_keep)
-        reports.append(c.report(top_p.name, entered, c.mass * cum[n_keep - 1], cut))
+        reports = [c.report(top_p.name, entered, c.mass * cum[n_keep - 1], cut)]
     reports.append(_min_p(c, min_p, l64, e))
     n = c.count
     reports.append(c.report(temp.name, n, c.mass))
     w = w_all[:n]
     s = np_sum(w)
     probs = [v / s for v in w]
+    if n == 1:
+        return TailDraw(reports, probs, 0.0, 0, 1)  # (no draw: the generator not used)
     nz = [p for p in probs if p > 0]
-    if len(nz) > 1:
-        entropy = -np_sum([p * q for p, q in zip(nz, np.log2(nz).tolist())])
-    else:
-        entropy = 0.0
-    pick = 0 if n == 1 else min(bisect.bisect_right(list(itertools.accumulate(probs)), rng.random()), n - 1)
+    entropy = -np_sum([p * q for p, q in zip(nz, np.log2(nz).tolist())]) if len(nz) > 1 else 0.0
+    pick = min(bisect.bisect_right(list(itertools.accumulate(probs)), rng.random()), n - 1)
     pw = probs[pick]
-    rank = 1 + sum(1 for v in probs[:pick] if v > pw)
+    rank = 1 + sum(1 for v in probs[:pick] if v > pw) if pick else 1
     return TailDraw(reports, probs, entropy, pick, rank)
 
 
