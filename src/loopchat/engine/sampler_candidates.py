@@ -19,6 +19,7 @@ import numpy as np
 from loopchat.engine import sampler_fused, sampler_penalized
 from loopchat.engine.sampler_cuts import cut_after, cut_after_mask, top_and_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_set
+from loopchat.engine.sampler_pairwise import np_sum
 from loopchat.stage_report import StageReport
 
 __all__ = ["Candidates"]
@@ -65,6 +66,7 @@ class Candidates:
         "work_copy",
         "wide_top",
         "ascending_ids",
+        "sorted_exps",
     )
 
     def __init__(
@@ -115,6 +117,9 @@ class Candidates:
         self.wide_top: np.ndarray | None = None
         #: the constraint's allowed ids (ascending), while they are the candidates' (`ids is` them), else None
         self.ascending_ids: np.ndarray | None = None
+        #: (logits64, raw_max, logits64 - raw_max, their exps as floats): top-k's mass (sorted_mass), which
+        #: sampler_tail reads where its shift is the same (the top's logit unchanged by the penalties)
+        self.sorted_exps: tuple | None = None
 
     @property
     def ids(self) -> np.ndarray | None:
@@ -272,9 +277,20 @@ class Candidates:
         if self.z is not None:
             self.z = self.z[:n]
 
+    def sorted_mass(self) -> float:
+        """mass_of(logits64) of the sorted candidates, its differences and exps kept (sorted_exps)."""
+        l64 = self.logits64
+        assert l64 is not None
+        x = l64 - self.raw_max
+        e = np.exp(x).tolist()
+        self.sorted_exps = (l64, self.raw_max, x, e)
+        return np_sum(e) / self.norm  # (at most SORT_LIMIT: numpy's pairwise sum, mass_of's bits)
+
     def mass_of(self, logits64: np.ndarray) -> float:
         """The share of the mass unit these (float64) logits hold."""
-        return float(np.add.reduce(np.exp(logits64 - self.raw_max))) / self.norm  # (ndarray.sum's reduce, without its Python)
+        e = np.exp(logits64 - self.raw_max)
+        # (a few: numpy's pairwise sum in Python floats, the same bits without a reduction's call into numpy)
+        return (np_sum(e.tolist()) if e.shape[0] <= SORT_LIMIT else float(e.sum())) / self.norm
 
     def report(
         self, stage: str, entered: int, kept_mass: float, cut: int = -1, changed: int = 0, moved: float = 0.0

@@ -130,8 +130,7 @@ class TopK:
         if k >= c.n_vocab:
             return c.report(self.name, entered, c.mass)
         if c.sorted:
-            assert c.logits64 is not None
-            return c.report(self.name, entered, c.mass_of(c.logits64), cut)
+            return c.report(self.name, entered, c.sorted_mass(), cut)
         return c.report(self.name, entered, c.mass_of(c.work[c.ids].astype(np.float64)), cut)
 
 

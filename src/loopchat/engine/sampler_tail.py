@@ -10,7 +10,7 @@ in one call each on the tail's candidates (numpy's float64 exp and log2 are the 
 some CPUs and numpy's own AVX-512 code on others: an element's result does not depend on the
 array it is in, so numpy's bits whatever the CPU). cumsum and searchsorted are sequential sums
 and binary searches (itertools.accumulate, bisect), and a sum is numpy's pairwise sum (`np_sum`,
-its order of additions: tests/test_sampler_tail.py checks it against numpy). The stages'
+its order of additions, sampler_pairwise: tests/test_sampler_tail.py checks it against numpy). The stages'
 reports are made by the same `Candidates.report`. sampler.sample takes this path for the
 sorted form when the chain ends with top-p, min-p and temperature (chain_for's order) and no
 token is forced; the chain's stages stay the definition (tests/test_sampler_chain.py runs
@@ -27,41 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from loopchat.engine.sampler_candidates import Candidates
+from loopchat.engine.sampler_pairwise import np_sum
 from loopchat.engine.sampler_stages import MinP, Stage, Temperature, TopP
 from loopchat.stage_report import StageReport
-
-_BLOCK = 128  # numpy's PW_BLOCKSIZE: a pairwise sum's leaf
-
-
-def np_sum(a: list[float]) -> float:
-    """float(np.array(a).sum()) for float64 values: numpy's pairwise sum, its additions in its
-    order (eight partial sums over a leaf of at most 128, halves split at a multiple of 8)."""
-    n = len(a)
-    if n < 8:
-        res = 0.0
-        for v in a:
-            res += v
-        return res
-    if n <= _BLOCK:
-        r = a[:8]
-        end = n - n % 8
-        for i in range(8, end, 8):
-            r[0] += a[i]
-            r[1] += a[i + 1]
-            r[2] += a[i + 2]
-            r[3] += a[i + 3]
-            r[4] += a[i + 4]
-            r[5] += a[i + 5]
-            r[6] += a[i + 6]
-            r[7] += a[i + 7]
-        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        for i in range(end, n):
-            res += a[i]
-        return res
-    half = n // 2
-    half -= half % 8
-    return np_sum(a[:half]) + np_sum(a[half:])
-
 
 @dataclass(slots=True)
 class TailDraw:
@@ -96,10 +64,16 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
     if not entered or not math.isfinite(l64[0]):  # (an infinite top: numpy's NaN rules decide)
         return None
     t = temp.t
+    cuts = entered > 1 and (top_p.p < 1.0 or min_p.min_p > 0.0)
+    known = c.sorted_exps
+    if known is not None and known[0] is l64 and known[1] == l64[0]:
+        # top-k's differences and exps (sorted_mass) are these: its shift, the raw max, is the top's logit
+        d, e = known[2], known[3]
+        w_all = e if t == 1.0 else np.exp(d / t).tolist()
+        return _tail(c, (top_p, min_p, temp), l64, e if cuts or t == 1.0 else [], w_all, rng)
     d = l64 - l64[0]  # (the stages' `logits64 - logits64[0]`, and their z before the temperature)
     # every exp the tail takes, in one call: exp(d) (top-p's and min-p's, where they run) and
     # exp(d / t) (the distribution's, the kept ones a prefix of it)
-    cuts = entered > 1 and (top_p.p < 1.0 or min_p.min_p > 0.0)
     if t == 1.0:
         e = w_all = np.exp(d).tolist()
     elif cuts:
@@ -107,6 +81,15 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
         e, w_all = both[:entered], both[entered:]
     else:
         e, w_all = [], np.exp(d / t).tolist()
+    return _tail(c, (top_p, min_p, temp), l64, e, w_all, rng)
+
+
+def _tail(
+    c: Candidates, stages: tuple[TopP, MinP, Temperature], l64: np.ndarray, e: list, w_all: list, rng: np.random.Generator
+) -> TailDraw:
+    """draw_sorted's stages and draw, from exp(d) (`e`) and exp(d / t) (`w_all`)."""
+    top_p, min_p, temp = stages
+    entered = l64.shape[0]
     if top_p.p >= 1.0 or entered <= 1:
         reports = [c.report(top_p.name, entered, c.mass)]
     else:
