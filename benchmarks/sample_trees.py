@@ -115,11 +115,13 @@ def main() -> None:
                     which = (i + r) % 2
                     sample = trees[which]["engine.sampler"].sample
                     t0 = time.thread_time_ns()
-                    res = sample(logits, context, settings[which], rngs[which], report)
+                    sample(logits, context, settings[which], rngs[which], report)
                     got[text][which].append((time.thread_time_ns() - t0) / 1e6)
                     if args.check:  # (fresh generators on both sides: the timed ones move on alone)
                         a, b = (
-                            tr["engine.sampler"].sample(logits.copy(), list(context), st, tr["engine.sampler"].make_rng(i), report)
+                            tr["engine.sampler"].sample(
+                                logits.copy(), list(context), st, tr["engine.sampler"].make_rng(i), report
+                            )
                             for tr, st in zip(trees, settings)
                         )
                         bad = [f for f in FIELDS if not _same(getattr(a, f), getattr(b, f))]
@@ -132,7 +134,9 @@ def main() -> None:
                     engine._sync()
         loads.append(os.getloadavg()[0])
     engine.close()
-    print(f"base {args.base}, this {args.src}, model {args.model or 'default'}, {args.rounds} rounds, steps alternating")
+    print(
+        f"base {args.base}, this {args.src}, model {args.model or 'default'}, {args.rounds} rounds, steps alternating"
+    )
     print("combo (top_k,top_p,min_p,t,report,dry,repeat): median CPU ms a step (all steps of each tree)")
     for text in combos:
         b, t = (statistics.median(v) for v in got[text])

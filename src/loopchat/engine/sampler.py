@@ -428,10 +428,8 @@ def _raw_figures(
     token_id: int,
     wide: np.ndarray | None,
 ) -> tuple[int, float]:
-    """The drawn token's raw rank and raw probability. (wide: the top's logits strictly fall, so a
-    token among them has its place for its rank; the first of the top has rank 1 whatever: none
-    before it.) As raw_top_probs: the same token, the same number (its own there, when it is
-    among them)."""
+    """The drawn token's raw rank (wide: the top's logits strictly fall, so a token among them has
+    its place for its rank; the top's first has rank 1) and raw probability (raw_top_probs' there)."""
     top_list = raw_top_ids.tolist()
     at = top_list.index(token_id) if token_id in top_list else -1
     if at < 0:

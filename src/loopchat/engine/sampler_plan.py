@@ -42,7 +42,11 @@ class Plan:
         #: size); -1: never
         self.wide_k = (
             k
-            if constraint is None and not greedy and k <= SORT_LIMIT and not settings.logit_bias and not (repeat or dry_on)
+            if constraint is None
+            and not greedy
+            and k <= SORT_LIMIT
+            and not settings.logit_bias
+            and not (repeat or dry_on)
             else -1
         )
         self.top_k = k

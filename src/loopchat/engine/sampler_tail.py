@@ -31,6 +31,7 @@ from loopchat.engine.sampler_pairwise import np_sum
 from loopchat.engine.sampler_stages import MinP, Stage, Temperature, TopP
 from loopchat.stage_report import StageReport
 
+
 @dataclass(slots=True)
 class TailDraw:
     """What the tail gave: the three stages' reports, the distribution drawn from (`probs`,
@@ -85,7 +86,12 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
 
 
 def _tail(
-    c: Candidates, stages: tuple[TopP, MinP, Temperature], l64: np.ndarray, e: list, w_all: list, rng: np.random.Generator
+    c: Candidates,
+    stages: tuple[TopP, MinP, Temperature],
+    l64: np.ndarray,
+    e: list,
+    w_all: list,
+    rng: np.random.Generator,
 ) -> TailDraw:
     """draw_sorted's stages and draw, from exp(d) (`e`) and exp(d / t) (`w_all`)."""
     top_p, min_p, temp = stages
