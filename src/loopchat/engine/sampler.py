@@ -24,17 +24,17 @@ raw softmax's float32 passes one call of sampler_raw (the kernel's fused pass, n
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 
 from loopchat.engine import dry, sampler_fused, sampler_tail
 from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
-from loopchat.engine.sampler_raw import raw_softmax
+from loopchat.engine.sampler_plan import plan_of
+from loopchat.engine.sampler_raw import RawSoftmax, raw_softmax
 from loopchat.engine.sampler_scratch import scratch
-from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled, with_constraint
+from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled
 from loopchat.settings import SamplingSettings
 
 __all__ = ["SampleResult", "StageReport", "chain_for", "entropy_bits", "make_rng", "sample", "top_indices"]
@@ -58,7 +58,8 @@ class SampleResult:
     kept: int  # candidates with non-zero probability in the sampled-from distribution
     stages: tuple[StageReport, ...] = ()  # what each stage of the chain did, in order
     #: what the figures of other tokens are read from, until the next draw (sampler_watch.py):
-    #: (the logits, the raw pass, its total, the distribution drawn from, the top's weights)
+    #: (the logits, the raw pass, its total, the distribution drawn from (or sampler_tail's draw: its
+    #: ids and TailDraw, distribution_of), the top's weights)
     basis: tuple | None = None
 
 
@@ -201,26 +202,6 @@ def _wide_top(
     return sampler_fused.top_k(logits, k + 1)
 
 
-def _chain_and_draw(
-    c: Candidates, chain: tuple[Stage, ...], rng: np.random.Generator, force: int | None
-) -> tuple[tuple[StageReport, ...], _Distribution, int, int | None, int | None]:
-    """The stages on `c`, the distribution and the draw: (the reports, the distribution, the
-    token, its position in it, its rank there if known). The sorted form's top-p, min-p and
-    temperature and its draw in Python floats where sampler_tail can (the same numbers)."""
-    at = sampler_tail.starts_at(chain) if force is None else len(chain)
-    reports = [stage.apply(c) for stage in chain[:at]]
-    tail = sampler_tail.draw_sorted(c, chain[at:], rng) if at < len(chain) else None
-    if tail is not None:
-        assert c.ids is not None
-        n = len(tail.probs)
-        d = _Distribution(c.ids, np.array(tail.probs), 1.0, tail.entropy, np.arange(min(c.report_k, n)), None, n)
-        return (*reports, *tail.reports), d, int(c.ids[tail.pick]), tail.pick, tail.rank
-    reports += [stage.apply(c) for stage in chain[at:]]
-    d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
-    token_id, pick = _draw(d, rng, force)
-    return tuple(reports), d, token_id, pick, None
-
-
 def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:
     """(the token, its position in d; None: a forced token the filters cut)."""
     n_kept = d.n
@@ -277,34 +258,10 @@ def _sampled_rank(d: _Distribution, pick: int, pick_weight: float, top_weights: 
     return sampler_fused.count_greater(d.probs, pick) + 1
 
 
-#: the last step's (settings, constraint, chain), one tuple (read and replaced whole: another
-#: thread's step sees the old tuple or the new one): a reply's steps pass the same objects
-_last_chain: list = [(None, None, ())]
-
-
 def _chain_of(settings: SamplingSettings, constraint: Stage | None) -> tuple[Stage, ...]:
-    """chain_for(settings), with the constraint's stage in its place (with_constraint): the last
-    step's tuple where the settings and the constraint are the very objects it was made for (the
-    settings immutable, the stage the same object: the same stages), without the two caches'
-    hashing of the settings (~20 us a step after a forward pass, their code and data cold)."""
-    last = _last_chain[0]
-    if last[0] is settings and last[1] is constraint:
-        return cast(tuple, last[2])
-    chain = (
-        chain_for(settings) if constraint is None else with_constraint(chain_for(settings), cast(Hashable, constraint))
-    )
-    _last_chain[0] = (settings, constraint, chain)
-    return chain
-
-
-def _may_penalize(settings: SamplingSettings, context: Sequence[int]) -> bool:
-    """Whether a stage of the chain may change logits this step (the repeat penalty, DRY, a logit bias)."""
-    if settings.logit_bias:
-        return True
-    if not context:
-        return False
-    repeat = settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0
-    return repeat or dry.enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n)
+    """chain_for(settings), with the constraint's stage in its place (with_constraint): the plan's
+    (sampler_plan: the last step's where the settings and the constraint are the same objects)."""
+    return plan_of(settings, constraint).chain
 
 
 def entropy_bits(logits: np.ndarray) -> float:
@@ -352,24 +309,26 @@ def _sample(
     constraint: Stage | None,
 ) -> SampleResult:
     """sample()'s chain."""
+    plan = plan_of(settings, constraint)
+    n_vocab = logits.shape[0]
+    narrows = 0 < plan.top_k < n_vocab  # (top-k keeps fewer than the whole vocabulary)
     # --- raw softmax over the whole vocabulary ---------------------------------
     # (the raw top first: where the kernel's one pass finds it (no tie, no NaN) its first is the
     # max, and numpy's pass for it is saved; else top_indices as before. Where top-k will read the
     # logits unchanged, the one pass finds its k + 1 too: _wide_top)
-    wide = _wide_top(logits, settings, report_k, constraint)
+    wide = _wide_top(logits, settings, report_k, constraint) if report_k <= plan.wide_k < n_vocab else None
     if wide is not None:
         raw_top_ids: np.ndarray | None = wide[:report_k]
         raw_max = float(logits[wide[0]])
     else:
-        raw_top_ids = sampler_fused.top_k(logits, report_k) if 0 < report_k < logits.shape[0] else None
+        raw_top_ids = sampler_fused.top_k(logits, report_k) if 0 < report_k < n_vocab else None
         raw_max = float(logits.max()) if raw_top_ids is None else float(logits[raw_top_ids[0]])
     # (sampler_raw: one fused pass or numpy's, the same bits; the float64 sum where top-p may
-    # run over the whole vocabulary: its bound, sampler_math.top_p_bounded)
-    whole_top_p = (
-        constraint is None and not settings.greedy and settings.top_p < 1.0 and not 0 < settings.top_k < logits.shape[0]
-    )
-    # (the logits copied in the same pass where a penalty may change some: sampler_penalized's copy)
-    copy = scratch.get("work", logits.shape[0], np.float32) if _may_penalize(settings, recent_tokens) else None
+    # run over the whole vocabulary: its bound, sampler_math.top_p_bounded. The logits copied in
+    # the same pass where a penalty may change some: sampler_penalized's copy)
+    whole_top_p = constraint is None and plan.top_p_open and not narrows
+    penalize = plan.penalize == 2 or (plan.penalize == 1 and len(recent_tokens) > 0)
+    copy = scratch.get("work", n_vocab, np.float32) if penalize else None
     raw = raw_softmax(logits, raw_max, whole_top_p, copy)
     total = raw.total
     raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
@@ -381,21 +340,62 @@ def _sample(
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k, raw.bound())
     c.work_copy = raw.copied
     c.wide_top = wide
-    c.narrow_k = 1 if settings.greedy else settings.top_k  # (right after the constraint: chain_for's order)
-    c.exps_wanted = not settings.greedy and settings.top_p < 1.0 and not 0 < settings.top_k < logits.shape[0]
-    chain = _chain_of(settings, constraint)
-    reports, d, token_id, pick, tail_rank = _chain_and_draw(c, chain, rng, force)
+    c.narrow_k = plan.narrow_k  # (right after the constraint: chain_for's order)
+    c.exps_wanted = plan.top_p_open and not narrows
+    chain = plan.chain
+    at = plan.tail_at if force is None else len(chain)
+    reports = [stage.apply(c) for stage in chain[:at]]
+    tail = sampler_tail.draw_sorted(c, chain[at:], rng) if at < len(chain) else None
+    if tail is None:
+        return _staged(logits, raw, raw_top_ids, raw_top_probs, raw_entropy, wide, c, chain[at:], reports, rng, force)
+    # (sampler_tail's draw: the distribution in Python floats, normalised; the reported top its first)
+    assert c.ids is not None
+    pick, probs = tail.pick, tail.probs
+    token_id = int(c.ids[pick])
+    raw_rank, raw_prob = _raw_figures(logits, raw, raw_top_ids, raw_top_probs, token_id, wide)
+    m = min(report_k, len(probs))
+    top_weights = np.array(probs[:m], dtype=np.float64)
+    return SampleResult(
+        token_id=token_id,
+        raw_top_ids=raw_top_ids,
+        raw_top_probs=raw_top_probs,
+        sampled_top_ids=c.ids[:m].copy(),
+        sampled_top_probs=top_weights,
+        raw_prob=raw_prob,
+        raw_rank=raw_rank,
+        sampled_prob=probs[pick],
+        sampled_rank=tail.rank,
+        raw_entropy=float(raw_entropy),
+        sampled_entropy=tail.entropy,
+        kept=len(probs),
+        stages=(*reports, *tail.reports),
+        basis=(logits, raw, total, (c.ids, tail), top_weights),
+    )
 
-    top_list = raw_top_ids.tolist()
-    at = top_list.index(token_id) if token_id in top_list else -1
-    # (wide: the top's logits strictly fall, so a token among them has its place for its rank)
-    raw_rank = at + 1 if wide is not None and at >= 0 else rank_of(logits, token_id, raw_top_ids, at)
+
+def _staged(
+    logits: np.ndarray,
+    raw: RawSoftmax,
+    raw_top_ids: np.ndarray,
+    raw_top_probs: np.ndarray,
+    raw_entropy: float,
+    wide: np.ndarray | None,
+    c: Candidates,
+    rest: tuple[Stage, ...],
+    reports: list[StageReport],
+    rng: np.random.Generator,
+    force: int | None,
+) -> SampleResult:
+    """_sample's end where the chain's last stages run as stages (sampler_tail declined, a token is
+    forced, or the chain does not end with its stages): the distribution, the draw, the figures."""
+    reports += [stage.apply(c) for stage in rest]
+    d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
+    token_id, pick = _draw(d, rng, force)
+    raw_rank, raw_prob = _raw_figures(logits, raw, raw_top_ids, raw_top_probs, token_id, wide)
     top_weights = d.weights(d.top)
     pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
     if pick is None:
         sampled_rank = 0
-    elif tail_rank is not None:  # (sampler_tail's count, the same as _sampled_rank's)
-        sampled_rank = tail_rank
     elif d.ids is None and c.work is logits:
         # every token kept, no penalty: the probabilities rise with the raw logits, so
         # the ranks are the same (a pass over the vocabulary saved)
@@ -408,14 +408,43 @@ def _sample(
         raw_top_probs=raw_top_probs,
         sampled_top_ids=d.top if d.ids is None else d.ids[d.top],
         sampled_top_probs=top_weights / d.norm,
-        # as raw_top_probs: the same token, the same number (its own there, when it is among them)
-        raw_prob=float(raw_top_probs[at]) if at >= 0 else float(raw.exp_at(np.array([token_id]))[0]) / total,
+        raw_prob=raw_prob,
         raw_rank=raw_rank,
         sampled_prob=pick_weight / d.norm,
         sampled_rank=sampled_rank,
         raw_entropy=float(raw_entropy),
         sampled_entropy=d.entropy,
         kept=d.n,
-        stages=reports,
-        basis=(logits, raw, total, d, top_weights),
+        stages=tuple(reports),
+        basis=(logits, raw, raw.total, d, top_weights),
     )
+
+
+def _raw_figures(
+    logits: np.ndarray,
+    raw: RawSoftmax,
+    raw_top_ids: np.ndarray,
+    raw_top_probs: np.ndarray,
+    token_id: int,
+    wide: np.ndarray | None,
+) -> tuple[int, float]:
+    """The drawn token's raw rank (wide: the top's logits strictly fall, so a token among them has
+    its place for its rank; the top's first has rank 1) and raw probability (raw_top_probs' there)."""
+    top_list = raw_top_ids.tolist()
+    at = top_list.index(token_id) if token_id in top_list else -1
+    if at < 0:
+        raw_rank = rank_of(logits, token_id, raw_top_ids, at)
+        return raw_rank, float(raw.exp_at(np.array([token_id]))[0]) / raw.total
+    raw_rank = at + 1 if wide is not None or at == 0 else rank_of(logits, token_id, raw_top_ids, at)
+    return raw_rank, float(raw_top_probs[at])
+
+
+def distribution_of(basis: tuple) -> _Distribution:
+    """The distribution a step drew from, from its SampleResult.basis (sampler_watch): sampler_tail's
+    draws keep their probabilities as Python floats (ids, TailDraw), made into one here."""
+    d = basis[3]
+    if isinstance(d, _Distribution):
+        return d
+    ids, tail = d
+    n = len(tail.probs)
+    return _Distribution(ids, np.array(tail.probs), 1.0, tail.entropy, np.arange(basis[4].shape[0]), None, n)

@@ -19,6 +19,7 @@ import numpy as np
 from loopchat.engine import sampler_fused, sampler_penalized
 from loopchat.engine.sampler_cuts import cut_after, cut_after_mask, top_and_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_set
+from loopchat.engine.sampler_pairwise import np_sum
 from loopchat.stage_report import StageReport
 
 __all__ = ["Candidates"]
@@ -65,6 +66,7 @@ class Candidates:
         "work_copy",
         "wide_top",
         "ascending_ids",
+        "sorted_exps",
     )
 
     def __init__(
@@ -115,6 +117,9 @@ class Candidates:
         self.wide_top: np.ndarray | None = None
         #: the constraint's allowed ids (ascending), while they are the candidates' (`ids is` them), else None
         self.ascending_ids: np.ndarray | None = None
+        #: (logits64, raw_max, logits64 - raw_max, their exps as floats): top-k's mass (sorted_mass), which
+        #: sampler_tail reads where its shift is the same (the top's logit unchanged by the penalties)
+        self.sorted_exps: tuple | None = None
 
     @property
     def ids(self) -> np.ndarray | None:
@@ -204,14 +209,19 @@ class Candidates:
                 return -1
             self.ids = top_set(self.work, k)  # (its order is the draw's: see _unsorted_distribution)
             return cut_after(self.work, None, self.ids)
-        wide = self.wide_top
-        if wide is not None and self.work is self.logits and wide.shape[0] == k + 1:  # (top_and_cut's answer)
+        wide, work = self.wide_top, self.work
+        unchanged = work is self.logits
+        raw_top = self.raw_top_ids if unchanged and k <= self.report_k else None
+        if wide is not None and unchanged and wide.shape[0] == k + 1:  # (top_and_cut's answer)
             self.ids, cut = wide[:k], int(wide[k])
+        elif raw_top is None and k + 1 < self.n_vocab and (top := sampler_fused.top_k(work, k + 1)) is not None:
+            # (the kernel's k + 1 are distinct and strictly falling where it finds them: top_and_cut's
+            # answer, without its test of their order)
+            self.ids, cut = top[:k], int(top[k])
         else:
-            raw_top = self.raw_top_ids if self.work is self.logits and k <= self.report_k else None
-            self.ids, cut = top_and_cut(self.work, k, raw_top)
+            self.ids, cut = top_and_cut(work, k, raw_top)
         self.sorted = True
-        self.logits64 = self.work[self.ids].astype(np.float64)
+        self.logits64 = work[self.ids].astype(np.float64)
         return cut
 
     def _take_top_of_ids(self, k: int) -> None:
@@ -267,9 +277,20 @@ class Candidates:
         if self.z is not None:
             self.z = self.z[:n]
 
+    def sorted_mass(self) -> float:
+        """mass_of(logits64) of the sorted candidates, its differences and exps kept (sorted_exps)."""
+        l64 = self.logits64
+        assert l64 is not None
+        x = l64 - self.raw_max
+        e = np.exp(x).tolist()
+        self.sorted_exps = (l64, self.raw_max, x, e)
+        return np_sum(e) / self.norm  # (at most SORT_LIMIT: numpy's pairwise sum, mass_of's bits)
+
     def mass_of(self, logits64: np.ndarray) -> float:
         """The share of the mass unit these (float64) logits hold."""
-        return float(np.exp(logits64 - self.raw_max).sum()) / self.norm
+        e = np.exp(logits64 - self.raw_max)
+        # (a few: numpy's pairwise sum in Python floats, the same bits without a reduction's call into numpy)
+        return (np_sum(e.tolist()) if e.shape[0] <= SORT_LIMIT else float(e.sum())) / self.norm
 
     def report(
         self, stage: str, entered: int, kept_mass: float, cut: int = -1, changed: int = 0, moved: float = 0.0

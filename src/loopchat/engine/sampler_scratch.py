@@ -22,11 +22,11 @@ class _Scratch(threading.local):
         self.groups: dict[str, tuple[np.ndarray, ...]] = {}
 
     def get(self, name: str, n: int, dtype: type) -> np.ndarray:
-        """An uninitialised array of n entries: a view of this thread's `name` buffer."""
+        """An uninitialised array of n entries: this thread's `name` buffer, or a view of its first n."""
         a = self.arrays.get(name)
         if a is None or a.shape[0] < n:
             a = self.arrays[name] = np.empty(n, dtype=dtype)
-        return a[:n]
+        return a if a.shape[0] == n else a[:n]  # (the buffer itself where it is that long: no view made)
 
     def group(self, name: str, n: int, dtypes: tuple[type, ...]) -> tuple[np.ndarray, ...]:
         """Uninitialised arrays of at least n entries, one per dtype, this thread's `name` set:

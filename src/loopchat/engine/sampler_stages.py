@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -64,7 +64,10 @@ class RepeatPenalty:
     def apply(self, c: Candidates) -> StageReport:
         if self.penalty == 1.0 or self.last_n <= 0 or not c.context:
             return c.report(self.name, c.count, c.mass)
-        recent = {t for t in c.context[-self.last_n :] if 0 <= t < c.n_vocab}
+        window = c.context[-self.last_n :]
+        recent = set(window)  # (the same inserts in the same order as the comprehension's: the same set)
+        if recent and (min(recent) < 0 or max(recent) >= c.n_vocab):
+            recent = {t for t in window if 0 <= t < c.n_vocab}
         changed, moved = 0, 0.0
         if recent:
             ids = np.fromiter(recent, dtype=np.intp, count=len(recent))
@@ -81,8 +84,16 @@ class Dry:
 
     settings: SamplingSettings
     name: str = "dry"
+    #: whether DRY does anything under these settings (dry.enabled, once)
+    on: bool = field(init=False, default=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        object.__setattr__(self, "on", dry.enabled(s.dry_multiplier, s.dry_base, s.dry_penalty_last_n))
 
     def apply(self, c: Candidates) -> StageReport:
+        if not self.on:
+            return c.report(self.name, c.count, c.mass)
         ids, pen = dry.step_penalties(c.context, self.settings, c.n_vocab)
         changed, moved = c.change_logits(ids, c.work[ids] - pen) if ids.size else (0, 0.0)
         return c.report(self.name, c.count, c.mass, changed=changed, moved=moved)
@@ -119,8 +130,7 @@ class TopK:
         if k >= c.n_vocab:
             return c.report(self.name, entered, c.mass)
         if c.sorted:
-            assert c.logits64 is not None
-            return c.report(self.name, entered, c.mass_of(c.logits64), cut)
+            return c.report(self.name, entered, c.sorted_mass(), cut)
         return c.report(self.name, entered, c.mass_of(c.work[c.ids].astype(np.float64)), cut)
 
 

@@ -10,7 +10,7 @@ in one call each on the tail's candidates (numpy's float64 exp and log2 are the 
 some CPUs and numpy's own AVX-512 code on others: an element's result does not depend on the
 array it is in, so numpy's bits whatever the CPU). cumsum and searchsorted are sequential sums
 and binary searches (itertools.accumulate, bisect), and a sum is numpy's pairwise sum (`np_sum`,
-its order of additions: tests/test_sampler_tail.py checks it against numpy). The stages'
+its order of additions, sampler_pairwise: tests/test_sampler_tail.py checks it against numpy). The stages'
 reports are made by the same `Candidates.report`. sampler.sample takes this path for the
 sorted form when the chain ends with top-p, min-p and temperature (chain_for's order) and no
 token is forced; the chain's stages stay the definition (tests/test_sampler_chain.py runs
@@ -27,40 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from loopchat.engine.sampler_candidates import Candidates
+from loopchat.engine.sampler_pairwise import np_sum
 from loopchat.engine.sampler_stages import MinP, Stage, Temperature, TopP
 from loopchat.stage_report import StageReport
-
-_BLOCK = 128  # numpy's PW_BLOCKSIZE: a pairwise sum's leaf
-
-
-def np_sum(a: list[float]) -> float:
-    """float(np.array(a).sum()) for float64 values: numpy's pairwise sum, its additions in its
-    order (eight partial sums over a leaf of at most 128, halves split at a multiple of 8)."""
-    n = len(a)
-    if n < 8:
-        res = 0.0
-        for v in a:
-            res += v
-        return res
-    if n <= _BLOCK:
-        r = a[:8]
-        end = n - n % 8
-        for i in range(8, end, 8):
-            r[0] += a[i]
-            r[1] += a[i + 1]
-            r[2] += a[i + 2]
-            r[3] += a[i + 3]
-            r[4] += a[i + 4]
-            r[5] += a[i + 5]
-            r[6] += a[i + 6]
-            r[7] += a[i + 7]
-        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        for i in range(end, n):
-            res += a[i]
-        return res
-    half = n // 2
-    half -= half % 8
-    return np_sum(a[:half]) + np_sum(a[half:])
 
 
 @dataclass(slots=True)
@@ -88,17 +57,24 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
     unsorted form, an infinite top): the stages run as they are."""
     if not c.sorted or c.z is not None or c.t != 1.0 or c.logits64 is None or len(tail) != 3:
         return None
-    top_p, min_p, temp = tail
-    assert isinstance(top_p, TopP) and isinstance(min_p, MinP) and isinstance(temp, Temperature)
+    top_p: TopP = tail[0]  # type: ignore[assignment]  # (chain_for's order: starts_at found them)
+    min_p: MinP = tail[1]  # type: ignore[assignment]
+    temp: Temperature = tail[2]  # type: ignore[assignment]
     l64 = c.logits64
     entered = l64.shape[0]
     if not entered or not math.isfinite(l64[0]):  # (an infinite top: numpy's NaN rules decide)
         return None
     t = temp.t
+    cuts = entered > 1 and (top_p.p < 1.0 or min_p.min_p > 0.0)
+    known = c.sorted_exps
+    if known is not None and known[0] is l64 and known[1] == l64[0]:
+        # top-k's differences and exps (sorted_mass) are these: its shift, the raw max, is the top's logit
+        d, e = known[2], known[3]
+        w_all = e if t == 1.0 else np.exp(d / t).tolist()
+        return _tail(c, (top_p, min_p, temp), l64, e if cuts or t == 1.0 else [], w_all, rng)
     d = l64 - l64[0]  # (the stages' `logits64 - logits64[0]`, and their z before the temperature)
     # every exp the tail takes, in one call: exp(d) (top-p's and min-p's, where they run) and
     # exp(d / t) (the distribution's, the kept ones a prefix of it)
-    cuts = entered > 1 and (top_p.p < 1.0 or min_p.min_p > 0.0)
     if t == 1.0:
         e = w_all = np.exp(d).tolist()
     elif cuts:
@@ -106,9 +82,22 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
         e, w_all = both[:entered], both[entered:]
     else:
         e, w_all = [], np.exp(d / t).tolist()
-    reports = []
+    return _tail(c, (top_p, min_p, temp), l64, e, w_all, rng)
+
+
+def _tail(
+    c: Candidates,
+    stages: tuple[TopP, MinP, Temperature],
+    l64: np.ndarray,
+    e: list,
+    w_all: list,
+    rng: np.random.Generator,
+) -> TailDraw:
+    """draw_sorted's stages and draw, from exp(d) (`e`) and exp(d / t) (`w_all`)."""
+    top_p, min_p, temp = stages
+    entered = l64.shape[0]
     if top_p.p >= 1.0 or entered <= 1:
-        reports.append(c.report(top_p.name, entered, c.mass))
+        reports = [c.report(top_p.name, entered, c.mass)]
     else:
         cum = list(itertools.accumulate(e))
         last = cum[-1]
@@ -116,21 +105,20 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
         n_keep = min(max(bisect.bisect_left(cum, top_p.p) + 1, 1), entered)
         cut = int(c.ids[n_keep]) if n_keep < entered else -1  # type: ignore[index]
         c.keep_first(n_keep)
-        reports.append(c.report(top_p.name, entered, c.mass * cum[n_keep - 1], cut))
+        reports = [c.report(top_p.name, entered, c.mass * cum[n_keep - 1], cut)]
     reports.append(_min_p(c, min_p, l64, e))
     n = c.count
     reports.append(c.report(temp.name, n, c.mass))
     w = w_all[:n]
     s = np_sum(w)
     probs = [v / s for v in w]
+    if n == 1:
+        return TailDraw(reports, probs, 0.0, 0, 1)  # (no draw: the generator not used)
     nz = [p for p in probs if p > 0]
-    if len(nz) > 1:
-        entropy = -np_sum([p * q for p, q in zip(nz, np.log2(nz).tolist())])
-    else:
-        entropy = 0.0
-    pick = 0 if n == 1 else min(bisect.bisect_right(list(itertools.accumulate(probs)), rng.random()), n - 1)
+    entropy = -np_sum([p * q for p, q in zip(nz, np.log2(nz).tolist())]) if len(nz) > 1 else 0.0
+    pick = min(bisect.bisect_right(list(itertools.accumulate(probs)), rng.random()), n - 1)
     pw = probs[pick]
-    rank = 1 + sum(1 for v in probs[:pick] if v > pw)
+    rank = 1 + sum(1 for v in probs[:pick] if v > pw) if pick else 1
     return TailDraw(reports, probs, entropy, pick, rank)
 
 

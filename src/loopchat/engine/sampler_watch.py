@@ -15,14 +15,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loopchat.engine.sampler import SampleResult, _sampled_rank, rank_of
+from loopchat.engine.sampler import SampleResult, _sampled_rank, distribution_of, rank_of
 from loopchat.watch import WatchedToken
 
 
 def watched(res: SampleResult, ids: Sequence[int]) -> tuple[WatchedToken, ...]:
     """The figures of tokens `ids` at the step `res` drew (call it before the next draw)."""
     assert res.basis is not None
-    logits, raw, total, d, top_weights = res.basis
+    logits, raw, total, _, top_weights = res.basis
+    d = distribution_of(res.basis)
     out = []
     for t in ids:
         raw_prob = float(raw.exp_at(np.array([t]))[0]) / total

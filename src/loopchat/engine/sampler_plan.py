@@ -1,0 +1,73 @@
+"""What a step's settings (and constraint) decide before any logits are read: the chain of stages,
+where sampler_tail's run of it starts, and the tests sampler.sample makes of the settings at each
+step (whether a penalty may change logits, whether top-k's search can be shared with the raw
+top's, whether top-p runs over the whole vocabulary). A reply's steps pass the same settings and
+constraint objects, so the plan is made once for them (`plan_of`) and read at each step: the
+settings' dozen attribute reads and calls, each step's, right after a forward pass (the
+interpreter's code and data out of the caches: docs/performance.md, "Fourteenth session
+(chain13)"), are made once a reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import cast
+
+from loopchat.engine import dry
+from loopchat.engine.sampler_math import SORT_LIMIT
+from loopchat.engine.sampler_stages import Stage, chain_for, with_constraint
+from loopchat.engine.sampler_tail import starts_at
+from loopchat.settings import SamplingSettings
+
+__all__ = ["Plan", "plan_of"]
+
+
+class Plan:
+    """A step's settings' decisions (immutable once made)."""
+
+    __slots__ = ("settings", "constraint", "chain", "tail_at", "wide_k", "top_k", "top_p_open", "narrow_k", "penalize")
+
+    def __init__(self, settings: SamplingSettings, constraint: Stage | None) -> None:
+        self.settings, self.constraint = settings, constraint
+        chain = chain_for(settings)
+        #: the stages, the constraint's in its place (with_constraint)
+        self.chain = chain if constraint is None else with_constraint(chain, cast(Hashable, constraint))
+        #: where sampler_tail's stages begin in the chain (len(chain): it does not end with them)
+        self.tail_at = starts_at(self.chain)
+        greedy, k = settings.greedy, settings.top_k
+        repeat = settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0
+        dry_on = dry.enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n)
+        #: top-k's k where it reads the model's logits unchanged and keeps at most SORT_LIMIT (sampler._wide_top
+        #: may then find its k + 1 in the raw top's pass, for a report of at most k and k below the vocabulary's
+        #: size); -1: never
+        self.wide_k = (
+            k
+            if constraint is None
+            and not greedy
+            and k <= SORT_LIMIT
+            and not settings.logit_bias
+            and not (repeat or dry_on)
+            else -1
+        )
+        self.top_k = k
+        #: top-p runs over what top-k leaves (the whole vocabulary where top-k does not narrow)
+        self.top_p_open = not greedy and settings.top_p < 1.0
+        #: the k of the top-k right after the constraint (Candidates.narrow_k)
+        self.narrow_k = 1 if greedy else k
+        #: whether a stage may change logits: 2 always (a logit bias), 1 where the context holds a token
+        #: (the repeat penalty, DRY), 0 never
+        self.penalize = 2 if settings.logit_bias else 1 if repeat or dry_on else 0
+
+
+#: the last step's plan (read and replaced whole: another thread's step sees the old one or the new)
+_last: list[Plan | None] = [None]
+
+
+def plan_of(settings: SamplingSettings, constraint: Stage | None) -> Plan:
+    """The plan of these settings and constraint: the last step's where they are the very objects it
+    was made for (the settings immutable, the stage the same object), else a new one."""
+    last = _last[0]
+    if last is not None and last.settings is settings and last.constraint is constraint:
+        return last
+    plan = _last[0] = Plan(settings, constraint)
+    return plan
