@@ -233,25 +233,20 @@ class ReplyRun:
         """The sampler on this pass's logits with the settings in force now. A branch's
         first token is given (chosen_by "hand"); in step mode the loop may stop here and
         wait for the user (Pending events; None: cancelled meanwhile)."""
-        if self.gate.control is None:  # (no step mode: it never waits)
+        if self.gate.control is None or self.drafts.open or self.branch.given(self.steps) is not None:
+            return self.draw_now()  # (it does not stop: a verifying pass's draws are made as one)
+        if not self.gate.stops():
             return self.draw_now()
-        settings = self.settings.refresh()
+        self.settings.refresh()
         started = time.perf_counter()
-        logits = self.drafts.row() if self.drafts.open else self.host.logits()
         k, cons = self.request.report_k, self.constraint
-        given = self.branch.given(self.steps)
-        if given is not None:
-            res = sample(logits, self.context, settings, self.settings.rng, k, force=given, constraint=cons)
-            return Drawn(res, HAND, started)
-        if not self.drafts.open and self.gate.stops():  # (a verifying pass's draws are made as one)
-            pending = PendingDraw(logits, self.context, k, self.host.n_vocab, self._pending, cons)
-            return (yield from self.gate.hold(pending, self.settings, started))
-        chosen_by = self.gate.credit()
-        return Drawn(sample(logits, self.context, settings, self.settings.rng, k, constraint=cons), chosen_by, started)
+        pending = PendingDraw(self.host.logits(), self.context, k, self.host.n_vocab, self._pending, cons)
+        return (yield from self.gate.hold(pending, self.settings, started))
 
     def draw_now(self) -> Drawn:
-        """draw() where it cannot wait (no step mode: a shared run's), as a plain call: no generator
-        made and stopped a token."""
+        """draw() where it does not wait (no step mode, a given token, a verifying pass's draws, or
+        step mode letting this draw through), as a plain call: a shared run's takes it directly,
+        no generator made and stopped a token."""
         settings = self.settings.refresh()
         started = time.perf_counter()
         logits = self.drafts.row() if self.drafts.open else self.host.logits()
