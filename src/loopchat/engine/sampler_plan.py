@@ -2,10 +2,10 @@
 where sampler_tail's run of it starts, and the tests sampler.sample makes of the settings at each
 step (whether a penalty may change logits, whether top-k's search can be shared with the raw
 top's, whether top-p runs over the whole vocabulary). A reply's steps pass the same settings and
-constraint objects, so the plan is made once for them (`plan_of`) and read at each step: the
-settings' dozen attribute reads and calls, each step's, right after a forward pass (the
-interpreter's code and data out of the caches: docs/performance.md, "Fourteenth session
-(chain13)"), are made once a reply.
+constraint objects, so the plan is made once for them (`plan_of`, which keeps the latest few: a
+shared batch's pass draws for several replies) and read at each step: the settings' dozen attribute
+reads and calls, each step's, right after a forward pass (the interpreter's code and data out of the
+caches: docs/performance.md, "Fourteenth session (chain13)"), are made once a reply.
 """
 
 from __future__ import annotations
@@ -59,15 +59,20 @@ class Plan:
         self.penalize = 2 if settings.logit_bias else 1 if repeat or dry_on else 0
 
 
-#: the last step's plan (read and replaced whole: another thread's step sees the old one or the new)
-_last: list[Plan | None] = [None]
+#: the plans of the latest steps' settings, newest last (a pass of a shared batch draws for several
+#: replies in turn, each with its own settings object): the tuple read and replaced whole, so another
+#: thread's step sees the old one or the new
+_RECENT = 8
+_recent: list[tuple[Plan, ...]] = [()]
 
 
 def plan_of(settings: SamplingSettings, constraint: Stage | None) -> Plan:
-    """The plan of these settings and constraint: the last step's where they are the very objects it
+    """The plan of these settings and constraint: a recent step's where they are the very objects it
     was made for (the settings immutable, the stage the same object), else a new one."""
-    last = _last[0]
-    if last is not None and last.settings is settings and last.constraint is constraint:
-        return last
-    plan = _last[0] = Plan(settings, constraint)
+    recent = _recent[0]
+    for plan in reversed(recent):
+        if plan.settings is settings and plan.constraint is constraint:
+            return plan
+    plan = Plan(settings, constraint)
+    _recent[0] = (*recent[1 - _RECENT :], plan) if len(recent) >= _RECENT else (*recent, plan)
     return plan
