@@ -131,3 +131,55 @@ def test_numpys_pairwise_sum_is_the_kernels_for_the_head_and_the_deep_set() -> N
     for n in [*range(300), 1023, 8191, 8192, 8193, 12_345, 262_147]:
         q = np.exp(rng.standard_normal(n) * 6.0)
         assert float(k.pairwise_sum(q)).hex() == float(q.sum()).hex(), n
+
+
+@pytest.mark.usefixtures("kernel_on")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_call_takes_the_kept_set_as_take_does_and_finds_their_top(threads: int) -> None:
+    """Where the bins ran over every position, the call takes the kept set in their pass (chain12): the
+    ids (of candidates in no order, or the positions), the logits, the least and its count are
+    sampler_fused.take's over the steps' kept positions; where the bins ran, the top it finds among the
+    deep set, placed in the kept order, is the kernel's top_k over the kept logits (given exactly where
+    that answers: no tie among the want + 1 largest, enough kept), for a top of 1 to 256 (257: none)."""
+    sampler_fused.use_threads(threads)
+    rng = np.random.default_rng(14)
+    seen: set[str] = set()
+    for name, x in ROWS.items():
+        if name == "nan":
+            continue
+        mx = float(np.nanmax(x))
+        shuffled = rng.permutation(x.shape[0] * 3)[: x.shape[0]].astype(np.int64)
+        for p, want, cand, stored in [
+            (p, w, c, s)
+            for p in (0.3, 0.9, 0.95, 0.999)
+            for w, c in ((11, None), (41, shuffled), (1, None), (256, shuffled), (257, None))
+            for s in (False, True)
+        ]:
+            exps = None
+            if stored:
+                exps = np.empty(x.shape[0])
+                sampler_fused.exp_sum(x, mx, exps)
+            steps = _steps(x, cand, p, exps)
+            taken: list = [want]
+            got = sampler_math._top_p_fused(x, cand, p, mx, [], exps, taken)
+            if got is None or len(taken) == 1:  # (no call of the kernel's, or its steps' answer: nothing taken)
+                continue
+            assert steps is not None
+            took, top = taken
+            how = sampler_fused.top_p_deep(x, mx, p, np.empty(x.shape[0]) if exps is None else exps, stored)
+            assert how is not None
+            if took is not None:
+                seen.add("taken")
+                assert how[0] == "all", (name, p)
+                took = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in took)
+                assert _same(took, sampler_fused.take(steps[0], cand, x)), (name, p, want, stored)
+            else:
+                assert how[0] != "all" or not np.isfinite(how[1]), (name, p)
+            kept_src = x[steps[0]]
+            answer = sampler_fused.top_k(kept_src, want) if how[0] in ("deep", "all") else None
+            if top is not None:
+                seen.add(f"top {how[0]}")
+                assert answer is not None and _same(top, answer), (name, p, want)
+            else:
+                assert answer is None, (name, p, want, how[0])
+    assert seen == {"taken", "top all", "top deep"}, seen
