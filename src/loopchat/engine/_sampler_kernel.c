@@ -1578,71 +1578,50 @@ static inline __attribute__((always_inline)) void split_marks(cut_opts *o, Py_ss
     }
 }
 
-/* split_bins over positions [from, to) (from a multiple of 8) by AVX2, eight at a time while eight are
-   left: those above b written from dst + na (positions, or taking, ids and values: o->x_out + na), those
-   at b into eq[ni] on, the marks from *mi placed; the counts kept moving in *na, *ni; the position
-   where it stopped. */
-__attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(const int32_t *idx, int32_t b, int64_t *dst,
-                                                                       const float *x, cut_opts *o, Py_ssize_t from,
-                                                                       Py_ssize_t to, int32_t *eq_out, Py_ssize_t *mi_io,
-                                                                       Py_ssize_t *na_io, Py_ssize_t *ni_io) {
-    Py_ssize_t na = *na_io, ni = *ni_io, i = from, mi = *mi_io;
+__attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(int32_t *idx, int32_t b, int64_t *kept,
+                                                                       const float *x, cut_opts *o, Py_ssize_t n,
+                                                                       Py_ssize_t *mi_io, Py_ssize_t *na_out,
+                                                                       Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, i = 0, mi = 0;
     const __m256i vb = _mm256_set1_epi32(b);
     int take = o && o->ids_out, marks = o && o->nmarks;
-    const int64_t *cand = take ? o->cand : NULL;
-    float *xo = take ? o->x_out : NULL;
-    for (; i + 8 <= to; i += 8) {
+    int64_t *dst = take ? o->ids_out : kept;
+    for (; i + 8 <= n; i += 8) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(idx + i));
         unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, vb)));
         unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, vb)));
         if (marks) split_marks(o, &mi, i, gt, eq, na);
-        if (xo) { /* (eight lanes written at x_out + na: na <= i, so within n) */
+        if (take) { /* (eight lanes written at x_out + na: na <= i, so within n) */
             __m256i perm = _mm256_loadu_si256((const __m256i *)compress8_lut[gt]);
-            _mm256_storeu_ps(xo + na, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i), perm));
+            _mm256_storeu_ps(o->x_out + na, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i), perm));
         }
         for (int h = 0; h < 2; h++) { /* (four lanes written at dst + na: na <= i + 4h, so within n) */
             unsigned m = gt >> (4 * h) & 15u;
             __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
-            __m256i pos = cand ? _mm256_loadu_si256((const __m256i *)(cand + i + 4 * h))
-                               : _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)), _mm256_set_epi64x(3, 2, 1, 0));
+            __m256i pos = take && o->cand ? _mm256_loadu_si256((const __m256i *)(o->cand + i + 4 * h))
+                                          : _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)),
+                                                             _mm256_set_epi64x(3, 2, 1, 0));
             _mm256_storeu_si256((__m256i *)(dst + na), _mm256_permutevar8x32_epi32(pos, perm));
             na += __builtin_popcount(m);
         }
         while (eq) { /* (rare: the cut bin's positions, each after the group was read) */
-            eq_out[ni++] = (int32_t)(i + __builtin_ctz(eq));
+            idx[ni++] = (int32_t)(i + __builtin_ctz(eq));
             eq &= eq - 1;
         }
     }
-    *na_io = na, *ni_io = ni, *mi_io = mi;
+    *na_out = na, *ni_out = ni, *mi_io = mi;
     return i;
 }
-
-/* How many of idx[:n] are above b. */
-__attribute__((target("avx2,popcnt"))) static Py_ssize_t count_above(const int32_t *idx, int32_t b, Py_ssize_t n) {
-    const __m256i vb = _mm256_set1_epi32(b);
-    Py_ssize_t c = 0, i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(idx + i));
-        c += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, vb))));
-    }
-    for (; i < n; i++) c += idx[i] > b;
-    return c;
-}
 #endif
 
-/* split_bins over positions [from, to) (from a multiple of 8): the positions above b (or taking, their
-   ids and values) written from dst + na0 (o->x_out + na0), those of bin b into eq (in order: eq may be
-   idx + from, each written over a slot already read), the marks from mi0 on placed (those in the range);
-   the counts above b and at b into *na_out, *ni_out. */
-static void split_range(const int32_t *idx, int32_t b, int64_t *dst, const float *x, cut_opts *o, Py_ssize_t from,
-                        Py_ssize_t to, Py_ssize_t na0, Py_ssize_t mi0, int32_t *eq, Py_ssize_t *na_out,
-                        Py_ssize_t *ni_out) {
-    Py_ssize_t na = na0, ni = 0, i = from, mi = mi0;
+static void split_bins(int32_t *idx, int32_t b, int64_t *kept, const float *x, cut_opts *o, Py_ssize_t n,
+                       Py_ssize_t *na_out, Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, i = 0, mi = 0;
 #ifdef KERNEL_AVX2
-    if (kernel_fma) i = split_bins_avx2(idx, b, dst, x, o, from, to, eq, &mi, &na, &ni);
+    if (kernel_fma) i = split_bins_avx2(idx, b, kept, x, o, n, &mi, &na, &ni);
 #endif
     int take = o && o->ids_out;
-    for (; i < to; i++) {
+    for (; i < n; i++) {
         int32_t v = idx[i];
         while (o && mi < o->nmarks && o->marks[mi] <= i) { /* (marks before i: none, they are positions) */
             o->mark_at[mi] = o->marks[mi] == i && v > b ? na : -1 - (o->marks[mi] == i && v == b);
@@ -1652,27 +1631,13 @@ static void split_range(const int32_t *idx, int32_t b, int64_t *dst, const float
             o->ids_out[na] = o->cand ? o->cand[i] : i;
             o->x_out[na] = x[i];
         } else {
-            dst[na] = i;
+            kept[na] = i;
         }
-        eq[ni] = (int32_t)i; /* (where eq is idx + from: ni <= i - from, a slot already read) */
+        idx[ni] = (int32_t)i; /* (ni <= i: a slot already read) */
         na += v > b;
         ni += v == b;
     }
-    *na_out = na - na0, *ni_out = ni;
-}
-
-#ifdef KERNEL_AVX2
-static int split_bins_parts(int32_t *idx, int32_t b, int64_t *kept, const float *x, cut_opts *o, Py_ssize_t n,
-                            Py_ssize_t *na_out, Py_ssize_t *ni_out);
-static int bin_index_parts(const float *x, float lo, float scale, float top, int32_t *idx, Py_ssize_t n);
-#endif
-
-static void split_bins(int32_t *idx, int32_t b, int64_t *kept, const float *x, cut_opts *o, Py_ssize_t n,
-                       Py_ssize_t *na_out, Py_ssize_t *ni_out) {
-#ifdef KERNEL_AVX2
-    if (kernel_fma && o && o->ids_out && split_bins_parts(idx, b, kept, x, o, n, na_out, ni_out)) return;
-#endif
-    split_range(idx, b, o && o->ids_out ? o->ids_out : kept, x, o, 0, n, 0, 0, idx, na_out, ni_out);
+    *na_out = na, *ni_out = ni;
 }
 
 /* The cut bin's kept entries in[:keep] (largest first) after the split's na: their ids and values
@@ -1719,11 +1684,7 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
     double *hist = (double *)malloc((size_t)bins * sizeof(double));
     if (!hist) return -2;
-    float scale = (float)((double)bins / span), top = (float)(bins - 1);
-#ifdef KERNEL_AVX2
-    if (!(o && o->ids_out && kernel_fma && bin_index_parts(x, lo, scale, top, idx, n)))
-#endif
-        bin_index(x, lo, scale, top, idx, n);
+    bin_index(x, lo, (float)((double)bins / span), (float)(bins - 1), idx, n);
     bin_sums(idx, q, hist, bins, n);
     /* from_top = cumsum(hist[::-1]) (in place); first = searchsorted(from_top, target, "left") */
     for (Py_ssize_t i = 0; i < bins / 2; i++) {
@@ -3186,7 +3147,7 @@ static long split_stats[5];
 static long long split_off_until; /* (the callers' only: under pool.lock, or read before it) */
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
-enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4, JOB_FN = 5 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4 };
 /* JOB_DIST: the distribution's blocks of at least this many positions (SPLIT_PART / DIST_MIN_BLOCK a part) */
 #define DIST_MIN_BLOCK 256
 
@@ -3211,8 +3172,6 @@ typedef struct {
     double t;
     double *wt, *bp;
     Py_ssize_t block;
-    void (*part_fn)(void *, Py_ssize_t); /* JOB_FN: part p's work, on ctx (chain12) */
-    void *ctx;
 } split_job;
 
 typedef struct {
@@ -3335,8 +3294,6 @@ static void helper_part(Py_ssize_t p) {
         dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
     } else if (j->kind == JOB_SCAN)
         scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->q, pool.c0[p], &pool.scanned[p]);
-    else if (j->kind == JOB_FN)
-        j->part_fn(j->ctx, p);
     else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
         raw_dot d;
         memset(&d, 0, sizeof d);
@@ -3651,87 +3608,6 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
     *kout = k;
     return s;
 }
-
-/* ---- chain12: top-p's bins over every candidate by parts, on the helper thread too ----------------------
-   bin_index's float32 steps and the split's by parts of SPLIT_PART positions, the helper's from the row's
-   end as the exp passes' (the same arithmetic on each position, whoever does it: the same bins, the same
-   kept set in the same order). Each part of the split writes its kept entries from the count above b of
-   the parts before it (counted first, one compare a position); a part's eight-lane stores may run up to
-   seven entries past its own into the next part's first ones, which are written again once every part is
-   done. Each part's cut-bin positions go to its own place in the kept positions' buffer (not written while
-   taking: its int32 view), then in order into idx[:ni]. */
-typedef struct {
-    int32_t *idx;
-    const float *x;
-    Py_ssize_t n;
-    float lo, scale, top; /* bin_index's */
-    int32_t b;            /* the split's */
-    cut_opts *o;
-    int32_t *eq;
-    Py_ssize_t na[SPLIT_MAX_PARTS + 1], mi[SPLIT_MAX_PARTS], ni[SPLIT_MAX_PARTS];
-} parts_job;
-
-static void part_index(void *ctx, Py_ssize_t p) {
-    parts_job *c = (parts_job *)ctx;
-    Py_ssize_t a = p * SPLIT_PART, m = c->n - a < SPLIT_PART ? c->n - a : SPLIT_PART;
-    bin_index(c->x + a, c->lo, c->scale, c->top, c->idx + a, m);
-}
-
-static void part_split(void *ctx, Py_ssize_t p) {
-    parts_job *c = (parts_job *)ctx;
-    Py_ssize_t a = p * SPLIT_PART, z = c->n - a < SPLIT_PART ? c->n : a + SPLIT_PART, na;
-    split_range(c->idx, c->b, c->o->ids_out, c->x, c->o, a, z, c->na[p], c->mi[p], c->eq + a, &na, &c->ni[p]);
-}
-
-/* The job's parts, the helper's where it takes them (0: not offered, the caller's alone). */
-static int run_parts(void (*fn)(void *, Py_ssize_t), parts_job *c) {
-    Py_ssize_t parts = (c->n + SPLIT_PART - 1) / SPLIT_PART;
-    if (c->n < 2 * split_min) return 0;
-    split_job job = {.kind = JOB_FN, .body = c->n, .part_fn = fn, .ctx = c};
-    if (!split_begin(&job, NULL)) return 0;
-    for (Py_ssize_t p = 0; p < parts; p++)
-        if (split_take(p)) fn(c, p);
-    split_end();
-    return 1;
-}
-
-/* bin_index by parts (0: not offered). */
-static int bin_index_parts(const float *x, float lo, float scale, float top, int32_t *idx, Py_ssize_t n) {
-    parts_job c = {.idx = idx, .x = x, .n = n, .lo = lo, .scale = scale, .top = top};
-    return run_parts(part_index, &c);
-}
-
-/* The split by parts, taking (0: not offered). */
-static int split_bins_parts(int32_t *idx, int32_t b, int64_t *kept, const float *x, cut_opts *o, Py_ssize_t n,
-                            Py_ssize_t *na_out, Py_ssize_t *ni_out) {
-    parts_job c; /* (~6 KB) */
-    Py_ssize_t parts = (n + SPLIT_PART - 1) / SPLIT_PART, mi = 0, ni = 0;
-    if (split_threads < 2 || n < 2 * split_min || parts > SPLIT_MAX_PARTS || (split_off_until && now_ns() < split_off_until))
-        return 0;
-    c.idx = idx, c.x = x, c.n = n, c.b = b, c.o = o, c.eq = (int32_t *)kept, c.na[0] = 0;
-    for (Py_ssize_t p = 0; p < parts; p++) { /* (each part's kept entries from the count before it) */
-        Py_ssize_t a = p * SPLIT_PART, m = n - a < SPLIT_PART ? n - a : SPLIT_PART;
-        while (mi < o->nmarks && o->marks[mi] < a) mi++;
-        c.mi[p] = mi;
-        c.na[p + 1] = c.na[p] + count_above(idx + a, b, m);
-    }
-    if (!run_parts(part_split, &c)) /* (the helper not offered: the caller's parts in order) */
-        for (Py_ssize_t p = 0; p < parts; p++) part_split(&c, p);
-    for (Py_ssize_t p = 1; p < parts; p++) /* each part's first kept entries again (the one before may have run over) */
-        for (Py_ssize_t i = p * SPLIT_PART, f = 0; i < n && f < 8 && c.na[p] + f < c.na[p + 1]; i++)
-            if (idx[i] > b) {
-                o->ids_out[c.na[p] + f] = o->cand ? o->cand[i] : i;
-                o->x_out[c.na[p] + f] = x[i];
-                f++;
-            }
-    for (Py_ssize_t p = 0; p < parts; p++) { /* (the cut bin's positions in order, into idx: slots already read) */
-        memmove(idx + ni, c.eq + p * SPLIT_PART, (size_t)c.ni[p] * sizeof(int32_t));
-        ni += c.ni[p];
-    }
-    *na_out = c.na[parts], *ni_out = ni;
-    return 1;
-}
-
 #endif
 
 PyDoc_STRVAR(set_threads_doc,
