@@ -1567,14 +1567,17 @@ static void compress8_lut_init(void) {
     }
 }
 
-/* The marks in positions [i, i + 8): their places from na (gt: the group's lanes above b, eq: at b). */
-static inline __attribute__((always_inline)) void split_marks(cut_opts *o, Py_ssize_t *mi, Py_ssize_t i, unsigned gt,
-                                                              unsigned eq, Py_ssize_t na) {
-    while (*mi < o->nmarks && o->marks[*mi] < i + 8) {
-        int bit = (int)(o->marks[*mi] - i);
+/* The marks in positions [i, i + 8) from *mi (the first at *next): their places from na (gt: the group's lanes
+   above b, eq: at b); *next moved on (PY_SSIZE_T_MAX: none left). The caller's locals, kept in registers: a
+   mark's count read from memory at every group waited on the stores before it (~5 cycles a group). */
+static inline __attribute__((always_inline)) void split_marks(const cut_opts *o, Py_ssize_t *mi, Py_ssize_t *next,
+                                                              Py_ssize_t i, unsigned gt, unsigned eq, Py_ssize_t na) {
+    while (*next < i + 8) {
+        int bit = (int)(*next - i);
         o->mark_at[*mi] =
             gt >> bit & 1u ? na + __builtin_popcount(gt & ((1u << bit) - 1u)) : -1 - (Py_ssize_t)(eq >> bit & 1u);
         ++*mi;
+        *next = *mi < o->nmarks ? o->marks[*mi] : PY_SSIZE_T_MAX;
     }
 }
 
@@ -1584,23 +1587,25 @@ __attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(int32_t
                                                                        Py_ssize_t *ni_out) {
     Py_ssize_t na = 0, ni = 0, i = 0, mi = 0;
     const __m256i vb = _mm256_set1_epi32(b);
-    int take = o && o->ids_out, marks = o && o->nmarks;
+    int take = o && o->ids_out;
     int64_t *dst = take ? o->ids_out : kept;
+    const int64_t *cand = take ? o->cand : NULL;
+    float *xo = take ? o->x_out : NULL;
+    Py_ssize_t next = o && o->nmarks ? o->marks[0] : PY_SSIZE_T_MAX;
     for (; i + 8 <= n; i += 8) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(idx + i));
         unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, vb)));
         unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, vb)));
-        if (marks) split_marks(o, &mi, i, gt, eq, na);
-        if (take) { /* (eight lanes written at x_out + na: na <= i, so within n) */
+        if (__builtin_expect(next < i + 8, 0)) split_marks(o, &mi, &next, i, gt, eq, na);
+        if (xo) { /* (eight lanes written at x_out + na: na <= i, so within n) */
             __m256i perm = _mm256_loadu_si256((const __m256i *)compress8_lut[gt]);
-            _mm256_storeu_ps(o->x_out + na, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i), perm));
+            _mm256_storeu_ps(xo + na, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i), perm));
         }
         for (int h = 0; h < 2; h++) { /* (four lanes written at dst + na: na <= i + 4h, so within n) */
             unsigned m = gt >> (4 * h) & 15u;
             __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
-            __m256i pos = take && o->cand ? _mm256_loadu_si256((const __m256i *)(o->cand + i + 4 * h))
-                                          : _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)),
-                                                             _mm256_set_epi64x(3, 2, 1, 0));
+            __m256i pos = cand ? _mm256_loadu_si256((const __m256i *)(cand + i + 4 * h))
+                               : _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)), _mm256_set_epi64x(3, 2, 1, 0));
             _mm256_storeu_si256((__m256i *)(dst + na), _mm256_permutevar8x32_epi32(pos, perm));
             na += __builtin_popcount(m);
         }
