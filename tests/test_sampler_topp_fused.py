@@ -135,12 +135,11 @@ def test_numpys_pairwise_sum_is_the_kernels_for_the_head_and_the_deep_set() -> N
 
 @pytest.mark.usefixtures("kernel_on")
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_call_takes_the_kept_set_as_take_does_and_finds_their_top(threads: int) -> None:
-    """Where the bins ran over every position, the call takes the kept set in their pass (chain12): the
-    ids (of candidates in no order, or the positions), the logits, the least and its count are
-    sampler_fused.take's over the steps' kept positions; where the bins ran, the top it finds among the
-    deep set, placed in the kept order, is the kernel's top_k over the kept logits (given exactly where
-    that answers: no tie among the want + 1 largest, enough kept), for a top of 1 to 256 (257: none)."""
+def test_the_calls_top_of_the_kept_logits_is_top_k_s(threads: int) -> None:
+    """Where the bins ran (inside the deep set or over everything), the top the call finds among the deep
+    set, placed in the kept order by the split (chain12), is the kernel's top_k over the kept logits, given
+    exactly where that answers (no tie among the want + 1 largest, enough kept), for a top of 1 to 256
+    (257: none), the kept positions the steps' own."""
     sampler_fused.use_threads(threads)
     rng = np.random.default_rng(14)
     seen: set[str] = set()
@@ -160,26 +159,18 @@ def test_the_call_takes_the_kept_set_as_take_does_and_finds_their_top(threads: i
                 exps = np.empty(x.shape[0])
                 sampler_fused.exp_sum(x, mx, exps)
             steps = _steps(x, cand, p, exps)
-            taken: list = [want]
-            got = sampler_math._top_p_fused(x, cand, p, mx, [], exps, taken)
-            if got is None or len(taken) == 1:  # (no call of the kernel's, or its steps' answer: nothing taken)
+            top_out: list = [want]
+            got = sampler_math._top_p_fused(x, cand, p, mx, [], exps, top_out)
+            if got is None or len(top_out) == 1:  # (no call of the kernel's, or its steps' answer)
                 continue
-            assert steps is not None
-            took, top = taken
+            assert steps is not None and _same(got[0], steps[0]), (name, p)
+            top = top_out[1]
             how = sampler_fused.top_p_deep(x, mx, p, np.empty(x.shape[0]) if exps is None else exps, stored)
             assert how is not None
-            if took is not None:
-                seen.add("taken")
-                assert how[0] == "all", (name, p)
-                took = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in took)
-                assert _same(took, sampler_fused.take(steps[0], cand, x)), (name, p, want, stored)
-            else:
-                assert how[0] != "all" or not np.isfinite(how[1]), (name, p)
-            kept_src = x[steps[0]]
-            answer = sampler_fused.top_k(kept_src, want) if how[0] in ("deep", "all") else None
+            answer = sampler_fused.top_k(x[steps[0]], want) if how[0] in ("deep", "all") else None
             if top is not None:
                 seen.add(f"top {how[0]}")
                 assert answer is not None and _same(top, answer), (name, p, want)
             else:
                 assert answer is None, (name, p, want, how[0])
-    assert seen == {"taken", "top all", "top deep"}, seen
+    assert seen == {"top all", "top deep"}, seen

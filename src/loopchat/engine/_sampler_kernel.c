@@ -1530,43 +1530,24 @@ static void min_max(const float *x, Py_ssize_t n, float *lo_out, float *mx_out) 
     *lo_out = lo, *mx_out = mx;
 }
 
-/* top_p_cut's options (chain12): where ids_out is set, the kept set taken as take() takes it (ids_out[j] =
-   cand[p], or p where cand is NULL; x_out[j] = x[p]; the least kept value and how many equal it) in the
-   split's own pass, instead of the kept positions; `marks` (nmarks ascending positions): their places in the
-   kept order into mark_at (-1: not kept). `cut` (out): the most likely position not kept, where the cut bin
-   holds one (-1: the bin kept whole; -2: every position kept). */
+/* top_p_cut's options (chain12): `marks` (nmarks ascending positions): their places in the kept order into
+   mark_at (-1: not kept). `cut` (out): the most likely position not kept, where the cut bin holds one (-1:
+   the bin kept whole; -2: every position kept). */
 typedef struct {
-    const int64_t *cand;
-    int64_t *ids_out;
-    float *x_out;
     const int64_t *marks;
     Py_ssize_t nmarks;
     int64_t *mark_at;
-    float low;
-    Py_ssize_t n_low, cut;
+    Py_ssize_t cut;
 } cut_opts;
 
-/* top_p_cut's split: the positions whose bin is above b into kept[:*na], in order (or, taking, their
-   ids and values into o->ids_out and o->x_out), and those of bin b into idx[:*ni], in order (each
-   written over a slot of idx already read: the j-th of them sits at or after position j); each mark's
-   place where its bin is above b, -2 where it is b (placed after the bin's sort), else -1. Eight bins
-   at a time by AVX2 (the positions above b moved to the front of two four-lane stores by compress_lut,
-   as exp_sum_above picks its deep set: ~8x fewer stores than a position at a time; the values by
-   compress8_lut); the rest, or without AVX2, branchless (a flat row keeps most positions in no order a
-   branch predicts; every position written, the count moves on). */
+/* top_p_cut's split: the positions whose bin is above b into kept[:*na], in order, and those of
+   bin b into idx[:*ni], in order (each written over a slot of idx already read: the j-th of them
+   sits at or after position j); each mark's place where its bin is above b, -2 where it is b (placed
+   after the bin's sort), else -1. Eight bins at a time by AVX2 (the positions above b moved to the
+   front of two four-lane stores by compress_lut, as exp_sum_above picks its deep set: ~8x fewer
+   stores than a position at a time); the rest, or without AVX2, branchless (a flat row keeps
+   most positions in no order a branch predicts; every position written, the count moves on). */
 #ifdef KERNEL_AVX2
-/* LUT[m]: the 32-bit lanes set in the 8-bit mask m moved to the front (the rest lane 0). */
-static int32_t compress8_lut[256][8];
-
-static void compress8_lut_init(void) {
-    for (int m = 0; m < 256; m++) {
-        int k = 0;
-        for (int j = 0; j < 8; j++)
-            if (m >> j & 1) compress8_lut[m][k++] = j;
-        for (; k < 8; k++) compress8_lut[m][k] = 0;
-    }
-}
-
 /* The marks in positions [i, i + 8) from *mi (the first at *next): their places from na (gt: the group's lanes
    above b, eq: at b); *next moved on (PY_SSIZE_T_MAX: none left). The caller's locals, kept in registers: a
    mark's count read from memory at every group waited on the stores before it (~5 cycles a group). */
@@ -1582,31 +1563,21 @@ static inline __attribute__((always_inline)) void split_marks(const cut_opts *o,
 }
 
 __attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(int32_t *idx, int32_t b, int64_t *kept,
-                                                                       const float *x, cut_opts *o, Py_ssize_t n,
-                                                                       Py_ssize_t *mi_io, Py_ssize_t *na_out,
-                                                                       Py_ssize_t *ni_out) {
+                                                                       cut_opts *o, Py_ssize_t n, Py_ssize_t *mi_io,
+                                                                       Py_ssize_t *na_out, Py_ssize_t *ni_out) {
     Py_ssize_t na = 0, ni = 0, i = 0, mi = 0;
     const __m256i vb = _mm256_set1_epi32(b);
-    int take = o && o->ids_out;
-    int64_t *dst = take ? o->ids_out : kept;
-    const int64_t *cand = take ? o->cand : NULL;
-    float *xo = take ? o->x_out : NULL;
     Py_ssize_t next = o && o->nmarks ? o->marks[0] : PY_SSIZE_T_MAX;
     for (; i + 8 <= n; i += 8) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(idx + i));
         unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, vb)));
         unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, vb)));
         if (__builtin_expect(next < i + 8, 0)) split_marks(o, &mi, &next, i, gt, eq, na);
-        if (xo) { /* (eight lanes written at x_out + na: na <= i, so within n) */
-            __m256i perm = _mm256_loadu_si256((const __m256i *)compress8_lut[gt]);
-            _mm256_storeu_ps(xo + na, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i), perm));
-        }
-        for (int h = 0; h < 2; h++) { /* (four lanes written at dst + na: na <= i + 4h, so within n) */
+        for (int h = 0; h < 2; h++) { /* (four lanes written at kept + na: na <= i + 4h, so within n) */
             unsigned m = gt >> (4 * h) & 15u;
             __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
-            __m256i pos = cand ? _mm256_loadu_si256((const __m256i *)(cand + i + 4 * h))
-                               : _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)), _mm256_set_epi64x(3, 2, 1, 0));
-            _mm256_storeu_si256((__m256i *)(dst + na), _mm256_permutevar8x32_epi32(pos, perm));
+            __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)), _mm256_set_epi64x(3, 2, 1, 0));
+            _mm256_storeu_si256((__m256i *)(kept + na), _mm256_permutevar8x32_epi32(pos, perm));
             na += __builtin_popcount(m);
         }
         while (eq) { /* (rare: the cut bin's positions, each after the group was read) */
@@ -1619,25 +1590,19 @@ __attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(int32_t
 }
 #endif
 
-static void split_bins(int32_t *idx, int32_t b, int64_t *kept, const float *x, cut_opts *o, Py_ssize_t n,
-                       Py_ssize_t *na_out, Py_ssize_t *ni_out) {
+static void split_bins(int32_t *idx, int32_t b, int64_t *kept, cut_opts *o, Py_ssize_t n, Py_ssize_t *na_out,
+                       Py_ssize_t *ni_out) {
     Py_ssize_t na = 0, ni = 0, i = 0, mi = 0;
 #ifdef KERNEL_AVX2
-    if (kernel_fma) i = split_bins_avx2(idx, b, kept, x, o, n, &mi, &na, &ni);
+    if (kernel_fma) i = split_bins_avx2(idx, b, kept, o, n, &mi, &na, &ni);
 #endif
-    int take = o && o->ids_out;
     for (; i < n; i++) {
         int32_t v = idx[i];
         while (o && mi < o->nmarks && o->marks[mi] <= i) { /* (marks before i: none, they are positions) */
             o->mark_at[mi] = o->marks[mi] == i && v > b ? na : -1 - (o->marks[mi] == i && v == b);
             mi++;
         }
-        if (take) {
-            o->ids_out[na] = o->cand ? o->cand[i] : i;
-            o->x_out[na] = x[i];
-        } else {
-            kept[na] = i;
-        }
+        kept[na] = i;
         idx[ni] = (int32_t)i; /* (ni <= i: a slot already read) */
         na += v > b;
         ni += v == b;
@@ -1645,39 +1610,15 @@ static void split_bins(int32_t *idx, int32_t b, int64_t *kept, const float *x, c
     *na_out = na, *ni_out = ni;
 }
 
-/* The cut bin's kept entries in[:keep] (largest first) after the split's na: their ids and values
-   (taking) or positions; the marks in that bin placed; take's least kept value and its count. */
+/* The cut bin's kept entries in[:keep] (largest first) after the split's na; the marks in that bin placed. */
 static void cut_bin_out(const cut_entry *in, Py_ssize_t keep, Py_ssize_t na, int64_t *kept, cut_opts *o) {
-    int take = o && o->ids_out;
-    for (Py_ssize_t j = 0; j < keep; j++) {
-        if (take) {
-            o->ids_out[na + j] = o->cand ? o->cand[in[j].pos] : in[j].pos;
-            o->x_out[na + j] = in[j].v;
-        } else {
-            kept[na + j] = in[j].pos;
-        }
-    }
+    for (Py_ssize_t j = 0; j < keep; j++) kept[na + j] = in[j].pos;
     if (!o) return;
     for (Py_ssize_t m = 0; m < o->nmarks; m++) {
         if (o->mark_at[m] != -2) continue;
         o->mark_at[m] = -1;
         for (Py_ssize_t j = 0; j < keep; j++)
             if (in[j].pos == o->marks[m]) o->mark_at[m] = na + j;
-    }
-    if (!take) return;
-    if (keep > 0) { /* (every value above the cut bin is greater than its: the least is the bin's last run) */
-        Py_ssize_t j0 = keep - 1;
-        while (j0 > 0 && in[j0 - 1].v == in[keep - 1].v) j0--;
-        o->low = in[j0].v, o->n_low = keep - j0;
-    } else { /* (not reached: the cut bin holds the position that reached the target) */
-        float low = INFINITY;
-        Py_ssize_t c = 0;
-        for (Py_ssize_t j = 0; j < na; j++) {
-            float v = o->x_out[j];
-            if (v < low) low = v, c = 0;
-            c += v == low;
-        }
-        o->low = low, o->n_low = c;
     }
 }
 
@@ -1708,7 +1649,7 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
     free(hist);
     Py_ssize_t na = 0, ni = 0;
-    split_bins(idx, (int32_t)b, kept, x, o, n, &na, &ni);
+    split_bins(idx, (int32_t)b, kept, o, n, &na, &ni);
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
     for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[idx[j]], idx[j]};
@@ -1727,7 +1668,7 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     /* (after them, the most likely position not kept where the cut bin holds one: its largest, the first
        of equal ones; every lower bin holds smaller logits. -1: the bin was kept whole) */
     Py_ssize_t cut = na + keep < n ? (keep < ni ? in[keep].pos : -1) : -2;
-    if (cut != -2 && !(o && o->ids_out)) kept[na + keep] = cut;
+    if (cut != -2) kept[na + keep] = cut;
     if (o) o->cut = cut;
     free(in);
     *mass = cum;
@@ -1994,24 +1935,17 @@ static int top_p_head(const int64_t *ids, const double *qd, const float *xd, Py_
     return TPD_ON;
 }
 
-/* chain12: top_p_deep's extras. Taking (tids set): where the bins run over every position and the total
-   is finite (no NaN or +inf among the logits), the kept set taken in the bins' split as take() takes it
-   (tids[j] = cand[p], or p where cand is NULL; tsrc[j] = x[p]; the least kept value and how many equal
-   it), kabs not written. The reported top (want > 0): where the bins ran (inside the deep set or over
-   everything) and the total is finite, the deep set's `want` largest by top_k_pass (its want + 1 largest
-   distinct: they are every position's, as the deep set holds each logit at or above its threshold, the
-   sample's 257th largest), placed in the kept order (a prefix of the order by logit: it holds them where
-   it holds want + 1 positions): top[:n_top], the answer top_k_pass over the kept logits gives (its
-   want + 1 largest the same distinct values, no NaN); n_top 0 where not so. */
+/* chain12: top_p_deep's reported top (want > 0): where the bins ran (inside the deep set or over every
+   position) and the total is finite (no NaN or +inf among the logits), the deep set's `want` largest by
+   top_k_pass (its want + 1 largest distinct: they are every position's, as the deep set holds each logit at
+   or above its threshold, the sample's 257th largest), placed in the kept order by the split (the kept set
+   is a prefix of the order by logit: it holds them where it holds want + 1 positions): top[:n_top], the
+   answer top_k_pass over the kept logits gives (its want + 1 largest the same distinct values, no NaN);
+   n_top 0 where not so. */
 typedef struct {
-    const int64_t *cand;
-    int64_t *tids;
-    float *tsrc;
     Py_ssize_t want;
     int64_t *top;
-    int taken;
-    float low;
-    Py_ssize_t n_low, n_top;
+    Py_ssize_t n_top;
 } tpd_extra;
 
 /* The deep set's `want` largest as marks (ascending positions of the split's array: the deep set's own,
@@ -2049,7 +1983,7 @@ static int top_p_bins_of(const float *x, Py_ssize_t n, const double *full, const
     Py_ssize_t nd = o->nd;
     int64_t marks[256], rank[256], mark_at[256];
     int finite = isfinite(o->total);
-    cut_opts c = {NULL, NULL, NULL, marks, 0, mark_at, INFINITY, 0, -2};
+    cut_opts c = {marks, 0, mark_at, -2};
     double mass = 0.0;
     int deep = pw_sum(qd, nd) >= target;
     if (finite) c.nmarks = top_marks(xd, nd, deep ? NULL : ids, ex->want, marks, rank);
@@ -2062,11 +1996,9 @@ static int top_p_bins_of(const float *x, Py_ssize_t n, const double *full, const
         top_placed(ex, &c, rank, k);
         return TPD_DEEP;
     }
-    if (finite && ex->tids) c.cand = ex->cand, c.ids_out = ex->tids, c.x_out = ex->tsrc;
     Py_ssize_t k = top_p_cut(x, full, target, bins, idx, kabs, n, &mass, &c);
     if (k < 0) return k == -2 ? -2 : TPD_REST;
     o->k = k, o->mass = mass, o->cut = c.cut;
-    if (c.ids_out) ex->taken = 1, ex->low = c.low, ex->n_low = c.n_low;
     top_placed(ex, &c, rank, k);
     return TPD_ALL;
 }
@@ -2121,59 +2053,48 @@ static PyObject *py_pairwise_sum(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(top_p_deep_doc,
-             "top_p_deep(x, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, bins, cand, tids, tsrc, top) ->\n"
-             "(code, total, nd, k, mass, cut, a_head, taken, low, n_low, n_top): sampler_math.top_p_positions' search\n"
-             "over float32 x (more than 32,768 entries) in one call, its steps one for one: the strided sample's 257\n"
-             "largest (the deep set's threshold; the 64th: a_head), exp_sum_above(x, shift, threshold, ids, qd, full,\n"
-             "stored) (total; the deep set's nd positions and masses), their logits into xd, target = top_p * total;\n"
-             "then code 1: target <= 1, the deep set's first largest logit's position in kabs[0]; 5: the head's cut\n"
-             "(the head's masses, numpy's pairwise sum, may hold the target; its 64 largest distinct; the running sum\n"
-             "ends before the 64th): k positions into the deep set in kept[:k], in x in kabs[:k], their mass; 3:\n"
-             "top_p_cut inside the deep set (its masses' pairwise sum holds the target), kept and kabs as 5's; 4:\n"
-             "top_p_cut over x and full, kabs[:k], or, taken (tids not None and a finite total), take(kabs[:k],\n"
-             "cand, x, tids, tsrc)'s writes and (low, n_low) instead; 2: the deep set made, the rest is the caller's\n"
-             "(ties among the head's 65 largest, or top_p_cut refused). cut (3, 4): the most likely position of x not\n"
-             "kept where the cut bin holds one, -1 where it was kept whole (and 5's), -2 where every position was\n"
-             "kept. n_top (3, 4): top[:n_top] = top_k's answer for the kept logits (x[kabs[:k]]) and len(top), or 0.\n"
-             "0: nothing done (no deep set, a NaN sampled, the sample's threshold short). ids, kept, kabs, tids, cand\n"
-             "(None: the positions), top: int64; qd, full: float64; xd, tsrc: float32; idx: int32; all x's length\n"
-             "but top (at most 256).");
+             "top_p_deep(x, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, bins, top) -> (code, total, nd,\n"
+             "k, mass, cut, a_head, n_top): sampler_math.top_p_positions' search over float32 x (more than 32,768\n"
+             "entries) in one call, its steps one for one: the strided sample's 257 largest (the deep set's threshold;\n"
+             "the 64th: a_head), exp_sum_above(x, shift, threshold, ids, qd, full, stored) (total; the deep set's nd\n"
+             "positions and masses), their logits into xd, target = top_p * total; then code 1: target <= 1, the\n"
+             "deep set's first largest logit's position in kabs[0]; 5: the head's cut (the head's masses, numpy's\n"
+             "pairwise sum, may hold the target; its 64 largest distinct; the running sum ends before the 64th):\n"
+             "k positions into the deep set in kept[:k], in x in kabs[:k], their mass; 3: top_p_cut inside the\n"
+             "deep set (its masses' pairwise sum holds the target), kept and kabs as 5's; 4: top_p_cut over x and\n"
+             "full, kabs[:k]; 2: the deep set made, the rest is the caller's (ties among the head's 65 largest,\n"
+             "or top_p_cut refused). cut (3, 4): the most likely position of x not kept where the cut bin holds\n"
+             "one, -1 where it was kept whole (and 5's), -2 where every position was kept. n_top (3, 4): top[:n_top]\n"
+             "= top_k's answer for the kept logits (x[kabs[:k]]) and len(top), or 0. 0: nothing done (no deep set,\n"
+             "a NaN sampled, the sample's threshold short). ids, kept, kabs, top: int64; qd, full: float64; xd:\n"
+             "float32; idx: int32; all x's length but top (at most 256).");
 
 static PyObject *py_top_p_deep(PyObject *self, PyObject *args) {
-    PyObject *o[12];
+    PyObject *o[9];
     double shift, top_p;
     int stored = 0;
     Py_ssize_t bins;
-    if (!PyArg_ParseTuple(args, "OddOpOOOOOOnOOOO", &o[0], &shift, &top_p, &o[1], &stored, &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &o[7], &bins, &o[8], &o[9], &o[10], &o[11]))
+    if (!PyArg_ParseTuple(args, "OddOpOOOOOOnO", &o[0], &shift, &top_p, &o[1], &stored, &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &bins, &o[8]))
         return NULL;
 #ifdef KERNEL_AVX2
     int can_store = kernel_fma;
 #else
     int can_store = 0;
 #endif
-    int has_cand = o[8] != Py_None, take = o[9] != Py_None && o[10] != Py_None;
     if ((stored && !can_store) || bins <= 1 || bins > (1 << 24)) {
         PyErr_SetString(PyExc_ValueError, "top_p_deep: stored exps need a CPU with AVX2 and FMA; bins out of range");
         return NULL;
     }
-    Py_buffer v[12];
-    memset(v, 0, sizeof v); /* (an optional view not taken: obj NULL, not released) */
-    if (get_bufs(o, v, "fdqdfiqq", 0xfe, 8) < 0) return NULL;
+    Py_buffer v[9];
+    if (get_bufs(o, v, "fdqdfiqqq", 0x1fe, 9) < 0) return NULL;
     Py_ssize_t n = v[0].shape[0];
     int code = 0;
     tpd_out r = {0.0, 0.0, 0, 0, -2, 0.0f};
-    tpd_extra ex = {NULL, NULL, NULL, 0, NULL, 0, INFINITY, 0, 0};
+    tpd_extra ex = {v[8].shape[0] <= 256 ? v[8].shape[0] : 0, (int64_t *)v[8].buf, 0};
     int ok = 1;
     for (int i = 1; i < 8; i++) ok = ok && check_len(&v[i], n) == 0;
-    ok = ok && get_buf(o[11], &v[11], 1, 'q') == 0;
-    ok = ok && (!has_cand || (get_buf(o[8], &v[8], 0, 'q') == 0 && check_len(&v[8], n) == 0));
-    ok = ok && (!take || (get_buf(o[9], &v[9], 1, 'q') == 0 && check_len(&v[9], n) == 0));
-    ok = ok && (!take || (get_buf(o[10], &v[10], 1, 'f') == 0 && check_len(&v[10], n) == 0));
     if (ok) {
-        ex.top = (int64_t *)v[11].buf, ex.want = v[11].shape[0] <= 256 ? v[11].shape[0] : 0;
-        ex.cand = has_cand ? (const int64_t *)v[8].buf : NULL;
-        ex.tids = take ? (int64_t *)v[9].buf : NULL, ex.tsrc = take ? (float *)v[10].buf : NULL;
         Py_BEGIN_ALLOW_THREADS code = top_p_deep((const float *)v[0].buf, n, shift, top_p, (double *)v[1].buf, stored,
                                                  (int64_t *)v[2].buf, (double *)v[3].buf, (float *)v[4].buf,
                                                  (int32_t *)v[5].buf, (int64_t *)v[6].buf, (int64_t *)v[7].buf, bins, &r,
@@ -2181,12 +2102,9 @@ static PyObject *py_top_p_deep(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
         if (code == -2) PyErr_NoMemory();
     }
-    for (int i = 8; i < 12; i++)
-        if (v[i].obj) PyBuffer_Release(&v[i]);
-    release_bufs(v, 8);
+    release_bufs(v, 9);
     if (PyErr_Occurred()) return NULL;
-    return Py_BuildValue("(idnndndOdnn)", code, r.total, r.nd, r.k, r.mass, r.cut, (double)r.a_head,
-                         ex.taken ? Py_True : Py_False, (double)ex.low, ex.n_low, ex.n_top);
+    return Py_BuildValue("(idnndndn)", code, r.total, r.nd, r.k, r.mass, r.cut, (double)r.a_head, ex.n_top);
 }
 
 #define TOP_K_MAX 256
@@ -2748,7 +2666,6 @@ PyMODINIT_FUNC PyInit__sampler_kernel(void) {
 #ifdef KERNEL_AVX2
     kernel_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     compress_lut_init();
-    compress8_lut_init();
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m && add_constraint_functions(m) < 0) Py_CLEAR(m);

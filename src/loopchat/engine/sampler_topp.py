@@ -8,9 +8,9 @@ logits in one loop, with the least kept logit and its ties, which the stage's cu
 (sampler_cuts.cut_after) reads instead of gathering the kept logits again, and the later stages
 (min-p, the distribution) read the kept logits as their source instead of gathering them a third
 time (docs/performance.md, "Eighth session"). The same ids in the same order, the same numbers.
-Where the kernel's bins ran over every candidate, its call took them in the bins' own pass (the
-positions not written) and found their reported top among top-p's deep set, which the distribution
-reads instead of searching the kept logits again (Candidates.top_of; "Fourteenth session").
+Where the kernel's bins ran, its call also found the kept logits' reported top among top-p's deep set,
+which the distribution reads instead of searching the kept logits again (Candidates.top_of;
+"Fourteenth session").
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     mx = c.source_max(src) if before is not None else known[0]
     inside: list = []
     exps = c.exps_of(src, mx) if mx is not None else None  # (the constraint's pass's, where at this shift)
-    taken: list = [c.report_k + 1]  # (the kept set taken, and its top, by the search's own call: chain12)
-    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, inside=inside, exps=exps, taken=taken)
-    got, top = taken if len(taken) == 2 else (None, None)
-    ids, kept_src, low, n_low = got if got is not None else sampler_fused.take(kept, before, src)
+    top_out: list = [c.report_k + 1]  # (the kept logits' top, where the search's own call found it: chain12)
+    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, inside=inside, exps=exps, top_out=top_out)
+    top = top_out[1] if len(top_out) == 2 else None
+    ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
     c.ids = ids
     c.source_cache = (ids, kept_src, c.source_max(src) if mx is None else mx)
     c.source_top = None if top is None else (kept_src, top)
