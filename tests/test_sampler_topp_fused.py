@@ -131,3 +131,46 @@ def test_numpys_pairwise_sum_is_the_kernels_for_the_head_and_the_deep_set() -> N
     for n in [*range(300), 1023, 8191, 8192, 8193, 12_345, 262_147]:
         q = np.exp(rng.standard_normal(n) * 6.0)
         assert float(k.pairwise_sum(q)).hex() == float(q.sum()).hex(), n
+
+
+@pytest.mark.usefixtures("kernel_on")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_calls_top_of_the_kept_logits_is_top_k_s(threads: int) -> None:
+    """Where the bins ran (inside the deep set or over everything), the top the call finds among the deep
+    set, placed in the kept order by the split (chain12), is the kernel's top_k over the kept logits, given
+    exactly where that answers (no tie among the want + 1 largest, enough kept), for a top of 1 to 256
+    (257: none), the kept positions the steps' own."""
+    sampler_fused.use_threads(threads)
+    rng = np.random.default_rng(14)
+    seen: set[str] = set()
+    for name, x in ROWS.items():
+        if name == "nan":
+            continue
+        mx = float(np.nanmax(x))
+        shuffled = rng.permutation(x.shape[0] * 3)[: x.shape[0]].astype(np.int64)
+        for p, want, cand, stored in [
+            (p, w, c, s)
+            for p in (0.3, 0.9, 0.95, 0.999)
+            for w, c in ((11, None), (41, shuffled), (1, None), (256, shuffled), (257, None))
+            for s in (False, True)
+        ]:
+            exps = None
+            if stored:
+                exps = np.empty(x.shape[0])
+                sampler_fused.exp_sum(x, mx, exps)
+            steps = _steps(x, cand, p, exps)
+            top_out: list = [want]
+            got = sampler_math._top_p_fused(x, cand, p, mx, [], exps, top_out)
+            if got is None or len(top_out) == 1:  # (no call of the kernel's, or its steps' answer)
+                continue
+            assert steps is not None and _same(got[0], steps[0]), (name, p)
+            top = top_out[1]
+            how = sampler_fused.top_p_deep(x, mx, p, np.empty(x.shape[0]) if exps is None else exps, stored)
+            assert how is not None
+            answer = sampler_fused.top_k(x[steps[0]], want) if how[0] in ("deep", "all") else None
+            if top is not None:
+                seen.add(f"top {how[0]}")
+                assert answer is not None and _same(top, answer), (name, p, want)
+            else:
+                assert answer is None, (name, p, want, how[0])
+    assert seen == {"top all", "top deep"}, seen

@@ -1530,22 +1530,49 @@ static void min_max(const float *x, Py_ssize_t n, float *lo_out, float *mx_out) 
     *lo_out = lo, *mx_out = mx;
 }
 
+/* top_p_cut's options (chain12): `marks` (nmarks ascending positions): their places in the kept order into
+   mark_at (-1: not kept). `cut` (out): the most likely position not kept, where the cut bin holds one (-1:
+   the bin kept whole; -2: every position kept). */
+typedef struct {
+    const int64_t *marks;
+    Py_ssize_t nmarks;
+    int64_t *mark_at;
+    Py_ssize_t cut;
+} cut_opts;
+
 /* top_p_cut's split: the positions whose bin is above b into kept[:*na], in order, and those of
    bin b into idx[:*ni], in order (each written over a slot of idx already read: the j-th of them
-   sits at or after position j). Eight bins at a time by AVX2 (the positions above b moved to the
+   sits at or after position j); each mark's place where its bin is above b, -2 where it is b (placed
+   after the bin's sort), else -1. Eight bins at a time by AVX2 (the positions above b moved to the
    front of two four-lane stores by compress_lut, as exp_sum_above picks its deep set: ~8x fewer
    stores than a position at a time); the rest, or without AVX2, branchless (a flat row keeps
    most positions in no order a branch predicts; every position written, the count moves on). */
 #ifdef KERNEL_AVX2
+/* The marks in positions [i, i + 8) from *mi (the first at *next): their places from na (gt: the group's lanes
+   above b, eq: at b); *next moved on (PY_SSIZE_T_MAX: none left). The caller's locals, kept in registers: a
+   mark's count read from memory at every group waited on the stores before it (~5 cycles a group). */
+static inline __attribute__((always_inline)) void split_marks(const cut_opts *o, Py_ssize_t *mi, Py_ssize_t *next,
+                                                              Py_ssize_t i, unsigned gt, unsigned eq, Py_ssize_t na) {
+    while (*next < i + 8) {
+        int bit = (int)(*next - i);
+        o->mark_at[*mi] =
+            gt >> bit & 1u ? na + __builtin_popcount(gt & ((1u << bit) - 1u)) : -1 - (Py_ssize_t)(eq >> bit & 1u);
+        ++*mi;
+        *next = *mi < o->nmarks ? o->marks[*mi] : PY_SSIZE_T_MAX;
+    }
+}
+
 __attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(int32_t *idx, int32_t b, int64_t *kept,
-                                                                       Py_ssize_t n, Py_ssize_t *na_out,
-                                                                       Py_ssize_t *ni_out) {
-    Py_ssize_t na = 0, ni = 0, i = 0;
+                                                                       cut_opts *o, Py_ssize_t n, Py_ssize_t *mi_io,
+                                                                       Py_ssize_t *na_out, Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, i = 0, mi = 0;
     const __m256i vb = _mm256_set1_epi32(b);
+    Py_ssize_t next = o && o->nmarks ? o->marks[0] : PY_SSIZE_T_MAX;
     for (; i + 8 <= n; i += 8) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(idx + i));
         unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, vb)));
         unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, vb)));
+        if (__builtin_expect(next < i + 8, 0)) split_marks(o, &mi, &next, i, gt, eq, na);
         for (int h = 0; h < 2; h++) { /* (four lanes written at kept + na: na <= i + 4h, so within n) */
             unsigned m = gt >> (4 * h) & 15u;
             __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[m]);
@@ -1558,18 +1585,23 @@ __attribute__((target("avx2,popcnt"))) static Py_ssize_t split_bins_avx2(int32_t
             eq &= eq - 1;
         }
     }
-    *na_out = na, *ni_out = ni;
+    *na_out = na, *ni_out = ni, *mi_io = mi;
     return i;
 }
 #endif
 
-static void split_bins(int32_t *idx, int32_t b, int64_t *kept, Py_ssize_t n, Py_ssize_t *na_out, Py_ssize_t *ni_out) {
-    Py_ssize_t na = 0, ni = 0, i = 0;
+static void split_bins(int32_t *idx, int32_t b, int64_t *kept, cut_opts *o, Py_ssize_t n, Py_ssize_t *na_out,
+                       Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, i = 0, mi = 0;
 #ifdef KERNEL_AVX2
-    if (kernel_fma) i = split_bins_avx2(idx, b, kept, n, &na, &ni);
+    if (kernel_fma) i = split_bins_avx2(idx, b, kept, o, n, &mi, &na, &ni);
 #endif
     for (; i < n; i++) {
         int32_t v = idx[i];
+        while (o && mi < o->nmarks && o->marks[mi] <= i) { /* (marks before i: none, they are positions) */
+            o->mark_at[mi] = o->marks[mi] == i && v > b ? na : -1 - (o->marks[mi] == i && v == b);
+            mi++;
+        }
         kept[na] = i;
         idx[ni] = (int32_t)i; /* (ni <= i: a slot already read) */
         na += v > b;
@@ -1578,8 +1610,20 @@ static void split_bins(int32_t *idx, int32_t b, int64_t *kept, Py_ssize_t n, Py_
     *na_out = na, *ni_out = ni;
 }
 
+/* The cut bin's kept entries in[:keep] (largest first) after the split's na; the marks in that bin placed. */
+static void cut_bin_out(const cut_entry *in, Py_ssize_t keep, Py_ssize_t na, int64_t *kept, cut_opts *o) {
+    for (Py_ssize_t j = 0; j < keep; j++) kept[na + j] = in[j].pos;
+    if (!o) return;
+    for (Py_ssize_t m = 0; m < o->nmarks; m++) {
+        if (o->mark_at[m] != -2) continue;
+        o->mark_at[m] = -1;
+        for (Py_ssize_t j = 0; j < keep; j++)
+            if (in[j].pos == o->marks[m]) o->mark_at[m] = na + j;
+    }
+}
+
 static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
-                            int64_t *kept, Py_ssize_t n, double *mass) {
+                            int64_t *kept, Py_ssize_t n, double *mass, cut_opts *o) {
     float mx, lo;
     min_max(x, n, &lo, &mx);
     double span = (double)mx - (double)lo;
@@ -1605,7 +1649,7 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
     free(hist);
     Py_ssize_t na = 0, ni = 0;
-    split_bins(idx, (int32_t)b, kept, n, &na, &ni);
+    split_bins(idx, (int32_t)b, kept, o, n, &na, &ni);
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
     for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[idx[j]], idx[j]};
@@ -1620,10 +1664,12 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
             break;
         }
     }
-    for (Py_ssize_t j = 0; j < keep; j++) kept[na + j] = in[j].pos;
+    cut_bin_out(in, keep, na, kept, o);
     /* (after them, the most likely position not kept where the cut bin holds one: its largest, the first
        of equal ones; every lower bin holds smaller logits. -1: the bin was kept whole) */
-    if (na + keep < n) kept[na + keep] = keep < ni ? in[keep].pos : -1;
+    Py_ssize_t cut = na + keep < n ? (keep < ni ? in[keep].pos : -1) : -2;
+    if (cut != -2) kept[na + keep] = cut;
+    if (o) o->cut = cut;
     free(in);
     *mass = cum;
     return na + keep;
@@ -1653,7 +1699,7 @@ static PyObject *py_top_p_cut(PyObject *self, PyObject *args) {
     Py_ssize_t n = x.shape[0];
     if (n > 0 && check_len(&q, n) == 0 && check_len(&ib, n) == 0 && check_len(&kb, n) == 0) {
         Py_BEGIN_ALLOW_THREADS k = top_p_cut((const float *)x.buf, (const double *)q.buf, target, bins,
-                                             (int32_t *)ib.buf, (int64_t *)kb.buf, n, &mass);
+                                             (int32_t *)ib.buf, (int64_t *)kb.buf, n, &mass, NULL);
         Py_END_ALLOW_THREADS
         if (k == -2) PyErr_NoMemory();
     }
@@ -1889,9 +1935,77 @@ static int top_p_head(const int64_t *ids, const double *qd, const float *xd, Py_
     return TPD_ON;
 }
 
+/* chain12: top_p_deep's reported top (want > 0): where the bins ran (inside the deep set or over every
+   position) and the total is finite (no NaN or +inf among the logits), the deep set's `want` largest by
+   top_k_pass (its want + 1 largest distinct: they are every position's, as the deep set holds each logit at
+   or above its threshold, the sample's 257th largest), placed in the kept order by the split (the kept set
+   is a prefix of the order by logit: it holds them where it holds want + 1 positions): top[:n_top], the
+   answer top_k_pass over the kept logits gives (its want + 1 largest the same distinct values, no NaN);
+   n_top 0 where not so. */
+typedef struct {
+    Py_ssize_t want;
+    int64_t *top;
+    Py_ssize_t n_top;
+} tpd_extra;
+
+/* The deep set's `want` largest as marks (ascending positions of the split's array: the deep set's own,
+   or x's where `ids`) with their ranks: the count, 0 where top_k_pass gives none. */
+static Py_ssize_t top_marks(const float *xd, Py_ssize_t nd, const int64_t *ids, Py_ssize_t want, int64_t *marks,
+                            int64_t *rank) {
+    int64_t at[256];
+    if (want <= 0 || want > 256 || !top_k_pass(xd, NULL, nd, want, at)) return 0;
+    for (Py_ssize_t r = 0; r < want; r++) { /* (insertion by position: at most 256) */
+        int64_t p = ids ? ids[at[r]] : at[r];
+        Py_ssize_t j = r;
+        for (; j > 0 && marks[j - 1] > p; j--) marks[j] = marks[j - 1], rank[j] = rank[j - 1];
+        marks[j] = p, rank[j] = r;
+    }
+    return want;
+}
+
+/* The marks' places in the kept order, by rank, into ex->top (n_top: want, or 0 where one was not kept
+   or fewer than want + 1 were). */
+static void top_placed(tpd_extra *ex, const cut_opts *c, const int64_t *rank, Py_ssize_t k) {
+    ex->n_top = 0;
+    if (c->nmarks == 0 || k < c->nmarks + 1) return;
+    for (Py_ssize_t j = 0; j < c->nmarks; j++) {
+        if (c->mark_at[j] < 0) return;
+        ex->top[rank[j]] = c->mark_at[j];
+    }
+    ex->n_top = c->nmarks;
+}
+
+/* top_p_deep's bins (inside the deep set where its masses hold the target, else over every position):
+   TPD_DEEP, TPD_ALL, TPD_REST (top_p_cut refused) or -2 (no memory). */
+static int top_p_bins_of(const float *x, Py_ssize_t n, const double *full, const int64_t *ids, const double *qd,
+                         const float *xd, int32_t *idx, int64_t *kept, int64_t *kabs, Py_ssize_t bins,
+                         double target, tpd_out *o, tpd_extra *ex) {
+    Py_ssize_t nd = o->nd;
+    int64_t marks[256], rank[256], mark_at[256];
+    int finite = isfinite(o->total);
+    cut_opts c = {marks, 0, mark_at, -2};
+    double mass = 0.0;
+    int deep = pw_sum(qd, nd) >= target;
+    if (finite) c.nmarks = top_marks(xd, nd, deep ? NULL : ids, ex->want, marks, rank);
+    if (deep) {
+        Py_ssize_t k = top_p_cut(xd, qd, target, bins, idx, kept, nd, &mass, &c);
+        if (k < 0) return k == -2 ? -2 : TPD_REST;
+        for (Py_ssize_t j = 0; j < k; j++) kabs[j] = ids[kept[j]];
+        o->k = k, o->mass = mass;
+        o->cut = k < nd ? (kept[k] >= 0 ? ids[kept[k]] : -1) : -2;
+        top_placed(ex, &c, rank, k);
+        return TPD_DEEP;
+    }
+    Py_ssize_t k = top_p_cut(x, full, target, bins, idx, kabs, n, &mass, &c);
+    if (k < 0) return k == -2 ? -2 : TPD_REST;
+    o->k = k, o->mass = mass, o->cut = c.cut;
+    top_placed(ex, &c, rank, k);
+    return TPD_ALL;
+}
+
 static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, double *full, int stored,
                       int64_t *ids, double *qd, float *xd, int32_t *idx, int64_t *kept, int64_t *kabs, Py_ssize_t bins,
-                      tpd_out *o) {
+                      tpd_out *o, tpd_extra *ex) {
     float above[257];
     Py_ssize_t s = (n + 31) / 32;
     if (s <= 4 * 256 || sample_top_bins(x, n, 32, 257, above) != 0) return TPD_PYTHON;
@@ -1923,19 +2037,7 @@ static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, 
         int head = h * (1.0 + 1e-9) >= target ? top_p_head(ids, qd, xd, nd, target, kept, kabs, o) : TPD_ON;
         if (head != TPD_ON) return head;
     }
-    double mass = 0.0;
-    if (pw_sum(qd, nd) >= target) {
-        Py_ssize_t k = top_p_cut(xd, qd, target, bins, idx, kept, nd, &mass);
-        if (k < 0) return k == -2 ? -2 : TPD_REST;
-        for (Py_ssize_t j = 0; j < k; j++) kabs[j] = ids[kept[j]];
-        o->k = k, o->mass = mass;
-        o->cut = k < nd ? (kept[k] >= 0 ? ids[kept[k]] : -1) : -2;
-        return TPD_DEEP;
-    }
-    Py_ssize_t k = top_p_cut(x, full, target, bins, idx, kabs, n, &mass);
-    if (k < 0) return k == -2 ? -2 : TPD_REST;
-    o->k = k, o->mass = mass, o->cut = k < n ? kabs[k] : -2;
-    return TPD_ALL;
+    return top_p_bins_of(x, n, full, ids, qd, xd, idx, kept, kabs, bins, target, o, ex);
 }
 
 PyDoc_STRVAR(pairwise_sum_doc, "pairwise_sum(q) -> float: numpy's q.sum() for contiguous float64 q (top_p_deep's sums).");
@@ -1951,10 +2053,10 @@ static PyObject *py_pairwise_sum(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(top_p_deep_doc,
-             "top_p_deep(x, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, bins) -> (code, total, nd, k,\n"
-             "mass, cut, a_head): sampler_math.top_p_positions' search over float32 x (more than 32,768 entries)\n"
-             "in one call, its steps one for one: the strided sample's 257 largest (the deep set's threshold; the\n"
-             "64th: a_head), exp_sum_above(x, shift, threshold, ids, qd, full, stored) (total; the deep set's nd\n"
+             "top_p_deep(x, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, bins, top) -> (code, total, nd,\n"
+             "k, mass, cut, a_head, n_top): sampler_math.top_p_positions' search over float32 x (more than 32,768\n"
+             "entries) in one call, its steps one for one: the strided sample's 257 largest (the deep set's threshold;\n"
+             "the 64th: a_head), exp_sum_above(x, shift, threshold, ids, qd, full, stored) (total; the deep set's nd\n"
              "positions and masses), their logits into xd, target = top_p * total; then code 1: target <= 1, the\n"
              "deep set's first largest logit's position in kabs[0]; 5: the head's cut (the head's masses, numpy's\n"
              "pairwise sum, may hold the target; its 64 largest distinct; the running sum ends before the 64th):\n"
@@ -1962,17 +2064,18 @@ PyDoc_STRVAR(top_p_deep_doc,
              "deep set (its masses' pairwise sum holds the target), kept and kabs as 5's; 4: top_p_cut over x and\n"
              "full, kabs[:k]; 2: the deep set made, the rest is the caller's (ties among the head's 65 largest,\n"
              "or top_p_cut refused). cut (3, 4): the most likely position of x not kept where the cut bin holds\n"
-             "one, -1 where it was kept whole (and 5's), -2 where every position was kept. 0: nothing done (no\n"
-             "deep set, a NaN sampled, the sample's threshold short). ids, kept, kabs: int64; qd, full: float64;\n"
-             "xd: float32; idx: int32; all x's length.");
+             "one, -1 where it was kept whole (and 5's), -2 where every position was kept. n_top (3, 4): top[:n_top]\n"
+             "= top_k's answer for the kept logits (x[kabs[:k]]) and len(top), or 0. 0: nothing done (no deep set,\n"
+             "a NaN sampled, the sample's threshold short). ids, kept, kabs, top: int64; qd, full: float64; xd:\n"
+             "float32; idx: int32; all x's length but top (at most 256).");
 
 static PyObject *py_top_p_deep(PyObject *self, PyObject *args) {
-    PyObject *o[8];
+    PyObject *o[9];
     double shift, top_p;
     int stored = 0;
     Py_ssize_t bins;
-    if (!PyArg_ParseTuple(args, "OddOpOOOOOOn", &o[0], &shift, &top_p, &o[1], &stored, &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &o[7], &bins))
+    if (!PyArg_ParseTuple(args, "OddOpOOOOOOnO", &o[0], &shift, &top_p, &o[1], &stored, &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &bins, &o[8]))
         return NULL;
 #ifdef KERNEL_AVX2
     int can_store = kernel_fma;
@@ -1983,23 +2086,25 @@ static PyObject *py_top_p_deep(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "top_p_deep: stored exps need a CPU with AVX2 and FMA; bins out of range");
         return NULL;
     }
-    Py_buffer v[8];
-    if (get_bufs(o, v, "fdqdfiqq", 0xfe, 8) < 0) return NULL;
+    Py_buffer v[9];
+    if (get_bufs(o, v, "fdqdfiqqq", 0x1fe, 9) < 0) return NULL;
     Py_ssize_t n = v[0].shape[0];
     int code = 0;
     tpd_out r = {0.0, 0.0, 0, 0, -2, 0.0f};
+    tpd_extra ex = {v[8].shape[0] <= 256 ? v[8].shape[0] : 0, (int64_t *)v[8].buf, 0};
     int ok = 1;
     for (int i = 1; i < 8; i++) ok = ok && check_len(&v[i], n) == 0;
     if (ok) {
         Py_BEGIN_ALLOW_THREADS code = top_p_deep((const float *)v[0].buf, n, shift, top_p, (double *)v[1].buf, stored,
                                                  (int64_t *)v[2].buf, (double *)v[3].buf, (float *)v[4].buf,
-                                                 (int32_t *)v[5].buf, (int64_t *)v[6].buf, (int64_t *)v[7].buf, bins, &r);
+                                                 (int32_t *)v[5].buf, (int64_t *)v[6].buf, (int64_t *)v[7].buf, bins, &r,
+                                                 &ex);
         Py_END_ALLOW_THREADS
         if (code == -2) PyErr_NoMemory();
     }
-    release_bufs(v, 8);
+    release_bufs(v, 9);
     if (PyErr_Occurred()) return NULL;
-    return Py_BuildValue("(idnndnd)", code, r.total, r.nd, r.k, r.mass, r.cut, (double)r.a_head);
+    return Py_BuildValue("(idnndndn)", code, r.total, r.nd, r.k, r.mass, r.cut, (double)r.a_head, ex.n_top);
 }
 
 #define TOP_K_MAX 256

@@ -132,7 +132,7 @@ def _unsorted_distribution(c: Candidates) -> _Distribution:
     else:
         src = c.source()
         shift = c.source_max(src)
-        top_of_src = _top_by_logits(src, shift, c.t, c.report_k)
+        top_of_src = _top_by_logits(src, shift, c.t, c.report_k, c.top_of(src, c.report_k + 1))
         if top_of_src is not None:  # (the weights not stored either: their top is the logits')
             blocks, norm, wz = sampler_fused.distribution_sums(src, shift, c.t, DRAW_BLOCK)
             entropy = _entropy_bits(norm, wz, src.shape[0])
@@ -160,18 +160,20 @@ def _entropy_bits(norm: float, wz: float, n: int) -> float:
     return max((math.log(norm) - wz / norm) * _LOG2E, 0.0) if n > 1 else 0.0
 
 
-def _top_by_logits(src: np.ndarray, shift: float, t: float, k: int) -> np.ndarray | None:
+def _top_by_logits(
+    src: np.ndarray, shift: float, t: float, k: int, known: np.ndarray | None = None
+) -> np.ndarray | None:
     """The positions of the k largest weights exp((src - shift) / t) of float32 candidates `src`,
     largest first, equal ones by position (top_indices of the stored weights), found among the
     float32 logits (half the bytes, the kernel's search) where that is the same answer: the top
     k + 1 logits, no tie between the k-th and the next, and their k + 1 weights (as the
     distribution computes them) strictly falling wherever the logits do. None: not so (a tie
     across the cut, two logits one weight), or too few candidates: the weights are stored and
-    searched."""
+    searched. `known`: top_indices(src, k + 1), where top-p's search found it (Candidates.top_of)."""
     n = src.shape[0]
     if src.dtype != np.float32 or not 0 < k < n - 1:
         return None
-    top = top_indices(src, k + 1)
+    top = top_indices(src, k + 1) if known is None else known  # (known: top-p's search found them)
     v = src[top]
     w = sampler_fused.weights_of(v, shift, t)
     if not v[k - 1] > v[k] or np.any((v[1:] < v[:-1]) != (w[1:] < w[:-1])):

@@ -62,6 +62,7 @@ class Candidates:
         "bound",
         "source_cache",
         "source_exps",
+        "source_top",
         "exps_wanted",
         "work_copy",
         "wide_top",
@@ -109,6 +110,9 @@ class Candidates:
         #: (src, q, shift): q[i] = exp(float64(src[i]) - shift) for source_cache's src, the constraint's pass's
         #: float64 exps (the bits top-p's pass computes: it reads them where its shift is that one, exps_of)
         self.source_exps: tuple | None = None
+        #: (src, top): the positions of source_cache's src's report_k + 1 largest, largest first, where top-p's
+        #: search found them (sampler_fused.top_p_deep: top_indices' answer, read instead of searched: top_of)
+        self.source_top: tuple | None = None
         #: top-p will run over the constraint's candidates (top_p < 1, no top-k, not greedy): its exps are wanted
         self.exps_wanted = False
         #: scratch memory the raw pass already copied the logits into (sampler_raw's `copy`), or None
@@ -176,6 +180,11 @@ class Candidates:
         if self.source_cache is not None and src is self.source_cache[1]:
             return self.source_cache[2]
         return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
+
+    def top_of(self, src: np.ndarray, k: int) -> np.ndarray | None:
+        """top_indices(src, k) where top-p's search found it for this very `src` (source_top), else None."""
+        t = self.source_top
+        return t[1][:k] if t is not None and src is t[0] and t[1].shape[0] >= k else None
 
     def exps_of(self, src: np.ndarray, shift: float) -> np.ndarray | None:
         """exp(float64(src) - shift), float64, where the constraint's pass computed them (source_exps), else None."""

@@ -277,25 +277,30 @@ _TOP_P_HOW = ("", "first", "rest", "deep", "all", "head")
 _TOP_P_TYPES = (np.int64, np.float64, np.float32, np.int32, np.int64, np.int64)
 
 
-def top_p_deep(src: np.ndarray, shift: float, top_p: float, full: np.ndarray, stored: bool) -> tuple | None:
+def top_p_deep(
+    src: np.ndarray, shift: float, top_p: float, full: np.ndarray, stored: bool, want: int = 0
+) -> tuple | None:
     """sampler_math's _deep_sample and _top_p_deep up to the bins, in one call of the kernel (their steps
     one for one, each float64 sum in their order): None where their own steps decide (no kernel, no deep
     set, a NaN sampled); else (how: "first", the most likely alone; "rest", the deep set made, the head's
     cut or numpy's bins left to the caller; "head", the head's cut; "deep" or "all", the bins inside the
     deep set or over every position; the total; the kept mass; the kept positions of src; the same as positions in the deep set
     ("head", "deep"); the most likely position cut, -1 where the cut bin was kept whole, -2 where every position
-    was; (the deep set's positions, logits and masses, the head's threshold)), arrays in scratch memory.
-    `full`, `stored`: exp_sum_above's."""
+    was; (the deep set's positions, logits and masses, the head's threshold); top_indices(src[kept], want)
+    where the search found it among the deep set, else None), arrays in scratch memory. `full`, `stored`:
+    exp_sum_above's. `want`: the reported top's size (0: none)."""
     n = src.shape[0]
     if kernel is None or src.dtype != np.float32 or not src.flags.c_contiguous:
         return None
     ids, qd, xd, idx, kept, kabs = scratch.group("top_p_deep", n, _TOP_P_TYPES)
-    code, total, nd, k, mass, cut, a_head = kernel.top_p_deep(
-        src, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, 2048
+    top = np.empty(want if 0 < want <= _TOP_K_MAX else 0, dtype=np.int64)
+    code, total, nd, k, mass, cut, a_head, n_top = kernel.top_p_deep(
+        src, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, 2048, top
     )
     if code == 0:
         return None
-    return _TOP_P_HOW[code], total, mass, kabs[:k], kept[:k], cut, (ids[:nd], xd[:nd], qd[:nd], np.float32(a_head))
+    deep = (ids[:nd], xd[:nd], qd[:nd], np.float32(a_head))
+    return _TOP_P_HOW[code], total, mass, kabs[:k], kept[:k], cut, deep, top if n_top else None
 
 
 def bin_split(idx: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:

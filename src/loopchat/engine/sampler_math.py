@@ -77,6 +77,7 @@ def top_p_positions(
     src: np.ndarray | None = None,
     inside: list | None = None,
     exps: np.ndarray | None = None,
+    top_out: list | None = None,
 ) -> tuple[np.ndarray, float]:
     """The top-p candidates of `cand` (unsorted; None: the whole vocabulary): what a sort
     by logit, largest first (equal logits in id order), keeps up to and including the
@@ -110,7 +111,9 @@ def top_p_positions(
     set (every candidate outside it has a smaller logit than every one in it: the most likely one
     cut is the deep set's, if it holds one not kept); nothing else. `exps`: exp(float64(src) - the candidates'
     largest logit), float64, as this search computes them (the constraint's pass's: sampler_constraint), read
-    instead of computed (the kernel's `stored` passes: the same sums, in the same order); None: computed."""
+    instead of computed (the kernel's `stored` passes: the same sums, in the same order); None: computed.
+    `top_out` ([the reported top's size]): where the kernel's call ran, its top of the kept logits is appended
+    (sampler_fused.top_p_deep's last answer: top_indices(src[kept], size), or None where not found)."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
         src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
@@ -118,7 +121,7 @@ def top_p_positions(
         total = sampler_fused.exp_sum(src, mx, None) if exps is None else sampler_fused.stored_sum(src, exps)
         if top_p * total <= 1.0:  # (a sharp distribution: no search at all)
             return _first_max(src, None), 1.0 / total
-    fused = _top_p_fused(src, cand, top_p, mx, inside, exps)
+    fused = _top_p_fused(src, cand, top_p, mx, inside, exps, top_out)
     if fused is not None:
         return fused[0], fused[1] / fused[2]
     above = _deep_sample(src)
@@ -130,17 +133,25 @@ def top_p_positions(
 
 
 def _top_p_fused(
-    src: np.ndarray, cand: np.ndarray | None, top_p: float, mx: float, inside: list | None, exps: np.ndarray | None
+    src: np.ndarray,
+    cand: np.ndarray | None,
+    top_p: float,
+    mx: float,
+    inside: list | None,
+    exps: np.ndarray | None,
+    top_out: list | None = None,
 ) -> tuple[np.ndarray, float, float] | None:
     """_deep_sample and _top_p_deep in one call of the kernel (sampler_fused.top_p_deep: their steps one
     for one, each sum in their order), the head's cut left to _deep_rest where it may end there (or where
     the kernel's bins refused): (the kept positions, their mass, the total), as _top_p_deep's. None: no
     kernel, or no deep set: the steps above decide."""
     q = scratch.get("f64b", src.shape[0], np.float64) if exps is None else exps
-    r = sampler_fused.top_p_deep(src, mx, top_p, q, exps is not None)
+    r = sampler_fused.top_p_deep(src, mx, top_p, q, exps is not None, top_out[0] if top_out else 0)
     if r is None:
         return None
-    how, total, mass, kept, local, cut, deep = r
+    how, total, mass, kept, local, cut, deep, top = r
+    if top_out is not None:
+        top_out.append(top)
     if how == "rest":
         return _deep_rest(src, cand, top_p * total, deep[:3], (q, total, deep[3]), inside)
     if inside is not None and how != "first":

@@ -8,6 +8,9 @@ logits in one loop, with the least kept logit and its ties, which the stage's cu
 (sampler_cuts.cut_after) reads instead of gathering the kept logits again, and the later stages
 (min-p, the distribution) read the kept logits as their source instead of gathering them a third
 time (docs/performance.md, "Eighth session"). The same ids in the same order, the same numbers.
+Where the kernel's bins ran, its call also found the kept logits' reported top among top-p's deep set,
+which the distribution reads instead of searching the kept logits again (Candidates.top_of;
+"Fourteenth session").
 """
 
 from __future__ import annotations
@@ -41,10 +44,13 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     mx = c.source_max(src) if before is not None else known[0]
     inside: list = []
     exps = c.exps_of(src, mx) if mx is not None else None  # (the constraint's pass's, where at this shift)
-    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, inside=inside, exps=exps)
+    top_out: list = [c.report_k + 1]  # (the kept logits' top, where the search's own call found it: chain12)
+    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, inside=inside, exps=exps, top_out=top_out)
+    top = top_out[1] if len(top_out) == 2 else None
     ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
     c.ids = ids
     c.source_cache = (ids, kept_src, c.source_max(src) if mx is None else mx)
+    c.source_top = None if top is None else (kept_src, top)
     # (the constraint's ascending ids: all it allows; its mask is made only where cut_after reads it)
     in_order = before is None or (c.has_allowed and c.allowed_n == before.shape[0])
     if inside and in_order:
