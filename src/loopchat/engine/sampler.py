@@ -59,7 +59,7 @@ class SampleResult:
     stages: tuple[StageReport, ...] = ()  # what each stage of the chain did, in order
     #: what the figures of other tokens are read from, until the next draw (sampler_watch.py):
     #: (the logits, the raw pass, its total, the distribution drawn from (or sampler_tail's draw: its
-    #: ids and TailDraw, distribution_of), the top's weights)
+    #: ids and TailDraw, sampler_watch.distribution_of), the top's weights)
     basis: tuple | None = None
 
 
@@ -439,14 +439,3 @@ def _raw_figures(
         return raw_rank, float(raw.exp_at(np.array([token_id]))[0]) / raw.total
     raw_rank = at + 1 if wide is not None or at == 0 else rank_of(logits, token_id, raw_top_ids, at)
     return raw_rank, float(raw_top_probs[at])
-
-
-def distribution_of(basis: tuple) -> _Distribution:
-    """The distribution a step drew from, from its SampleResult.basis (sampler_watch): sampler_tail's
-    draws keep their probabilities as Python floats (ids, TailDraw), made into one here."""
-    d = basis[3]
-    if isinstance(d, _Distribution):
-        return d
-    ids, tail = d
-    n = len(tail.probs)
-    return _Distribution(ids, np.array(tail.probs), 1.0, tail.entropy, np.arange(basis[4].shape[0]), None, n)

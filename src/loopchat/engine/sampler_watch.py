@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loopchat.engine.sampler import SampleResult, _sampled_rank, distribution_of, rank_of
+from loopchat.engine.sampler import SampleResult, _Distribution, _sampled_rank, rank_of
 from loopchat.watch import WatchedToken
 
 
@@ -35,3 +35,14 @@ def watched(res: SampleResult, ids: Sequence[int]) -> tuple[WatchedToken, ...]:
         weight = float(d.weights(np.array([pos]))[0])
         out.append(WatchedToken(t, raw_prob, raw_rank, weight / d.norm, _sampled_rank(d, pos, weight, top_weights)))
     return tuple(out)
+
+
+def distribution_of(basis: tuple) -> _Distribution:
+    """The distribution a step drew from, from its SampleResult.basis (sampler_watch): sampler_tail's
+    draws keep their probabilities as Python floats (ids, TailDraw), made into one here."""
+    d = basis[3]
+    if isinstance(d, _Distribution):
+        return d
+    ids, tail = d
+    n = len(tail.probs)
+    return _Distribution(ids, np.array(tail.probs), 1.0, tail.entropy, np.arange(basis[4].shape[0]), None, n)
