@@ -9,11 +9,10 @@ import threading
 import time
 from pathlib import Path
 
-import llama_cpp
 import pytest
 
 from loopchat.engine import _llama_ffi, pass_hook
-from loopchat.engine._batch_ffi import decode_entries
+from loopchat.engine._batch_ffi import LlamaBatch
 from loopchat.engine.engine import Engine
 
 pytestmark = pytest.mark.model
@@ -49,7 +48,7 @@ def test_the_lent_descriptor_is_written_once_the_gil_is_let_go(model_path: Path)
     (it needs the GIL) while the pass still runs; the lender is settled once, after the
     decode returns, and pays nothing (the write was the decode's)."""
     engine = Engine(model_path, n_ctx=512, threads=1)
-    batch = llama_cpp.llama_batch_init(PREFILL, 0, 1)
+    batch = LlamaBatch(PREFILL)
     fd = os.eventfd(0)
     woke: list[int] = []
 
@@ -63,14 +62,14 @@ def test_the_lent_descriptor_is_written_once_the_gil_is_let_go(model_path: Path)
     pass_hook.before_decode.append(lender)
     try:
         entries = [(0, 200 + i, i, i == PREFILL - 1) for i in range(PREFILL)]
-        rc = decode_entries(engine.llm.ctx, batch, entries)
+        rc = batch.decode(engine.llm.ctx, entries)
         ended = time.perf_counter_ns()
-        assert lender.settled == 1  # (settled before decode_entries returned)
+        assert lender.settled == 1  # (settled before the decode returned)
     finally:
         pass_hook.before_decode.remove(lender)
         thread.join(30)
         os.close(fd)
-        llama_cpp.llama_batch_free(batch)
+        batch.free()
         engine.close()
     assert rc == 0
     assert (lender.lent, lender.paid, lender.settled) == (1, 0, 1)

@@ -20,19 +20,33 @@ from loopchat.batch import N_SEQ_MAX
 from loopchat.engine._llama_ffi import _logits_ith, decode
 
 
-def decode_entries(ctx: Any, batch: Any, entries: Sequence[tuple[int, int, int, bool]]) -> int:
-    """llama_decode of (sequence, token, position, logits kept) entries in `batch` (made by
-    llama_batch_init with room for them all, one sequence id a token), waited for
-    (llama_synchronize); the logits of entry i are llama_get_logits_ith(ctx, i). Returns
-    llama.cpp's code: 0 ok, 2 aborted, other values failures."""
-    batch.n_tokens = len(entries)
-    for i, (seq, token, pos, keep) in enumerate(entries):
-        batch.token[i] = token
-        batch.pos[i] = pos
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = seq
-        batch.logits[i] = keep
-    return decode(ctx, batch)
+class LlamaBatch:
+    """One llama_batch of up to `size` tokens, one sequence id each (llama_batch_init(size, 0, 1)),
+    its arrays' pointers read once (a field of the struct read makes a new pointer object: five a
+    token a decode otherwise); `free()` frees it."""
+
+    def __init__(self, size: int) -> None:
+        self.raw: Any = llama_cpp.llama_batch_init(size, 0, 1)
+        b = self.raw
+        self._token, self._pos, self._logits = b.token, b.pos, b.logits
+        self._seq = [b.seq_id[i] for i in range(size)]
+        n_seq_id = b.n_seq_id
+        for i in range(size):
+            n_seq_id[i] = 1
+
+    def decode(self, ctx: Any, entries: Sequence[tuple[int, int, int, bool]]) -> int:
+        """llama_decode of (sequence, token, position, logits kept) entries (at most `size`),
+        waited for (llama_synchronize); the logits of entry i are llama_get_logits_ith(ctx, i).
+        Returns llama.cpp's code: 0 ok, 2 aborted, other values failures."""
+        token, pos, logits, seq_ids = self._token, self._pos, self._logits, self._seq
+        for i, (seq, tok, at, keep) in enumerate(entries):
+            token[i], pos[i], logits[i] = tok, at, keep
+            seq_ids[i][0] = seq
+        self.raw.n_tokens = len(entries)
+        return decode(ctx, self.raw)
+
+    def free(self) -> None:
+        llama_cpp.llama_batch_free(self.raw)
 
 
 class BatchCalls:
@@ -42,14 +56,7 @@ class BatchCalls:
         self._ctx = llm.ctx
         self._memory = llama_cpp.llama_get_memory(llm.ctx)
         self._n_vocab = n_vocab
-        # llama_batch_init(N_SEQ_MAX, 0, 1): token ids, one sequence id per token
-        self._batch: Any = llama_cpp.llama_batch_init(N_SEQ_MAX, 0, 1)
-        b = self._batch
-        # the batch's arrays, each pointer read once (a field of the struct read makes a new
-        # pointer object: five a token a pass otherwise); every entry keeps its logits
-        self._token, self._pos, self._seq = b.token, b.pos, [b.seq_id[i] for i in range(N_SEQ_MAX)]
-        for i in range(N_SEQ_MAX):
-            b.n_seq_id[i], b.logits[i] = 1, True
+        self._batch: LlamaBatch | None = LlamaBatch(N_SEQ_MAX)
         self._views: dict[int, np.ndarray] = {}  # a float view per logits row address, kept while it stays
         #: the rows of a pass of n, one view each, by (first row's address, n): see `rows`
         self._blocks: dict[tuple[int, int], list[np.ndarray]] = {}
@@ -57,12 +64,8 @@ class BatchCalls:
     def decode(self, tokens: list[tuple[int, int, int]]) -> int:
         """llama_decode of (sequence, token, position) triples, each with its logits kept, waited
         for (llama_synchronize). Returns llama.cpp's code: 0 ok, 2 aborted, other values failures."""
-        token, pos, seq_ids = self._token, self._pos, self._seq
-        for i, (seq, tok, at) in enumerate(tokens):
-            token[i], pos[i] = tok, at
-            seq_ids[i][0] = seq
-        self._batch.n_tokens = len(tokens)
-        return decode(self._ctx, self._batch)
+        assert self._batch is not None
+        return self._batch.decode(self._ctx, [(seq, token, pos, True) for seq, token, pos in tokens])
 
     def rows(self, n: int) -> list[np.ndarray]:
         """The logits of the last `decode`'s n tokens, in its order: views of llama.cpp's buffer,
@@ -99,7 +102,7 @@ class BatchCalls:
 
     def close(self) -> None:
         if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
+            self._batch.free()
             self._batch = None
             self._views.clear()
             self._blocks.clear()

@@ -10,11 +10,10 @@ be used there: it first drops every sequence's cells past its own n_tokens
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import llama_cpp
 
-from loopchat.engine._batch_ffi import decode_entries
+from loopchat.engine._batch_ffi import LlamaBatch
 
 
 class PrefillBatch:
@@ -23,7 +22,7 @@ class PrefillBatch:
     def __init__(self, llm: llama_cpp.Llama, size: int) -> None:
         self._ctx = llm.ctx
         self.size = size
-        self._batch: Any = llama_cpp.llama_batch_init(size, 0, 1)
+        self._batch: LlamaBatch | None = LlamaBatch(size)
 
     def decode(self, seq: int, tokens: Sequence[int], pos: int) -> int:
         """llama_decode of `tokens` (at most `size`) into sequence `seq` at positions pos,
@@ -36,9 +35,10 @@ class PrefillBatch:
         """llama_decode of (sequence, token, position, logits kept) entries (at most `size`:
         the prefills of several sequences in one batch), waited for; the logits of entry i
         are llama_get_logits_ith(ctx, i). Same return codes as `decode`."""
-        return decode_entries(self._ctx, self._batch, entries)
+        assert self._batch is not None
+        return self._batch.decode(self._ctx, entries)
 
     def close(self) -> None:
         if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
+            self._batch.free()
             self._batch = None

@@ -10,8 +10,8 @@ once it has let go of the GIL (`lend`: the woken loop then finds the GIL free, i
 reaching it before the ctypes call let go of it: docs/performance.md, "`loopchat serve`'s
 pass wakes the event loop from C"). Called by `_llama_ffi.decode` (`LlamaCalls.decode_one` /
 `decode_all`: a reply's own pass, a verifying pass; `_batch_ffi.BatchCalls.decode`: a shared
-batch's pass, a probe; `_batch_ffi.decode_entries`: a joint prefill); empty (the chat, `run`):
-nothing is called.
+batch's pass, a probe; `_slot_ffi.PrefillBatch.decode_entries`: a joint prefill; these two through
+`_batch_ffi.LlamaBatch.decode`); empty (the chat, `run`): nothing is called.
 """
 
 from __future__ import annotations
