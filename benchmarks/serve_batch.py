@@ -26,11 +26,6 @@ reuses the shared head from sequence 0's cells). Figures, medians over --rounds:
                     of N (the pass in flight a joining request waits for); the looser
                     2 x (idle TTFT + one bare pass of N) that earlier tables used is printed beside
 
---join: per N also the clients joining a RUNNING batch one by one (client k sends its request
-JOIN_AFTER tokens after client k - 1's first: continuous batching as the issue words it, "a request
-joins the running batch at the next pass"); the worst joiner's TTFT is printed beside the bound,
-which then reads as written (the pass in flight it waited for, and its own prefill).
-
 Each table twice (--extension on,off): with the `loopchat` extension objects in every chunk (the
 default reply) and without (`"loopchat": false`: OpenAI's chunks only, as llama-server sends).
 
@@ -46,7 +41,7 @@ request and after the last (/proc, psutil). The load average is printed: figures
 machine are only comparable with the load beside them.
 
     .venv/bin/python benchmarks/serve_batch.py [--rounds 2] [--tokens 48] [--threads 2] [--soak 200] [--extension on,off]
-        [--peer] [--join]
+        [--peer]
 """
 
 from __future__ import annotations
@@ -143,49 +138,6 @@ def together(url: str, n: int, tokens: int, extension: bool = True) -> tuple[flo
     return count / (max(lasts) - min(firsts)), [(times[0] - sent) * 1000.0 for sent, times in results], steady
 
 
-JOIN_AFTER = 4  # a joining client's request goes out this many tokens after the one before's first
-
-
-def joining(url: str, n: int, tokens: int, extension: bool = True) -> list[float]:
-    """N clients that join a running batch, each one's TTFT ms: client k sends its request once
-    client k - 1 has had JOIN_AFTER tokens after its first (so k sequences are running and a pass
-    is in flight), the continuous batching the issue's bound speaks of ("the pass it waited
-    for"); client 0 meets an idle server. Prompts as together()'s (a call number of their own)."""
-    _calls[0] += 1
-    call = _calls[0]
-    ready = [threading.Event() for _ in range(n)]
-    ttfts = [0.0] * n
-    clients = [httpx.Client(timeout=300) for _ in range(n)]
-
-    def one(i: int) -> None:
-        try:
-            if i:
-                ready[i - 1].wait(600)
-            seen = 0
-            sent = time.perf_counter()
-            data = body(i, tokens, extension, call)
-            with clients[i].stream("POST", url + "/v1/chat/completions", json=data) as r:
-                r.raise_for_status()
-                for line in r.iter_lines():
-                    if line.startswith("data: ") and _TOKEN_CHUNK.search(line):
-                        seen += 1  # (the first such chunk is the role's)
-                        if seen == 2:
-                            ttfts[i] = (time.perf_counter() - sent) * 1000.0
-                        elif seen == 2 + JOIN_AFTER:
-                            ready[i].set()
-        finally:
-            ready[i].set()
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
-    for c in clients:
-        c.close()
-    return ttfts
-
-
 def soak(url: str, requests: int, server_rss: Callable[[], int]) -> tuple[int, int]:
     """RSS after the first request and after `requests` (4 clients at once)."""
     with httpx.Client(timeout=300) as c:
@@ -226,7 +178,6 @@ def main() -> None:
     ap.add_argument("--soak", type=int, default=200)
     ap.add_argument("--extension", default="on,off", help="the loopchat extension in the replies: on, off or both")
     ap.add_argument("--peer", action="store_true", help="llama-server -np 8 beside loopchat, the same clients")
-    ap.add_argument("--join", action="store_true", help="also N clients joining a running batch one by one: their TTFT")
     args = ap.parse_args()
     server = loopchat_serve(args.threads, "--parallel", "8")
     peer: Child | None = None
@@ -266,7 +217,7 @@ def measure(
     peer_rows: Rows = {}
     for n in SIZES:
         got: dict[str, list[float]] = {
-            k: [] for k in ("bare", "rate", "ttft", "steady", "join", "p_rate", "p_ttft", "p_steady", "p_join")
+            k: [] for k in ("bare", "rate", "ttft", "steady", "p_rate", "p_ttft", "p_steady")
         }
         for _ in range(args.rounds):
             got["bare"].append(bare(engine, prompt, n, args.tokens))
@@ -277,11 +228,9 @@ def measure(
                 got[pre + "rate"].append(rate)
                 got[pre + "ttft"].append(max(ttft))
                 got[pre + "steady"].append(steady)
-                if args.join and n > 1:
-                    got[pre + "join"].append(max(joining(url, n, args.tokens, ext)[1:]))
         med = {k: statistics.median(v) if v else 0.0 for k, v in got.items()}
-        rows[n] = (med["bare"], med["rate"], med["ttft"], med["steady"], med["join"])
-        peer_rows[n] = (med["p_rate"], med["p_ttft"], med["p_steady"], med["p_join"])
+        rows[n] = (med["bare"], med["rate"], med["ttft"], med["steady"])
+        peer_rows[n] = (med["p_rate"], med["p_ttft"], med["p_steady"])
     return rows, peer_rows
 
 
@@ -290,12 +239,11 @@ def report_peer(rows: Rows, peer_rows: Rows, extension: str) -> None:
     print(
         f"{'N':>3} {'peer tok/s':>11} {'loopchat/peer':>14} {'all running':>12} {'loopchat/peer':>14} {'peer worst TTFT':>16} {'loopchat':>9}"
     )
-    for n, (p_rate, p_ttft, p_steady, p_join) in peer_rows.items():
-        _, rate, ttft, steady, join = rows[n]
+    for n, (p_rate, p_ttft, p_steady) in peer_rows.items():
+        _, rate, ttft, steady = rows[n]
         print(
             f"{n:>3} {p_rate:>11.1f} {rate / p_rate:>13.2f}x {p_steady:>12.1f} {steady / p_steady:>13.2f}x"
             f" {p_ttft:>13.0f} ms {ttft:>6.0f} ms"
-            + (f"   joining: peer {p_join:.0f} ms, loopchat {join:.0f} ms" if join else "")
         )
 
 
@@ -308,15 +256,14 @@ def report(rows: Rows, args: argparse.Namespace, extension: str) -> None:
     )
     print(
         f"{'N':>3} {'bare tok/s':>11} {'served tok/s':>13} {'vs bare':>8} {'vs one':>7} {'all running':>12} {'vs bare':>8}"
-        f" {'worst TTFT':>11} {'bound':>9} {'2x(idle+pass)':>14}" + (f" {'joining':>10}" if args.join else "")
+        f" {'worst TTFT':>11} {'bound':>9} {'2x(idle+pass)':>14}"
     )
-    for n, (raw, rate, ttft, steady, join) in rows.items():
+    for n, (raw, rate, ttft, steady) in rows.items():
         one_pass = n * 1000.0 / raw  # one bare pass of N
         bound, loose = 2 * idle_ttft + one_pass, 2 * (idle_ttft + one_pass)
         print(
             f"{n:>3} {raw:>11.1f} {rate:>13.1f} {rate / raw:>7.2f}x {rate / one:>6.2f}x {steady:>12.1f} {steady / raw:>7.2f}x"
             f" {ttft:>8.0f} ms {bound:>6.0f} ms {loose:>11.0f} ms"
-            + (f" {join:>7.0f} ms" if args.join and n > 1 else "")
         )
 
 
