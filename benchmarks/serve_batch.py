@@ -36,12 +36,16 @@ idle while the other serves): its aggregate, its rate while all run and its wors
 loopchat's. When N clients arrive together, the last one's first token waits for every joining
 prompt's prefill on any server: the peer's TTFT says what that costs on this machine.
 
+--stagger: then, per N > 1, N clients that join a running batch one by one (client k starts once
+client k - 1 has its first token), each one's TTFT against the issue's bound, 2 x the idle TTFT
++ one bare pass of N (the pass in flight it waits for holds at most N sequences).
+
 The soak: --soak requests (4 clients at once, 8 tokens each); the server's RSS after the first
 request and after the last (/proc, psutil). The load average is printed: figures on a shared
 machine are only comparable with the load beside them.
 
     .venv/bin/python benchmarks/serve_batch.py [--rounds 2] [--tokens 48] [--threads 2] [--soak 200] [--extension on,off]
-        [--peer]
+        [--peer] [--stagger]
 """
 
 from __future__ import annotations
@@ -138,6 +142,58 @@ def together(url: str, n: int, tokens: int, extension: bool = True) -> tuple[flo
     return count / (max(lasts) - min(firsts)), [(times[0] - sent) * 1000.0 for sent, times in results], steady
 
 
+def staggered(url: str, n: int, tokens: int, extension: bool = True) -> list[float]:
+    """Clients that join a running batch: client k starts once client k - 1 has its first
+    token (client 0 alone first). Each client's TTFT ms (its request to its first token chunk)."""
+    _calls[0] += 1
+    call = _calls[0]
+    first = [threading.Event() for _ in range(n)]
+    ttft = [float("nan")] * n
+    clients = [httpx.Client(timeout=300) for _ in range(n)]
+
+    def one(i: int) -> None:
+        try:
+            if i:
+                first[i - 1].wait(600)
+            seen, sent = 0, time.perf_counter()
+            with clients[i].stream("POST", url + "/v1/chat/completions", json=body(i, tokens, extension, call)) as r:
+                r.raise_for_status()
+                for line in r.iter_lines():
+                    if line.startswith("data: ") and _TOKEN_CHUNK.search(line):
+                        seen += 1
+                        if seen == 2:  # (the first such chunk is the role's)
+                            ttft[i] = (time.perf_counter() - sent) * 1000.0
+                            first[i].set()
+        finally:
+            first[i].set()  # (never leaves the next client waiting)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    for c in clients:
+        c.close()
+    return ttft
+
+
+def measure_stagger(server: Child, args: argparse.Namespace, ext: bool, rows: Rows) -> None:
+    """--stagger: per N > 1, each joiner's TTFT (the median over the rounds) against the bound,
+    2 x the idle TTFT (N = 1's, `rows`) + one bare pass of N: the pass in flight when it joins
+    holds at most N sequences (k of them for client k: the bound is loose by a pass of N less
+    one of k, a few ms)."""
+    idle = rows[1][2]
+    print(f"\njoining a running batch (--stagger: client k starts at client k-1's first token), the extension "
+          f"{'on' if ext else 'off'}; idle TTFT {idle:.0f} ms, load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(f"{'N':>3} {'bound':>8}  each client's TTFT (ms; * above the bound)")
+    for n in SIZES[1:]:
+        got = [staggered(server.url, n, args.tokens, ext) for _ in range(args.rounds)]
+        med = [statistics.median(r[k] for r in got) for k in range(n)]
+        bound = 2 * idle + n * 1000.0 / rows[n][0]
+        cells = " ".join(f"{t:.0f}{'*' if t > bound else ''}" for t in med)
+        print(f"{n:>3} {bound:>5.0f} ms  {cells}  (worst joiner {max(med[1:]):.0f} ms)")
+
+
 def soak(url: str, requests: int, server_rss: Callable[[], int]) -> tuple[int, int]:
     """RSS after the first request and after `requests` (4 clients at once)."""
     with httpx.Client(timeout=300) as c:
@@ -178,6 +234,7 @@ def main() -> None:
     ap.add_argument("--soak", type=int, default=200)
     ap.add_argument("--extension", default="on,off", help="the loopchat extension in the replies: on, off or both")
     ap.add_argument("--peer", action="store_true", help="llama-server -np 8 beside loopchat, the same clients")
+    ap.add_argument("--stagger", action="store_true", help="also: clients that join a running batch, their TTFT")
     args = ap.parse_args()
     server = loopchat_serve(args.threads, "--parallel", "8")
     peer: Child | None = None
@@ -194,6 +251,8 @@ def main() -> None:
             report(rows, args, extension)
             if peer is not None:
                 report_peer(rows, peer_rows, extension)
+            if args.stagger:
+                measure_stagger(server, args, extension == "on", rows)
         if args.soak:
             first, last = soak(server.url, args.soak, server.rss)
             print(f"\nsoak of {args.soak} requests: RSS {first / 2**20:.1f} MiB after the first, "
