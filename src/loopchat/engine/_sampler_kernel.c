@@ -3659,8 +3659,97 @@ done:
     return Py_BuildValue("(dn)", (double)low, n_low);
 }
 
+/* ---- the draw's walk (chain15): sampler_math.draw_unsorted in one call -----------------------
+   The running sums of the blocks' sums (np.cumsum's sequential additions) up to the first above u,
+   that block's weights (recomputed from the candidates' float32 logits by block_f32, as weights_of
+   computes them, or read where they are stored), their running sum from 0 with the block's base
+   added to each (numpy's `base + np.cumsum(block)`), and the first position above u: searchsorted's
+   answer on these non-decreasing sums (side "right": how many are at most u). -1 where numpy must
+   decide: u, a block's sum or a weight NaN or negative (the sums then need not rise). */
+static Py_ssize_t draw_walk(const void *xv, int f32, Py_ssize_t n, double shift, double t, const double *bp,
+                            Py_ssize_t nb, Py_ssize_t block, double u, double *buf) {
+    if (u != u || nb <= 0) return -1;
+    for (Py_ssize_t j = 0; j < nb; j++)
+        if (!(bp[j] >= 0.0)) return -1;
+    double cum = 0.0, base = 0.0;
+    Py_ssize_t j = 0;
+    for (; j < nb; j++) {
+        double next = j ? cum + bp[j] : bp[j];
+        if (next > u) break;
+        cum = next;
+    }
+    if (j >= nb) { /* (u past the end: the last block, its base the sum before it) */
+        j = nb - 1;
+        cum = 0.0;
+        for (Py_ssize_t i = 0; i < j; i++) cum = i ? cum + bp[i] : bp[i];
+    }
+    base = j ? cum : 0.0;
+    Py_ssize_t first = j * block, m = n - first < block ? n - first : block;
+    if (m <= 0) return -1;
+    const double *w;
+    if (f32) {
+        double wz = 0.0;
+        block_f32((const float *)xv + first, shift, t, buf, m, &wz);
+        w = buf;
+    } else {
+        w = (const double *)xv + first;
+    }
+    double c = 0.0;
+    Py_ssize_t i = 0;
+    for (; i < m; i++) {
+        if (!(w[i] >= 0.0)) return -1;
+        c = i ? c + w[i] : w[i];
+        if (base + c > u) break;
+    }
+    for (Py_ssize_t r = i + 1; r < m; r++) /* (the rest checked: a NaN after the pick is numpy's to rule on) */
+        if (!(w[r] >= 0.0)) return -1;
+    return first + (i < m - 1 ? i : m - 1);
+}
+
+PyDoc_STRVAR(draw_walk_doc,
+             "draw_walk(x, shift, t, blocks, block, u) -> i: sampler_math.draw_unsorted's index over the\n"
+             "distribution whose blocks of `block` positions sum to float64 `blocks`: x float64 (its weights)\n"
+             "or float32 (the candidates' logits: a block's weights exp((x - shift) / t) as distribution computes\n"
+             "them); -1 where numpy's way must decide (u, a block's sum or a weight NaN or negative).");
+
+static PyObject *py_draw_walk(PyObject *self, PyObject *args) {
+    PyObject *xo, *bo;
+    double shift, t, u;
+    Py_ssize_t block, r = -1;
+    Py_buffer x, b;
+    if (!PyArg_ParseTuple(args, "OddOnd", &xo, &shift, &t, &bo, &block, &u)) return NULL;
+    if (block <= 0) {
+        PyErr_SetString(PyExc_ValueError, "block must be positive");
+        return NULL;
+    }
+    if (get_buf(xo, &x, 0, 0) < 0) return NULL;
+    if (get_buf(bo, &b, 0, 'd') < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0], nb = b.shape[0];
+    int f32 = x.itemsize == 4;
+    if ((x.itemsize == 4 || x.itemsize == 8) && nb == (n + block - 1) / block) {
+        double *buf = f32 ? (double *)malloc((size_t)block * sizeof(double)) : NULL;
+        if (f32 && !buf) {
+            PyErr_NoMemory();
+        } else {
+            Py_BEGIN_ALLOW_THREADS r = draw_walk(x.buf, f32, n, shift, t, (const double *)b.buf, nb, block, u, buf);
+            Py_END_ALLOW_THREADS
+        }
+        free(buf);
+    } else {
+        PyErr_SetString(PyExc_ValueError, "draw_walk: blocks must cover x");
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&b);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(r);
+}
+
 static PyMethodDef constraint_methods[] = {
     {"take", py_take, METH_VARARGS, take_doc},
+    {"draw_walk", py_draw_walk, METH_VARARGS, draw_walk_doc},
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},

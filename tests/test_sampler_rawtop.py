@@ -1,0 +1,110 @@
+"""chain15's two shortcuts on the unsorted distribution (docs/performance.md, "Fifteenth session"):
+the draw's walk in one kernel call (sampler_fused.draw_walk) against numpy's draw_unsorted, and the
+reported top among a constraint's allowed tokens from the raw top (sampler_rawtop.top_among) against
+top_indices over the allowed logits. Each answer is the old one's, or declined (-1, None)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loopchat.engine import sampler_fused, sampler_rawtop
+from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, top_indices
+
+needs_kernel = pytest.mark.skipif(sampler_fused.kernel is None, reason="the C kernel is not built")
+
+
+def _sums(x: np.ndarray, shift: float, t: float) -> tuple[np.ndarray, float]:
+    blocks, norm, _ = sampler_fused.distribution_sums(x, shift, t, DRAW_BLOCK)
+    return blocks, norm
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [1, 7, 1024, 1025, 5000, 250_001])
+@pytest.mark.parametrize("t", [1.0, 0.7, 2.0])
+def test_draw_walk_is_draw_unsorted(n: int, t: float) -> None:
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    shift = float(x.max())
+    blocks, norm = _sums(x, shift, t)
+    w = sampler_fused.distribution(x, shift, t, DRAW_BLOCK)[0]
+    cum = np.cumsum(blocks)
+    # random u, the blocks' running sums themselves and their neighbours (the walk's edges), 0, the end
+    us = [*(rng.random(40) * norm), 0.0, norm, norm * 2]
+    us += [float(v) for c in cum[:20] for v in (c, np.nextafter(c, 0.0), np.nextafter(c, np.inf))]
+    for u in us:
+        want = draw_unsorted(None, u, blocks, lambda a, b: sampler_fused.weights_of(x[a:b], shift, t))
+        assert sampler_fused.draw_walk(x, shift, t, blocks, DRAW_BLOCK, u) == want, u
+        # the stored weights' form
+        assert sampler_fused.draw_walk(w, 0.0, 1.0, blocks, DRAW_BLOCK, u) == draw_unsorted(w, u, blocks), u
+
+
+@needs_kernel
+def test_draw_walk_declines_nan() -> None:
+    x = np.linspace(-5, 0, 3000).astype(np.float32)
+    x[2500] = np.nan
+    blocks, norm = _sums(x, 0.0, 1.0)
+    assert sampler_fused.draw_walk(x, 0.0, 1.0, blocks, DRAW_BLOCK, 1.0) == -1
+    assert sampler_fused.draw_walk(x, 0.0, 1.0, blocks, DRAW_BLOCK, float("nan")) == -1
+    with pytest.raises(ValueError):
+        sampler_fused.draw_walk(x, 0.0, 1.0, blocks[:-1], DRAW_BLOCK, 1.0)
+
+
+def _case(rng: np.random.Generator, n: int, forbid: float, ties: bool) -> tuple:
+    """A row of logits, its allowed ids (ascending), penalized logits and the changed ids."""
+    logits = (rng.standard_normal(n) * 3).astype(np.float32)
+    if ties:  # (equal logits among the largest)
+        top = np.argsort(-logits)[:60]
+        logits[top[rng.integers(0, 60, 6)]] = logits[top[rng.integers(0, 60, 6)]]
+    allowed = np.sort(rng.choice(n, int(n * (1 - forbid)), replace=False))
+    allowed[0] = int(np.argmax(logits))  # (kept sorted below)
+    allowed = np.unique(allowed)
+    work = logits.copy()
+    changed = [rng.choice(n, int(rng.integers(0, 30)), replace=False)]
+    if rng.random() < 0.5:  # the raw top's own tokens penalized, raised or lowered
+        changed.append(np.setdiff1d(np.argsort(-logits)[: int(rng.integers(1, 20))], changed[0]))
+    for ids in changed:
+        work[ids] = logits[ids] + rng.normal(0, 3, ids.shape[0]).astype(np.float32)
+    return logits, allowed, work, changed
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_top_among_is_top_indices(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([2000, 40_000, 262_144]))
+    logits, allowed, work, changed = _case(rng, n, float(rng.choice([0.0, 0.05, 0.5])), seed % 4 == 0)
+    src = work[allowed]
+    answered = 0
+    for report_k in (1, 10, 40):
+        wide = sampler_fused.top_k(logits, sampler_rawtop.wide_k(report_k))
+        if wide is None:
+            continue
+        got = sampler_rawtop.top_among(logits, wide, changed, allowed, src, report_k + 1)
+        if got is not None:
+            answered += 1
+            np.testing.assert_array_equal(got, top_indices(src, report_k + 1))
+    if sampler_fused.kernel is not None and seed % 4 and n > 2000:
+        assert answered  # (the shortcut answers on ordinary rows)
+
+
+def test_top_among_declines() -> None:
+    """A penalized logit above the raw top's last but below what it should beat, a NaN, and a tie at
+    the cut each leave the answer to top_indices."""
+    n = 5000
+    logits = -np.arange(n, dtype=np.float32) / 100  # (falling: token i is the i-th largest)
+    allowed = np.arange(n)
+    wide = np.arange(20)
+    src = logits.copy()
+    # every candidate's k1-th below the raw top's last: not shown
+    assert sampler_rawtop.top_among(logits, wide, [], allowed, src, 21) is None
+    assert sampler_rawtop.top_among(logits, wide, [], allowed, src, 20) is not None
+    # the raw top's tokens lowered below the M-th: another token may be above them
+    low = src.copy()
+    low[:5] -= 10
+    assert sampler_rawtop.top_among(logits, wide, [np.arange(5)], allowed, low, 16) is None
+    nan = src.copy()
+    nan[3] = np.nan
+    assert sampler_rawtop.top_among(logits, wide, [np.array([3])], allowed, nan, 5) is None
+    tie = src.copy()
+    tie[5] = tie[4]
+    assert sampler_rawtop.top_among(logits, wide, [np.array([5])], allowed, tie, 5) is None
