@@ -108,3 +108,66 @@ def test_top_among_declines() -> None:
     tie = src.copy()
     tie[5] = tie[4]
     assert sampler_rawtop.top_among(logits, wide, [np.array([5])], allowed, tie, 5) is None
+
+
+def _top_reference(x: np.ndarray, k: int) -> np.ndarray | None:
+    """The kernel's top_k answer by numpy: the k largest, largest first, where the k + 1 largest are
+    distinct and there is no NaN; else None."""
+    if np.isnan(x).any():
+        return None
+    order = np.argsort(-x, kind="stable")[: k + 1]
+    v = x[order]
+    return order[:k] if np.all(v[1:] < v[:-1]) else None
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+def test_halves_are_the_one_pass(threads: int) -> None:
+    """top_k, count_greater and take by halves (the helper's where it takes one): the one pass's
+    answers, with the largest values in either half, ties across the halves, a NaN in one, and
+    the least kept value's sign and count across them (±0)."""
+    before = sampler_fused._threads
+    sampler_fused.use_threads(threads)
+    rng = np.random.default_rng(threads)
+    n = 262_144
+    try:
+        for trial in range(40):
+            x = rng.standard_normal(n).astype(np.float32)
+            case = trial % 5
+            if case == 1:  # the largest two equal, one in each half
+                x[10] = x[n - 10] = np.float32(9.0)
+            elif case == 2:  # a NaN in the second half
+                x[n - 5] = np.nan
+            elif case == 3:  # the largest all in the second half
+                x[n - 100 :] += 20
+            elif case == 4:  # equal values just below the top 41 (no answer's concern) and across halves
+                top = np.argsort(-x)[:60]
+                x[top[50]] = x[top[45]]
+            sampler_fused.chain_starts()
+            got = sampler_fused.top_k(x, 40)
+            i = int(rng.integers(0, n))
+            count = sampler_fused.count_greater(x, i)
+            sampler_fused.chain_ends()
+            want = _top_reference(x, 40)
+            assert (got is None) == (want is None), trial
+            if want is not None:
+                np.testing.assert_array_equal(got, want)
+            assert count == int(np.count_nonzero(x > x[i])), trial
+        kernel = sampler_fused.kernel
+        assert kernel is not None
+        for first_sign in (1.0, -1.0):
+            src = np.abs(rng.standard_normal(n).astype(np.float32)) + 1
+            kept = np.sort(rng.choice(n, 150_000, replace=False)).astype(np.int64)
+            src[kept[10]] = np.float32(0.0 * first_sign)  # the least: ±0 in the first half, ∓0 in the second
+            src[kept[140_000]] = np.float32(-0.0 * first_sign)
+            src[kept[5]] = np.nan
+            ids, out = np.empty(kept.shape[0], np.int64), np.empty(kept.shape[0], np.float32)
+            sampler_fused.chain_starts()
+            low, n_low = kernel.take(kept, None, src, ids, out)
+            sampler_fused.chain_ends()
+            np.testing.assert_array_equal(ids, kept)
+            np.testing.assert_array_equal(out, src[kept])
+            assert low == 0.0 and n_low == 2
+            assert np.copysign(1.0, low) == first_sign  # (the first seen, as one loop keeps it)
+    finally:
+        sampler_fused.use_threads(before)

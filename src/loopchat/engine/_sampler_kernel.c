@@ -101,6 +101,12 @@ static int split_dist(const void *x, int f32, double shift, double t, double *w,
                       Py_ssize_t n);
 static double split_dist_wz(Py_ssize_t j);
 #endif
+/* A pass in two halves (chain15): fn(arg, 0) on the calling thread and fn(arg, 1) on the helper where it is
+   free and takes it; else fn(arg, 2) after the first on the calling thread (the second half, which may go
+   on from the first's state: a one-thread pass); each half writes its own results, the caller combines
+   them (at the end of the file). */
+typedef void (*half_fn)(void *arg, int half);
+static void run_halves(half_fn fn, void *arg, Py_ssize_t n);
 
 #ifdef KERNEL_AVX2
 #pragma GCC push_options
@@ -1078,6 +1084,22 @@ static PyObject *py_min_p(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(count_greater_doc, "count_greater(x, i) -> int: how many entries of x (float32 or float64) exceed x[i].");
 
+/* count_greater's halves (run_halves): the counts of x[:mid] and x[mid:n] above v, added after. */
+typedef struct {
+    const void *x;
+    int f32;
+    double v;
+    Py_ssize_t n, mid, c[2];
+} count_halves;
+
+static void count_half(void *arg, int h) {
+    count_halves *t = (count_halves *)arg;
+    h = h ? 1 : 0;
+    Py_ssize_t a = h ? t->mid : 0, b = h ? t->n : t->mid;
+    t->c[h] = t->f32 ? count_greater_f32((const float *)t->x + a, (float)t->v, b - a)
+                     : count_greater_f64((const double *)t->x + a, t->v, b - a);
+}
+
 static PyObject *py_count_greater(PyObject *self, PyObject *args) {
     PyObject *xo;
     Py_ssize_t i;
@@ -1090,13 +1112,10 @@ static PyObject *py_count_greater(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "index out of range");
         return NULL;
     }
-    if (x.itemsize == 4) {
-        const float *p = (const float *)x.buf;
-        c = count_greater_f32(p, p[i], n);
-    } else {
-        const double *p = (const double *)x.buf;
-        c = count_greater_f64(p, p[i], n);
-    }
+    count_halves t = {.x = x.buf, .f32 = x.itemsize == 4, .n = n, .mid = (n / 2) & ~(Py_ssize_t)63};
+    t.v = t.f32 ? (double)((const float *)x.buf)[i] : ((const double *)x.buf)[i];
+    Py_BEGIN_ALLOW_THREADS run_halves(count_half, &t, n);
+    Py_END_ALLOW_THREADS c = t.c[0] + t.c[1];
     PyBuffer_Release(&x);
     return PyLong_FromSsize_t(c);
 }
@@ -2150,8 +2169,10 @@ static int top_k_rest_plain(const float *x, const uint8_t *mask, Py_ssize_t i, P
 }
 
 #ifdef KERNEL_AVX2
-__attribute__((target("avx2"))) static int top_k_rest_avx2(const float *x, const uint8_t *mask, Py_ssize_t i,
-                                                           Py_ssize_t n, Py_ssize_t m, float *hv, int64_t *hi) {
+/* (its loop aligned to 64 bytes, chain15: where it fell gave this pass 29 to 46 us on 262,144 hot logits
+   from one build to another of the same code) */
+__attribute__((target("avx2"), optimize("align-loops=64"))) static int
+top_k_rest_avx2(const float *x, const uint8_t *mask, Py_ssize_t i, Py_ssize_t n, Py_ssize_t m, float *hv, int64_t *hi) {
     __m256 nan = _mm256_setzero_ps();
     const __m128i zero = _mm_setzero_si128();
     for (; i + 8 <= n; i += 8) {
@@ -2171,13 +2192,12 @@ __attribute__((target("avx2"))) static int top_k_rest_avx2(const float *x, const
 }
 #endif
 
-/* The k largest positions of x (among mask's, if not NULL), largest first, into ids: 1; 0 where
-   numpy's way must decide (two of the k + 1 largest equal, a NaN, fewer than k + 1 positions). */
-static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids) {
-    Py_ssize_t m = k + 1, c = 0, i = 0;
-    float hv[TOP_K_MAX + 1], sv[TOP_K_MAX + 1];
-    int64_t hi[TOP_K_MAX + 1], si[TOP_K_MAX + 1];
-    for (; i < n && c < m; i++) { /* the first m positions fill the heap */
+/* The heap of the m largest of x[from:to] (among mask's): 1; 0 at a NaN or fewer than m positions. */
+static inline __attribute__((always_inline)) int top_k_heap(const float *x, const uint8_t *mask, Py_ssize_t from,
+                                                           Py_ssize_t to, Py_ssize_t m, float *hv,
+                      int64_t *hi) {
+    Py_ssize_t c = 0, i = from;
+    for (; i < to && c < m; i++) { /* the first m positions fill the heap */
         if (x[i] != x[i]) return 0;
         if (!mask || mask[i]) hv[c] = x[i], hi[c++] = i;
     }
@@ -2186,11 +2206,61 @@ static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssiz
     int bad;
 #ifdef KERNEL_AVX2
     if (kernel_fma)
-        bad = top_k_rest_avx2(x, mask, i, n, m, hv, hi);
+        bad = top_k_rest_avx2(x, mask, i, to, m, hv, hi);
     else
 #endif
-        bad = top_k_rest_plain(x, mask, i, n, m, hv, hi);
-    if (bad) return 0;
+        bad = top_k_rest_plain(x, mask, i, to, m, hv, hi);
+    return !bad;
+}
+
+/* top_k_pass's halves (chain15, run_halves): each half's heap of the m largest; the second's offered to
+   the first's after. The m largest of the two heaps are the row's m largest values (as values: which of
+   equal ones is kept may differ, and equal ones among them give no answer either way), so the answer
+   and where there is none are the one pass's. */
+typedef struct {
+    const float *x;
+    Py_ssize_t n, mid, m;
+    float hv[2][TOP_K_MAX + 1];
+    int64_t hi[2][TOP_K_MAX + 1];
+    int ok[2];
+} topk_halves;
+
+static void topk_half(void *arg, int h) {
+    topk_halves *t = (topk_halves *)arg;
+    if (h == 2) { /* (the caller's: the first half's heap goes on, the one pass's very steps) */
+        int bad = 1;
+        if (t->ok[0]) {
+#ifdef KERNEL_AVX2
+            if (kernel_fma)
+                bad = top_k_rest_avx2(t->x, NULL, t->mid, t->n, t->m, t->hv[0], t->hi[0]);
+            else
+#endif
+                bad = top_k_rest_plain(t->x, NULL, t->mid, t->n, t->m, t->hv[0], t->hi[0]);
+        }
+        t->ok[0] = !bad, t->ok[1] = 2;
+        return;
+    }
+    t->ok[h] = top_k_heap(t->x, NULL, h ? t->mid : 0, h ? t->n : t->mid, t->m, t->hv[h], t->hi[h]);
+}
+
+/* The k largest positions of x (among mask's, if not NULL), largest first, into ids: 1; 0 where
+   numpy's way must decide (two of the k + 1 largest equal, a NaN, fewer than k + 1 positions). */
+static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids) {
+    Py_ssize_t m = k + 1;
+    float *hv, sv[TOP_K_MAX + 1];
+    int64_t *hi, si[TOP_K_MAX + 1];
+    topk_halves t;
+    if (!mask && n >= 65536) { /* (a row long enough for two threads: both halves hold m) */
+        t.x = x, t.n = n, t.mid = (n / 2) & ~(Py_ssize_t)63, t.m = m;
+        run_halves(topk_half, &t, n);
+        if (!t.ok[0] || !t.ok[1]) return 0;
+        hv = t.hv[0], hi = t.hi[0];
+        if (t.ok[1] == 1) /* (the helper's half: its heap offered to the first's) */
+            for (Py_ssize_t j = 0; j < m; j++) pair_offer(hv, hi, m, t.hv[1][j], t.hi[1][j]);
+    } else {
+        hv = t.hv[0], hi = t.hi[0];
+        if (!top_k_heap(x, mask, 0, n, m, hv, hi)) return 0;
+    }
     for (Py_ssize_t j = m; j-- > 0;) { /* the least first, into the last place */
         sv[j] = hv[0], si[j] = hi[0];
         hv[0] = hv[j], hi[0] = hi[j];
@@ -3069,7 +3139,7 @@ static long split_stats[5];
 static long long split_off_until; /* (the callers' only: under pool.lock, or read before it) */
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
-enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4, JOB_HALF = 5 };
 /* JOB_DIST: the distribution's blocks of at least this many positions (SPLIT_PART / DIST_MIN_BLOCK a part) */
 #define DIST_MIN_BLOCK 256
 
@@ -3094,6 +3164,8 @@ typedef struct {
     double t;
     double *wt, *bp;
     Py_ssize_t block;
+    half_fn fn; /* JOB_HALF: run_halves' second half, fn(arg, 1) */
+    void *arg;
 } split_job;
 
 typedef struct {
@@ -3216,7 +3288,9 @@ static void helper_part(Py_ssize_t p) {
         dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
     } else if (j->kind == JOB_SCAN)
         scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->q, pool.c0[p], &pool.scanned[p]);
-    else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
+    else if (j->kind == JOB_HALF) {
+        if (p == 1) j->fn(j->arg, 1);
+    } else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
         raw_dot d;
         memset(&d, 0, sizeof d);
         d.acc = _mm_setzero_ps();
@@ -3392,7 +3466,7 @@ static int split_begin(const split_job *job, const Py_ssize_t *c0) {
         goto alone;
     }
     for (Py_ssize_t p = 0; p < parts; p++) __atomic_store_n(&pool.state[p], PART_FREE, __ATOMIC_RELAXED);
-    if (kind == JOB_RAW) parts = 2, pool.state[0] = PART_MAIN; /* (the first half the caller's) */
+    if (kind == JOB_RAW || kind == JOB_HALF) parts = 2, pool.state[0] = PART_MAIN; /* (the first half the caller's) */
     pool.job = *job, pool.parts = parts;
     if (c0) memcpy(pool.c0, c0, (size_t)parts * sizeof(Py_ssize_t));
     __atomic_store_n(&pool.seq, pool.seq + 1, __ATOMIC_RELEASE);
@@ -3468,6 +3542,19 @@ static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int
     return split_begin(&job, NULL);
 }
 
+/* run_halves where the helper thread may take the second half (a row of at least split_min). */
+static void run_halves(half_fn fn, void *arg, Py_ssize_t n) {
+    split_job job = {.kind = JOB_HALF, .body = n, .fn = fn, .arg = arg};
+    if (!split_begin(&job, NULL)) {
+        fn(arg, 0);
+        fn(arg, 2);
+        return;
+    }
+    fn(arg, 0);
+    if (split_take(1)) fn(arg, 2);
+    split_end();
+}
+
 /* The helper's second half added to the caller's einsum and float64 sum, in order; its sum. */
 static float split_raw_merge(raw_dot *d) {
     for (int i = 0; i < pool.raw_nout; i++) d->out = d->out + pool.raw_out[i];
@@ -3529,6 +3616,12 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
     if (body < n) s = above_tail(x, shift, v, body, n, ids, qs, &k, qf, s, stored);
     *kout = k;
     return s;
+}
+#else
+static void run_halves(half_fn fn, void *arg, Py_ssize_t n) {
+    (void)n;
+    fn(arg, 0);
+    fn(arg, 2);
 }
 #endif
 
@@ -3609,6 +3702,41 @@ PyDoc_STRVAR(take_doc,
              "ids[i] = cand[kept[i]] (int64; cand None: kept[i]) and out[i] = src[kept[i]] (float32), i < len(kept);\n"
              "low the least of out (inf for none; NaNs are passed over) and n_low how many of out equal it.");
 
+/* take's halves (run_halves): kept[:mid] and kept[mid:k], each its own least and count. */
+typedef struct {
+    const int64_t *kept, *cand;
+    const float *src;
+    int64_t *ids;
+    float *out;
+    Py_ssize_t n, k, mid, n_low[2];
+    float low[2];
+    int bad[2];
+} take_halves;
+
+static void take_half(void *arg, int h) {
+    take_halves *t = (take_halves *)arg;
+    h = h ? 1 : 0;
+    Py_ssize_t a = h ? t->mid : 0, b = h ? t->k : t->mid, n_low = 0, n = t->n;
+    const int64_t *kept = t->kept, *cand = t->cand;
+    const float *src = t->src;
+    int64_t *ids = t->ids;
+    float *out = t->out, low = INFINITY;
+    int bad = 0;
+    for (Py_ssize_t i = a; i < b; i++) { /* (the fields in locals: ids' stores may alias *t) */
+        int64_t p = kept[i];
+        if ((uint64_t)p >= (uint64_t)n) {
+            bad = 1;
+            break;
+        }
+        float v = src[p];
+        ids[i] = cand ? cand[p] : p;
+        out[i] = v;
+        if (v < low) low = v, n_low = 0;
+        n_low += v == low;
+    }
+    t->low[h] = low, t->n_low[h] = n_low, t->bad[h] = bad;
+}
+
 static PyObject *py_take(PyObject *self, PyObject *args) {
     PyObject *ko, *co, *so, *io, *oo;
     Py_buffer kb, cb, sb, ib, ob;
@@ -3632,23 +3760,16 @@ static PyObject *py_take(PyObject *self, PyObject *args) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "cand must be as long as src");
         goto done;
     }
-    const int64_t *kept = (const int64_t *)kb.buf, *cand = has_cand ? (const int64_t *)cb.buf : NULL;
-    const float *src = (const float *)sb.buf;
-    int64_t *ids = (int64_t *)ib.buf;
-    float *out = (float *)ob.buf;
-    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < k; i++) {
-        int64_t p = kept[i];
-        if ((uint64_t)p >= (uint64_t)n) {
-            bad = 1;
-            break;
-        }
-        float v = src[p];
-        ids[i] = cand ? cand[p] : p;
-        out[i] = v;
-        if (v < low) low = v, n_low = 0;
-        n_low += v == low;
-    }
-    Py_END_ALLOW_THREADS if (bad) PyErr_SetString(PyExc_IndexError, "a kept position outside src");
+    take_halves t = {.kept = (const int64_t *)kb.buf, .cand = has_cand ? (const int64_t *)cb.buf : NULL,
+                     .src = (const float *)sb.buf, .ids = (int64_t *)ib.buf, .out = (float *)ob.buf, .n = n, .k = k,
+                     .mid = (k / 2) & ~(Py_ssize_t)63};
+    Py_BEGIN_ALLOW_THREADS run_halves(take_half, &t, k);
+    Py_END_ALLOW_THREADS
+    /* (the halves' least in order: the first's unless the second's is below it, as one loop keeps it) */
+    low = t.low[1] < t.low[0] ? t.low[1] : t.low[0];
+    n_low = (t.low[0] == low ? t.n_low[0] : 0) + (t.low[1] == low ? t.n_low[1] : 0);
+    bad = t.bad[0] || t.bad[1];
+    if (bad) PyErr_SetString(PyExc_IndexError, "a kept position outside src");
 done:
     if (got >= 5) PyBuffer_Release(&ob);
     if (got >= 4) PyBuffer_Release(&ib);
