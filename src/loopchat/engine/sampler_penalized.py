@@ -23,7 +23,6 @@ class Penalized(Protocol):
     work_max: float | None
     work_max_id: int
     bound: tuple[float, float] | None
-    changed_ids: list[np.ndarray]
 
 
 def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray | None, penalty: float = 0.0) -> tuple[int, float]:
@@ -35,7 +34,9 @@ def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray | None, pena
     penalty's, each logit v divided by `penalty` where v > 0, else multiplied (in float32, as
     numpy's np.where of the two; made in the same kernel call)."""
     kernel = sampler_fused.kernel
-    c.changed_ids.append(ids)  # (sampler_rawtop: every other token's logit is the model's)
+    changed = getattr(c, "changed_ids", None)  # (Candidates': sampler_rawtop reads that every other logit is the model's)
+    if changed is not None:
+        changed.append(ids)
     copy = c.work is c.logits
     prefilled = getattr(c, "work_copy", None)  # (the raw pass copied them already: sampler_raw's `copy`)
     if copy and prefilled is not None:
