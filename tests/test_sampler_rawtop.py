@@ -5,6 +5,8 @@ top_indices over the allowed logits. Each answer is the old one's, or declined (
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -68,18 +70,30 @@ def _case(rng: np.random.Generator, n: int, forbid: float, ties: bool) -> tuple:
     return logits, allowed, work, changed
 
 
+def _words(allowed: np.ndarray, n: int) -> np.ndarray:
+    """The mask of these ids as llguidance gives it: 32 bits a word, bit i & 31 of word i >> 5."""
+    bits = np.zeros((n + 31) // 32 * 32, dtype=bool)
+    bits[allowed] = True
+    return np.packbits(bits, bitorder="little").view(np.int32)
+
+
+def _among(logits, work, changed, allowed, src, k1, words):  # type: ignore[no-untyped-def]
+    c = SimpleNamespace(logits=logits, work=work, changed_ids=list(changed))
+    wide = sampler_fused.top_k(logits, sampler_rawtop.wide_k(k1 - 1))
+    return None if wide is None else sampler_rawtop.top_among(c, wide, allowed, src, k1, words)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("seed", range(60))
-def test_top_among_is_top_indices(seed: int) -> None:
+@pytest.mark.parametrize("by_words", [False, True])
+def test_top_among_is_top_indices(seed: int, by_words: bool) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.choice([2000, 40_000, 262_144]))
     logits, allowed, work, changed = _case(rng, n, float(rng.choice([0.0, 0.05, 0.5])), seed % 4 == 0)
     src = work[allowed]
+    words = _words(allowed, n) if by_words else None
     answered = 0
     for report_k in (1, 10, 40):
-        wide = sampler_fused.top_k(logits, sampler_rawtop.wide_k(report_k))
-        if wide is None:
-            continue
-        got = sampler_rawtop.top_among(logits, wide, changed, allowed, src, report_k + 1)
+        got = _among(logits, work, changed, allowed, src, report_k + 1, words)
         if got is not None:
             answered += 1
             np.testing.assert_array_equal(got, top_indices(src, report_k + 1))
@@ -87,27 +101,37 @@ def test_top_among_is_top_indices(seed: int) -> None:
         assert answered  # (the shortcut answers on ordinary rows)
 
 
-def test_top_among_declines() -> None:
-    """A penalized logit above the raw top's last but below what it should beat, a NaN, and a tie at
-    the cut each leave the answer to top_indices."""
+@pytest.mark.parametrize("by_words", [False, True])
+def test_top_among_declines(by_words: bool) -> None:
+    """Too few candidates above the raw top's last, the raw top's tokens lowered below it, a NaN, and a
+    tie at the cut each leave the answer to top_indices."""
     n = 5000
     logits = -np.arange(n, dtype=np.float32) / 100  # (falling: token i is the i-th largest)
     allowed = np.arange(n)
+    words = _words(allowed, n) if by_words else None
+    c = SimpleNamespace(logits=logits, work=logits, changed_ids=[])
     wide = np.arange(20)
     src = logits.copy()
-    # every candidate's k1-th below the raw top's last: not shown
-    assert sampler_rawtop.top_among(logits, wide, [], allowed, src, 21) is None
-    assert sampler_rawtop.top_among(logits, wide, [], allowed, src, 20) is not None
-    # the raw top's tokens lowered below the M-th: another token may be above them
+
+    def among(work: np.ndarray, changed: list, k1: int) -> np.ndarray | None:
+        c.work, c.changed_ids = work, changed
+        return sampler_rawtop.top_among(c, wide, allowed, work, k1, words)  # type: ignore[arg-type]
+
+    assert among(src, [], 21) is None  # (21 wanted, 20 above the last)
+    np.testing.assert_array_equal(among(src, [], 20), np.arange(20))
     low = src.copy()
     low[:5] -= 10
-    assert sampler_rawtop.top_among(logits, wide, [np.arange(5)], allowed, low, 16) is None
+    assert among(low, [np.arange(5)], 16) is None
     nan = src.copy()
     nan[3] = np.nan
-    assert sampler_rawtop.top_among(logits, wide, [np.array([3])], allowed, nan, 5) is None
+    assert among(nan, [np.array([3])], 5) is None
     tie = src.copy()
     tie[5] = tie[4]
-    assert sampler_rawtop.top_among(logits, wide, [np.array([5])], allowed, tie, 5) is None
+    assert among(tie, [np.array([5])], 5) is None
+    raised = src.copy()
+    raised[4000] = 5.0  # (a penalty raised a token far below: it leads)
+    got = among(raised, [np.array([4000])], 10)
+    np.testing.assert_array_equal(got, [4000, *range(9)])
 
 
 def _top_reference(x: np.ndarray, k: int) -> np.ndarray | None:

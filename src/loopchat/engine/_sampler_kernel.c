@@ -3868,9 +3868,111 @@ static PyObject *py_draw_walk(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(r);
 }
 
+/* ---- the reported top among a constraint's allowed tokens from the raw top (chain15, sampler_rawtop) ----
+   The candidates (the raw top's M ids, then the penalized ones) that the mask's words allow, with their
+   (penalized) logits, largest first (equal ones by id; a token once); where their k1 largest strictly fall,
+   the last at or above tau (the M-th raw logit) and above the next candidate, their positions among the
+   allowed ids (the set bits before each, by a prefix count of the words) into out: 1; else 0. */
+typedef struct {
+    float v;
+    int64_t id;
+} among_entry;
+
+/* Whether a comes before b: the larger value first, equal ones by id. */
+static inline int among_before(among_entry a, among_entry b) { return a.v > b.v || (a.v == b.v && a.id < b.id); }
+
+KERNEL_CLONES
+static int top_among(const float *work, Py_ssize_t n, const uint32_t *w, Py_ssize_t nw, const int64_t *cand,
+                     Py_ssize_t nc, float tau, Py_ssize_t k1, int64_t *out) {
+    among_entry *e = (among_entry *)malloc((size_t)(nc ? nc : 1) * sizeof(among_entry));
+    int ok = 0;
+    Py_ssize_t c = 0, u = 0;
+    if (!e) return 0;
+    for (Py_ssize_t j = 0; j < nc; j++) { /* the allowed ones, in order by insertion (a hundred or so) */
+        int64_t id = cand[j];
+        if (id < 0 || id >= n || id >> 5 >= nw || !((w[id >> 5] >> (id & 31)) & 1u)) continue;
+        among_entry x = {work[id], id};
+        if (x.v != x.v) goto done; /* (a NaN: numpy's top_indices places it its own way) */
+        Py_ssize_t i = c++;
+        for (; i > 0 && among_before(x, e[i - 1]); i--) e[i] = e[i - 1];
+        e[i] = x;
+    }
+    for (Py_ssize_t j = 0; j < c; j++) /* (a token once: equal ids are neighbours) */
+        if (!u || e[j].id != e[u - 1].id) e[u++] = e[j];
+    if (u < k1 || !(e[k1 - 1].v >= tau) || (u > k1 && !(e[k1 - 1].v > e[k1].v))) goto done;
+    for (Py_ssize_t j = 0; j + 1 < k1; j++)
+        if (!(e[j].v > e[j + 1].v)) goto done;
+    /* their positions: the set bits before each, one walk of the words up to the last of them by id */
+    for (Py_ssize_t j = 0; j < k1; j++) out[j] = j;
+    for (Py_ssize_t j = 1; j < k1; j++) { /* (out: the chosen ranks in ascending id) */
+        int64_t r = out[j], i = j;
+        for (; i > 0 && e[out[i - 1]].id > e[r].id; i--) out[i] = out[i - 1];
+        out[i] = r;
+    }
+    {
+        int64_t *rank = (int64_t *)malloc((size_t)k1 * sizeof(int64_t));
+        if (!rank) goto done;
+        memcpy(rank, out, (size_t)k1 * sizeof(int64_t));
+        int64_t acc = 0, word = 0;
+        for (Py_ssize_t j = 0; j < k1; j++) {
+            int64_t id = e[rank[j]].id;
+            for (; word < id >> 5; word++) acc += __builtin_popcount(w[word]);
+            out[rank[j]] = acc + __builtin_popcount(w[id >> 5] & ((1u << (id & 31)) - 1u));
+        }
+        free(rank);
+    }
+    ok = 1;
+done:
+    free(e);
+    return ok;
+}
+
+PyDoc_STRVAR(top_among_doc,
+             "top_among(work, words, cand, tau, out) -> ok: the positions among the allowed ids (the set bits of\n"
+             "uint32 words, ascending) of the len(out) largest of float32 work over the int64 candidate ids cand that\n"
+             "the words allow, largest first, where they strictly fall, the last at or above tau and above every other\n"
+             "allowed candidate; False otherwise (a NaN among them included).");
+
+static PyObject *py_top_among(PyObject *self, PyObject *args) {
+    PyObject *xo, *wo, *co, *oo;
+    double tau;
+    Py_buffer x, w, c, o;
+    int ok = 0;
+    if (!PyArg_ParseTuple(args, "OOOdO", &xo, &wo, &co, &tau, &oo)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (PyObject_GetBuffer(wo, &w, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (get_buf(co, &c, 0, 'q') < 0) {
+        PyBuffer_Release(&w);
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (get_buf(oo, &o, 1, 'q') < 0) {
+        PyBuffer_Release(&c);
+        PyBuffer_Release(&w);
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (w.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "top_among: words must be 32-bit");
+    } else if (o.shape[0] > 0) {
+        ok = top_among((const float *)x.buf, x.shape[0], (const uint32_t *)w.buf, w.len / 4, (const int64_t *)c.buf,
+                       c.shape[0], (float)tau, o.shape[0], (int64_t *)o.buf);
+    }
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&x);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef constraint_methods[] = {
     {"take", py_take, METH_VARARGS, take_doc},
     {"draw_walk", py_draw_walk, METH_VARARGS, draw_walk_doc},
+    {"top_among", py_top_among, METH_VARARGS, top_among_doc},
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},

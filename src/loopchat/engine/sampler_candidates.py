@@ -68,6 +68,7 @@ class Candidates:
         "wide_top",
         "raw_wide",
         "changed_ids",
+        "allowed_words",
         "ascending_ids",
         "sorted_exps",
     )
@@ -125,6 +126,8 @@ class Candidates:
         self.raw_wide: np.ndarray | None = None
         #: the ids whose logits the penalties changed (change_logits), each call's
         self.changed_ids: list[np.ndarray] = []
+        #: the constraint's mask, 32 bits a word, where its allowed ids are source_cache's (sampler_rawtop)
+        self.allowed_words: np.ndarray | None = None
         #: the constraint's allowed ids (ascending), while they are the candidates' (`ids is` them), else None
         self.ascending_ids: np.ndarray | None = None
         #: (logits64, raw_max, logits64 - raw_max, their exps as floats): top-k's mass (sorted_mass), which
@@ -196,7 +199,7 @@ class Candidates:
         wide, cache, ids = self.raw_wide, self.source_cache, self.ids  # (or among the raw top's: all allowed kept)
         if wide is None or cache is None or ids is None or src is not cache[1] or cache[0] is not ids:
             return None
-        return sampler_rawtop.top_among(self.logits, wide, self.changed_ids, ids, src, k)
+        return sampler_rawtop.top_among(self, wide, ids, src, k, self.allowed_words)
 
     def exps_of(self, src: np.ndarray, shift: float) -> np.ndarray | None:
         """exp(float64(src) - shift), float64, where the constraint's pass computed them (source_exps), else None."""

@@ -34,7 +34,8 @@ def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray | None, pena
     penalty's, each logit v divided by `penalty` where v > 0, else multiplied (in float32, as
     numpy's np.where of the two; made in the same kernel call)."""
     kernel = sampler_fused.kernel
-    changed = getattr(c, "changed_ids", None)  # (Candidates': sampler_rawtop reads that every other logit is the model's)
+    # (Candidates keep the ids changed: sampler_rawtop reads that every other logit is the model's)
+    changed = getattr(c, "changed_ids", None)
     if changed is not None:
         changed.append(ids)
     copy = c.work is c.logits

@@ -15,11 +15,22 @@ before. (docs/performance.md, "Fifteenth session (chain15)".)
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from loopchat.engine import sampler_fused
 
 __all__ = ["raw_top", "top_among"]
+
+
+class Candidates(Protocol):
+    """What top_among reads of the step's candidates (sampler_candidates.Candidates)."""
+
+    logits: np.ndarray
+    work: np.ndarray
+    changed_ids: list[np.ndarray]
+
 
 #: the kernel's top_k takes at most this many (sampler_fused._TOP_K_MAX)
 _TOP_MAX = 256
@@ -44,13 +55,22 @@ def raw_top(logits: np.ndarray, report_k: int, keeps_all: bool) -> tuple[np.ndar
 
 
 def top_among(
-    logits: np.ndarray, wide: np.ndarray, changed: list[np.ndarray], ids: np.ndarray, src: np.ndarray, k1: int
+    c: Candidates, wide: np.ndarray, ids: np.ndarray, src: np.ndarray, k1: int, words: np.ndarray | None = None
 ) -> np.ndarray | None:
-    """top_indices(src, k1), where `src` holds the (penalized) logits of the allowed `ids` (ascending),
-    `wide` the model's M largest logits' ids, largest first, their M + 1 largest distinct (the kernel's
-    top_k: no NaN among the logits), `changed` the ids whose logits the penalties changed. None: not
-    shown to be that answer here (the caller searches)."""
+    """top_indices(src, k1), where `src` holds the candidates' (penalized) logits of the allowed `ids`
+    (ascending), `wide` the model's M largest logits' ids, largest first, their M + 1 largest distinct
+    (the kernel's top_k: no NaN among the logits), c.changed_ids the ids whose logits the penalties
+    changed, `words` the constraint's mask (32 bits a word; None: numpy's steps). None: not shown to be
+    that answer here (the caller searches)."""
+    changed = c.changed_ids
     cand = np.concatenate((wide, *changed)) if changed else wide
+    tau = float(c.logits[wide[-1]])
+    kernel = sampler_fused.kernel
+    if kernel is not None and words is not None and c.work.flags.c_contiguous:
+        # (one call: the ~100 candidates' bits, logits and order, and the chosen ones' positions by a
+        # prefix count of the words: numpy's searchsorted, unique and argsort read ~2 MB of ids cold)
+        out = np.empty(k1, dtype=np.intp)
+        return out if kernel.top_among(c.work, words, cand.astype(np.int64, copy=False), tau, out) else None
     pos = np.searchsorted(ids, cand)
     np.minimum(pos, ids.shape[0] - 1, out=pos)
     pos = np.unique(pos[ids[pos] == cand])  # (the allowed ones, by position: a token once)
@@ -63,9 +83,9 @@ def top_among(
     top = order[:k1]
     tv = v[top]
     last = tv[-1]
-    # strictly falling, the last at or above the M-th raw
-    # logit (every token outside cand is below it) and above the next candidate
-    if not last >= logits[wide[-1]] or not np.all(tv[1:] < tv[:-1]):
+    # strictly falling, the last at or above the M-th raw logit (every token outside cand is below it)
+    # and above the next candidate
+    if not last >= tau or not np.all(tv[1:] < tv[:-1]):
         return None
     if pos.shape[0] > k1 and not last > v[order[k1]]:
         return None
