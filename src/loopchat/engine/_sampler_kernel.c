@@ -497,8 +497,9 @@ static void bin_sums(const int32_t *idx, const double *q, double *hist, Py_ssize
     for (Py_ssize_t i = 0; i < n; i++) hist[idx[i]] += q[i];
 }
 
-/* How many of x are greater than v. */
-KERNEL_CLONES
+/* How many of x are greater than v. (Its loop aligned to 64 bytes, chain15: 12 or 17.5 us on 250,000 hot
+   floats from one build to another of the same code.) */
+KERNEL_CLONES __attribute__((optimize("align-loops=64")))
 static Py_ssize_t count_greater_f32(const float *x, float v, Py_ssize_t n) {
     Py_ssize_t c = 0;
     for (Py_ssize_t first = 0; first < n; first += 1 << 30) { /* 32-bit counts: 8 lanes a vector */
@@ -1084,22 +1085,6 @@ static PyObject *py_min_p(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(count_greater_doc, "count_greater(x, i) -> int: how many entries of x (float32 or float64) exceed x[i].");
 
-/* count_greater's halves (run_halves): the counts of x[:mid] and x[mid:n] above v, added after. */
-typedef struct {
-    const void *x;
-    int f32;
-    double v;
-    Py_ssize_t n, mid, c[2];
-} count_halves;
-
-static void count_half(void *arg, int h) {
-    count_halves *t = (count_halves *)arg;
-    h = h ? 1 : 0;
-    Py_ssize_t a = h ? t->mid : 0, b = h ? t->n : t->mid;
-    t->c[h] = t->f32 ? count_greater_f32((const float *)t->x + a, (float)t->v, b - a)
-                     : count_greater_f64((const double *)t->x + a, t->v, b - a);
-}
-
 static PyObject *py_count_greater(PyObject *self, PyObject *args) {
     PyObject *xo;
     Py_ssize_t i;
@@ -1112,10 +1097,13 @@ static PyObject *py_count_greater(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "index out of range");
         return NULL;
     }
-    count_halves t = {.x = x.buf, .f32 = x.itemsize == 4, .n = n, .mid = (n / 2) & ~(Py_ssize_t)63};
-    t.v = t.f32 ? (double)((const float *)x.buf)[i] : ((const double *)x.buf)[i];
-    Py_BEGIN_ALLOW_THREADS run_halves(count_half, &t, n);
-    Py_END_ALLOW_THREADS c = t.c[0] + t.c[1];
+    if (x.itemsize == 4) {
+        const float *p = (const float *)x.buf;
+        c = count_greater_f32(p, p[i], n);
+    } else {
+        const double *p = (const double *)x.buf;
+        c = count_greater_f64(p, p[i], n);
+    }
     PyBuffer_Release(&x);
     return PyLong_FromSsize_t(c);
 }
