@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from loopchat.engine import sampler_fused, sampler_rawtop
+from loopchat.engine import sampler_fused, sampler_ranks, sampler_rawtop
 from loopchat.engine.sampler_math import DRAW_BLOCK, draw_unsorted, top_indices
 
 needs_kernel = pytest.mark.skipif(sampler_fused.kernel is None, reason="the C kernel is not built")
@@ -195,3 +195,51 @@ def test_halves_are_the_one_pass(threads: int) -> None:
             assert np.copysign(1.0, low) == first_sign  # (the first seen, as one loop keeps it)
     finally:
         sampler_fused.use_threads(before)
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [31, 1000, 262_144, 262_145])
+def test_count_pair_is_two_counts(n: int) -> None:
+    kernel = sampler_fused.kernel
+    assert kernel is not None
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    x[rng.integers(0, n, 3)] = np.nan
+    allowed = np.flatnonzero(rng.random(n) < 0.9)
+    words = _words(allowed, n)
+    bits = np.zeros(n, dtype=bool)
+    bits[allowed] = True
+    for i in (0, n - 1, int(rng.integers(0, n))):
+        for vw in (float(x[i]), 0.5, -3.0, float("nan")):
+            got = kernel.count_pair(x, words, i, vw)
+            v32 = np.float32(vw)
+            assert got == (int(np.count_nonzero(x > x[i])), int(np.count_nonzero((x > v32) & bits))), (i, vw)
+
+
+def test_both_ranks_are_the_two_counts() -> None:
+    """The raw rank over the model's logits and the sampled rank over the candidates (a prefix of the
+    allowed by penalized logit), the penalized tokens counted by their new logits: both_ranks' answer,
+    where it gives one, is rank_of's and the count over the candidates'."""
+    rng = np.random.default_rng(7)
+    answered = 0
+    for trial in range(40):
+        n = 50_000
+        logits, allowed, work, changed = _case(rng, n, 0.2, False)
+        src_all = work[allowed]
+        keep = np.sort(np.argsort(-src_all, kind="stable")[: int(rng.integers(2000, allowed.shape[0]))])
+        ids, source = allowed[keep], src_all[keep]  # (top-p's kind: the largest, in id order)
+        c = SimpleNamespace(logits=logits, work=work, changed_ids=list(changed), allowed_words=_words(allowed, n))
+        pick = int(rng.integers(0, ids.shape[0]))
+        d = SimpleNamespace(ids=ids, probs=None, top=np.array([0]), source=source, shift=float(source.max()), t=2.0)
+        token = int(ids[pick])
+        got = sampler_ranks.both_ranks(c, d, token, pick, np.array([-1]))  # type: ignore[arg-type]
+        if sampler_fused.kernel is None:
+            assert got is None
+            continue
+        if got is not None:
+            answered += 1
+            assert got == (
+                int(np.count_nonzero(logits > logits[token])) + 1,
+                int(np.count_nonzero(source > source[pick])) + 1,
+            ), trial
+    assert answered or sampler_fused.kernel is None

@@ -3957,10 +3957,79 @@ static PyObject *py_top_among(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* ---- the two ranks' counts in one pass (chain15, sampler_ranks) -------------------------------------
+   Over float32 x and a constraint's mask (32-bit words, token i allowed where bit i & 31 of word i >> 5 is
+   set): how many of x exceed vr, and how many allowed ones exceed vw; x read once, the mask's bits beside. */
+static void count_pair_plain(const float *x, const uint32_t *w, float vr, float vw, Py_ssize_t from, Py_ssize_t n,
+                             Py_ssize_t *cr, Py_ssize_t *ca) {
+    for (Py_ssize_t i = from; i < n; i++) {
+        *cr += x[i] > vr;
+        *ca += x[i] > vw && ((w[i >> 5] >> (i & 31)) & 1u);
+    }
+}
+
+#ifdef KERNEL_AVX2
+__attribute__((target("avx2,popcnt"), optimize("align-loops=64"))) static Py_ssize_t
+count_pair_avx2(const float *x, const uint32_t *w, float vr, float vw, Py_ssize_t n, Py_ssize_t *cr, Py_ssize_t *ca) {
+    const __m256 r = _mm256_set1_ps(vr), a = _mm256_set1_ps(vw);
+    Py_ssize_t nr = 0, na = 0, j = 0;
+    for (; (j + 1) * 32 <= n; j++) { /* a word's 32 tokens */
+        const float *p = x + j * 32;
+        uint32_t gr = 0, ga = 0;
+        for (int q = 0; q < 4; q++) {
+            __m256 v = _mm256_loadu_ps(p + 8 * q);
+            gr |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, r, _CMP_GT_OQ)) << (8 * q);
+            ga |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, a, _CMP_GT_OQ)) << (8 * q);
+        }
+        nr += __builtin_popcount(gr);
+        na += __builtin_popcount(ga & w[j]);
+    }
+    *cr += nr, *ca += na;
+    return j * 32;
+}
+#endif
+
+PyDoc_STRVAR(count_pair_doc,
+             "count_pair(x, words, i, vw) -> (n_raw, n_allowed): how many of float32 x exceed x[i], and how many\n"
+             "of those the mask (uint32 words, bit i & 31 of word i >> 5) allows exceed float32 vw; one pass.");
+
+static PyObject *py_count_pair(PyObject *self, PyObject *args) {
+    PyObject *xo, *wo;
+    Py_ssize_t i, cr = 0, ca = 0;
+    double vw;
+    Py_buffer x, w;
+    if (!PyArg_ParseTuple(args, "OOnd", &xo, &wo, &i, &vw)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (PyObject_GetBuffer(wo, &w, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0];
+    if (i < 0 || i >= n) {
+        PyErr_SetString(PyExc_IndexError, "index out of range");
+    } else if (w.len % 4 || w.len / 4 < (n + 31) / 32) {
+        PyErr_SetString(PyExc_ValueError, "count_pair: the mask must hold a bit a position");
+    } else {
+        const float *xp = (const float *)x.buf;
+        const uint32_t *wp = (const uint32_t *)w.buf;
+        float vr = xp[i], va = (float)vw;
+        Py_ssize_t from = 0;
+#ifdef KERNEL_AVX2
+        if (kernel_fma) from = count_pair_avx2(xp, wp, vr, va, n, &cr, &ca);
+#endif
+        count_pair_plain(xp, wp, vr, va, from, n, &cr, &ca);
+    }
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&x);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(nn)", cr, ca);
+}
+
 static PyMethodDef constraint_methods[] = {
     {"take", py_take, METH_VARARGS, take_doc},
     {"draw_walk", py_draw_walk, METH_VARARGS, draw_walk_doc},
     {"top_among", py_top_among, METH_VARARGS, top_among_doc},
+    {"count_pair", py_count_pair, METH_VARARGS, count_pair_doc},
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},

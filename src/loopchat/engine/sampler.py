@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loopchat.engine import dry, sampler_fused, sampler_rawtop, sampler_tail
+from loopchat.engine import dry, sampler_fused, sampler_ranks, sampler_rawtop, sampler_tail
 from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
 from loopchat.engine.sampler_plan import plan_of
 from loopchat.engine.sampler_raw import RawSoftmax, raw_softmax
@@ -396,11 +396,13 @@ def _staged(
     reports += [stage.apply(c) for stage in rest]
     d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
     token_id, pick = _draw(d, rng, force)
-    raw_rank, raw_prob = _raw_figures(logits, raw, raw_top_ids, raw_top_probs, token_id, wide)
+    # (both ranks counted in one pass where a constraint's mask allows: sampler_ranks)
+    both = None if pick is None else sampler_ranks.both_ranks(c, d, token_id, pick, raw_top_ids)
+    raw_rank, raw_prob = _raw_figures(logits, raw, raw_top_ids, raw_top_probs, token_id, wide, both)
     top_weights = d.weights(d.top)
     pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
-    if pick is None:
-        sampled_rank = 0
+    if pick is None or both is not None:
+        sampled_rank = 0 if both is None else both[1]
     elif d.ids is None and c.work is logits:
         # every token kept, no penalty: the probabilities rise with the raw logits, so
         # the ranks are the same (a pass over the vocabulary saved)
@@ -432,13 +434,14 @@ def _raw_figures(
     raw_top_probs: np.ndarray,
     token_id: int,
     wide: np.ndarray | None,
+    both: tuple[int, int] | None = None,
 ) -> tuple[int, float]:
     """The drawn token's raw rank (wide: the top's logits strictly fall, so a token among them has
-    its place for its rank; the top's first has rank 1) and raw probability (raw_top_probs' there)."""
+    its place for its rank; the top's first has rank 1; `both`: counted already) and raw probability."""
     top_list = raw_top_ids.tolist()
     at = top_list.index(token_id) if token_id in top_list else -1
     if at < 0:
-        raw_rank = rank_of(logits, token_id, raw_top_ids, at)
+        raw_rank = rank_of(logits, token_id, raw_top_ids, at) if both is None else both[0]
         return raw_rank, float(raw.exp_at(np.array([token_id]))[0]) / raw.total
     raw_rank = at + 1 if wide is not None or at == 0 else rank_of(logits, token_id, raw_top_ids, at)
     return raw_rank, float(raw_top_probs[at])
