@@ -101,6 +101,12 @@ static int split_dist(const void *x, int f32, double shift, double t, double *w,
                       Py_ssize_t n);
 static double split_dist_wz(Py_ssize_t j);
 #endif
+/* A pass in two halves (chain15): fn(arg, 0) on the calling thread and fn(arg, 1) on the helper where it is
+   free and takes it; else fn(arg, 2) after the first on the calling thread (the second half, which may go
+   on from the first's state: a one-thread pass); each half writes its own results, the caller combines
+   them (at the end of the file). */
+typedef void (*half_fn)(void *arg, int half);
+static void run_halves(half_fn fn, void *arg, Py_ssize_t n);
 
 #ifdef KERNEL_AVX2
 #pragma GCC push_options
@@ -491,8 +497,9 @@ static void bin_sums(const int32_t *idx, const double *q, double *hist, Py_ssize
     for (Py_ssize_t i = 0; i < n; i++) hist[idx[i]] += q[i];
 }
 
-/* How many of x are greater than v. */
-KERNEL_CLONES
+/* How many of x are greater than v. (Its loop aligned to 64 bytes, chain15: 12 or 17.5 us on 250,000 hot
+   floats from one build to another of the same code.) */
+KERNEL_CLONES __attribute__((optimize("align-loops=64")))
 static Py_ssize_t count_greater_f32(const float *x, float v, Py_ssize_t n) {
     Py_ssize_t c = 0;
     for (Py_ssize_t first = 0; first < n; first += 1 << 30) { /* 32-bit counts: 8 lanes a vector */
@@ -2150,8 +2157,10 @@ static int top_k_rest_plain(const float *x, const uint8_t *mask, Py_ssize_t i, P
 }
 
 #ifdef KERNEL_AVX2
-__attribute__((target("avx2"))) static int top_k_rest_avx2(const float *x, const uint8_t *mask, Py_ssize_t i,
-                                                           Py_ssize_t n, Py_ssize_t m, float *hv, int64_t *hi) {
+/* (its loop aligned to 64 bytes, chain15: where it fell gave this pass 29 to 46 us on 262,144 hot logits
+   from one build to another of the same code) */
+__attribute__((target("avx2"), optimize("align-loops=64"))) static int
+top_k_rest_avx2(const float *x, const uint8_t *mask, Py_ssize_t i, Py_ssize_t n, Py_ssize_t m, float *hv, int64_t *hi) {
     __m256 nan = _mm256_setzero_ps();
     const __m128i zero = _mm_setzero_si128();
     for (; i + 8 <= n; i += 8) {
@@ -2171,13 +2180,12 @@ __attribute__((target("avx2"))) static int top_k_rest_avx2(const float *x, const
 }
 #endif
 
-/* The k largest positions of x (among mask's, if not NULL), largest first, into ids: 1; 0 where
-   numpy's way must decide (two of the k + 1 largest equal, a NaN, fewer than k + 1 positions). */
-static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids) {
-    Py_ssize_t m = k + 1, c = 0, i = 0;
-    float hv[TOP_K_MAX + 1], sv[TOP_K_MAX + 1];
-    int64_t hi[TOP_K_MAX + 1], si[TOP_K_MAX + 1];
-    for (; i < n && c < m; i++) { /* the first m positions fill the heap */
+/* The heap of the m largest of x[from:to] (among mask's): 1; 0 at a NaN or fewer than m positions. */
+static inline __attribute__((always_inline)) int top_k_heap(const float *x, const uint8_t *mask, Py_ssize_t from,
+                                                           Py_ssize_t to, Py_ssize_t m, float *hv,
+                      int64_t *hi) {
+    Py_ssize_t c = 0, i = from;
+    for (; i < to && c < m; i++) { /* the first m positions fill the heap */
         if (x[i] != x[i]) return 0;
         if (!mask || mask[i]) hv[c] = x[i], hi[c++] = i;
     }
@@ -2186,11 +2194,61 @@ static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssiz
     int bad;
 #ifdef KERNEL_AVX2
     if (kernel_fma)
-        bad = top_k_rest_avx2(x, mask, i, n, m, hv, hi);
+        bad = top_k_rest_avx2(x, mask, i, to, m, hv, hi);
     else
 #endif
-        bad = top_k_rest_plain(x, mask, i, n, m, hv, hi);
-    if (bad) return 0;
+        bad = top_k_rest_plain(x, mask, i, to, m, hv, hi);
+    return !bad;
+}
+
+/* top_k_pass's halves (chain15, run_halves): each half's heap of the m largest; the second's offered to
+   the first's after. The m largest of the two heaps are the row's m largest values (as values: which of
+   equal ones is kept may differ, and equal ones among them give no answer either way), so the answer
+   and where there is none are the one pass's. */
+typedef struct {
+    const float *x;
+    Py_ssize_t n, mid, m;
+    float hv[2][TOP_K_MAX + 1];
+    int64_t hi[2][TOP_K_MAX + 1];
+    int ok[2];
+} topk_halves;
+
+static void topk_half(void *arg, int h) {
+    topk_halves *t = (topk_halves *)arg;
+    if (h == 2) { /* (the caller's: the first half's heap goes on, the one pass's very steps) */
+        int bad = 1;
+        if (t->ok[0]) {
+#ifdef KERNEL_AVX2
+            if (kernel_fma)
+                bad = top_k_rest_avx2(t->x, NULL, t->mid, t->n, t->m, t->hv[0], t->hi[0]);
+            else
+#endif
+                bad = top_k_rest_plain(t->x, NULL, t->mid, t->n, t->m, t->hv[0], t->hi[0]);
+        }
+        t->ok[0] = !bad, t->ok[1] = 2;
+        return;
+    }
+    t->ok[h] = top_k_heap(t->x, NULL, h ? t->mid : 0, h ? t->n : t->mid, t->m, t->hv[h], t->hi[h]);
+}
+
+/* The k largest positions of x (among mask's, if not NULL), largest first, into ids: 1; 0 where
+   numpy's way must decide (two of the k + 1 largest equal, a NaN, fewer than k + 1 positions). */
+static int top_k_pass(const float *x, const uint8_t *mask, Py_ssize_t n, Py_ssize_t k, int64_t *ids) {
+    Py_ssize_t m = k + 1;
+    float *hv, sv[TOP_K_MAX + 1];
+    int64_t *hi, si[TOP_K_MAX + 1];
+    topk_halves t;
+    if (!mask && n >= 65536) { /* (a row long enough for two threads: both halves hold m) */
+        t.x = x, t.n = n, t.mid = (n / 2) & ~(Py_ssize_t)63, t.m = m;
+        run_halves(topk_half, &t, n);
+        if (!t.ok[0] || !t.ok[1]) return 0;
+        hv = t.hv[0], hi = t.hi[0];
+        if (t.ok[1] == 1) /* (the helper's half: its heap offered to the first's) */
+            for (Py_ssize_t j = 0; j < m; j++) pair_offer(hv, hi, m, t.hv[1][j], t.hi[1][j]);
+    } else {
+        hv = t.hv[0], hi = t.hi[0];
+        if (!top_k_heap(x, mask, 0, n, m, hv, hi)) return 0;
+    }
     for (Py_ssize_t j = m; j-- > 0;) { /* the least first, into the last place */
         sv[j] = hv[0], si[j] = hi[0];
         hv[0] = hv[j], hi[0] = hi[j];
@@ -3069,7 +3127,7 @@ static long split_stats[5];
 static long long split_off_until; /* (the callers' only: under pool.lock, or read before it) */
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
-enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4 };
+enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4, JOB_HALF = 5 };
 /* JOB_DIST: the distribution's blocks of at least this many positions (SPLIT_PART / DIST_MIN_BLOCK a part) */
 #define DIST_MIN_BLOCK 256
 
@@ -3094,6 +3152,8 @@ typedef struct {
     double t;
     double *wt, *bp;
     Py_ssize_t block;
+    half_fn fn; /* JOB_HALF: run_halves' second half, fn(arg, 1) */
+    void *arg;
 } split_job;
 
 typedef struct {
@@ -3216,7 +3276,9 @@ static void helper_part(Py_ssize_t p) {
         dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
     } else if (j->kind == JOB_SCAN)
         scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->q, pool.c0[p], &pool.scanned[p]);
-    else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
+    else if (j->kind == JOB_HALF) {
+        if (p == 1) j->fn(j->arg, 1);
+    } else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
         raw_dot d;
         memset(&d, 0, sizeof d);
         d.acc = _mm_setzero_ps();
@@ -3392,7 +3454,7 @@ static int split_begin(const split_job *job, const Py_ssize_t *c0) {
         goto alone;
     }
     for (Py_ssize_t p = 0; p < parts; p++) __atomic_store_n(&pool.state[p], PART_FREE, __ATOMIC_RELAXED);
-    if (kind == JOB_RAW) parts = 2, pool.state[0] = PART_MAIN; /* (the first half the caller's) */
+    if (kind == JOB_RAW || kind == JOB_HALF) parts = 2, pool.state[0] = PART_MAIN; /* (the first half the caller's) */
     pool.job = *job, pool.parts = parts;
     if (c0) memcpy(pool.c0, c0, (size_t)parts * sizeof(Py_ssize_t));
     __atomic_store_n(&pool.seq, pool.seq + 1, __ATOMIC_RELEASE);
@@ -3468,6 +3530,19 @@ static int split_raw(const float *x, float m, Py_ssize_t n, Py_ssize_t half, int
     return split_begin(&job, NULL);
 }
 
+/* run_halves where the helper thread may take the second half (a row of at least split_min). */
+static void run_halves(half_fn fn, void *arg, Py_ssize_t n) {
+    split_job job = {.kind = JOB_HALF, .body = n, .fn = fn, .arg = arg};
+    if (!split_begin(&job, NULL)) {
+        fn(arg, 0);
+        fn(arg, 2);
+        return;
+    }
+    fn(arg, 0);
+    if (split_take(1)) fn(arg, 2);
+    split_end();
+}
+
 /* The helper's second half added to the caller's einsum and float64 sum, in order; its sum. */
 static float split_raw_merge(raw_dot *d) {
     for (int i = 0; i < pool.raw_nout; i++) d->out = d->out + pool.raw_out[i];
@@ -3529,6 +3604,12 @@ static double exp_sum_above_parts(const float *x, double shift, float v, int64_t
     if (body < n) s = above_tail(x, shift, v, body, n, ids, qs, &k, qf, s, stored);
     *kout = k;
     return s;
+}
+#else
+static void run_halves(half_fn fn, void *arg, Py_ssize_t n) {
+    (void)n;
+    fn(arg, 0);
+    fn(arg, 2);
 }
 #endif
 
@@ -3609,6 +3690,41 @@ PyDoc_STRVAR(take_doc,
              "ids[i] = cand[kept[i]] (int64; cand None: kept[i]) and out[i] = src[kept[i]] (float32), i < len(kept);\n"
              "low the least of out (inf for none; NaNs are passed over) and n_low how many of out equal it.");
 
+/* take's halves (run_halves): kept[:mid] and kept[mid:k], each its own least and count. */
+typedef struct {
+    const int64_t *kept, *cand;
+    const float *src;
+    int64_t *ids;
+    float *out;
+    Py_ssize_t n, k, mid, n_low[2];
+    float low[2];
+    int bad[2];
+} take_halves;
+
+static void take_half(void *arg, int h) {
+    take_halves *t = (take_halves *)arg;
+    h = h ? 1 : 0;
+    Py_ssize_t a = h ? t->mid : 0, b = h ? t->k : t->mid, n_low = 0, n = t->n;
+    const int64_t *kept = t->kept, *cand = t->cand;
+    const float *src = t->src;
+    int64_t *ids = t->ids;
+    float *out = t->out, low = INFINITY;
+    int bad = 0;
+    for (Py_ssize_t i = a; i < b; i++) { /* (the fields in locals: ids' stores may alias *t) */
+        int64_t p = kept[i];
+        if ((uint64_t)p >= (uint64_t)n) {
+            bad = 1;
+            break;
+        }
+        float v = src[p];
+        ids[i] = cand ? cand[p] : p;
+        out[i] = v;
+        if (v < low) low = v, n_low = 0;
+        n_low += v == low;
+    }
+    t->low[h] = low, t->n_low[h] = n_low, t->bad[h] = bad;
+}
+
 static PyObject *py_take(PyObject *self, PyObject *args) {
     PyObject *ko, *co, *so, *io, *oo;
     Py_buffer kb, cb, sb, ib, ob;
@@ -3632,23 +3748,16 @@ static PyObject *py_take(PyObject *self, PyObject *args) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "cand must be as long as src");
         goto done;
     }
-    const int64_t *kept = (const int64_t *)kb.buf, *cand = has_cand ? (const int64_t *)cb.buf : NULL;
-    const float *src = (const float *)sb.buf;
-    int64_t *ids = (int64_t *)ib.buf;
-    float *out = (float *)ob.buf;
-    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < k; i++) {
-        int64_t p = kept[i];
-        if ((uint64_t)p >= (uint64_t)n) {
-            bad = 1;
-            break;
-        }
-        float v = src[p];
-        ids[i] = cand ? cand[p] : p;
-        out[i] = v;
-        if (v < low) low = v, n_low = 0;
-        n_low += v == low;
-    }
-    Py_END_ALLOW_THREADS if (bad) PyErr_SetString(PyExc_IndexError, "a kept position outside src");
+    take_halves t = {.kept = (const int64_t *)kb.buf, .cand = has_cand ? (const int64_t *)cb.buf : NULL,
+                     .src = (const float *)sb.buf, .ids = (int64_t *)ib.buf, .out = (float *)ob.buf, .n = n, .k = k,
+                     .mid = (k / 2) & ~(Py_ssize_t)63};
+    Py_BEGIN_ALLOW_THREADS run_halves(take_half, &t, k);
+    Py_END_ALLOW_THREADS
+    /* (the halves' least in order: the first's unless the second's is below it, as one loop keeps it) */
+    low = t.low[1] < t.low[0] ? t.low[1] : t.low[0];
+    n_low = (t.low[0] == low ? t.n_low[0] : 0) + (t.low[1] == low ? t.n_low[1] : 0);
+    bad = t.bad[0] || t.bad[1];
+    if (bad) PyErr_SetString(PyExc_IndexError, "a kept position outside src");
 done:
     if (got >= 5) PyBuffer_Release(&ob);
     if (got >= 4) PyBuffer_Release(&ib);
@@ -3659,8 +3768,268 @@ done:
     return Py_BuildValue("(dn)", (double)low, n_low);
 }
 
+/* ---- the draw's walk (chain15): sampler_math.draw_unsorted in one call -----------------------
+   The running sums of the blocks' sums (np.cumsum's sequential additions) up to the first above u,
+   that block's weights (recomputed from the candidates' float32 logits by block_f32, as weights_of
+   computes them, or read where they are stored), their running sum from 0 with the block's base
+   added to each (numpy's `base + np.cumsum(block)`), and the first position above u: searchsorted's
+   answer on these non-decreasing sums (side "right": how many are at most u). -1 where numpy must
+   decide: u, a block's sum or a weight NaN or negative (the sums then need not rise). */
+static Py_ssize_t draw_walk(const void *xv, int f32, Py_ssize_t n, double shift, double t, const double *bp,
+                            Py_ssize_t nb, Py_ssize_t block, double u, double *buf) {
+    if (u != u || nb <= 0) return -1;
+    for (Py_ssize_t j = 0; j < nb; j++)
+        if (!(bp[j] >= 0.0)) return -1;
+    double cum = 0.0, base = 0.0;
+    Py_ssize_t j = 0;
+    for (; j < nb; j++) {
+        double next = j ? cum + bp[j] : bp[j];
+        if (next > u) break;
+        cum = next;
+    }
+    if (j >= nb) { /* (u past the end: the last block, its base the sum before it) */
+        j = nb - 1;
+        cum = 0.0;
+        for (Py_ssize_t i = 0; i < j; i++) cum = i ? cum + bp[i] : bp[i];
+    }
+    base = j ? cum : 0.0;
+    Py_ssize_t first = j * block, m = n - first < block ? n - first : block;
+    if (m <= 0) return -1;
+    const double *w;
+    if (f32) {
+        double wz = 0.0;
+        block_f32((const float *)xv + first, shift, t, buf, m, &wz);
+        w = buf;
+    } else {
+        w = (const double *)xv + first;
+    }
+    double c = 0.0;
+    Py_ssize_t i = 0;
+    for (; i < m; i++) {
+        if (!(w[i] >= 0.0)) return -1;
+        c = i ? c + w[i] : w[i];
+        if (base + c > u) break;
+    }
+    for (Py_ssize_t r = i + 1; r < m; r++) /* (the rest checked: a NaN after the pick is numpy's to rule on) */
+        if (!(w[r] >= 0.0)) return -1;
+    return first + (i < m - 1 ? i : m - 1);
+}
+
+PyDoc_STRVAR(draw_walk_doc,
+             "draw_walk(x, shift, t, blocks, block, u) -> i: sampler_math.draw_unsorted's index over the\n"
+             "distribution whose blocks of `block` positions sum to float64 `blocks`: x float64 (its weights)\n"
+             "or float32 (the candidates' logits: a block's weights exp((x - shift) / t) as distribution computes\n"
+             "them); -1 where numpy's way must decide (u, a block's sum or a weight NaN or negative).");
+
+static PyObject *py_draw_walk(PyObject *self, PyObject *args) {
+    PyObject *xo, *bo;
+    double shift, t, u;
+    Py_ssize_t block, r = -1;
+    Py_buffer x, b;
+    if (!PyArg_ParseTuple(args, "OddOnd", &xo, &shift, &t, &bo, &block, &u)) return NULL;
+    if (block <= 0) {
+        PyErr_SetString(PyExc_ValueError, "block must be positive");
+        return NULL;
+    }
+    if (get_buf(xo, &x, 0, 0) < 0) return NULL;
+    if (get_buf(bo, &b, 0, 'd') < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0], nb = b.shape[0];
+    int f32 = x.itemsize == 4;
+    if ((x.itemsize == 4 || x.itemsize == 8) && nb == (n + block - 1) / block) {
+        double *buf = f32 ? (double *)malloc((size_t)block * sizeof(double)) : NULL;
+        if (f32 && !buf) {
+            PyErr_NoMemory();
+        } else {
+            Py_BEGIN_ALLOW_THREADS r = draw_walk(x.buf, f32, n, shift, t, (const double *)b.buf, nb, block, u, buf);
+            Py_END_ALLOW_THREADS
+        }
+        free(buf);
+    } else {
+        PyErr_SetString(PyExc_ValueError, "draw_walk: blocks must cover x");
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&b);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(r);
+}
+
+/* ---- the reported top among a constraint's allowed tokens from the raw top (chain15, sampler_rawtop) ----
+   The candidates (the raw top's M ids, then the penalized ones) that the mask's words allow, with their
+   (penalized) logits, largest first (equal ones by id; a token once); where their k1 largest strictly fall,
+   the last at or above tau (the M-th raw logit) and above the next candidate, their positions among the
+   allowed ids (the set bits before each, by a prefix count of the words) into out: 1; else 0. */
+typedef struct {
+    float v;
+    int64_t id;
+} among_entry;
+
+/* Whether a comes before b: the larger value first, equal ones by id. */
+static inline int among_before(among_entry a, among_entry b) { return a.v > b.v || (a.v == b.v && a.id < b.id); }
+
+KERNEL_CLONES
+static int top_among(const float *work, Py_ssize_t n, const uint32_t *w, Py_ssize_t nw, const int64_t *cand,
+                     Py_ssize_t nc, float tau, Py_ssize_t k1, int64_t *out) {
+    among_entry *e = (among_entry *)malloc((size_t)(nc ? nc : 1) * sizeof(among_entry));
+    int ok = 0;
+    Py_ssize_t c = 0, u = 0;
+    if (!e) return 0;
+    for (Py_ssize_t j = 0; j < nc; j++) { /* the allowed ones, in order by insertion (a hundred or so) */
+        int64_t id = cand[j];
+        if (id < 0 || id >= n || id >> 5 >= nw || !((w[id >> 5] >> (id & 31)) & 1u)) continue;
+        among_entry x = {work[id], id};
+        if (x.v != x.v) goto done; /* (a NaN: numpy's top_indices places it its own way) */
+        Py_ssize_t i = c++;
+        for (; i > 0 && among_before(x, e[i - 1]); i--) e[i] = e[i - 1];
+        e[i] = x;
+    }
+    for (Py_ssize_t j = 0; j < c; j++) /* (a token once: equal ids are neighbours) */
+        if (!u || e[j].id != e[u - 1].id) e[u++] = e[j];
+    if (u < k1 || !(e[k1 - 1].v >= tau) || (u > k1 && !(e[k1 - 1].v > e[k1].v))) goto done;
+    for (Py_ssize_t j = 0; j + 1 < k1; j++)
+        if (!(e[j].v > e[j + 1].v)) goto done;
+    /* their positions: the set bits before each, one walk of the words up to the last of them by id */
+    for (Py_ssize_t j = 0; j < k1; j++) out[j] = j;
+    for (Py_ssize_t j = 1; j < k1; j++) { /* (out: the chosen ranks in ascending id) */
+        int64_t r = out[j], i = j;
+        for (; i > 0 && e[out[i - 1]].id > e[r].id; i--) out[i] = out[i - 1];
+        out[i] = r;
+    }
+    {
+        int64_t *rank = (int64_t *)malloc((size_t)k1 * sizeof(int64_t));
+        if (!rank) goto done;
+        memcpy(rank, out, (size_t)k1 * sizeof(int64_t));
+        int64_t acc = 0, word = 0;
+        for (Py_ssize_t j = 0; j < k1; j++) {
+            int64_t id = e[rank[j]].id;
+            for (; word < id >> 5; word++) acc += __builtin_popcount(w[word]);
+            out[rank[j]] = acc + __builtin_popcount(w[id >> 5] & ((1u << (id & 31)) - 1u));
+        }
+        free(rank);
+    }
+    ok = 1;
+done:
+    free(e);
+    return ok;
+}
+
+PyDoc_STRVAR(top_among_doc,
+             "top_among(work, words, cand, tau, out) -> ok: the positions among the allowed ids (the set bits of\n"
+             "uint32 words, ascending) of the len(out) largest of float32 work over the int64 candidate ids cand that\n"
+             "the words allow, largest first, where they strictly fall, the last at or above tau and above every other\n"
+             "allowed candidate; False otherwise (a NaN among them included).");
+
+static PyObject *py_top_among(PyObject *self, PyObject *args) {
+    PyObject *xo, *wo, *co, *oo;
+    double tau;
+    Py_buffer x, w, c, o;
+    int ok = 0;
+    if (!PyArg_ParseTuple(args, "OOOdO", &xo, &wo, &co, &tau, &oo)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (PyObject_GetBuffer(wo, &w, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (get_buf(co, &c, 0, 'q') < 0) {
+        PyBuffer_Release(&w);
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (get_buf(oo, &o, 1, 'q') < 0) {
+        PyBuffer_Release(&c);
+        PyBuffer_Release(&w);
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (w.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "top_among: words must be 32-bit");
+    } else if (o.shape[0] > 0) {
+        ok = top_among((const float *)x.buf, x.shape[0], (const uint32_t *)w.buf, w.len / 4, (const int64_t *)c.buf,
+                       c.shape[0], (float)tau, o.shape[0], (int64_t *)o.buf);
+    }
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&x);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(ok);
+}
+
+/* ---- the two ranks' counts in one pass (chain15, sampler_ranks) -------------------------------------
+   Over float32 x and a constraint's mask (32-bit words, token i allowed where bit i & 31 of word i >> 5 is
+   set): how many of x exceed vr, and how many allowed ones exceed vw; x read once, the mask's bits beside. */
+static void count_pair_plain(const float *x, const uint32_t *w, float vr, float vw, Py_ssize_t from, Py_ssize_t n,
+                             Py_ssize_t *cr, Py_ssize_t *ca) {
+    for (Py_ssize_t i = from; i < n; i++) {
+        *cr += x[i] > vr;
+        *ca += x[i] > vw && ((w[i >> 5] >> (i & 31)) & 1u);
+    }
+}
+
+#ifdef KERNEL_AVX2
+__attribute__((target("avx2,popcnt"), optimize("align-loops=64"))) static Py_ssize_t
+count_pair_avx2(const float *x, const uint32_t *w, float vr, float vw, Py_ssize_t n, Py_ssize_t *cr, Py_ssize_t *ca) {
+    const __m256 r = _mm256_set1_ps(vr), a = _mm256_set1_ps(vw);
+    Py_ssize_t nr = 0, na = 0, j = 0;
+    for (; (j + 1) * 32 <= n; j++) { /* a word's 32 tokens */
+        const float *p = x + j * 32;
+        uint32_t gr = 0, ga = 0;
+        for (int q = 0; q < 4; q++) {
+            __m256 v = _mm256_loadu_ps(p + 8 * q);
+            gr |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, r, _CMP_GT_OQ)) << (8 * q);
+            ga |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, a, _CMP_GT_OQ)) << (8 * q);
+        }
+        nr += __builtin_popcount(gr);
+        na += __builtin_popcount(ga & w[j]);
+    }
+    *cr += nr, *ca += na;
+    return j * 32;
+}
+#endif
+
+PyDoc_STRVAR(count_pair_doc,
+             "count_pair(x, words, i, vw) -> (n_raw, n_allowed): how many of float32 x exceed x[i], and how many\n"
+             "of those the mask (uint32 words, bit i & 31 of word i >> 5) allows exceed float32 vw; one pass.");
+
+static PyObject *py_count_pair(PyObject *self, PyObject *args) {
+    PyObject *xo, *wo;
+    Py_ssize_t i, cr = 0, ca = 0;
+    double vw;
+    Py_buffer x, w;
+    if (!PyArg_ParseTuple(args, "OOnd", &xo, &wo, &i, &vw)) return NULL;
+    if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
+    if (PyObject_GetBuffer(wo, &w, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t n = x.shape[0];
+    if (i < 0 || i >= n) {
+        PyErr_SetString(PyExc_IndexError, "index out of range");
+    } else if (w.len % 4 || w.len / 4 < (n + 31) / 32) {
+        PyErr_SetString(PyExc_ValueError, "count_pair: the mask must hold a bit a position");
+    } else {
+        const float *xp = (const float *)x.buf;
+        const uint32_t *wp = (const uint32_t *)w.buf;
+        float vr = xp[i], va = (float)vw;
+        Py_ssize_t from = 0;
+#ifdef KERNEL_AVX2
+        if (kernel_fma) from = count_pair_avx2(xp, wp, vr, va, n, &cr, &ca);
+#endif
+        count_pair_plain(xp, wp, vr, va, from, n, &cr, &ca);
+    }
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&x);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(nn)", cr, ca);
+}
+
 static PyMethodDef constraint_methods[] = {
     {"take", py_take, METH_VARARGS, take_doc},
+    {"draw_walk", py_draw_walk, METH_VARARGS, draw_walk_doc},
+    {"top_among", py_top_among, METH_VARARGS, top_among_doc},
+    {"count_pair", py_count_pair, METH_VARARGS, count_pair_doc},
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loopchat.engine import dry, sampler_fused, sampler_tail
+from loopchat.engine import dry, sampler_fused, sampler_ranks, sampler_rawtop, sampler_tail
 from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
 from loopchat.engine.sampler_plan import plan_of
 from loopchat.engine.sampler_raw import RawSoftmax, raw_softmax
@@ -211,8 +211,10 @@ def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tupl
         return int(force), d.position(int(force))
     if n_kept == 1:
         pick = 0
-    elif d.blocks is not None:
-        pick = draw_unsorted(d.probs, rng.random() * d.norm, d.blocks, d.block)
+    elif d.blocks is not None:  # (the kernel's walk, else numpy's: the same index)
+        u, x = rng.random() * d.norm, d.probs if d.probs is not None else d.source
+        pick = -1 if x is None else sampler_fused.draw_walk(x, d.shift, d.t, d.blocks, DRAW_BLOCK, u)
+        pick = draw_unsorted(d.probs, u, d.blocks, d.block) if pick < 0 else pick
     else:
         assert d.probs is not None
         u = rng.random()
@@ -319,11 +321,12 @@ def _sample(
     # max, and numpy's pass for it is saved; else top_indices as before. Where top-k will read the
     # logits unchanged, the one pass finds its k + 1 too: _wide_top)
     wide = _wide_top(logits, settings, report_k, constraint) if report_k <= plan.wide_k < n_vocab else None
+    raw_wide = None  # (the wider raw top sampler_rawtop reads, where a constraint's allowed are all kept)
     if wide is not None:
         raw_top_ids: np.ndarray | None = wide[:report_k]
         raw_max = float(logits[wide[0]])
     else:
-        raw_top_ids = sampler_fused.top_k(logits, report_k) if 0 < report_k < n_vocab else None
+        raw_top_ids, raw_wide = sampler_rawtop.raw_top(logits, report_k, plan.keeps_all and not narrows)
         raw_max = float(logits.max()) if raw_top_ids is None else float(logits[raw_top_ids[0]])
     # (sampler_raw: one fused pass or numpy's, the same bits; the float64 sum where top-p may
     # run over the whole vocabulary: its bound, sampler_math.top_p_bounded. The logits copied in
@@ -341,7 +344,7 @@ def _sample(
     # --- the stages, then the distribution sampled from, then the draw ----------
     c = Candidates(logits, recent_tokens, raw_max, total, raw_top_ids, report_k, raw.bound())
     c.work_copy = raw.copied
-    c.wide_top = wide
+    c.wide_top, c.raw_wide = wide, raw_wide
     c.narrow_k = plan.narrow_k  # (right after the constraint: chain_for's order)
     c.exps_wanted = plan.top_p_open and not narrows
     chain = plan.chain
@@ -393,11 +396,13 @@ def _staged(
     reports += [stage.apply(c) for stage in rest]
     d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
     token_id, pick = _draw(d, rng, force)
-    raw_rank, raw_prob = _raw_figures(logits, raw, raw_top_ids, raw_top_probs, token_id, wide)
+    # (both ranks counted in one pass where a constraint's mask allows: sampler_ranks)
+    both = None if pick is None else sampler_ranks.both_ranks(c, d, token_id, pick, raw_top_ids)
+    raw_rank, raw_prob = _raw_figures(logits, raw, raw_top_ids, raw_top_probs, token_id, wide, both)
     top_weights = d.weights(d.top)
     pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
-    if pick is None:
-        sampled_rank = 0
+    if pick is None or both is not None:
+        sampled_rank = 0 if both is None else both[1]
     elif d.ids is None and c.work is logits:
         # every token kept, no penalty: the probabilities rise with the raw logits, so
         # the ranks are the same (a pass over the vocabulary saved)
@@ -429,13 +434,14 @@ def _raw_figures(
     raw_top_probs: np.ndarray,
     token_id: int,
     wide: np.ndarray | None,
+    both: tuple[int, int] | None = None,
 ) -> tuple[int, float]:
     """The drawn token's raw rank (wide: the top's logits strictly fall, so a token among them has
-    its place for its rank; the top's first has rank 1) and raw probability (raw_top_probs' there)."""
+    its place for its rank; the top's first has rank 1; `both`: counted already) and raw probability."""
     top_list = raw_top_ids.tolist()
     at = top_list.index(token_id) if token_id in top_list else -1
     if at < 0:
-        raw_rank = rank_of(logits, token_id, raw_top_ids, at)
+        raw_rank = rank_of(logits, token_id, raw_top_ids, at) if both is None else both[0]
         return raw_rank, float(raw.exp_at(np.array([token_id]))[0]) / raw.total
     raw_rank = at + 1 if wide is not None or at == 0 else rank_of(logits, token_id, raw_top_ids, at)
     return raw_rank, float(raw_top_probs[at])

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from loopchat.engine import sampler_fused, sampler_penalized
+from loopchat.engine import sampler_fused, sampler_penalized, sampler_rawtop
 from loopchat.engine.sampler_cuts import cut_after, cut_after_mask, top_and_cut
 from loopchat.engine.sampler_math import SORT_LIMIT, top_indices, top_set
 from loopchat.engine.sampler_pairwise import np_sum
@@ -66,6 +66,9 @@ class Candidates:
         "exps_wanted",
         "work_copy",
         "wide_top",
+        "raw_wide",
+        "changed_ids",
+        "allowed_words",
         "ascending_ids",
         "sorted_exps",
     )
@@ -119,6 +122,12 @@ class Candidates:
         self.work_copy: np.ndarray | None = None
         #: the model's k + 1 largest logits' ids, largest first, distinct, when sampler._wide_top found them
         self.wide_top: np.ndarray | None = None
+        #: the model's M largest logits' ids (M + 1 distinct), where every allowed token is kept (sampler_rawtop)
+        self.raw_wide: np.ndarray | None = None
+        #: the ids whose logits the penalties changed (change_logits), each call's
+        self.changed_ids: list[np.ndarray] = []
+        #: the constraint's mask, 32 bits a word, where its allowed ids are source_cache's (sampler_rawtop)
+        self.allowed_words: np.ndarray | None = None
         #: the constraint's allowed ids (ascending), while they are the candidates' (`ids is` them), else None
         self.ascending_ids: np.ndarray | None = None
         #: (logits64, raw_max, logits64 - raw_max, their exps as floats): top-k's mass (sorted_mass), which
@@ -182,9 +191,15 @@ class Candidates:
         return self.work_max if self.ids is None and self.work_max is not None else float(src.max())
 
     def top_of(self, src: np.ndarray, k: int) -> np.ndarray | None:
-        """top_indices(src, k) where top-p's search found it for this very `src` (source_top), else None."""
+        """top_indices(src, k) where top-p's search found it for this very `src` (source_top), or where the
+        constraint's allowed are all kept and the raw top shows it (sampler_rawtop), else None."""
         t = self.source_top
-        return t[1][:k] if t is not None and src is t[0] and t[1].shape[0] >= k else None
+        if t is not None and src is t[0] and t[1].shape[0] >= k:
+            return t[1][:k]
+        wide, cache, ids = self.raw_wide, self.source_cache, self.ids  # (or among the raw top's: all allowed kept)
+        if wide is None or cache is None or ids is None or src is not cache[1] or cache[0] is not ids:
+            return None
+        return sampler_rawtop.top_among(self, wide, ids, src, k, self.allowed_words)
 
     def exps_of(self, src: np.ndarray, shift: float) -> np.ndarray | None:
         """exp(float64(src) - shift), float64, where the constraint's pass computed them (source_exps), else None."""

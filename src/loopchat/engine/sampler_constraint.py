@@ -160,7 +160,7 @@ class ConstraintStage:
         allowed = ids[:n] if not by_mask else self._ids_in(words, np.flatnonzero(words))
         if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
             values = src[:n]
-            c.source_cache = (allowed, values, src_max)
+            c.source_cache, c.allowed_words = (allowed, values, src_max), words
             if q_written:  # (and their float64 exps at the raw max: top-p's, where that is their max too)
                 c.source_exps = (values, cast(np.ndarray, q)[:n], c.raw_max)
         if many and n > SORT_LIMIT:  # (the mask unpacked only if a stage reads it: top-p's cut mostly does not)

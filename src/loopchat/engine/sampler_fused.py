@@ -174,6 +174,15 @@ def min_p_keep(
     return kept, z, float(np.exp(z).sum()), None
 
 
+def draw_walk(x: np.ndarray, shift: float, t: float, blocks: np.ndarray, block: int, u: float) -> int:
+    """sampler_math.draw_unsorted's index in one kernel call (chain15): x the stored float64 weights, or
+    the candidates' float32 logits whose block's weights are exp((x - shift) / t) as weights_of computes
+    them. -1: not the kernel's to answer (no kernel, a NaN or a negative weight): draw_unsorted decides."""
+    if kernel is None or not x.flags.c_contiguous or x.dtype not in (np.float32, np.float64):
+        return -1
+    return int(kernel.draw_walk(x, shift, t, blocks, block, u))
+
+
 def count_greater(x: np.ndarray, i: int) -> int:
     """How many entries of x (float32 or float64) are greater than x[i]."""
     if kernel is not None:

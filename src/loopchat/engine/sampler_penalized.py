@@ -34,6 +34,10 @@ def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray | None, pena
     penalty's, each logit v divided by `penalty` where v > 0, else multiplied (in float32, as
     numpy's np.where of the two; made in the same kernel call)."""
     kernel = sampler_fused.kernel
+    # (Candidates keep the ids changed: sampler_rawtop reads that every other logit is the model's)
+    changed = getattr(c, "changed_ids", None)
+    if changed is not None:
+        changed.append(ids)
     copy = c.work is c.logits
     prefilled = getattr(c, "work_copy", None)  # (the raw pass copied them already: sampler_raw's `copy`)
     if copy and prefilled is not None:

@@ -25,7 +25,18 @@ __all__ = ["Plan", "plan_of"]
 class Plan:
     """A step's settings' decisions (immutable once made)."""
 
-    __slots__ = ("settings", "constraint", "chain", "tail_at", "wide_k", "top_k", "top_p_open", "narrow_k", "penalize")
+    __slots__ = (
+        "settings",
+        "constraint",
+        "chain",
+        "tail_at",
+        "wide_k",
+        "top_k",
+        "top_p_open",
+        "narrow_k",
+        "penalize",
+        "keeps_all",
+    )
 
     def __init__(self, settings: SamplingSettings, constraint: Stage | None) -> None:
         self.settings, self.constraint = settings, constraint
@@ -52,6 +63,9 @@ class Plan:
         self.top_k = k
         #: top-p runs over what top-k leaves (the whole vocabulary where top-k does not narrow)
         self.top_p_open = not greedy and settings.top_p < 1.0
+        #: a constraint's allowed tokens all go on to the distribution where top-k does not narrow them (no
+        #: top-p, no min-p): its reported top is looked for among the raw top's (sampler_rawtop)
+        self.keeps_all = constraint is not None and not greedy and settings.top_p >= 1.0 and settings.min_p <= 0.0
         #: the k of the top-k right after the constraint (Candidates.narrow_k)
         self.narrow_k = 1 if greedy else k
         #: whether a stage may change logits: 2 always (a logit bias), 1 where the context holds a token
