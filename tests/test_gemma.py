@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import fields
@@ -211,7 +212,10 @@ async def test_the_chat_shows_the_same_panel_on_gemma(gemma_path: Path, tmp_path
             text = panel_text(app)
             assert f"Forward pass {rec.finish.steps}" in text
             assert "raw softmax" in text and "after sampling" in text
-            assert "auto ·" in text and "tok/s" in text
+            # the threads row says auto; its reason wherever the tuner gave one in these 12 passes
+            # (its first measurement can take longer than 12 passes on a loaded machine)
+            assert re.search(r"threads +\d+ auto", text) and "tok/s" in text
+            assert "auto ·" in text or not any(s.threads_reason for s in rec.steps)
             assert "drew " in text and f"/ {rec.start.n_ctx:,} tokens" in text
             # no chat template in its file: the chat opens it in completion mode (not ChatML
             # it has never seen), says so, and where to set a template
