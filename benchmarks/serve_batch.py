@@ -97,8 +97,11 @@ def body(i: int, tokens: int, extension: bool = True, call: int | None = None) -
     }
 
 
-def stream_times(client: httpx.Client, url: str, data: dict) -> tuple[float, list[float]]:
-    """(when the request was sent, when each token chunk arrived): a lean client that parses nothing."""
+def stream_times(
+    client: httpx.Client, url: str, data: dict, on_first: Callable[[], None] | None = None
+) -> tuple[float, list[float]]:
+    """(when the request was sent, when each token chunk arrived): a lean client that parses nothing.
+    `on_first`: called as the first token's chunk arrives."""
     times: list[float] = []
     sent = time.perf_counter()
     with client.stream("POST", url + "/v1/chat/completions", json=data) as r:
@@ -106,10 +109,25 @@ def stream_times(client: httpx.Client, url: str, data: dict) -> tuple[float, lis
         for line in r.iter_lines():
             if line.startswith("data: ") and _TOKEN_CHUNK.search(line):
                 times.append(time.perf_counter())
-    return sent, times[1:]  # (the first such chunk is the role's)
+                if len(times) == 2 and on_first is not None:  # (the first such chunk is the role's)
+                    on_first()
+    return sent, times[1:]
 
 
-_calls = [0]  # together()'s calls so far
+def run_clients(n: int, one: Callable[[int, httpx.Client], None]) -> None:
+    """one(i, client i) for N clients, each on a thread of its own; the clients are made before any
+    thread starts (~25 ms each) and closed after every thread has ended."""
+    clients = [httpx.Client(timeout=300) for _ in range(n)]
+    threads = [threading.Thread(target=one, args=(i, clients[i])) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    for c in clients:
+        c.close()
+
+
+_calls = [0]  # together()'s and staggered()'s calls so far
 
 
 def together(url: str, n: int, tokens: int, extension: bool = True) -> tuple[float, list[float], float]:
@@ -121,19 +139,12 @@ def together(url: str, n: int, tokens: int, extension: bool = True) -> tuple[flo
     call = _calls[0]
     results: list[tuple[float, list[float]]] = [(0.0, [])] * n
     barrier = threading.Barrier(n)
-    clients = [httpx.Client(timeout=300) for _ in range(n)]
 
-    def one(i: int) -> None:
+    def one(i: int, client: httpx.Client) -> None:
         barrier.wait(60)
-        results[i] = stream_times(clients[i], url, body(i, tokens, extension, call))
+        results[i] = stream_times(client, url, body(i, tokens, extension, call))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
-    for c in clients:
-        c.close()
+    run_clients(n, one)
     firsts = [times[0] for _, times in results]
     lasts = [times[-1] for _, times in results]
     count = sum(len(times) - 1 for _, times in results)
@@ -149,31 +160,18 @@ def staggered(url: str, n: int, tokens: int, extension: bool = True) -> list[flo
     call = _calls[0]
     first = [threading.Event() for _ in range(n)]
     ttft = [float("nan")] * n
-    clients = [httpx.Client(timeout=300) for _ in range(n)]
 
-    def one(i: int) -> None:
+    def one(i: int, client: httpx.Client) -> None:
         try:
             if i:
                 first[i - 1].wait(600)
-            seen, sent = 0, time.perf_counter()
-            with clients[i].stream("POST", url + "/v1/chat/completions", json=body(i, tokens, extension, call)) as r:
-                r.raise_for_status()
-                for line in r.iter_lines():
-                    if line.startswith("data: ") and _TOKEN_CHUNK.search(line):
-                        seen += 1
-                        if seen == 2:  # (the first such chunk is the role's)
-                            ttft[i] = (time.perf_counter() - sent) * 1000.0
-                            first[i].set()
+            sent, times = stream_times(client, url, body(i, tokens, extension, call), first[i].set)
+            if times:
+                ttft[i] = (times[0] - sent) * 1000.0
         finally:
             first[i].set()  # (never leaves the next client waiting)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
-    for c in clients:
-        c.close()
+    run_clients(n, one)
     return ttft
 
 

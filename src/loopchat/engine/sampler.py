@@ -235,12 +235,6 @@ def rank_of(x: np.ndarray, i: int, top: np.ndarray, at: int | None = None) -> in
     return sampler_fused.count_greater(x, i) + 1
 
 
-#: below this (in bits of a weight's exponent: exp(-700)) or for a logit this close to 0,
-#: the weights' order may not be the logits' (see _sampled_rank)
-_RANK_Z_FLOOR = -700.0
-_RANK_TINY_LOGIT = 1e-3
-
-
 def _sampled_rank(d: _Distribution, pick: int, pick_weight: float, top_weights: np.ndarray) -> int:
     """The drawn token's rank in the distribution sampled from: among the reported top if
     it is there, else a count over the weights. Weights not stored (every token kept,
@@ -256,7 +250,7 @@ def _sampled_rank(d: _Distribution, pick: int, pick_weight: float, top_weights: 
         return sampler_fused.count_greater(d.probs, pick) + 1
     assert d.source is not None
     x = float(d.source[pick])
-    if abs(x) >= _RANK_TINY_LOGIT and (x - d.shift) / d.t > _RANK_Z_FLOOR:
+    if sampler_ranks.logits_order(x, d.shift, d.t):
         return sampler_fused.count_greater(d.source, pick) + 1
     d.probs = sampler_fused.distribution(d.source, d.shift, d.t, DRAW_BLOCK)[0]
     return sampler_fused.count_greater(d.probs, pick) + 1

@@ -224,7 +224,7 @@ def sample_top(x: np.ndarray, stride: int, k: int) -> np.ndarray:
 
 
 #: the kernel's top_k takes at most this many (its heap on the stack)
-_TOP_K_MAX = 256
+TOP_K_MAX = 256
 
 
 def top_k(x: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray | None:
@@ -232,7 +232,7 @@ def top_k(x: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray |
     allows), largest first, in one pass of the kernel (a heap of k + 1), where that is numpy's one
     answer: no two of the k + 1 largest equal (sampler_math.top_indices' sampled threshold and
     argpartition order equal ones their own way), no NaN. None: numpy's way decides."""
-    if kernel is None or x.dtype != np.float32 or not x.flags.c_contiguous or not 0 < k <= _TOP_K_MAX:
+    if kernel is None or x.dtype != np.float32 or not x.flags.c_contiguous or not 0 < k <= TOP_K_MAX:
         return None
     out = np.empty(k, dtype=np.intp)
     return out if kernel.top_k(x, None if mask is None else mask.view(np.uint8), out) else None
@@ -302,7 +302,7 @@ def top_p_deep(
     if kernel is None or src.dtype != np.float32 or not src.flags.c_contiguous:
         return None
     ids, qd, xd, idx, kept, kabs = scratch.group("top_p_deep", n, _TOP_P_TYPES)
-    top = np.empty(want if 0 < want <= _TOP_K_MAX else 0, dtype=np.int64)
+    top = np.empty(want if 0 < want <= TOP_K_MAX else 0, dtype=np.int64)
     code, total, nd, k, mass, cut, a_head, n_top = kernel.top_p_deep(
         src, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, 2048, top
     )

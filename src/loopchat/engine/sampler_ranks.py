@@ -21,11 +21,17 @@ import numpy as np
 
 from loopchat.engine import sampler_fused
 
-__all__ = ["both_ranks"]
+__all__ = ["both_ranks", "logits_order"]
 
-#: (sampler._sampled_rank's: where the weights' order may not be the float32 logits', it computes them)
+#: below this (in bits of a weight's exponent: exp(-700)) or for a logit this close to 0, the weights'
+#: order may not be the float32 logits' (sampler._sampled_rank then computes the weights)
 _RANK_Z_FLOOR = -700.0
 _RANK_TINY_LOGIT = 1e-3
+
+
+def logits_order(x: float, shift: float, t: float) -> bool:
+    """Whether the weights exp((v - shift) / t) rank like the float32 logits v around the logit x."""
+    return abs(x) >= _RANK_TINY_LOGIT and (x - shift) / t > _RANK_Z_FLOOR
 
 
 class Candidates(Protocol):
@@ -61,7 +67,7 @@ def both_ranks(c: Candidates, d: Drawn, token: int, pick: int, raw_top: np.ndarr
         return None
     vw = source[pick]
     x = float(vw)
-    if not (abs(x) >= _RANK_TINY_LOGIT and (x - d.shift) / d.t > _RANK_Z_FLOOR):
+    if not logits_order(x, d.shift, d.t):
         return None
     n_raw, n_allowed = kernel.count_pair(c.logits, words, token, x)
     if c.changed_ids:  # the changed tokens the mask allows: counted by their new logits, not the model's

@@ -32,14 +32,10 @@ class Candidates(Protocol):
     changed_ids: list[np.ndarray]
 
 
-#: the kernel's top_k takes at most this many (sampler_fused._TOP_K_MAX)
-_TOP_MAX = 256
-
-
 def wide_k(report_k: int) -> int:
     """How many of the model's largest logits the raw top's pass finds for top_among (0: none): room
     for the forbidden and the penalized among them."""
-    m = min(2 * report_k + 16, _TOP_MAX)
+    m = min(2 * report_k + 16, sampler_fused.TOP_K_MAX)
     return m if 0 < report_k and report_k + 2 <= m else 0
 
 
