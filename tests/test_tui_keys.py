@@ -348,13 +348,14 @@ async def test_resizing_across_the_narrow_boundary_both_ways(tmp_path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await reply_to(pilot, "hello")
         assert not app.screen.has_class("-narrow")
+        # (the panel's view follows its size at its next frame, which one pause need not reach)
         await pilot.resize_terminal(80, 24)
-        await pilot.pause()
+        await wait_for(pilot, lambda: app.panel.view.compact, 5, "the compact panel")
         assert app.screen.has_class("-narrow") and app.panel.view.compact
         assert app.panel.outer_size.width == 80  # the panel goes under the transcript
         assert app.transcript.outer_size.width == 80
         await pilot.resize_terminal(120, 40)
-        await pilot.pause()
+        await wait_for(pilot, lambda: not app.panel.view.compact, 5, "the wide panel")
         assert not app.screen.has_class("-narrow") and not app.panel.view.compact
         assert app.panel.outer_size.width == 52
 
