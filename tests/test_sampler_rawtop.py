@@ -216,6 +216,47 @@ def test_count_pair_is_two_counts(n: int) -> None:
             assert got == (int(np.count_nonzero(x > x[i])), int(np.count_nonzero((x > v32) & bits))), (i, vw)
 
 
+@needs_kernel
+def test_count_pair_counts_the_changed_by_their_new_logits() -> None:
+    """count_pair given the penalized logits and the changed ids (chain16): the allowed count is the numpy
+    steps' (the ids once each, those the mask allows counted by work's logits instead of x's), with ids in two
+    arrays, in none, out of the mask, NaNs among the old and new logits; an id out of range is an error."""
+    kernel = sampler_fused.kernel
+    assert kernel is not None
+    rng = np.random.default_rng(16)
+    for trial in range(60):
+        n = int(rng.choice([40, 1000, 70_000]))
+        x = rng.standard_normal(n).astype(np.float32)
+        x[rng.integers(0, n, 2)] = np.nan
+        allowed = np.flatnonzero(rng.random(n) < rng.choice([0.2, 0.9]))
+        words = _words(allowed, n)
+        bits = np.zeros(n, dtype=bool)
+        bits[allowed] = True
+        parts = int(rng.integers(0, 4))
+        changed = [rng.choice(n, int(rng.integers(0, min(n, 80))), replace=False) for _ in range(parts)]
+        if parts >= 2 and changed[0].size:  # (a token in two arrays: the repeat penalty's and DRY's)
+            changed[1] = np.concatenate((changed[1], changed[0][:3]))
+        work = x.copy()
+        for ids in changed:
+            work[ids] = x[ids] + rng.normal(0, 2, ids.shape[0]).astype(np.float32)
+        if parts and changed[0].size:
+            work[changed[0][0]] = np.nan
+        i = int(rng.integers(0, n))
+        for vw in (float(x[i]), 0.25, float(work[i])):
+            v32 = np.float32(vw)
+            ids = np.unique(np.concatenate(changed)) if changed else np.empty(0, dtype=np.int64)
+            ids = ids[bits[ids]]
+            want = int(np.count_nonzero((x > v32) & bits))
+            want += int(np.count_nonzero(work[ids] > v32)) - int(np.count_nonzero(x[ids] > v32))
+            got = kernel.count_pair(x, words, i, vw, work, changed)
+            assert got == (int(np.count_nonzero(x > x[i])), want), (trial, vw)
+    x = np.zeros(64, dtype=np.float32)
+    with pytest.raises(IndexError):
+        kernel.count_pair(x, _words(np.arange(64), 64), 0, 0.0, x.copy(), [np.array([64])])
+    with pytest.raises(ValueError):
+        kernel.count_pair(x, _words(np.arange(64), 64), 0, 0.0, None, [np.array([3])])
+
+
 def test_both_ranks_are_the_two_counts() -> None:
     """The raw rank over the model's logits and the sampled rank over the candidates (a prefix of the
     allowed by penalized logit), the penalized tokens counted by their new logits: both_ranks' answer,
@@ -228,7 +269,8 @@ def test_both_ranks_are_the_two_counts() -> None:
         src_all = work[allowed]
         keep = np.sort(np.argsort(-src_all, kind="stable")[: int(rng.integers(2000, allowed.shape[0]))])
         ids, source = allowed[keep], src_all[keep]  # (top-p's kind: the largest, in id order)
-        c = SimpleNamespace(logits=logits, work=work, changed_ids=list(changed), allowed_words=_words(allowed, n))
+        changed = list(changed) if trial % 3 else [a.astype(np.int32) for a in changed]  # (int32: numpy's steps)
+        c = SimpleNamespace(logits=logits, work=work, changed_ids=changed, allowed_words=_words(allowed, n))
         pick = int(rng.integers(0, ids.shape[0]))
         d = SimpleNamespace(ids=ids, probs=None, top=np.array([0]), source=source, shift=float(source.max()), t=2.0)
         token = int(ids[pick])

@@ -3989,18 +3989,80 @@ count_pair_avx2(const float *x, const uint32_t *w, float vr, float vw, Py_ssize_
 }
 #endif
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* count_pair's allowed count with the penalized tokens counted by their new logits (sampler_ranks, chain16):
+   the ids of `changed` (int64 arrays, each distinct, a token maybe in two), once each, those the mask allows:
+   + (wk[id] > vw) - (x[id] > vw), as numpy's unique, bit test and two counts. 0, or -1 with an error set. */
+static int count_changed(const float *x, const float *wk, const uint32_t *w, Py_ssize_t n, float vw,
+                         PyObject *changed, Py_ssize_t *ca) {
+    PyObject *seq = PySequence_Fast(changed, "count_pair: the changed ids must be a sequence of arrays");
+    if (!seq) return -1;
+    Py_ssize_t parts = PySequence_Fast_GET_SIZE(seq), m = 0, cap = 64, got = 0;
+    int64_t local[64], *ids = local;
+    int rc = 0;
+    for (Py_ssize_t k = 0; k < parts && rc == 0; k++) {
+        Py_buffer b;
+        if (get_buf(PySequence_Fast_GET_ITEM(seq, k), &b, 0, 'q') < 0) {
+            rc = -1;
+            break;
+        }
+        Py_ssize_t len = b.shape[0];
+        if (m + len > cap) {
+            Py_ssize_t nc = (m + len) * 2;
+            int64_t *ni = (int64_t *)malloc((size_t)nc * sizeof(int64_t));
+            if (!ni) {
+                PyErr_NoMemory();
+                rc = -1;
+            } else {
+                memcpy(ni, ids, (size_t)m * sizeof(int64_t));
+                if (ids != local) free(ids);
+                ids = ni, cap = nc;
+            }
+        }
+        if (rc == 0) memcpy(ids + m, b.buf, (size_t)len * sizeof(int64_t)), m += len;
+        PyBuffer_Release(&b);
+    }
+    Py_DECREF(seq);
+    if (rc == 0 && parts > 1) qsort(ids, (size_t)m, sizeof(int64_t), cmp_i64); /* (one array: distinct already) */
+    for (Py_ssize_t j = 0; rc == 0 && j < m; j++) {
+        int64_t i = ids[j];
+        if (parts > 1 && j > 0 && i == ids[j - 1]) continue;
+        if (i < 0 || i >= n) {
+            PyErr_SetString(PyExc_IndexError, "count_pair: a changed id out of range");
+            rc = -1;
+        } else if ((w[i >> 5] >> (i & 31)) & 1u) {
+            got += (Py_ssize_t)(wk[i] > vw) - (Py_ssize_t)(x[i] > vw);
+        }
+    }
+    if (ids != local) free(ids);
+    if (rc == 0) *ca += got;
+    return rc;
+}
+
 PyDoc_STRVAR(count_pair_doc,
-             "count_pair(x, words, i, vw) -> (n_raw, n_allowed): how many of float32 x exceed x[i], and how many\n"
-             "of those the mask (uint32 words, bit i & 31 of word i >> 5) allows exceed float32 vw; one pass.");
+             "count_pair(x, words, i, vw, work=None, changed=()) -> (n_raw, n_allowed): how many of float32 x exceed\n"
+             "x[i], and how many of those the mask (uint32 words, bit i & 31 of word i >> 5) allows exceed float32 vw;\n"
+             "one pass. `work` (float32, x's length) and `changed` (int64 id arrays): the allowed ids among the changed\n"
+             "(once each) counted by work's logits instead of x's.");
 
 static PyObject *py_count_pair(PyObject *self, PyObject *args) {
-    PyObject *xo, *wo;
+    PyObject *xo, *wo, *wko = Py_None, *changed = NULL;
     Py_ssize_t i, cr = 0, ca = 0;
     double vw;
-    Py_buffer x, w;
-    if (!PyArg_ParseTuple(args, "OOnd", &xo, &wo, &i, &vw)) return NULL;
+    Py_buffer x, w, wk;
+    if (!PyArg_ParseTuple(args, "OOnd|OO", &xo, &wo, &i, &vw, &wko, &changed)) return NULL;
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     if (PyObject_GetBuffer(wo, &w, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    int has_wk = wko != Py_None;
+    if (has_wk && get_buf(wko, &wk, 0, 'f') < 0) {
+        PyBuffer_Release(&w);
         PyBuffer_Release(&x);
         return NULL;
     }
@@ -4009,6 +4071,8 @@ static PyObject *py_count_pair(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "index out of range");
     } else if (w.len % 4 || w.len / 4 < (n + 31) / 32) {
         PyErr_SetString(PyExc_ValueError, "count_pair: the mask must hold a bit a position");
+    } else if (changed && changed != Py_None && (!has_wk || wk.shape[0] != n)) {
+        PyErr_SetString(PyExc_ValueError, "count_pair: changed ids need work, x's length");
     } else {
         const float *xp = (const float *)x.buf;
         const uint32_t *wp = (const uint32_t *)w.buf;
@@ -4018,7 +4082,9 @@ static PyObject *py_count_pair(PyObject *self, PyObject *args) {
         if (kernel_fma) from = count_pair_avx2(xp, wp, vr, va, n, &cr, &ca);
 #endif
         count_pair_plain(xp, wp, vr, va, from, n, &cr, &ca);
+        if (changed && changed != Py_None) count_changed(xp, (const float *)wk.buf, wp, n, va, changed, &ca);
     }
+    if (has_wk) PyBuffer_Release(&wk);
     PyBuffer_Release(&w);
     PyBuffer_Release(&x);
     if (PyErr_Occurred()) return NULL;

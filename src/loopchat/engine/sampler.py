@@ -175,8 +175,12 @@ def _top_by_logits(
         return None
     top = top_indices(src, k + 1) if known is None else known  # (known: top-p's search found them)
     v = src[top]
-    w = sampler_fused.weights_of(v, shift, t)
-    if not v[k - 1] > v[k] or np.any((v[1:] < v[:-1]) != (w[1:] < w[:-1])):
+    vl = v.tolist()
+    if not vl[k - 1] > vl[k]:
+        return None
+    # (numpy's compares of the k + 1 neighbours, in Python floats: the same order, no temporaries)
+    wl = sampler_fused.weights_of(v, shift, t).tolist()
+    if any((vl[i + 1] < vl[i]) != (wl[i + 1] < wl[i]) for i in range(k)):
         return None
     return top[:k]
 

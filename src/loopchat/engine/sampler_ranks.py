@@ -59,7 +59,8 @@ def both_ranks(c: Candidates, d: Drawn, token: int, pick: int, raw_top: np.ndarr
     both are counted: the token outside the raw top `raw_top` and `pick` outside d's reported top, d's
     weights exp((d.source - d.shift) / d.t) not stored. None: not this case (no constraint's mask, no
     kernel, a logit whose weight's order may not be its own, a count not needed): as before."""
-    if d.ids is None or d.probs is not None or token in raw_top or pick in d.top:
+    # (the two tops as lists: a few ints, a membership test without numpy's compare and reduction)
+    if d.ids is None or d.probs is not None or token in raw_top.tolist() or pick in d.top.tolist():
         return None
     source = d.source
     words, kernel = c.allowed_words, sampler_fused.kernel
@@ -69,11 +70,15 @@ def both_ranks(c: Candidates, d: Drawn, token: int, pick: int, raw_top: np.ndarr
     x = float(vw)
     if not logits_order(x, d.shift, d.t):
         return None
+    changed = c.changed_ids
+    if not changed or all(a.dtype == np.int64 for a in changed):  # (the changed ones in the same call: chain16)
+        n_raw, n_allowed = kernel.count_pair(c.logits, words, token, x, c.work, changed)
+        return n_raw + 1, n_allowed + 1
     n_raw, n_allowed = kernel.count_pair(c.logits, words, token, x)
-    if c.changed_ids:  # the changed tokens the mask allows: counted by their new logits, not the model's
-        ids = np.unique(np.concatenate(c.changed_ids))
-        uw = words.view(np.uint32)
-        ok = ((uw[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
-        ids = ids[ok]
-        n_allowed += int(np.count_nonzero(c.work[ids] > vw)) - int(np.count_nonzero(c.logits[ids] > vw))
+    # (the changed tokens the mask allows: counted by their new logits, not the model's)
+    ids = np.unique(np.concatenate(changed))
+    uw = words.view(np.uint32)
+    ok = ((uw[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
+    ids = ids[ok]
+    n_allowed += int(np.count_nonzero(c.work[ids] > vw)) - int(np.count_nonzero(c.logits[ids] > vw))
     return n_raw + 1, n_allowed + 1
