@@ -1,6 +1,8 @@
 """sample() alone, two trees side by side in one process: the calling thread's CPU per step, each
 row the logits of a forward pass run just before (the recorded replies' tokens fed back, as
-chain_probes.py and constraint_cpu.py `--after-pass` do, without the constraint or its consume).
+chain_probes.py and constraint_cpu.py `--after-pass` do). `--json-schema FILE`: under that constraint,
+each tree with its own stage (its own sampler_constraint module), both stages consuming every recorded
+token after the step (not timed); without it, no constraint.
 
 Both trees' sampler modules (and their C kernels) are loaded into this process (the base tree's
 first, its `loopchat` modules then set aside under their own objects), and the steps alternate:
@@ -44,6 +46,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2, help="the pass's threads and sampler_fused.use_threads")
     ap.add_argument("--check", action="store_true", help="every field of both trees' results equal, each step")
+    ap.add_argument("--json-schema", type=Path, help="the chain under this JSON schema (each tree's own stage)")
     return ap.parse_args()
 
 
@@ -59,8 +62,8 @@ def load_tree(src: Path) -> dict[str, Any]:
         del sys.modules[name]
     sys.path.insert(0, str(src))
     try:
-        mods = {n: importlib.import_module("loopchat." + n) for n in ("engine.sampler", "engine.sampler_fused")}
-        mods["settings"] = importlib.import_module("loopchat.settings")
+        names = ("engine.sampler", "engine.sampler_fused", "engine.sampler_constraint", "settings", "constraint")
+        mods = {n: importlib.import_module("loopchat." + n) for n in names}
     finally:
         sys.path.remove(str(src))
     return mods
@@ -80,6 +83,17 @@ def _same(a: Any, b: Any) -> bool:
 
 FIELDS = ("token_id", "raw_top_ids", "raw_top_probs", "sampled_top_ids", "sampled_top_probs", "raw_prob")
 FIELDS += ("raw_rank", "sampled_prob", "sampled_rank", "raw_entropy", "sampled_entropy", "kept", "stages")
+
+
+def _stages(trees: list, engine: Any, schema: Path | None) -> list:
+    """Each tree's constraint stage for a reply (None: no constraint)."""
+    if schema is None:
+        return [None, None]
+    out = []
+    for tr in trees:
+        spec = tr["constraint"].read_constraint("json_schema", schema)
+        out.append(tr["engine.sampler_constraint"].open_stage(engine.llm, spec, engine.n_vocab, engine.piece_text))
+    return out
 
 
 def main() -> None:
@@ -109,25 +123,36 @@ def main() -> None:
                 engine.reset()
                 engine._eval(prompt)
                 rngs = [tr["engine.sampler"].make_rng(1) for tr in trees]
+                stages, checks = _stages(trees, engine, args.json_schema), _stages(trees, engine, args.json_schema)
                 context = list(prompt)
                 for token in tokens:
                     logits = engine._logits()
                     which = (i + r) % 2
                     sample = trees[which]["engine.sampler"].sample
                     t0 = time.thread_time_ns()
-                    sample(logits, context, settings[which], rngs[which], report)
+                    sample(logits, context, settings[which], rngs[which], report, constraint=stages[which])
                     got[text][which].append((time.thread_time_ns() - t0) / 1e6)
                     if args.check:  # (fresh generators on both sides: the timed ones move on alone)
                         a, b = (
                             tr["engine.sampler"].sample(
-                                logits.copy(), list(context), st, tr["engine.sampler"].make_rng(i), report
+                                logits.copy(),
+                                list(context),
+                                st,
+                                tr["engine.sampler"].make_rng(i),
+                                report,
+                                constraint=cs,
                             )
-                            for tr, st in zip(trees, settings)
+                            for tr, st, cs in zip(trees, settings, checks)
                         )
                         bad = [f for f in FIELDS if not _same(getattr(a, f), getattr(b, f))]
+                        if checks[0] is not None and tuple(checks[0].report) != tuple(checks[1].report):
+                            bad.append("constraint report")
                         if bad:
                             sys.exit(f"{text} step {i}: fields differ: {bad}")
                         checked += 1
+                    for st in (*stages, *checks):
+                        if st is not None:
+                            st.consume(token)
                     i += 1
                     context.append(token)
                     engine._decode_one(token)
@@ -136,6 +161,7 @@ def main() -> None:
     engine.close()
     print(
         f"base {args.base}, this {args.src}, model {args.model or 'default'}, {args.rounds} rounds, steps alternating"
+        + (f", under {args.json_schema}" if args.json_schema else "")
     )
     print("combo (top_k,top_p,min_p,t,report,dry,repeat): median CPU ms a step (all steps of each tree)")
     for text in combos:

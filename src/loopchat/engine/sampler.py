@@ -398,7 +398,7 @@ def _staged(
     both = None if pick is None else sampler_ranks.both_ranks(c, d, token_id, pick, raw_top_ids)
     raw_rank, raw_prob = _raw_figures(logits, raw, raw_top_ids, raw_top_probs, token_id, wide, both)
     top_weights = d.weights(d.top)
-    pick_weight = 0.0 if pick is None else float(d.weights(np.array([pick]))[0])
+    pick_weight = 0.0 if pick is None else float(d.weights(slice(pick, pick + 1))[0])  # (a view: no gather)
     if pick is None or both is not None:
         sampled_rank = 0 if both is None else both[1]
     elif d.ids is None and c.work is logits:
@@ -440,6 +440,6 @@ def _raw_figures(
     at = top_list.index(token_id) if token_id in top_list else -1
     if at < 0:
         raw_rank = rank_of(logits, token_id, raw_top_ids, at) if both is None else both[0]
-        return raw_rank, float(raw.exp_at(np.array([token_id]))[0]) / raw.total
+        return raw_rank, raw.prob_of(token_id)
     raw_rank = at + 1 if wide is not None or at == 0 else rank_of(logits, token_id, raw_top_ids, at)
     return raw_rank, float(raw_top_probs[at])

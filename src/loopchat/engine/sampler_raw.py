@@ -125,6 +125,10 @@ class RawSoftmax:
         sampler_fused.kernel.raw_exp(np.ascontiguousarray(self.logits[ids]), self.shift, out)  # type: ignore[union-attr]
         return out
 
+    def prob_of(self, token: int) -> float:
+        """One token's raw probability: float(exp_at([token])[0]) / total, by probs_at (its one kernel call)."""
+        return float(self.probs_at(np.array([token], dtype=np.int64))[0])
+
     def probs_at(self, ids: np.ndarray) -> np.ndarray:
         """The raw probabilities at these ids: exp_at(ids), widened to float64, over `total` (the
         fused pass's: one kernel call, the same bits, where the logits and ids are the kernel's)."""
