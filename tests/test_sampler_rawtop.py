@@ -236,6 +236,8 @@ def test_count_pair_counts_the_changed_by_their_new_logits() -> None:
         changed = [rng.choice(n, int(rng.integers(0, min(n, 80))), replace=False) for _ in range(parts)]
         if parts >= 2 and changed[0].size:  # (a token in two arrays: the repeat penalty's and DRY's)
             changed[1] = np.concatenate((changed[1], changed[0][:3]))
+        if parts and changed[0].size > 1:  # (a token twice in one array: a logit bias's repeated token)
+            changed[0] = np.concatenate((changed[0], changed[0][-1:]))
         work = x.copy()
         for ids in changed:
             work[ids] = x[ids] + rng.normal(0, 2, ids.shape[0]).astype(np.float32)

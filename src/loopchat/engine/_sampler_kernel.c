@@ -3995,7 +3995,7 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 /* count_pair's allowed count with the penalized tokens counted by their new logits (sampler_ranks, chain16):
-   the ids of `changed` (int64 arrays, each distinct, a token maybe in two), once each, those the mask allows:
+   the ids of `changed` (int64 arrays; a token maybe in two, or twice in one), once each, those the mask allows:
    + (wk[id] > vw) - (x[id] > vw), as numpy's unique, bit test and two counts. 0, or -1 with an error set. */
 static int count_changed(const float *x, const float *wk, const uint32_t *w, Py_ssize_t n, float vw,
                          PyObject *changed, Py_ssize_t *ca) {
@@ -4027,10 +4027,10 @@ static int count_changed(const float *x, const float *wk, const uint32_t *w, Py_
         PyBuffer_Release(&b);
     }
     Py_DECREF(seq);
-    if (rc == 0 && parts > 1) qsort(ids, (size_t)m, sizeof(int64_t), cmp_i64); /* (one array: distinct already) */
+    if (rc == 0 && m > 1) qsort(ids, (size_t)m, sizeof(int64_t), cmp_i64); /* (np.unique's set: each id once) */
     for (Py_ssize_t j = 0; rc == 0 && j < m; j++) {
         int64_t i = ids[j];
-        if (parts > 1 && j > 0 && i == ids[j - 1]) continue;
+        if (j > 0 && i == ids[j - 1]) continue;
         if (i < 0 || i >= n) {
             PyErr_SetString(PyExc_IndexError, "count_pair: a changed id out of range");
             rc = -1;
