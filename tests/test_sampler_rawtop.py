@@ -271,7 +271,7 @@ def test_both_ranks_are_the_two_counts() -> None:
         src_all = work[allowed]
         keep = np.sort(np.argsort(-src_all, kind="stable")[: int(rng.integers(2000, allowed.shape[0]))])
         ids, source = allowed[keep], src_all[keep]  # (top-p's kind: the largest, in id order)
-        changed = list(changed) if trial % 3 else [a.astype(np.int32) for a in changed]  # (int32: numpy's steps)
+        changed = list(changed) if trial % 3 else [a.astype(np.int32) for a in changed]  # (int32: widened)
         c = SimpleNamespace(logits=logits, work=work, changed_ids=changed, allowed_words=_words(allowed, n))
         pick = int(rng.integers(0, ids.shape[0]))
         d = SimpleNamespace(ids=ids, probs=None, top=np.array([0]), source=source, shift=float(source.max()), t=2.0)

@@ -66,19 +66,11 @@ def both_ranks(c: Candidates, d: Drawn, token: int, pick: int, raw_top: np.ndarr
     words, kernel = c.allowed_words, sampler_fused.kernel
     if words is None or kernel is None or source is None or not c.logits.flags.c_contiguous:
         return None
-    vw = source[pick]
-    x = float(vw)
+    x = float(source[pick])
     if not logits_order(x, d.shift, d.t):
         return None
-    changed = c.changed_ids
-    if not changed or all(a.dtype == np.int64 for a in changed):  # (the changed ones in the same call: chain16)
-        n_raw, n_allowed = kernel.count_pair(c.logits, words, token, x, c.work, changed)
-        return n_raw + 1, n_allowed + 1
-    n_raw, n_allowed = kernel.count_pair(c.logits, words, token, x)
-    # (the changed tokens the mask allows: counted by their new logits, not the model's)
-    ids = np.unique(np.concatenate(changed))
-    uw = words.view(np.uint32)
-    ok = ((uw[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
-    ids = ids[ok]
-    n_allowed += int(np.count_nonzero(c.work[ids] > vw)) - int(np.count_nonzero(c.logits[ids] > vw))
+    # (the changed tokens the mask allows: counted in the same call by their new logits, not the model's;
+    # the kernel takes int64 ids, as top_among's)
+    changed = [a if a.dtype == np.int64 else a.astype(np.int64) for a in c.changed_ids]
+    n_raw, n_allowed = kernel.count_pair(c.logits, words, token, x, c.work, changed)
     return n_raw + 1, n_allowed + 1
