@@ -175,6 +175,11 @@ def staggered(url: str, n: int, tokens: int, extension: bool = True) -> list[flo
     return ttft
 
 
+def ttft_bound(rows: Rows, n: int) -> float:
+    """The issue's first-token bound at N, ms: 2 x an idle server's TTFT (N = 1's) + one bare pass of N."""
+    return 2 * rows[1][2] + n * 1000.0 / rows[n][0]
+
+
 def measure_stagger(server: Child, args: argparse.Namespace, ext: bool, rows: Rows) -> None:
     """--stagger: per N > 1, each joiner's TTFT (the median over the rounds) against the bound,
     2 x the idle TTFT (N = 1's, `rows`) + one bare pass of N: the pass in flight when it joins
@@ -187,7 +192,7 @@ def measure_stagger(server: Child, args: argparse.Namespace, ext: bool, rows: Ro
     for n in SIZES[1:]:
         got = [staggered(server.url, n, args.tokens, ext) for _ in range(args.rounds)]
         med = [statistics.median(r[k] for r in got) for k in range(n)]
-        bound = 2 * idle + n * 1000.0 / rows[n][0]
+        bound = ttft_bound(rows, n)
         cells = " ".join(f"{t:.0f}{'*' if t > bound else ''}" for t in med)
         print(f"{n:>3} {bound:>5.0f} ms  {cells}  (worst joiner {max(med[1:]):.0f} ms)")
 
@@ -316,8 +321,7 @@ def report(rows: Rows, args: argparse.Namespace, extension: str) -> None:
         f" {'worst TTFT':>11} {'bound':>9} {'2x(idle+pass)':>14}"
     )
     for n, (raw, rate, ttft, steady) in rows.items():
-        one_pass = n * 1000.0 / raw  # one bare pass of N
-        bound, loose = 2 * idle_ttft + one_pass, 2 * (idle_ttft + one_pass)
+        bound, loose = ttft_bound(rows, n), 2 * (idle_ttft + n * 1000.0 / raw)
         print(
             f"{n:>3} {raw:>11.1f} {rate:>13.1f} {rate / raw:>7.2f}x {rate / one:>6.2f}x {steady:>12.1f} {steady / raw:>7.2f}x"
             f" {ttft:>8.0f} ms {bound:>6.0f} ms {loose:>11.0f} ms"
