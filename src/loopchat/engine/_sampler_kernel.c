@@ -1629,34 +1629,12 @@ static void cut_bin_out(const cut_entry *in, Py_ssize_t keep, Py_ssize_t na, int
     }
 }
 
-static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
-                            int64_t *kept, Py_ssize_t n, double *mass, cut_opts *o) {
-    float mx, lo;
-    min_max(x, n, &lo, &mx);
-    double span = (double)mx - (double)lo;
-    if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
-    double *hist = (double *)malloc((size_t)bins * sizeof(double));
-    if (!hist) return -2;
-    bin_index(x, lo, (float)((double)bins / span), (float)(bins - 1), idx, n);
-    bin_sums(idx, q, hist, bins, n);
-    /* from_top = cumsum(hist[::-1]) (in place); first = searchsorted(from_top, target, "left") */
-    for (Py_ssize_t i = 0; i < bins / 2; i++) {
-        double t = hist[i];
-        hist[i] = hist[bins - 1 - i];
-        hist[bins - 1 - i] = t;
-    }
-    for (Py_ssize_t i = 1; i < bins; i++) hist[i] = hist[i - 1] + hist[i];
-    Py_ssize_t lo_i = 0, hi_i = bins; /* (numpy's binary search: the first i with hist[i] >= target) */
-    while (lo_i < hi_i) {
-        Py_ssize_t mid = lo_i + (hi_i - lo_i) / 2;
-        if (hist[mid] < target) lo_i = mid + 1;
-        else hi_i = mid;
-    }
-    Py_ssize_t b = bins - 1 - (lo_i < bins - 1 ? lo_i : bins - 1);
-    double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
-    free(hist);
-    Py_ssize_t na = 0, ni = 0;
-    split_bins(idx, (int32_t)b, kept, o, n, &na, &ni);
+/* top_p_cut's end, once the cut bin b is known: its positions idx[:ni] (in order) sorted by logit, largest
+   first (equal ones by position), their masses added to mass_above until the target, the kept ones after
+   the na above it; the cut position (o->cut, kept[na + keep]); the count kept (-2: no memory). */
+static Py_ssize_t cut_bin_finish(const float *x, const double *q, double target, const int32_t *idx, Py_ssize_t ni,
+                                 Py_ssize_t na, double mass_above, int64_t *kept, Py_ssize_t n, double *mass,
+                                 cut_opts *o) {
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
     for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[idx[j]], idx[j]};
@@ -1682,19 +1660,202 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     return na + keep;
 }
 
+/* ==== chain17: top_p_cut's bins over the upper bins alone (a flat row's top-p over every candidate) ====
+ * On Gemma's flat rows under a JSON schema top-p keeps 3-14% of ~250,000 candidates, and the bins over every
+ * position read them all three times (their index written, their masses added by bin, the index split). Only
+ * the bins from the top down to the cut bin b decide anything: the cumulative sums from the top before it
+ * (each bin's sum in position order, as np.bincount's), the positions above it and in it. So where a floor
+ * bin B0 is known at or below b, the same answer comes from the positions of bins >= B0 alone: one pass over
+ * the logits computes each bin index (the same float32 steps as bin_index) and keeps those >= B0 (position
+ * and bin, in order); their masses are added by bin in that order (the same sums, bit for bit, for every bin
+ * >= B0); the cumulative sums from the top (monotone: the masses are finite and >= 0) reach the target at the
+ * same first bin as over all 2,048; the split and the cut bin's sort as before. B0 from the strided sample
+ * (every 32nd logit, counted by bin; each bin's weight exp of its centre): the bin where the sample's mass
+ * from the top reaches halfway from the target's share to 1, eight bins lower. Where the exact sums do not
+ * reach the target by B0 (the sample misled), the bins over every position as before. */
+#define PB_SHIFT 40 /* (a kept position and its bin in one int64: the bin above bit 40) */
+#define PB_POS(e) ((e) & (((int64_t)1 << PB_SHIFT) - 1))
+#define PB_BIN(e) ((int32_t)((e) >> PB_SHIFT))
+
+/* The floor bin from the sample of x[::32] (0: none worth it). `share`: the target's share of the total. */
+static int32_t partial_floor(const float *x, Py_ssize_t n, float lo, float scale, float top, Py_ssize_t bins,
+                             double share) {
+    int32_t *count = (int32_t *)calloc((size_t)bins, sizeof(int32_t));
+    if (!count) return 0;
+    for (Py_ssize_t i = 0; i < n; i += 32) {
+        float v = (x[i] - lo) * scale;
+        count[(int32_t)(v < top ? v : top)]++;
+    }
+    /* bin j's weight exp(-(bins - 1 - j + 0.5) / scale) relative to the top bin's centre: by the ratio */
+    double r = exp(-1.0 / (double)scale), w = 1.0, all = 0.0, acc = 0.0, want;
+    for (Py_ssize_t j = bins - 1; j >= 0 && w > 0.0; j--, w *= r) all += count[j] * w;
+    want = (share + (1.0 - share) * 0.5) * all;
+    Py_ssize_t j = bins - 1;
+    for (w = 1.0; j > 0; j--, w *= r) {
+        acc += count[j] * w;
+        if (acc >= want) break;
+    }
+    free(count);
+    return (int32_t)(j > 8 ? j - 8 : 0);
+}
+
+/* The positions of x whose bin is >= b0, with their bins (PB_ entries), in order, into pb; the count. */
+static Py_ssize_t bins_from_plain(const float *x, float lo, float scale, float top, int32_t b0, int64_t *pb,
+                                  Py_ssize_t from, Py_ssize_t n, Py_ssize_t c) {
+    for (Py_ssize_t i = from; i < n; i++) {
+        float v = (x[i] - lo) * scale;
+        int32_t bi = (int32_t)(v < top ? v : top);
+        pb[c] = i | ((int64_t)bi << PB_SHIFT);
+        c += bi >= b0;
+    }
+    return c;
+}
+
+#ifdef KERNEL_AVX2
+/* The same eight at a time (bin_index's steps: subtract, multiply, min with top (minps: the top where not
+   below it, a NaN's too), truncate), the kept lanes moved to the front of two four-lane stores. */
+__attribute__((target("avx2,popcnt"))) static Py_ssize_t bins_from_avx2(const float *x, float lo, float scale,
+                                                                       float top, int32_t b0, int64_t *pb,
+                                                                       Py_ssize_t n, Py_ssize_t *i_out) {
+    const __m256 vlo = _mm256_set1_ps(lo), vsc = _mm256_set1_ps(scale), vtop = _mm256_set1_ps(top);
+    const __m256i vb = _mm256_set1_epi32(b0 - 1);
+    Py_ssize_t c = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vlo), vsc), vtop);
+        __m256i bi = _mm256_cvttps_epi32(v);
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bi, vb)));
+        for (int h = 0; h < 2; h++) { /* (four lanes written at pb + c: c <= i + 4h, so within n) */
+            unsigned mh = m >> (4 * h) & 15u;
+            __m256i b64 = _mm256_cvtepi32_epi64(h ? _mm256_extracti128_si256(bi, 1) : _mm256_castsi256_si128(bi));
+            __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)), _mm256_set_epi64x(3, 2, 1, 0));
+            __m256i e = _mm256_or_si256(pos, _mm256_slli_epi64(b64, PB_SHIFT));
+            __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[mh]);
+            _mm256_storeu_si256((__m256i *)(pb + c), _mm256_permutevar8x32_epi32(e, perm));
+            c += __builtin_popcount(mh);
+        }
+    }
+    *i_out = i;
+    return c;
+}
+#endif
+
+/* The split over the kept entries pb[:c] (PB_ entries): positions above b into kept (in place: kept may be
+   pb), those at b into idx, the marks placed as split_bins places them (a mark not among them: -1). */
+static void split_partial(int64_t *pb, Py_ssize_t c, int32_t b, int64_t *kept, int32_t *idx, cut_opts *o,
+                          Py_ssize_t *na_out, Py_ssize_t *ni_out) {
+    Py_ssize_t na = 0, ni = 0, mi = 0, nm = o ? o->nmarks : 0;
+    int64_t next = nm ? o->marks[0] : INT64_MAX;
+    for (Py_ssize_t j = 0; j < c; j++) {
+        int64_t e = pb[j], p = PB_POS(e);
+        int32_t v = PB_BIN(e);
+        while (__builtin_expect(next <= p, 0)) {
+            o->mark_at[mi] = next == p && v > b ? na : -1 - (next == p && v == b);
+            next = ++mi < nm ? o->marks[mi] : INT64_MAX;
+        }
+        kept[na] = p; /* (na <= j: an entry already read) */
+        idx[ni] = (int32_t)p;
+        na += v > b;
+        ni += v == b;
+    }
+    for (; mi < nm; mi++) o->mark_at[mi] = -1;
+    *na_out = na, *ni_out = ni;
+}
+
+/* top_p_cut over the bins >= a floor from the sample (above): the count kept, or -3 where it cannot decide
+   (no floor worth it, the sums short of the target by the floor: the bins over every position decide), -2. */
+static Py_ssize_t top_p_cut_upper(const float *x, const double *q, double target, double share, Py_ssize_t bins,
+                                  float lo, float scale, int32_t *idx, int64_t *kept, Py_ssize_t n, double *mass,
+                                  cut_opts *o) {
+    float top = (float)(bins - 1);
+    int32_t b0 = partial_floor(x, n, lo, scale, top, bins, share);
+    if (b0 <= 0) return -3;
+    Py_ssize_t c = 0, i = 0;
+#ifdef KERNEL_AVX2
+    if (kernel_fma) c = bins_from_avx2(x, lo, scale, top, b0, kept, n, &i);
+#endif
+    c = bins_from_plain(x, lo, scale, top, b0, kept, i, n, c);
+    double *hist = (double *)calloc((size_t)bins, sizeof(double));
+    if (!hist) return -2;
+    for (Py_ssize_t j = 0; j < c; j++) hist[PB_BIN(kept[j])] += q[PB_POS(kept[j])];
+    /* from_top[i] = hist[bins - 1] + ... + hist[bins - 1 - i], added in that order (numpy's cumsum); the
+       first i where it reaches the target (numpy's searchsorted "left": the sums only grow) */
+    double ft = 0.0, prev = 0.0;
+    Py_ssize_t at = -1;
+    for (Py_ssize_t k = 0; k <= bins - 1 - b0; k++) {
+        prev = ft;
+        ft = k ? ft + hist[bins - 1 - k] : hist[bins - 1];
+        if (ft >= target) {
+            at = k;
+            break;
+        }
+    }
+    free(hist);
+    if (at < 0) return -3;
+    int32_t b = (int32_t)(bins - 1 - at); /* (at < bins - 1 here: b0 > 0) */
+    double mass_above = at > 0 ? prev : 0.0;
+    Py_ssize_t na = 0, ni = 0;
+    split_partial(kept, c, b, kept, idx, o, &na, &ni);
+    return cut_bin_finish(x, q, target, idx, ni, na, mass_above, kept, n, mass, o);
+}
+
+/* (whether the last top_p_cut of this thread answered by the upper bins: py_top_p_cut's, for the tests) */
+static __thread int tpc_upper;
+
+/* `share` (the target's share of the total, where the masses are finite; 0: none): where positive and x
+   is long, the bins over the upper bins alone are tried first (top_p_cut_upper: the same answer). */
+static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
+                            int64_t *kept, Py_ssize_t n, double *mass, cut_opts *o, double share) {
+    float mx, lo;
+    min_max(x, n, &lo, &mx);
+    double span = (double)mx - (double)lo;
+    tpc_upper = 0;
+    if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
+    if (share > 0.0 && share < 1.0 && n >= 32 * 4096 && n < ((int64_t)1 << PB_SHIFT)) {
+        Py_ssize_t k = top_p_cut_upper(x, q, target, share, bins, lo, (float)((double)bins / span), idx, kept, n,
+                                       mass, o);
+        tpc_upper = k >= 0;
+        if (k != -3) return k;
+    }
+    double *hist = (double *)malloc((size_t)bins * sizeof(double));
+    if (!hist) return -2;
+    bin_index(x, lo, (float)((double)bins / span), (float)(bins - 1), idx, n);
+    bin_sums(idx, q, hist, bins, n);
+    /* from_top = cumsum(hist[::-1]) (in place); first = searchsorted(from_top, target, "left") */
+    for (Py_ssize_t i = 0; i < bins / 2; i++) {
+        double t = hist[i];
+        hist[i] = hist[bins - 1 - i];
+        hist[bins - 1 - i] = t;
+    }
+    for (Py_ssize_t i = 1; i < bins; i++) hist[i] = hist[i - 1] + hist[i];
+    Py_ssize_t lo_i = 0, hi_i = bins; /* (numpy's binary search: the first i with hist[i] >= target) */
+    while (lo_i < hi_i) {
+        Py_ssize_t mid = lo_i + (hi_i - lo_i) / 2;
+        if (hist[mid] < target) lo_i = mid + 1;
+        else hi_i = mid;
+    }
+    Py_ssize_t b = bins - 1 - (lo_i < bins - 1 ? lo_i : bins - 1);
+    double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
+    free(hist);
+    Py_ssize_t na = 0, ni = 0;
+    split_bins(idx, (int32_t)b, kept, o, n, &na, &ni);
+    return cut_bin_finish(x, q, target, idx, ni, na, mass_above, kept, n, mass, o);
+}
+
 PyDoc_STRVAR(top_p_cut_doc,
              "top_p_cut(x, q, target, bins, idx, kept) -> (k, mass): sampler_math.top_p_bins in one call for\n"
              "float32 x and float64 q (idx: int32 scratch, kept: int64, both x's length): the k positions kept\n"
              "into kept[:k] (those above the cut-off's bin in order, then that bin's, largest first) and their\n"
              "mass; kept[k] (k < len(x)): the most likely position not kept, if that bin holds one, else -1;\n"
-             "k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow).");
+             "k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow). `share` (optional,\n"
+             "0 < share < 1: target's share of q's total, every q finite): the upper bins alone first (the same\n"
+             "answer: top_p_deep's path over every candidate of a long x), and a third item, whether they answered.");
 
 static PyObject *py_top_p_cut(PyObject *self, PyObject *args) {
     PyObject *xo, *qo, *io, *ko;
-    double target, mass = 0.0;
+    double target, mass = 0.0, share = 0.0;
     Py_ssize_t bins, k = -1;
     Py_buffer x, q, ib, kb;
-    if (!PyArg_ParseTuple(args, "OOdnOO", &xo, &qo, &target, &bins, &io, &ko)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOdnOO|d", &xo, &qo, &target, &bins, &io, &ko, &share)) return NULL;
     if (bins <= 1 || bins > (1 << 24)) {
         PyErr_SetString(PyExc_ValueError, "bins out of range");
         return NULL;
@@ -1706,7 +1867,7 @@ static PyObject *py_top_p_cut(PyObject *self, PyObject *args) {
     Py_ssize_t n = x.shape[0];
     if (n > 0 && check_len(&q, n) == 0 && check_len(&ib, n) == 0 && check_len(&kb, n) == 0) {
         Py_BEGIN_ALLOW_THREADS k = top_p_cut((const float *)x.buf, (const double *)q.buf, target, bins,
-                                             (int32_t *)ib.buf, (int64_t *)kb.buf, n, &mass, NULL);
+                                             (int32_t *)ib.buf, (int64_t *)kb.buf, n, &mass, NULL, share);
         Py_END_ALLOW_THREADS
         if (k == -2) PyErr_NoMemory();
     }
@@ -1718,6 +1879,7 @@ fail_q:
 fail_x:
     PyBuffer_Release(&x);
     if (PyErr_Occurred()) return NULL;
+    if (PyTuple_GET_SIZE(args) > 6) return Py_BuildValue("(ndO)", k, mass, tpc_upper && k >= 0 ? Py_True : Py_False);
     return Py_BuildValue("(nd)", k, mass);
 }
 
@@ -1995,7 +2157,7 @@ static int top_p_bins_of(const float *x, Py_ssize_t n, const double *full, const
     int deep = pw_sum(qd, nd) >= target;
     if (finite) c.nmarks = top_marks(xd, nd, deep ? NULL : ids, ex->want, marks, rank);
     if (deep) {
-        Py_ssize_t k = top_p_cut(xd, qd, target, bins, idx, kept, nd, &mass, &c);
+        Py_ssize_t k = top_p_cut(xd, qd, target, bins, idx, kept, nd, &mass, &c, 0.0);
         if (k < 0) return k == -2 ? -2 : TPD_REST;
         for (Py_ssize_t j = 0; j < k; j++) kabs[j] = ids[kept[j]];
         o->k = k, o->mass = mass;
@@ -2003,7 +2165,7 @@ static int top_p_bins_of(const float *x, Py_ssize_t n, const double *full, const
         top_placed(ex, &c, rank, k);
         return TPD_DEEP;
     }
-    Py_ssize_t k = top_p_cut(x, full, target, bins, idx, kabs, n, &mass, &c);
+    Py_ssize_t k = top_p_cut(x, full, target, bins, idx, kabs, n, &mass, &c, finite ? target / o->total : 0.0);
     if (k < 0) return k == -2 ? -2 : TPD_REST;
     o->k = k, o->mass = mass, o->cut = c.cut;
     top_placed(ex, &c, rank, k);
