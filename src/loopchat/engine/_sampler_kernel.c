@@ -1673,10 +1673,6 @@ static Py_ssize_t cut_bin_finish(const float *x, const double *q, double target,
  * (every 32nd logit, counted by bin; each bin's weight exp of its centre): the bin where the sample's mass
  * from the top reaches halfway from the target's share to 1, eight bins lower. Where the exact sums do not
  * reach the target by B0 (the sample misled), the bins over every position as before. */
-#define PB_SHIFT 40 /* (a kept position and its bin in one int64: the bin above bit 40) */
-#define PB_POS(e) ((e) & (((int64_t)1 << PB_SHIFT) - 1))
-#define PB_BIN(e) ((int32_t)((e) >> PB_SHIFT))
-
 /* The floor bin from the sample of x[::32] (0: none worth it). `share`: the target's share of the total. */
 static int32_t partial_floor(const float *x, Py_ssize_t n, float lo, float scale, float top, Py_ssize_t bins,
                              double share) {
@@ -1699,53 +1695,66 @@ static int32_t partial_floor(const float *x, Py_ssize_t n, float lo, float scale
     return (int32_t)(j > 8 ? j - 8 : 0);
 }
 
-/* The positions of x whose bin is >= b0, with their bins (PB_ entries), in order, into pb; the count. */
-static Py_ssize_t bins_from_plain(const float *x, float lo, float scale, float top, int32_t b0, int64_t *pb,
-                                  Py_ssize_t from, Py_ssize_t n, Py_ssize_t c) {
+/* The positions i in [from, n) of x whose bin is >= b0 (bin_index's float32 steps) into pos[c:], their bins into
+   bin[c:], in order, from c; the new count (branchless: every position written, the count moves on). */
+static Py_ssize_t bins_from_plain(const float *x, float lo, float scale, float top, int32_t b0, int32_t *pos,
+                                  int32_t *bin, Py_ssize_t base, Py_ssize_t from, Py_ssize_t n, Py_ssize_t c) {
     for (Py_ssize_t i = from; i < n; i++) {
         float v = (x[i] - lo) * scale;
         int32_t bi = (int32_t)(v < top ? v : top);
-        pb[c] = i | ((int64_t)bi << PB_SHIFT);
+        pos[c] = (int32_t)(base + i);
+        bin[c] = bi;
         c += bi >= b0;
     }
     return c;
 }
 
 #ifdef KERNEL_AVX2
+/* LUT8[m]: the 32-bit lanes of the 8-bit mask m moved to the front (the rest 0). */
+static int32_t compress8_lut[256][8];
+
+static void compress8_lut_init(void) {
+    for (int m = 0; m < 256; m++) {
+        int k = 0;
+        for (int j = 0; j < 8; j++)
+            if (m >> j & 1) compress8_lut[m][k++] = j;
+        for (; k < 8; k++) compress8_lut[m][k] = 0;
+    }
+}
+
 /* The same eight at a time (bin_index's steps: subtract, multiply, min with top (minps: the top where not
-   below it, a NaN's too), truncate), the kept lanes moved to the front of two four-lane stores. */
+   below it, a NaN's too), truncate), the kept lanes' positions and bins moved to the front of one eight-lane
+   store each (c <= i: within the caller's n); the count, the first position not done in *i_out. */
 __attribute__((target("avx2,popcnt"))) static Py_ssize_t bins_from_avx2(const float *x, float lo, float scale,
-                                                                       float top, int32_t b0, int64_t *pb,
-                                                                       Py_ssize_t n, Py_ssize_t *i_out) {
+                                                                       float top, int32_t b0, int32_t *pos,
+                                                                       int32_t *bin, Py_ssize_t base, Py_ssize_t n,
+                                                                       Py_ssize_t *i_out) {
     const __m256 vlo = _mm256_set1_ps(lo), vsc = _mm256_set1_ps(scale), vtop = _mm256_set1_ps(top);
-    const __m256i vb = _mm256_set1_epi32(b0 - 1);
+    const __m256i vb = _mm256_set1_epi32(b0 - 1), iota = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
     Py_ssize_t c = 0, i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vlo), vsc), vtop);
         __m256i bi = _mm256_cvttps_epi32(v);
         unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bi, vb)));
-        for (int h = 0; h < 2; h++) { /* (four lanes written at pb + c: c <= i + 4h, so within n) */
-            unsigned mh = m >> (4 * h) & 15u;
-            __m256i b64 = _mm256_cvtepi32_epi64(h ? _mm256_extracti128_si256(bi, 1) : _mm256_castsi256_si128(bi));
-            __m256i pos = _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 4 * h)), _mm256_set_epi64x(3, 2, 1, 0));
-            __m256i e = _mm256_or_si256(pos, _mm256_slli_epi64(b64, PB_SHIFT));
-            __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[mh]);
-            _mm256_storeu_si256((__m256i *)(pb + c), _mm256_permutevar8x32_epi32(e, perm));
-            c += __builtin_popcount(mh);
-        }
+        __m256i perm = _mm256_loadu_si256((const __m256i *)compress8_lut[m]);
+        __m256i p8 = _mm256_add_epi32(_mm256_set1_epi32((int)(base + i)), iota);
+        _mm256_storeu_si256((__m256i *)(pos + c), _mm256_permutevar8x32_epi32(p8, perm));
+        _mm256_storeu_si256((__m256i *)(bin + c), _mm256_permutevar8x32_epi32(bi, perm));
+        c += __builtin_popcount(m);
     }
     *i_out = i;
     return c;
 }
 #endif
 
-/* bins_from over two halves, the second on the helper thread where it is awake (run_halves): each half's
-   entries from its own start (pb, pb + mid), the second's then moved after the first's. */
+/* The keeping pass over two halves, the second on the helper thread where it is awake (run_halves): each
+   half's positions and bins from its own start (pos, bin; pos + mid, bin + mid), the second's then moved
+   after the first's. */
 typedef struct {
     const float *x;
     float lo, scale, top;
     int32_t b0;
-    int64_t *pb;
+    int32_t *pos, *bin;
     Py_ssize_t n, mid, c[2];
 } bins_halves;
 
@@ -1753,63 +1762,66 @@ static void bins_half(void *arg, int h) {
     bins_halves *t = (bins_halves *)arg;
     h = h ? 1 : 0;
     Py_ssize_t from = h ? t->mid : 0, to = h ? t->n : t->mid, c = 0, i = 0;
-    int64_t *pb = t->pb + from;
+    int32_t *pos = t->pos + from, *bin = t->bin + from;
 #ifdef KERNEL_AVX2
-    if (kernel_fma) c = bins_from_avx2(t->x + from, t->lo, t->scale, t->top, t->b0, pb, to - from, &i);
+    if (kernel_fma) c = bins_from_avx2(t->x + from, t->lo, t->scale, t->top, t->b0, pos, bin, from, to - from, &i);
 #endif
-    c = bins_from_plain(t->x + from, t->lo, t->scale, t->top, t->b0, pb, i, to - from, c);
-    if (from)
-        for (Py_ssize_t j = 0; j < c; j++) pb[j] += from; /* (positions in x) */
-    t->c[h] = c;
+    t->c[h] = bins_from_plain(t->x + from, t->lo, t->scale, t->top, t->b0, pos, bin, from, i, to - from, c);
 }
 
-/* The split over the kept entries pb[:c] (PB_ entries), in place: positions above b into pb[:*na_out], those at b
-   into idx[:*ni_out], in order, the marks placed as split_bins places them (a mark not among them: -1). One entry:
-   its marks (at or before its position) placed, its position written (na <= j: an entry already read). */
+/* The split over the kept entries (pos[:c], bin[:c]): positions above b into kept[:*na_out] (int64), those at b
+   into cut[:*ni_out] (int32), in order, the marks placed as split_bins places them (a mark not among them: -1).
+   In place: kept's int64 slot na (na <= j) ends at byte 8j + 8, pos[j] (pos at kept's byte 4n: see the caller)
+   starts at byte 4n + 4j, past it for j <= n - 2; cut[ni] (ni <= j) is bin[j]'s slot or one already read.
+   One entry: its marks (at or before its position) placed, its position written. */
 typedef struct {
     int32_t b;
     Py_ssize_t na, ni, mi, nm;
     int64_t next;
 } split_state;
 
-static inline __attribute__((always_inline)) void split_one(split_state *z, int64_t e, int64_t *pb, int32_t *idx,
-                                                            cut_opts *o) {
-    int64_t p = PB_POS(e);
-    int32_t v = PB_BIN(e);
+static inline __attribute__((always_inline)) void split_one(split_state *z, int32_t p, int32_t v, int64_t *kept,
+                                                            int32_t *cut, cut_opts *o) {
     while (__builtin_expect(z->next <= p, 0)) {
         o->mark_at[z->mi] = z->next == p && v > z->b ? z->na : -1 - (z->next == p && v == z->b);
         z->next = ++z->mi < z->nm ? o->marks[z->mi] : INT64_MAX;
     }
-    pb[z->na] = p;
-    idx[z->ni] = (int32_t)p;
+    kept[z->na] = p;
+    cut[z->ni] = p;
     z->na += v > z->b;
     z->ni += v == z->b;
 }
 
 #ifdef KERNEL_AVX2
-/* Four entries at a time where no mark falls among them (the positions above b moved to the front of one
-   four-lane store by compress_lut, as split_bins_avx2 does; the few at b one by one): the next entry's index. */
-__attribute__((target("avx2,popcnt"))) static Py_ssize_t split_partial_avx2(split_state *z, int64_t *pb, Py_ssize_t c,
-                                                                          int32_t *idx, cut_opts *o) {
-    const __m256i vb = _mm256_set1_epi64x(z->b), pm = _mm256_set1_epi64x(((int64_t)1 << PB_SHIFT) - 1);
+/* Eight entries at a time where no mark falls among them (the positions above b widened and moved to the front
+   of two four-lane stores by compress_lut, as split_bins_avx2 does; the few at b one by one; the writes end at
+   byte 8j + 64 <= 4n + 4(j + 8) for j <= n - 8): the next entry's index. */
+__attribute__((target("avx2,popcnt"))) static Py_ssize_t split_partial_avx2(split_state *z, const int32_t *pos,
+                                                                          const int32_t *bin, Py_ssize_t c,
+                                                                          int64_t *kept, int32_t *cut, cut_opts *o) {
+    const __m256i vb = _mm256_set1_epi32(z->b);
     Py_ssize_t j = 0;
-    for (; j + 4 <= c; j += 4) {
-        __m256i e = _mm256_loadu_si256((const __m256i *)(pb + j));
-        int64_t g[4];
-        if (__builtin_expect(z->next <= PB_POS(pb[j + 3]), 0)) {
-            _mm256_storeu_si256((__m256i *)g, e);
-            for (int l = 0; l < 4; l++) split_one(z, g[l], pb, idx, o);
+    for (; j + 8 <= c; j += 8) {
+        __m256i p8 = _mm256_loadu_si256((const __m256i *)(pos + j)), b8 = _mm256_loadu_si256((const __m256i *)(bin + j));
+        int32_t g[8], gb[8];
+        if (__builtin_expect(z->next <= pos[j + 7], 0)) {
+            _mm256_storeu_si256((__m256i *)g, p8);
+            _mm256_storeu_si256((__m256i *)gb, b8);
+            for (int l = 0; l < 8; l++) split_one(z, g[l], gb[l], kept, cut, o);
             continue;
         }
-        __m256i bins = _mm256_srli_epi64(e, PB_SHIFT), pos = _mm256_and_si256(e, pm);
-        unsigned gt = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(bins, vb)));
-        unsigned eq = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(bins, vb)));
-        if (__builtin_expect(eq != 0, 0)) _mm256_storeu_si256((__m256i *)g, pos);
-        __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[gt]);
-        _mm256_storeu_si256((__m256i *)(pb + z->na), _mm256_permutevar8x32_epi32(pos, perm));
-        z->na += __builtin_popcount(gt);
+        unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(b8, vb)));
+        unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(b8, vb)));
+        if (__builtin_expect(eq != 0, 0)) _mm256_storeu_si256((__m256i *)g, p8);
+        for (int h = 0; h < 2; h++) {
+            unsigned mh = gt >> (4 * h) & 15u;
+            __m256i w = _mm256_cvtepi32_epi64(h ? _mm256_extracti128_si256(p8, 1) : _mm256_castsi256_si128(p8));
+            __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[mh]);
+            _mm256_storeu_si256((__m256i *)(kept + z->na), _mm256_permutevar8x32_epi32(w, perm));
+            z->na += __builtin_popcount(mh);
+        }
         while (eq) { /* (rare: the cut bin's positions) */
-            idx[z->ni++] = (int32_t)g[__builtin_ctz(eq)];
+            cut[z->ni++] = g[__builtin_ctz(eq)];
             eq &= eq - 1;
         }
     }
@@ -1817,33 +1829,36 @@ __attribute__((target("avx2,popcnt"))) static Py_ssize_t split_partial_avx2(spli
 }
 #endif
 
-static void split_partial(int64_t *pb, Py_ssize_t c, int32_t b, int32_t *idx, cut_opts *o, Py_ssize_t *na_out,
-                          Py_ssize_t *ni_out) {
+static void split_partial(const int32_t *pos, const int32_t *bin, Py_ssize_t c, int32_t b, int64_t *kept,
+                          int32_t *cut, cut_opts *o, Py_ssize_t *na_out, Py_ssize_t *ni_out) {
     split_state z = {b, 0, 0, 0, o ? o->nmarks : 0, o && o->nmarks ? o->marks[0] : INT64_MAX};
     Py_ssize_t j = 0;
 #ifdef KERNEL_AVX2
-    if (kernel_fma) j = split_partial_avx2(&z, pb, c, idx, o);
+    if (kernel_fma) j = split_partial_avx2(&z, pos, bin, c, kept, cut, o);
 #endif
-    for (; j < c; j++) split_one(&z, pb[j], pb, idx, o);
+    for (; j < c; j++) split_one(&z, pos[j], bin[j], kept, cut, o);
     for (; z.mi < z.nm; z.mi++) o->mark_at[z.mi] = -1;
     *na_out = z.na, *ni_out = z.ni;
 }
 
 /* top_p_cut over the bins >= a floor from the sample (above): the count kept, or -3 where it cannot decide
-   (no floor worth it, the sums short of the target by the floor: the bins over every position decide), -2. */
+   (no floor worth it, the sums short of the target by the floor: the bins over every position decide), -2.
+   The kept positions (int32) in the second half of kept's bytes, their bins in idx, until the split. */
 static Py_ssize_t top_p_cut_upper(const float *x, const double *q, double target, double share, Py_ssize_t bins,
                                   float lo, float scale, int32_t *idx, int64_t *kept, Py_ssize_t n, double *mass,
                                   cut_opts *o) {
     float top = (float)(bins - 1);
     int32_t b0 = partial_floor(x, n, lo, scale, top, bins, share);
     if (b0 <= 0) return -3;
-    bins_halves t = {x, lo, scale, top, b0, kept, n, (n / 2) & ~(Py_ssize_t)63, {0, 0}};
+    int32_t *pos = (int32_t *)kept + n, *bin = idx;
+    bins_halves t = {x, lo, scale, top, b0, pos, bin, n, (n / 2) & ~(Py_ssize_t)63, {0, 0}};
     run_halves(bins_half, &t, n);
-    memmove(kept + t.c[0], kept + t.mid, (size_t)t.c[1] * sizeof(int64_t));
+    memmove(pos + t.c[0], pos + t.mid, (size_t)t.c[1] * sizeof(int32_t));
+    memmove(bin + t.c[0], bin + t.mid, (size_t)t.c[1] * sizeof(int32_t));
     Py_ssize_t c = t.c[0] + t.c[1];
     double *hist = (double *)calloc((size_t)bins, sizeof(double));
     if (!hist) return -2;
-    for (Py_ssize_t j = 0; j < c; j++) hist[PB_BIN(kept[j])] += q[PB_POS(kept[j])];
+    for (Py_ssize_t j = 0; j < c; j++) hist[bin[j]] += q[pos[j]];
     /* from_top[i] = hist[bins - 1] + ... + hist[bins - 1 - i], added in that order (numpy's cumsum); the
        first i where it reaches the target (numpy's searchsorted "left": the sums only grow) */
     double ft = 0.0, prev = 0.0;
@@ -1861,7 +1876,7 @@ static Py_ssize_t top_p_cut_upper(const float *x, const double *q, double target
     int32_t b = (int32_t)(bins - 1 - at); /* (at < bins - 1 here: b0 > 0) */
     double mass_above = at > 0 ? prev : 0.0;
     Py_ssize_t na = 0, ni = 0;
-    split_partial(kept, c, b, idx, o, &na, &ni);
+    split_partial(pos, bin, c, b, kept, idx, o, &na, &ni);
     return cut_bin_finish(x, q, target, idx, ni, na, mass_above, kept, n, mass, o);
 }
 
@@ -1877,7 +1892,7 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     double span = (double)mx - (double)lo;
     tpc_upper = 0;
     if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
-    if (share > 0.0 && share < 1.0 && n >= 32 * 4096 && n < ((int64_t)1 << PB_SHIFT)) {
+    if (share > 0.0 && share < 1.0 && n >= 32 * 4096 && n < ((int64_t)1 << 31)) {
         Py_ssize_t k = top_p_cut_upper(x, q, target, share, bins, lo, (float)((double)bins / span), idx, kept, n,
                                        mass, o);
         tpc_upper = k >= 0;
@@ -2953,6 +2968,9 @@ PyMODINIT_FUNC PyInit__sampler_kernel(void) {
 #ifdef KERNEL_AVX2
     kernel_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     compress_lut_init();
+#ifdef KERNEL_AVX2
+    compress8_lut_init();
+#endif
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m && add_constraint_functions(m) < 0) Py_CLEAR(m);
