@@ -1629,34 +1629,12 @@ static void cut_bin_out(const cut_entry *in, Py_ssize_t keep, Py_ssize_t na, int
     }
 }
 
-static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
-                            int64_t *kept, Py_ssize_t n, double *mass, cut_opts *o) {
-    float mx, lo;
-    min_max(x, n, &lo, &mx);
-    double span = (double)mx - (double)lo;
-    if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
-    double *hist = (double *)malloc((size_t)bins * sizeof(double));
-    if (!hist) return -2;
-    bin_index(x, lo, (float)((double)bins / span), (float)(bins - 1), idx, n);
-    bin_sums(idx, q, hist, bins, n);
-    /* from_top = cumsum(hist[::-1]) (in place); first = searchsorted(from_top, target, "left") */
-    for (Py_ssize_t i = 0; i < bins / 2; i++) {
-        double t = hist[i];
-        hist[i] = hist[bins - 1 - i];
-        hist[bins - 1 - i] = t;
-    }
-    for (Py_ssize_t i = 1; i < bins; i++) hist[i] = hist[i - 1] + hist[i];
-    Py_ssize_t lo_i = 0, hi_i = bins; /* (numpy's binary search: the first i with hist[i] >= target) */
-    while (lo_i < hi_i) {
-        Py_ssize_t mid = lo_i + (hi_i - lo_i) / 2;
-        if (hist[mid] < target) lo_i = mid + 1;
-        else hi_i = mid;
-    }
-    Py_ssize_t b = bins - 1 - (lo_i < bins - 1 ? lo_i : bins - 1);
-    double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
-    free(hist);
-    Py_ssize_t na = 0, ni = 0;
-    split_bins(idx, (int32_t)b, kept, o, n, &na, &ni);
+/* top_p_cut's end, once the cut bin b is known: its positions idx[:ni] (in order) sorted by logit, largest
+   first (equal ones by position), their masses added to mass_above until the target, the kept ones after
+   the na above it; the cut position (o->cut, kept[na + keep]); the count kept (-2: no memory). */
+static Py_ssize_t cut_bin_finish(const float *x, const double *q, double target, const int32_t *idx, Py_ssize_t ni,
+                                 Py_ssize_t na, double mass_above, int64_t *kept, Py_ssize_t n, double *mass,
+                                 cut_opts *o) {
     cut_entry *in = (cut_entry *)malloc((size_t)(ni ? ni : 1) * sizeof(cut_entry));
     if (!in) return -2;
     for (Py_ssize_t j = 0; j < ni; j++) in[j] = (cut_entry){x[idx[j]], idx[j]};
@@ -1682,19 +1660,284 @@ static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_s
     return na + keep;
 }
 
+/* ==== chain17: top_p_cut's bins over the upper bins alone (a flat row's top-p over every candidate) ====
+ * On Gemma's flat rows under a JSON schema top-p keeps 3-14% of ~250,000 candidates, and the bins over every
+ * position read them all three times (their index written, their masses added by bin, the index split). Only
+ * the bins from the top down to the cut bin b decide anything: the cumulative sums from the top before it
+ * (each bin's sum in position order, as np.bincount's), the positions above it and in it. So where a floor
+ * bin B0 is known at or below b, the same answer comes from the positions of bins >= B0 alone: one pass over
+ * the logits computes each bin index (the same float32 steps as bin_index) and keeps those >= B0 (position
+ * and bin, in order); their masses are added by bin in that order (the same sums, bit for bit, for every bin
+ * >= B0); the cumulative sums from the top (monotone: the masses are finite and >= 0) reach the target at the
+ * same first bin as over all 2,048; the split and the cut bin's sort as before. B0 from the strided sample
+ * (every 32nd logit, counted by bin; each bin's weight exp of its centre): the bin where the sample's mass
+ * from the top reaches halfway from the target's share to 1, eight bins lower. Where the exact sums do not
+ * reach the target by B0 (the sample misled), the bins over every position as before. */
+/* The floor bin from the sample of x[::32] (0: none worth it). `share`: the target's share of the total. */
+static int32_t partial_floor(const float *x, Py_ssize_t n, float lo, float scale, float top, Py_ssize_t bins,
+                             double share) {
+    int32_t *count = (int32_t *)calloc((size_t)bins, sizeof(int32_t));
+    if (!count) return 0;
+    for (Py_ssize_t i = 0; i < n; i += 32) {
+        float v = (x[i] - lo) * scale;
+        count[(int32_t)(v < top ? v : top)]++;
+    }
+    /* bin j's weight exp(-(bins - 1 - j + 0.5) / scale) relative to the top bin's centre: by the ratio */
+    double r = exp(-1.0 / (double)scale), w = 1.0, all = 0.0, acc = 0.0, want;
+    for (Py_ssize_t j = bins - 1; j >= 0 && w > 0.0; j--, w *= r) all += count[j] * w;
+    want = (share + (1.0 - share) * 0.5) * all;
+    Py_ssize_t j = bins - 1;
+    for (w = 1.0; j > 0; j--, w *= r) {
+        acc += count[j] * w;
+        if (acc >= want) break;
+    }
+    free(count);
+    return (int32_t)(j > 8 ? j - 8 : 0);
+}
+
+/* The positions i in [from, n) of x whose bin is >= b0 (bin_index's float32 steps) into pos[c:], their bins into
+   bin[c:], in order, from c; the new count (branchless: every position written, the count moves on). */
+static Py_ssize_t bins_from_plain(const float *x, float lo, float scale, float top, int32_t b0, int32_t *pos,
+                                  int32_t *bin, Py_ssize_t base, Py_ssize_t from, Py_ssize_t n, Py_ssize_t c) {
+    for (Py_ssize_t i = from; i < n; i++) {
+        float v = (x[i] - lo) * scale;
+        int32_t bi = (int32_t)(v < top ? v : top);
+        pos[c] = (int32_t)(base + i);
+        bin[c] = bi;
+        c += bi >= b0;
+    }
+    return c;
+}
+
+#ifdef KERNEL_AVX2
+/* LUT8[m]: the 32-bit lanes of the 8-bit mask m moved to the front (the rest 0). */
+static int32_t compress8_lut[256][8];
+
+static void compress8_lut_init(void) {
+    for (int m = 0; m < 256; m++) {
+        int k = 0;
+        for (int j = 0; j < 8; j++)
+            if (m >> j & 1) compress8_lut[m][k++] = j;
+        for (; k < 8; k++) compress8_lut[m][k] = 0;
+    }
+}
+
+/* The same eight at a time (bin_index's steps: subtract, multiply, min with top (minps: the top where not
+   below it, a NaN's too), truncate), the kept lanes' positions and bins moved to the front of one eight-lane
+   store each (c <= i: within the caller's n); the count, the first position not done in *i_out. */
+__attribute__((target("avx2,popcnt"))) static Py_ssize_t bins_from_avx2(const float *x, float lo, float scale,
+                                                                       float top, int32_t b0, int32_t *pos,
+                                                                       int32_t *bin, Py_ssize_t base, Py_ssize_t n,
+                                                                       Py_ssize_t *i_out) {
+    const __m256 vlo = _mm256_set1_ps(lo), vsc = _mm256_set1_ps(scale), vtop = _mm256_set1_ps(top);
+    const __m256i vb = _mm256_set1_epi32(b0 - 1), iota = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    Py_ssize_t c = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vlo), vsc), vtop);
+        __m256i bi = _mm256_cvttps_epi32(v);
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bi, vb)));
+        __m256i perm = _mm256_loadu_si256((const __m256i *)compress8_lut[m]);
+        __m256i p8 = _mm256_add_epi32(_mm256_set1_epi32((int)(base + i)), iota);
+        _mm256_storeu_si256((__m256i *)(pos + c), _mm256_permutevar8x32_epi32(p8, perm));
+        _mm256_storeu_si256((__m256i *)(bin + c), _mm256_permutevar8x32_epi32(bi, perm));
+        c += __builtin_popcount(m);
+    }
+    *i_out = i;
+    return c;
+}
+#endif
+
+/* The keeping pass over two halves, the second on the helper thread where it is awake (run_halves): each
+   half's positions and bins from its own start (pos, bin; pos + mid, bin + mid), the second's then moved
+   after the first's. */
+typedef struct {
+    const float *x;
+    float lo, scale, top;
+    int32_t b0;
+    int32_t *pos, *bin;
+    Py_ssize_t n, mid, c[2];
+} bins_halves;
+
+static void bins_half(void *arg, int h) {
+    bins_halves *t = (bins_halves *)arg;
+    h = h ? 1 : 0;
+    Py_ssize_t from = h ? t->mid : 0, to = h ? t->n : t->mid, c = 0, i = 0;
+    int32_t *pos = t->pos + from, *bin = t->bin + from;
+#ifdef KERNEL_AVX2
+    if (kernel_fma) c = bins_from_avx2(t->x + from, t->lo, t->scale, t->top, t->b0, pos, bin, from, to - from, &i);
+#endif
+    t->c[h] = bins_from_plain(t->x + from, t->lo, t->scale, t->top, t->b0, pos, bin, from, i, to - from, c);
+}
+
+/* The split over the kept entries (pos[:c], bin[:c]): positions above b into kept[:*na_out] (int64), those at b
+   into cut[:*ni_out] (int32), in order, the marks placed as split_bins places them (a mark not among them: -1).
+   In place: kept's int64 slot na (na <= j) ends at byte 8j + 8, pos[j] (pos at kept's byte 4n: see the caller)
+   starts at byte 4n + 4j, past it for j <= n - 2; cut[ni] (ni <= j) is bin[j]'s slot or one already read.
+   One entry: its marks (at or before its position) placed, its position written. */
+typedef struct {
+    int32_t b;
+    Py_ssize_t na, ni, mi, nm;
+    int64_t next;
+} split_state;
+
+static inline __attribute__((always_inline)) void split_one(split_state *z, int32_t p, int32_t v, int64_t *kept,
+                                                            int32_t *cut, cut_opts *o) {
+    while (__builtin_expect(z->next <= p, 0)) {
+        o->mark_at[z->mi] = z->next == p && v > z->b ? z->na : -1 - (z->next == p && v == z->b);
+        z->next = ++z->mi < z->nm ? o->marks[z->mi] : INT64_MAX;
+    }
+    kept[z->na] = p;
+    cut[z->ni] = p;
+    z->na += v > z->b;
+    z->ni += v == z->b;
+}
+
+#ifdef KERNEL_AVX2
+/* Eight entries at a time where no mark falls among them (the positions above b widened and moved to the front
+   of two four-lane stores by compress_lut, as split_bins_avx2 does; the few at b one by one; the writes end at
+   byte 8j + 64 <= 4n + 4(j + 8) for j <= n - 8): the next entry's index. */
+__attribute__((target("avx2,popcnt"))) static Py_ssize_t split_partial_avx2(split_state *z, const int32_t *pos,
+                                                                          const int32_t *bin, Py_ssize_t c,
+                                                                          int64_t *kept, int32_t *cut, cut_opts *o) {
+    const __m256i vb = _mm256_set1_epi32(z->b);
+    Py_ssize_t j = 0;
+    for (; j + 8 <= c; j += 8) {
+        __m256i p8 = _mm256_loadu_si256((const __m256i *)(pos + j)), b8 = _mm256_loadu_si256((const __m256i *)(bin + j));
+        int32_t g[8], gb[8];
+        if (__builtin_expect(z->next <= pos[j + 7], 0)) {
+            _mm256_storeu_si256((__m256i *)g, p8);
+            _mm256_storeu_si256((__m256i *)gb, b8);
+            for (int l = 0; l < 8; l++) split_one(z, g[l], gb[l], kept, cut, o);
+            continue;
+        }
+        unsigned gt = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(b8, vb)));
+        unsigned eq = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(b8, vb)));
+        if (__builtin_expect(eq != 0, 0)) _mm256_storeu_si256((__m256i *)g, p8);
+        for (int h = 0; h < 2; h++) {
+            unsigned mh = gt >> (4 * h) & 15u;
+            __m256i w = _mm256_cvtepi32_epi64(h ? _mm256_extracti128_si256(p8, 1) : _mm256_castsi256_si128(p8));
+            __m256i perm = _mm256_loadu_si256((const __m256i *)compress_lut[mh]);
+            _mm256_storeu_si256((__m256i *)(kept + z->na), _mm256_permutevar8x32_epi32(w, perm));
+            z->na += __builtin_popcount(mh);
+        }
+        while (eq) { /* (rare: the cut bin's positions) */
+            cut[z->ni++] = g[__builtin_ctz(eq)];
+            eq &= eq - 1;
+        }
+    }
+    return j;
+}
+#endif
+
+static void split_partial(const int32_t *pos, const int32_t *bin, Py_ssize_t c, int32_t b, int64_t *kept,
+                          int32_t *cut, cut_opts *o, Py_ssize_t *na_out, Py_ssize_t *ni_out) {
+    split_state z = {b, 0, 0, 0, o ? o->nmarks : 0, o && o->nmarks ? o->marks[0] : INT64_MAX};
+    Py_ssize_t j = 0;
+#ifdef KERNEL_AVX2
+    if (kernel_fma) j = split_partial_avx2(&z, pos, bin, c, kept, cut, o);
+#endif
+    for (; j < c; j++) split_one(&z, pos[j], bin[j], kept, cut, o);
+    for (; z.mi < z.nm; z.mi++) o->mark_at[z.mi] = -1;
+    *na_out = z.na, *ni_out = z.ni;
+}
+
+/* top_p_cut over the bins >= a floor from the sample (above): the count kept, or -3 where it cannot decide
+   (no floor worth it, the sums short of the target by the floor: the bins over every position decide), -2.
+   The kept positions (int32) in the second half of kept's bytes, their bins in idx, until the split. */
+static Py_ssize_t top_p_cut_upper(const float *x, const double *q, double target, double share, Py_ssize_t bins,
+                                  float lo, float scale, int32_t *idx, int64_t *kept, Py_ssize_t n, double *mass,
+                                  cut_opts *o) {
+    float top = (float)(bins - 1);
+    int32_t b0 = partial_floor(x, n, lo, scale, top, bins, share);
+    if (b0 <= 0) return -3;
+    int32_t *pos = (int32_t *)kept + n, *bin = idx;
+    bins_halves t = {x, lo, scale, top, b0, pos, bin, n, (n / 2) & ~(Py_ssize_t)63, {0, 0}};
+    run_halves(bins_half, &t, n);
+    memmove(pos + t.c[0], pos + t.mid, (size_t)t.c[1] * sizeof(int32_t));
+    memmove(bin + t.c[0], bin + t.mid, (size_t)t.c[1] * sizeof(int32_t));
+    Py_ssize_t c = t.c[0] + t.c[1];
+    double *hist = (double *)calloc((size_t)bins, sizeof(double));
+    if (!hist) return -2;
+    for (Py_ssize_t j = 0; j < c; j++) hist[bin[j]] += q[pos[j]];
+    /* from_top[i] = hist[bins - 1] + ... + hist[bins - 1 - i], added in that order (numpy's cumsum); the
+       first i where it reaches the target (numpy's searchsorted "left": the sums only grow) */
+    double ft = 0.0, prev = 0.0;
+    Py_ssize_t at = -1;
+    for (Py_ssize_t k = 0; k <= bins - 1 - b0; k++) {
+        prev = ft;
+        ft = k ? ft + hist[bins - 1 - k] : hist[bins - 1];
+        if (ft >= target) {
+            at = k;
+            break;
+        }
+    }
+    free(hist);
+    if (at < 0) return -3;
+    int32_t b = (int32_t)(bins - 1 - at); /* (at < bins - 1 here: b0 > 0) */
+    double mass_above = at > 0 ? prev : 0.0;
+    Py_ssize_t na = 0, ni = 0;
+    split_partial(pos, bin, c, b, kept, idx, o, &na, &ni);
+    return cut_bin_finish(x, q, target, idx, ni, na, mass_above, kept, n, mass, o);
+}
+
+/* (whether the last top_p_cut of this thread answered by the upper bins: py_top_p_cut's, for the tests) */
+static __thread int tpc_upper;
+
+/* `share` (the target's share of the total, where the masses are finite; 0: none): where positive and x
+   is long, the bins over the upper bins alone are tried first (top_p_cut_upper: the same answer). */
+static Py_ssize_t top_p_cut(const float *x, const double *q, double target, Py_ssize_t bins, int32_t *idx,
+                            int64_t *kept, Py_ssize_t n, double *mass, cut_opts *o, double share) {
+    float mx, lo;
+    min_max(x, n, &lo, &mx);
+    double span = (double)mx - (double)lo;
+    tpc_upper = 0;
+    if (!(isfinite(mx) && isfinite(lo) && span > 0.0 && (double)bins / span < 1e30)) return -1;
+    if (share > 0.0 && share < 1.0 && n >= 32 * 4096 && n < ((int64_t)1 << 31)) {
+        Py_ssize_t k = top_p_cut_upper(x, q, target, share, bins, lo, (float)((double)bins / span), idx, kept, n,
+                                       mass, o);
+        tpc_upper = k >= 0;
+        if (k != -3) return k;
+    }
+    double *hist = (double *)malloc((size_t)bins * sizeof(double));
+    if (!hist) return -2;
+    bin_index(x, lo, (float)((double)bins / span), (float)(bins - 1), idx, n);
+    bin_sums(idx, q, hist, bins, n);
+    /* from_top = cumsum(hist[::-1]) (in place); first = searchsorted(from_top, target, "left") */
+    for (Py_ssize_t i = 0; i < bins / 2; i++) {
+        double t = hist[i];
+        hist[i] = hist[bins - 1 - i];
+        hist[bins - 1 - i] = t;
+    }
+    for (Py_ssize_t i = 1; i < bins; i++) hist[i] = hist[i - 1] + hist[i];
+    Py_ssize_t lo_i = 0, hi_i = bins; /* (numpy's binary search: the first i with hist[i] >= target) */
+    while (lo_i < hi_i) {
+        Py_ssize_t mid = lo_i + (hi_i - lo_i) / 2;
+        if (hist[mid] < target) lo_i = mid + 1;
+        else hi_i = mid;
+    }
+    Py_ssize_t b = bins - 1 - (lo_i < bins - 1 ? lo_i : bins - 1);
+    double mass_above = b < bins - 1 ? hist[bins - 2 - b] : 0.0;
+    free(hist);
+    Py_ssize_t na = 0, ni = 0;
+    split_bins(idx, (int32_t)b, kept, o, n, &na, &ni);
+    return cut_bin_finish(x, q, target, idx, ni, na, mass_above, kept, n, mass, o);
+}
+
 PyDoc_STRVAR(top_p_cut_doc,
              "top_p_cut(x, q, target, bins, idx, kept) -> (k, mass): sampler_math.top_p_bins in one call for\n"
              "float32 x and float64 q (idx: int32 scratch, kept: int64, both x's length): the k positions kept\n"
              "into kept[:k] (those above the cut-off's bin in order, then that bin's, largest first) and their\n"
              "mass; kept[k] (k < len(x)): the most likely position not kept, if that bin holds one, else -1;\n"
-             "k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow).");
+             "k -1: numpy's path must run (a non-finite logit, one value, a spread too narrow). `share` (optional,\n"
+             "0 < share < 1: target's share of q's total, every q finite): the upper bins alone first (the same\n"
+             "answer: top_p_deep's path over every candidate of a long x), and a third item, whether they answered.");
 
 static PyObject *py_top_p_cut(PyObject *self, PyObject *args) {
     PyObject *xo, *qo, *io, *ko;
-    double target, mass = 0.0;
+    double target, mass = 0.0, share = 0.0;
     Py_ssize_t bins, k = -1;
     Py_buffer x, q, ib, kb;
-    if (!PyArg_ParseTuple(args, "OOdnOO", &xo, &qo, &target, &bins, &io, &ko)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOdnOO|d", &xo, &qo, &target, &bins, &io, &ko, &share)) return NULL;
     if (bins <= 1 || bins > (1 << 24)) {
         PyErr_SetString(PyExc_ValueError, "bins out of range");
         return NULL;
@@ -1706,7 +1949,7 @@ static PyObject *py_top_p_cut(PyObject *self, PyObject *args) {
     Py_ssize_t n = x.shape[0];
     if (n > 0 && check_len(&q, n) == 0 && check_len(&ib, n) == 0 && check_len(&kb, n) == 0) {
         Py_BEGIN_ALLOW_THREADS k = top_p_cut((const float *)x.buf, (const double *)q.buf, target, bins,
-                                             (int32_t *)ib.buf, (int64_t *)kb.buf, n, &mass, NULL);
+                                             (int32_t *)ib.buf, (int64_t *)kb.buf, n, &mass, NULL, share);
         Py_END_ALLOW_THREADS
         if (k == -2) PyErr_NoMemory();
     }
@@ -1718,6 +1961,7 @@ fail_q:
 fail_x:
     PyBuffer_Release(&x);
     if (PyErr_Occurred()) return NULL;
+    if (PyTuple_GET_SIZE(args) > 6) return Py_BuildValue("(ndO)", k, mass, tpc_upper && k >= 0 ? Py_True : Py_False);
     return Py_BuildValue("(nd)", k, mass);
 }
 
@@ -1995,7 +2239,7 @@ static int top_p_bins_of(const float *x, Py_ssize_t n, const double *full, const
     int deep = pw_sum(qd, nd) >= target;
     if (finite) c.nmarks = top_marks(xd, nd, deep ? NULL : ids, ex->want, marks, rank);
     if (deep) {
-        Py_ssize_t k = top_p_cut(xd, qd, target, bins, idx, kept, nd, &mass, &c);
+        Py_ssize_t k = top_p_cut(xd, qd, target, bins, idx, kept, nd, &mass, &c, 0.0);
         if (k < 0) return k == -2 ? -2 : TPD_REST;
         for (Py_ssize_t j = 0; j < k; j++) kabs[j] = ids[kept[j]];
         o->k = k, o->mass = mass;
@@ -2003,7 +2247,7 @@ static int top_p_bins_of(const float *x, Py_ssize_t n, const double *full, const
         top_placed(ex, &c, rank, k);
         return TPD_DEEP;
     }
-    Py_ssize_t k = top_p_cut(x, full, target, bins, idx, kabs, n, &mass, &c);
+    Py_ssize_t k = top_p_cut(x, full, target, bins, idx, kabs, n, &mass, &c, finite ? target / o->total : 0.0);
     if (k < 0) return k == -2 ? -2 : TPD_REST;
     o->k = k, o->mass = mass, o->cut = c.cut;
     top_placed(ex, &c, rank, k);
@@ -2724,6 +2968,9 @@ PyMODINIT_FUNC PyInit__sampler_kernel(void) {
 #ifdef KERNEL_AVX2
     kernel_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     compress_lut_init();
+#ifdef KERNEL_AVX2
+    compress8_lut_init();
+#endif
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m && add_constraint_functions(m) < 0) Py_CLEAR(m);
@@ -3009,11 +3256,19 @@ PyDoc_STRVAR(constraint_scan_doc,
              "(the bits exp_sum_above computes for src at that shift: it may read them, `stored`); the tuple then\n"
              "has a seventh item, whether q was written.");
 
+/* The bits set in the words w[from:to]. (A clone for x86-64-v3: the generic build's __builtin_popcount is
+   libgcc's __popcountdi2, a call a word: 8,192 of them twice a step on Gemma's mask, chain17.) */
+KERNEL_CLONES
+static Py_ssize_t words_count(const uint32_t *w, Py_ssize_t from, Py_ssize_t to) {
+    Py_ssize_t c = 0;
+    for (Py_ssize_t j = from; j < to; j++) c += __builtin_popcount(w[j]);
+    return c;
+}
+
 /* How many of the n positions the mask allows (the bits past n not counted). */
 static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
-    Py_ssize_t c = 0, full = n / 32;
-    for (Py_ssize_t j = 0; j < full; j++) c += __builtin_popcount(w[j]);
-    if (n % 32) c += __builtin_popcount(w[full] & ((1u << (n % 32)) - 1u));
+    Py_ssize_t c = words_count(w, 0, n / 32);
+    if (n % 32) c += __builtin_popcount(w[n / 32] & ((1u << (n % 32)) - 1u));
     return c;
 }
 
@@ -3500,9 +3755,10 @@ static int split_scan(const float *x, const float *wk, const uint32_t *w, double
     if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
     for (Py_ssize_t p = 0; p < parts; p++) {
         c0[p] = c;
-        if (ids)
-            for (Py_ssize_t j = p * (SPLIT_PART / 32); j < (p + 1) * (SPLIT_PART / 32) && j * 32 < body; j++)
-                c += __builtin_popcount(w[j]);
+        if (ids) {
+            Py_ssize_t to = (p + 1) * (SPLIT_PART / 32), end = (body + 31) / 32; /* (j * 32 < body) */
+            c += words_count(w, p * (SPLIT_PART / 32), to < end ? to : end);
+        }
     }
     split_job job = {.kind = JOB_SCAN, .x = x, .shift = shift, .body = body, .wk = wk, .w = w, .many = many,
                      .ids = ids, .src = src, .q = q};
@@ -3715,6 +3971,13 @@ static void take_half(void *arg, int h) {
         if ((uint64_t)p >= (uint64_t)n) {
             bad = 1;
             break;
+        }
+        if (i + 16 < b) { /* (the gathers' lines asked for ahead: 0.87x the cycles, chain17) */
+            int64_t pf = kept[i + 16];
+            if ((uint64_t)pf < (uint64_t)n) {
+                __builtin_prefetch(src + pf);
+                if (cand) __builtin_prefetch(cand + pf);
+            }
         }
         float v = src[p];
         ids[i] = cand ? cand[p] : p;
