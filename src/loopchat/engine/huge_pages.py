@@ -128,7 +128,10 @@ def loading(on: bool) -> Iterator[list[int]]:
     def progress(_done: float, _data: Any) -> bool:
         if not advised:  # (the first call: every buffer made, no tensor read yet)
             advised.append(True)
-            _advise(before)
+            try:
+                _advise(before)
+            except Exception:  # noqa: BLE001 (a callback that raised would return False: the load ended)
+                pass
         return True
 
     callback = llama_cpp.llama_progress_callback(progress)
