@@ -70,3 +70,26 @@ def test_the_environment_or_a_file_too_large_for_the_memory_keeps_the_map(monkey
     with huge_pages.loading(False) as pages:
         pass
     assert pages == [0]
+
+
+def test_the_trace_s_start_event_says_how_much_was_in_2mb_pages(
+    model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopchat.engine.engine import Engine
+    from loopchat.event_json import to_json_dict
+    from loopchat.events import Message, Start
+    from loopchat.settings import SamplingSettings
+
+    asked = [Message("user", "Hi")]
+    for huge in (True, False):
+        monkeypatch.setenv("LOOPCHAT_HUGE_PAGES", "1" if huge else "0")
+        engine = Engine(model_path, n_ctx=512, threads=1, warmup=False)
+        try:
+            start = next(
+                e for e in engine.generate(asked, SamplingSettings(seed=1, max_tokens=2)) if isinstance(e, Start)
+            )
+        finally:
+            engine.close()
+        assert start.huge_pages_mb == engine.huge_pages_mb
+        assert to_json_dict(start)["huge_pages_mb"] == start.huge_pages_mb  # (0 is written: the file was mapped)
+        assert (start.huge_pages_mb > 0) == huge, start.huge_pages_mb
