@@ -7,12 +7,14 @@ is the same, bit for bit (tests/test_huge_pages.py).
 llama.cpp maps the GGUF file by default, and a file's shared mapping comes in 4 KB pages (ext4's
 page cache gives no larger ones). So the file is read instead (`use_mmap=False`), into anonymous
 memory: at llama.cpp's first progress callback, its weight buffers made but not yet read into, they
-are advised MADV_HUGEPAGE, so the pages the read writes come as 2 MB pages (no copy); after the load,
-`MADV_COLLAPSE` (Linux 6.1+) moves what is still in 4 KB pages and wholly resident (the KV cache,
-zeroed by llama.cpp) into 2 MB pages. Where the kernel refuses (older, no free 2 MB blocks) the
-memory stays as it was: only slower. Not done where the file is larger than half the memory
-available (a read copy cannot be paged back to the file as a mapping can), nor off Linux, nor with
-`LOOPCHAT_HUGE_PAGES=0` in the environment (llama.cpp's own mapping: a benchmark's "before").
+are advised MADV_HUGEPAGE, so each 2 MB stretch the read writes first comes as one 2 MB page (no copy,
+512x fewer page faults). The context's buffers (the KV cache, zeroed as they are made) are advised
+after the load: the kernel's khugepaged moves them into 2 MB pages in the background (a collapse at
+load, MADV_COLLAPSE, cost 35-285 ms for the default model's 4,096-token cache). Where the kernel
+gives no 2 MB page (THP off, none free) the memory stays in 4 KB pages: only slower. Not done where
+the file is larger than half the memory available (a read copy cannot be dropped and read again
+from the file as a mapping's pages can), nor off Linux, nor with `LOOPCHAT_HUGE_PAGES=0` in the
+environment (llama.cpp's own mapping: a benchmark's "before").
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25  # (linux/mman.h; MADV_COLLAPSE: Linux 6.1)
-_PAGE = 4096
+MADV_HUGEPAGE = 14  # (linux/mman.h)
 _HUGE = 2 << 20
 
 
@@ -65,16 +66,14 @@ def _anonymous() -> frozenset[tuple[int, int]]:
     return frozenset(out)
 
 
-def _libc() -> tuple[Any, Any] | None:
-    """(madvise, mincore), or None where the C library has none."""
+def _madvise() -> Any:
+    """The C library's madvise, or None where it has none."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        madvise, mincore = libc.madvise, libc.mincore
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):
         return None
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    return madvise, mincore
+    return madvise
 
 
 def _inside(lo: int, hi: int) -> range:
@@ -85,36 +84,31 @@ def _inside(lo: int, hi: int) -> range:
 def _advise(before: frozenset[tuple[int, int]]) -> None:
     """MADV_HUGEPAGE over the anonymous mappings made since `before`: a page first written there
     comes as a 2 MB page."""
-    calls = _libc()
-    for lo, hi in sorted(_anonymous() - before) if calls else ():
+    madvise = _madvise()
+    for lo, hi in sorted(_anonymous() - before) if madvise else ():
         starts = _inside(lo, hi)
         if len(starts):
-            calls[0](starts[0], len(starts) * _HUGE, MADV_HUGEPAGE)  # type: ignore[index]
+            madvise(starts[0], len(starts) * _HUGE, MADV_HUGEPAGE)
 
 
-def _collapse(before: frozenset[tuple[int, int]]) -> int:
-    """MADV_COLLAPSE over each wholly resident 2 MB stretch of the anonymous mappings made since
-    `before` (one not wholly resident is left: collapsing it would fill it); the bytes now in 2 MB
-    pages (a stretch already one counts: the call succeeds at once)."""
-    calls = _libc()
-    if calls is None:
-        return 0
-    madvise, mincore = calls
-    vec = (ctypes.c_ubyte * (_HUGE // _PAGE))()
-    done = 0
-    for lo, hi in sorted(_anonymous() - before):
-        for at in _inside(lo, hi):
-            if mincore(at, _HUGE, vec) == 0 and all(b & 1 for b in vec) and madvise(at, _HUGE, MADV_COLLAPSE) == 0:
-                done += _HUGE
-    return done
+def _huge_bytes() -> int:
+    """The process's anonymous memory in 2 MB pages (AnonHugePages; 0: unknown)."""
+    try:
+        with open("/proc/self/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 @contextmanager
 def loading(on: bool) -> Iterator[list[int]]:
     """Around a `Llama`'s creation on this thread (one load at a time: flash_attn.py's lock is held
     around it): where `on`, its model gets a progress callback that advises the weights' buffers at
-    its first call, and after it the rest is collapsed. Yields a list whose one item is, after the
-    block, the MB of the load's memory in 2 MB pages (0 where not `on`)."""
+    its first call, and after it the context's are advised. Yields a list whose one item is, after
+    the block, how many MB more of the process's memory are in 2 MB pages (0 where not `on`)."""
     out = [0]
     if not on:
         yield out
@@ -122,7 +116,7 @@ def loading(on: bool) -> Iterator[list[int]]:
     from llama_cpp import _internals, llama_cpp
 
     original = _internals.LlamaModel
-    before = _anonymous()
+    before, huge_before = _anonymous(), _huge_bytes()
     advised: list[bool] = []
 
     def progress(_done: float, _data: Any) -> bool:
@@ -145,4 +139,5 @@ def loading(on: bool) -> Iterator[list[int]]:
         yield out
     finally:
         _internals.LlamaModel = original  # type: ignore[misc]
-    out[0] = _collapse(before) >> 20
+    _advise(before)  # (the context's buffers too: the kernel's khugepaged moves them into 2 MB pages later)
+    out[0] = max(0, _huge_bytes() - huge_before) >> 20
