@@ -33,7 +33,7 @@ def load(model: Path, huge: bool, threads: int | None) -> Engine:
     t = time.perf_counter()
     engine = Engine(model, n_ctx=4096, threads=threads, log_path=Path("/dev/null"))
     print(
-        f"{'2 MB' if huge else '4 KB'} pages: loaded in {time.perf_counter() - t:.2f} s, {engine.llm.huge_pages_mb} MB collapsed"
+        f"{'2 MB' if huge else '4 KB'} pages: loaded in {time.perf_counter() - t:.2f} s, {engine.llm.huge_pages_mb} MB in 2 MB pages"
     )
     return engine
 
