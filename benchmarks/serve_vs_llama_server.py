@@ -24,11 +24,18 @@ target is >= 1.0) with a 95% interval for that median (`median_ci`: a median of 
 little on a shared machine; `--requests 8` gives 16), and each one's CPU time per token (llama-server's / loopchat's >= 1.0:
 loopchat does the same work with no more CPU).
 
+The weights' pages (`--pages`): each server's own by default, loopchat's model in 2 MB pages
+(engine/huge_pages.py), llama-server's file mapped (4 KB pages); `--pages 4k` runs loopchat with
+LOOPCHAT_HUGE_PAGES=0 (the file mapped, as llama-server), `--pages 2m` runs llama-server with
+`--load-mode none` and GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (its weights in 2 MB pages too); each
+round's first line says how many MB of each server are in 2 MB pages.
+
 llama-server is built from the llama.cpp source vendored in the pinned llama-cpp-python
 (benchmarks/build_llama_bench.sh llama-server, as tests/remote_servers.py does).
 
     .venv/bin/python benchmarks/serve_vs_llama_server.py [--rounds 3] [--requests 3] [--tokens 128]
         [--threads 2] [--settings default,off] [--busy 0] [--parallel 4] [--extension off]
+        [--pages own|4k|2m]
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import socket
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -63,19 +71,53 @@ def llama_server_binary() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def llama_server(binary: str, model: Path, threads: int, flash_attn: str, parallel: int = 4) -> Child:
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """os.environ with `values` set while a child starts (Child passes os.environ on)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def huge_mb(server: Child) -> int:
+    """The server process's memory in 2 MB pages (AnonHugePages), MB."""
+    try:
+        with open(f"/proc/{server.proc.pid}/smaps_rollup", encoding="ascii") as f:
+            line = next(ln for ln in f if ln.startswith("AnonHugePages:"))
+        return int(line.split()[1]) >> 10
+    except (OSError, StopIteration):
+        return 0
+
+
+def llama_server(
+    binary: str, model: Path, threads: int, flash_attn: str, parallel: int = 4, pages: str = "own"
+) -> Child:
+    """pages "2m": the model read, not mapped (`--load-mode none`), glibc asked to advise its large
+    blocks MADV_HUGEPAGE (GLIBC_TUNABLES=glibc.malloc.hugetlb=1): its weights in 2 MB pages, as loopchat's."""
+    huge = pages == "2m"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     fa = [] if flash_attn == "default" else ["-fa", flash_attn]
     args = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-t", str(threads)]
     args += ["-tb", str(threads), "-np", str(parallel), *(["-kvu"] if parallel > 1 else []), *fa]
-    return Child(args, r"(listening on http://)", url=f"http://127.0.0.1:{port}")
+    args += ["--load-mode", "none"] if huge else []
+    with environ(**({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"} if huge else {})):
+        return Child(args, r"(listening on http://)", url=f"http://127.0.0.1:{port}")
 
 
-def loopchat(threads: int, flash_attn: str, parallel: int = 4) -> Child:
+def loopchat(threads: int, flash_attn: str, parallel: int = 4, pages: str = "own") -> Child:
+    """pages "4k": the file mapped as llama.cpp maps it (LOOPCHAT_HUGE_PAGES=0), as llama-server's own."""
     fa = [] if flash_attn == "default" else ["--flash-attn", flash_attn]
-    return loopchat_serve(threads, "--parallel", str(parallel), *fa)
+    with environ(**({"LOOPCHAT_HUGE_PAGES": "0"} if pages == "4k" else {})):
+        return loopchat_serve(threads, "--parallel", str(parallel), *fa)
 
 
 def body(tokens: int, extension: bool = False) -> dict:
@@ -132,11 +174,12 @@ def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
     runs: dict[str, list[dict]] = {"loopchat": [], "llama-server": []}
     pairs = []
     for r in range(args.rounds):
-        servers = {"loopchat": loopchat(args.threads, setting, args.parallel)}
+        servers = {"loopchat": loopchat(args.threads, setting, args.parallel, args.pages)}
         try:
-            servers["llama-server"] = llama_server(binary, model, args.threads, setting, args.parallel)
+            servers["llama-server"] = llama_server(binary, model, args.threads, setting, args.parallel, args.pages)
             if r == 0:
                 print(f"  llama-server {setting}: {fa_line(servers['llama-server'])}", flush=True)
+                print(f"  2 MB pages (MB): {', '.join(f'{k} {huge_mb(v)}' for k, v in servers.items())}", flush=True)
             for server in servers.values():
                 stream_request(server.url, body(16, args.extension == "on"))  # warm-up: not counted
             for i in range(args.requests):
@@ -163,7 +206,14 @@ def compare(setting: str, args: argparse.Namespace, binary: str) -> dict:
 def against_llama_server(threads: int, rounds: int, tokens: int, requests: int = 3, busy: int = 0) -> list[dict]:
     """Both servers side by side (serve_overhead.py --llama-server calls this too)."""
     args = argparse.Namespace(
-        threads=threads, rounds=rounds, tokens=tokens, requests=requests, busy=busy, parallel=4, extension="off"
+        threads=threads,
+        rounds=rounds,
+        tokens=tokens,
+        requests=requests,
+        busy=busy,
+        parallel=4,
+        extension="off",
+        pages="own",
     )
     return run_all(args, "default,off")
 
@@ -178,7 +228,7 @@ def run_all(args: argparse.Namespace, settings: str) -> list[dict]:
             lc, ls = res["median"]["loopchat"], res["median"]["llama-server"]
             print(
                 f"flash attention {setting:7} threads {args.threads} parallel {args.parallel} extension "
-                f"{args.extension}: loopchat serve {lc['tok_s']:.1f} tok/s "
+                f"{args.extension} pages {args.pages}: loopchat serve {lc['tok_s']:.1f} tok/s "
                 f"(TTFT {lc['ttft_ms']:.0f} ms) · llama-server {ls['tok_s']:.1f} tok/s (TTFT {ls['ttft_ms']:.0f} ms) · "
                 f"ratio {res['ratio']:.3f} ({res['ratio_ci'][2]:.0%} interval of the median "
                 f"{res['ratio_ci'][0]:.3f}-{res['ratio_ci'][1]:.3f}; per request "
@@ -201,6 +251,13 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=0, help="beside N CPU-bound processes")
     ap.add_argument("--parallel", type=int, default=4, help="slots of both servers (4: both servers' default)")
     ap.add_argument("--extension", default="off", choices=("on", "off"), help="loopchat's extension in the chunks")
+    ap.add_argument(
+        "--pages",
+        default="own",
+        choices=("own", "4k", "2m"),
+        help="the weights' pages: own (each server's default: loopchat's 2 MB, llama-server's mapped file), "
+        "4k (loopchat's as llama-server's), 2m (llama-server's as loopchat's)",
+    )
     args = ap.parse_args()
     print(json.dumps(run_all(args, args.settings)))
 

@@ -27,6 +27,7 @@ class ReplayHost:
         self.threads_auto = False
         self.threads = int(start.threads or 1)
         self.flash_attn = start.flash_attn  # as recorded (None: a trace from before it was)
+        self.huge_pages_mb = start.huge_pages_mb
         self.tuner = None
         self._start = start
         self._control = {start.prompt_token_ids[i] for i in start.prompt_special}

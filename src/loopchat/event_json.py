@@ -112,7 +112,7 @@ def to_json_dict(event: Event) -> dict[str, Any]:
 #: fields a trace leaves out when not asked for (None; a Step's stages when none were recorded)
 _LEFT_OUT_WHEN_NONE = frozenset(
     {"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched", "constraint", "constraint_closed"}
-    | {"flash_attn", "pass_report", "drafted", "rejected"}
+    | {"flash_attn", "huge_pages_mb", "pass_report", "drafted", "rejected"}
     | {"sequence", "sequences", "batch"}
 )
 

@@ -138,6 +138,9 @@ class Start:
     #: flash attention in the model's context as llama.cpp resolved it: "on" or "off" (None:
     #: not known: a server's reply, or a trace from before it was recorded)
     flash_attn: str | None = None
+    #: MB of the model's memory in 2 MB pages (engine/huge_pages.py; 0: none, the file mapped; None: not
+    #: known: a server's reply, or a trace from before it was recorded)
+    huge_pages_mb: int | None = None
     #: parallel sequences (batch.py): this reply is sequence `sequence` of `sequences` written in one batch (None: alone)
     sequence: int | None = None
     sequences: int | None = None

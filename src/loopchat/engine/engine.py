@@ -90,6 +90,7 @@ class Engine:
         self.llm = load_llama(self.model_path, n_ctx, n_batch, self._pinned, gpu_layers, log_path, verbose, fa)
         #: flash attention as llama.cpp resolved it: "on", "off" (None: its log did not say)
         self.flash_attn = _RESOLVED.get(self.llm.context_params.flash_attn_type)
+        self.huge_pages_mb: int = self.llm.huge_pages_mb  # (MB in 2 MB pages: huge_pages.py)
         self.model_size = self.model_path.stat().st_size
         self._c = LlamaCalls(self.llm)  # the raw llama.cpp calls (_llama_ffi.py)
         self._logits_address: int | None = None

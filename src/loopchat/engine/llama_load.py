@@ -24,9 +24,12 @@ def load_llama(
 
     `flash_attn` goes to llama.cpp's context params; afterwards `llm.context_params.flash_attn_type`
     holds what llama.cpp resolved it to (ENABLED or DISABLED, read from its log: flash_attn.py;
-    AUTO only if the log did not say), so a second context on the model (the lens's) copies it."""
+    AUTO only if the log did not say), so a second context on the model (the lens's) copies it.
+    On Linux the file is read into 2 MB pages rather than mapped (huge_pages.py); `llm.huge_pages_mb`
+    says how many MB of the load's memory are in them."""
     from llama_cpp import Llama
 
+    from loopchat.engine import huge_pages
     from loopchat.engine.flash_attn import FLASH_ATTN_TYPES, context_created_with, resolved_from_log
     from loopchat.engine.llama_log import captured_log, python_prints_to_log, route_llama_log
 
@@ -34,8 +37,14 @@ def load_llama(
     if problem is not None:
         raise ModelLoadError(f"{path} {problem}; point the model's `path` at a .gguf model file")
     log_path = route_llama_log(log_path, echo=verbose)  # None if the log cannot be written
+    huge = huge_pages.wanted(path.stat().st_size)  # (the file read into 2 MB pages, not mapped)
     try:
-        with python_prints_to_log(), context_created_with(flash_attn), captured_log() as log:
+        with (
+            python_prints_to_log(),
+            context_created_with(flash_attn),
+            huge_pages.loading(huge) as pages,
+            captured_log() as log,
+        ):
             llm = Llama(
                 model_path=str(path),
                 n_ctx=n_ctx,
@@ -44,6 +53,7 @@ def load_llama(
                 n_threads_batch=threads,
                 n_gpu_layers=gpu_layers,  # ignored by a CPU-only build of llama.cpp
                 logits_all=False,
+                use_mmap=not huge,
                 verbose=True,  # verbose=False dup2()s fds 1 and 2; our callback logs instead
             )
     except (ValueError, RuntimeError, OSError) as exc:
@@ -53,6 +63,7 @@ def load_llama(
             "check that it is a complete, uncorrupted GGUF file"
         ) from None
     llm.verbose = False  # no more prints from llama-cpp-python after the load
+    llm.huge_pages_mb = pages[0]  # type: ignore[attr-defined]  # (the tests and benchmarks read it)
     resolved = resolved_from_log("".join(log))
     if resolved is not None:
         llm.context_params.flash_attn_type = FLASH_ATTN_TYPES[resolved]

@@ -157,6 +157,7 @@ class ReplyRun:
             threads=host.threads,
             threads_auto=host.threads_auto,
             flash_attn=host.flash_attn,
+            huge_pages_mb=host.huge_pages_mb,
             messages=prompt.messages,
             prompt_text=prompt.text,
             prompt_token_ids=tuple(prompt.tokens),

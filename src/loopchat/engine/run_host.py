@@ -30,6 +30,7 @@ class RunHost(Protocol):
     model_size: int
     threads_auto: bool
     flash_attn: str | None  # "on" | "off" as llama.cpp resolved it (None: not known)
+    huge_pages_mb: int | None  # the model's memory in 2 MB pages (huge_pages.py; None: not known)
 
     @property
     def threads(self) -> int:
