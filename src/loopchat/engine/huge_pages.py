@@ -8,13 +8,14 @@ llama.cpp maps the GGUF file by default, and a file's shared mapping comes in 4 
 page cache gives no larger ones). So the file is read instead (`use_mmap=False`), into anonymous
 memory: at llama.cpp's first progress callback, its weight buffers made but not yet read into, they
 are advised MADV_HUGEPAGE, so each 2 MB stretch the read writes first comes as one 2 MB page (no copy,
-512x fewer page faults). The context's buffers (the KV cache, zeroed as they are made) are advised
-after the load: the kernel's khugepaged moves them into 2 MB pages in the background (a collapse at
-load, MADV_COLLAPSE, cost 35-285 ms for the default model's 4,096-token cache). Where the kernel
-gives no 2 MB page (THP off, none free) the memory stays in 4 KB pages: only slower. Not done where
-the file is larger than half the memory available (a read copy cannot be dropped and read again
-from the file as a mapping's pages can), nor off Linux, nor with `LOOPCHAT_HUGE_PAGES=0` in the
-environment (llama.cpp's own mapping: a benchmark's "before").
+512x fewer page faults). The context's buffers (the KV cache, zeroed in 4 KB pages as they are made)
+are advised after the load, and a thread of their own collapses their resident stretches into 2 MB
+pages (MADV_COLLAPSE, Linux 6.1+: 34-286 ms of copying for the default model's 4,096-token cache, not
+in the load's time; the attention reads the cache every pass: without it the default model's pass
+gained nothing). Where the kernel gives no 2 MB page (THP off, none free) the memory stays in 4 KB
+pages: only slower. Not done where the file is larger than half the memory available (a read copy
+cannot be dropped and read again from the file as a mapping's pages can), nor off Linux, nor with
+`LOOPCHAT_HUGE_PAGES=0` in the environment (llama.cpp's own mapping: a benchmark's "before").
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-MADV_HUGEPAGE = 14  # (linux/mman.h)
+MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25  # (linux/mman.h; MADV_COLLAPSE: Linux 6.1)
 _HUGE = 2 << 20
 
 
@@ -91,6 +93,24 @@ def _advise(before: frozenset[tuple[int, int]]) -> None:
             madvise(starts[0], len(starts) * _HUGE, MADV_HUGEPAGE)
 
 
+def _collapse(before: frozenset[tuple[int, int]]) -> None:
+    """MADV_COLLAPSE (Linux 6.1+) over each wholly resident 2 MB stretch of the anonymous mappings
+    made since `before` (one not wholly resident is left: collapsing it would fill it): the KV
+    cache, zeroed in 4 KB pages as llama.cpp made it. On a thread of its own after the load (a
+    mapping freed meanwhile only makes a call fail)."""
+    madvise = _madvise()
+    try:
+        mincore = ctypes.CDLL(None, use_errno=True).mincore
+    except (OSError, AttributeError):
+        return
+    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    vec = (ctypes.c_ubyte * (_HUGE // 4096))()
+    for lo, hi in sorted(_anonymous() - before) if madvise else ():
+        for at in _inside(lo, hi):
+            if mincore(at, _HUGE, vec) == 0 and all(b & 1 for b in vec):
+                madvise(at, _HUGE, MADV_COLLAPSE)
+
+
 def _huge_bytes() -> int:
     """The process's anonymous memory in 2 MB pages (AnonHugePages; 0: unknown)."""
     try:
@@ -139,5 +159,6 @@ def loading(on: bool) -> Iterator[list[int]]:
         yield out
     finally:
         _internals.LlamaModel = original  # type: ignore[misc]
-    _advise(before)  # (the context's buffers too: the kernel's khugepaged moves them into 2 MB pages later)
+    _advise(before)  # (the context's buffers too: their pages yet to come as 2 MB ones)
     out[0] = max(0, _huge_bytes() - huge_before) >> 20
+    threading.Thread(target=_collapse, args=(before,), name="loopchat-huge-pages", daemon=True).start()
