@@ -48,6 +48,12 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["LOOPCHAT_DATA_DIR"] = str(base / "data")
     os.environ["LOOPCHAT_LOG_DIR"] = str(base / "log")
     os.environ[THREADS_ENV] = SUBPROCESS_THREADS
+    # The suite loads the model hundreds of times (engines, `loopchat` processes); read into 2 MB
+    # pages each load costs ~0.1 s more CPU than a mapping (docs/performance.md, "The weights in 2 MB
+    # pages") and the clean-clone suite took 6:40 instead of ~5:40. The logits are the same bit for
+    # bit either way (test_huge_pages, which sets the variable itself and tests the pages), so the
+    # other tests map the file.
+    os.environ["LOOPCHAT_HUGE_PAGES"] = "0"
 
 
 @pytest.fixture(scope="session")
