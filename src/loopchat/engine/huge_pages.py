@@ -20,6 +20,7 @@ cannot be dropped and read again from the file as a mapping's pages can), nor of
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -96,8 +97,10 @@ def _advise(before: frozenset[tuple[int, int]]) -> None:
 def _collapse(before: frozenset[tuple[int, int]]) -> None:
     """MADV_COLLAPSE (Linux 6.1+) over each wholly resident 2 MB stretch of the anonymous mappings
     made since `before` (one not wholly resident is left: collapsing it would fill it): the KV
-    cache, zeroed in 4 KB pages as llama.cpp made it. On a thread of its own after the load (a
-    mapping freed meanwhile only makes a call fail)."""
+    cache, zeroed in 4 KB pages as llama.cpp made it. On a thread of its own after the load, at the
+    lowest priority (a mapping freed meanwhile only makes a call fail)."""
+    with contextlib.suppress(OSError, AttributeError):  # (the lowest priority: the first passes go first)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     madvise = _madvise()
     try:
         mincore = ctypes.CDLL(None, use_errno=True).mincore
