@@ -1,6 +1,6 @@
 """The model in 2 MB pages (Linux). A forward pass streams every weight (~100-250 MB on the test
 models) through the TLB; in 4 KB pages that is a miss every 4 KB, in 2 MB pages one every 2 MB:
-the pass took ~9% less time here, on both test models (docs/performance.md, "The weights in 2 MB
+1,024-token replies decoded 1.07-1.17x as fast here (docs/performance.md, "The weights in 2 MB
 pages"). The bytes are the same at the same addresses, only the page tables differ: every logit
 is the same, bit for bit (tests/test_huge_pages.py).
 
@@ -130,7 +130,7 @@ def _huge_bytes() -> int:
 def loading(on: bool) -> Iterator[list[int]]:
     """Around a `Llama`'s creation on this thread (one load at a time: flash_attn.py's lock is held
     around it): where `on`, its model gets a progress callback that advises the weights' buffers at
-    its first call, and after it the context's are advised. Yields a list whose one item is, after
+    its first call; after it the context's are advised and, on a thread, collapsed. Yields a list whose one item is, after
     the block, how many MB more of the process's memory are in 2 MB pages (0 where not `on`)."""
     out = [0]
     if not on:
