@@ -5,8 +5,10 @@ mapping."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -103,3 +105,32 @@ def test_the_trace_s_start_event_says_how_much_was_in_2mb_pages(
         assert start.huge_pages_mb == engine.huge_pages_mb
         assert to_json_dict(start)["huge_pages_mb"] == start.huge_pages_mb  # (0 is written: the file was mapped)
         assert (start.huge_pages_mb > 0) == (huge and not _thp_off()), start.huge_pages_mb
+
+
+def test_loopchat_run_reads_the_model_into_2mb_pages_and_writes_the_same_reply(tmp_path: Path) -> None:
+    """The command as a user runs it (no LOOPCHAT_HUGE_PAGES: the suite's conftest maps the file for
+    speed, so it is removed here): the trace's start event says the model is in 2 MB pages, and the
+    reply is the mapped file's, token for token."""
+    import subprocess
+
+    from loopchat.trace import read_trace
+
+    def run(huge: bool) -> tuple[str, list[Any]]:
+        env = {k: v for k, v in os.environ.items() if k != "LOOPCHAT_HUGE_PAGES"}
+        if not huge:
+            env["LOOPCHAT_HUGE_PAGES"] = "0"
+        trace = tmp_path / f"{huge}.jsonl"
+        args = ["run", "--seed", "3", "--max-tokens", "12", "--temperature", "1", "--trace", str(trace), "Name a sea."]
+        proc = subprocess.run(
+            [sys.executable, "-m", "loopchat", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout, [t.event for t in read_trace(trace)[1]]
+
+    (out_huge, huge), (out_mapped, mapped) = run(True), run(False)
+    start_huge, start_mapped = (next(e for e in t if e.kind == "start") for t in (huge, mapped))
+    assert start_mapped.huge_pages_mb == 0  # type: ignore[union-attr]
+    assert (start_huge.huge_pages_mb > 0) != _thp_off(), start_huge  # type: ignore[union-attr,operator]
+    steps = [[(e.token_id, e.raw_prob, e.sampled_prob) for e in t if e.kind == "step"] for t in (huge, mapped)]
+    assert steps[0] == steps[1] and len(steps[0]) == 12
+    assert out_huge.splitlines()[0] == out_mapped.splitlines()[0]
