@@ -59,6 +59,7 @@ sys.path.insert(0, str(HERE))
 
 from serve_overhead import Child, chat_body, cpu_burners, loopchat_serve, stream_request  # noqa: E402
 
+from loopchat.engine.huge_pages import proc_bytes  # noqa: E402
 from loopchat.model_files import builtin_model_path  # noqa: E402
 
 SAMPLING = {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0, "dry_multiplier": 0.0}
@@ -88,12 +89,7 @@ def environ(**values: str) -> Iterator[None]:
 
 def huge_mb(server: Child) -> int:
     """The server process's memory in 2 MB pages (AnonHugePages), MB."""
-    try:
-        with open(f"/proc/{server.proc.pid}/smaps_rollup", encoding="ascii") as f:
-            line = next(ln for ln in f if ln.startswith("AnonHugePages:"))
-        return int(line.split()[1]) >> 10
-    except (OSError, StopIteration):
-        return 0
+    return proc_bytes(f"/proc/{server.proc.pid}/smaps_rollup", "AnonHugePages") >> 20
 
 
 def llama_server(

@@ -31,6 +31,7 @@ from typing import Any
 
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25  # (linux/mman.h; MADV_COLLAPSE: Linux 6.1)
 _HUGE = 2 << 20
+_ROLLUP = "/proc/self/smaps_rollup"  # (AnonHugePages: the process's memory in 2 MB pages)
 
 
 def wanted(file_size: int) -> bool:
@@ -38,15 +39,15 @@ def wanted(file_size: int) -> bool:
     unless LOOPCHAT_HUGE_PAGES=0."""
     if sys.platform != "linux" or os.environ.get("LOOPCHAT_HUGE_PAGES", "1") == "0":
         return False
-    return 2 * file_size <= _available()
+    return 2 * file_size <= proc_bytes("/proc/meminfo", "MemAvailable")
 
 
-def _available() -> int:
-    """MemAvailable in bytes (0: unknown)."""
+def proc_bytes(path: str, field: str) -> int:
+    """A `Field:   N kB` line of a /proc file (meminfo, smaps_rollup) in bytes (0: unknown)."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
@@ -114,18 +115,6 @@ def _collapse(before: frozenset[tuple[int, int]]) -> None:
                 madvise(at, _HUGE, MADV_COLLAPSE)
 
 
-def _huge_bytes() -> int:
-    """The process's anonymous memory in 2 MB pages (AnonHugePages; 0: unknown)."""
-    try:
-        with open("/proc/self/smaps_rollup", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("AnonHugePages:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 @contextmanager
 def loading(on: bool) -> Iterator[list[int]]:
     """Around a `Llama`'s creation on this thread (one load at a time: flash_attn.py's lock is held
@@ -139,7 +128,7 @@ def loading(on: bool) -> Iterator[list[int]]:
     from llama_cpp import _internals, llama_cpp
 
     original = _internals.LlamaModel
-    before, huge_before = _anonymous(), _huge_bytes()
+    before, huge_before = _anonymous(), proc_bytes(_ROLLUP, "AnonHugePages")
     advised: list[bool] = []
 
     def progress(_done: float, _data: Any) -> bool:
@@ -163,5 +152,5 @@ def loading(on: bool) -> Iterator[list[int]]:
     finally:
         _internals.LlamaModel = original  # type: ignore[misc]
     _advise(before)  # (the context's buffers too: their pages yet to come as 2 MB ones)
-    out[0] = max(0, _huge_bytes() - huge_before) >> 20
+    out[0] = max(0, proc_bytes(_ROLLUP, "AnonHugePages") - huge_before) >> 20
     threading.Thread(target=_collapse, args=(before,), name="loopchat-huge-pages", daemon=True).start()
