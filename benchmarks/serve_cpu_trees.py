@@ -32,23 +32,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from serve_overhead import PY, Child, stream_request  # noqa: E402
-from serve_vs_llama_server import body, llama_server, llama_server_binary  # noqa: E402
+from serve_vs_llama_server import body, environ, llama_server, llama_server_binary  # noqa: E402
 
 from loopchat.model_files import builtin_model_path  # noqa: E402
 
 
 def loopchat_from(tree: Path, threads: int, flash_attn: str, parallel: int = 4) -> Child:
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     args = [PY, "-m", "loopchat", "serve", "--port", "0", "--threads", str(threads), "--flash-attn", flash_attn]
     args += ["--parallel", str(parallel)]
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)  # (Child passes os.environ on)
-    try:
+    with environ(PYTHONPATH=str(tree / "src")):  # (Child passes os.environ on)
         return Child(args, r"listening on (http://\S+)")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def thread_ns(pid: int) -> dict[int, int]:
