@@ -483,13 +483,17 @@ __attribute__((target("avx2,bmi"))) static Py_ssize_t first_equal_avx2(const flo
 /* top-p's bins: idx[i] = (int)min((x[i] - lo) * scale, top), every step in float32 as
    numpy does it (truncated as numpy's cast), and hist[b] the sum of q over bin b, added in
    order as np.bincount does (the same sums, bit for bit). */
+/* A logit's bin: float32 (x - lo) * scale, the top where not below it (a NaN's too), truncated. Every pass that
+   bins logits (bin_index, the upper bins' keeping pass and its sample, chain17) takes these steps. */
+static inline __attribute__((always_inline)) int32_t bin_of(float x, float lo, float scale, float top) {
+    float v = (x - lo) * scale;
+    return (int32_t)(v < top ? v : top);
+}
+
 KERNEL_CLONES
 static void bin_index(const float *x, float lo, float scale, float top, int32_t *idx, Py_ssize_t n) {
 #pragma omp simd
-    for (Py_ssize_t i = 0; i < n; i++) {
-        float v = (x[i] - lo) * scale;
-        idx[i] = (int32_t)(v < top ? v : top);
-    }
+    for (Py_ssize_t i = 0; i < n; i++) idx[i] = bin_of(x[i], lo, scale, top);
 }
 
 static void bin_sums(const int32_t *idx, const double *q, double *hist, Py_ssize_t bins, Py_ssize_t n) {
@@ -1678,10 +1682,7 @@ static int32_t partial_floor(const float *x, Py_ssize_t n, float lo, float scale
                              double share) {
     int32_t *count = (int32_t *)calloc((size_t)bins, sizeof(int32_t));
     if (!count) return 0;
-    for (Py_ssize_t i = 0; i < n; i += 32) {
-        float v = (x[i] - lo) * scale;
-        count[(int32_t)(v < top ? v : top)]++;
-    }
+    for (Py_ssize_t i = 0; i < n; i += 32) count[bin_of(x[i], lo, scale, top)]++;
     /* bin j's weight exp(-(bins - 1 - j + 0.5) / scale) relative to the top bin's centre: by the ratio */
     double r = exp(-1.0 / (double)scale), w = 1.0, all = 0.0, acc = 0.0, want;
     for (Py_ssize_t j = bins - 1; j >= 0 && w > 0.0; j--, w *= r) all += count[j] * w;
@@ -1695,13 +1696,12 @@ static int32_t partial_floor(const float *x, Py_ssize_t n, float lo, float scale
     return (int32_t)(j > 8 ? j - 8 : 0);
 }
 
-/* The positions i in [from, n) of x whose bin is >= b0 (bin_index's float32 steps) into pos[c:], their bins into
+/* The positions i in [from, n) of x whose bin (bin_of) is >= b0 into pos[c:], their bins into
    bin[c:], in order, from c; the new count (branchless: every position written, the count moves on). */
 static Py_ssize_t bins_from_plain(const float *x, float lo, float scale, float top, int32_t b0, int32_t *pos,
                                   int32_t *bin, Py_ssize_t base, Py_ssize_t from, Py_ssize_t n, Py_ssize_t c) {
     for (Py_ssize_t i = from; i < n; i++) {
-        float v = (x[i] - lo) * scale;
-        int32_t bi = (int32_t)(v < top ? v : top);
+        int32_t bi = bin_of(x[i], lo, scale, top);
         pos[c] = (int32_t)(base + i);
         bin[c] = bi;
         c += bi >= b0;
@@ -2968,9 +2968,7 @@ PyMODINIT_FUNC PyInit__sampler_kernel(void) {
 #ifdef KERNEL_AVX2
     kernel_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     compress_lut_init();
-#ifdef KERNEL_AVX2
     compress8_lut_init();
-#endif
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m && add_constraint_functions(m) < 0) Py_CLEAR(m);
