@@ -11,7 +11,7 @@ Optionally (c) llama.cpp's own `llama-bench` tg figure at the same thread count
 (build it with benchmarks/build_llama_bench.sh; pass --llama-bench PATH). Target b/c >= 0.95.
 
     .venv/bin/python benchmarks/loop_overhead.py [--tokens 256] [--rounds 5] [--llama-bench PATH]
-    .venv/bin/python benchmarks/loop_overhead.py --sweep [--model FILE.gguf | --model gemma] [--json-schema FILE]
+    .venv/bin/python benchmarks/loop_overhead.py --sweep [--model FILE.gguf | --model gemma] [--json-schema FILE] [--repeat R]
 
 --sweep: the sampling chain's cost against the forward pass for each combination of
 settings (top-k on/off, top-p, min-p, temperature, --top-report 10/40, DRY off / 0.8 over
@@ -20,6 +20,7 @@ sample_ms / forward_ms over the decode steps of one reply each. Target: every
 combination < 0.10. With --json-schema (e.g. benchmarks/story_schema.json) every reply
 follows that schema (the constraint stage in the chain, issue 24), and the mask alone
 (llguidance's bitmask and its unpacking, per pass over the replies' tokens) is timed too.
+--repeat R: the grid R times; a combination's figure is then the median of its R replies' ratios.
 """
 
 from __future__ import annotations
@@ -119,11 +120,11 @@ def mask_times(engine: Engine, constraint: Constraint, replies: list[list[int]])
     return first, later
 
 
-def sweep(model: Path, threads: int | None, tokens: int, schema: Path | None = None) -> None:
-    """sample_ms / forward_ms for each combination (median over a reply's decode steps)."""
+def sweep(model: Path, threads: int | None, tokens: int, schema: Path | None = None, repeat: int = 1) -> None:
+    """sample_ms / forward_ms for each combination (median over a reply's decode steps); with
+    `repeat` > 1 the grid runs that many times and a combination's figure is the median of its
+    replies' ratios (one slow stretch of a shared machine then decides no combination alone)."""
     import itertools
-
-    from loopchat.events import Step
 
     engine = Engine(model, n_ctx=2048, threads=threads, log_path=Path("/dev/null"))
     constraint = read_constraint("json_schema", schema) if schema else None
@@ -131,32 +132,27 @@ def sweep(model: Path, threads: int | None, tokens: int, schema: Path | None = N
     print(f"model {model.name}, vocabulary {engine.n_vocab}, threads {engine.threads}, {tokens} tokens per reply")
     if constraint is not None:
         print(f"every reply follows {constraint.label()}")
-    print(
-        f"{'top_k':>6} {'top_p':>6} {'min_p':>6} {'temp':>5} {'report':>6} {'dry':>4}  {'sample ms':>9} {'forward ms':>10}  ratio"
-    )
-    worst = 0.0
-    grid = itertools.product((40, 0), (0.95, 1.0), (0.05, 0.0), (0.7, 2.0), (10, 40), (0.0, 0.8))
-    for top_k, top_p, min_p, temp, report, dry in grid:
-        s = SamplingSettings(
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            temperature=temp,
-            seed=1,
-            max_tokens=tokens,
-            dry_multiplier=dry,
-            dry_penalty_last_n=2048,
-        )
-        events = engine.generate(MESSAGES, s, report_k=report, ignore_eos=True, constraint=constraint)
-        every = [e for e in events if isinstance(e, Step)]
-        replies.append([st.token_id for st in every])
-        steps = every[1:]
-        sample = statistics.median(st.sample_ms for st in steps)
-        forward = statistics.median(st.forward_ms for st in steps)
-        worst = max(worst, sample / forward)
+    grid = list(itertools.product((40, 0), (0.95, 1.0), (0.05, 0.0), (0.7, 2.0), (10, 40), (0.0, 0.8)))
+    ratios: dict[tuple, list[float]] = {combo: [] for combo in grid}
+    for r in range(repeat):
+        if repeat > 1:
+            print(f"round {r + 1} of {repeat}")
         print(
-            f"{top_k:>6} {top_p:>6} {min_p:>6} {temp:>5} {report:>6} {dry:>4}  {sample:9.2f} {forward:10.1f}  {sample / forward:.3f}"
+            f"{'top_k':>6} {'top_p':>6} {'min_p':>6} {'temp':>5} {'report':>6} {'dry':>4}  {'sample ms':>9} {'forward ms':>10}  ratio"
         )
+        for combo in grid:
+            sample, forward, tokens_of = _sweep_reply(engine, combo, tokens, constraint)
+            replies.append(tokens_of)
+            ratios[combo].append(sample / forward)
+            print(
+                f"{combo[0]:>6} {combo[1]:>6} {combo[2]:>6} {combo[3]:>5} {combo[4]:>6} {combo[5]:>4}  {sample:9.2f} {forward:10.1f}  {sample / forward:.3f}"
+            )
+    worst = max(statistics.median(v) for v in ratios.values())
+    if repeat > 1:
+        top = sorted(ratios, key=lambda c: -statistics.median(ratios[c]))[:3]
+        print("the worst combinations, the median of their rounds' ratios (each round's in brackets):")
+        for c in top:
+            print(f"  {c}: {statistics.median(ratios[c]):.3f} ({', '.join(f'{x:.3f}' for x in ratios[c])})")
     print(f"worst ratio {worst:.3f} (target < 0.10)")
     if constraint is not None:
         first, later = mask_times(engine, constraint, replies)
@@ -165,6 +161,31 @@ def sweep(model: Path, threads: int | None, tokens: int, schema: Path | None = N
         )
         print(f"  a reply's first pass (the matcher's first mask): median {statistics.median(first):.3f} ms")
     engine.close()
+
+
+def _sweep_reply(
+    engine: Engine, combo: tuple, tokens: int, constraint: Constraint | None
+) -> tuple[float, float, list[int]]:
+    """One reply of the sweep: (the median sample ms, the median forward ms over its decode steps, its tokens)."""
+    from loopchat.events import Step
+
+    top_k, top_p, min_p, temp, report, dry = combo
+    s = SamplingSettings(
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        temperature=temp,
+        seed=1,
+        max_tokens=tokens,
+        dry_multiplier=dry,
+        dry_penalty_last_n=2048,
+    )
+    events = engine.generate(MESSAGES, s, report_k=report, ignore_eos=True, constraint=constraint)
+    every = [e for e in events if isinstance(e, Step)]
+    steps = every[1:]
+    sample = statistics.median(st.sample_ms for st in steps)
+    forward = statistics.median(st.forward_ms for st in steps)
+    return sample, forward, [st.token_id for st in every]
 
 
 def model_path(name: str | None) -> Path:
@@ -194,6 +215,9 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="sample_ms / forward_ms for each combination of settings")
     ap.add_argument("--json-schema", metavar="FILE", type=Path, help="--sweep: every reply follows this schema")
     ap.add_argument(
+        "--repeat", type=int, default=1, help="--sweep: the grid this many times, each combination's median"
+    )
+    ap.add_argument(
         "--model",
         metavar="FILE.gguf",
         help="another GGUF file, or `gemma`: the tests' Gemma 3 270M (default: the bundled model)",
@@ -202,7 +226,7 @@ def main() -> None:
 
     model = model_path(args.model)
     if args.sweep:
-        sweep(model, args.threads, min(args.tokens, 64), args.json_schema)
+        sweep(model, args.threads, min(args.tokens, 64), args.json_schema, args.repeat)
         return
     engine = Engine(model, n_ctx=2048, threads=args.threads, log_path=Path("/dev/null"))
     settings = SamplingSettings(seed=1)
