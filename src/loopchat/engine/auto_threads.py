@@ -47,11 +47,23 @@ class AutoThreads:
             self._c.set_threads(n)
             self.threads = n
 
-    def prefill_threads(self) -> int:
-        """The count for a prefill: the safe count while a probe measures another (a
-        prompt's batch at an unmeasured count could stall for seconds); set it."""
-        safe = self.tuner.safe()
-        self.set_threads(safe if safe is not None else self.tuner.threads)
+    def prefill_threads(self, watch: bool = False) -> int:
+        """The count for a pass of many tokens (a prompt's prefill, a pass of several
+        sequences), set: the count in force; while a probe runs, the fewer of the count it
+        measures and the best measured so far (such a pass is not guarded, nor a probe's
+        measure: at a count not yet measured it could stall for seconds). Not the fewer-
+        thread count that guards the one in force (ThreadTuner.safe() outside a probe):
+        a compute-bound pass at 1 of 2 idle cores took twice as long (docs/performance.md,
+        "Many-token passes at the count in force"). `watch`: the others' CPU sampled as a
+        single pass does (a batch of sequences, whose passes the tuner does not see): a
+        program that starts mid-batch starts a probe, and the batch's passes then take
+        the fewer count."""
+        t = time.perf_counter()
+        if watch and t - self._others_at >= 1.0:
+            self._others_at = t
+            self.tuner.note_others(self._others.sample())
+        n, safe = self.tuner.threads, self.tuner.safe() if self.tuner.probing else None
+        self.set_threads(n if safe is None else min(n, safe))
         return self.threads
 
     def decode(self, token: int, pos: int) -> int:

@@ -210,6 +210,9 @@ class BatchRun:
             return None
         self.passes += 1
         number = self.passes
+        engine.prefill_threads(watch=True)  # (auto threads: the count in force; auto_threads.py)
+        for run, _ in going:
+            run.threads.before_pass()
         if number in PROBE_FIRST or number % PROBE_EVERY == 0:
             self._probe(*going[0])
         triples = [(self._seq(run), token, self._host(run).n_past) for run, token in going]
@@ -228,6 +231,7 @@ class BatchRun:
             host.row = rows[i]
             host.pos = host.n_past + 1
             run.clock.forward_ms, run.clock.forward_tokens = ms, len(going)
+            run.threads.after_pass(engine.threads, 0.0)
         single = statistics.median(self._probes[-3:]) if self._probes else None
         return BatchPass(number, len(going), ms, single)
 

@@ -324,9 +324,9 @@ class Engine:
     def is_control(self, token_id: int) -> bool:
         return bool(self._c.is_control(token_id))
 
-    def prefill_threads(self) -> None:
-        if self._auto is not None:  # the prefill runs at a measured count, never a probe's
-            self._auto.prefill_threads()
+    def prefill_threads(self, watch: bool = False) -> None:
+        if self._auto is not None:  # a pass of many tokens: the count in force, a probe's never (auto_threads.py)
+            self._auto.prefill_threads(watch)
 
     @property
     def tuner(self) -> ThreadTuner | None:

@@ -193,6 +193,9 @@ class SharedBatch:
 
     def _batched(self, going: list[_Live]) -> None:
         n = len(going)
+        self.engine.prefill_threads(watch=True)  # (auto threads: the count in force; auto_threads.py)
+        for live in going:
+            live.run.threads.before_pass()
         if n > 1:
             self.passes += 1
             if self.passes in PROBE_FIRST or self.passes % PROBE_EVERY == 0:
@@ -219,6 +222,7 @@ class SharedBatch:
             live.host.took(live.token, rows[i])
             live.token, live.report = None, report
             live.run.clock.forward_ms, live.run.clock.forward_tokens = ms, n
+            live.run.threads.after_pass(self.engine.threads, 0.0)
 
     def _probe(self, live: _Live) -> None:
         """One sequence's pass at this context length, timed (batch_run.py's probe)."""

@@ -1,0 +1,92 @@
+"""`threads = "auto"`: a pass of many tokens (a prompt's prefill, a pass of several sequences) runs
+at the count in force, not at the fewer-thread count that guards it; while a probe runs, at the
+fewer of the count the probe measures and the best measured so far.
+
+The first test runs the real default model with a tuner that has chosen 2 threads over 1 (its
+decisions frozen from then on, so that the machine's speed cannot start a probe mid-test): the
+prefill, and every pass of a batch of 4 replies, must run at 2 threads, as llama.cpp reports
+them and as the steps record them. Before the fix both ran at 1 thread: twice the time to the
+first token of a long prompt and 1.5x a batch's passes on an idle 2-core machine."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import llama_cpp
+
+from loopchat.engine.auto_threads import AutoThreads
+from loopchat.engine.engine import Engine
+from loopchat.engine.thread_tuner import ThreadTuner
+from loopchat.events import Message, Start, Step
+from loopchat.settings import SamplingSettings
+
+
+def chose_two() -> ThreadTuner:
+    """A tuner on 2 cores whose first measurement chose 2 threads (10 ms a pass) over 1 (20 ms)."""
+    tuner = ThreadTuner(2)
+    while tuner.probing:
+        tuner.observe(20.0 if tuner.threads == 1 else 10.0)
+    assert tuner.threads == 2 and tuner.safe() == 1  # (1 thread: the guard's count below the one in force)
+    return tuner
+
+
+class Frozen(ThreadTuner):
+    """chose_two()'s state, kept: the engine's passes and the others' CPU change nothing."""
+
+    def observe(self, ms: float) -> int:
+        return self.threads
+
+    def note_others(self, cores: float) -> None:
+        pass
+
+
+def frozen_two() -> Frozen:
+    tuner = chose_two()
+    tuner.__class__ = Frozen
+    return tuner  # type: ignore[return-value]
+
+
+def test_a_prefill_and_a_batch_of_sequences_run_at_the_count_in_force(model_path: Path, tmp_path: Path) -> None:
+    with Engine(model_path, n_ctx=2048, log_path=tmp_path / "llama.log", thread_tuner=frozen_two()) as engine:
+        long_prompt = "Summarize: " + "the quick brown fox jumps over the lazy dog. " * 20
+        events = list(engine.generate([Message("user", long_prompt)], SamplingSettings(max_tokens=3, seed=1)))
+        start = next(e for e in events if isinstance(e, Start))
+        assert start.threads_auto and start.threads == 2  # (the prefill's count: docs/trace-format.md)
+        assert llama_cpp.llama_n_threads_batch(engine.llm.ctx) == 2
+
+        settings = SamplingSettings(max_tokens=12, seed=1, temperature=0.8)
+        events = list(engine.generate([Message("user", "Name a colour.")], settings, n=4, ignore_eos=True))
+        steps = [e for e in events if isinstance(e, Step)]
+        assert len({s.sequence for s in steps}) == 4
+        batched = [s for s in steps if s.batch is not None]
+        assert batched, "no step came from a pass of several sequences"
+        assert {s.threads for s in steps} == {2}
+        assert llama_cpp.llama_n_threads_batch(engine.llm.ctx) == 2
+
+
+class Calls:
+    """What AutoThreads asks of llama.cpp here: the thread count set."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+
+    def set_threads(self, n: int) -> None:
+        self.threads.append(n)
+
+
+def test_while_a_probe_runs_a_many_token_pass_takes_the_fewer_count() -> None:
+    tuner = chose_two()
+    auto = AutoThreads(Calls(), threading.Event(), lambda: False, tuner)  # type: ignore[arg-type]
+    assert auto.prefill_threads() == 2  # the count in force, not the guard's 1
+    # other programs' CPU rose by a core: a probe starts, measures the count in force, then 1 thread
+    for cores in (0.0, 0.0, 1.0, 1.0):
+        tuner.note_others(cores)
+    assert tuner.probing
+    while tuner.probing and tuner.threads == 2:
+        tuner.observe(30.0)
+    assert tuner.probing and tuner.threads == 1 and tuner.safe() == 2
+    assert auto.prefill_threads() == 1  # the fewer of the probe's count and the best measured
+    while tuner.probing:
+        tuner.observe(15.0)
+    assert tuner.threads == 1 and auto.prefill_threads() == 1
