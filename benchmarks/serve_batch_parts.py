@@ -246,7 +246,7 @@ def report(n: int, rounds: list[dict[str, float]], data: dict[str, Any], loop_ti
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="4", help="N, comma-separated")
+    ap.add_argument("--sizes", default="4", help="N, comma-separated, each 2 or more")
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
@@ -256,6 +256,8 @@ def main() -> None:
     if args.child is not None:
         child(args.child[0], args.child[1:])
         return
+    if any(int(n) < 2 for n in args.sizes.split(",")):  # (one client runs the engine's own pass, no batch's)
+        ap.error("--sizes: each N 2 or more (one client alone: serve_batch.py, serve_overhead.py)")
     sys.path.insert(0, str(ROOT / "src"))
     sys.path.insert(0, str(HERE))
     from serve_batch import prompt_tokens, together
