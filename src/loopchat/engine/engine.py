@@ -325,7 +325,7 @@ class Engine:
         return bool(self._c.is_control(token_id))
 
     def prefill_threads(self, watch: bool = False) -> None:
-        if self._auto is not None:  # a pass of many tokens: the count in force, a probe's never (auto_threads.py)
+        if self._auto is not None:  # a pass of many tokens: the count in force, never more than one measured
             self._auto.prefill_threads(watch)
 
     @property

@@ -144,7 +144,7 @@ class ReplyRun:
         if request.constraint is not None:  # (ConstraintError: a grammar it cannot use, before any event)
             self.constraint = host.open_constraint(request.constraint)
         self.drafts.check(self.settings.now)  # (EngineError: a draft model asked for, none attached)
-        host.prefill_threads()  # auto threads: a measured count, never a probe's
+        host.prefill_threads()  # auto threads: the count in force (auto_threads.py)
         self.watch = tuple((text, host.first_token(text)) for text in request.watch)  # (texts not empty: watch.py)
         lens = host.open_lens() if request.lens else NoLens()
         self.lens, lens_note = (NoLens(), lens) if isinstance(lens, str) else (lens, None)
