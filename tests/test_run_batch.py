@@ -55,3 +55,22 @@ def test_run_n_prints_each_reply_labelled_and_the_batch_figures(tmp_path: Path) 
 def test_a_bad_n_is_one_line_and_exit_2(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     threads = () if "--url" in args else ("--threads", "1")
     assert_one_line_error(loopchat("run", "hi", *threads, *args), *needles)
+
+
+def test_run_n_under_a_constraint_gives_each_reply_its_constraint_line_and_cut_note(tmp_path: Path) -> None:
+    """Each reply of the batch says what the constraint did to it, as one reply's summary does, and
+    whether it was cut before its structure closed: a grammar that ends after one word closes every
+    reply; any JSON object in 3 tokens closes none."""
+    grammar = tmp_path / "yes.gbnf"
+    grammar.write_text('root ::= "yes" | "no"\n')
+    closed = loopchat(*("run", "Answer yes or no.", "-n", "2", "--threads", "1", "--grammar", str(grammar)))
+    assert closed.returncode == 0, closed.stderr
+    for j in (1, 2):
+        line = next(x for x in closed.stderr.splitlines() if x.startswith(f"loopchat: reply {j} of 2: constraint "))
+        assert line.startswith(f"loopchat: reply {j} of 2: constraint grammar {grammar.name}: ") and " passes forced" in line
+    assert "cut before its structure closed" not in closed.stderr
+    cut = loopchat(*("run", "Describe Paris as JSON.", "-n", "2", "--threads", "1", "--json", "--max-tokens", "3"))
+    assert cut.returncode == 0, cut.stderr
+    for j in (1, 2):
+        assert f"loopchat: reply {j} of 2: constraint any JSON object: " in cut.stderr
+        assert f"loopchat: note: reply {j} of 2: the reply was cut before its structure closed" in cut.stderr

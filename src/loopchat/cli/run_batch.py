@@ -10,6 +10,7 @@ from typing import Any
 
 from loopchat.batch import batch_figures, figures_line
 from loopchat.cli.run_reply import ReplyReader, _fail
+from loopchat.constraint import cut_note, reply_summary
 from loopchat.event_lines import step_line
 from loopchat.events import Finish, Step
 
@@ -40,6 +41,7 @@ class BatchReader(ReplyReader):
             f = self.finishes[j]
             label = f"── reply {j + 1} of {n} · {f.completion_tokens} tok · finish: {f.reason.value} ──"
             self.output.write(f"{label}\n{f.text}{'' if f.text.endswith(chr(10)) else chr(10)}")
+        self._constraint_lines_by_reply(n)
         if self.steps:
             print(f"loopchat: {figures_line(batch_figures(self.steps))}", file=sys.stderr)
         if self.error is not None:
@@ -57,3 +59,17 @@ class BatchReader(ReplyReader):
         if len(self.finishes) < n:  # pragma: no cover - the engine ends every sequence with a Finish
             return _fail("the engine ended the batch without every reply; this is a bug: please report it", 1)
         return 0
+
+    def _constraint_lines_by_reply(self, n: int) -> None:
+        """Under a constraint, each reply's figures (as one reply's summary), and a line for each
+        reply cut before its structure closed, on stderr."""
+        spec = self.request.constraint
+        if spec is None:
+            return
+        for j in sorted(self.finishes):
+            f, label = self.finishes[j], spec.label()
+            reports = [s.constraint for s in self.steps if (s.sequence or 0) == j and s.constraint is not None]
+            if reports:
+                print(f"loopchat: reply {j + 1} of {n}: constraint {reply_summary(label, reports)}", file=sys.stderr)
+            if f.constraint_closed is False or (f.constraint_closed is None and f.reason == "length"):
+                print(f"loopchat: note: reply {j + 1} of {n}: {cut_note(label)}", file=sys.stderr)
