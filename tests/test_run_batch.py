@@ -74,3 +74,18 @@ def test_run_n_under_a_constraint_gives_each_reply_its_constraint_line_and_cut_n
     for j in (1, 2):
         assert f"loopchat: reply {j} of 2: constraint any JSON object: " in cut.stderr
         assert f"loopchat: note: reply {j} of 2: the reply was cut before its structure closed" in cut.stderr
+
+
+def test_run_n_show_steps_prints_each_steps_stages_and_tokens_on_watch_under_its_reply() -> None:
+    """--show-steps in a batch prints what it prints for one reply (--show-stages' waterfall, --watch's
+    line), every line tagged with its reply."""
+    proc = loopchat(
+        *("run", "Name a colour.", "-n", "2", "--threads", "1", "--max-tokens", "2", "--seed", "3"),
+        *("--show-steps", "--show-stages", "--watch", " blue"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for j in (1, 2):
+        mine = [x for x in lines if x.startswith(f"[{j}] ")]
+        assert sum(1 for x in mine if x.startswith(f"[{j}]   watch ' blue' ")) == 2, mine
+        assert sum(1 for x in mine if "Sampler, stage by stage" in x) == 2, mine

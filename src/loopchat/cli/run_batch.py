@@ -11,7 +11,6 @@ from typing import Any
 from loopchat.batch import batch_figures, figures_line
 from loopchat.cli.run_reply import ReplyReader, _fail
 from loopchat.constraint import cut_note, reply_summary
-from loopchat.event_lines import step_line
 from loopchat.events import Finish, Step
 
 
@@ -31,7 +30,10 @@ class BatchReader(ReplyReader):
 
     def _step(self, event: Step) -> None:
         self.steps.append(event)
-        if self.args.show_steps and not self.output.write(f"[{(event.sequence or 0) + 1}] {step_line(event)}\n"):
+        if not self.args.show_steps:
+            return
+        tag = f"[{(event.sequence or 0) + 1}] "  # (each line of the step's: its stages, its tokens on watch)
+        if not self.output.write("".join(f"{tag}{line}\n" for line in self._shown_lines(event))):
             self.backend.cancel()
 
     def report(self) -> int:

@@ -168,16 +168,20 @@ class ReplyReader:
         if event.constraint is not None:
             self.constraint_reports.append(event.constraint)
         if self.args.show_steps:
-            more = stage_lines(event) if getattr(self.args, "show_stages", False) else []
-            ok = self.output.write("\n".join([step_line(event), *more]) + "\n")
-            if event.watched and self.start is not None and self.start.watch:
-                ok = self.output.write(watched_line(event.watched, self.start.watch) + "\n") and ok
+            ok = self.output.write("\n".join(self._shown_lines(event)) + "\n")
         elif event.text and not self.args.blocking:  # blocking: the whole text at the end
             ok = self.output.write(event.text)
         else:
             ok = True
         if not ok:
             self.backend.cancel()  # nobody can read the rest: stop generating it
+
+    def _shown_lines(self, event: Step) -> list[str]:
+        """--show-steps' lines for a step: its line, its stages (--show-stages), its tokens on watch."""
+        lines = [step_line(event), *(stage_lines(event) if getattr(self.args, "show_stages", False) else [])]
+        if event.watched and self.start is not None and self.start.watch:
+            lines.append(watched_line(event.watched, self.start.watch))
+        return lines
 
     def _drain(self, events: queue.Queue[Any]) -> None:
         """After Ctrl+C: read until the run reports its end (cancel stops it within one
