@@ -48,6 +48,7 @@ def test_run_n_prints_each_reply_labelled_and_the_batch_figures(tmp_path: Path) 
         (("-n", "two"), ("-n", "'two'")),
         (("-n", "2", "--lens"), ("-n 2", "--lens")),
         (("-n", "2", "--blocking"), ("-n 2", "--blocking")),
+        (("-n", "2", "--draft", "lookup"), ("-n 2", "--draft lookup", "draft nothing")),
         (("-n", "2", "--url", "http://127.0.0.1:9"), ("-n 2", "--url")),
         (("-n", "8", "--max-tokens", "600"), ("8 replies of up to 600 tokens", "n at most", "max_tokens at most")),
     ],

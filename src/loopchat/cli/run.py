@@ -230,13 +230,16 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
     except WatchError as exc:
         raise UsageError(f"--watch: {exc}") from None
     n = getattr(args, "n", 1)
-    if n > 1 and (remote is not None or lens or getattr(args, "blocking", False)):
+    drafted = getattr(args, "draft", None) not in (None, "off")  # (a batch's passes draft nothing)
+    if n > 1 and (remote is not None or lens or getattr(args, "blocking", False) or drafted):
         asked = (
             "--url (a server's replies: one at a time here)"
             if remote is not None
             else "--lens"
             if lens
             else "--blocking"
+            if getattr(args, "blocking", False)
+            else f"--draft {args.draft} (a batch's passes draft nothing)"
         )
         raise UsageError(f"-n {n} writes its replies in one batch on a model run here: leave out {asked}, or -n")
     if (scored or lens or watch) and remote is not None:
