@@ -68,7 +68,10 @@ def test_run_n_under_a_constraint_gives_each_reply_its_constraint_line_and_cut_n
     assert closed.returncode == 0, closed.stderr
     for j in (1, 2):
         line = next(x for x in closed.stderr.splitlines() if x.startswith(f"loopchat: reply {j} of 2: constraint "))
-        assert line.startswith(f"loopchat: reply {j} of 2: constraint grammar {grammar.name}: ") and " passes forced" in line
+        assert (
+            line.startswith(f"loopchat: reply {j} of 2: constraint grammar {grammar.name}: ")
+            and " passes forced" in line
+        )
     assert "cut before its structure closed" not in closed.stderr
     cut = loopchat(*("run", "Describe Paris as JSON.", "-n", "2", "--threads", "1", "--json", "--max-tokens", "3"))
     assert cut.returncode == 0, cut.stderr
