@@ -1,6 +1,7 @@
 """`threads = "auto"`: a pass of many tokens (a prompt's prefill, a pass of several sequences) runs
 at the count in force, not at the fewer-thread count that guards it; while a probe runs, at the
-fewer of the count the probe measures and the best measured so far.
+fewer of the count the probe measures and the best measured so far, and one thread fewer while a
+probe that other programs' CPU started runs (a batch's passes cannot finish it).
 
 The first test runs the real default model with a tuner that has chosen 2 threads over 1 (its
 decisions frozen from then on, so that the machine's speed cannot start a probe mid-test): the
@@ -10,12 +11,16 @@ first token of a long prompt and 1.5x a batch's passes on an idle 2-core machine
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
 import llama_cpp
+import pytest
+from cpu_burners import cpu_burners
 
 from loopchat.engine.auto_threads import AutoThreads
+from loopchat.engine.cores import physical_cores
 from loopchat.engine.engine import Engine
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import Message, Start, Step
@@ -82,11 +87,40 @@ def test_while_a_probe_runs_a_many_token_pass_takes_the_fewer_count() -> None:
     # other programs' CPU rose by a core: a probe starts, measures the count in force, then 1 thread
     for cores in (0.0, 0.0, 1.0, 1.0):
         tuner.note_others(cores)
-    assert tuner.probing
+    assert tuner.probing and tuner.busier and tuner.threads == 2
+    # a pass of many tokens cannot be the probe's measure (a batch's would keep it at 2 for good): one fewer
+    assert auto.prefill_threads() == 1
     while tuner.probing and tuner.threads == 2:
         tuner.observe(30.0)
     assert tuner.probing and tuner.threads == 1 and tuner.safe() == 2
     assert auto.prefill_threads() == 1  # the fewer of the probe's count and the best measured
     while tuner.probing:
         tuner.observe(15.0)
-    assert tuner.threads == 1 and auto.prefill_threads() == 1
+    assert tuner.threads == 1 and not tuner.busier and auto.prefill_threads() == 1
+
+
+@pytest.mark.model
+@pytest.mark.alone  # (a CPU-bound process beside it: run by itself)
+def test_a_program_started_mid_batch_takes_the_batch_to_fewer_threads(model_path: Path, tmp_path: Path) -> None:
+    """A batch of 4 on the real model, auto threads; once it runs at the count chosen (more than 1), a
+    CPU-bound process starts: the others' CPU, sampled during the batch, starts a probe, and the batch's
+    next passes run at one thread fewer (its passes cannot finish the probe: they would keep the count)."""
+    tuner = ThreadTuner(max(2, physical_cores()))
+    with Engine(model_path, n_ctx=4096, log_path=tmp_path / "llama.log", thread_tuner=tuner) as engine:
+        if engine.threads < 2:
+            pytest.skip(f"auto threads chose {engine.threads} on a quiet machine: nothing fewer to take")
+        chosen = engine.threads
+        settings = SamplingSettings(max_tokens=900, seed=1, temperature=0.8)
+        before: list[int] = []
+        after: list[int] = []
+        with contextlib.ExitStack() as stack:
+            for event in engine.generate([Message("user", "Tell a long story.")], settings, n=4, ignore_eos=True):
+                if not isinstance(event, Step) or event.sequence != 0:
+                    continue
+                (after if event.index > 40 else before).append(event.threads)
+                if event.index == 40:
+                    stack.enter_context(cpu_burners(1))
+                if after and after[-1] < chosen:
+                    engine.cancel()
+    assert set(before) == {chosen}
+    assert after and after[-1] == chosen - 1, f"the batch stayed at {chosen} threads beside a CPU-bound process"

@@ -56,14 +56,17 @@ class AutoThreads:
         a compute-bound pass at 1 of 2 idle cores took twice as long (docs/performance.md,
         "Many-token passes at the count in force"). `watch`: the others' CPU sampled as a
         single pass does (a batch of sequences, whose passes the tuner does not see): a
-        program that starts mid-batch starts a probe, and the batch's passes then take
-        the fewer count."""
+        program that starts mid-batch starts a probe, and while a probe that other programs'
+        CPU started runs, such a pass takes one thread fewer (a batch cannot finish it)."""
         t = time.perf_counter()
         if watch and t - self._others_at >= 1.0:
             self._others_at = t
             self.tuner.note_others(self._others.sample())
         n, safe = self.tuner.threads, self.tuner.safe() if self.tuner.probing else None
-        self.set_threads(n if safe is None else min(n, safe))
+        n = n if safe is None else min(n, safe)
+        if self.tuner.probing and self.tuner.busier:  # (a batch never feeds the probe: it would keep the count)
+            n = max(1, n - 1)
+        self.set_threads(n)
         return self.threads
 
     def decode(self, token: int, pos: int) -> int:

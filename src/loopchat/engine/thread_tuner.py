@@ -105,6 +105,8 @@ class ThreadTuner:
         self._others_at_choice: float | None = None  # others' CPU (cores) once the count was chosen
         self._others_seen: float | None = None  # the last sample
         self._others_skip = 0  # samples to skip after a choice (they may span the probe)
+        #: a probe runs because other programs' CPU rose: a pass it cannot measure (a batch's) takes fewer threads
+        self.busier = False
         self._lived: dict[int, tuple[float, int]] = {}  # count -> (ms, passes) run as the choice
         self._period = (0.0, 0)  # (ms, passes) run under the current choice
         self.threads = self.max
@@ -221,6 +223,7 @@ class ThreadTuner:
         elif previous is not None and abs(cores - base) >= 0.5 and abs(previous - base) >= 0.5:
             self._recheck_after = self.recheck_ms  # a new situation: no back-off
             self._lived.clear()
+            self.busier = cores > base
             self._start_probe(f"other programs' CPU use went from {base:.1f} to {cores:.1f} cores")
 
     # ------------------------------------------------------------------------------
@@ -320,6 +323,7 @@ class ThreadTuner:
         below = [n for n in r if n < best and n not in self._cut]
         self._fallback = (max(below), r[max(below)]) if below else None
         self._results = None
+        self.busier = False
         self._others_at_choice = None  # the second sample from now, all of it under this choice
         self._others_skip = 1
         self._baseline = r[best]
