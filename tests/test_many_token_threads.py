@@ -102,9 +102,10 @@ def test_while_a_probe_runs_a_many_token_pass_takes_the_fewer_count() -> None:
 @pytest.mark.model
 @pytest.mark.alone  # (a CPU-bound process beside it: run by itself)
 def test_a_program_started_mid_batch_takes_the_batch_to_fewer_threads(model_path: Path, tmp_path: Path) -> None:
-    """A batch of 4 on the real model, auto threads; once it runs at the count chosen (more than 1), a
-    CPU-bound process starts: the others' CPU, sampled during the batch, starts a probe, and the batch's
-    next passes run at one thread fewer (its passes cannot finish the probe: they would keep the count)."""
+    """A batch of 4 on the real model, auto threads; once it runs at the count chosen (more than 1) and
+    the tuner has sampled the others' CPU it compares with, a CPU-bound process starts: the others' CPU,
+    sampled during the batch, starts a probe, and the batch's next passes run at one thread fewer (its
+    passes cannot finish the probe: they would keep the count)."""
     tuner = ThreadTuner(max(2, physical_cores()))
     with Engine(model_path, n_ctx=4096, log_path=tmp_path / "llama.log", thread_tuner=tuner) as engine:
         if engine.threads < 2:
@@ -113,13 +114,15 @@ def test_a_program_started_mid_batch_takes_the_batch_to_fewer_threads(model_path
         settings = SamplingSettings(max_tokens=900, seed=1, temperature=0.8)
         before: list[int] = []
         after: list[int] = []
+        burning = False
         with contextlib.ExitStack() as stack:
             for event in engine.generate([Message("user", "Tell a long story.")], settings, n=4, ignore_eos=True):
                 if not isinstance(event, Step) or event.sequence != 0:
                     continue
-                (after if event.index > 40 else before).append(event.threads)
-                if event.index == 40:
-                    stack.enter_context(cpu_burners(1))
+                (after if burning else before).append(event.threads)
+                if not burning and event.index >= 10 and tuner.others_base is not None:
+                    stack.enter_context(cpu_burners(1))  # (started after the base: a rise from it)
+                    burning = True
                 if after and after[-1] < chosen:
                     engine.cancel()
     assert set(before) == {chosen}

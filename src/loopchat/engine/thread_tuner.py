@@ -134,6 +134,12 @@ class ThreadTuner:
     def probing(self) -> bool:
         return self._results is not None
 
+    @property
+    def others_base(self) -> float | None:
+        """The other programs' CPU (cores) that note_others compares with since the count was
+        chosen (None: not sampled yet, so a program started now would be part of it)."""
+        return self._others_at_choice
+
     # ------------------------------------------------------------------------------
     def observe(self, ms: float) -> int:
         """Record one single-token forward pass run with `self.threads`; return the
