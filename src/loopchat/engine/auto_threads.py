@@ -58,10 +58,8 @@ class AutoThreads:
         single pass does (a batch of sequences, whose passes the tuner does not see): a
         program that starts mid-batch starts a probe, and while a probe that other programs'
         CPU started runs, such a pass takes one thread fewer (a batch cannot finish it)."""
-        t = time.perf_counter()
-        if watch and t - self._others_at >= 1.0:
-            self._others_at = t
-            self.tuner.note_others(self._others.sample())
+        if watch:
+            self._watch_others(time.perf_counter())
         n, safe = self.tuner.threads, self.tuner.safe() if self.tuner.probing else None
         n = n if safe is None else min(n, safe)
         if self.tuner.probing and self.tuner.busier:  # (a batch never feeds the probe: it would keep the count)
@@ -89,11 +87,15 @@ class AutoThreads:
         self._c.synchronize()
         ms = (time.perf_counter() - t0) * 1000.0
         self.pass_threads = self.threads
-        if t0 - self._others_at >= 1.0:
-            self._others_at = t0
-            self.tuner.note_others(self._others.sample())
+        self._watch_others(t0)
         self.tuner.observe(ms)
         return 0
+
+    def _watch_others(self, now: float) -> None:
+        """The others' CPU told to the tuner, about once a second (`now`: perf_counter seconds)."""
+        if now - self._others_at >= 1.0:
+            self._others_at = now
+            self.tuner.note_others(self._others.sample())
 
     def _redo(self, token: int, pos: int, cut_ms: float) -> int:
         """The probe's pass was cut after `cut_ms`: drop what it left in the KV cache and
