@@ -17,7 +17,7 @@ from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
 from loopchat.engine import sampler_fused
 from loopchat.engine.engine import Engine
-from loopchat.engine.sampler_constraint import llg_tokenizer
+from loopchat.engine.sampler_constraint import kernel_pieces, llg_tokenizer
 
 pytestmark = pytest.mark.model
 
@@ -44,20 +44,9 @@ def test_the_kernels_pieces_are_llguidances_tokens(engine: Engine) -> None:
     kernel = sampler_fused.kernel
     if kernel is None:
         pytest.skip("the C kernel was not built (LOOPCHAT_SAMPLER_KERNEL=0): llguidance's own loop runs")
-    lib = llama_cpp.llama_cpp._lib
     vocab = llama_cpp.llama_model_get_vocab(engine.llm.model)
-
-    def address(f: object) -> int:
-        return int(ctypes.cast(f, ctypes.c_void_p).value or 0)
-
-    pieces = kernel.vocab_pieces(
-        address(vocab),
-        address(lib.llama_token_to_piece),
-        address(lib.llama_vocab_get_attr),
-        llama_cpp.llama_vocab_n_tokens(vocab),
-        llama_cpp.LLAMA_TOKEN_ATTR_CONTROL,
-        llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED,
-    )
+    pieces = kernel_pieces(vocab)
+    assert pieces is not None
     expected = reference_pieces(vocab)
     assert len(pieces) == len(expected) == engine.n_vocab
     assert pieces == expected

@@ -240,39 +240,53 @@ def open_stage(llm: Any, spec: Constraint, n_vocab: int, piece_text: Any) -> Con
     return ConstraintStage(spec, tokenizer, n_vocab, piece_text)
 
 
-def llg_tokenizer(llm: Any, kernel: Any = None) -> Any:
+def llg_tokenizer(llm: Any) -> Any:
     """llguidance's tokenizer of the model's vocabulary: lltokenizer_from_vocab's, its loop over the
-    tokens in C where the kernel was built (`vocab_pieces`: the same bytes; 0.18 of its 0.34 s on the
+    tokens in C where the kernel was built (`kernel_pieces`: the same bytes; 0.18 of its 0.34 s on the
     default model, 1.2 of 2.0 s on Gemma 3's 262,144 tokens, at a process's first constrained reply)."""
-    import ctypes
-
     import llama_cpp
     from llguidance import LLTokenizer
     from llguidance.llamacpp import lltokenizer_from_vocab
 
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
-    kernel = kernel or sampler_fused.kernel
-    if kernel is None or not hasattr(kernel, "vocab_pieces"):
+    pieces = kernel_pieces(vocab)
+    if pieces is None:
         with warnings.catch_warnings():  # (it calls llama_token_get_attr, deprecated, per token)
             warnings.simplefilter("ignore", DeprecationWarning)
             return lltokenizer_from_vocab(vocab)
-    lib = llama_cpp.llama_cpp._lib
-
-    def address(f: Any) -> int:
-        return int(ctypes.cast(f, ctypes.c_void_p).value or 0)
-
-    pieces = kernel.vocab_pieces(
-        address(vocab),
-        address(lib.llama_token_to_piece),
-        address(lib.llama_vocab_get_attr),
-        llama_cpp.llama_vocab_n_tokens(vocab),
-        llama_cpp.LLAMA_TOKEN_ATTR_CONTROL,
-        llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED,
-    )
     return LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
         tokens=pieces,
         vocab_ptr=vocab,
-        tokenize_fptr=address(lib.llama_tokenize),
+        tokenize_fptr=_address(llama_cpp.llama_cpp._lib.llama_tokenize),
         eos_token=llama_cpp.llama_vocab_eos(vocab),
         slices=None,
     )
+
+
+def kernel_pieces(vocab: Any) -> list[bytes] | None:
+    """Every token's bytes as lltokenizer_from_vocab reads them (special tokens rendered, a control
+    token prefixed with 0xff), by the kernel's `vocab_pieces`; None where the kernel was not built."""
+    import llama_cpp
+
+    kernel = sampler_fused.kernel
+    if kernel is None or not hasattr(kernel, "vocab_pieces"):
+        return None
+    lib = llama_cpp.llama_cpp._lib
+    return cast(
+        "list[bytes]",
+        kernel.vocab_pieces(
+            _address(vocab),
+            _address(lib.llama_token_to_piece),
+            _address(lib.llama_vocab_get_attr),
+            llama_cpp.llama_vocab_n_tokens(vocab),
+            llama_cpp.LLAMA_TOKEN_ATTR_CONTROL,
+            llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED,
+        ),
+    )
+
+
+def _address(pointer: Any) -> int:
+    """A ctypes pointer or function's address as an int (0: null)."""
+    import ctypes
+
+    return int(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
