@@ -9,8 +9,7 @@ import sys
 from typing import Any
 
 from loopchat.batch import batch_figures, figures_line
-from loopchat.cli.run_reply import ReplyReader, _fail
-from loopchat.constraint import cut_note, reply_summary
+from loopchat.cli.run_reply import ReplyReader, _fail, constraint_lines
 from loopchat.events import Finish, Step
 
 
@@ -63,15 +62,7 @@ class BatchReader(ReplyReader):
         return 0
 
     def _constraint_lines_by_reply(self, n: int) -> None:
-        """Under a constraint, each reply's figures (as one reply's summary), and a line for each
-        reply cut before its structure closed, on stderr."""
-        spec = self.request.constraint
-        if spec is None:
-            return
+        """Under a constraint, each reply's figures and cut note, as one reply's (run_reply.constraint_lines)."""
         for j in sorted(self.finishes):
-            f, label = self.finishes[j], spec.label()
             reports = [s.constraint for s in self.steps if (s.sequence or 0) == j and s.constraint is not None]
-            if reports:
-                print(f"loopchat: reply {j + 1} of {n}: constraint {reply_summary(label, reports)}", file=sys.stderr)
-            if f.constraint_closed is False or (f.constraint_closed is None and f.reason == "length"):
-                print(f"loopchat: note: reply {j + 1} of {n}: {cut_note(label)}", file=sys.stderr)
+            constraint_lines(self.request.constraint, self.finishes[j], reports, f"reply {j + 1} of {n}: ")

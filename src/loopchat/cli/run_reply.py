@@ -12,7 +12,7 @@ import sys
 from typing import Any, TextIO
 
 from loopchat.cli.run_stages import stage_lines, with_bias
-from loopchat.constraint import ConstraintReport, cut_note, reply_summary
+from loopchat.constraint import Constraint, ConstraintReport, cut_note, reply_summary
 from loopchat.event_lines import step_line, summary_line, threads_text
 from loopchat.events import ContextTrimmed, Finish, ModelReady, Prefill, RunDone, Start, Step, WorkerError
 from loopchat.lens_lines import lens_lines
@@ -250,14 +250,18 @@ class ReplyReader:
         return 0
 
     def _constraint_lines(self, finish: Finish) -> None:
-        """A reply under a constraint: its figures, and a line if it was cut before its structure closed."""
-        spec = self.request.constraint
-        if spec is None:
-            return
-        if self.constraint_reports:
-            print(f"loopchat: constraint {reply_summary(spec.label(), self.constraint_reports)}", file=sys.stderr)
-        if finish.constraint_closed is False or (finish.constraint_closed is None and finish.reason == "length"):
-            print(f"loopchat: note: {cut_note(spec.label())}", file=sys.stderr)
+        constraint_lines(self.request.constraint, finish, self.constraint_reports)
+
+
+def constraint_lines(spec: Constraint | None, finish: Finish, reports: list[ConstraintReport], who: str = "") -> None:
+    """A reply under a constraint: its figures, and a line if it was cut before its structure closed,
+    on stderr (`who`: "reply 2 of 4: " for a batch's reply)."""
+    if spec is None:
+        return
+    if reports:
+        print(f"loopchat: {who}constraint {reply_summary(spec.label(), reports)}", file=sys.stderr)
+    if finish.constraint_closed is False or (finish.constraint_closed is None and finish.reason == "length"):
+        print(f"loopchat: note: {who}{cut_note(spec.label())}", file=sys.stderr)
 
 
 def _next(events: queue.Queue[Any]) -> Any:
