@@ -20,7 +20,6 @@ import pytest
 from cpu_burners import cpu_burners
 
 from loopchat.engine.auto_threads import AutoThreads
-from loopchat.engine.cores import physical_cores
 from loopchat.engine.engine import Engine
 from loopchat.engine.thread_tuner import ThreadTuner
 from loopchat.events import Message, Start, Step
@@ -102,15 +101,14 @@ def test_while_a_probe_runs_a_many_token_pass_takes_the_fewer_count() -> None:
 @pytest.mark.model
 @pytest.mark.alone  # (a CPU-bound process beside it: run by itself)
 def test_a_program_started_mid_batch_takes_the_batch_to_fewer_threads(model_path: Path, tmp_path: Path) -> None:
-    """A batch of 4 on the real model, auto threads; once it runs at the count chosen (more than 1) and
+    """A batch of 4 on the real model, auto threads chosen at 2 over 1; once it runs at 2 and
     the tuner has sampled the others' CPU it compares with, a CPU-bound process starts: the others' CPU,
     sampled during the batch, starts a probe, and the batch's next passes run at one thread fewer (its
     passes cannot finish the probe: they would keep the count)."""
-    tuner = ThreadTuner(max(2, physical_cores()))
+    tuner = chose_two()  # (its choice made: a noisy host's load cannot make it 1, with nothing fewer to take)
     with Engine(model_path, n_ctx=4096, log_path=tmp_path / "llama.log", thread_tuner=tuner) as engine:
-        if engine.threads < 2:
-            pytest.skip(f"auto threads chose {engine.threads} on a quiet machine: nothing fewer to take")
         chosen = engine.threads
+        assert chosen == 2
         settings = SamplingSettings(max_tokens=900, seed=1, temperature=0.8)
         before: list[int] = []
         after: list[int] = []
