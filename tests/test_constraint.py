@@ -260,3 +260,78 @@ def test_the_info_line_says_a_reply_was_cut_before_its_structure_closed() -> Non
     assert closed == "constraint: 1 of 2 passes forced, forbidden mass 0.750 in all"
     cut = constraint_part(shaped, replace(finish, reason=FinishReason.LENGTH, constraint_closed=False))
     assert cut == closed + " · cut before its structure closed"
+
+
+def test_a_token_picked_by_hand_that_the_grammar_forbids_is_refused_and_the_loop_waits(engine) -> None:
+    """Step mode under a JSON constraint: a pick of a forbidden token is refused in one line (a
+    Pending saying why, the loop still stopped); an allowed pick is taken, and the reply parses."""
+    import queue
+    import threading
+
+    from loopchat.events import Pending
+    from loopchat.step_control import HAND, StepControl
+
+    control, events = StepControl(paused=True), queue.Queue()
+    settings = SamplingSettings().replace(seed=4, max_tokens=40, temperature=0.7)
+    run = engine.generate(ASK, settings, control=control, constraint=Constraint("json", "", ""))
+
+    def feed() -> None:
+        for e in run:
+            events.put(e)
+        events.put(None)
+
+    threading.Thread(target=feed, daemon=True).start()
+
+    def next_of(kind: type):
+        while not isinstance(e := events.get(timeout=60), kind):
+            assert e is not None, f"the run ended before a {kind.__name__}"
+        return e
+
+    first = next_of(Pending)
+    assert first.refused is None
+    hello, brace = engine.first_token("Hello"), engine.first_token("{")
+    control.pick(hello)  # no JSON object starts with it
+    refused = next_of(Pending)
+    assert refused.index == first.index and refused.refused is not None
+    assert (
+        refused.refused
+        == "the any JSON object constraint does not allow 'Hello' here: pick a token it allows, or draw (Enter)"
+    )
+    assert refused.raw_top == first.raw_top  # the same die, still waiting
+    control.pick(brace)
+    step = next_of(Step)
+    assert step.chosen_by == HAND and step.token_id == brace and step.index == 0
+    control.resume()
+    finish = next_of(Finish)
+    assert finish.reason in (FinishReason.STOP, FinishReason.LENGTH) and finish.error is None
+    if finish.reason == FinishReason.STOP:
+        assert isinstance(json.loads(finish.text), dict)
+
+
+def test_a_branch_the_grammar_cannot_take_is_refused_before_any_event(engine) -> None:
+    """A branch under a constraint: its prefix must follow the grammar, and the token picked to
+    follow it must be one the grammar allows there; else one line, before the reply starts."""
+    from loopchat.errors import EngineError
+
+    json_any = Constraint("json", "", "")
+    steps, finish = _reply(engine, json_any, seed=2)
+    assert finish.error is None and len(steps) > 3
+    prefix = (steps[0].token_id,)
+    assert engine.piece(prefix[0]) == b"{"  # (seed 2's first token: a value's place, no array open)
+    settings = SamplingSettings().replace(seed=2, max_tokens=24, temperature=1.0)
+    close = engine.first_token("]")  # no array is open
+    with pytest.raises(EngineError) as refused:
+        next(iter(engine.generate(ASK, settings, constraint=json_any, reply_prefix=prefix, first_token=close)))
+    assert (
+        str(refused.value)
+        == "the any JSON object constraint does not allow ']' here: pick a token it allows, or clear the constraint"
+    )
+    # an allowed token: the branch runs, and its reply follows the grammar from the prefix on
+    allowed = steps[1].token_id
+    events = list(engine.generate(ASK, settings, constraint=json_any, reply_prefix=prefix, first_token=allowed))
+    end = next(e for e in events if isinstance(e, Finish))
+    assert end.error is None and end.reason in (FinishReason.STOP, FinishReason.LENGTH)
+    # a reply written without the constraint does not follow it: branching it under one is refused
+    words = (engine.first_token("Sure"), engine.first_token(","))
+    with pytest.raises(EngineError, match="^the reply so far does not follow the any JSON object constraint: clear"):
+        next(iter(engine.generate(ASK, settings, constraint=json_any, reply_prefix=words, first_token=close)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tui_fixtures import model_app, palette_pick, panel_text, record_notices, wait_for, wait_run
+from tui_fixtures import drawn, model_app, palette_pick, panel_text, record_notices, wait_for, wait_run
 
 from loopchat.chat.plots import fmt_prob
 from loopchat.tui.constraint_dialog import ConstraintDialog
@@ -115,3 +115,57 @@ async def test_a_model_s_json_schema_from_models_toml_shapes_the_chat_s_replies(
             assert set(reply) == {"city", "sunny"}
     finally:
         b.close()
+
+
+async def test_a_forbidden_token_picked_by_hand_is_refused_and_the_reply_and_turn_stay(backend, tmp_path) -> None:
+    """Under a JSON constraint: in step mode a digit picking a candidate the grammar forbids is
+    refused in one line and the loop still waits; Ctrl+R at a token with a forbidden pick (/ search)
+    is refused in one line and the reply it was to replace stays, with its turn; the chat goes on."""
+    from loopchat.tui.branch_picker import BranchPicker
+    from loopchat.tui.step_mode import TokenSearch
+
+    app = model_app(backend, tmp_path, seed=3, max_tokens=30, temperature=0.7)
+    async with app.run_test(size=(120, 40)) as pilot:
+        notices = record_notices(app)
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await palette_pick(pilot, "Constraint")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConstraintDialog), 5, "the constraint dialog")
+        await pilot.press(*"json", "enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConstraintDialog), 5, "the dialog to close")
+        # step mode: the first draw's die; a raw candidate that is no JSON object's start
+        await pilot.press("f12", *"Describe a cat in JSON.", "enter")
+        await wait_for(pilot, lambda: app.session.stopped and app.session.pending is not None, 30, "the stop")
+        pending = app.session.pending
+        rank = next(i for i, c in enumerate(pending.raw_top, 1) if not c.text.lstrip().startswith("{"))
+        face = pending.raw_top[rank - 1].text
+        await pilot.press(str(rank))
+        line = f"The any JSON object constraint does not allow {face!r} here: pick a token it allows, or draw (Enter)"
+        await wait_for(pilot, lambda: line in notices, 10, "the refusal")
+        assert app.session.stopped and app.session.pending is not None and app.current.steps == []
+        await pilot.press("f12")  # runs freely: the reply follows the grammar
+        await wait_run(pilot)
+        (first,) = app.conversation.replies
+        text = first.finish.text
+        assert first.finish.error is None and text.startswith("{")
+        # Ctrl+R at the first token, / and a token no JSON value can start with
+        app.action_select_token(first.number, 0)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, BranchPicker), 5, "the branch picker")
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: isinstance(app.screen, TokenSearch), 5, "the search")
+        search = app.screen
+        await pilot.press("]")
+        await wait_for(pilot, lambda: bool(search.results), 5, "results")
+        face = search.vocabulary[search.results[0]]
+        await pilot.press("enter")
+        await wait_run(pilot)
+        refusal = f"the any JSON object constraint does not allow {face!r} here: pick a token it allows, or clear"
+        assert any(refusal in n for n in notices), notices[-3:]
+        assert app.conversation.replies == [first] and first.siblings == [first] and not first.hidden
+        (view,) = app.transcript.reply_views()  # the reply, shown as before (no version 2/2)
+        assert "version" not in view.line(1).text and text[:8] in drawn(view)
+        assert [m.role for m in app.conversation.turns][-2:] == ["user", "assistant"]
+        await pilot.press(*"And a dog?", "enter")  # the conversation goes on from it
+        await wait_run(pilot)
+        second = app.conversation.replies[-1]
+        assert second is not first and second.messages[-2].content == text

@@ -273,6 +273,9 @@ class Pending:
     settings: SamplingSettings
     n_past: int  # tokens in the context before the pending token
     stages: tuple[StageReport, ...] = ()  # as a Step's
+    #: the token just picked by hand is one the reply's constraint does not allow here: why, in
+    #: one line (the loop still waits for a pick or a draw)
+    refused: str | None = None
     kind: str = field(default="pending", init=False)
 
 

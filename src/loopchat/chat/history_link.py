@@ -76,6 +76,8 @@ class HistoryLink:
             return
         if u.dropped is not None:  # its message went back to the box: nothing of it is kept
             h.withdrawn(u.dropped)
+        if u.shown_again is not None:  # a version refused: the one shown again is the line's tip
+            h.switched(u.shown_again)
         current = self._session().current
         h.sync(current)
         for rec in u.finished:

@@ -39,6 +39,7 @@ class Update:
     started: list[tuple[str, ReplyRecord]] = field(default_factory=list)  # a trace's turns: (user text, reply)
     finished: list[ReplyRecord] = field(default_factory=list)  # replies that ended, in order
     dropped: ReplyRecord | None = None  # a turn withdrawn (prompt refused, or stopped before its first token)
+    shown_again: ReplyRecord | None = None  # `dropped` was a version (F5, a branch): the one it replaced, back
     errors: list[WorkerError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     loading: ModelLoading | None = None

@@ -59,6 +59,8 @@ class EventSession(SessionCore):
                     if rec is not None and not rec.done:
                         self.pending = ev
                         u.pending = True
+                        if ev.refused is not None:  # a token picked by hand the constraint forbids
+                            u.warnings.append(ev.refused[0].upper() + ev.refused[1:])
                 case Step():
                     if rec is not None and not rec.done:
                         if self.pending is not None and ev.index >= self.pending.index:
@@ -165,17 +167,31 @@ class EventSession(SessionCore):
         self.pending = None
         rec = self.current
         if rec is not None and not rec.done and rec.start is None:
-            # the prompt was never accepted: the turn goes, the text comes back
+            # the prompt was never accepted: the turn goes, the text comes back (a version: the one
+            # it was to replace is shown again)
             rec.error = err.message
+            back = self._replaced(rec)
             self.conversation.replies.remove(rec)
             self.current = None
             self.run_settings = None
-            u.dropped = rec
+            u.dropped, u.shown_again = rec, back
+            if back is not None:
+                rec.siblings.remove(rec)
+                self.conversation.show_version(back)
         elif rec is not None and not rec.done:
             rec.error = err.message
             self.run_settings = None
             u.finished.append(rec)
         self._give_back(u)
+
+    def _replaced(self, rec: ReplyRecord) -> ReplyRecord | None:
+        """The version `rec` was set to replace (F5: the one it regenerated; a branch: the one it
+        branched from), if it is one still set aside."""
+        conv = self.conversation
+        old = next((r for r in rec.siblings if r.replaced_by == rec.number), None)
+        if old is None and rec.branch_from is not None:
+            old = conv.reply(rec.branch_from)
+        return old if old is not None and old is not rec and old in rec.siblings and old.hidden else None
 
     def _give_back(self, u: Update) -> None:
         if self.pending_prompt:

@@ -44,7 +44,7 @@ from loopchat.engine.run_settings import ReplySettings
 from loopchat.engine.sampler import SampleResult, sample
 from loopchat.engine.sampler_watch import watched
 from loopchat.engine.step_gate import Drawn, PendingDraw, StepGate
-from loopchat.errors import ContextOverflowError
+from loopchat.errors import ContextOverflowError, EngineError
 from loopchat.events import Candidate, Event, Finish, FinishReason, Pending, Prefill, Start, Step, decode_rate
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings, new_seed
@@ -143,6 +143,7 @@ class ReplyRun:
             )
         if request.constraint is not None:  # (ConstraintError: a grammar it cannot use, before any event)
             self.constraint = host.open_constraint(request.constraint)
+            self._constrain_branch()
         self.drafts.check(self.settings.now)  # (EngineError: a draft model asked for, none attached)
         host.prefill_threads()  # auto threads: the count in force (auto_threads.py)
         self.watch = tuple((text, host.first_token(text)) for text in request.watch)  # (texts not empty: watch.py)
@@ -225,9 +226,6 @@ class ReplyRun:
         self.repeats = RepeatFinder(prefix)  # the reply repeating itself (repeats.py): on each Step
         self.threads = PassThreads(host.tuner, host.threads)
         self.lens.start(self.tokens, len(self.tokens) - len(prefix))
-        if self.constraint is not None:
-            for t in prefix:  # a branch's prefix: the grammar moves on by it
-                self.constraint.consume(t)
         self.clock.first = self.clock.last = time.perf_counter()
 
     def draw(self) -> Generator[Pending, None, Drawn | None]:
@@ -317,12 +315,25 @@ class ReplyRun:
             self._constrain(token)
         return step
 
+    def _constrain_branch(self) -> None:
+        """The grammar moves on by a branch's prefix, then must take its given token: else EngineError."""
+        cons, given = self.constraint, self.branch.given(0)
+        if not all(cons.consume(t) for t in self.branch.prefix):
+            raise EngineError(
+                f"the reply so far does not follow the {cons.spec.label()} constraint: clear it to branch"
+            )
+        if given is not None and (refused := cons.refusal(given)) is not None:
+            raise EngineError(f"{refused}: pick a token it allows, or clear the constraint")
+
     def _constrain(self, token: int) -> None:
         """The grammar moves on by the token: the reply ends where the grammar does (STOP), or
         with an error where the grammar could not go on (a token picked by hand it forbids)."""
         cons = self.constraint
         if not cons.consume(token) or cons.error is not None:
-            self.reason, self.error = FinishReason.ERROR, f"the {cons.spec.label()} constraint: {cons.error}"
+            self.reason = FinishReason.ERROR
+            self.error = (
+                f"the {cons.spec.label()} constraint does not allow {self.host.piece_text(token)!r} here ({cons.error})"
+            )
         elif cons.stopped and self.reason in (None, FinishReason.LENGTH):
             self.reason = FinishReason.STOP
 

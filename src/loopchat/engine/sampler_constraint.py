@@ -216,11 +216,22 @@ class ConstraintStage:
         self._filled = False
         ok = bool(self.matcher.consume_token(token))
         if not ok or self.matcher.is_error():
-            self.error = self.matcher.get_error() or f"the grammar does not allow token {token} here"
+            error = (self.matcher.get_error() or "").strip()  # (llguidance's: a line, then its whole state)
+            self.error = error.splitlines()[0] if error else f"the grammar does not allow token {token} here"
             return False
         if not self.matcher.is_stopped():
             self._fill()
         return True
+
+    def refusal(self, token: int) -> str | None:
+        """None if the grammar takes `token` next (its present state); else one line saying it
+        does not, for a token picked by hand (step mode, a branch)."""
+        if not (self.matcher.is_stopped() or self.matcher.is_error()):
+            if not self._filled:
+                self._fill()
+            if (int(self._bitmask[0][token >> 5]) >> (token & 31)) & 1:
+                return None
+        return f"the {self.spec.label()} constraint does not allow {self._piece_text(token)!r} here"
 
     @property
     def stopped(self) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -94,6 +94,11 @@ class StepGate:
                 if decision.kind is DecisionKind.PICK:
                     if not 0 <= (decision.token_id or 0) < draw.n_vocab:
                         continue  # not a token of this vocabulary: keep waiting
+                    refused = None if draw.constraint is None else draw.constraint.refusal(decision.token_id)
+                    if refused is not None:  # the grammar could not go on: keep waiting, say why
+                        shown = self._pending(draw, res, settings.now, sample_ms)
+                        yield replace(shown, refused=f"{refused}: pick a token it allows, or draw (Enter)")
+                        continue
                     settings.rng.bit_generator.state = state  # nothing was drawn
                     res, sample_ms = self._sample(draw, settings, decision.token_id, ts)
                 return Drawn(res, decision.chosen_by, started, sample_ms)

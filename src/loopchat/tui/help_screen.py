@@ -56,7 +56,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ),
     (
         "1–9 (stopped)",
-        "Pick the candidate of that rank in the panel's list (raw order; a token sampling cut too): recorded as picked by hand",
+        "Pick the candidate of that rank in the panel's list (raw order; a token sampling cut too, but not one a grammar or JSON schema forbids there: refused in one line): recorded as picked by hand",
     ),
     (
         "/ (stopped)",

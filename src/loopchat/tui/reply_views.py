@@ -49,8 +49,14 @@ class ReplyViews:
         self.add(rec, user_text)
         self.transcript.anchor()
 
-    def drop(self, rec: ReplyRecord) -> None:
-        """The turn of a reply withdrawn (its prompt refused, or stopped before its first token)."""
+    def drop(self, rec: ReplyRecord, shown_again: ReplyRecord | None = None) -> None:
+        """The turn of a reply withdrawn (its prompt refused, or stopped before its first token);
+        a version refused (F5, a branch): `shown_again`, the one it was to replace, in its place."""
+        if shown_again is not None:
+            self.clear_selection()
+            self.swap_version(rec, shown_again)
+            self.by_reply.pop(rec, None), self.tails.pop(rec, None)
+            return
         self.transcript.drop_turn(self.by_reply.pop(rec, None), self.prefs, self.session.conversation)
 
     def add_steps(self, due: list[tuple[ReplyRecord, list[Step]]]) -> None:

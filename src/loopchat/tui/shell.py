@@ -328,7 +328,7 @@ class ChatShell(App[int]):
         if u.ready is not None:
             self._model_ready()
         if u.dropped is not None:  # the prompt refused, or stopped before its first token: the turn goes
-            self.replies.drop(u.dropped)
+            self.replies.drop(u.dropped, u.shown_again)  # (a version: the one it replaced comes back)
         if u.restore_prompt:  # before anything typed since: nothing lost, nothing reordered
             draft = self.prompt.value
             self.prompt.value = u.restore_prompt + ("\n" + draft if draft else "")
