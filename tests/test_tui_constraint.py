@@ -169,3 +169,47 @@ async def test_a_forbidden_token_picked_by_hand_is_refused_and_the_reply_and_tur
         await wait_run(pilot)
         second = app.conversation.replies[-1]
         assert second is not first and second.messages[-2].content == text
+
+
+async def set_constraint(pilot, value: str) -> None:
+    """The palette's Constraint…: `value` typed in its field ("" clears it), Enter."""
+    app = pilot.app
+    await palette_pick(pilot, "Constraint")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConstraintDialog), 5, "the constraint dialog")
+    app.screen.query_one("#constraint-input").value = value
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: not isinstance(app.screen, ConstraintDialog), 5, "the dialog to close")
+
+
+async def test_f9_replays_a_reply_under_the_constraint_it_ran_under_not_the_one_set_now(backend, tmp_path) -> None:
+    """F9's replay (same messages, seed and settings: the same tokens) under the reply's own
+    constraint: a JSON reply replayed after the constraint was cleared, a free one after a
+    constraint was set, each gives the same tokens (it said "the same seed drew other tokens")."""
+    app = model_app(backend, tmp_path, seed=6, max_tokens=24, temperature=0.9)
+    async with app.run_test(size=(120, 40)) as pilot:
+        notices = record_notices(app)
+        await wait_for(pilot, app.model_ready.is_set, 30, "the model")
+        await set_constraint(pilot, "json")
+        await pilot.press(*"Describe a cat in JSON.", "enter")
+        await wait_run(pilot)
+        shaped = app.conversation.replies[-1]
+        assert shaped.constraint is not None and all(s.constraint is not None for s in shaped.steps)
+        await set_constraint(pilot, "")
+        assert app.session.constraint is None
+        await pilot.press("f9")
+        await wait_run(pilot)
+        replay = app.conversation.replies[-1]
+        assert replay.replay_of == shaped.number and replay.constraint == shaped.constraint
+        assert [s.token_id for s in replay.steps] == [s.token_id for s in shaped.steps]
+        await pilot.press(*"Now say hi.", "enter")  # a free reply, then a constraint set, F9
+        await wait_run(pilot)
+        free = app.conversation.replies[-1]
+        assert free.constraint is None and free.replay_of is None
+        await set_constraint(pilot, "json")
+        await pilot.press("f9")
+        await wait_run(pilot)
+        again = app.conversation.replies[-1]
+        assert again.replay_of == free.number and again.constraint is None
+        assert all(s.constraint is None for s in again.steps)
+        assert [s.token_id for s in again.steps] == [s.token_id for s in free.steps]
+        assert not any("differs" in n for n in notices), [n for n in notices if "differs" in n]

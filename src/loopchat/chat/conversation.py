@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopchat.constraint import Constraint
 from loopchat.engine.chat_prompt import CHAT, COMPLETION
 from loopchat.event_lines import prefix_text
 from loopchat.events import (
@@ -67,6 +68,9 @@ class ReplyRecord:
     #: the last); `lens_layers`: the model's layer count
     lens_depths: dict[int, int | None] = field(default_factory=dict)
     lens_layers: int = 0
+    #: the grammar or JSON schema it was asked to follow (None: none, or a reply restored from
+    #: the store, which keeps the figures of its constraint and not its source)
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         if self not in self.siblings:  # a new list, or the versions it joins

@@ -15,6 +15,8 @@ gc freeze, settings, step mode), session_events.py (`consume`), and here the req
 
 from __future__ import annotations
 
+from typing import Any
+
 from loopchat.batch import CHAT_N, cells_needed, fit_problem
 from loopchat.chat.batch_replies import BatchIntake
 from loopchat.chat.conversation import BLOCKING, STREAM, Conversation, ReplyRecord
@@ -102,7 +104,7 @@ class ChatSession(EventSession):
         self.conversation.set_aside(old)
         if self.settings.seed is not None:  # reply j draws with the seed + j: move past the old one's
             self.settings = self.settings.replace(seed=(self.settings.seed + 1) % 2**32)
-        kw = {"siblings": old.siblings, "turn_base": old.turn_base}
+        kw: dict[str, Any] = {"siblings": old.siblings, "turn_base": old.turn_base}
         main = self._start(ReplyRequest(old.messages, self.settings, n=n), mode, in_history=True, **kw)
         extras = [
             self.conversation.new_reply(mode, old.messages, in_history=False, hidden=True, **kw) for _ in range(n - 1)
@@ -187,7 +189,12 @@ class ChatSession(EventSession):
         reuse = rec.prefill.reused_tokens if rec.prefill is not None else None
         n = rec.prefix_len
         plan = tuple({s.pass_report.number: s.pass_report.drafted for s in rec.steps if s.pass_report}.items())
-        request = ReplyRequest(rec.messages, rec.start.settings, reuse_at_most=reuse, draft_plan=plan)
+        constraint = rec.constraint  # (the store keeps a reply's constraint figures, not its source: the one set now)
+        if constraint is None and any(s.constraint is not None for s in rec.steps):
+            constraint = self.constraint
+        request = ReplyRequest(
+            rec.messages, rec.start.settings, reuse_at_most=reuse, draft_plan=plan, constraint=constraint
+        )
         branch: dict = {}
         if rec.is_branch:  # the same prefix, the same token picked at its point
             own = rec.own_steps
@@ -197,6 +204,7 @@ class ChatSession(EventSession):
         new = self._start(
             request,
             other,
+            own_constraint=True,
             in_history=False,
             replay_of=rec.replay_of or rec.number,
             turn_base=rec.turn_base,

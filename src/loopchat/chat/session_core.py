@@ -215,17 +215,19 @@ class SessionCore:
         self.pick(token)
         return token
 
-    def _start(self, request: ReplyRequest, mode: str, **kw: object) -> ReplyRecord:
+    def _start(self, request: ReplyRequest, mode: str, *, own_constraint: bool = False, **kw: object) -> ReplyRecord:
         """A new reply record (`kw`: its fields), and its run asked of the backend:
         `request` as the caller built it, streamed unless `mode` is blocking, stopped
-        before its first draw when step mode is armed."""
+        before its first draw when step mode is armed; under the session's constraint unless
+        the request has one, or `own_constraint` (F9's replay: the replayed reply's, or none)."""
         request = request.with_(stream=mode != BLOCKING, step_paused=self.step_armed, watch=self.watch)
         self.stop_lens_depths()  # the reply goes first
-        if self.constraint is not None and request.constraint is None:  # (set in the palette: Constraint…)
+        if self.constraint is not None and request.constraint is None and not own_constraint:  # (palette: Constraint…)
             request = request.with_(constraint=self.constraint)
         if self.read_prompt and request.prompt_logprobs is None:
             request = request.with_(prompt_logprobs=1)
         rec = self.conversation.new_reply(mode, request.messages, **kw)
+        rec.constraint = request.constraint
         rec.started_at = time.monotonic()  # the view's "waiting · 1.2 s" counts from here
         self.current = rec
         self.pending = None

@@ -40,7 +40,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F3", "Streaming ⇄ blocking mode for the next replies"),
     (
         "F9",
-        "Replay the last reply in the other mode (same messages, seed and settings: same tokens; a replay whose tokens differ, from a server that ignores the seed, says so)",
+        "Replay the last reply in the other mode (same messages, seed and settings, and the grammar or JSON schema it followed: same tokens; a replay whose tokens differ, from a server that ignores the seed, says so)",
     ),
     (
         "F10",
