@@ -67,7 +67,10 @@ async def test_shift_f5_writes_n_versions_and_alt_v_shows_where_they_part(backen
         assert f"▶ {parted + 1}" in text and "one sequence:" in text
         # the default model's flash attention is off: the view says what that does to a batched row
         assert first.start.flash_attn == "off"
-        assert "flash attention off: a batched pass's probabilities can differ from one sequence's by ~1e-2" in text
+        assert (
+            "flash attention off: a batched pass's probabilities can differ from one sequence's by a few hundredths"
+            in text
+        )
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, VersionsScreen)

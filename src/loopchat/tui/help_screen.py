@@ -77,7 +77,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ),
     (
         "Alt+V",
-        "The versions of the selected token's reply (else of the last) side by side, pass by pass: each one's token and the probability it was drawn with, from a few passes before they part; at the pass where they part, what each drew, with both probabilities; with flash attention off, that a batched pass's probabilities can differ from one sequence's by ~1e-2 (Esc closes)",
+        "The versions of the selected token's reply (else of the last) side by side, pass by pass: each one's token and the probability it was drawn with, from a few passes before they part; at the pass where they part, what each drew, with both probabilities; with flash attention off, that a batched pass's probabilities can differ from one sequence's by a few hundredths (Esc closes)",
     ),
     (
         "Ctrl+R",

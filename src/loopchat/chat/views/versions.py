@@ -68,7 +68,7 @@ def versions_view(recs: list[ReplyRecord], *, context: int = 3, most: int = 40) 
             BatchPass(median.number, median.size, median.ms, statistics.median(singles) if singles else None)
         )
         if any(r.start is not None and r.start.flash_attn == "off" for r in recs):  # (docs/trace-format.md)
-            batch += "\nflash attention off: a batched pass's probabilities can differ from one sequence's by ~1e-2"
+            batch += "\nflash attention off: a batched pass's probabilities can differ from one sequence's by a few hundredths"
     where = "they never part" if parted is None else f"they part at pass {parted + 1}"
     title = f"{len(recs)} versions of the reply · {where}"
     heads = [f"v{k + 1} (reply {r.number})" for k, r in enumerate(recs)]
