@@ -40,7 +40,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 endif
 WHEEL_DIR := $(HOME)/.cache/loopchat/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOR)
 
-# OpenAI's Node SDK for tests/test_serve_clients.py (its tutorial snippet against `loopchat
+# OpenAI's Node SDK for tests/test_serve_clients.py and test_serve_responses.py (their tutorial snippets against `loopchat
 # serve`): the version pinned in tests/clients/package-lock.json, installed there by npm.
 # Without node/npm the test is skipped and says so (pytest -rs prints the reason).
 NODE_CLIENTS := tests/clients/node_modules/.loopchat-installed
@@ -85,7 +85,7 @@ $(NODE_CLIENTS): tests/clients/package.json tests/clients/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
 		npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error && touch $@; \
 	else \
-		echo "npm not found: OpenAI's Node SDK test (tests/test_serve_clients.py) will be skipped; install Node.js 20+ to run it"; \
+		echo "npm not found: OpenAI's Node SDK tests (tests/test_serve_clients.py, test_serve_responses.py) will be skipped; install Node.js 20+ to run it"; \
 	fi
 
 chromium:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from openai import OpenAI
@@ -81,3 +83,21 @@ class Serve:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def _node_missing() -> str | None:
+    """Why the Node tutorial cannot run here (None: it can)."""
+    if shutil.which("node") is None:
+        return (
+            "node is not installed: OpenAI's Node SDK tutorial against loopchat serve was not run "
+            "(install Node.js 20+, then `make test` installs the SDK)"
+        )
+    if not (Path(__file__).parent / "clients" / "node_modules" / "openai" / "package.json").is_file():
+        return (
+            "OpenAI's Node SDK is not installed in tests/clients/node_modules: `make test` installs it "
+            "(npm ci in tests/clients)"
+        )
+    return None
+
+
+NODE_MISSING = _node_missing()

@@ -34,6 +34,7 @@ COST_S: dict[str, float] = {
     "tests/test_engine.py": 18.4,
     "tests/test_repeats.py": 25.2,
     "tests/test_serve_clients.py": 18.8,
+    "tests/test_serve_responses.py": 8.0,
     "tests/test_history_store.py": 16.7,
     "tests/test_tui_branch.py": 22.2,
     "tests/test_tui_step.py": 20.5,

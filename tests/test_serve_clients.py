@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from serve_process import PY, Serve
+from serve_process import NODE_MISSING, PY, Serve
 
 from loopchat.backends.remote import RemoteBackend
 from loopchat.events import Message, ModelReady, RunDone, Start
@@ -129,24 +129,6 @@ def run_tutorial(server: Serve, argv: list[str]) -> str:
 def test_openai_s_python_tutorial_runs_unchanged(server: Serve) -> None:
     printed = run_tutorial(server, [PY, str(CLIENTS / "tutorial_stream.py")])
     assert printed and printed == reference_text(server, TUTORIAL_MESSAGES)
-
-
-def _node_missing() -> str | None:
-    """Why the Node tutorial cannot run here (None: it can)."""
-    if shutil.which("node") is None:
-        return (
-            "node is not installed: OpenAI's Node SDK tutorial against loopchat serve was not run "
-            "(install Node.js 20+, then `make test` installs the SDK)"
-        )
-    if not (CLIENTS / "node_modules" / "openai" / "package.json").is_file():
-        return (
-            "OpenAI's Node SDK is not installed in tests/clients/node_modules: `make test` installs it "
-            "(npm ci in tests/clients)"
-        )
-    return None
-
-
-NODE_MISSING = _node_missing()
 
 
 @pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")

@@ -39,11 +39,20 @@ from loopchat.events import RunDone, WorkerError
 from loopchat.serve.event_stream import EventStream
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat, parse_completion, parse_json
+from loopchat.serve.responses_api import parse_responses
+from loopchat.serve.responses_wire import ResponsesSerializer
 from loopchat.settings import SamplingSettings
 from loopchat.wire import WireSerializer, error_body
 from loopchat.wire_batch import BatchSerializer, serializer_for
 
-ENDPOINTS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health"
+#: each endpoint's parser, and the parameter a prompt too long for the context is said of
+_PARSERS = {
+    "chat": (parse_chat, "messages"),
+    "completion": (parse_completion, "prompt"),
+    "responses": (parse_responses, "input"),
+}
+
+ENDPOINTS = "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/models and GET /health"
 
 
 @dataclass(frozen=True)
@@ -135,14 +144,15 @@ class _Routes:
         line(request, 401, message)
         return _error(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    async def generate(self, request: Request, chat: bool) -> Response:
+    async def generate(self, request: Request, kind: str) -> Response:
         loop, model, line = self.loop, self.model, self.line
         refusal = self.denied(request)
         if refusal is not None:
             return refusal
+        parse, param = _PARSERS[kind]
         try:
             body = parse_json(await request.body())
-            req = (parse_chat if chat else parse_completion)(body, model.sampling)
+            req = parse(body, model.sampling)
             model.check(req.model)
         except RequestError as exc:
             line(request, exc.status, f"{exc.type}: {exc.message}")
@@ -161,10 +171,14 @@ class _Routes:
         if gone.done():
             loop.cancel(run)
         gone.add_done_callback(client_left)
-        serializer = serializer_for(model.id, req.wire, req.reply.n)  # (n > 1: a choice per reply of a batch)
+        serializer: Serializer = (  # (n > 1: a choice per reply of a batch)
+            ResponsesSerializer(model.id, req.wire)
+            if kind == "responses"
+            else serializer_for(model.id, req.wire, req.reply.n)
+        )
         if not req.wire.stream:
             try:
-                return await _blocking(run, serializer, chat)
+                return await _blocking(run, serializer, param)
             finally:
                 gone.remove_done_callback(client_left)
                 gone.cancel()
@@ -176,7 +190,7 @@ class _Routes:
             gone.remove_done_callback(client_left)
             gone.cancel()
             await _until_done(run)
-            return _worker_error(first, chat)
+            return _worker_error(first, param)
         return EventStream(loop, run, serializer, first, gone)  # (`gone` still cancels the run)
 
     async def take_turn(
@@ -217,10 +231,13 @@ class _Routes:
             return _error(503, message, "server_error", code="shutting_down")
 
     async def chat_completions(self, request: Request) -> Response:
-        return await self.generate(request, chat=True)
+        return await self.generate(request, "chat")
 
     async def completions(self, request: Request) -> Response:
-        return await self.generate(request, chat=False)
+        return await self.generate(request, "completion")
+
+    async def responses(self, request: Request) -> Response:
+        return await self.generate(request, "responses")
 
     async def list_models(self, request: Request) -> Response:
         refusal = self.denied(request)
@@ -292,6 +309,7 @@ def create_app(
         routes=[
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/responses", routes.responses, methods=["POST"]),
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", routes.get_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
@@ -301,7 +319,10 @@ def create_app(
     )
 
 
-async def _blocking(run: Run, serializer: WireSerializer | BatchSerializer, chat: bool) -> Response:
+Serializer = WireSerializer | BatchSerializer | ResponsesSerializer
+
+
+async def _blocking(run: Run, serializer: Serializer, param: str) -> Response:
     error: WorkerError | None = None
     while True:
         event = await run.events.get()
@@ -312,7 +333,7 @@ async def _blocking(run: Run, serializer: WireSerializer | BatchSerializer, chat
         else:
             serializer.feed(event)
     if error is not None:
-        return _worker_error(error, chat)
+        return _worker_error(error, param)
     if not serializer.done:  # pragma: no cover - a run ends with a Finish or an error
         return _error(500, "the engine ended the run without a reply; this is a bug: please report it", "server_error")
     return JSONResponse(serializer.body(), status_code=500 if serializer.error else 200)
@@ -323,11 +344,11 @@ async def _until_done(run: Run) -> None:
         pass
 
 
-def _worker_error(error: WorkerError, chat: bool) -> JSONResponse:
+def _worker_error(error: WorkerError, param: str) -> JSONResponse:
     if error.internal:
         return _error(500, error.message, "server_error", code="internal_error")
     if error.context_overflow:  # OpenAI's code for it, naming what was too long
-        return _error(400, error.message, param="messages" if chat else "prompt", code="context_length_exceeded")
+        return _error(400, error.message, param=param, code="context_length_exceeded")
     return _error(400, error.message, code="invalid_prompt")
 
 

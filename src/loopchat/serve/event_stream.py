@@ -29,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from loopchat.events import RunDone, WorkerError
 from loopchat.serve.loop import OneLoop, Run
+from loopchat.serve.responses_wire import ResponsesSerializer
 from loopchat.wire import DONE_LINE, WireSerializer, error_body, sse_line
 from loopchat.wire_batch import BatchSerializer
 
@@ -45,7 +46,7 @@ class EventStream(Response):
         self,
         loop: OneLoop,
         run: Run,
-        serializer: WireSerializer | BatchSerializer,
+        serializer: WireSerializer | BatchSerializer | ResponsesSerializer,
         first: Any,
         gone: asyncio.Future[None],
     ) -> None:

@@ -1,0 +1,120 @@
+"""`POST /v1/responses` (OpenAI's Responses API): its body read as the chat request it asks for.
+
+`input` (a string: one user message; or a list of messages, `{"role", "content"}` with the
+content a string or a list of `input_text` / `output_text` parts), `instructions` (a system
+message before them), `max_output_tokens`, `temperature`, `top_p`, `stream`, and
+`text.format` (`{"type": "json_schema", "name", "schema", "strict"}` or `{"type":
+"json_object"}`: the reply follows it, as `response_format` does on the chat endpoint) become
+the chat request `requests.parse_chat` reads, with loopchat's own keys (top_k, seed, the
+`loopchat` extension, ...) passed through. What the server cannot do is one line, a 400:
+tools, `previous_response_id` and `conversation` (nothing is stored: send the whole
+conversation in `input`), parts that are not text, `n`. `store`, `metadata`, `user`,
+`truncation`, `service_tier`, `reasoning` and `parallel_tool_calls` are taken and change
+nothing (the model does not reason; no response is kept).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat
+from loopchat.settings import SamplingSettings
+
+#: keys of a Responses body that have no chat counterpart and change nothing here
+_TAKEN = ("store", "metadata", "user", "truncation", "service_tier", "reasoning", "parallel_tool_calls", "include")
+#: keys of a Responses body read here, not passed on as chat keys
+_READ = ("input", "instructions", "max_output_tokens", "text", "previous_response_id", "conversation", "prompt")
+_TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationRequest:
+    """A /v1/responses body, as the chat request it asks for (RequestError: one line)."""
+    for key in ("previous_response_id", "conversation"):
+        if body.get(key) is not None:
+            raise _refused(
+                key, f"{key} is not supported: loopchat serve keeps no responses; send the whole conversation in input"
+            )
+    if body.get("prompt") is not None:
+        raise _refused(
+            "prompt", "prompt (a stored prompt template) is not supported: send the text in input and instructions"
+        )
+    if body.get("n") not in (None, 1):
+        raise _refused("n", "n is not a Responses API parameter: /v1/chat/completions writes n choices in one batch")
+    include = body.get("include")
+    if include:
+        raise _refused(
+            "include", f"include is not supported (got {include!r}): loopchat's own records come in the loopchat key"
+        )
+    chat = {k: v for k, v in body.items() if k not in _TAKEN and k not in _READ}
+    messages = _messages(body.get("input"))
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise RequestError("instructions must be a string (a system message)", param="instructions")
+        messages.insert(0, {"role": "system", "content": instructions})
+    chat["messages"] = messages
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    fmt = _format(body.get("text"))
+    if fmt is not None:
+        chat["response_format"] = fmt
+    try:
+        return parse_chat(chat, base)
+    except RequestError as exc:  # (the chat's names for what the body calls otherwise)
+        if exc.param == "max_tokens":
+            exc.param, exc.message = "max_output_tokens", exc.message.replace("max_tokens", "max_output_tokens")
+        raise
+
+
+def _refused(key: str, message: str) -> RequestError:
+    return RequestError(message, param=key, code="unsupported_parameter")
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise RequestError(
+            'input must be a string or a non-empty list of {"role": ..., "content": ...} messages', param="input"
+        )
+    out = []
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        if not isinstance(item, dict) or item.get("type", "message") != "message":
+            kind = item.get("type") if isinstance(item, dict) else type(item).__name__
+            raise RequestError(
+                f"{where}: only messages are supported (no tool calls or their outputs), got {kind!r}", param=where
+            )
+        content = item.get("content")
+        if isinstance(content, list):
+            content = [_text_part(part, f"{where}.content[{j}]") for j, part in enumerate(content)]
+        out.append({"role": item.get("role"), "content": content})
+    return out
+
+
+def _text_part(part: Any, where: str) -> dict[str, Any]:
+    if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS or not isinstance(part.get("text"), str):
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        raise RequestError(f'{where}: only text is supported (parts of type "input_text"), got {kind!r}', param=where)
+    return {"type": "text", "text": part["text"]}
+
+
+def _format(text: Any) -> dict[str, Any] | None:
+    """`text.format` as the chat's response_format (None: plain text)."""
+    if text is None:
+        return None
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_schema", "json_object"):
+        raise RequestError(
+            'text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "schema": {...}}',
+            param="text.format",
+        )
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+__all__ = ["parse_responses"]

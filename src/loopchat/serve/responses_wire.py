@@ -1,0 +1,171 @@
+"""OpenAI's Responses API on the wire (`POST /v1/responses`): one generation's events as the
+response object, or as its stream of typed events.
+
+The OpenAI SDKs' first example is `client.responses.create(model=..., input=...)` and
+`response.output_text`; streamed, `for event in stream: if event.type ==
+"response.output_text.delta": ...`. A reply is one output item, a message with one
+`output_text` part. The stream is OpenAI's sequence of events, each an SSE `event:` line and
+its JSON (`type` and `sequence_number` in every one): `response.created`,
+`response.in_progress`, `response.output_item.added`, `response.content_part.added`, a
+`response.output_text.delta` per token that releases text, `response.output_text.done`,
+`response.content_part.done`, `response.output_item.done`, then `response.completed` (or
+`response.incomplete`, reason `max_output_tokens`, where max_output_tokens cut the reply). A
+reply that fails after the stream started ends with an `error` event and `response.failed`.
+
+loopchat's extension rides as in chat chunks: with `loopchat` on (the default), each delta
+event carries the `loopchat` object of the events since the previous one (start, prefill,
+the step), and the finished response the list of every event (`loopchat.events`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+from typing import Any
+
+from loopchat.event_json import to_json_dict
+from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step
+from loopchat.wire import EXTENSION_KEY, WireOptions, new_id
+
+
+def event_line(obj: dict[str, Any]) -> str:
+    """One Responses stream event as SSE: its type on the `event:` line, its JSON as data."""
+    return f"event: {obj['type']}\ndata: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+class ResponsesSerializer:
+    """`feed(event)`: the stream events that event makes (none, one or several); `lines(event)`
+    the same as SSE text; after the Finish, `body()` is the response object and `done` is True
+    (`error` set where the reply failed: `body()` is then OpenAI's error shape)."""
+
+    def __init__(self, model: str, options: WireOptions, *, created: int | None = None) -> None:
+        self.model, self.options = model, options
+        self.id, self.item_id = new_id("resp"), new_id("msg")
+        self.created = int(time.time()) if created is None else created
+        self.done = False
+        self.error: str | None = None
+        self._seq = 0
+        self._text: list[str] = []
+        self._pending: dict[str, Any] = {}  # extension items waiting for the next delta
+        self._events: list[dict[str, Any]] = []  # every event, for the body's extension
+        self._finish: Finish | None = None
+        self._prefill: Prefill | None = None
+
+    def lines(self, event: Event) -> list[str]:
+        return [event_line(e) for e in self.feed(event)]
+
+    def feed(self, event: Event) -> list[dict[str, Any]]:
+        if isinstance(event, Start) and not self.options.prompt:  # (the client has its input)
+            event = replace(event, messages=(), prompt_text=None, prompt_token_ids=None, prompt_token_texts=())
+        data: Any = to_json_dict(event) if self.options.extension else None
+        if isinstance(data, dict) and isinstance(event, Start):
+            data["model_path"] = event.model_path and os.path.basename(event.model_path)
+        if data is not None:
+            if not self.options.stream:
+                self._events.append(data)
+            self._pending[data["kind"]] = data
+        if isinstance(event, Start):
+            item = self._item("in_progress", None)
+            return [
+                self._event("response.created", response=self._response("in_progress")),
+                self._event("response.in_progress", response=self._response("in_progress")),
+                self._event("response.output_item.added", output_index=0, item=item),
+                self._event("response.content_part.added", **self._where(), part=_part("")),
+            ]
+        if isinstance(event, Prefill):
+            self._prefill = event
+        if isinstance(event, Step) and event.text:
+            self._text.append(event.text)
+            delta = self._event("response.output_text.delta", **self._where(), delta=event.text, logprobs=[])
+            if self._pending:
+                delta[EXTENSION_KEY], self._pending = self._pending, {}
+            return [delta]
+        if isinstance(event, Finish):
+            return self._finished(event)
+        return []
+
+    def _finished(self, finish: Finish) -> list[dict[str, Any]]:
+        self.done, self._finish = True, finish
+        if finish.reason is FinishReason.ERROR:
+            self.error = finish.error or "generation failed"
+            return [
+                self._event("error", code="generation_error", message=self.error, param=None),
+                self._event("response.failed", response=self._response("failed")),
+            ]
+        text, status = "".join(self._text), _status(finish)
+        done = self._event("response.output_text.done", **self._where(), text=text, logprobs=[])
+        if self._pending:
+            done[EXTENSION_KEY], self._pending = self._pending, {}
+        return [
+            done,
+            self._event("response.content_part.done", **self._where(), part=_part(text)),
+            self._event("response.output_item.done", output_index=0, item=self._item("completed", text)),
+            self._event(f"response.{status}", response=self._response(status)),
+        ]
+
+    def body(self) -> dict[str, Any]:
+        """The response object, after the Finish (OpenAI's error shape where the reply failed)."""
+        if self._finish is None:
+            raise RuntimeError("body() before the generation finished")
+        if self.error is not None:
+            return {"error": {"message": self.error, "type": "server_error", "param": None, "code": "generation_error"}}
+        obj = self._response(_status(self._finish))
+        if self.options.extension:
+            obj[EXTENSION_KEY] = {"events": self._events}
+        return obj
+
+    # ---- the objects ------------------------------------------------------------------
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        obj = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return obj
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+
+    def _item(self, status: str, text: str | None) -> dict[str, Any]:
+        content = [] if text is None else [_part(text)]
+        return {"id": self.item_id, "type": "message", "status": status, "role": "assistant", "content": content}
+
+    def _response(self, status: str) -> dict[str, Any]:
+        finish = self._finish
+        output = [] if finish is None or status == "failed" else [self._item("completed", "".join(self._text))]
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "model": self.model,
+            "output": output,
+            "error": {"code": "server_error", "message": self.error} if self.error is not None else None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "parallel_tool_calls": False,
+            "tool_choice": "none",
+            "tools": [],
+            "usage": self._usage(finish) if finish is not None and status != "failed" else None,
+        }
+
+    def _usage(self, finish: Finish) -> dict[str, Any]:
+        prompt, completion = finish.prompt_tokens or 0, finish.completion_tokens or 0
+        cached = self._prefill.reused_tokens if self._prefill is not None else 0
+        return {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        }
+
+
+def _part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _status(finish: Finish) -> str:
+    """completed, or incomplete where max_output_tokens cut the reply."""
+    return "incomplete" if finish.reason is FinishReason.LENGTH else "completed"
+
+
+__all__ = ["ResponsesSerializer", "event_line"]

@@ -1,0 +1,208 @@
+"""`POST /v1/responses` on `loopchat serve`: OpenAI's Responses API, the SDKs' first example.
+
+A real server in a child process (serve_process.Serve, the model's seed pinned in its
+models.toml); OpenAI's quickstart snippets (tests/clients/tutorial_responses.*) run unchanged
+as their own processes with only OPENAI_BASE_URL and OPENAI_API_KEY set; the Python SDK's
+create, stream, parse and stream helper; the raw events and the `loopchat` extension; what
+the server cannot do is a 400 in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from pydantic import BaseModel
+from serve_process import NODE_MISSING, PY, Serve
+
+from loopchat.events import Finish, Step
+from loopchat.wire import extension_events
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+KEY = "test-" + secrets.token_hex(8)
+SERVED = "tiny"
+CLIENTS = Path(__file__).parent / "clients"
+QUICKSTART = "Write a one-sentence bedtime story about a unicorn."  # the snippets' own input
+CONFIG = f"""default = "{SERVED}"
+[models.{SERVED}]
+builtin = "smollm2-135m-instruct"
+threads = 1
+[models.{SERVED}.sampling]
+seed = 7
+max_tokens = 40
+"""
+STREAM_ORDER = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+]
+STREAM_END = [
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    config = tmp_path_factory.mktemp("serve-responses") / "models.toml"
+    config.write_text(CONFIG, encoding="utf-8")
+    s = Serve("--config", str(config), env={"LOOPCHAT_API_KEY": KEY})
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def chat_text(server: Serve, messages: list[dict[str, str]], **more: object) -> str:
+    """The chat endpoint's reply to `messages` at the served settings, its prompt evaluated whole."""
+    body = {"messages": messages, "cache_prompt": False, "loopchat": False, **more}
+    r = httpx.post(server.url + "/v1/chat/completions", headers=_auth(), timeout=120, json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]["content"]
+
+
+def _auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEY}"}
+
+
+def _quickstart(server: Serve, argv: list[str]) -> str:
+    """The quickstart snippet as its own process against `server`; what it printed."""
+    env = {"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": KEY}
+    mark = len(server.err)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = server.wait_for(r"POST /v1/responses (\d+) · (.*)", start=mark)
+    assert line.group(1) == "200" and line.group(2).startswith("blocking ·"), line.group(0)
+    return done.stdout
+
+
+def test_openai_s_python_quickstart_runs_unchanged(server: Serve) -> None:
+    printed = _quickstart(server, [PY, str(CLIENTS / "tutorial_responses.py")])
+    expected = chat_text(server, [{"role": "user", "content": QUICKSTART}])
+    assert printed.strip() and printed == expected + "\n"
+
+
+@pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")
+def test_openai_s_node_quickstart_runs_unchanged(server: Serve) -> None:
+    printed = _quickstart(server, [shutil.which("node") or "node", str(CLIENTS / "tutorial_responses.mjs")])
+    expected = chat_text(server, [{"role": "user", "content": QUICKSTART}])
+    assert printed.strip() and printed == expected + "\n"
+
+
+def test_a_stream_is_openai_s_events_in_order_and_its_text_the_reply(server: Serve) -> None:
+    client = server.client(KEY)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    expected = chat_text(server, messages, seed=3, max_tokens=160)
+    events = list(
+        client.responses.create(
+            model="gpt-5",
+            instructions="Be brief.",
+            input=[{"role": "user", "content": [{"type": "input_text", "text": "Name a colour."}]}],
+            stream=True,
+            max_output_tokens=160,
+            extra_body={"seed": 3, "cache_prompt": False},
+        )
+    )
+    kinds = [e.type for e in events]
+    assert kinds[:4] == STREAM_ORDER and kinds[-4:] == [*STREAM_END, "response.completed"]
+    assert set(kinds[4:-4]) == {"response.output_text.delta"}
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    final = events[-1].response
+    assert deltas == expected == final.output_text and final.status == "completed"
+    assert events[-4].text == expected and final.usage.output_tokens > 0 and final.usage.input_tokens > 10
+    # max_output_tokens: the reply cut, said as OpenAI says it
+    cut = client.responses.create(model="m", input="Tell me a long story.", max_output_tokens=5, stream=True)
+    last = list(cut)[-1]
+    assert last.type == "response.incomplete" and last.response.status == "incomplete"
+    assert last.response.incomplete_details.reason == "max_output_tokens" and last.response.usage.output_tokens == 5
+
+
+class Cat(BaseModel):
+    name: str
+    age: int
+
+
+def test_parse_and_the_stream_helper_return_what_the_sdk_promises(server: Serve) -> None:
+    client = server.client(KEY)
+    parsed = client.responses.parse(model="m", input="A cat as JSON.", text_format=Cat, max_output_tokens=60)
+    assert isinstance(parsed.output_parsed, Cat) and parsed.status == "completed"
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "name": "count", "schema": schema, "strict": True}
+    shaped = client.responses.create(model="m", input="A number as JSON.", text={"format": fmt}, max_output_tokens=30)
+    assert shaped.status == "completed" and set(json.loads(shaped.output_text)) == {"n"}
+    cut = client.responses.create(
+        model="m", input="Any JSON.", text={"format": {"type": "json_object"}}, max_output_tokens=3
+    )
+    assert cut.output_text.startswith("{") and cut.status == "incomplete"  # (a JSON object starts with its brace)
+    with client.responses.stream(model="m", input="Count to three.", max_output_tokens=200) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert deltas and "".join(deltas) == final.output_text
+
+
+def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> None:
+    body = {"input": "Name a fruit.", "max_output_tokens": 8, "seed": 5}
+    r = httpx.post(server.url + "/v1/responses", headers=_auth(), timeout=120, json=body)
+    assert r.status_code == 200, r.text
+    obj = r.json()
+    assert obj["object"] == "response" and obj["model"] == SERVED
+    events = extension_events(obj)
+    steps = [e for e in events if isinstance(e, Step)]
+    finish = next(e for e in events if isinstance(e, Finish))
+    text = obj["output"][0]["content"][0]["text"]
+    assert "".join(s.text for s in steps) == text == finish.text and obj["usage"]["output_tokens"] == len(steps)
+    # streamed: each delta carries the step that released its text
+    with httpx.stream(
+        "POST", server.url + "/v1/responses", headers=_auth(), timeout=120, json={**body, "stream": True}
+    ) as s:
+        raw = s.read().decode()
+    blocks = [b for b in raw.split("\n\n") if b.startswith("event: ")]
+    data = [json.loads(b.split("\ndata: ", 1)[1]) for b in blocks]
+    assert all(b.split("\n", 1)[0] == f"event: {d['type']}" for b, d in zip(blocks, data, strict=True))
+    deltas = [d for d in data if d["type"] == "response.output_text.delta"]
+    assert deltas and all(d["loopchat"]["step"]["text"] == d["delta"] for d in deltas)
+    assert "".join(d["delta"] for d in deltas) == text  # the same seed: the same reply
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "says"),
+    [
+        ({"input": "Hi", "tools": [{"type": "function", "name": "f"}]}, "tools", "no tool or function calling"),
+        ({"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id", "send the whole conversation"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0]",
+            "only text",
+        ),
+        ({"input": [{"type": "function_call_output", "output": "1"}]}, "input[0]", "only messages"),
+        ({"input": "Hi", "text": {"format": {"type": "xml"}}}, "text.format", '{"type": "json_schema"'),
+        ({"input": "Hi", "include": ["message.output_text.logprobs"]}, "include", "in the loopchat key"),
+        ({"input": "Hi", "max_output_tokens": -1}, "max_output_tokens", "max_output_tokens"),
+        ({}, "input", "input must be a string"),
+    ],
+)
+def test_what_it_cannot_do_is_a_400_in_one_line(server: Serve, body: dict, param: str, says: str) -> None:
+    r = httpx.post(server.url + "/v1/responses", headers=_auth(), timeout=60, json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and says in error["message"] and "\n" not in error["message"], error
+    if body:  # the SDK raises it as OpenAI's own 400
+        with pytest.raises(openai.BadRequestError) as info:
+            server.client(KEY).responses.create(model="m", **body)
+        assert info.value.status_code == 400 and says in info.value.message
