@@ -54,7 +54,7 @@ COST_S: dict[str, float] = {
     "tests/test_watch.py": 5.9,
     "tests/test_history_crash.py": 5.5,
     "tests/test_seed.py": 5.3,
-    "tests/test_tui_constraint.py": 5.0,
+    "tests/test_tui_constraint.py": 14.0,
     "tests/test_waterfall.py": 4.4,
     "tests/test_remote_seed.py": 4.2,
     "tests/test_shared_run.py": 4.1,

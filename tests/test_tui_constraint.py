@@ -194,6 +194,14 @@ async def test_f9_replays_a_reply_under_the_constraint_it_ran_under_not_the_one_
         await wait_run(pilot)
         shaped = app.conversation.replies[-1]
         assert shaped.constraint is not None and all(s.constraint is not None for s in shaped.steps)
+        await pilot.press("shift+f5")  # four versions in one batch: each knows the constraint it ran under
+        await wait_for(
+            pilot, lambda: len(shaped.siblings) == 5 and all(r.done for r in shaped.siblings), 120, "the batch"
+        )
+        assert all(r.constraint == shaped.constraint for r in shaped.siblings)
+        await pilot.press("alt+pageup")  # back from the batch's first (version 2) to the first version
+        await pilot.pause()
+        assert app.conversation.last_in_history() is shaped
         await set_constraint(pilot, "")
         assert app.session.constraint is None
         await pilot.press("f9")

@@ -110,7 +110,7 @@ class ChatSession(EventSession):
             self.conversation.new_reply(mode, old.messages, in_history=False, hidden=True, **kw) for _ in range(n - 1)
         ]
         for rec in extras:
-            rec.run_id, rec.started_at = main.run_id, main.started_at
+            rec.run_id, rec.started_at, rec.constraint = main.run_id, main.started_at, main.constraint
         old.replaced_by = main.number
         self.batch = BatchIntake(self.conversation, main, extras)
         return old, main, extras
