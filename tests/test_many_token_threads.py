@@ -125,3 +125,48 @@ def test_a_program_started_mid_batch_takes_the_batch_to_fewer_threads(model_path
                     engine.cancel()
     assert set(before) == {chosen}
     assert after and after[-1] == chosen - 1, f"the batch stayed at {chosen} threads beside a CPU-bound process"
+
+
+def chose_one(two_ms: float) -> ThreadTuner:
+    """A tuner on 2 cores whose first measurement chose 1 thread (10 ms a pass) over 2 (`two_ms`),
+    then sampled the other programs idle."""
+    tuner = ThreadTuner(2)
+    while tuner.probing:
+        tuner.observe(10.0 if tuner.threads == 1 else two_ms)
+    assert tuner.threads == 1
+    tuner.note_others(0.05)
+    return tuner
+
+
+def test_where_more_threads_tied_on_single_passes_a_many_token_pass_takes_them() -> None:
+    """Single-token passes are memory-bound: 2 threads within `tie` (10%) of 1 is a tie, and a
+    pass of many tokens (compute-bound) then runs at 2 while the others are idle; where 2 threads
+    were clearly slower (a core another program holds), or the others are busy, at the count in force."""
+    tied = chose_one(10.6)
+    assert tied.many == 2 and tied.many_threads == 2
+    assert AutoThreads(Calls(), threading.Event(), lambda: False, tied).prefill_threads() == 2  # type: ignore[arg-type]
+    slower = chose_one(15.0)
+    assert slower.many == 1 and slower.many_threads == 1
+    assert AutoThreads(Calls(), threading.Event(), lambda: False, slower).prefill_threads() == 1  # type: ignore[arg-type]
+    busy = chose_one(10.6)
+    busy.note_others(0.9)  # (the first sample after the choice: the base it compares with, no probe)
+    assert not busy.probing and busy.many == 2 and busy.many_threads == 1
+    unseen = ThreadTuner(2)
+    while unseen.probing:
+        unseen.observe(10.0 if unseen.threads == 1 else 10.6)
+    assert unseen.many == 2 and unseen.many_threads == 1  # (the others not sampled yet: the count in force)
+
+
+@pytest.mark.model
+def test_a_batch_runs_at_the_tied_count_and_single_passes_at_the_chosen_one(model_path: Path, tmp_path: Path) -> None:
+    tuner = chose_one(10.6)
+    tuner.__class__ = Frozen
+    with Engine(model_path, n_ctx=2048, log_path=tmp_path / "llama.log", thread_tuner=tuner) as engine:
+        settings = SamplingSettings(max_tokens=10, seed=1, temperature=0.8)
+        events = list(engine.generate([Message("user", "Name a colour.")], settings, n=4, ignore_eos=True))
+        start = next(e for e in events if isinstance(e, Start))
+        steps = [e for e in events if isinstance(e, Step)]
+        assert start.threads == 2  # the prefill's count
+        assert [s for s in steps if s.batch is not None] and {s.threads for s in steps if s.batch is not None} == {2}
+        alone = [e for e in engine.generate([Message("user", "Name a colour.")], settings) if isinstance(e, Step)]
+        assert {s.threads for s in alone[1:]} == {1}  # single-token passes: the count chosen

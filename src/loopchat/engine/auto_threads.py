@@ -49,7 +49,8 @@ class AutoThreads:
 
     def prefill_threads(self, watch: bool = False) -> int:
         """The count for a pass of many tokens (a prompt's prefill, a pass of several
-        sequences), set: the count in force; while a probe runs, the fewer of the count it
+        sequences), set: the count in force, or more where more tied with it on single passes
+        and the others are idle (ThreadTuner.many_threads); while a probe runs, the fewer of the count it
         measures and the best measured so far (such a pass is not guarded, nor a probe's
         measure: at a count not yet measured it could stall for seconds). Not the fewer-
         thread count that guards the one in force (ThreadTuner.safe() outside a probe):
@@ -60,7 +61,8 @@ class AutoThreads:
         CPU started runs, such a pass takes one thread fewer (a batch cannot finish it)."""
         if watch:
             self._watch_others(time.perf_counter())
-        n, safe = self.tuner.threads, self.tuner.safe() if self.tuner.probing else None
+        t = self.tuner
+        n, safe = (t.threads, t.safe()) if t.probing else (t.many_threads, None)
         n = n if safe is None else min(n, safe)
         if self.tuner.probing and self.tuner.busier:  # (a batch never feeds the probe: it would keep the count)
             n = max(1, n - 1)

@@ -92,6 +92,7 @@ class ThreadTuner:
         recheck_ms: float = 10_000.0,
         budget: float = 0.02,
         max_recheck_ms: float = 120_000.0,
+        tie: float = 0.10,
     ) -> None:
         self.max = max(1, max_threads)
         self.probe_passes = probe_passes
@@ -107,6 +108,12 @@ class ThreadTuner:
         self._others_skip = 0  # samples to skip after a choice (they may span the probe)
         #: a probe runs because other programs' CPU rose: a pass it cannot measure (a batch's) takes fewer threads
         self.busier = False
+        #: the count for a pass of many tokens (a prefill, a batch of sequences), once chosen: the
+        #: largest count measured whose single-token pass took at most `tie` more than the best's
+        #: (a tie on memory-bound single passes; compute-bound passes of many tokens gain from the
+        #: cores), else the count chosen (docs/models.md, "threads")
+        self.many = self.max
+        self.tie = tie
         self._lived: dict[int, tuple[float, int]] = {}  # count -> (ms, passes) run as the choice
         self._period = (0.0, 0)  # (ms, passes) run under the current choice
         self.threads = self.max
@@ -133,6 +140,13 @@ class ThreadTuner:
     @property
     def probing(self) -> bool:
         return self._results is not None
+
+    @property
+    def many_threads(self) -> int:
+        """The count for a pass of many tokens outside a probe: `many` while the other programs
+        used less than half a core at the last sample (none yet: the count in force)."""
+        seen = self._others_seen
+        return self.many if seen is not None and seen < 0.5 else self.threads
 
     @property
     def others_base(self) -> float | None:
@@ -328,6 +342,8 @@ class ThreadTuner:
             self._recheck_after = self.recheck_ms
         below = [n for n in r if n < best and n not in self._cut]
         self._fallback = (max(below), r[max(below)]) if below else None
+        tied = [n for n in r if n > best and n not in self._cut and r[n] <= (1 + self.tie) * r[best]]
+        self.many = max(tied, default=best)
         self._results = None
         self.busier = False
         self._others_at_choice = None  # the second sample from now, all of it under this choice
