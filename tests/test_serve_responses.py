@@ -126,6 +126,9 @@ def test_a_stream_is_openai_s_events_in_order_and_its_text_the_reply(server: Ser
     last = list(cut)[-1]
     assert last.type == "response.incomplete" and last.response.status == "incomplete"
     assert last.response.incomplete_details.reason == "max_output_tokens" and last.response.usage.output_tokens == 5
+    assert last.response.output[0].status == "incomplete" and last.response.id.startswith("resp_")
+    # tool_choice "auto" (the API's default) with no tools: no tool is chosen, nothing to refuse
+    assert client.responses.create(model="m", input="Hi", tool_choice="auto", max_output_tokens=2).output_text
 
 
 class Cat(BaseModel):

@@ -46,6 +46,8 @@ def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationR
             "include", f"include is not supported (got {include!r}): loopchat's own records come in the loopchat key"
         )
     chat = {k: v for k, v in body.items() if k not in _TAKEN and k not in _READ}
+    if chat.get("tool_choice") == "auto" and not chat.get("tools"):
+        del chat["tool_choice"]  # (the Responses API's default: with no tools, no tool is chosen)
     messages = _messages(body.get("input"))
     instructions = body.get("instructions")
     if instructions is not None:

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from dataclasses import replace
 from typing import Any
 
 from loopchat.event_json import to_json_dict
 from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step
-from loopchat.wire import EXTENSION_KEY, WireOptions, new_id
+from loopchat.wire import EXTENSION_KEY, WireOptions
 
 
 def event_line(obj: dict[str, Any]) -> str:
@@ -42,7 +43,7 @@ class ResponsesSerializer:
 
     def __init__(self, model: str, options: WireOptions, *, created: int | None = None) -> None:
         self.model, self.options = model, options
-        self.id, self.item_id = new_id("resp"), new_id("msg")
+        self.id, self.item_id = f"resp_{secrets.token_hex(24)}", f"msg_{secrets.token_hex(24)}"  # (OpenAI's shape)
         self.created = int(time.time()) if created is None else created
         self.done = False
         self.error: str | None = None
@@ -101,7 +102,7 @@ class ResponsesSerializer:
         return [
             done,
             self._event("response.content_part.done", **self._where(), part=_part(text)),
-            self._event("response.output_item.done", output_index=0, item=self._item("completed", text)),
+            self._event("response.output_item.done", output_index=0, item=self._item(_item_status(status), text)),
             self._event(f"response.{status}", response=self._response(status)),
         ]
 
@@ -131,7 +132,7 @@ class ResponsesSerializer:
 
     def _response(self, status: str) -> dict[str, Any]:
         finish = self._finish
-        output = [] if finish is None or status == "failed" else [self._item("completed", "".join(self._text))]
+        output = [] if finish is None or status == "failed" else [self._item(_item_status(status), "".join(self._text))]
         return {
             "id": self.id,
             "object": "response",
@@ -161,6 +162,11 @@ class ResponsesSerializer:
 
 def _part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _item_status(status: str) -> str:
+    """The message item's status: incomplete in a response cut by max_output_tokens, as OpenAI's."""
+    return "incomplete" if status == "incomplete" else "completed"
 
 
 def _status(finish: Finish) -> str:
