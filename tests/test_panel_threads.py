@@ -54,6 +54,17 @@ def _lines(view: PanelView, caches: PanelCaches):
     return lines_to_text(panel_lines(view, caches))
 
 
+def test_a_pass_of_many_tokens_says_so_beside_its_count() -> None:
+    """A batched pass (or a prefill's) may run at more threads than single passes chose
+    (docs/models.md, "threads"): its row says it is a pass of many tokens."""
+    from loopchat.batch import BatchPass
+
+    r = record()
+    batched = dataclasses.replace(r.steps[10], batch=BatchPass(3, 4, 20.0, 10.0), forward_tokens=4)
+    assert f"threads     2 auto (a pass of many tokens) · {KEPT}, pass 10" in text(r, batched, pinned=True)
+    assert "threads     2 auto · " in text(r, r.steps[10], pinned=True)
+
+
 def test_the_last_change_and_its_reason() -> None:
     r = record()
     last = text(r, r.steps[-1], pinned=False)

@@ -226,9 +226,15 @@ def threads_row(s: Step, r: ReplyRecord, index: ReplyIndex, compact: bool) -> Pi
     if r.start is None or not r.start.threads_auto:
         return [(f"{s.threads}", NONE), (" pinned", LABEL)]
     note = index.threads_reason(s.index)
+    many = s.batch is not None or (s.forward_tokens or 1) > 1  # (its own count: docs/models.md, "threads")
     out: Pieces = [
         (f"{s.threads}", NONE),
-        (" auto" + (f" (a probe's pass cut at {s.probe_cut_ms:.0f} ms, redone)" if s.probe_cut_ms else ""), LABEL),
+        (
+            " auto"
+            + (" (a pass of many tokens)" if many else "")
+            + (f" (a probe's pass cut at {s.probe_cut_ms:.0f} ms, redone)" if s.probe_cut_ms else ""),
+            LABEL,
+        ),
     ]
     if note is not None and not compact:
         at, reason = note
