@@ -175,7 +175,9 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
         "POST", server.url + "/v1/responses", headers=_auth(), timeout=120, json={**body, "stream": True}
     ) as s:
         raw = s.read().decode()
-    blocks = [b for b in raw.split("\n\n") if b.startswith("event: ")]
+    assert raw.endswith("\n\n") and "[DONE]" not in raw  # (OpenAI's Responses stream ends with its last event)
+    blocks = [b for b in raw.split("\n\n") if b]
+    assert all(b.startswith("event: ") for b in blocks)
     data = [json.loads(b.split("\ndata: ", 1)[1]) for b in blocks]
     assert all(b.split("\n", 1)[0] == f"event: {d['type']}" for b, d in zip(blocks, data, strict=True))
     deltas = [d for d in data if d["type"] == "response.output_text.delta"]

@@ -57,8 +57,8 @@ class EventStream(Response):
 
     def _text(self, event: Any) -> str:
         """The SSE text of one event (RunDone: [DONE])."""
-        if type(event) is RunDone:
-            return DONE_LINE
+        if type(event) is RunDone:  # (the Responses API's stream ends with its last event: no [DONE])
+            return "" if isinstance(self._serializer, ResponsesSerializer) else DONE_LINE
         if isinstance(event, WorkerError):  # after the stream started: an error chunk
             return sse_line(error_body(event.message, "server_error", code="generation_error"))
         lines = self._serializer.lines(event)
@@ -75,7 +75,7 @@ class EventStream(Response):
                     event = events.get_nowait()
                     body += text(event)
                 done = type(event) is RunDone
-                if body:
+                if body or done:
                     await send({"type": "http.response.body", "body": body.encode(), "more_body": not done})
                 if done:
                     return

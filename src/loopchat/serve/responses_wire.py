@@ -10,7 +10,8 @@ its JSON (`type` and `sequence_number` in every one): `response.created`,
 `response.output_text.delta` per token that releases text, `response.output_text.done`,
 `response.content_part.done`, `response.output_item.done`, then `response.completed` (or
 `response.incomplete`, reason `max_output_tokens`, where max_output_tokens cut the reply). A
-reply that fails after the stream started ends with an `error` event and `response.failed`.
+reply that fails after the stream started ends with an `error` event and `response.failed`. The
+stream ends with its last event (no `data: [DONE]`, which the chat endpoints send).
 
 loopchat's extension rides as in chat chunks: with `loopchat` on (the default), each delta
 event carries the `loopchat` object of the events since the previous one (start, prefill,
