@@ -113,7 +113,7 @@ def to_json_dict(event: Event) -> dict[str, Any]:
 _LEFT_OUT_WHEN_NONE = frozenset(
     {"prompt_logprobs", "prompt_top", "lens", "lens_note", "watch", "watched", "constraint", "constraint_closed"}
     | {"flash_attn", "huge_pages_mb", "pass_report", "drafted", "rejected"}
-    | {"sequence", "sequences", "batch"}
+    | {"sequence", "sequences", "batch", "refused"}
 )
 
 
