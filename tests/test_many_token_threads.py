@@ -36,10 +36,15 @@ def chose_two() -> ThreadTuner:
 
 
 class Frozen(ThreadTuner):
-    """chose_two()'s state, kept: the engine's passes and the others' CPU change nothing."""
+    """chose_two()'s state, kept: the engine's passes and the others' CPU change nothing, and no
+    pass is guarded (on a loaded test worker a pass past the guard's limit was cut, which starts a
+    probe that frozen passes never finish: the batch then ran at the probe's fewer count)."""
 
     def observe(self, ms: float) -> int:
         return self.threads
+
+    def guard_ms(self, floor_ms: float = 50.0) -> float | None:
+        return None
 
     def note_others(self, cores: float) -> None:
         pass
