@@ -124,7 +124,7 @@ async def test_a_forbidden_token_picked_by_hand_is_refused_and_the_reply_and_tur
     from loopchat.tui.branch_picker import BranchPicker
     from loopchat.tui.step_mode import TokenSearch
 
-    app = model_app(backend, tmp_path, seed=3, max_tokens=30, temperature=0.7)
+    app = model_app(backend, tmp_path, seed=3, max_tokens=16, temperature=0.7)
     async with app.run_test(size=(120, 40)) as pilot:
         notices = record_notices(app)
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
@@ -185,7 +185,7 @@ async def test_f9_replays_a_reply_under_the_constraint_it_ran_under_not_the_one_
     """F9's replay (same messages, seed and settings: the same tokens) under the reply's own
     constraint: a JSON reply replayed after the constraint was cleared, a free one after a
     constraint was set, each gives the same tokens (it said "the same seed drew other tokens")."""
-    app = model_app(backend, tmp_path, seed=6, max_tokens=24, temperature=0.9)
+    app = model_app(backend, tmp_path, seed=6, max_tokens=12, temperature=0.9)
     async with app.run_test(size=(120, 40)) as pilot:
         notices = record_notices(app)
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
