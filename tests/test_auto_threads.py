@@ -61,9 +61,10 @@ def test_the_count_follows_a_cpu_bound_process_started_and_stopped(auto_engine: 
     cores = physical_cores()
     assert cores >= 2, "this test needs a machine with 2 or more physical cores"
     usable = len(os.sched_getaffinity(0))
-    # a quiet machine: all cores (a shared machine may be busy for a moment: allow a retry)
+    # a quiet machine: all cores (a shared machine may be busy for a moment, and on this project's
+    # VM 1 and 2 threads come within a few % of each other on single passes now and then: retries)
     quiet = 0
-    for _ in range(3):
+    for _ in range(5):
         _, steps = reply(auto_engine, 200)
         quiet = settled(steps)
         if quiet == cores:
@@ -82,10 +83,15 @@ def test_the_count_follows_a_cpu_bound_process_started_and_stopped(auto_engine: 
     assert any(
         w in s.threads_reason for s in busy_steps for w in ("slower than when chosen", "CPU use went", "ran past")
     )
-    # they stop: the CPU meter (or the regular re-check) finds the quiet machine's count
-    _, after = reply(auto_engine, 400)
+    # they stop: the CPU meter (or the regular re-check) finds the quiet machine's count (a retry, as above)
+    seen: list[Step] = []
+    for _ in range(3):
+        _, after = reply(auto_engine, 400)
+        seen += after
+        if settled(after) == quiet:
+            break
     assert settled(after) == quiet
-    assert any(w in s.threads_reason for s in after for w in ("regular re-check", "CPU use went"))
+    assert any(w in s.threads_reason for s in seen for w in ("regular re-check", "CPU use went"))
 
 
 def test_a_pinned_count_is_never_changed(model_path: Path, tmp_path: Path) -> None:
