@@ -1,9 +1,12 @@
-"""`loopchat serve` in a child process for the tests (test_serve.py, test_serve_clients.py):
-a real server on 127.0.0.1 at a free port (--port 0), its URL read from the line it
-prints when it listens, its log lines (stderr) as they come."""
+"""`loopchat serve` in a child process for the tests (test_serve.py, test_serve_clients.py,
+test_serve_responses.py): a real server on 127.0.0.1 at a free port (--port 0), its URL read
+from the line it prints when it listens, its log lines (stderr) as they come; and what the
+tutorial tests share: the small served model, its reference replies, a snippet run as its own
+process."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -16,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from openai import OpenAI
 
 PY = sys.executable
@@ -101,3 +105,67 @@ def _node_missing() -> str | None:
 
 
 NODE_MISSING = _node_missing()
+
+
+# ---- OpenAI's tutorial snippets (tests/clients/) against a server of the bundled model ------
+
+SERVED = "tiny"  # the models.toml entry served: what every response's `model` must say
+CLIENTS = Path(__file__).parent / "clients"
+TINY_CONFIG = f"""default = "{SERVED}"
+[models.{SERVED}]
+builtin = "smollm2-135m-instruct"
+threads = 1
+[models.{SERVED}.sampling]
+seed = 7
+max_tokens = 40
+"""
+
+
+def tiny_server(folder: Path, *args: str) -> Serve:
+    """A server of the bundled model as TINY_CONFIG sets it (its seed pinned), API key KEY;
+    its models.toml written into `folder`."""
+    config = folder / "models.toml"
+    config.write_text(TINY_CONFIG, encoding="utf-8")
+    return Serve("--config", str(config), *args, env={"LOOPCHAT_API_KEY": KEY})
+
+
+def auth(**more: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEY}", **more}
+
+
+#: reference_text's replies by (server, messages, more): a Python and a Node snippet send the same
+_REFERENCES: dict[tuple[str, str, str], str] = {}
+
+
+def reference_text(server: Serve, messages: list[dict[str, str]], **more: Any) -> str:
+    """The chat endpoint's reply to `messages` (and `more` of its parameters) at the served
+    model's settings (models.toml pins the seed), its prompt evaluated whole (`cache_prompt:
+    false`): what a request that reused nothing of the KV cache gets. Asked once each."""
+    key = (server.url, json.dumps(messages), json.dumps(more, sort_keys=True))
+    if key not in _REFERENCES:
+        body = {"messages": messages, "cache_prompt": False, "loopchat": False, **more}
+        r = httpx.post(server.url + "/v1/chat/completions", headers=auth(), timeout=120, json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == SERVED
+        _REFERENCES[key] = r.json()["choices"][0]["message"]["content"]
+    return _REFERENCES[key]
+
+
+def run_snippet(server: Serve, argv: list[str], route: str = "/v1/chat/completions", mode: str = "stream") -> str:
+    """Run a tutorial snippet as its own process, pointed at `server` through the two
+    environment variables only; what it printed. Its request (to `route`, as `mode`: stream or
+    blocking) must reuse nothing of the KV cache (the request before it was a document that
+    shares no first token), so that `reference_text` is the very reply it was sent."""
+    r = httpx.post(
+        server.url + "/v1/completions", headers=auth(), timeout=120, json={"prompt": "Zebras", "max_tokens": 1}
+    )
+    assert r.status_code == 200, r.text
+    mark = len(server.err)
+    env = {"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": KEY}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = server.wait_for(rf"POST {re.escape(route)} (\d+) · (.*)", start=mark)
+    assert line.group(1) == "200" and line.group(2).startswith(f"{mode} ·") and "reused" not in line.group(2), (
+        line.group(0)
+    )
+    return done.stdout

@@ -12,17 +12,15 @@ from __future__ import annotations
 import json
 import os
 import queue
-import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from serve_process import NODE_MISSING, PY, Serve
+from serve_process import CLIENTS, KEY, NODE_MISSING, PY, SERVED, Serve, auth, reference_text, run_snippet, tiny_server
 
 from loopchat.backends.remote import RemoteBackend
 from loopchat.events import Message, ModelReady, RunDone, Start
@@ -31,28 +29,15 @@ from loopchat.settings import SamplingSettings
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-KEY = "test-" + secrets.token_hex(8)
-SERVED = "tiny"  # the models.toml entry served: what every response's `model` must say
 FILE_STEM = "SmolLM2-135M-Instruct.Q4_1"
-CLIENTS = Path(__file__).parent / "clients"
 TUTORIAL_MESSAGES = [{"role": "user", "content": "Say this is a test"}]  # the snippets' own
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 LOCAL_PAGE = "http://localhost:5173"
 OTHER_PAGE = "https://app.example"
-CONFIG = f"""default = "{SERVED}"
-[models.{SERVED}]
-builtin = "smollm2-135m-instruct"
-threads = 1
-[models.{SERVED}.sampling]
-seed = 7
-max_tokens = 40
-"""
 
 
 def _serve(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Serve:
-    config = tmp_path_factory.mktemp("serve-clients") / "models.toml"
-    config.write_text(CONFIG, encoding="utf-8")
-    return Serve("--config", str(config), *args, env={"LOOPCHAT_API_KEY": KEY})
+    return tiny_server(tmp_path_factory.mktemp("serve-clients"), *args)
 
 
 @pytest.fixture(scope="module")
@@ -73,61 +58,11 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
         s.stop()
 
 
-def auth(**more: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {KEY}", **more}
-
-
-#: reference_text's replies by (server, messages): the Python and the Node tutorial send the same
-_REFERENCES: dict[tuple[str, str], str] = {}
-
-
-def reference_text(server: Serve, messages: list[dict[str, str]]) -> str:
-    """The reply to `messages` at the served model's settings (models.toml pins the
-    seed), its prompt evaluated whole (`cache_prompt: false`): what a request that reused
-    nothing of the KV cache gets. Asked once per server and messages."""
-    key = (server.url, json.dumps(messages))
-    if key not in _REFERENCES:
-        _REFERENCES[key] = _reference_text(server, messages)
-    return _REFERENCES[key]
-
-
-def _reference_text(server: Serve, messages: list[dict[str, str]]) -> str:
-    r = httpx.post(
-        server.url + "/v1/chat/completions",
-        headers=auth(),
-        timeout=120,
-        json={"messages": messages, "cache_prompt": False, "loopchat": False},
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["model"] == SERVED
-    return r.json()["choices"][0]["message"]["content"]
-
-
-def run_tutorial(server: Serve, argv: list[str]) -> str:
-    """Run a tutorial snippet as its own process, pointed at `server` through the two
-    environment variables only; what it printed. Its request must reuse nothing of the
-    KV cache (the request before it was a document that shares no first token), so
-    that `reference_text` is the very reply it was sent."""
-    r = httpx.post(
-        server.url + "/v1/completions", headers=auth(), timeout=120, json={"prompt": "Zebras", "max_tokens": 1}
-    )
-    assert r.status_code == 200, r.text
-    mark = len(server.err)
-    env = {"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": KEY}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS)
-    assert done.returncode == 0, done.stderr[-2000:]
-    line = server.wait_for(r"POST /v1/chat/completions (\d+) · (.*)", start=mark)
-    assert line.group(1) == "200" and line.group(2).startswith("stream ·") and "reused" not in line.group(2), (
-        line.group(0)
-    )
-    return done.stdout
-
-
 # ---- 1. OpenAI's tutorial code, unchanged ----------------------------------------------
 
 
 def test_openai_s_python_tutorial_runs_unchanged(server: Serve) -> None:
-    printed = run_tutorial(server, [PY, str(CLIENTS / "tutorial_stream.py")])
+    printed = run_snippet(server, [PY, str(CLIENTS / "tutorial_stream.py")])
     assert printed and printed == reference_text(server, TUTORIAL_MESSAGES)
 
 
@@ -135,7 +70,7 @@ def test_openai_s_python_tutorial_runs_unchanged(server: Serve) -> None:
 def test_openai_s_node_tutorial_runs_unchanged(server: Serve) -> None:
     node = shutil.which("node")
     assert node is not None
-    printed = run_tutorial(server, [node, str(CLIENTS / "tutorial_stream.mjs")])
+    printed = run_snippet(server, [node, str(CLIENTS / "tutorial_stream.mjs")])
     assert printed and printed == reference_text(server, TUTORIAL_MESSAGES)
 
 

@@ -10,35 +10,21 @@ the server cannot do is a 400 in one line.
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from pydantic import BaseModel
-from serve_process import NODE_MISSING, PY, Serve
+from serve_process import CLIENTS, KEY, NODE_MISSING, PY, SERVED, Serve, auth, reference_text, run_snippet, tiny_server
 
 from loopchat.events import Finish, Step
 from loopchat.wire import extension_events
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-KEY = "test-" + secrets.token_hex(8)
-SERVED = "tiny"
-CLIENTS = Path(__file__).parent / "clients"
 QUICKSTART = "Write a one-sentence bedtime story about a unicorn."  # the snippets' own input
-CONFIG = f"""default = "{SERVED}"
-[models.{SERVED}]
-builtin = "smollm2-135m-instruct"
-threads = 1
-[models.{SERVED}.sampling]
-seed = 7
-max_tokens = 40
-"""
 STREAM_ORDER = [
     "response.created",
     "response.in_progress",
@@ -54,55 +40,35 @@ STREAM_END = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    config = tmp_path_factory.mktemp("serve-responses") / "models.toml"
-    config.write_text(CONFIG, encoding="utf-8")
-    s = Serve("--config", str(config), env={"LOOPCHAT_API_KEY": KEY})
+    s = tiny_server(tmp_path_factory.mktemp("serve-responses"))
     try:
         yield s
     finally:
         s.stop()
 
 
-def chat_text(server: Serve, messages: list[dict[str, str]], **more: object) -> str:
-    """The chat endpoint's reply to `messages` at the served settings, its prompt evaluated whole."""
-    body = {"messages": messages, "cache_prompt": False, "loopchat": False, **more}
-    r = httpx.post(server.url + "/v1/chat/completions", headers=_auth(), timeout=120, json=body)
-    assert r.status_code == 200, r.text
-    return r.json()["choices"][0]["message"]["content"]
-
-
-def _auth() -> dict[str, str]:
-    return {"Authorization": f"Bearer {KEY}"}
-
-
 def _quickstart(server: Serve, argv: list[str]) -> str:
-    """The quickstart snippet as its own process against `server`; what it printed."""
-    env = {"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": KEY}
-    mark = len(server.err)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS)
-    assert done.returncode == 0, done.stderr[-2000:]
-    line = server.wait_for(r"POST /v1/responses (\d+) · (.*)", start=mark)
-    assert line.group(1) == "200" and line.group(2).startswith("blocking ·"), line.group(0)
-    return done.stdout
+    """The quickstart snippet as its own process (a blocking POST /v1/responses); what it printed."""
+    return run_snippet(server, argv, "/v1/responses", "blocking")
 
 
 def test_openai_s_python_quickstart_runs_unchanged(server: Serve) -> None:
     printed = _quickstart(server, [PY, str(CLIENTS / "tutorial_responses.py")])
-    expected = chat_text(server, [{"role": "user", "content": QUICKSTART}])
+    expected = reference_text(server, [{"role": "user", "content": QUICKSTART}])
     assert printed.strip() and printed == expected + "\n"
 
 
 @pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")
 def test_openai_s_node_quickstart_runs_unchanged(server: Serve) -> None:
     printed = _quickstart(server, [shutil.which("node") or "node", str(CLIENTS / "tutorial_responses.mjs")])
-    expected = chat_text(server, [{"role": "user", "content": QUICKSTART}])
+    expected = reference_text(server, [{"role": "user", "content": QUICKSTART}])
     assert printed.strip() and printed == expected + "\n"
 
 
 def test_a_stream_is_openai_s_events_in_order_and_its_text_the_reply(server: Serve) -> None:
     client = server.client(KEY)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
-    expected = chat_text(server, messages, seed=3, max_tokens=160)
+    expected = reference_text(server, messages, seed=3, max_tokens=160)
     events = list(
         client.responses.create(
             model="gpt-5",
@@ -161,7 +127,7 @@ def test_parse_and_the_stream_helper_return_what_the_sdk_promises(server: Serve)
 
 def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> None:
     body = {"input": "Name a fruit.", "max_output_tokens": 8, "seed": 5}
-    r = httpx.post(server.url + "/v1/responses", headers=_auth(), timeout=120, json=body)
+    r = httpx.post(server.url + "/v1/responses", headers=auth(), timeout=120, json=body)
     assert r.status_code == 200, r.text
     obj = r.json()
     assert obj["object"] == "response" and obj["model"] == SERVED
@@ -172,7 +138,7 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
     assert "".join(s.text for s in steps) == text == finish.text and obj["usage"]["output_tokens"] == len(steps)
     # streamed: each delta carries the step that released its text
     with httpx.stream(
-        "POST", server.url + "/v1/responses", headers=_auth(), timeout=120, json={**body, "stream": True}
+        "POST", server.url + "/v1/responses", headers=auth(), timeout=120, json={**body, "stream": True}
     ) as s:
         raw = s.read().decode()
     assert raw.endswith("\n\n") and "[DONE]" not in raw  # (OpenAI's Responses stream ends with its last event)
@@ -203,7 +169,7 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
     ],
 )
 def test_what_it_cannot_do_is_a_400_in_one_line(server: Serve, body: dict, param: str, says: str) -> None:
-    r = httpx.post(server.url + "/v1/responses", headers=_auth(), timeout=60, json=body)
+    r = httpx.post(server.url + "/v1/responses", headers=auth(), timeout=60, json=body)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == param and says in error["message"] and "\n" not in error["message"], error
