@@ -117,6 +117,16 @@ async def test_a_model_s_json_schema_from_models_toml_shapes_the_chat_s_replies(
         b.close()
 
 
+async def set_constraint(pilot, value: str) -> None:
+    """The palette's Constraint…: `value` typed in its field ("" clears it), Enter."""
+    app = pilot.app
+    await palette_pick(pilot, "Constraint")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConstraintDialog), 5, "the constraint dialog")
+    app.screen.query_one("#constraint-input").value = value
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: not isinstance(app.screen, ConstraintDialog), 5, "the dialog to close")
+
+
 async def test_a_forbidden_token_picked_by_hand_is_refused_and_the_reply_and_turn_stay(backend, tmp_path) -> None:
     """Under a JSON constraint: in step mode a digit picking a candidate the grammar forbids is
     refused in one line and the loop still waits; Ctrl+R at a token with a forbidden pick (/ search)
@@ -128,10 +138,7 @@ async def test_a_forbidden_token_picked_by_hand_is_refused_and_the_reply_and_tur
     async with app.run_test(size=(120, 40)) as pilot:
         notices = record_notices(app)
         await wait_for(pilot, app.model_ready.is_set, 30, "the model")
-        await palette_pick(pilot, "Constraint")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConstraintDialog), 5, "the constraint dialog")
-        await pilot.press(*"json", "enter")
-        await wait_for(pilot, lambda: not isinstance(app.screen, ConstraintDialog), 5, "the dialog to close")
+        await set_constraint(pilot, "json")
         # step mode: the first draw's die; a raw candidate that is no JSON object's start
         await pilot.press("f12", *"Describe a cat in JSON.", "enter")
         await wait_for(pilot, lambda: app.session.stopped and app.session.pending is not None, 30, "the stop")
@@ -169,16 +176,6 @@ async def test_a_forbidden_token_picked_by_hand_is_refused_and_the_reply_and_tur
         await wait_run(pilot)
         second = app.conversation.replies[-1]
         assert second is not first and second.messages[-2].content == text
-
-
-async def set_constraint(pilot, value: str) -> None:
-    """The palette's Constraint…: `value` typed in its field ("" clears it), Enter."""
-    app = pilot.app
-    await palette_pick(pilot, "Constraint")
-    await wait_for(pilot, lambda: isinstance(app.screen, ConstraintDialog), 5, "the constraint dialog")
-    app.screen.query_one("#constraint-input").value = value
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: not isinstance(app.screen, ConstraintDialog), 5, "the dialog to close")
 
 
 async def test_f9_replays_a_reply_under_the_constraint_it_ran_under_not_the_one_set_now(backend, tmp_path) -> None:
