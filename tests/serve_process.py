@@ -110,6 +110,7 @@ NODE_MISSING = _node_missing()
 # ---- OpenAI's tutorial snippets (tests/clients/) against a server of the bundled model ------
 
 SERVED = "tiny"  # the models.toml entry served: what every response's `model` must say
+FILE_STEM = "SmolLM2-135M-Instruct.Q4_1"  # its model file's name, less .gguf
 CLIENTS = Path(__file__).parent / "clients"
 TINY_CONFIG = f"""default = "{SERVED}"
 [models.{SERVED}]

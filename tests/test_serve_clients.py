@@ -20,7 +20,19 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from serve_process import CLIENTS, KEY, NODE_MISSING, PY, SERVED, Serve, auth, reference_text, run_snippet, tiny_server
+from serve_process import (
+    CLIENTS,
+    FILE_STEM,
+    KEY,
+    NODE_MISSING,
+    PY,
+    SERVED,
+    Serve,
+    auth,
+    reference_text,
+    run_snippet,
+    tiny_server,
+)
 
 from loopchat.backends.remote import RemoteBackend
 from loopchat.events import Message, ModelReady, RunDone, Start
@@ -29,7 +41,6 @@ from loopchat.settings import SamplingSettings
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-FILE_STEM = "SmolLM2-135M-Instruct.Q4_1"
 TUTORIAL_MESSAGES = [{"role": "user", "content": "Say this is a test"}]  # the snippets' own
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 LOCAL_PAGE = "http://localhost:5173"

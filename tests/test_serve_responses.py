@@ -17,9 +17,21 @@ import httpx
 import openai
 import pytest
 from pydantic import BaseModel
-from serve_process import CLIENTS, KEY, NODE_MISSING, PY, SERVED, Serve, auth, reference_text, run_snippet, tiny_server
+from serve_process import (
+    CLIENTS,
+    FILE_STEM,
+    KEY,
+    NODE_MISSING,
+    PY,
+    SERVED,
+    Serve,
+    auth,
+    reference_text,
+    run_snippet,
+    tiny_server,
+)
 
-from loopchat.events import Finish, Step
+from loopchat.events import Finish, Start, Step
 from loopchat.wire import extension_events
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -126,7 +138,7 @@ def test_parse_and_the_stream_helper_return_what_the_sdk_promises(server: Serve)
 
 
 def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> None:
-    body = {"input": "Name a fruit.", "max_output_tokens": 8, "seed": 5}
+    body = {"input": "Name a fruit.", "max_output_tokens": 8, "seed": 5 + 2**32}  # (drawn with 5, its low 32 bits)
     r = httpx.post(server.url + "/v1/responses", headers=auth(), timeout=120, json=body)
     assert r.status_code == 200, r.text
     obj = r.json()
@@ -136,6 +148,9 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
     finish = next(e for e in events if isinstance(e, Finish))
     text = obj["output"][0]["content"][0]["text"]
     assert "".join(s.text for s in steps) == text == finish.text and obj["usage"]["output_tokens"] == len(steps)
+    start = next(e for e in events if isinstance(e, Start))  # as the chat's chunks carry it (wire.start_record)
+    assert (start.settings.seed, start.seed_requested) == (5, 5 + 2**32)
+    assert start.messages == () and start.prompt_special == () and start.model_path == f"{FILE_STEM}.gguf"
     # streamed: each delta carries the step that released its text
     with httpx.stream(
         "POST", server.url + "/v1/responses", headers=auth(), timeout=120, json={**body, "stream": True}

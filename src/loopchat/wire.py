@@ -154,14 +154,12 @@ class WireSerializer:
         if isinstance(event, Start):
             if self.options.echo:
                 self._echo = PromptEcho(event)
-            event = self._start_record(event)
+            event = start_record(event, self.options)
         data: Any = to_json_dict(event) if self.options.extension else None
         if data is not None and not self.options.stream:
             self._events.append(data)
         if isinstance(event, Start):
             if data is not None:
-                # not the server's folders (None: a remote model's, not given)
-                data["model_path"] = event.model_path and os.path.basename(event.model_path)
                 self._pending["start"] = data
             if self.options.chat:
                 return [self._chunk({"role": "assistant", "content": ""})]
@@ -198,19 +196,6 @@ class WireSerializer:
                 out.append(self._usage_chunk(event))
             return out
         return []
-
-    def _start_record(self, start: Start) -> Start:
-        """The Start as the response carries it: the request's seed beside the one drawn
-        with, and without the prompt unless asked for (`loopchat: {"prompt": true}`): the
-        messages (the client has them), the rendered text (with the chat template's own
-        system prompt, if it adds one) and its tokens, the bulk of a first chunk."""
-        if self.options.seed_requested is not None:
-            start = replace(start, seed_requested=self.options.seed_requested)
-        if self.options.prompt:
-            return start
-        return replace(
-            start, messages=(), prompt_text=None, prompt_token_ids=None, prompt_token_texts=(), prompt_special=()
-        )
 
     def _base(self) -> dict[str, Any]:
         return {
@@ -352,6 +337,22 @@ class WireSerializer:
         return obj
 
 
+def start_record(start: Start, options: WireOptions) -> Start:
+    """The Start as a response carries it: the model file's name, not the server's folders
+    (None: a remote model's, not given); the request's seed beside the one drawn with; and
+    without the prompt unless asked for (`loopchat: {"prompt": true}`): the messages (the
+    client has them), the rendered text (with the chat template's own system prompt, if it
+    adds one) and its tokens, the bulk of a first chunk."""
+    start = replace(start, model_path=start.model_path and os.path.basename(start.model_path))
+    if options.seed_requested is not None:
+        start = replace(start, seed_requested=options.seed_requested)
+    if options.prompt:
+        return start
+    return replace(
+        start, messages=(), prompt_text=None, prompt_token_ids=None, prompt_token_texts=(), prompt_special=()
+    )
+
+
 def _top(c: Candidate) -> dict[str, Any]:
     raw = list(c.piece_bytes) if c.piece_bytes is not None else token_bytes(c.text)
     return {"token": c.text, "logprob": logprob(c.prob), "bytes": raw}
@@ -397,5 +398,6 @@ __all__ = [
     "finish_reason",
     "logprob",
     "sse_line",
+    "start_record",
     "token_bytes",
 ]

@@ -64,7 +64,7 @@ class AutoThreads:
         t = self.tuner
         n, safe = (t.threads, t.safe()) if t.probing else (t.many_threads, None)
         n = n if safe is None else min(n, safe)
-        if self.tuner.probing and self.tuner.busier:  # (a batch never feeds the probe: it would keep the count)
+        if t.probing and t.busier:  # (a batch never feeds the probe: it would keep the count)
             n = max(1, n - 1)
         self.set_threads(n)
         return self.threads

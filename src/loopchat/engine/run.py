@@ -331,9 +331,7 @@ class ReplyRun:
         cons = self.constraint
         if not cons.consume(token) or cons.error is not None:
             self.reason = FinishReason.ERROR
-            self.error = (
-                f"the {cons.spec.label()} constraint does not allow {self.host.piece_text(token)!r} here ({cons.error})"
-            )
+            self.error = f"{cons.refusal(token)} ({cons.error})"
         elif cons.stopped and self.reason in (None, FinishReason.LENGTH):
             self.reason = FinishReason.STOP
 

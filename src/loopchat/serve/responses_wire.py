@@ -21,15 +21,13 @@ the step), and the finished response the list of every event (`loopchat.events`)
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
-from dataclasses import replace
 from typing import Any
 
 from loopchat.event_json import to_json_dict
 from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step
-from loopchat.wire import EXTENSION_KEY, WireOptions
+from loopchat.wire import EXTENSION_KEY, WireOptions, error_body, start_record
 
 
 def event_line(obj: dict[str, Any]) -> str:
@@ -59,11 +57,9 @@ class ResponsesSerializer:
         return [event_line(e) for e in self.feed(event)]
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
-        if isinstance(event, Start) and not self.options.prompt:  # (the client has its input)
-            event = replace(event, messages=(), prompt_text=None, prompt_token_ids=None, prompt_token_texts=())
+        if isinstance(event, Start):  # (as the chat's chunks carry it)
+            event = start_record(event, self.options)
         data: Any = to_json_dict(event) if self.options.extension else None
-        if isinstance(data, dict) and isinstance(event, Start):
-            data["model_path"] = event.model_path and os.path.basename(event.model_path)
         if data is not None:
             if not self.options.stream:
                 self._events.append(data)
@@ -80,10 +76,9 @@ class ResponsesSerializer:
             self._prefill = event
         if isinstance(event, Step) and event.text:
             self._text.append(event.text)
-            delta = self._event("response.output_text.delta", **self._where(), delta=event.text, logprobs=[])
-            if self._pending:
-                delta[EXTENSION_KEY], self._pending = self._pending, {}
-            return [delta]
+            return [
+                self._extend(self._event("response.output_text.delta", **self._where(), delta=event.text, logprobs=[]))
+            ]
         if isinstance(event, Finish):
             return self._finished(event)
         return []
@@ -97,11 +92,8 @@ class ResponsesSerializer:
                 self._event("response.failed", response=self._response("failed")),
             ]
         text, status = "".join(self._text), _status(finish)
-        done = self._event("response.output_text.done", **self._where(), text=text, logprobs=[])
-        if self._pending:
-            done[EXTENSION_KEY], self._pending = self._pending, {}
         return [
-            done,
+            self._extend(self._event("response.output_text.done", **self._where(), text=text, logprobs=[])),
             self._event("response.content_part.done", **self._where(), part=_part(text)),
             self._event("response.output_item.done", output_index=0, item=self._item(_item_status(status), text)),
             self._event(f"response.{status}", response=self._response(status)),
@@ -112,7 +104,7 @@ class ResponsesSerializer:
         if self._finish is None:
             raise RuntimeError("body() before the generation finished")
         if self.error is not None:
-            return {"error": {"message": self.error, "type": "server_error", "param": None, "code": "generation_error"}}
+            return error_body(self.error, "server_error", code="generation_error")
         obj = self._response(_status(self._finish))
         if self.options.extension:
             obj[EXTENSION_KEY] = {"events": self._events}
@@ -122,6 +114,12 @@ class ResponsesSerializer:
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         obj = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
+        return obj
+
+    def _extend(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """`obj` with the `loopchat` records of the events since the last one that carried them."""
+        if self._pending:
+            obj[EXTENSION_KEY], self._pending = self._pending, {}
         return obj
 
     def _where(self) -> dict[str, Any]:
