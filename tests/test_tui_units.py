@@ -8,7 +8,7 @@ import pytest
 from gc_check import cyclic_garbage
 from tui_fixtures import FakeBackend, document_settled, fake_app, panel_text, reply_to, wait_for, wait_run
 
-from loopchat.chat.plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, show_token, sparkline
+from loopchat.chat.plots import bar, fmt_ms, fmt_ms_range, fmt_prob, fmt_rate, fmt_tokens, show_token, sparkline
 from loopchat.chat.prefs import Prefs, load_prefs, save_prefs
 from loopchat.tui.app import LoopChatApp
 
@@ -26,6 +26,18 @@ def test_plots() -> None:
     assert fmt_ms_range(12.1, 3570) == "0.01–3.57 s" and fmt_ms_range(8.0, 35.7) == "8.0–35.7 ms"
     assert fmt_ms_range(95.0, 250.0) == "95–250 ms" and fmt_ms_range(900.0, 12_500) == "0.9–12.5 s"
     assert fmt_rate(0.34) == "0.3 tok/s" and fmt_rate(85.4) == "85 tok/s"
+    assert fmt_tokens(1) == "1 token" and fmt_tokens(0) == "0 tokens" and fmt_tokens(1200) == "1,200 tokens"
+
+
+async def test_a_reply_of_one_token_says_1_token(tmp_path) -> None:
+    """A reply of one token (a JSON constraint's `{}`, say) said "1 tokens" under it."""
+    from tui_fixtures import FakeBackend
+
+    app = fake_app(tmp_path, FakeBackend(tokens=["{}"], delay=0.0))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await reply_to(pilot, "A cat as JSON")
+        info = str(app.transcript.reply_views()[0].info_text())
+        assert " · 1 token · " in info and "tokens" not in info, info
 
 
 def test_prefs_round_trip(tmp_path) -> None:

@@ -75,7 +75,7 @@ def _fmt_ms(ms: float) -> str:
 def info_line(node: StoredNode) -> str:
     """A reply's info line, as the chat shows it under the reply."""
     from loopchat.chat.conversation import finish_label
-    from loopchat.chat.plots import fmt_rate
+    from loopchat.chat.plots import fmt_rate, fmt_tokens
 
     finish = next((e for e in reversed(node.events) if isinstance(e, Finish)), None)
     if finish is None:
@@ -92,7 +92,7 @@ def info_line(node: StoredNode) -> str:
         if finish.completion_tokens or (finish.completion_tokens is None and finish.steps):
             parts.append(f"TTFT {_fmt_ms(finish.ttft_ms)}" if finish.ttft_ms is not None else "TTFT not given")
         parts.append(f"total {_fmt_ms(finish.total_ms)}")
-    parts.append(f"{finish.completion_tokens} tokens" if finish.completion_tokens is not None else "tokens not given")
+    parts.append(fmt_tokens(finish.completion_tokens) if finish.completion_tokens is not None else "tokens not given")
     if finish.tokens_per_s:
         parts.append(fmt_rate(finish.tokens_per_s))
     label = finish_label(finish)

@@ -119,6 +119,11 @@ def fmt_ms(ms: float) -> str:
     return f"{ms:.1f} ms"
 
 
+def fmt_tokens(n: int) -> str:
+    """A count of tokens: "1 token", "21 tokens"."""
+    return "1 token" if n == 1 else f"{n:,} tokens"
+
+
 def fmt_rate(tokens_per_s: float) -> str:
     """A decode rate: whole numbers from 10 tok/s up, one decimal below (0.3, not 0)."""
     return f"{tokens_per_s:.0f} tok/s" if tokens_per_s >= 9.95 else f"{tokens_per_s:.1f} tok/s"

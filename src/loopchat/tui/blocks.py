@@ -23,7 +23,7 @@ from textual.strip import Strip
 from loopchat.browser import key_here
 from loopchat.chat.conversation import BLOCKING, ReplyRecord, finish_label
 from loopchat.chat.pass_stats import reply_part
-from loopchat.chat.plots import fmt_ms, fmt_rate, visible_controls
+from loopchat.chat.plots import fmt_ms, fmt_rate, fmt_tokens, visible_controls
 from loopchat.chat.prefs import Prefs
 from loopchat.chat.views.panel_constraint import constraint_part
 from loopchat.engine.repeats import longest_of
@@ -180,7 +180,7 @@ class ReplyView(Block):
             if f.completion_tokens or (f.completion_tokens is None and f.steps):
                 parts.append(f"TTFT {fmt_ms(f.ttft_ms)}" if f.ttft_ms is not None else "TTFT not given")
             parts.append(f"total {fmt_ms(f.total_ms)}")
-        parts.append(f"{f.completion_tokens} tokens" if f.completion_tokens is not None else "tokens not given")
+        parts.append(fmt_tokens(f.completion_tokens) if f.completion_tokens is not None else "tokens not given")
         if f.tokens_per_s:
             parts.append(fmt_rate(f.tokens_per_s) + (" arriving" if client else ""))
         if client:
