@@ -55,6 +55,7 @@ def test_bad_n_and_a_context_too_small_are_one_line_each() -> None:
     assert problem is not None and "\n" not in problem
     assert "need 4196 cells" in problem and "n at most 7" in problem and "max_tokens at most 499" in problem
     assert pass_line(BatchPass(3, 4, 14.84, 11.2)) == "4 tokens in 14.8 ms · one sequence: 11.2 ms"
+    assert pass_line(BatchPass(9, 1, 8.3, None)) == "1 token in 8.3 ms · one sequence: not measured yet"
 
 
 def test_a_batch_trace_reads_back_whole_and_a_cut_one_ends_only_the_open_replies(tmp_path) -> None:

@@ -303,6 +303,23 @@ async def test_a_branch_and_the_versions_of_a_continuation_stay_in_the_document(
         assert app.conversation.document() == TEXT + first.text + second.text
 
 
+async def test_f9_replays_a_continuation_as_a_continuation(backend, tmp_path) -> None:
+    """F9 on a continuation: the same text, in a block titled as a continuation (it said
+    "Assistant"), the document left as it was."""
+    app = live_app(backend, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await first_continuation(pilot)
+        first = app.conversation.replies[0]
+        await pilot.press("f9")
+        await wait_run(pilot)
+        replay = app.conversation.replies[-1]
+        assert replay.replay_of == first.number and replay.text == first.text
+        title = next(line for line in drawn(app.transcript.reply_views()[-1]).splitlines() if line.strip())
+        assert f"Continuation · reply {replay.number} · replay of reply {first.number}" in title, title
+        assert "Assistant" not in title
+        assert app.conversation.document() == TEXT + first.text
+
+
 async def test_the_versions_of_an_earlier_continuation_take_the_later_ones_with_them(backend, tmp_path) -> None:
     app = live_app(backend, tmp_path)
     async with app.run_test(size=SIZE) as pilot:

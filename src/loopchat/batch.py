@@ -92,7 +92,8 @@ def split_by_sequence(events: Iterable[Any], n: int) -> list[list[Any]]:
 def pass_line(p: BatchPass) -> str:
     """The panel's and `run`'s line for a batched pass: '4 tokens in 14.8 ms · one sequence: 11.2 ms'."""
     single = "not measured yet" if p.single_ms is None else f"{p.single_ms:.1f} ms"
-    return f"{p.size} tokens in {p.ms:.1f} ms · one sequence: {single}"
+    tokens = "1 token" if p.size == 1 else f"{p.size} tokens"  # (the batch's last sequence alone)
+    return f"{tokens} in {p.ms:.1f} ms · one sequence: {single}"
 
 
 class BatchFigures(NamedTuple):

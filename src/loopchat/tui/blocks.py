@@ -230,7 +230,8 @@ class ReplyView(Block):
         return title
 
     def _title_head(self) -> str:
-        return f"Assistant · reply {self.record.number}"
+        # (a completion-mode continuation outside the document: an F9 replay of one)
+        return f"{'Continuation' if self.record.is_document else 'Assistant'} · reply {self.record.number}"
 
     def shows(self, reply: int) -> bool:
         """This view shows tokens of reply number `reply`."""
