@@ -230,7 +230,7 @@ def test_logprobs_equal_the_engine_s_step_records(
         ({"stop": ["a", "b", "c", "d", "e"]}, "up to 4 strings", "stop"),
         ({"response_format": {"type": "xml"}}, "response_format", "response_format"),
         ({"extra_body": {"grammar": "root ::= foo"}}, "line 1, column 10", "grammar"),
-        ({"frequency_penalty": 0.5}, "repeat_penalty", "frequency_penalty"),
+        ({"frequency_penalty": 3}, "frequency_penalty must be between -2 and 2", "frequency_penalty"),
     ],
 )
 def test_unsupported_or_bad_parameters_are_400(client: OpenAI, extra: dict, needle: str, param: str) -> None:
@@ -250,6 +250,31 @@ def test_harmless_unknown_keys_are_ignored(client: OpenAI) -> None:
         extra_body={"some_future_field": {"x": 1}},
     )
     assert reply.choices[0].finish_reason == "length"
+
+
+def test_openai_s_frequency_and_presence_penalties_are_a_stage_of_the_sampler(client: OpenAI) -> None:
+    """The OpenAI playground's classic example (presence_penalty=0.6, frequency_penalty) runs
+    unchanged, where it was a 400; each step records the settings and the stage (after the
+    repeat penalty, as llama.cpp's penalties sampler), which changed the logits of the tokens
+    the context holds."""
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0.9,
+        top_p=1,
+        frequency_penalty=0.5,
+        presence_penalty=0.6,
+        seed=3,
+        stream=True,
+    )
+    steps = [c.model_extra["loopchat"]["step"] for c in stream if "step" in (c.model_extra or {}).get("loopchat", {})]
+    assert len(steps) == 12
+    for step in steps:
+        assert (step["settings"]["frequency_penalty"], step["settings"]["presence_penalty"]) == (0.5, 0.6)
+        names = [row[0] for row in step["stages"]]
+        assert names[:3] == ["repeat_penalty", "frequency_presence", "dry"], names
+        assert step["stages"][1][7] > 0  # logits changed: the prompt's tokens are in the window
 
 
 def test_the_api_key_is_required(server: Serve) -> None:

@@ -101,6 +101,26 @@ async def test_the_f2_dialog_has_a_field_for_every_setting(tmp_path: Path) -> No
             assert field.value == ("" if value is None else str(value)) or spec.kind is not None, spec.name
 
 
+async def test_the_f2_dialog_at_80x24_scrolls_its_rows_and_keeps_its_buttons(tmp_path: Path) -> None:
+    """Its rows outgrew a 24-line terminal: the buttons were drawn below the screen. Now the rows
+    scroll (Tab brings the last field into view) and the note and the buttons stay."""
+    from textual.widgets import Button
+
+    app = fake_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsDialog), 5, "the dialog")
+        screen = app.screen
+        for button in screen.query(Button):
+            assert button.region.height > 0 and button.region.bottom <= 24, button.region
+        grid = screen.query_one("#settings-grid")
+        last = list(screen.query(Input))[-1]
+        assert not grid.region.contains_region(last.region)  # below the rows shown
+        last.focus()
+        await pilot.pause()
+        await wait_for(pilot, lambda: grid.region.contains_region(last.region), 5, "the last field in view")
+
+
 CHILD = r'''
 import importlib.util, json, pathlib, sys, tempfile
 

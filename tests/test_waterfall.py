@@ -43,6 +43,9 @@ GRID = [
     S(logit_bias={"5": 5, "17": -100}, top_p=0.9, repeat_penalty=1.2),
     S(logit_bias={"5": 100}, top_k=40),
     S(logit_bias={"9": -100}, top_k=0, top_p=0.95, min_p=0.01),
+    S(frequency_penalty=0.5, presence_penalty=0.6, top_p=0.9),
+    S(frequency_penalty=1.5, repeat_penalty=1.2, dry_multiplier=0.8, logit_bias={"5": 2}, top_k=40),
+    S(presence_penalty=-1.0, top_k=0, top_p=0.95, min_p=0.01),
 ]
 
 
@@ -95,6 +98,7 @@ REPLY_SETTINGS = [
     SamplingSettings(seed=3, max_tokens=10),
     SamplingSettings(seed=4, max_tokens=10, top_k=0, top_p=0.9, min_p=0.02, repeat_penalty=1.3),
     SamplingSettings(seed=5, max_tokens=10, temperature=0.0, logit_bias={"28": -100, "2": 4}),
+    SamplingSettings(seed=6, max_tokens=10, frequency_penalty=0.8, presence_penalty=0.6, repeat_last_n=64),
 ]
 
 

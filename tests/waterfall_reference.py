@@ -46,6 +46,14 @@ def waterfall(logits: np.ndarray, recent: list[int], s: SamplingSettings) -> lis
     row, unit = _changer("repeat_penalty", work, new, raw_max, unit)
     rows.append(row)
     work = new.copy()
+    if s.frequency_penalty or s.presence_penalty:  # each token held k times: k * frequency + presence off
+        window = recent[-s.repeat_last_n :] if s.repeat_last_n > 0 else []
+        for t in set(window):
+            k = np.float32(window.count(t))
+            new[t] = new[t] - (k * np.float32(s.frequency_penalty) + np.float32(s.presence_penalty))
+        row, unit = _changer("frequency_presence", work, new, raw_max, unit)
+        rows.append(row)
+        work = new.copy()
     ids, pen = dry.step_penalties(recent, s, n)
     new[ids] = new[ids] - pen
     row, unit = _changer("dry", work, new, raw_max, unit)

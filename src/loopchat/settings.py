@@ -90,6 +90,36 @@ SETTINGS: tuple[SettingSpec, ...] = (
         short="last_n",
     ),
     SettingSpec(
+        "frequency_penalty",
+        float,
+        0.0,
+        -2.0,
+        2.0,
+        "OpenAI's frequency penalty, as llama.cpp applies it: a token the last repeat_last_n tokens hold n times "
+        "loses n * frequency_penalty (+ presence_penalty) from its logit; 0 disables it",
+        "-2–2 · 0 = off · per repeat in last_n",
+        short="freq",
+        label="freq_penalty",
+        openai=True,
+        quiet_default=True,
+        summary=lambda s: fmt_counted(s),
+        wraps=True,
+    ),
+    SettingSpec(
+        "presence_penalty",
+        float,
+        0.0,
+        -2.0,
+        2.0,
+        "OpenAI's presence penalty, as llama.cpp applies it: a token the last repeat_last_n tokens hold at all "
+        "loses presence_penalty from its logit; 0 disables it",
+        "-2–2 · 0 = off · once if in last_n",
+        short="pres",
+        label="pres_penalty",
+        openai=True,
+        quiet_default=True,
+    ),
+    SettingSpec(
         "dry_multiplier",
         float,
         0.0,
@@ -236,6 +266,14 @@ def wire_values(settings: SamplingSettings, extensions: bool = True) -> dict[str
         and (value := getattr(settings, spec.name)) not in (None, ())
         and (value != spec.default or (spec.kind is None and not spec.quiet_default))
     }
+
+
+def fmt_counted(s: SamplingSettings) -> str:
+    """The panel's item for the frequency and presence penalties: 'freq 0.50 pres 0.60 over 64', or ''
+    when both are 0."""
+    if s.frequency_penalty == 0.0 and s.presence_penalty == 0.0:
+        return ""
+    return f"freq {s.frequency_penalty:.2f} pres {s.presence_penalty:.2f} over {s.repeat_last_n}"
 
 
 def fmt_dry(s: SamplingSettings) -> str:

@@ -1,7 +1,7 @@
 """The sampling chain, in numpy, instrumented.
 
-Order (the same as llama.cpp's common sampler chain): repeat penalty -> DRY (dry.py) ->
-top-k -> top-p -> min-p -> temperature -> draw. The stages are objects (sampler_stages: `chain_for`
+Order (the same as llama.cpp's common sampler chain): repeat penalty (-> frequency and presence
+penalties, llama.cpp's same sampler) -> DRY (dry.py) -> top-k -> top-p -> min-p -> temperature -> draw. The stages are objects (sampler_stages: `chain_for`
 builds a step's chain from the settings), each narrowing the candidates and reporting
 what it removed; their numeric pieces are in sampler_math. Top-p sees the softmax of the
 candidates left by top-k, min-p keeps tokens whose logit is at least max + ln(min_p)
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loopchat.engine import dry, sampler_fused, sampler_ranks, sampler_rawtop, sampler_tail
+from loopchat.engine import sampler_fused, sampler_ranks, sampler_rawtop, sampler_tail
 from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
-from loopchat.engine.sampler_plan import plan_of
+from loopchat.engine.sampler_plan import from_context, plan_of
 from loopchat.engine.sampler_raw import RawSoftmax, raw_softmax
 from loopchat.engine.sampler_scratch import scratch
 from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled
@@ -201,8 +201,7 @@ def _wide_top(
         or not report_k <= k <= SORT_LIMIT
         or k >= logits.shape[0]
         or settings.logit_bias
-        or (settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0)
-        or dry.enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n)
+        or from_context(settings)
     ):
         return None
     return sampler_fused.top_k(logits, k + 1)

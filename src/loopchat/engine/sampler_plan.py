@@ -46,18 +46,13 @@ class Plan:
         #: where sampler_tail's stages begin in the chain (len(chain): it does not end with them)
         self.tail_at = starts_at(self.chain)
         greedy, k = settings.greedy, settings.top_k
-        repeat = settings.repeat_penalty != 1.0 and settings.repeat_last_n > 0
-        dry_on = dry.enabled(settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n)
+        repeat = from_context(settings)
         #: top-k's k where it reads the model's logits unchanged and keeps at most SORT_LIMIT (sampler._wide_top
         #: may then find its k + 1 in the raw top's pass, for a report of at most k and k below the vocabulary's
         #: size); -1: never
         self.wide_k = (
             k
-            if constraint is None
-            and not greedy
-            and k <= SORT_LIMIT
-            and not settings.logit_bias
-            and not (repeat or dry_on)
+            if constraint is None and not greedy and k <= SORT_LIMIT and not settings.logit_bias and not repeat
             else -1
         )
         self.top_k = k
@@ -70,7 +65,16 @@ class Plan:
         self.narrow_k = 1 if greedy else k
         #: whether a stage may change logits: 2 always (a logit bias), 1 where the context holds a token
         #: (the repeat penalty, DRY), 0 never
-        self.penalize = 2 if settings.logit_bias else 1 if repeat or dry_on else 0
+        self.penalize = 2 if settings.logit_bias else 1 if repeat else 0
+
+
+def from_context(settings: SamplingSettings) -> bool:
+    """Whether a penalty may change logits by the context's tokens: the repeat penalty, the
+    frequency and presence penalties (their window is repeat_last_n), DRY."""
+    counted = settings.repeat_penalty != 1.0 or settings.frequency_penalty or settings.presence_penalty
+    return bool(counted and settings.repeat_last_n > 0) or dry.enabled(
+        settings.dry_multiplier, settings.dry_base, settings.dry_penalty_last_n
+    )
 
 
 #: the plans of the latest steps' settings, newest last (a pass of a shared batch draws for several

@@ -77,6 +77,30 @@ class RepeatPenalty:
 
 
 @dataclass(frozen=True, slots=True)
+class CountPenalty:
+    """OpenAI's frequency and presence penalties, as llama.cpp's penalties sampler applies them
+    after its repeat penalty: each token the context's last `last_n` tokens hold n > 0 times
+    loses n * frequency + presence from its logit, in float32 as the logits come. Removes none."""
+
+    frequency: float
+    presence: float
+    last_n: int
+    name: str = "frequency_presence"
+
+    def apply(self, c: Candidates) -> StageReport:
+        if self.last_n <= 0 or not c.context:
+            return c.report(self.name, c.count, c.mass)
+        window = np.asarray(c.context[-self.last_n :], dtype=np.int64)
+        ids, counts = np.unique(window[(window >= 0) & (window < c.n_vocab)], return_counts=True)
+        changed, moved = 0, 0.0
+        if ids.size:  # (float(count) * freq + float(count > 0) * present, in float32: llama.cpp's)
+            n = counts.astype(np.float32)
+            cut = n * np.float32(self.frequency) + np.float32(self.presence)
+            changed, moved = c.change_logits(ids, c.work[ids] - cut)
+        return c.report(self.name, c.count, c.mass, changed=changed, moved=moved)
+
+
+@dataclass(frozen=True, slots=True)
 class Dry:
     """llama.cpp's DRY (dry.py): subtracts from the logit of each token that would extend
     a sequence the context already holds a penalty that grows with its length, in
@@ -252,7 +276,10 @@ def scaled(c: Candidates) -> np.ndarray:
 def chain_for(settings: SamplingSettings) -> tuple[Stage, ...]:
     """The stages of a step under these settings, in order (the same objects for equal
     settings: they are immutable)."""
-    penalties: tuple[Stage, ...] = (RepeatPenalty(settings.repeat_penalty, settings.repeat_last_n), Dry(settings))
+    penalties: tuple[Stage, ...] = (RepeatPenalty(settings.repeat_penalty, settings.repeat_last_n),)
+    if settings.frequency_penalty or settings.presence_penalty:  # (a stage only when set, as the bias's)
+        penalties += (CountPenalty(settings.frequency_penalty, settings.presence_penalty, settings.repeat_last_n),)
+    penalties += (Dry(settings),)
     if settings.logit_bias:
         penalties += (LogitBias(settings.logit_bias),)
     if settings.greedy:

@@ -360,14 +360,6 @@ def _refuse_unsupported(body: dict[str, Any], *, chat: bool) -> None:
         refuse("echo", "echo is for /v1/completions: the chat's prompt is its messages, which the client has")
     if body.get("suffix"):
         refuse("suffix", "suffix (insertion) is not supported: the model continues the prompt's end")
-    for key in ("presence_penalty", "frequency_penalty"):
-        value = body.get(key)
-        if value not in (None, 0, 0.0):
-            refuse(
-                key,
-                f"{key} is not supported (only 0): use repeat_penalty and repeat_last_n, loopchat's "
-                "penalty, as extra parameters",
-            )
     modalities = body.get("modalities")
     if modalities is not None and modalities != ["text"]:
         refuse("modalities", 'modalities must be ["text"]: loopchat serve generates text only')

@@ -22,6 +22,7 @@ from loopchat.stage_report import StageReport
 #: a stage's name on screen, and its setting's value beside it
 _NAMES = {
     "repeat_penalty": ("repeat", lambda s: f"×{s.repeat_penalty:g}"),
+    "frequency_presence": ("freq/pres", None),  # (their values: the settings' line, "freq 0.50 pres 0.60")
     "dry": ("DRY", lambda s: f"×{s.dry_multiplier:g}"),
     "logit_bias": ("bias", lambda s: f"{len(s.logit_bias)} tok"),
     "top_k": ("top-k", lambda s: f"{s.top_k}" if s.top_k else "off"),
