@@ -115,8 +115,9 @@ def live_backend():
 @pytest.fixture(scope="session")
 def queue_one_server():
     """`loopchat serve --queue 1` with the API key serve_process.KEY, started once for
-    test_serve, test_dry_settings, test_repeats and test_serve_stack (each request there says its own seed;
-    the log checks read from a mark taken before their request). Under `make test` there
+    test_serve, test_dry_settings, test_repeats, test_serve_stack and test_serve_prediction (each
+    request there says its own seed; the log checks read from a mark taken before their
+    request). Under `make test` there
     is one per worker that runs one of those modules."""
     s = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
     try:

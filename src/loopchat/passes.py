@@ -29,7 +29,7 @@ class PassReport(NamedTuple):
     drafted: int  # drafted tokens this pass checked (its batch held drafted + 1 positions)
     kept: int  # of them, kept: the pass's draws agreed with the first `kept` drafts
     drawn: bool  # the pass also gave a token of its own (after a rejection, or after every draft was kept)
-    source: str  # "lookup" | "model": what drafted them
+    source: str  # "lookup" | "model" | "prediction" (a served request's predicted output): what drafted them
     ms: float  # wall time of the verifying llama_decode
     draft_ms: float  # wall time spent drafting for this pass (lookup search, or the draft model's passes)
 

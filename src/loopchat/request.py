@@ -70,6 +70,10 @@ class ReplyRequest:
     #: machine's pace): with prompt lookup the passes are batched as the first time, so the
     #: logits, and under the same seed the tokens, are the same. (): choose as it goes
     draft_plan: tuple[tuple[int, int], ...] = ()
+    #: OpenAI's Predicted Outputs: the text the reply is expected to be much like; its tokens
+    #: are the drafts (drafts.PredictionDrafter, source "prediction") in place of the settings'
+    #: `draft`. "": none
+    prediction: str = ""
     #: a pass shared with other requests (serve --parallel) is measured against one sequence's
     #: (the probes behind BatchPass.single_ms: a decode each) for this request's steps; False: its
     #: asker shows no batch figures (a served request with the extension off, `loopchat: false`)

@@ -39,6 +39,7 @@ from typing import Any
 
 from loopchat.event_json import event_from_json_dict, to_json_dict
 from loopchat.events import Candidate, ContextTrimmed, Event, Finish, FinishReason, Prefill, Start, Step
+from loopchat.passes import PassReport
 from loopchat.wire_echo import PromptEcho
 from loopchat.wire_line import TokenLine
 
@@ -100,6 +101,7 @@ class WireOptions:
     prompt: bool = True  # the start record with the prompt (loopchat serve: only when asked)
     seed_requested: int | None = None  # the request's seed, when not used as given (-1, beyond 32 bits)
     echo: bool = False  # completions: the prompt first, and with logprobs its tokens' (wire_echo.py)
+    prediction: bool = False  # a predicted output was given: usage says how many of its tokens were kept
 
 
 class WireSerializer:
@@ -130,6 +132,7 @@ class WireSerializer:
         self._prefill: Prefill | None = None
         self._tail = ""  # text released by the stop token's step: sent with the finish chunk
         self._echo: PromptEcho | None = None  # echo: the prompt, sent after the Prefill
+        self._drafts = [0, 0, -1]  # drafted tokens kept, refused, the last verifying pass counted
         # a chat stream without the extension: its token chunks written straight as their lines
         # (wire_line.py: the same text, a token's chunk object neither built nor walked)
         self._line: TokenLine | None = None
@@ -144,6 +147,8 @@ class WireSerializer:
         line = self._line
         if line is not None and type(event) is Step and not event.is_stop and not self._pending:
             # (_token_chunk's bookkeeping; a stream has no body, so no body's logprobs list)
+            if event.pass_report is not None:
+                self._tally(event.pass_report)
             self._advance(event.text)
             return [line.line(event)]
         return [sse_line(c) for c in self.feed(event)]
@@ -176,6 +181,8 @@ class WireSerializer:
         if isinstance(event, Step):
             if data is not None:
                 self._pending["step"] = data
+            if event.pass_report is not None:
+                self._tally(event.pass_report)
             if event.is_stop:  # not part of the reply: it rides on the finish chunk
                 # (with the text its step released, if any: the end of a character the
                 # reply never finished, text held back for a stop string)
@@ -282,15 +289,29 @@ class WireSerializer:
     def _finish_chunk(self, finish: Finish) -> dict[str, Any]:
         return self._chunk({"content": self._tail} if self._tail else {}, None, finish_reason(finish.reason))
 
+    def _tally(self, report: PassReport) -> None:
+        """A verifying pass's drafts, once a pass (each step it gave carries its report)."""
+        if report.number != self._drafts[2]:
+            self._drafts[0] += report.kept
+            self._drafts[1] += report.drafted - report.kept
+            self._drafts[2] = report.number
+
     def _usage(self, finish: Finish) -> dict[str, Any]:
         cached = self._prefill.reused_tokens if self._prefill is not None else 0
         prompt, completion = finish.prompt_tokens, finish.completion_tokens
-        return {
+        usage = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion if prompt is not None and completion is not None else None,
             "prompt_tokens_details": {"cached_tokens": cached},
         }
+        if self.options.prediction:  # (OpenAI's names: the drafts the verifying passes kept and refused)
+            kept, refused = self._drafts[:2]
+            usage["completion_tokens_details"] = {
+                "accepted_prediction_tokens": kept,
+                "rejected_prediction_tokens": refused,
+            }
+        return usage
 
     def _usage_chunk(self, finish: Finish) -> dict[str, Any]:
         obj = self._base()

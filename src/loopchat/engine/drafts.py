@@ -1,6 +1,7 @@
-"""Where drafted tokens come from (speculative decoding, speculate.py): prompt lookup and a
-draft model. A drafter proposes up to k tokens to follow the context; the verifying pass of
-the model (speculate.py) decides which of them the reply keeps.
+"""Where drafted tokens come from (speculative decoding, speculate.py): prompt lookup, a
+draft model, and a request's predicted output. A drafter proposes up to k tokens to follow
+the context; the verifying pass of the model (speculate.py) decides which of them the reply
+keeps.
 
 `LookupDrafter`: the longest n-gram (3, then 2 tokens) at the context's end that also
 occurs earlier in the context proposes the tokens that followed it, as far as its latest
@@ -72,6 +73,41 @@ def _agreed(arr: np.ndarray, starts: np.ndarray, k: int) -> list[int]:
         if parted.size:
             run = run[: int(parted[0])]
     return run.tolist()
+
+
+class PredictionDrafter:
+    """OpenAI's Predicted Outputs (`prediction` on serve's chat endpoint): the text the reply is
+    expected to be much like (a file with a few lines edited), as `tokens`. The context's last n
+    tokens (3, then 2, then 1) are looked for in the prediction, their first occurrence that ends
+    at or after the place the last draft came from, and what follows it there is proposed: while
+    the reply follows the prediction each draft goes on from the last, and where the reply
+    leaves it a few tokens later bring it back. Nothing found ahead: no draft."""
+
+    source = "prediction"
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = np.asarray(tokens, dtype=np.int64)
+        self.at = 0  # the prediction's position after the tokens the last draft followed
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        p = self.tokens
+        if k <= 0 or not context or p.shape[0] < 2:
+            return []
+        tail = np.asarray(context[-3:], dtype=np.int64)
+        for n in (3, 2, 1):
+            if tail.shape[0] < n or p.shape[0] <= n:
+                continue
+            hits = p[: p.shape[0] - n] == tail[-n]  # (starts j with something after j + n)
+            for i in range(1, n):
+                hits &= p[i : p.shape[0] - n + i] == tail[-n + i]
+            ahead = np.flatnonzero(hits[max(self.at - n, 0) :])  # (never back to a part already passed)
+            if ahead.size:
+                self.at = max(self.at - n, 0) + int(ahead[0]) + n
+                return p[self.at : self.at + k].tolist()
+        return []
+
+    def close(self) -> None:
+        pass
 
 
 class ModelDrafter:

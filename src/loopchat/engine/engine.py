@@ -161,9 +161,7 @@ class Engine:
 
     def _metadata_flag(self, key: str, *, default: bool) -> bool:
         value = self.llm.metadata.get(key)
-        if value is None:
-            return default
-        return str(value).lower() in ("true", "1")
+        return default if value is None else str(value).lower() in ("true", "1")
 
     def _special_text(self, token_id: int) -> str:
         """A special token's text for the template (BOS, EOS; '' if the model has none)."""
@@ -181,17 +179,19 @@ class Engine:
             tokens.insert(0, bos)
         return tokens
 
+    def text_tokens(self, text: str) -> list[int]:
+        """`text`'s tokens as the tokenizer splits it alone (no BOS, no special tokens parsed)."""
+        return [int(t) for t in self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)]
+
     def first_token(self, text: str) -> int:
-        """`text`'s first token, alone (no BOS, no special tokens); ValueError: none (run_host.py)."""
-        tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        if not tokens:
+        """`text`'s first token, alone (text_tokens); ValueError: none (run_host.py)."""
+        if not (tokens := self.text_tokens(text)):
             raise ValueError(f"{text!r} has no token")
-        return int(tokens[0])
+        return tokens[0]
 
     def piece(self, token_id: int) -> bytes:
         """The bytes of one token (special tokens spelled out), cached."""
-        b = self._pieces.get(token_id)
-        if b is None:
+        if (b := self._pieces.get(token_id)) is None:
             b = self._pieces[token_id] = self._c.token_to_piece(token_id)
         return b
 

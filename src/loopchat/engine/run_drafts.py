@@ -2,7 +2,8 @@
 whether the next feed-back drafts, with which drafter and how many tokens at most, and the
 steps of a verifying pass given out when it ends.
 
-A pass drafts when the settings' `draft` is "lookup" or "model", the loop is not in step mode
+A pass drafts when the request has a prediction (OpenAI's Predicted Outputs: its tokens are
+the drafts) or the settings' `draft` is "lookup" or "model", the loop is not in step mode
 (paused: one token per pass), the logit lens is not asked for (it reads one position per
 pass), and the next step is not a branch's given token. The settings are read at each pass,
 so a change of `draft` or `draft_max` applies at the next one.
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from loopchat.engine.drafts import PredictionDrafter
 from loopchat.engine.sampler import SampleResult
 from loopchat.engine.speculate import Speculation, drafter_for
 from loopchat.errors import EngineError
@@ -32,13 +34,21 @@ class RunDrafts:
 
     def check(self, settings: SamplingSettings) -> None:
         """EngineError (before any event) for a draft this host cannot make."""
-        if settings.draft != "off":
-            self._drafter(settings.draft)
+        if (source := self._source(settings)) != "off":
+            self._drafter(source)
+
+    def _source(self, settings: SamplingSettings) -> str:
+        """What drafts now: a request's prediction, else the settings' `draft`."""
+        return "prediction" if self.request.prediction else settings.draft
 
     def _drafter(self, source: str) -> Any:
         drafter = self._drafters.get(source)
         if drafter is None:
-            drafter = self._drafters[source] = drafter_for(self.host, source)
+            if source == "prediction":
+                drafter = PredictionDrafter(self.host.text_tokens(self.request.prediction))
+            else:
+                drafter = drafter_for(self.host, source)
+            self._drafters[source] = drafter
         return drafter
 
     @property
@@ -53,12 +63,13 @@ class RunDrafts:
         """The feed-back of `token` as a verifying pass, if the run drafts now and the drafter
         proposes: (the pass's ms, its positions); None: the caller makes a plain pass."""
         settings, host, control = run.settings.now, self.host, run.gate.control
-        if settings.draft == "off" or (control is not None and control.paused) or self.request.lens:
+        source = self._source(settings)
+        if source == "off" or (control is not None and control.paused) or self.request.lens:
             return None
         if run.branch.given(run.steps) is not None:
             return None
         try:
-            drafter = self._drafter(settings.draft)
+            drafter = self._drafter(source)
         except EngineError:  # (a live change to a source this host has not: plain passes)
             return None
         room = min(host.n_ctx - host.n_past - 3, settings.max_tokens - run.completion - 1)

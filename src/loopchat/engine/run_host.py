@@ -50,6 +50,9 @@ class RunHost(Protocol):
 
     def is_eog(self, token_id: int) -> bool: ...
 
+    def text_tokens(self, text: str) -> list[int]:
+        """`text`'s tokens as the tokenizer splits it alone (no BOS, no special tokens parsed)."""
+
     def first_token(self, text: str) -> int:
         """The first token of `text` as the tokenizer splits it alone (no BOS, no special
         tokens parsed); ValueError: it has none."""

@@ -47,6 +47,7 @@ def runs_alone(request: ReplyRequest) -> bool:
         or request.prompt_logprobs is not None
         or request.step_paused
         or request.settings.draft != "off"
+        or bool(request.prediction)
         or bool(request.draft_plan)
     )
 

@@ -168,9 +168,11 @@ def _request(
         settings = settings.replace(seed=seed)
     if seed == requested:  # (used as given: nothing to record)
         requested = None
+    prediction = _prediction(body)
     reply = ReplyRequest(
         messages,
         settings,
+        prediction=prediction,
         stop=_stop(body.get("stop")),
         report_k=max(MIN_REPORT, top) if extension else max(1, top),
         reuse_at_most=0 if cache_prompt is False else None,  # cache_prompt: false evaluates the whole prompt
@@ -193,9 +195,29 @@ def _request(
             extension=extension,
             prompt=prompt,
             seed_requested=requested,
+            prediction=bool(prediction),
         ),
         model=model,
     )
+
+
+def _prediction(body: dict[str, Any]) -> str:
+    """OpenAI's Predicted Outputs, `{"type": "content", "content": TEXT}` (or a list of text parts):
+    the text ("": none). Its tokens are the reply's drafts (speculative decoding)."""
+    value = body.get("prediction")
+    if value is None:
+        return ""
+    hint = 'prediction must be {"type": "content", "content": "the text the reply is expected to be much like"}'
+    if not isinstance(value, dict) or value.get("type") != "content":
+        raise RequestError(hint, param="prediction")
+    content = value.get("content")
+    if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise RequestError(hint + ' (or a list of {"type": "text", "text": ...} parts)', param="prediction")
+    if content and body.get("n") not in (None, 1):
+        raise RequestError("a prediction drafts one reply's tokens: send it with n = 1", param="prediction")
+    return content
 
 
 def _constraint(body: dict[str, Any]) -> Any:
@@ -363,6 +385,6 @@ def _refuse_unsupported(body: dict[str, Any], *, chat: bool) -> None:
     modalities = body.get("modalities")
     if modalities is not None and modalities != ["text"]:
         refuse("modalities", 'modalities must be ["text"]: loopchat serve generates text only')
-    for key in ("audio", "prediction", "web_search_options"):
+    for key in ("audio", "web_search_options"):
         if body.get(key) is not None:
             refuse(key, f"{key} is not supported by loopchat serve")
