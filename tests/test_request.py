@@ -59,6 +59,7 @@ EVERY_FIELD = ReplyRequest(
     constraint=Constraint("regex", "(?s:.*)", "any text"),  # (the prefix and the hand's <|im_end|> fit it)
     n=2,
     draft_plan=((2, 3),),  # (draft off in SETTINGS: no pass drafts)
+    prediction="Five animals: a cat, a dog",  # (lens on: no pass drafts)
     batch_probes=False,  # (a reply alone: no pass shared with another request to probe)
     step_detail=False,
 )

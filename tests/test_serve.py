@@ -223,7 +223,7 @@ def test_logprobs_equal_the_engine_s_step_records(
     "extra, needle, param",
     [
         ({"n": 17}, "n must be a whole number from 1 to 16", "n"),
-        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tool", "tools"),
+        ({"tools": [{"type": "function"}]}, '{"type": "function", "function": {"name"', "tools[0]"),
         ({"temperature": 9}, "temperature must be between 0 and 5", "temperature"),
         ({"top_p": 0}, "top_p must be above 0", "top_p"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be from 0 to 20", "top_logprobs"),

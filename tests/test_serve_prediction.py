@@ -32,8 +32,9 @@ def test_a_prediction_of_the_reply_drafts_it_and_the_text_is_the_same(client: Op
     predicted = client.chat.completions.create(**ASK, prediction={"type": "content", "content": text})
     assert predicted.choices[0].message.content == text
     details = predicted.usage.completion_tokens_details
-    assert details.accepted_prediction_tokens >= predicted.usage.completion_tokens // 2, details
-    assert details.rejected_prediction_tokens == 0, details
+    # (how many passes draft is the pace's choice, by this machine's measured pass costs: some do;
+    # the prediction is the reply itself, so every draft checked is kept)
+    assert details.accepted_prediction_tokens > 0 and details.rejected_prediction_tokens == 0, details
     # each step says which pass gave it: passes that checked the prediction's tokens
     steps = [e for e in predicted.model_extra["loopchat"]["events"] if e["kind"] == "step"]
     reports = {s["pass_report"][0]: s["pass_report"] for s in steps if s.get("pass_report")}

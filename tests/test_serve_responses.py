@@ -169,7 +169,7 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
 @pytest.mark.parametrize(
     ("body", "param", "says"),
     [
-        ({"input": "Hi", "tools": [{"type": "function", "name": "f"}]}, "tools", "no tool or function calling"),
+        ({"input": "Hi", "tools": [{"type": "function", "name": "f"}]}, "tools", "/v1/chat/completions takes them"),
         ({"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id", "send the whole conversation"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},

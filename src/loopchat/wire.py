@@ -42,6 +42,7 @@ from loopchat.events import Candidate, ContextTrimmed, Event, Finish, FinishReas
 from loopchat.passes import PassReport
 from loopchat.wire_echo import PromptEcho
 from loopchat.wire_line import TokenLine
+from loopchat.wire_tools import ToolReply, tool_delta, tool_message
 
 #: The key of loopchat's own fields in a chunk or body.
 EXTENSION_KEY = "loopchat"
@@ -102,6 +103,7 @@ class WireOptions:
     seed_requested: int | None = None  # the request's seed, when not used as given (-1, beyond 32 bits)
     echo: bool = False  # completions: the prompt first, and with logprobs its tokens' (wire_echo.py)
     prediction: bool = False  # a predicted output was given: usage says how many of its tokens were kept
+    tools: bool = False  # the reply is serve/tools.py's JSON: read back as content or tool calls (wire_tools.py)
 
 
 class WireSerializer:
@@ -133,10 +135,11 @@ class WireSerializer:
         self._tail = ""  # text released by the stop token's step: sent with the finish chunk
         self._echo: PromptEcho | None = None  # echo: the prompt, sent after the Prefill
         self._drafts = [0, 0, -1]  # drafted tokens kept, refused, the last verifying pass counted
+        self._tools = ToolReply() if options.tools else None
         # a chat stream without the extension: its token chunks written straight as their lines
         # (wire_line.py: the same text, a token's chunk object neither built nor walked)
         self._line: TokenLine | None = None
-        if options.chat and options.stream and not options.extension:
+        if options.chat and options.stream and not options.extension and not options.tools:
             head = self._base()
             self._line = TokenLine(
                 _encode, head, options.top_logprobs, options.logprobs, options.include_usage, token_bytes, logprob
@@ -241,6 +244,8 @@ class WireSerializer:
             else:
                 lp = self._legacy_logprob(step)  # (its text_offset: the offset before this token)
         self._advance(step.text)
+        if self._tools is not None:  # (the response's text as it is decoded; nothing of a tool call's JSON)
+            return self._chunk({"content": text} if (text := self._tools.feed(step.text)) else {}, lp)
         return self._chunk({"content": step.text}, lp)
 
     def _advance(self, text: str) -> None:
@@ -287,7 +292,13 @@ class WireSerializer:
         return [self._chunk({"content": text}, item)]
 
     def _finish_chunk(self, finish: Finish) -> dict[str, Any]:
-        return self._chunk({"content": self._tail} if self._tail else {}, None, finish_reason(finish.reason))
+        tail, reason = self._tail, finish_reason(finish.reason)
+        if self._tools is None:
+            return self._chunk({"content": tail} if tail else {}, None, reason)
+        tail = self._tools.feed(tail)
+        if (calls := self._tools.calls()) is None:
+            return self._chunk({"content": tail} if tail else {}, None, reason)
+        return self._chunk(tool_delta(calls), None, "tool_calls" if reason == "stop" else reason)
 
     def _tally(self, report: PassReport) -> None:
         """A verifying pass's drafts, once a pass (each step it gave carries its report)."""
@@ -329,8 +340,9 @@ class WireSerializer:
             raise RuntimeError("body() before the generation finished")
         if self.error is not None:
             return error_body(self.error, "server_error", code="generation_error")
-        text = "".join(self._text)
+        text = "".join(self._text) if self._tools is None else self._tools.text
         reason = finish_reason(finish.reason)
+        calls = self._tools.calls() if self._tools is not None else None
         obj: dict[str, Any] = {
             "id": self.id,
             "object": "chat.completion" if self.options.chat else "text_completion",
@@ -344,9 +356,9 @@ class WireSerializer:
             obj["choices"] = [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "message": tool_message(text, calls),
                     "logprobs": lp,
-                    "finish_reason": reason,
+                    "finish_reason": "tool_calls" if calls and reason == "stop" else reason,
                 }
             ]
         else:

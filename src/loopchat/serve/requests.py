@@ -38,6 +38,7 @@ from loopchat.batch import SEQUENCES_MAX, check_n
 from loopchat.events import DOCUMENT, Message
 from loopchat.request import ReplyRequest
 from loopchat.serve.constraints import FormatProblem, constraint_of
+from loopchat.serve.tools import ToolChoice, ToolProblem, call_message, result_message, tool_choice, with_tools
 from loopchat.settings import SETTING, SETTINGS, SamplingSettings, SettingsError
 from loopchat.stop_strings import MAX_STOP_STRINGS
 from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, WireOptions, error_body
@@ -102,6 +103,12 @@ def parse_chat(body: dict[str, Any], base: SamplingSettings) -> GenerationReques
     """A /v1/chat/completions body."""
     _refuse_unsupported(body, chat=True)
     messages = _chat_messages(body.get("messages"))
+    try:
+        tools = tool_choice(body)
+    except ToolProblem as exc:
+        raise RequestError(str(exc), param=exc.param) from None
+    if tools is not None:
+        messages = with_tools(messages, tools)
     logprobs = _optional(body, "logprobs", bool, "true or false (top_logprobs says how many candidates)")
     top = _optional(body, "top_logprobs", int, f"a whole number from 0 to {MAX_TOP_LOGPROBS}")
     if top is not None:
@@ -109,7 +116,7 @@ def parse_chat(body: dict[str, Any], base: SamplingSettings) -> GenerationReques
             raise RequestError(f"top_logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}", param="top_logprobs")
         if not logprobs:
             raise RequestError("top_logprobs requires logprobs: true", param="top_logprobs")
-    return _request(body, base, messages, chat=True, logprobs=bool(logprobs), top=top or 0)
+    return _request(body, base, messages, chat=True, logprobs=bool(logprobs), top=top or 0, tools=tools)
 
 
 def parse_completion(body: dict[str, Any], base: SamplingSettings) -> GenerationRequest:
@@ -145,7 +152,14 @@ def parse_completion(body: dict[str, Any], base: SamplingSettings) -> Generation
 
 
 def _request(
-    body: dict[str, Any], base: SamplingSettings, messages: tuple[Message, ...], *, chat: bool, logprobs: bool, top: int
+    body: dict[str, Any],
+    base: SamplingSettings,
+    messages: tuple[Message, ...],
+    *,
+    chat: bool,
+    logprobs: bool,
+    top: int,
+    tools: ToolChoice | None = None,
 ) -> GenerationRequest:
     stream = bool(_optional(body, "stream", bool, "true or false"))
     include_usage = False
@@ -179,7 +193,7 @@ def _request(
         ignore_eos=bool(ignore_eos),
         stream=stream,
         prompt_logprobs=prompt_logprobs,
-        constraint=_constraint(body),
+        constraint=_constraint(body, tools),
         n=int(body.get("n") or 1),
         batch_probes=extension,
         step_detail=extension,
@@ -196,6 +210,7 @@ def _request(
             prompt=prompt,
             seed_requested=requested,
             prediction=bool(prediction),
+            tools=tools is not None,
         ),
         model=model,
     )
@@ -220,12 +235,22 @@ def _prediction(body: dict[str, Any]) -> str:
     return content
 
 
-def _constraint(body: dict[str, Any]) -> Any:
-    """response_format / grammar / json_schema (serve/constraints.py) as the request's constraint."""
+def _constraint(body: dict[str, Any], tools: ToolChoice | None) -> Any:
+    """response_format / grammar / json_schema (serve/constraints.py), or the tools' JSON form
+    (serve/tools.py), as the request's constraint."""
     try:
-        return constraint_of(body)
+        asked = constraint_of(body)
     except FormatProblem as exc:
         raise RequestError(str(exc), param=exc.param) from None
+    if tools is None:
+        return asked
+    if asked is not None:
+        raise RequestError(
+            "tools and a response format or grammar both constrain the reply: send one of them", param="tools"
+        )
+    if body.get("n") not in (None, 1):
+        raise RequestError("tools are read back from one reply: send them with n = 1", param="n")
+    return tools.constraint()
 
 
 def _extension(value: Any) -> tuple[bool, bool, int | None]:
@@ -300,23 +325,37 @@ def _chat_messages(value: Any) -> tuple[Message, ...]:
             'messages must be a non-empty list of {"role": ..., "content": ...} objects', param="messages"
         )
     out: list[Message] = []
+    names: dict[str, str] = {}  # the tool calls' names by id, for their results
     for i, m in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise RequestError(f'{where} must be an object {{"role": ..., "content": ...}}', param=where)
         role = m.get("role")
-        if role in ("tool", "function") or m.get("tool_calls") or m.get("function_call"):
+        if role == "function" or m.get("function_call"):
             raise RequestError(
-                f"{where}: tool calls and tool messages are not supported: loopchat serve has no tool "
-                "calling; send system, user and assistant messages",
-                param=where,
+                f"{where}: OpenAI's older function messages: send tool calls and tool messages", param=where
             )
+        if role == "assistant" and m.get("tool_calls"):  # (serve/tools.py: as the model writes them)
+            message, named = _tool_part(call_message, m, where)
+            names.update(named)
+            out.append(message)
+            continue
+        if role == "tool":
+            out.append(_tool_part(result_message, m, _content(m.get("content"), f"{where}.content"), names))
+            continue
         if role not in CHAT_ROLES:
             raise RequestError(
                 f"{where}.role must be one of system, developer, user, assistant; got {role!r}", param=f"{where}.role"
             )
         out.append(Message(CHAT_ROLES[role], _content(m.get("content"), f"{where}.content")))
     return tuple(out)
+
+
+def _tool_part(read: Any, *args: Any) -> Any:
+    try:
+        return read(*args)
+    except ToolProblem as exc:
+        raise RequestError(str(exc), param=exc.param) from None
 
 
 def _content(value: Any, where: str) -> str:
@@ -369,15 +408,11 @@ def _refuse_unsupported(body: dict[str, Any], *, chat: bool) -> None:
     best_of = body.get("best_of")
     if best_of is not None and best_of != 1:
         refuse("best_of", f"best_of must be 1, got {best_of!r}: loopchat serve generates one completion per request")
-    for key in ("tools", "functions"):
-        if body.get(key):
-            refuse(
-                key,
-                f"{key} are not supported: loopchat serve has no tool or function calling; send messages without them",
-            )
-    for key in ("tool_choice", "function_call"):
-        if body.get(key) not in (None, "none"):
-            refuse(key, f"{key} is not supported: loopchat serve has no tool or function calling")
+    if body.get("functions") or body.get("function_call") not in (None, "none"):
+        key = "functions" if body.get("functions") else "function_call"
+        refuse(key, f"{key} is OpenAI's older function calling: send the functions as tools (and tool_choice)")
+    if not chat and (body.get("tools") or body.get("tool_choice") not in (None, "none")):
+        refuse("tools", "tools are for /v1/chat/completions: a completion continues a document")
     if chat and body.get("echo"):
         refuse("echo", "echo is for /v1/completions: the chat's prompt is its messages, which the client has")
     if body.get("suffix"):

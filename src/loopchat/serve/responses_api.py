@@ -38,6 +38,10 @@ def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationR
         raise _refused(
             "prompt", "prompt (a stored prompt template) is not supported: send the text in input and instructions"
         )
+    if body.get("tools") or body.get("tool_choice") not in (None, "auto", "none"):
+        raise _refused(
+            "tools", "tools are not supported on /v1/responses: /v1/chat/completions takes them (tool calling)"
+        )
     if body.get("n") not in (None, 1):
         raise _refused("n", "n is not a Responses API parameter: /v1/chat/completions writes n choices in one batch")
     include = body.get("include")

@@ -1,0 +1,159 @@
+"""OpenAI's tool calling on `loopchat serve` (serve/tools.py, wire_tools.py): the tutorial's
+function-calling round trip with OpenAI's Python SDK on a real server. The reply is constrained
+to the tools' JSON form (each step's constraint figures say so), read back as `tool_calls` with
+JSON arguments that follow the function's schema, or as content; streamed, the SDK's own
+accumulation gives the same; the tool's result goes back in and the model answers."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from openai import OpenAI
+from serve_process import KEY, Serve
+
+from loopchat.wire_tools import ToolReply
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+MODEL = "smollm2-135m-instruct"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "description": "The time now."}}
+ASK = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+
+
+@pytest.fixture(scope="module")
+def client(queue_one_server: Serve) -> OpenAI:
+    return queue_one_server.client(KEY)
+
+
+def _check_weather_call(call) -> dict:
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name == "get_weather"
+    args = json.loads(call.function.arguments)
+    assert set(args) == {"city", "unit"} and isinstance(args["city"], str) and args["unit"] in ("celsius", "fahrenheit")
+    return args
+
+
+def test_the_function_calling_round_trip(client: OpenAI) -> None:
+    """tool_choice "required": a call of the function, its arguments per its schema; then the
+    tool's result in the conversation and an answer ("auto" may answer: here it must, "none")."""
+    first = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER, TIME], tool_choice="required", seed=1, max_tokens=100
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    calls = choice.message.tool_calls
+    assert calls and all(c.function.name in ("get_weather", "get_time") for c in calls)
+    steps = [e for e in first.model_extra["loopchat"]["events"] if e["kind"] == "step"]
+    assert all(s["constraint"] for s in steps)  # the tools' form was the constraint at every pass
+    messages = [*ASK, choice.message.model_dump(exclude_none=True)]
+    messages += [{"role": "tool", "tool_call_id": c.id, "content": '{"sky": "sunny", "celsius": 21}'} for c in calls]
+    second = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER, TIME], tool_choice="none", seed=1, max_tokens=40
+    )
+    assert second.choices[0].message.content and second.choices[0].message.tool_calls is None
+    # the tool's result went into the prompt, under the name of the call it answers
+    start = second.model_extra["loopchat"]["events"][0]
+    assert start["kind"] == "start"
+
+
+def test_a_named_function_is_called_with_arguments_that_follow_its_schema(client: OpenAI) -> None:
+    for seed in range(3):
+        reply = client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[WEATHER, TIME],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            parallel_tool_calls=False,
+            seed=seed,
+            max_tokens=100,
+        )
+        calls = reply.choices[0].message.tool_calls
+        assert reply.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+        _check_weather_call(calls[0])
+
+
+def test_streamed_tool_calls_add_up_in_the_sdk(client: OpenAI) -> None:
+    """The stream's chunks carry no JSON as content; the calls come whole in one delta before the
+    finish reason, and the SDK's stream helper adds them up to the same message as a blocking reply."""
+    ask = {
+        "model": MODEL,
+        "messages": ASK,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "seed": 2,
+        "max_tokens": 100,
+    }
+    blocking = client.chat.completions.create(**ask).choices[0].message.tool_calls[0]
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    assert not any(c.choices[0].delta.content for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    with client.chat.completions.stream(**ask) as stream:
+        final = stream.get_final_completion()
+    streamed = final.choices[0].message.tool_calls[0]
+    assert _check_weather_call(streamed) == json.loads(blocking.function.arguments)
+
+
+def test_auto_may_answer_and_the_answer_streams_as_content(client: OpenAI) -> None:
+    """With tool_choice "auto" the reply is a call or an answer; an answer's text streams as content
+    (its JSON string decoded), the same as the blocking reply's."""
+    ask = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}], "tools": [TIME], "max_tokens": 60}
+    for seed in range(6):
+        blocking = client.chat.completions.create(**ask, seed=seed).choices[0]
+        if blocking.message.tool_calls is None:
+            break
+    else:
+        pytest.fail("six seeds, six tool calls: no answer to check")
+    assert blocking.message.content is not None and not blocking.message.content.startswith("{")
+    chunks = list(client.chat.completions.create(**ask, seed=seed, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == blocking.message.content
+
+
+@pytest.mark.parametrize(
+    "extra, needle, param",
+    [
+        ({"tool_choice": "required"}, "needs tools", "tool_choice"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "1 to 64 letters", "tools[0]"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "naming one",
+            "tool_choice",
+        ),
+        ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "both constrain", "tools"),
+        ({"tools": [WEATHER], "n": 2}, "n = 1", "n"),
+        ({"functions": [{"name": "f"}]}, "send the functions as tools", "functions"),
+    ],
+)
+def test_bad_tools_are_a_400_naming_the_parameter(client: OpenAI, extra: dict, needle: str, param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **extra)
+    assert needle in info.value.message and info.value.param == param
+
+
+def test_the_reply_s_json_read_back() -> None:
+    reply = ToolReply()
+    text = json.dumps({"response": 'Hi "you"\nline \u00e9 \U0001f600 end'})
+    assert (
+        "".join(reply.feed(text[i : i + 3]) for i in range(0, len(text), 3)) == 'Hi "you"\nline \u00e9 \U0001f600 end'
+    )
+    assert reply.calls() is None
+    reply = ToolReply()
+    reply.feed('{"tool_calls": [{"name": "get_time", "arguments": {}}]}')
+    (call,) = reply.calls()
+    assert call["function"] == {"name": "get_time", "arguments": "{}"} and reply.calls()[0]["id"] == call["id"]
+    cut = ToolReply()
+    assert cut.feed('{"tool_calls": [{"name": "get_ti') == "" and cut.calls() is None  # cut before it closed
