@@ -53,6 +53,27 @@ def test_the_key_docs_browser_column_is_f1s() -> None:
     assert {"Ctrl+T", "Ctrl+N", "F5", "F12"} <= set(IN_A_BROWSER)
 
 
+async def test_f1_has_the_browser_column_in_a_browser_tab_only(tmp_path, monkeypatch) -> None:
+    """In a terminal the column took a sixth of an 80-column screen for six rows; a tab needs it."""
+    from textual.widgets import Static
+
+    from loopchat.tui.help_screen import HelpScreen
+
+    for url in (None, "http://127.0.0.1:8000"):
+        if url is None:
+            monkeypatch.delenv(WEB_URL_ENV, raising=False)
+        else:
+            monkeypatch.setenv(WEB_URL_ENV, url)
+        app = fake_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("f1")
+            await wait_for(pilot, lambda a=app: isinstance(a.screen, HelpScreen), 5, "the keys")
+            table = app.screen.query_one("#help-keys", Static).content
+            assert len(table.columns) == (2 if url is None else 3)
+            foot = str(app.screen.query_one("#help-foot", Static).content)
+            assert ("the last column gives" in foot) == (url is not None)
+
+
 async def test_alt_t_opens_and_closes_the_document_view(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(WEB_URL_ENV, "http://127.0.0.1:8000")  # a browser tab's chat
     app = fake_app(tmp_path)

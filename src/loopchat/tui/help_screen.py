@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from loopchat.browser import BROWSER_KEYS, shown_key
+from loopchat.browser import BROWSER_KEYS, shown_key, web_url
 from loopchat.settings_text import knob_order_text, knob_steps_text
 
 #: (keys, what they do), in the order docs/keys.md shows them
@@ -134,10 +134,16 @@ IN_A_BROWSER: dict[str, str] = {
 }
 
 
-def keys_table() -> Table:
+def keys_table(browser: bool) -> Table:
+    """The keys; `browser` (a tab of `loopchat web`): with the "In a browser" column (in a
+    terminal it would take a sixth of an 80-column screen for six rows)."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold #ffaf00", no_wrap=True)
     table.add_column()
+    if not browser:
+        for keys, what in KEYS:
+            table.add_row(keys, what)
+        return table
     table.add_column(style="#ffaf00", max_width=14)
     table.add_row("", "", "In a browser")
     for keys, what in KEYS:
@@ -175,12 +181,14 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll() as box:
             box.border_title = "loopchat keys"
-            yield Static(keys_table(), id="help-keys")
+            browser = web_url() is not None
+            yield Static(keys_table(browser), id="help-keys")
             yield Static(
                 "In the message box the usual editing keys work too (Ctrl+A/E line start/end, "
                 "Ctrl+W or Alt+Backspace delete word, Ctrl+Z undo…). In a browser (loopchat web) the "
-                "browser keeps Ctrl+T, Ctrl+N, Ctrl+W, F5, F11 and F12 for itself: the last column "
-                "gives the key that works there. F1 or Esc closes this list.",
+                "browser keeps Ctrl+T, Ctrl+N, Ctrl+W, F5, F11 and F12 for itself: "
+                + ("the last column gives the key that works there" if browser else "F1 there gives the key that works")
+                + ". F1 or Esc closes this list.",
                 id="help-foot",
             )
 
