@@ -169,14 +169,14 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
 @pytest.mark.parametrize(
     ("body", "param", "says"),
     [
-        ({"input": "Hi", "tools": [{"type": "function", "name": "f"}]}, "tools", "/v1/chat/completions takes them"),
+        ({"input": "Hi", "tools": [{"type": "file_search"}]}, "tools[0]", "only function tools"),
         ({"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id", "send the whole conversation"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input[0].content[0]",
             "only text",
         ),
-        ({"input": [{"type": "function_call_output", "output": "1"}]}, "input[0]", "only messages"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]", "only messages, function calls"),
         ({"input": "Hi", "text": {"format": {"type": "xml"}}}, "text.format", '{"type": "json_schema"'),
         ({"input": "Hi", "include": ["message.output_text.logprobs"]}, "include", "in the loopchat key"),
         ({"input": "Hi", "max_output_tokens": -1}, "max_output_tokens", "max_output_tokens"),

@@ -157,3 +157,68 @@ def test_the_reply_s_json_read_back() -> None:
     assert call["function"] == {"name": "get_time", "arguments": "{}"} and reply.calls()[0]["id"] == call["id"]
     cut = ToolReply()
     assert cut.feed('{"tool_calls": [{"name": "get_ti') == "" and cut.calls() is None  # cut before it closed
+
+
+# ---- the Responses API's function tools (serve/responses_api.py, responses_wire.py) ------------
+
+R_WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    **{k: WEATHER["function"][k] for k in ("description", "parameters")},
+}
+
+
+def test_the_responses_api_s_function_calling_guide(client: OpenAI) -> None:
+    """OpenAI's guide with client.responses: a function_call item, its output sent back as a
+    function_call_output item with the call appended as the output gave it, and a second reply."""
+    ask = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+    first = client.responses.create(
+        model=MODEL, input=ask, tools=[R_WEATHER], tool_choice="required", parallel_tool_calls=False
+    )
+    (call,) = first.output
+    assert call.type == "function_call" and call.call_id.startswith("call_") and first.output_text == ""
+    args = json.loads(call.arguments)
+    assert call.name == "get_weather" and set(args) == {"city", "unit"}
+    inputs = [*ask, call, {"type": "function_call_output", "call_id": call.call_id, "output": "21 degrees, sunny"}]
+    second = client.responses.create(
+        model=MODEL,
+        input=inputs,
+        tools=[R_WEATHER],
+        tool_choice="none",
+        max_output_tokens=30,
+        extra_body={"loopchat": {"prompt": True}},
+    )
+    assert second.output[0].type == "message" and second.output_text
+    prompt = second.model_extra["loopchat"]["events"][0]["prompt_text"]
+    assert '"tool_result": {"name": "get_weather", "tool_call_id": "' + call.call_id in prompt
+    assert '"arguments": ' + json.dumps(args) in prompt  # the call, as the model wrote it
+
+
+def test_the_responses_api_streams_a_function_call_whole(client: OpenAI) -> None:
+    ask = {
+        "model": MODEL,
+        "input": "Weather in Rome?",
+        "tools": [R_WEATHER],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "parallel_tool_calls": False,
+    }
+    kinds = [e.type for e in client.responses.create(**ask, stream=True)]
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    with client.responses.stream(**ask) as stream:
+        final = stream.get_final_response()
+    (call,) = final.output
+    assert call.type == "function_call" and set(json.loads(call.arguments)) == {"city", "unit"}
+
+
+def test_the_responses_api_refuses_tools_it_has_not(client: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model=MODEL, input="Hi", tools=[{"type": "web_search_preview"}])
+    assert "only function tools" in info.value.message and info.value.param == "tools[0]"

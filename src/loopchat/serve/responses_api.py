@@ -6,11 +6,14 @@ message before them), `max_output_tokens`, `temperature`, `top_p`, `stream`, and
 `text.format` (`{"type": "json_schema", "name", "schema", "strict"}` or `{"type":
 "json_object"}`: the reply follows it, as `response_format` does on the chat endpoint) become
 the chat request `requests.parse_chat` reads, with loopchat's own keys (top_k, seed, the
-`loopchat` extension, ...) passed through. What the server cannot do is one line, a 400:
-tools, `previous_response_id` and `conversation` (nothing is stored: send the whole
-conversation in `input`), parts that are not text, `n`. `store`, `metadata`, `user`,
-`truncation`, `service_tier`, `reasoning` and `parallel_tool_calls` are taken and change
-nothing (the model does not reason; no response is kept).
+`loopchat` extension, ...) passed through. Function tools (`tools` of type "function",
+`tool_choice`, `parallel_tool_calls`, and `function_call` / `function_call_output` items in
+`input`) become the chat's tools, tool calls and tool messages (serve/tools.py). What the
+server cannot do is one line, a 400: other tools (web search, files, ...),
+`previous_response_id` and `conversation` (nothing is stored: send the whole conversation in
+`input`), parts that are not text, `n`. `store`, `metadata`, `user`, `truncation`,
+`service_tier` and `reasoning` are taken and change nothing (the model does not reason; no
+response is kept).
 """
 
 from __future__ import annotations
@@ -21,9 +24,19 @@ from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat
 from loopchat.settings import SamplingSettings
 
 #: keys of a Responses body that have no chat counterpart and change nothing here
-_TAKEN = ("store", "metadata", "user", "truncation", "service_tier", "reasoning", "parallel_tool_calls", "include")
+_TAKEN = ("store", "metadata", "user", "truncation", "service_tier", "reasoning", "include")
 #: keys of a Responses body read here, not passed on as chat keys
-_READ = ("input", "instructions", "max_output_tokens", "text", "previous_response_id", "conversation", "prompt")
+_READ = (
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "text",
+    "previous_response_id",
+    "conversation",
+    "prompt",
+    "tools",
+    "tool_choice",
+)
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
@@ -38,10 +51,7 @@ def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationR
         raise _refused(
             "prompt", "prompt (a stored prompt template) is not supported: send the text in input and instructions"
         )
-    if body.get("tools") or body.get("tool_choice") not in (None, "auto", "none"):
-        raise _refused(
-            "tools", "tools are not supported on /v1/responses: /v1/chat/completions takes them (tool calling)"
-        )
+    chat_tools = _tools(body.get("tools"))
     if body.get("n") not in (None, 1):
         raise _refused("n", "n is not a Responses API parameter: /v1/chat/completions writes n choices in one batch")
     include = body.get("include")
@@ -50,8 +60,8 @@ def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationR
             "include", f"include is not supported (got {include!r}): loopchat's own records come in the loopchat key"
         )
     chat = {k: v for k, v in body.items() if k not in _TAKEN and k not in _READ}
-    if chat.get("tool_choice") == "auto" and not chat.get("tools"):
-        del chat["tool_choice"]  # (the Responses API's default: with no tools, no tool is chosen)
+    if chat_tools:
+        chat["tools"], chat["tool_choice"] = chat_tools, _tool_choice(body.get("tool_choice"))
     messages = _messages(body.get("input"))
     instructions = body.get("instructions")
     if instructions is not None:
@@ -72,6 +82,32 @@ def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationR
         raise
 
 
+def _tools(value: Any) -> list[dict[str, Any]]:
+    """The function tools, in the chat's shape ({"type": "function", "function": {...}})."""
+    if value in (None, []):
+        return []
+    if not isinstance(value, list):
+        raise RequestError(
+            'tools must be a list of {"type": "function", "name": ..., "parameters": ...}', param="tools"
+        )
+    out = []
+    for i, tool in enumerate(value):
+        kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
+        if kind != "function":
+            raise _refused(f"tools[{i}]", f"tools[{i}]: only function tools are supported, got {kind!r}")
+        out.append(
+            {"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters") if k in tool}}
+        )
+    return out
+
+
+def _tool_choice(value: Any) -> Any:
+    """tool_choice in the chat's shape (a named function: {"type": "function", "function": {"name": ...}})."""
+    if isinstance(value, dict) and value.get("type") == "function":
+        return {"type": "function", "function": {"name": value.get("name")}}
+    return value
+
+
 def _refused(key: str, message: str) -> RequestError:
     return RequestError(message, param=key, code="unsupported_parameter")
 
@@ -83,13 +119,27 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         raise RequestError(
             'input must be a string or a non-empty list of {"role": ..., "content": ...} messages', param="input"
         )
-    out = []
+    out: list[dict[str, Any]] = []
     for i, item in enumerate(value):
         where = f"input[{i}]"
-        if not isinstance(item, dict) or item.get("type", "message") != "message":
-            kind = item.get("type") if isinstance(item, dict) else type(item).__name__
+        kind = item.get("type", "message") if isinstance(item, dict) else type(item).__name__
+        if kind == "function_call":  # (the model's call, as the output held it: the chat's assistant tool call)
+            call = {"id": item.get("call_id"), "type": "function"}
+            call["function"] = {"name": item.get("name"), "arguments": item.get("arguments")}
+            if out and out[-1].get("tool_calls"):
+                out[-1]["tool_calls"].append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            continue
+        if kind == "function_call_output":
+            output = item.get("output")
+            if isinstance(output, list):
+                output = [_text_part(part, f"{where}.output[{j}]") for j, part in enumerate(output)]
+            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": output})
+            continue
+        if kind != "message":
             raise RequestError(
-                f"{where}: only messages are supported (no tool calls or their outputs), got {kind!r}", param=where
+                f"{where}: only messages, function calls and their outputs are supported, got {kind!r}", param=where
             )
         content = item.get("content")
         if isinstance(content, list):

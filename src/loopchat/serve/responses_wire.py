@@ -13,6 +13,12 @@ its JSON (`type` and `sequence_number` in every one): `response.created`,
 reply that fails after the stream started ends with an `error` event and `response.failed`. The
 stream ends with its last event (no `data: [DONE]`, which the chat endpoints send).
 
+With function tools (serve/tools.py, wire_tools.py) the reply is read back as it is written:
+an answer is the message item as above (its text decoded from the reply's JSON), tool calls are
+`function_call` items (`call_id`, `name`, `arguments` as JSON text), each sent whole at the end:
+`response.output_item.added`, `response.function_call_arguments.delta` and `.done`,
+`response.output_item.done`. The message item's events wait until the reply says which it is.
+
 loopchat's extension rides as in chat chunks: with `loopchat` on (the default), each delta
 event carries the `loopchat` object of the events since the previous one (start, prefill,
 the step), and the finished response the list of every event (`loopchat.events`).
@@ -28,6 +34,7 @@ from typing import Any
 from loopchat.event_json import to_json_dict
 from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step
 from loopchat.wire import EXTENSION_KEY, WireOptions, error_body, start_record
+from loopchat.wire_tools import ToolReply
 
 
 def event_line(obj: dict[str, Any]) -> str:
@@ -52,6 +59,9 @@ class ResponsesSerializer:
         self._events: list[dict[str, Any]] = []  # every event, for the body's extension
         self._finish: Finish | None = None
         self._prefill: Prefill | None = None
+        self._tools = ToolReply() if options.tools else None
+        self._opened = False  # the message item's added events sent
+        self._calls: list[dict[str, Any]] = []  # the function_call items, at the end
 
     def lines(self, event: Event) -> list[str]:
         return [event_line(e) for e in self.feed(event)]
@@ -65,20 +75,26 @@ class ResponsesSerializer:
                 self._events.append(data)
             self._pending[data["kind"]] = data
         if isinstance(event, Start):
-            item = self._item("in_progress", None)
             return [
                 self._event("response.created", response=self._response("in_progress")),
                 self._event("response.in_progress", response=self._response("in_progress")),
-                self._event("response.output_item.added", output_index=0, item=item),
-                self._event("response.content_part.added", **self._where(), part=_part("")),
+                *(self._open() if self._tools is None else []),
             ]
         if isinstance(event, Prefill):
             self._prefill = event
         if isinstance(event, Step) and event.text:
-            self._text.append(event.text)
-            return [
-                self._extend(self._event("response.output_text.delta", **self._where(), delta=event.text, logprobs=[]))
-            ]
+            tools, text = self._tools, event.text
+            out = []
+            if tools is not None:
+                text = tools.feed(text)
+                if tools.form == "response" and not self._opened:
+                    out = self._open()
+            if text:
+                self._text.append(text)
+                out.append(
+                    self._extend(self._event("response.output_text.delta", **self._where(), delta=text, logprobs=[]))
+                )
+            return out
         if isinstance(event, Finish):
             return self._finished(event)
         return []
@@ -91,13 +107,46 @@ class ResponsesSerializer:
                 self._event("error", code="generation_error", message=self.error, param=None),
                 self._event("response.failed", response=self._response("failed")),
             ]
+        if self._tools is not None and (calls := self._tools.calls()) is not None:
+            return self._called(calls, _status(finish))
         text, status = "".join(self._text), _status(finish)
         return [
+            *(self._open() if not self._opened else []),
             self._extend(self._event("response.output_text.done", **self._where(), text=text, logprobs=[])),
             self._event("response.content_part.done", **self._where(), part=_part(text)),
             self._event("response.output_item.done", output_index=0, item=self._item(_item_status(status), text)),
             self._event(f"response.{status}", response=self._response(status)),
         ]
+
+    def _open(self) -> list[dict[str, Any]]:
+        """The message item's added events (with tools: once the reply is an answer)."""
+        self._opened = True
+        return [
+            self._event("response.output_item.added", output_index=0, item=self._item("in_progress", None)),
+            self._event("response.content_part.added", **self._where(), part=_part("")),
+        ]
+
+    def _called(self, calls: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:
+        """The reply's tool calls as function_call items, each sent whole, then the response."""
+        out = []
+        for i, call in enumerate(calls):
+            fn = call["function"]
+            item = {"id": f"fc_{secrets.token_hex(24)}", "type": "function_call", "status": "completed"}
+            item.update({"arguments": fn["arguments"], "call_id": call["id"], "name": fn["name"]})
+            self._calls.append(item)
+            where = {"item_id": item["id"], "output_index": i}
+            out += [
+                self._event(
+                    "response.output_item.added",
+                    output_index=i,
+                    item={**item, "arguments": "", "status": "in_progress"},
+                ),
+                self._event("response.function_call_arguments.delta", **where, delta=fn["arguments"]),
+                self._event("response.function_call_arguments.done", **where, arguments=fn["arguments"]),
+                self._event("response.output_item.done", output_index=i, item=item),
+            ]
+        out[0] = self._extend(out[0])
+        return [*out, self._event(f"response.{status}", response=self._response(status))]
 
     def body(self) -> dict[str, Any]:
         """The response object, after the Finish (OpenAI's error shape where the reply failed)."""
@@ -131,7 +180,9 @@ class ResponsesSerializer:
 
     def _response(self, status: str) -> dict[str, Any]:
         finish = self._finish
-        output = [] if finish is None or status == "failed" else [self._item(_item_status(status), "".join(self._text))]
+        output: list[dict[str, Any]] = [] if finish is None or status == "failed" else list(self._calls)
+        if finish is not None and status != "failed" and not self._calls:
+            output = [self._item(_item_status(status), "".join(self._text))]
         return {
             "id": self.id,
             "object": "response",
