@@ -157,6 +157,9 @@ def test_the_reply_s_json_read_back() -> None:
     assert call["function"] == {"name": "get_time", "arguments": "{}"} and reply.calls()[0]["id"] == call["id"]
     cut = ToolReply()
     assert cut.feed('{"tool_calls": [{"name": "get_ti') == "" and cut.calls() is None  # cut before it closed
+    cut = ToolReply()  # cut by max_tokens after a call closed: that call
+    cut.feed('{"tool_calls": [{"name": "get_time", "arguments": {}}, {"name": "get_weather", "arguments": {"ci')
+    assert [c["function"]["name"] for c in cut.calls()] == ["get_time"]
 
 
 # ---- the Responses API's function tools (serve/responses_api.py, responses_wire.py) ------------

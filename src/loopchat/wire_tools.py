@@ -82,13 +82,16 @@ class ToolReply:
         return "".join(out)
 
     def calls(self) -> list[dict[str, Any]] | None:
-        """The tool calls in OpenAI's shape, or None (a response, or JSON cut before it closed)."""
+        """The tool calls in OpenAI's shape, or None (a response, or JSON cut before a call closed);
+        a reply cut after some calls closed: those."""
         if self.form != "tool_calls" or self._calls is not None:
             return self._calls
         try:
             written = json.loads(self.raw)["tool_calls"]
         except (json.JSONDecodeError, KeyError, TypeError):
-            return None
+            written = _whole_calls(self.raw)  # (cut by max_tokens: the calls it finished)
+            if not written:
+                return None
         self._calls = [
             {
                 "id": "call_" + secrets.token_hex(12),
@@ -103,6 +106,23 @@ class ToolReply:
     def text(self) -> str:
         """The message's content: the response's text (the tool-calls form has none)."""
         return "".join(self.content)
+
+
+def _whole_calls(raw: str) -> list[dict[str, Any]]:
+    """The call objects a tool-calls reply cut short had closed, in order."""
+    start = raw.find("[")
+    if start < 0:
+        return []
+    decoder, at, out = json.JSONDecoder(), start + 1, []
+    while True:
+        while at < len(raw) and raw[at] in " \t\n\r,":
+            at += 1
+        try:
+            call, at = decoder.raw_decode(raw, at)
+        except json.JSONDecodeError:
+            return out
+        if isinstance(call, dict) and "name" in call and "arguments" in call:
+            out.append(call)
 
 
 def tool_delta(calls: list[dict[str, Any]]) -> dict[str, Any]:
