@@ -113,7 +113,8 @@ def _whole_calls(raw: str) -> list[dict[str, Any]]:
     start = raw.find("[")
     if start < 0:
         return []
-    decoder, at, out = json.JSONDecoder(), start + 1, []
+    decoder, at = json.JSONDecoder(), start + 1
+    out: list[dict[str, Any]] = []
     while True:
         while at < len(raw) and raw[at] in " \t\n\r,":
             at += 1
