@@ -126,7 +126,7 @@ def reply_part(steps: Sequence[Step]) -> str | None:
 
 
 #: what drafted the tokens, in running text
-SOURCES = {"lookup": "prompt lookup", "model": "the draft model"}
+SOURCES = {"lookup": "prompt lookup", "model": "the draft model", "prediction": "the predicted output"}
 
 
 def _tokens(n: int) -> str:
