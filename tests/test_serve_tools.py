@@ -123,6 +123,17 @@ def test_auto_may_answer_and_the_answer_streams_as_content(client: OpenAI) -> No
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == blocking.message.content
 
 
+def test_a_function_without_parameters_is_called_with_none(client: OpenAI) -> None:
+    """OpenAI: leaving out `parameters` defines a function with an empty parameter list (the
+    model wrote {"": 1024, "time": ...} for it when any object was allowed)."""
+    for seed in range(3):
+        reply = client.chat.completions.create(
+            model=MODEL, messages=ASK, tools=[TIME], tool_choice="required", seed=seed, max_tokens=60
+        )
+        calls = reply.choices[0].message.tool_calls
+        assert calls and all(json.loads(c.function.arguments) == {} for c in calls)
+
+
 @pytest.mark.parametrize(
     "extra, needle, param",
     [

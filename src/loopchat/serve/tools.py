@@ -26,8 +26,8 @@ from loopchat.events import Message
 
 #: OpenAI's rule for a function's name
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-#: a function without `parameters` takes none
-_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+#: a function without `parameters` takes none (OpenAI's "an empty parameter list"): `{}` alone
+_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 class ToolProblem(ValueError):
