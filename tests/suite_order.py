@@ -35,6 +35,8 @@ COST_S: dict[str, float] = {
     "tests/test_repeats.py": 25.2,
     "tests/test_serve_clients.py": 18.8,
     "tests/test_serve_responses.py": 8.0,
+    "tests/test_serve_tools.py": 27.5,
+    "tests/test_serve_prediction.py": 11.9,
     "tests/test_history_store.py": 16.7,
     "tests/test_tui_branch.py": 22.2,
     "tests/test_tui_step.py": 20.5,
