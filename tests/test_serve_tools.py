@@ -7,11 +7,14 @@ accumulation gives the same; the tool's result goes back in and the model answer
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 
 import openai
 import pytest
 from openai import OpenAI
-from serve_process import KEY, Serve
+from serve_process import CLIENTS, KEY, NODE_MISSING, Serve
 
 from loopchat.wire_tools import ToolReply
 
@@ -236,3 +239,26 @@ def test_the_responses_api_refuses_tools_it_has_not(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model=MODEL, input="Hi", tools=[{"type": "web_search_preview"}])
     assert "only function tools" in info.value.message and info.value.param == "tools[0]"
+
+
+@pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")
+def test_openai_s_node_sdk_calls_the_function(queue_one_server: Serve) -> None:
+    """The guide with OpenAI's Node SDK (tests/clients/tutorial_tools.mjs): the blocking call and
+    the stream helper's final completion each hold one call of get_weather, its strict
+    arguments parsed (the helper fills parsed_arguments)."""
+    env = {**os.environ, "OPENAI_BASE_URL": queue_one_server.url + "/v1", "OPENAI_API_KEY": KEY}
+    node = shutil.which("node") or "node"
+    done = subprocess.run(
+        [node, "tutorial_tools.mjs"], capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = json.loads(done.stdout)
+    assert printed["finish"] == "tool_calls"
+    for key in ("blocking", "streamed"):
+        (call,) = printed[key]
+        assert call["type"] == "function" and call["id"].startswith("call_")
+        assert call["function"]["name"] == "get_weather"
+        assert set(json.loads(call["function"]["arguments"])) == {"location"}
+    assert printed["streamed"][0]["function"]["parsed_arguments"] == json.loads(
+        printed["streamed"][0]["function"]["arguments"]
+    )
