@@ -31,7 +31,11 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 @pytest.fixture
 def store_path(tmp_path: Path, capsys) -> Path:
     path = tmp_path / "h.sqlite3"
-    assert run(capsys, "history", "--store", str(path), "import", str(TRACE)) == (0, "1\n", "")
+    assert run(capsys, "history", "--store", str(path), "import", str(TRACE)) == (
+        0,
+        "1\n",
+        f"{TRACE} stored as conversation 1\n",
+    )
     assert run(capsys, "history", "import", str(TRACE), "--title", "Rainbow\tsecond", "--store", str(path))[:2] == (
         0,
         "2\n",

@@ -148,7 +148,8 @@ def _run(store: Any, args: argparse.Namespace, fmt: str) -> int:
         return 0
     if action == "import":
         conv_id = import_trace(store, args.trace_file, title=args.title)
-        print(conv_id)
+        print(conv_id)  # (its id alone on stdout, for a script; the sentence for a person)
+        print(f"{args.trace_file} stored as conversation {conv_id}", file=sys.stderr)
         return 0
     if action == "delete":
         summary = store.summary(args.id)
