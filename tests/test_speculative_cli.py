@@ -125,3 +125,46 @@ def test_serve_takes_a_draft_per_request_and_sends_the_pass_fields(server: Serve
     with pytest.raises(Exception) as err:
         bad.chat.completions.create(**kw, extra_body={"draft": "sometimes"})
     assert "draft must be one of off, lookup, model" in str(err.value)
+
+
+def test_run_prediction_drafts_the_predicted_text_and_the_reply_is_the_same(tmp_path: Path) -> None:
+    """--prediction FILE (OpenAI's Predicted Outputs): the text of a first run predicted, the same
+    text in fewer passes, every draft the prediction gave kept; its passes name the source."""
+    story = "Write a short story about a lighthouse keeper."
+    first = loopchat("run", story, *COPY, "--max-tokens", "80")
+    assert first.returncode == 0, first.stderr
+    predicted = tmp_path / "predicted.txt"
+    predicted.write_text(first.stdout.rstrip("\n"), encoding="utf-8")
+    trace = tmp_path / "p.jsonl"
+    again = loopchat("run", story, *COPY, "--max-tokens", "80", "--prediction", str(predicted), "--trace", str(trace))
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+    steps = [t.event for t in read_trace(trace)[1] if isinstance(t.event, Step)]
+    reports = {s.pass_report.number: s.pass_report for s in steps if s.pass_report}
+    assert reports and all(r.source == "prediction" for r in reports.values())
+    assert sum(r.kept for r in reports.values()) == sum(r.drafted for r in reports.values()) > 0
+    assert "drafted (100%)" in again.stderr
+
+
+def test_run_prediction_s_one_line_errors(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    one_line_error(loopchat("run", "Hi", "--prediction", str(tmp_path / "none.txt")), "--prediction", "cannot read")
+    one_line_error(loopchat("run", "Hi", "--prediction", str(empty)), "is empty")
+    empty.write_text("Hello!", encoding="utf-8")
+    one_line_error(loopchat("run", "Hi", "-n", "2", "--prediction", str(empty)), "leave out --prediction")
+
+
+def test_a_prediction_goes_to_a_server_as_openai_s_field() -> None:
+    from loopchat.backends.remote import RemoteBackend
+    from loopchat.events import Message
+    from loopchat.request import ReplyRequest
+    from loopchat.settings import SamplingSettings
+
+    backend = RemoteBackend("http://127.0.0.1:9/v1", model_id="m", extensions=False)
+    try:
+        _, body, _ = backend.request(ReplyRequest((Message("user", "hi"),), SamplingSettings(), prediction="a cat"))
+        assert body["prediction"] == {"type": "content", "content": "a cat"}
+        _, plain, _ = backend.request(ReplyRequest((Message("user", "hi"),), SamplingSettings()))
+        assert "prediction" not in plain
+    finally:
+        backend.close()

@@ -338,6 +338,8 @@ class RemoteBackend:
         if req.stop:
             body["stop"] = list(req.stop)
         body.update(wire_fields(req.constraint))  # a grammar or schema: response_format / grammar
+        if req.prediction:  # (OpenAI's Predicted Outputs: loopchat serve drafts from it, as OpenAI does)
+            body["prediction"] = {"type": "content", "content": req.prediction}
         if self.extensions:
             body["loopchat"] = {"prompt": True}
             if req.prompt_logprobs is not None:  # the prompt's logprobs in the prefill record

@@ -130,20 +130,9 @@ def _add_remote_options(p: argparse.ArgumentParser, *, sub: bool = False) -> Non
     )
 
 
-def _add_run_parser(sub: Any) -> None:
-    """`loopchat run`: its prompt, the model or server, the sampling flags and what to print."""
-    run = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
-    run.add_argument("prompt", help="the user message; - reads it from stdin")
-    _add_model_options(run, sub=True)
-    _add_remote_options(run, sub=True)
-    run.add_argument("--system", metavar="TEXT", help="system prompt (default: the model's from models.toml)")
-    run.add_argument(
-        "--raw",
-        action="store_true",
-        help="completion mode: the prompt is a document the model continues as it is, with no chat "
-        "template (the natural mode for a base model)",
-    )
-    for spec in SETTINGS:  # one flag per sampling setting; unset: the model's from models.toml
+def _add_setting_flags(run: Any) -> None:
+    """One flag per sampling setting (settings.SETTINGS); unset: the model's from models.toml."""
+    for spec in SETTINGS:
         if spec.type is tuple:  # a setting of its own kind (the logit bias): repeatable, typed as text
             run.add_argument(spec.flag, dest=spec.name, action="append", metavar="TEXT=BIAS", help=spec.hint)
             continue
@@ -157,6 +146,22 @@ def _add_run_parser(sub: Any) -> None:
             metavar="N" if spec.type is int else "X",
             help=f"{spec.range_text()}; {spec.hint}",
         )
+
+
+def _add_run_parser(sub: Any) -> None:
+    """`loopchat run`: its prompt, the model or server, the sampling flags and what to print."""
+    run = sub.add_parser("run", help="generate one reply headless, streamed to stdout")
+    run.add_argument("prompt", help="the user message; - reads it from stdin")
+    _add_model_options(run, sub=True)
+    _add_remote_options(run, sub=True)
+    run.add_argument("--system", metavar="TEXT", help="system prompt (default: the model's from models.toml)")
+    run.add_argument(
+        "--raw",
+        action="store_true",
+        help="completion mode: the prompt is a document the model continues as it is, with no chat "
+        "template (the natural mode for a base model)",
+    )
+    _add_setting_flags(run)
     run.add_argument(
         "--top-report", type=int, default=10, metavar="K", help="candidates recorded per step (default 10)"
     )
@@ -169,6 +174,12 @@ def _add_run_parser(sub: Any) -> None:
     )
     run.add_argument("--blocking", action="store_true", help="print nothing until the reply is complete")
     run.add_argument("--show-steps", action="store_true", help="print one line per step as it runs, then the text")
+    run.add_argument(
+        "--prediction",
+        metavar="FILE",
+        help="OpenAI's Predicted Outputs: a text file the reply is expected to be much like; its tokens are "
+        "the drafts (speculative decoding, in place of --draft): the same reply, in fewer passes where it agrees",
+    )
     run.add_argument(
         "--show-passes",
         action="store_true",

@@ -229,8 +229,8 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         watch = check_watch(tuple(getattr(args, "watch", None) or ()))
     except WatchError as exc:
         raise UsageError(f"--watch: {exc}") from None
-    n = getattr(args, "n", 1)
-    drafted = getattr(args, "draft", None) not in (None, "off")  # (a batch's passes draft nothing)
+    n, prediction = getattr(args, "n", 1), read_prediction(getattr(args, "prediction", None))
+    drafted = getattr(args, "draft", None) not in (None, "off") or bool(prediction)  # (a batch drafts nothing)
     if n > 1 and (remote is not None or lens or getattr(args, "blocking", False) or drafted):
         asked = (
             "--url (a server's replies: one at a time here)"
@@ -239,6 +239,8 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
             if lens
             else "--blocking"
             if getattr(args, "blocking", False)
+            else "--prediction (a batch's passes draft nothing)"
+            if prediction
             else f"--draft {args.draft} (a batch's passes draft nothing)"
         )
         raise UsageError(f"-n {n} writes its replies in one batch on a model run here: leave out {asked}, or -n")
@@ -259,8 +261,24 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         watch=watch,
         constraint=constraint_from_args(args, spec),
         n=n,
+        prediction=prediction,
     )
     return remote, spec, model_path, request
+
+
+def read_prediction(path: str | None) -> str:
+    """--prediction's text ("": none); UsageError in one line for a file it cannot read."""
+    if path is None:
+        return ""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--prediction {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--prediction {path} is not UTF-8 text: give a text file") from None
+    if not text:
+        raise UsageError(f"--prediction {path} is empty: give the text the reply is expected to be much like")
+    return text
 
 
 def constraint_from_args(args: argparse.Namespace, spec: Any) -> Constraint | None:
