@@ -170,7 +170,7 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
     ("body", "param", "says"),
     [
         ({"input": "Hi", "tools": [{"type": "file_search"}]}, "tools[0]", "only function tools"),
-        ({"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id", "send the whole conversation"),
+        ({"input": "Hi", "conversation": "conv_1"}, "conversation", "previous_response_id"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input[0].content[0]",
@@ -192,3 +192,71 @@ def test_what_it_cannot_do_is_a_400_in_one_line(server: Serve, body: dict, param
         with pytest.raises(openai.BadRequestError) as info:
             server.client(KEY).responses.create(model="m", **body)
         assert info.value.status_code == 400 and says in info.value.message
+
+
+def test_previous_response_id_continues_a_kept_response(server: Serve) -> None:
+    """OpenAI's conversation-state guide: the second response reads the first's input and output
+    (not its instructions, as OpenAI's); GET /v1/responses/{id} returns a kept response,
+    DELETE forgets it; store: false keeps none; an id not kept is a 404 naming it."""
+    client = server.client(KEY)
+    first = client.responses.create(model="m", input="tell me a joke", instructions="Be brief.", max_output_tokens=20)
+    second = client.responses.create(
+        model="m",
+        previous_response_id=first.id,
+        input=[{"role": "user", "content": "explain why this is funny."}],
+        max_output_tokens=10,
+        extra_body={"loopchat": {"prompt": True}},
+    )
+    start = second.model_extra["loopchat"]["events"][0]
+    said = [(m["role"], m["content"]) for m in start["messages"]]
+    assert said[-3:] == [
+        ("user", "tell me a joke"),
+        ("assistant", first.output_text),
+        ("user", "explain why this is funny."),
+    ]
+    assert all("Be brief." not in content for _, content in said)
+    third = client.responses.create(
+        model="m", previous_response_id=second.id, input="and another?", max_output_tokens=5
+    )
+    assert third.status in ("completed", "incomplete")  # (a chain of three)
+    assert client.responses.retrieve(first.id).output_text == first.output_text
+    client.responses.delete(first.id)
+    for gone in (first.id, "resp_nope"):
+        with pytest.raises(openai.NotFoundError) as info:
+            client.responses.create(model="m", previous_response_id=gone, input="hi")
+        assert "is not kept here" in info.value.message
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(gone)
+    unkept = client.responses.create(model="m", input="hi", store=False, max_output_tokens=3)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="m", previous_response_id=unkept.id, input="hi")
+
+
+def test_a_function_call_continues_with_its_output_alone(server: Serve) -> None:
+    """The function-calling guide's shorter form: the call's output sent with previous_response_id."""
+    tool = {
+        "type": "function",
+        "name": "get_time",
+        "description": "The time now.",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+    }
+    client = server.client(KEY)
+    first = client.responses.create(model="m", input="What time is it?", tools=[tool], tool_choice="required")
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert calls and all(c.name == "get_time" and json.loads(c.arguments) == {} for c in calls)
+    outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": "12:00"} for c in calls]
+    second = client.responses.create(
+        model="m",
+        previous_response_id=first.id,
+        input=outputs,
+        tools=[tool],
+        tool_choice="none",
+        max_output_tokens=10,
+        extra_body={"loopchat": {"prompt": True}},
+    )
+    messages = second.model_extra["loopchat"]["events"][0]["messages"]
+    results = [m["content"] for m in messages[-len(calls) :]]  # each call's output, named by the kept call
+    assert results == [
+        f'{{"tool_result": {{"name": "get_time", "tool_call_id": "{c.call_id}", "content": "12:00"}}}}' for c in calls
+    ]
+    assert second.output[0].type == "message"

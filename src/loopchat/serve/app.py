@@ -39,6 +39,7 @@ from loopchat.events import RunDone, WorkerError
 from loopchat.serve.event_stream import EventStream
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat, parse_completion, parse_json
+from loopchat.serve.response_store import ResponseStore
 from loopchat.serve.responses_api import parse_responses
 from loopchat.serve.responses_wire import ResponsesSerializer
 from loopchat.settings import SamplingSettings
@@ -52,7 +53,10 @@ _PARSERS = {
     "responses": (parse_responses, "input"),
 }
 
-ENDPOINTS = "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/models and GET /health"
+ENDPOINTS = (
+    "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/responses/{id}, "
+    "GET /v1/models and GET /health"
+)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class _Routes:
 
     def __init__(self, loop: OneLoop, model: ServedModel, api_key: str | None, log: Callable[[str], None]) -> None:
         self.loop, self.model, self.api_key, self.log = loop, model, api_key, log
+        self.kept = ResponseStore()  # the Responses API's (previous_response_id, GET /v1/responses/{id})
 
     def line(self, request: Request, status: int, text: str) -> None:
         client = request.client.host if request.client else "-"
@@ -152,7 +157,9 @@ class _Routes:
         parse, param = _PARSERS[kind]
         try:
             body = parse_json(await request.body())
-            req = parse(body, model.sampling)
+            req = (
+                parse_responses(body, model.sampling, self.kept) if kind == "responses" else parse(body, model.sampling)
+            )
             model.check(req.model)
         except RequestError as exc:
             line(request, exc.status, f"{exc.type}: {exc.message}")
@@ -172,7 +179,7 @@ class _Routes:
             loop.cancel(run)
         gone.add_done_callback(client_left)
         serializer: Serializer = (  # (n > 1: a choice per reply of a batch)
-            ResponsesSerializer(model.id, req.wire)
+            ResponsesSerializer(model.id, req.wire, keep=self._keeper(req))
             if kind == "responses"
             else serializer_for(model.id, req.wire, req.reply.n)
         )
@@ -229,6 +236,28 @@ class _Routes:
             message = "loopchat serve is shutting down; retry against another server or after it restarts"
             line(request, 503, message)
             return _error(503, message, "server_error", code="shutting_down")
+
+    def _keeper(self, req: GenerationRequest) -> Any:
+        """Where a finished Responses reply is kept (None: `store: false`)."""
+        before = req.conversation
+        if before is None:
+            return None
+        return lambda rid, output, obj: self.kept.put(rid, (*before, *output), obj)
+
+    async def stored_response(self, request: Request) -> Response:
+        """GET /v1/responses/{id} (a kept response's object), DELETE (it is no longer kept)."""
+        refusal = self.denied(request)
+        if refusal is not None:
+            return refusal
+        rid = request.path_params["response_id"]
+        found = self.kept.response(rid)
+        if found is None:
+            message = f"response {rid!r} is not kept here: this server keeps its latest responses in memory"
+            return _error(404, message, param="response_id", code="response_not_found")
+        if request.method == "DELETE":
+            self.kept.delete(rid)
+            return JSONResponse({"id": rid, "object": "response.deleted", "deleted": True})
+        return JSONResponse(found)
 
     async def chat_completions(self, request: Request) -> Response:
         return await self.generate(request, "chat")
@@ -310,6 +339,7 @@ def create_app(
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/v1/responses", routes.responses, methods=["POST"]),
+            Route("/v1/responses/{response_id}", routes.stored_response, methods=["GET", "DELETE"]),
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", routes.get_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),

@@ -51,7 +51,8 @@ def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callabl
         "serve",
         help="an OpenAI-compatible HTTP server on the same engine and loop",
         description="Serve the model over HTTP, OpenAI-compatible: POST /v1/chat/completions, "
-        "POST /v1/completions (a raw document, no chat template), POST /v1/responses (OpenAI's Responses API), "
+        "POST /v1/completions (a raw document, no chat template), POST /v1/responses (OpenAI's Responses API; "
+        "its latest 256 responses kept in memory: GET /v1/responses/{id}, previous_response_id), "
         "GET /v1/models, GET /health. "
         "Up to --parallel requests generate at once, sharing each forward pass; the others wait their turn.",
     )

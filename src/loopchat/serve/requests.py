@@ -84,6 +84,9 @@ class GenerationRequest:
     reply: ReplyRequest  # what the engine runs, passed to it whole
     wire: WireOptions  # what the response looks like
     model: str | None  # as the request named it (None: not given)
+    #: the Responses API's kept conversation (serve/response_store.py): the chat messages before the
+    #: reply, as a later previous_response_id continues them; None: not kept
+    conversation: tuple[dict[str, Any], ...] | None = None
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:

@@ -8,23 +8,26 @@ message before them), `max_output_tokens`, `temperature`, `top_p`, `stream`, and
 the chat request `requests.parse_chat` reads, with loopchat's own keys (top_k, seed, the
 `loopchat` extension, ...) passed through. Function tools (`tools` of type "function",
 `tool_choice`, `parallel_tool_calls`, and `function_call` / `function_call_output` items in
-`input`) become the chat's tools, tool calls and tool messages (serve/tools.py). What the
-server cannot do is one line, a 400: other tools (web search, files, ...),
-`previous_response_id` and `conversation` (nothing is stored: send the whole conversation in
-`input`), parts that are not text, `n`. `store`, `metadata`, `user`, `truncation`,
-`service_tier` and `reasoning` are taken and change nothing (the model does not reason; no
-response is kept).
+`input`) become the chat's tools, tool calls and tool messages (serve/tools.py).
+`previous_response_id` continues a response the server kept (serve/response_store.py: its
+conversation comes before `input`; its instructions do not, as OpenAI's), a 404 for one it
+has not; `store: false` keeps this one out. What the server cannot do is one line, a 400:
+other tools (web search, files, ...), `conversation` (OpenAI's Conversations API), parts that
+are not text, `n`. `metadata`, `user`, `truncation`, `service_tier` and `reasoning` are taken
+and change nothing (the model does not reason).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat
+from loopchat.serve.response_store import KEEP, ResponseStore
 from loopchat.settings import SamplingSettings
 
 #: keys of a Responses body that have no chat counterpart and change nothing here
-_TAKEN = ("store", "metadata", "user", "truncation", "service_tier", "reasoning", "include")
+_TAKEN = ("store", "metadata", "user", "truncation", "service_tier", "reasoning", "include")  # (store: the caller's)
 #: keys of a Responses body read here, not passed on as chat keys
 _READ = (
     "input",
@@ -40,13 +43,19 @@ _READ = (
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
-def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationRequest:
-    """A /v1/responses body, as the chat request it asks for (RequestError: one line)."""
-    for key in ("previous_response_id", "conversation"):
-        if body.get(key) is not None:
-            raise _refused(
-                key, f"{key} is not supported: loopchat serve keeps no responses; send the whole conversation in input"
-            )
+def parse_responses(
+    body: dict[str, Any], base: SamplingSettings, store: ResponseStore | None = None
+) -> GenerationRequest:
+    """A /v1/responses body, as the chat request it asks for (RequestError: one line); with
+    `store`, `previous_response_id` continues a response kept there, and the request's
+    `conversation` is set for this one to be kept (unless the body says `store: false`)."""
+    if body.get("conversation") is not None:
+        raise _refused(
+            "conversation",
+            "conversation (OpenAI's Conversations API) is not supported: continue a response with "
+            "previous_response_id, or send the whole conversation in input",
+        )
+    earlier = _earlier(body.get("previous_response_id"), store)
     if body.get("prompt") is not None:
         raise _refused(
             "prompt", "prompt (a stored prompt template) is not supported: send the text in input and instructions"
@@ -62,7 +71,8 @@ def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationR
     chat = {k: v for k, v in body.items() if k not in _TAKEN and k not in _READ}
     if chat_tools:
         chat["tools"], chat["tool_choice"] = chat_tools, _tool_choice(body.get("tool_choice"))
-    messages = _messages(body.get("input"))
+    messages = [*earlier, *_messages(body.get("input"))]
+    conversation = tuple(messages) if store is not None and body.get("store") is not False else None
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
@@ -75,11 +85,29 @@ def parse_responses(body: dict[str, Any], base: SamplingSettings) -> GenerationR
     if fmt is not None:
         chat["response_format"] = fmt
     try:
-        return parse_chat(chat, base)
+        request = parse_chat(chat, base)
+        return replace(request, conversation=conversation)
     except RequestError as exc:  # (the chat's names for what the body calls otherwise)
         if exc.param == "max_tokens":
             exc.param, exc.message = "max_output_tokens", exc.message.replace("max_tokens", "max_output_tokens")
         raise
+
+
+def _earlier(response_id: Any, store: ResponseStore | None) -> tuple[dict[str, Any], ...]:
+    """The conversation a previous_response_id continues (() for none); a 404 for one not kept."""
+    if response_id is None:
+        return ()
+    found = store.conversation(response_id) if store is not None and isinstance(response_id, str) else None
+    if found is None:
+        raise RequestError(
+            f"previous response {response_id!r} is not kept here: this server keeps its latest {KEEP} responses "
+            "in memory, not those stored with store: false or from before it started; send the whole "
+            "conversation in input",
+            status=404,
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    return found
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:

@@ -29,12 +29,17 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from loopchat.event_json import to_json_dict
 from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step
+from loopchat.serve.response_store import output_messages
 from loopchat.wire import EXTENSION_KEY, WireOptions, error_body, start_record
 from loopchat.wire_tools import ToolReply
+
+#: where a finished response goes to be kept: (its id, its output as chat messages, its object)
+Keep = Callable[[str, tuple[dict[str, Any], ...], dict[str, Any]], None]
 
 
 def event_line(obj: dict[str, Any]) -> str:
@@ -47,7 +52,9 @@ class ResponsesSerializer:
     the same as SSE text; after the Finish, `body()` is the response object and `done` is True
     (`error` set where the reply failed: `body()` is then OpenAI's error shape)."""
 
-    def __init__(self, model: str, options: WireOptions, *, created: int | None = None) -> None:
+    def __init__(
+        self, model: str, options: WireOptions, *, created: int | None = None, keep: Keep | None = None
+    ) -> None:
         self.model, self.options = model, options
         self.id, self.item_id = f"resp_{secrets.token_hex(24)}", f"msg_{secrets.token_hex(24)}"  # (OpenAI's shape)
         self.created = int(time.time()) if created is None else created
@@ -62,6 +69,7 @@ class ResponsesSerializer:
         self._tools = ToolReply() if options.tools else None
         self._opened = False  # the message item's added events sent
         self._calls: list[dict[str, Any]] = []  # the function_call items, at the end
+        self._keep = keep  # (serve/response_store.py: the finished response, for previous_response_id)
 
     def lines(self, event: Event) -> list[str]:
         return [event_line(e) for e in self.feed(event)]
@@ -107,9 +115,12 @@ class ResponsesSerializer:
                 self._event("error", code="generation_error", message=self.error, param=None),
                 self._event("response.failed", response=self._response("failed")),
             ]
-        if self._tools is not None and (calls := self._tools.calls()) is not None:
-            return self._called(calls, _status(finish))
+        calls = self._tools.calls() if self._tools is not None else None
         text, status = "".join(self._text), _status(finish)
+        if self._keep is not None:  # (before the events: a client may continue it as soon as it is done)
+            self._keep(self.id, output_messages(text, calls), self._response_after(status, calls))
+        if calls is not None:
+            return self._called(calls, status)
         return [
             *(self._open() if not self._opened else []),
             self._extend(self._event("response.output_text.done", **self._where(), text=text, logprobs=[])),
@@ -129,11 +140,9 @@ class ResponsesSerializer:
     def _called(self, calls: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:
         """The reply's tool calls as function_call items, each sent whole, then the response."""
         out = []
-        for i, call in enumerate(calls):
-            fn = call["function"]
-            item = {"id": f"fc_{secrets.token_hex(24)}", "type": "function_call", "status": "completed"}
-            item.update({"arguments": fn["arguments"], "call_id": call["id"], "name": fn["name"]})
-            self._calls.append(item)
+        if not self._calls:
+            self._calls = [_call_item(call) for call in calls]
+        for i, item in enumerate(self._calls):
             where = {"item_id": item["id"], "output_index": i}
             out += [
                 self._event(
@@ -141,12 +150,18 @@ class ResponsesSerializer:
                     output_index=i,
                     item={**item, "arguments": "", "status": "in_progress"},
                 ),
-                self._event("response.function_call_arguments.delta", **where, delta=fn["arguments"]),
-                self._event("response.function_call_arguments.done", **where, arguments=fn["arguments"]),
+                self._event("response.function_call_arguments.delta", **where, delta=item["arguments"]),
+                self._event("response.function_call_arguments.done", **where, arguments=item["arguments"]),
                 self._event("response.output_item.done", output_index=i, item=item),
             ]
         out[0] = self._extend(out[0])
         return [*out, self._event(f"response.{status}", response=self._response(status))]
+
+    def _response_after(self, status: str, calls: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """The response object as it ends (its function_call items made as _called makes them)."""
+        if calls is not None and not self._calls:
+            self._calls = [_call_item(call) for call in calls]
+        return self._response(status)
 
     def body(self) -> dict[str, Any]:
         """The response object, after the Finish (OpenAI's error shape where the reply failed)."""
@@ -208,6 +223,14 @@ class ResponsesSerializer:
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion,
         }
+
+
+def _call_item(call: dict[str, Any]) -> dict[str, Any]:
+    """A chat tool call (wire_tools.py) as the Responses API's function_call item."""
+    fn = call["function"]
+    item = {"id": f"fc_{secrets.token_hex(24)}", "type": "function_call", "status": "completed"}
+    item.update({"arguments": fn["arguments"], "call_id": call["id"], "name": fn["name"]})
+    return item
 
 
 def _part(text: str) -> dict[str, Any]:

@@ -1,0 +1,48 @@
+"""The Responses API's stored responses (`store`, true unless a request says false, as OpenAI's):
+what `previous_response_id` continues and `GET /v1/responses/{id}` returns.
+
+A stored response keeps its conversation as chat messages (the one it continued, then its own
+input, then its output: the reply's text as an assistant message, or its function calls as an
+assistant message's tool calls; not its `instructions`, which OpenAI does not carry over either)
+and its response object. In memory, in the server's event loop, the latest `KEEP` (the oldest
+dropped first): nothing is written to disk, and nothing outlives the server.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+#: how many responses a server keeps
+KEEP = 256
+
+
+class ResponseStore:
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
+        self._kept: OrderedDict[str, tuple[tuple[dict[str, Any], ...], dict[str, Any]]] = OrderedDict()
+
+    def put(self, response_id: str, conversation: tuple[dict[str, Any], ...], response: dict[str, Any]) -> None:
+        self._kept[response_id] = (conversation, response)
+        self._kept.move_to_end(response_id)
+        while len(self._kept) > self.keep:
+            self._kept.popitem(last=False)
+
+    def conversation(self, response_id: str) -> tuple[dict[str, Any], ...] | None:
+        """The chat messages of the conversation up to and with this response (None: not kept)."""
+        kept = self._kept.get(response_id)
+        return None if kept is None else kept[0]
+
+    def response(self, response_id: str) -> dict[str, Any] | None:
+        kept = self._kept.get(response_id)
+        return None if kept is None else kept[1]
+
+    def delete(self, response_id: str) -> bool:
+        return self._kept.pop(response_id, None) is not None
+
+
+def output_messages(text: str, calls: list[dict[str, Any]] | None) -> tuple[dict[str, Any], ...]:
+    """A reply as the chat messages a later request reads: its text, or its tool calls."""
+    if calls:
+        return ({"role": "assistant", "content": None, "tool_calls": calls},)
+    return ({"role": "assistant", "content": text},)
