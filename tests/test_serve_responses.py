@@ -178,7 +178,8 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
         ),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]", "only messages, function calls"),
         ({"input": "Hi", "text": {"format": {"type": "xml"}}}, "text.format", '{"type": "json_schema"'),
-        ({"input": "Hi", "include": ["message.output_text.logprobs"]}, "include", "in the loopchat key"),
+        ({"input": "Hi", "include": ["reasoning.encrypted_content"]}, "include", "takes only"),
+        ({"input": "Hi", "top_logprobs": 21}, "top_logprobs", "from 0 to 20"),
         ({"input": "Hi", "max_output_tokens": -1}, "max_output_tokens", "max_output_tokens"),
         ({}, "input", "input must be a string"),
     ],
@@ -260,3 +261,24 @@ def test_a_function_call_continues_with_its_output_alone(server: Serve) -> None:
         f'{{"tool_result": {{"name": "get_time", "tool_call_id": "{c.call_id}", "content": "12:00"}}}}' for c in calls
     ]
     assert second.output[0].type == "message"
+
+
+def test_the_output_text_s_logprobs_are_the_raw_softmax_s(server: Serve) -> None:
+    """include: ["message.output_text.logprobs"] with top_logprobs: each token of the reply with its
+    logprob, ln of the step record's raw probability, and its top N; streamed, the deltas' entries
+    add up to the finished part's."""
+    import math
+
+    client = server.client(KEY)
+    ask = {"model": "m", "input": "Name a fruit.", "include": ["message.output_text.logprobs"], "top_logprobs": 3}
+    reply = client.responses.create(**ask, max_output_tokens=12)
+    entries = reply.output[0].content[0].logprobs
+    steps = [e for e in reply.model_extra["loopchat"]["events"] if e["kind"] == "step" and not e["is_stop"]]
+    assert len(entries) == len(steps) == reply.usage.output_tokens
+    for entry, step in zip(entries, steps, strict=True):
+        assert entry.token == step["piece"] and entry.logprob == math.log(step["raw_prob"])
+        assert [t.token for t in entry.top_logprobs] == [c[1] for c in step["raw_top"][:3]]
+    streamed = list(client.responses.create(**ask, max_output_tokens=12, stream=True))
+    deltas = [lp.token for e in streamed if e.type == "response.output_text.delta" for lp in e.logprobs]
+    done = next(e for e in streamed if e.type == "response.output_text.done")
+    assert deltas == [lp.token for lp in done.logprobs] and deltas

@@ -254,13 +254,7 @@ class WireSerializer:
         self._offset += len(text)
 
     def _chat_logprob(self, step: Step) -> dict[str, Any]:
-        n = self.options.top_logprobs
-        return {
-            "token": step.piece,
-            "logprob": logprob(step.raw_prob),
-            "bytes": _step_bytes(step),
-            "top_logprobs": [_top(c) for c in step.raw_top[:n]],
-        }
+        return token_logprob(step, self.options.top_logprobs)
 
     def _legacy_logprob(self, step: Step) -> dict[str, Any]:
         n = self.options.top_logprobs
@@ -384,6 +378,17 @@ def start_record(start: Start, options: WireOptions) -> Start:
     return replace(
         start, messages=(), prompt_text=None, prompt_token_ids=None, prompt_token_texts=(), prompt_special=()
     )
+
+
+def token_logprob(step: Step, n: int) -> dict[str, Any]:
+    """A token's logprob entry, OpenAI's shape (chat logprobs, the Responses API's output_text's):
+    the raw softmax's, with the top n."""
+    return {
+        "token": step.piece,
+        "logprob": logprob(step.raw_prob),
+        "bytes": _step_bytes(step),
+        "top_logprobs": [_top(c) for c in step.raw_top[:n]],
+    }
 
 
 def _top(c: Candidate) -> dict[str, Any]:

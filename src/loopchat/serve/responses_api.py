@@ -13,7 +13,8 @@ the chat request `requests.parse_chat` reads, with loopchat's own keys (top_k, s
 conversation comes before `input`; its instructions do not, as OpenAI's), a 404 for one it
 has not; `store: false` keeps this one out. What the server cannot do is one line, a 400:
 other tools (web search, files, ...), `conversation` (OpenAI's Conversations API), parts that
-are not text, `n`. `metadata`, `user`, `truncation`, `service_tier` and `reasoning` are taken
+are not text, `n`. `include: ["message.output_text.logprobs"]` and `top_logprobs` are the chat's
+`logprobs` and `top_logprobs`. `metadata`, `user`, `truncation`, `service_tier` and `reasoning` are taken
 and change nothing (the model does not reason).
 """
 
@@ -39,6 +40,7 @@ _READ = (
     "prompt",
     "tools",
     "tool_choice",
+    "top_logprobs",
 )
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -63,11 +65,7 @@ def parse_responses(
     chat_tools = _tools(body.get("tools"))
     if body.get("n") not in (None, 1):
         raise _refused("n", "n is not a Responses API parameter: /v1/chat/completions writes n choices in one batch")
-    include = body.get("include")
-    if include:
-        raise _refused(
-            "include", f"include is not supported (got {include!r}): loopchat's own records come in the loopchat key"
-        )
+    logprobs = _logprobs(body.get("include"), body.get("top_logprobs"))
     chat = {k: v for k, v in body.items() if k not in _TAKEN and k not in _READ}
     if chat_tools:
         chat["tools"], chat["tool_choice"] = chat_tools, _tool_choice(body.get("tool_choice"))
@@ -79,6 +77,8 @@ def parse_responses(
             raise RequestError("instructions must be a string (a system message)", param="instructions")
         messages.insert(0, {"role": "system", "content": instructions})
     chat["messages"] = messages
+    if logprobs is not None:  # (the chat's logprobs: the raw softmax's, with its top N)
+        chat["logprobs"], chat["top_logprobs"] = True, logprobs
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     fmt = _format(body.get("text"))
@@ -91,6 +91,24 @@ def parse_responses(
         if exc.param == "max_tokens":
             exc.param, exc.message = "max_output_tokens", exc.message.replace("max_tokens", "max_output_tokens")
         raise
+
+
+#: what `include` may ask for: the output text's logprobs
+_INCLUDE = "message.output_text.logprobs"
+
+
+def _logprobs(include: Any, top: Any) -> int | None:
+    """`include: ["message.output_text.logprobs"]` and `top_logprobs` (0-20): the top list's
+    length (None: no logprobs)."""
+    asked = include or []
+    if not isinstance(asked, list) or any(item != _INCLUDE for item in asked):
+        raise _refused(
+            "include",
+            f"include takes only {_INCLUDE!r} (got {include!r}): loopchat's own records come in the loopchat key",
+        )
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20):
+        raise RequestError(f"top_logprobs must be a whole number from 0 to 20, got {top!r}", param="top_logprobs")
+    return None if not asked and top is None else (top or 0)
 
 
 def _earlier(response_id: Any, store: ResponseStore | None) -> tuple[dict[str, Any], ...]:

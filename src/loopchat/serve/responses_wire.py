@@ -35,7 +35,7 @@ from typing import Any
 from loopchat.event_json import to_json_dict
 from loopchat.events import Event, Finish, FinishReason, Prefill, Start, Step
 from loopchat.serve.response_store import output_messages
-from loopchat.wire import EXTENSION_KEY, WireOptions, error_body, start_record
+from loopchat.wire import EXTENSION_KEY, WireOptions, error_body, start_record, token_logprob
 from loopchat.wire_tools import ToolReply
 
 #: where a finished response goes to be kept: (its id, its output as chat messages, its object)
@@ -70,6 +70,9 @@ class ResponsesSerializer:
         self._opened = False  # the message item's added events sent
         self._calls: list[dict[str, Any]] = []  # the function_call items, at the end
         self._keep = keep  # (serve/response_store.py: the finished response, for previous_response_id)
+        #: include's output text logprobs: every token's (the part's), and those the next delta carries
+        self._logprobs: list[dict[str, Any]] | None = [] if options.logprobs and not options.tools else None
+        self._lp_next: list[dict[str, Any]] = []
 
     def lines(self, event: Event) -> list[str]:
         return [event_line(e) for e in self.feed(event)]
@@ -90,6 +93,10 @@ class ResponsesSerializer:
             ]
         if isinstance(event, Prefill):
             self._prefill = event
+        if isinstance(event, Step) and self._logprobs is not None and not event.is_stop:
+            entry = token_logprob(event, self.options.top_logprobs)
+            self._logprobs.append(entry)
+            self._lp_next.append(entry)
         if isinstance(event, Step) and event.text:
             tools, text = self._tools, event.text
             out = []
@@ -99,8 +106,9 @@ class ResponsesSerializer:
                     out = self._open()
             if text:
                 self._text.append(text)
+                lp, self._lp_next = self._lp_next, []
                 out.append(
-                    self._extend(self._event("response.output_text.delta", **self._where(), delta=text, logprobs=[]))
+                    self._extend(self._event("response.output_text.delta", **self._where(), delta=text, logprobs=lp))
                 )
             return out
         if isinstance(event, Finish):
@@ -123,8 +131,10 @@ class ResponsesSerializer:
             return self._called(calls, status)
         return [
             *(self._open() if not self._opened else []),
-            self._extend(self._event("response.output_text.done", **self._where(), text=text, logprobs=[])),
-            self._event("response.content_part.done", **self._where(), part=_part(text)),
+            self._extend(
+                self._event("response.output_text.done", **self._where(), text=text, logprobs=self._logprobs or [])
+            ),
+            self._event("response.content_part.done", **self._where(), part=_part(text, self._logprobs)),
             self._event("response.output_item.done", output_index=0, item=self._item(_item_status(status), text)),
             self._event(f"response.{status}", response=self._response(status)),
         ]
@@ -190,7 +200,7 @@ class ResponsesSerializer:
         return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
 
     def _item(self, status: str, text: str | None) -> dict[str, Any]:
-        content = [] if text is None else [_part(text)]
+        content = [] if text is None else [_part(text, self._logprobs)]
         return {"id": self.item_id, "type": "message", "status": status, "role": "assistant", "content": content}
 
     def _response(self, status: str) -> dict[str, Any]:
@@ -233,8 +243,8 @@ def _call_item(call: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def _part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def _item_status(status: str) -> str:
