@@ -262,3 +262,25 @@ def test_openai_s_node_sdk_calls_the_function(queue_one_server: Serve) -> None:
     assert printed["streamed"][0]["function"]["parsed_arguments"] == json.loads(
         printed["streamed"][0]["function"]["arguments"]
     )
+
+
+def test_the_sdk_s_parse_with_a_pydantic_function_tool(client: OpenAI) -> None:
+    """`chat.completions.parse(tools=[openai.pydantic_function_tool(Model)])`: the SDK checks the
+    strict tool's arguments and gives them back as the model's object."""
+    from pydantic import BaseModel
+
+    class GetWeather(BaseModel):
+        city: str
+        country: str
+
+    completion = client.chat.completions.parse(
+        model=MODEL,
+        messages=ASK,
+        tools=[openai.pydantic_function_tool(GetWeather)],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        seed=1,
+        max_tokens=60,
+    )
+    (call,) = completion.choices[0].message.tool_calls
+    assert call.function.name == "GetWeather" and isinstance(call.function.parsed_arguments, GetWeather)
