@@ -47,18 +47,22 @@ class LookupDrafter:
         for n in LOOKUP_NGRAMS:
             if n_ctx <= n:
                 continue
-            tail = arr[n_ctx - n :]
-            # candidate starts j (j + n <= n_ctx - 1: something follows the occurrence)
-            hits = arr[: n_ctx - n] == tail[0]
-            for i in range(1, n):
-                hits &= arr[i : n_ctx - n + i] == tail[i]
-            where = np.flatnonzero(hits)
+            where = np.flatnonzero(_followed_starts(arr, arr[n_ctx - n :]))
             if where.size:
                 return _agreed(arr, where[-LOOKUP_AGREE:] + n, k)
         return []
 
     def close(self) -> None:
         pass
+
+
+def _followed_starts(arr: np.ndarray, gram: np.ndarray) -> np.ndarray:
+    """For each start j of `arr` with something after j + len(gram): whether `gram` is there."""
+    n, length = gram.shape[0], arr.shape[0]
+    hits = arr[: length - n] == gram[0]
+    for i in range(1, n):
+        hits &= arr[i : length - n + i] == gram[i]
+    return hits
 
 
 def _agreed(arr: np.ndarray, starts: np.ndarray, k: int) -> list[int]:
@@ -97,9 +101,7 @@ class PredictionDrafter:
         for n in (3, 2, 1):
             if tail.shape[0] < n or p.shape[0] <= n:
                 continue
-            hits = p[: p.shape[0] - n] == tail[-n]  # (starts j with something after j + n)
-            for i in range(1, n):
-                hits &= p[i : p.shape[0] - n + i] == tail[-n + i]
+            hits = _followed_starts(p, tail[-n:])
             ahead = np.flatnonzero(hits[max(self.at - n, 0) :])  # (never back to a part already passed)
             if ahead.size:
                 self.at = max(self.at - n, 0) + int(ahead[0]) + n
