@@ -42,7 +42,7 @@ from loopchat.events import Candidate, ContextTrimmed, Event, Finish, FinishReas
 from loopchat.passes import PassReport
 from loopchat.wire_echo import PromptEcho
 from loopchat.wire_line import TokenLine
-from loopchat.wire_tools import ToolReply, tool_delta, tool_message
+from loopchat.wire_tools import ToolReply, tool_delta, tool_finish, tool_message
 
 #: The key of loopchat's own fields in a chunk or body.
 EXTENSION_KEY = "loopchat"
@@ -286,13 +286,13 @@ class WireSerializer:
         return [self._chunk({"content": text}, item)]
 
     def _finish_chunk(self, finish: Finish) -> dict[str, Any]:
-        tail, reason = self._tail, finish_reason(finish.reason)
-        if self._tools is None:
-            return self._chunk({"content": tail} if tail else {}, None, reason)
-        tail = self._tools.feed(tail)
-        if (calls := self._tools.calls()) is None:
-            return self._chunk({"content": tail} if tail else {}, None, reason)
-        return self._chunk(tool_delta(calls), None, "tool_calls" if reason == "stop" else reason)
+        tail, calls = self._tail, None
+        if self._tools is not None:
+            tail, calls = self._tools.feed(tail), self._tools.calls()
+        reason = tool_finish(finish_reason(finish.reason), calls)
+        if calls is not None:
+            return self._chunk(tool_delta(calls), None, reason)
+        return self._chunk({"content": tail} if tail else {}, None, reason)
 
     def _tally(self, report: PassReport) -> None:
         """A verifying pass's drafts, once a pass (each step it gave carries its report)."""
@@ -335,8 +335,8 @@ class WireSerializer:
         if self.error is not None:
             return error_body(self.error, "server_error", code="generation_error")
         text = "".join(self._text) if self._tools is None else self._tools.text
-        reason = finish_reason(finish.reason)
         calls = self._tools.calls() if self._tools is not None else None
+        reason = tool_finish(finish_reason(finish.reason), calls)
         obj: dict[str, Any] = {
             "id": self.id,
             "object": "chat.completion" if self.options.chat else "text_completion",
@@ -352,7 +352,7 @@ class WireSerializer:
                     "index": 0,
                     "message": tool_message(text, calls),
                     "logprobs": lp,
-                    "finish_reason": "tool_calls" if calls and reason == "stop" else reason,
+                    "finish_reason": reason,
                 }
             ]
         else:

@@ -126,6 +126,12 @@ def _whole_calls(raw: str) -> list[dict[str, Any]]:
             out.append(call)
 
 
+def tool_finish(reason: str, calls: list[dict[str, Any]] | None) -> str:
+    """OpenAI's finish_reason: "tool_calls" for a reply that ended with its calls (one cut by
+    max_tokens stays "length")."""
+    return "tool_calls" if calls and reason == "stop" else reason
+
+
 def tool_delta(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """A stream's delta with the tool calls, whole (OpenAI's clients add up a call's pieces by index)."""
     return {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}

@@ -124,11 +124,13 @@ class ResponsesSerializer:
                 self._event("response.failed", response=self._response("failed")),
             ]
         calls = self._tools.calls() if self._tools is not None else None
+        if calls is not None:  # (the response's output from here on)
+            self._calls = [_call_item(call) for call in calls]
         text, status = "".join(self._text), _status(finish)
         if self._keep is not None:  # (before the events: a client may continue it as soon as it is done)
-            self._keep(self.id, output_messages(text, calls), self._response_after(status, calls))
+            self._keep(self.id, output_messages(text, calls), self._response(status))
         if calls is not None:
-            return self._called(calls, status)
+            return self._called(status)
         return [
             *(self._open() if not self._opened else []),
             self._extend(
@@ -147,11 +149,9 @@ class ResponsesSerializer:
             self._event("response.content_part.added", **self._where(), part=_part("")),
         ]
 
-    def _called(self, calls: list[dict[str, Any]], status: str) -> list[dict[str, Any]]:
-        """The reply's tool calls as function_call items, each sent whole, then the response."""
+    def _called(self, status: str) -> list[dict[str, Any]]:
+        """The reply's function_call items, each sent whole, then the response."""
         out = []
-        if not self._calls:
-            self._calls = [_call_item(call) for call in calls]
         for i, item in enumerate(self._calls):
             where = {"item_id": item["id"], "output_index": i}
             out += [
@@ -166,12 +166,6 @@ class ResponsesSerializer:
             ]
         out[0] = self._extend(out[0])
         return [*out, self._event(f"response.{status}", response=self._response(status))]
-
-    def _response_after(self, status: str, calls: list[dict[str, Any]] | None) -> dict[str, Any]:
-        """The response object as it ends (its function_call items made as _called makes them)."""
-        if calls is not None and not self._calls:
-            self._calls = [_call_item(call) for call in calls]
-        return self._response(status)
 
     def body(self) -> dict[str, Any]:
         """The response object, after the Finish (OpenAI's error shape where the reply failed)."""
