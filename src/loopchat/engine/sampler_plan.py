@@ -46,13 +46,13 @@ class Plan:
         #: where sampler_tail's stages begin in the chain (len(chain): it does not end with them)
         self.tail_at = starts_at(self.chain)
         greedy, k = settings.greedy, settings.top_k
-        repeat = from_context(settings)
+        by_context = from_context(settings)
         #: top-k's k where it reads the model's logits unchanged and keeps at most SORT_LIMIT (sampler._wide_top
         #: may then find its k + 1 in the raw top's pass, for a report of at most k and k below the vocabulary's
         #: size); -1: never
         self.wide_k = (
             k
-            if constraint is None and not greedy and k <= SORT_LIMIT and not settings.logit_bias and not repeat
+            if constraint is None and not greedy and k <= SORT_LIMIT and not settings.logit_bias and not by_context
             else -1
         )
         self.top_k = k
@@ -64,8 +64,8 @@ class Plan:
         #: the k of the top-k right after the constraint (Candidates.narrow_k)
         self.narrow_k = 1 if greedy else k
         #: whether a stage may change logits: 2 always (a logit bias), 1 where the context holds a token
-        #: (the repeat penalty, DRY), 0 never
-        self.penalize = 2 if settings.logit_bias else 1 if repeat else 0
+        #: (the repeat, frequency and presence penalties, DRY: from_context), 0 never
+        self.penalize = 2 if settings.logit_bias else 1 if by_context else 0
 
 
 def from_context(settings: SamplingSettings) -> bool:

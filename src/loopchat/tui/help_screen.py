@@ -140,14 +140,11 @@ def keys_table(browser: bool) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold #ffaf00", no_wrap=True)
     table.add_column()
-    if not browser:
-        for keys, what in KEYS:
-            table.add_row(keys, what)
-        return table
-    table.add_column(style="#ffaf00", max_width=14)
-    table.add_row("", "", "In a browser")
+    if browser:
+        table.add_column(style="#ffaf00", max_width=14)
+        table.add_row("", "", "In a browser")
     for keys, what in KEYS:
-        table.add_row(keys, what, IN_A_BROWSER.get(keys, ""))
+        table.add_row(keys, what, *([IN_A_BROWSER.get(keys, "")] if browser else []))
     return table
 
 
