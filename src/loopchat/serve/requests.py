@@ -106,10 +106,7 @@ def parse_chat(body: dict[str, Any], base: SamplingSettings) -> GenerationReques
     """A /v1/chat/completions body."""
     _refuse_unsupported(body, chat=True)
     messages = _chat_messages(body.get("messages"))
-    try:
-        tools = tool_choice(body)
-    except ToolProblem as exc:
-        raise RequestError(str(exc), param=exc.param) from None
+    tools = _tool_read(tool_choice, body)
     if tools is not None:
         messages = with_tools(messages, tools)
     logprobs = _optional(body, "logprobs", bool, "true or false (top_logprobs says how many candidates)")
@@ -339,12 +336,12 @@ def _chat_messages(value: Any) -> tuple[Message, ...]:
                 f"{where}: OpenAI's older function messages: send tool calls and tool messages", param=where
             )
         if role == "assistant" and m.get("tool_calls"):  # (serve/tools.py: as the model writes them)
-            message, named = _tool_part(call_message, m, where)
+            message, named = _tool_read(call_message, m, where)
             names.update(named)
             out.append(message)
             continue
         if role == "tool":
-            out.append(_tool_part(result_message, m, _content(m.get("content"), f"{where}.content"), names))
+            out.append(_tool_read(result_message, m, _content(m.get("content"), f"{where}.content"), names))
             continue
         if role not in CHAT_ROLES:
             raise RequestError(
@@ -354,7 +351,8 @@ def _chat_messages(value: Any) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def _tool_part(read: Any, *args: Any) -> Any:
+def _tool_read(read: Any, *args: Any) -> Any:
+    """serve/tools.py's `read(*args)`, its ToolProblem as the request's 400."""
     try:
         return read(*args)
     except ToolProblem as exc:
