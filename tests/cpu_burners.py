@@ -28,3 +28,25 @@ def cpu_burners(n: int, seconds: float = 120.0) -> Iterator[None]:
             p.kill()
         for p in procs:
             p.wait()
+
+
+def quiet_machine(below: float = 0.25, within_s: float = 90.0) -> float:
+    """Wait until the machine's other programs (and the hypervisor's steal) used less than
+    `below` of a core over half a second, for at most `within_s` seconds; the last figure.
+
+    A test that needs a quiet machine calls it first: after the parallel part of the suite,
+    a test's server or browser may still be ending, and on a shared VM another guest may be
+    busy for a while (steal): auto threads then rightly keeps fewer threads."""
+    import time
+
+    from loopchat.engine.thread_tuner import OtherCpuMeter
+
+    meter = OtherCpuMeter()
+    end = time.monotonic() + within_s
+    seen = float("inf")
+    while time.monotonic() < end:
+        time.sleep(0.5)  # a sample spans half a second: the meter reads CPU time, not an event
+        seen = meter.sample()
+        if seen < below:
+            break
+    return seen
