@@ -30,7 +30,7 @@ def cpu_burners(n: int, seconds: float = 120.0) -> Iterator[None]:
             p.wait()
 
 
-def quiet_machine(below: float = 0.25, within_s: float = 90.0) -> float:
+def quiet_machine(below: float = 0.25, within_s: float = 20.0) -> float:
     """Wait until the machine's other programs (and the hypervisor's steal) used less than
     `below` of a core over half a second, for at most `within_s` seconds; the last figure.
 
