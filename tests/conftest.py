@@ -115,7 +115,8 @@ def live_backend():
 @pytest.fixture(scope="session")
 def queue_one_server():
     """`loopchat serve --queue 1` with the API key serve_process.KEY, started once for
-    test_serve, test_dry_settings, test_repeats, test_serve_stack and test_serve_prediction (each
+    test_serve, test_dry_settings, test_repeats, test_serve_stack, test_serve_prediction,
+    test_serve_tools and test_serve_embeddings (each
     request there says its own seed; the log checks read from a mark taken before their
     request). Under `make test` there
     is one per worker that runs one of those modules."""

@@ -290,8 +290,9 @@ def test_malformed_json_and_unknown_paths_in_openai_s_shape(server: Serve) -> No
     r = httpx.post(server.url + "/v1/chat/completions", content=b'{"messages": [', headers=auth(), timeout=30)
     assert r.status_code == 400 and set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert "not valid JSON" in r.json()["error"]["message"]
-    r = httpx.post(server.url + "/v1/embeddings", json={}, headers=auth(), timeout=30)
+    r = httpx.post(server.url + "/v1/audio/speech", json={}, headers=auth(), timeout=30)
     assert r.status_code == 404 and "/v1/chat/completions" in r.json()["error"]["message"]
+    assert "POST /v1/embeddings" in r.json()["error"]["message"]
 
 
 def test_a_prompt_too_long_is_400_before_the_stream_starts(client: OpenAI) -> None:

@@ -2,6 +2,7 @@
 
     POST /v1/chat/completions   chat messages, through the model's chat template
     POST /v1/completions        a raw document the model continues (no template)
+    POST /v1/embeddings         a unit vector per input (serve/embeddings.py)
     GET  /v1/models             the one model served (and GET /v1/models/{id})
     GET  /health                open without the API key: status, busy, waiting
 
@@ -34,8 +35,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from loopchat.engine.embedder import Embedder, EmbedInputError
 from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
+from loopchat.serve.embeddings import embeddings_body, input_problem, parse_embeddings
 from loopchat.serve.event_stream import EventStream
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat, parse_completion, parse_json
@@ -55,7 +58,7 @@ _PARSERS = {
 
 ENDPOINTS = (
     "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/responses/{id}, "
-    "GET /v1/models and GET /health"
+    "POST /v1/embeddings, GET /v1/models and GET /health"
 )
 
 
@@ -124,8 +127,11 @@ async def _disconnected(request: Request) -> None:
 class _Routes:
     """The served state (the loop, the model, the API key, the log) and the routes over it."""
 
-    def __init__(self, loop: OneLoop, model: ServedModel, api_key: str | None, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, loop: OneLoop, model: ServedModel, api_key: str | None, log: Callable[[str], None], embedder: Any
+    ) -> None:
         self.loop, self.model, self.api_key, self.log = loop, model, api_key, log
+        self.embedder: Embedder | None = embedder
         self.kept = ResponseStore()  # the Responses API's (previous_response_id, GET /v1/responses/{id})
 
     def line(self, request: Request, status: int, text: str) -> None:
@@ -268,6 +274,28 @@ class _Routes:
     async def responses(self, request: Request) -> Response:
         return await self.generate(request, "responses")
 
+    async def embeddings(self, request: Request) -> Response:
+        refusal = self.denied(request)
+        if refusal is not None:
+            return refusal
+        embedder, req = self.embedder, None
+        try:
+            if embedder is None:
+                raise RequestError("this server has no embedder", status=404, code="not_found")
+            req = parse_embeddings(parse_json(await request.body()), embedder.n_embd)
+            self.model.check(req.model)
+            done = await asyncio.wrap_future(embedder.submit(req.inputs))
+        except EmbedInputError as exc:
+            err = input_problem(exc, len(req.inputs) if req else 1)
+            self.line(request, err.status, f"{err.type}: {err.message}")
+            return JSONResponse(err.body(), status_code=err.status)
+        except RequestError as exc:
+            self.line(request, exc.status, f"{exc.type}: {exc.message}")
+            return JSONResponse(exc.body(), status_code=exc.status)
+        n = len(req.inputs)
+        self.line(request, 200, f"embeddings · {n} input{'' if n == 1 else 's'} · {done.tokens} tokens")
+        return JSONResponse(embeddings_body(done, req, self.model.id))
+
     async def list_models(self, request: Request) -> Response:
         refusal = self.denied(request)
         if refusal is not None:
@@ -331,15 +359,22 @@ class _Routes:
 
 
 def create_app(
-    loop: OneLoop, model: ServedModel, *, api_key: str | None = None, log: Callable[[str], None] = print
+    loop: OneLoop,
+    model: ServedModel,
+    *,
+    api_key: str | None = None,
+    log: Callable[[str], None] = print,
+    embedder: Embedder | None = None,
 ) -> Starlette:
-    routes = _Routes(loop, model, api_key, log)
+    """The application (`embedder`: POST /v1/embeddings' vectors, closed by the caller after the server)."""
+    routes = _Routes(loop, model, api_key, log, embedder)
     return Starlette(
         routes=[
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/v1/responses", routes.responses, methods=["POST"]),
             Route("/v1/responses/{response_id}", routes.stored_response, methods=["GET", "DELETE"]),
+            Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", routes.get_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),

@@ -37,6 +37,8 @@ from loopchat.threads_setting import threads_or_env
 if TYPE_CHECKING:
     import uvicorn
 
+    from loopchat.serve.app import ServedModel
+
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 8
 DEFAULT_PARALLEL = 4  # requests generating at once (serve/batch_loop.py)
@@ -53,6 +55,7 @@ def add_serve_parser(sub: argparse._SubParsersAction, add_model_options: Callabl
         description="Serve the model over HTTP, OpenAI-compatible: POST /v1/chat/completions, "
         "POST /v1/completions (a raw document, no chat template), POST /v1/responses (OpenAI's Responses API; "
         "its latest 256 responses kept in memory: GET /v1/responses/{id}, previous_response_id), "
+        "POST /v1/embeddings (a unit vector per input: its tokens' last hidden states, averaged), "
         "GET /v1/models, GET /health. "
         "Up to --parallel requests generate at once, sharing each forward pass; the others wait their turn.",
     )
@@ -140,8 +143,10 @@ def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from loopchat.config import load_config
+    from loopchat.engine.cores import physical_cores
+    from loopchat.engine.embedder import Embedder
     from loopchat.engine.options import EngineOptions
-    from loopchat.serve.app import ServedModel, create_app
+    from loopchat.serve.app import create_app
     from loopchat.serve.batch_loop import BatchLoop
     from loopchat.serve.http_stack import event_loop, http_implementation
     from loopchat.serve.loop import LoadFailed, OneLoop
@@ -170,16 +175,9 @@ def serve_command(args: argparse.Namespace) -> int:
         print("loopchat serve: stopped while the model was loading", file=sys.stderr)
         return 0
 
-    assert ready.n_ctx is not None and ready.n_vocab is not None  # a local model gives both (a remote one may not)
-    model = ServedModel(
-        id=Path(model_path).name if spec.from_command_line else spec.name,
-        file_name=Path(model_path).name,
-        n_ctx=ready.n_ctx,
-        n_vocab=ready.n_vocab,
-        sampling=spec.sampling,
-        strict=args.strict_model,
-    )
-    app = with_cors(create_app(one, model, api_key=api_key, log=_log), args.cors_origin, _log)
+    model = _served_model(spec, model_path, ready, args.strict_model)
+    embedder = Embedder(model_path, options.threads if isinstance(options.threads, int) else physical_cores())
+    app = with_cors(create_app(one, model, api_key=api_key, log=_log, embedder=embedder), args.cors_origin, _log)
     url = socket_url(sock)
     threads = f"threads {options.threads}"
     if options.threads in (None, "auto"):  # one engine, one tuner for every request: what it chose at load
@@ -209,11 +207,27 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         server.run(sockets=[sock])
     finally:
+        embedder.close()
         one.close()
         sock.close()
     why = f" ({signal.Signals(server.signal).name})" if server.signal else ""
     print(f"loopchat serve: stopped{why} after {one.runs} generations; the model is closed", file=sys.stderr)
     return 0
+
+
+def _served_model(spec: Any, model_path: Path, ready: Any, strict: bool) -> ServedModel:
+    """The model as /v1/models names it (a models.toml entry's name, or a --model file's)."""
+    from loopchat.serve.app import ServedModel
+
+    assert ready.n_ctx is not None and ready.n_vocab is not None  # a local model gives both (a remote one may not)
+    return ServedModel(
+        id=Path(model_path).name if spec.from_command_line else spec.name,
+        file_name=Path(model_path).name,
+        n_ctx=ready.n_ctx,
+        n_vocab=ready.n_vocab,
+        sampling=spec.sampling,
+        strict=strict,
+    )
 
 
 def _keep_startup_objects() -> None:

@@ -1,0 +1,106 @@
+"""`loopchat serve`'s POST /v1/embeddings: OpenAI's embeddings endpoint, on the model served.
+
+The body: `input` (a string, a list of strings, a list of token ids, or a list of such lists:
+at most MAX_INPUTS), `encoding_format` ("float", or "base64": the float32 values' little-endian
+bytes, what OpenAI's SDKs ask for by default and decode), `dimensions` (only the model's own
+width: its vectors cannot be cut shorter and stay what they are), `model`, `user` (read as the
+chat endpoints read them). The vectors are engine/embedder.py's; the `loopchat` extension says
+how they were pooled and each input's token count.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loopchat.engine.embedder import Embedded, EmbedInputError
+from loopchat.serve.requests import RequestError
+
+#: inputs a request may hold at most (OpenAI's limit)
+MAX_INPUTS = 2048
+FORMATS = ("float", "base64")
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    inputs: list[str | list[int]]
+    base64: bool
+    model: str | None
+
+
+def parse_embeddings(body: dict[str, Any], n_embd: int) -> EmbeddingRequest:
+    """The body as an EmbeddingRequest (RequestError, naming the parameter, for what cannot run)."""
+    inputs = _inputs(body.get("input"))
+    fmt = body.get("encoding_format", "float")
+    if fmt is None:
+        fmt = "float"
+    if fmt not in FORMATS:
+        raise RequestError(f'encoding_format must be "float" or "base64", got {fmt!r}', param="encoding_format")
+    dims = body.get("dimensions")
+    if dims is not None and dims != n_embd:
+        raise RequestError(
+            f"dimensions: this model's embeddings have {n_embd} dimensions, and cannot be cut to {dims!r} "
+            "(leave dimensions out, or give it that number)",
+            param="dimensions",
+            code="unsupported_parameter",
+        )
+    model = body.get("model")
+    return EmbeddingRequest(inputs, fmt == "base64", model if isinstance(model, str) else None)
+
+
+def _inputs(value: Any) -> list[str | list[int]]:
+    """`input` as a list of texts and token lists."""
+    what = "input must be a string, a list of strings, a list of token ids or a list of such lists"
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        raise RequestError(f"{what}, and not empty; got {_shown(value)}", param="input")
+    if all(_is_token(t) for t in value):
+        return [list(value)]
+    if len(value) > MAX_INPUTS:
+        raise RequestError(f"input holds {len(value)} inputs: at most {MAX_INPUTS} a request", param="input")
+    out: list[str | list[int]] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, list) and item and all(_is_token(t) for t in item):
+            out.append(list(item))
+        else:
+            raise RequestError(f"input[{i}]: {what}; got {_shown(item)}", param="input")
+    return out
+
+
+def _is_token(t: Any) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def input_problem(exc: EmbedInputError, count: int) -> RequestError:
+    """An input the embedder refused, as the request's 400."""
+    where = "input" if count == 1 else f"input[{exc.index}]"
+    return RequestError(f"{where}: {exc}", param="input")
+
+
+def embeddings_body(done: Embedded, req: EmbeddingRequest, model_id: str) -> dict[str, Any]:
+    """OpenAI's response: a list of embedding objects, the model, the usage; and the extension."""
+    data = []
+    for i, row in enumerate(done.vectors):
+        if req.base64:
+            vector: Any = base64.b64encode(row.astype("<f4").tobytes()).decode("ascii")
+        else:
+            vector = row.astype(np.float64).tolist()  # (each float32 exactly, as JSON numbers)
+        data.append({"object": "embedding", "index": i, "embedding": vector})
+    return {
+        "object": "list",
+        "data": data,
+        "model": model_id,
+        "usage": {"prompt_tokens": done.tokens, "total_tokens": done.tokens},
+        "loopchat": {"pooling": done.pooling, "normalized": "l2", "tokens": list(done.counts)},
+    }
