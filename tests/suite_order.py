@@ -38,6 +38,7 @@ COST_S: dict[str, float] = {
     "tests/test_serve_tools.py": 27.5,
     "tests/test_serve_prediction.py": 11.9,
     "tests/test_serve_embeddings.py": 5.0,
+    "tests/test_serve_prompt_list.py": 8.0,
     "tests/test_history_store.py": 16.7,
     "tests/test_tui_branch.py": 22.2,
     "tests/test_tui_step.py": 20.5,

@@ -40,13 +40,25 @@ from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
 from loopchat.serve.embeddings import embeddings_body, input_problem, parse_embeddings
 from loopchat.serve.event_stream import EventStream
+from loopchat.serve.http_errors import disconnected as _disconnected
+from loopchat.serve.http_errors import error as _error
+from loopchat.serve.http_errors import until_done as _until_done
+from loopchat.serve.http_errors import worker_error as _worker_error
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
-from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat, parse_completion, parse_json
+from loopchat.serve.prompt_list import PromptList
+from loopchat.serve.requests import (
+    GenerationRequest,
+    RequestError,
+    parse_chat,
+    parse_completion,
+    parse_completions,
+    parse_json,
+)
 from loopchat.serve.response_store import ResponseStore
 from loopchat.serve.responses_api import parse_responses
 from loopchat.serve.responses_wire import ResponsesSerializer
 from loopchat.settings import SamplingSettings
-from loopchat.wire import WireSerializer, error_body
+from loopchat.wire import WireSerializer
 from loopchat.wire_batch import BatchSerializer, serializer_for
 
 #: each endpoint's parser, and the parameter a prompt too long for the context is said of
@@ -104,26 +116,6 @@ class ServedModel:
         }
 
 
-def _error(
-    status: int,
-    message: str,
-    type: str = "invalid_request_error",
-    *,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    return JSONResponse(error_body(message, type, param=param, code=code), status_code=status, headers=headers)
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client has gone (the body has been read: nothing else comes)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 class _Routes:
     """The served state (the loop, the model, the API key, the log) and the routes over it."""
 
@@ -163,14 +155,24 @@ class _Routes:
         parse, param = _PARSERS[kind]
         try:
             body = parse_json(await request.body())
-            req = (
-                parse_responses(body, model.sampling, self.kept) if kind == "responses" else parse(body, model.sampling)
-            )
+            if kind == "completion":  # (a list of prompts: a run each)
+                reqs = parse_completions(body, model.sampling)
+                req = reqs[0]
+            else:
+                reqs = [
+                    parse_responses(body, model.sampling, self.kept)
+                    if kind == "responses"
+                    else parse(body, model.sampling)
+                ]
+                req = reqs[0]
             model.check(req.model)
         except RequestError as exc:
             line(request, exc.status, f"{exc.type}: {exc.message}")
             return JSONResponse(exc.body(), status_code=exc.status)
         mode = "stream" if req.wire.stream else "blocking"
+        if len(reqs) > 1:
+            log = lambda r, which: line(request, _status(r, req.wire.stream), f"{which} · {_outcome(r, mode)}")  # noqa: E731
+            return await PromptList(loop, model.id, reqs, log).respond(request)
 
         turn = await self.take_turn(request, req, mode)
         if isinstance(turn, Response):
@@ -402,19 +404,6 @@ async def _blocking(run: Run, serializer: Serializer, param: str) -> Response:
     if not serializer.done:  # pragma: no cover - a run ends with a Finish or an error
         return _error(500, "the engine ended the run without a reply; this is a bug: please report it", "server_error")
     return JSONResponse(serializer.body(), status_code=500 if serializer.error else 200)
-
-
-async def _until_done(run: Run) -> None:
-    while not isinstance(await run.events.get(), RunDone):
-        pass
-
-
-def _worker_error(error: WorkerError, param: str) -> JSONResponse:
-    if error.internal:
-        return _error(500, error.message, "server_error", code="internal_error")
-    if error.context_overflow:  # OpenAI's code for it, naming what was too long
-        return _error(400, error.message, param=param, code="context_length_exceeded")
-    return _error(400, error.message, code="invalid_prompt")
 
 
 def _status(run: Run, stream: bool) -> int:

@@ -53,6 +53,8 @@ MIN_REPORT = 10
 SETTING_KEYS = {key: spec.name for spec in SETTINGS if spec.name != "seed" for key in (spec.wire, *spec.wire_aliases)}
 #: The seeds a request may give (64-bit, signed or not), and the one that means "random".
 SEED_MIN, SEED_MAX, SEED_RANDOM = -(2**63), 2**64 - 1, -1
+#: the prompts a /v1/completions request may list (each a run of its own: serve/prompt_list.py)
+MAX_PROMPTS = 64
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -125,14 +127,10 @@ def parse_completion(body: dict[str, Any], base: SamplingSettings) -> Generation
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        raise RequestError(
-            f"prompt holds {len(prompt)} prompts: loopchat serve runs one prompt per request; send them one at a time",
-            param="prompt",
-        )
     if not isinstance(prompt, str):
         raise RequestError(
-            "prompt must be text (a string): the document the model continues; token arrays are not supported",
+            "prompt must be text (a string, or a list of them): the document the model continues; "
+            "token arrays are not supported",
             param="prompt",
         )
     n = _optional(body, "logprobs", int, f"a whole number from 0 to {MAX_COMPLETION_LOGPROBS} on /v1/completions")
@@ -149,6 +147,17 @@ def parse_completion(body: dict[str, Any], base: SamplingSettings) -> Generation
     # echo + logprobs: the prompt's own logprobs too, computed during the prefill
     reply = request.reply.with_(prompt_logprobs=n) if n is not None else request.reply
     return replace(request, reply=reply, wire=replace(request.wire, echo=True))
+
+
+def parse_completions(body: dict[str, Any], base: SamplingSettings) -> list[GenerationRequest]:
+    """A /v1/completions body: a request per prompt where `prompt` is a list of texts (at most
+    MAX_PROMPTS; serve/prompt_list.py runs them), else parse_completion's one."""
+    prompt = body.get("prompt")
+    if not (isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt)):
+        return [parse_completion(body, base)]
+    if len(prompt) > MAX_PROMPTS:
+        raise RequestError(f"prompt holds {len(prompt)} prompts: at most {MAX_PROMPTS} a request", param="prompt")
+    return [parse_completion({**body, "prompt": p}, base) for p in prompt]
 
 
 def _request(

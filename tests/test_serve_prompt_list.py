@@ -1,0 +1,104 @@
+"""/v1/completions with a list of prompts (serve/prompt_list.py): OpenAI's cookbook example of
+batching requests ("How to handle rate limits": one request, a list of prompts, each choice's
+index says whose) with OpenAI's Python SDK on real servers. With --parallel 1 the runs go one
+after another, so each prompt's text is exactly the one a request of its own gets with the same
+seed; with the default --parallel 4 they share passes, and the extension says which prompt each
+choice continued."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+from openai import OpenAI
+from serve_process import KEY, Serve
+
+from loopchat.serve.requests import MAX_PROMPTS
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+PROMPTS = ["Once upon a time,", "The recipe for bread is", "In the year 2050,", "My favourite animal is"]
+
+
+@pytest.fixture(scope="module")
+def one_by_one() -> Iterator[OpenAI]:
+    s = Serve("--parallel", "1", env={"LOOPCHAT_API_KEY": KEY})
+    try:
+        yield s.client(KEY)
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def shared(queue_one_server: Serve) -> OpenAI:
+    return queue_one_server.client(KEY)
+
+
+def test_the_cookbook_s_batched_prompts_come_back_by_index(one_by_one: OpenAI) -> None:
+    got = one_by_one.completions.create(model="gpt-3.5-turbo-instruct", prompt=PROMPTS, max_tokens=12, seed=7)
+    stories = [""] * len(PROMPTS)
+    for choice in got.choices:  # (the cookbook's loop)
+        stories[choice.index] = PROMPTS[choice.index] + choice.text
+    assert sorted(c.index for c in got.choices) == [0, 1, 2, 3]
+    alone = [one_by_one.completions.create(model="m", prompt=p, max_tokens=12, seed=7) for p in PROMPTS]
+    assert stories == [p + a.choices[0].text for p, a in zip(PROMPTS, alone)]
+    assert got.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    assert got.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+
+
+def test_a_stream_interleaves_the_prompts_under_one_id(one_by_one: OpenAI) -> None:
+    texts: dict[int, str] = {}
+    ids, usages = set(), []
+    stream = one_by_one.completions.create(
+        model="m", prompt=PROMPTS[:2], max_tokens=10, seed=3, stream=True, stream_options={"include_usage": True}
+    )
+    for chunk in stream:
+        ids.add(chunk.id)
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+        if chunk.usage is not None:
+            usages.append(chunk.usage)
+    alone = [one_by_one.completions.create(model="m", prompt=p, max_tokens=10, seed=3) for p in PROMPTS[:2]]
+    assert texts == {i: a.choices[0].text for i, a in enumerate(alone)}
+    assert len(ids) == 1 and len(usages) == 1  # one response; one usage chunk, the runs' added up
+    assert usages[0].completion_tokens == sum(a.usage.completion_tokens for a in alone)
+    assert usages[0].prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+
+
+def test_n_choices_of_each_prompt_share_passes_and_say_whose_they_are(shared: OpenAI) -> None:
+    """Three prompts, n=2, on --parallel 4: choices 2i and 2i+1 continue prompt i (its start
+    record's prompt, under loopchat.prompts[i])."""
+    got = shared.completions.create(
+        model="m",
+        prompt=PROMPTS[:3],
+        n=2,
+        max_tokens=6,
+        seed=5,
+        extra_body={"loopchat": {"prompt": True}, "ignore_eos": True},
+    )
+    assert [c.index for c in got.choices] == list(range(6))
+    assert got.usage.completion_tokens == 6 * 6
+    prompts = got.model_extra["loopchat"]["prompts"]
+    assert len(prompts) == 3
+    for i, ext in enumerate(prompts):
+        start = ext["events"][0]
+        assert start["kind"] == "start" and start["messages"][-1]["content"] == PROMPTS[i]
+
+
+def test_a_prompt_the_engine_refuses_is_the_request_s_error_naming_it(shared: OpenAI) -> None:
+    """A 400 while nothing was sent (blocking; a stream whose first prompt is refused); once a
+    stream has begun, an error chunk (the SDK raises APIError) that names the prompt."""
+    long = "word " * 5000
+    for prompts, stream in ((["Hello", long], False), ([long, "Hello"], True)):
+        with pytest.raises(openai.BadRequestError) as info:
+            reply = shared.completions.create(model="m", prompt=prompts, max_tokens=4, stream=stream)
+            list(reply) if stream else None
+        i = prompts.index(long)
+        assert info.value.param == f"prompt[{i}]" and f"400 - prompt[{i}]: the document is too long" in str(info.value)
+    with pytest.raises(openai.APIError) as begun:  # (a 400 if the refusal came before prompt 0's first token)
+        list(shared.completions.create(model="m", prompt=["Hello", long], max_tokens=40, stream=True))
+    assert "prompt[1]: the document is too long" in str(begun.value)
+    with pytest.raises(openai.BadRequestError) as info:
+        shared.completions.create(model="m", prompt=["a"] * (MAX_PROMPTS + 1), max_tokens=1)
+    assert f"at most {MAX_PROMPTS}" in info.value.message
