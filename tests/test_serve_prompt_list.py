@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -22,12 +23,17 @@ PROMPTS = ["Once upon a time,", "The recipe for bread is", "In the year 2050,", 
 
 
 @pytest.fixture(scope="module")
-def one_by_one() -> Iterator[OpenAI]:
+def one_by_one_server() -> Iterator[Serve]:
     s = Serve("--parallel", "1", env={"LOOPCHAT_API_KEY": KEY})
     try:
-        yield s.client(KEY)
+        yield s
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def one_by_one(one_by_one_server: Serve) -> OpenAI:
+    return one_by_one_server.client(KEY)
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +108,22 @@ def test_a_prompt_the_engine_refuses_is_the_request_s_error_naming_it(shared: Op
     with pytest.raises(openai.BadRequestError) as info:
         shared.completions.create(model="m", prompt=["a"] * (MAX_PROMPTS + 1), max_tokens=1)
     assert f"at most {MAX_PROMPTS}" in info.value.message
+
+
+def test_a_client_that_leaves_ends_the_runs_begun_and_begins_no_more(one_by_one_server: Serve) -> None:
+    """Ten prompts on --parallel 1: the client leaves during the first; the second, waiting for the
+    place, is cancelled as it gets it (0 steps), and the eight others never begin."""
+    server, mark = one_by_one_server, len(one_by_one_server.err)
+    body = {"prompt": ["Once upon a time"] * 10, "max_tokens": 2000, "ignore_eos": True}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/completions", json=body, headers=headers, timeout=1.0)
+    server.wait_for(r"499 · prompt 1 of 10 · blocking .* client disconnected after \d+ steps", start=mark)
+    server.wait_for(
+        r"499 · prompt 2 of 10 · blocking .*finish: cancelled · client disconnected after 0 steps", start=mark
+    )
+    after = server.client(KEY).completions.create(model="m", prompt="Hi", max_tokens=2, seed=1)
+    assert after.choices[0].text  # the loop is free: the next request runs at once
+    assert not any(
+        "of 10" in line for line in server.err[mark:] if "prompt 1 of 10" not in line and "prompt 2 of 10" not in line
+    )

@@ -163,10 +163,12 @@ class OneLoop:
     # ---- any thread ------------------------------------------------------------------
     def _emit(self, event: Any) -> None:
         """The worker's callback (engine thread)."""
-        if isinstance(event, Step):
-            run = self._current
-            if run is not None:
+        run = self._current
+        if run is not None:
+            if isinstance(event, Step):
                 run.steps += 1
+            if run.left_at is not None:  # (a cancel made before its generation began: the engine
+                self.worker.cancel()  # clears its flag as a reply starts, so it is said again)
         handoff = self._handoff
         if handoff is None:
             self._before.put(event)

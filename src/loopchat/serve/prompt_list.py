@@ -15,7 +15,6 @@ are then cancelled, as they are when the client leaves.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -41,11 +40,12 @@ class PromptList:
         self.n = reqs[0].reply.n
         self.runs: list[Run] = []
         self._turns = asyncio.Lock()  # one of this request's prompts waits for a place at a time
+        self._closed = False  # the client left, or a prompt failed: no run begins any more
         self._ended: asyncio.Queue[Any] = asyncio.Queue()
 
     async def respond(self, request: Request) -> Response:
         gone = asyncio.ensure_future(disconnected(request))
-        gone.add_done_callback(lambda _: self.cancel())
+        gone.add_done_callback(lambda f: None if f.cancelled() else self.cancel())
         stream = self.reqs[0].wire.stream
         tasks = [asyncio.ensure_future(self._one(i, req)) for i, req in enumerate(self.reqs)]
         if stream:
@@ -54,12 +54,18 @@ class PromptList:
             results = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             gone.cancel()
-        problem = next((r for r in results if isinstance(r, Response)), None)
+        problem = next((r for r in results if isinstance(r, Response | BaseException)), None)
+        if isinstance(problem, BaseException):
+            raise problem
         if problem is not None:
             return problem
+        if gone.done() and not gone.cancelled():  # the client left: nobody reads a status
+            return Response(status_code=499)
         return JSONResponse(merged_body([r for r in results if isinstance(r, dict)], self.n))
 
     def cancel(self) -> None:
+        """Every run begun ends within a pass; a prompt not begun yet will not begin."""
+        self._closed = True
         for run in self.runs:
             self.loop.cancel(run)
 
@@ -67,15 +73,25 @@ class PromptList:
         """Prompt i's run: its body, or the Response that ends the request (and cancels the others)."""
         try:
             async with self._turns:
+                if self._closed:
+                    await self._ended.put(_STOP)
+                    return {}
                 run = await self.loop.begin(req)
-        except QueueFull:
+        except (QueueFull, ShuttingDown) as exc:
             self.cancel()
-            message = f"the loop is busy and {self.loop.queue_limit} requests already wait for it; retry shortly"
-            return error(429, message, "rate_limit_exceeded", code="queue_full", headers={"Retry-After": "1"})
-        except ShuttingDown:
-            self.cancel()
-            return error(503, "loopchat serve is shutting down", "server_error", code="shutting_down")
+            busy = isinstance(exc, QueueFull)
+            message = (
+                f"the loop is busy and {self.loop.queue_limit} requests already wait for it; retry shortly"
+                if busy
+                else "loopchat serve is shutting down"
+            )
+            await self._ended.put((i, WorkerError(message, "generate")))
+            if busy:
+                return error(429, message, "rate_limit_exceeded", code="queue_full", headers={"Retry-After": "1"})
+            return error(503, message, "server_error", code="shutting_down")
         self.runs.append(run)
+        if self._closed:  # (it got its place after the request ended)
+            self.loop.cancel(run)
         run.on_done = lambda r: self.log(r, f"prompt {i + 1} of {len(self.reqs)}")
         serializer = serializer_for(self.model_id, req.wire, req.reply.n)
         shift = i * self.n
@@ -92,15 +108,16 @@ class PromptList:
             if req.wire.stream:
                 await self._ended.put((i, [_shifted(c, shift) for c in chunks]))
         await self._ended.put(_STOP)
-        return {} if req.wire.stream else _shifted(serializer.body(), shift)
+        if req.wire.stream or not serializer.done:  # (not done: cancelled before its first step)
+            return {}
+        return _shifted(serializer.body(), shift)
 
     async def _stream(self, tasks: list[asyncio.Task[Any]], gone: asyncio.Future[None]) -> Response:
-        first = await self._ended.get()  # (the first prompt's first chunks, or its error: a 400)
+        first = await self._ended.get()  # (the first prompt's first chunks, or an error: the request's)
         if isinstance(first, tuple) and isinstance(first[1], WorkerError):
             gone.cancel()
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*tasks, return_exceptions=True)
-            return worker_error(first[1], f"prompt[{first[0]}]")
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            return next(r for r in results if isinstance(r, Response))
 
         async def body() -> AsyncIterator[str]:
             item, ended, usage, named = first, 0, None, None
@@ -125,11 +142,9 @@ class PromptList:
                 if usage is not None:
                     yield sse_line(usage)
                 yield DONE_LINE
-            finally:
+            finally:  # (the runs still going are cancelled, and their tasks end with them)
                 gone.cancel()
                 self.cancel()
-                for t in tasks:
-                    t.cancel()
 
         return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
