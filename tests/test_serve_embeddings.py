@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import threading
 from pathlib import Path
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -127,3 +130,43 @@ def test_openai_s_node_sdk_gets_the_same_vector(queue_one_server: Serve, client:
     python = client.embeddings.create(model="m", input="Your text string goes here").data[0].embedding
     assert printed["float"] == printed["default"] == python
     assert printed["usage"]["prompt_tokens"] > 0
+
+
+def test_a_client_that_leaves_stops_its_embedding(queue_one_server: Serve) -> None:
+    """200 inputs of ~300 tokens (minutes of work here): the client leaves after a second; the
+    embedder stops at its next chunk (a 499 in the log), and the next request is answered at once,
+    not after the rest of that work (one embedding runs at a time)."""
+    server, mark = queue_one_server, len(queue_one_server.err)
+    body = {"model": "m", "input": [LONG * 2] * 200}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/embeddings", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=1.0)
+    server.wait_for(r"POST /v1/embeddings 499 · embeddings · the client disconnected", start=mark)
+    quick = OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=30)
+    assert len(quick.embeddings.create(model="m", input="still here").data[0].embedding) == 576
+
+
+def test_ctrl_c_ends_an_embedding_in_flight_with_a_503() -> None:
+    """SIGINT while a long embedding runs: it stops at its next chunk, its client gets a 503
+    (shutting_down), and the server ends within uvicorn's grace (not cancelling the request at its
+    end, with a traceback)."""
+    server = Serve()
+    try:
+        got: list[httpx.Response] = []
+        body = {"model": "m", "input": [LONG * 2] * 200}
+        post = threading.Thread(
+            target=lambda: got.append(httpx.post(server.url + "/v1/embeddings", json=body, timeout=120))
+        )
+        post.start()
+        while not httpx.get(server.url + "/health", timeout=10).json()[
+            "embedding"
+        ]:  # (its state, asked until it says so)
+            assert post.is_alive()
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.wait(30)
+        post.join(30)
+        server.wait_for(r"loopchat serve: stopped \(SIGINT\)")
+        assert not any("graceful shutdown exceeded" in line or "Traceback" in line for line in server.err)
+        assert got and got[0].status_code == 503 and got[0].json()["error"]["code"] == "shutting_down"
+        server.wait_for(r"POST /v1/embeddings 503 · loopchat serve is shutting down")
+    finally:
+        server.stop()

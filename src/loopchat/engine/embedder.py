@@ -58,6 +58,10 @@ class EmbedInputError(ValueError):
         self.index = index
 
 
+class EmbedCancelled(Exception):
+    """The asker left: the embedding stopped at a chunk's end."""
+
+
 @dataclass(frozen=True, slots=True)
 class Embedded:
     vectors: np.ndarray  # (inputs, n_embd) float32, each row of unit length
@@ -93,23 +97,43 @@ class Embedder:
         self._llm: Any = None  # (the pool's thread's: loaded, used and freed there)
         self._pooling, self.n_embd, self._n_vocab = read_shape(self.path)
         self._lock = threading.Lock()  # close() against a submit in flight
+        self._stops: set[threading.Event] = set()  # the embeddings submitted and not done
         self._closed = False
 
-    def submit(self, inputs: list[str | list[int]]) -> concurrent.futures.Future[Embedded]:
-        """The inputs' embeddings, computed on the embedder's thread (EmbedInputError for a bad input)."""
+    def submit(
+        self, inputs: list[str | list[int]], stop: threading.Event | None = None
+    ) -> concurrent.futures.Future[Embedded]:
+        """The inputs' embeddings, computed on the embedder's thread (EmbedInputError for a bad input).
+        `stop` set (the client left): the work ends at its next chunk, with EmbedCancelled."""
+        stop = stop or threading.Event()
         with self._lock:
             if self._closed:
                 raise RuntimeError("the embedder is closed")
-            return self._pool.submit(self._embed, inputs)
+            self._stops.add(stop)
+            job = self._pool.submit(self._embed, inputs, stop)
+        job.add_done_callback(lambda _: self._stops.discard(stop))
+        return job
 
     def close(self) -> None:
-        """Waits for the embedding in flight, then frees the model (on the embedder's thread)."""
+        """Stops the embeddings in flight (at their next chunk), then frees the model (on the embedder's thread)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        self.stop_all()
         self._pool.submit(self._free).result()
         self._pool.shutdown(wait=True)
+
+    @property
+    def busy(self) -> bool:
+        """Whether an embedding is submitted and not done (GET /health's `embedding`)."""
+        return bool(self._stops)
+
+    def stop_all(self) -> None:
+        """The embeddings in flight end at their next chunk, with EmbedCancelled (the server stops;
+        any thread: it sets flags)."""
+        for stop in list(self._stops):
+            stop.set()
 
     def _free(self) -> None:
         if self._llm is not None:
@@ -139,18 +163,18 @@ class Embedder:
             self._llm = llm
         return self._llm
 
-    def _embed(self, inputs: list[str | list[int]]) -> Embedded:
+    def _embed(self, inputs: list[str | list[int]], stop: threading.Event) -> Embedded:
         llm = self._load()
         token_lists = [self._tokens(llm, i, x) for i, x in enumerate(inputs)]
         out = np.empty((len(token_lists), llm.n_embd()), dtype=np.float32)
         for row, tokens in enumerate(token_lists):
-            v = self._pooled(llm, tokens)
+            v = self._pooled(llm, tokens, stop)
             out[row] = v / np.linalg.norm(v)  # (a zero vector cannot come from a norm layer's output)
         llm._ctx.kv_cache_clear()
         llm._batch.reset()
         return Embedded(out, tuple(len(t) for t in token_lists), POOLING[self._pooling])
 
-    def _pooled(self, llm: Any, tokens: list[int]) -> np.ndarray:
+    def _pooled(self, llm: Any, tokens: list[int], stop: threading.Event) -> np.ndarray:
         """The input's tokens' last hidden states, pooled (float64): their mean, or the first's or
         the last's; the input evaluated alone, chunk by chunk, from position 0."""
         import llama_cpp
@@ -159,6 +183,8 @@ class Embedder:
         llm._ctx.kv_cache_clear()
         total, first, last = np.zeros(n_embd, dtype=np.float64), None, None
         for at in range(0, len(tokens), chunk):
+            if stop.is_set():
+                raise EmbedCancelled()
             part = tokens[at : at + chunk]
             llm._batch.reset()
             llm._batch.set_batch(part, n_past=at, logits_all=True)

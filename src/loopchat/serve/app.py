@@ -35,10 +35,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loopchat.engine.embedder import Embedder, EmbedInputError
+from loopchat.engine.embedder import Embedder
 from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
-from loopchat.serve.embeddings import embeddings_body, input_problem, parse_embeddings
+from loopchat.serve.embeddings import respond_embeddings
 from loopchat.serve.event_stream import EventStream
 from loopchat.serve.http_errors import disconnected as _disconnected
 from loopchat.serve.http_errors import error as _error
@@ -280,23 +280,7 @@ class _Routes:
         refusal = self.denied(request)
         if refusal is not None:
             return refusal
-        embedder, req = self.embedder, None
-        try:
-            if embedder is None:
-                raise RequestError("this server has no embedder", status=404, code="not_found")
-            req = parse_embeddings(parse_json(await request.body()), embedder.n_embd)
-            self.model.check(req.model)
-            done = await asyncio.wrap_future(embedder.submit(req.inputs))
-        except EmbedInputError as exc:
-            err = input_problem(exc, len(req.inputs) if req else 1)
-            self.line(request, err.status, f"{err.type}: {err.message}")
-            return JSONResponse(err.body(), status_code=err.status)
-        except RequestError as exc:
-            self.line(request, exc.status, f"{exc.type}: {exc.message}")
-            return JSONResponse(exc.body(), status_code=exc.status)
-        n = len(req.inputs)
-        self.line(request, 200, f"embeddings · {n} input{'' if n == 1 else 's'} · {done.tokens} tokens")
-        return JSONResponse(embeddings_body(done, req, self.model.id))
+        return await respond_embeddings(request, self.embedder, self.model.check, self.model.id, self.line)
 
     async def list_models(self, request: Request) -> Response:
         refusal = self.denied(request)
@@ -331,6 +315,7 @@ class _Routes:
                 "queue": loop.queue_limit,
                 "parallel": loop.parallel,
                 "generations": loop.runs,
+                "embedding": self.embedder is not None and self.embedder.busy,
             },
             status_code=503 if loop.closing else 200,
         )

@@ -140,7 +140,6 @@ def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def serve_command(args: argparse.Namespace) -> int:
     """Run the server until Ctrl+C or SIGTERM; returns the exit code (0 after a clean
     stop). Bad start-up input raises UsageError/ConfigError/... (one line, exit 2)."""
-    import uvicorn
 
     from loopchat.config import load_config
     from loopchat.engine.cores import physical_cores
@@ -148,7 +147,6 @@ def serve_command(args: argparse.Namespace) -> int:
     from loopchat.engine.options import EngineOptions
     from loopchat.serve.app import create_app
     from loopchat.serve.batch_loop import BatchLoop
-    from loopchat.serve.http_stack import event_loop, http_implementation
     from loopchat.serve.loop import LoadFailed, OneLoop
 
     api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
@@ -192,7 +190,28 @@ def serve_command(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    config_ = uvicorn.Config(
+    def on_signal() -> None:  # (the generation and the embeddings in flight end at once)
+        one.stop()
+        embedder.stop_all()
+
+    server = _server(_uvicorn_config(app), on_listening=listening, on_signal=on_signal)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        embedder.close()
+        one.close()
+        sock.close()
+    why = f" ({signal.Signals(server.signal).name})" if server.signal else ""
+    print(f"loopchat serve: stopped{why} after {one.runs} generations; the model is closed", file=sys.stderr)
+    return 0
+
+
+def _uvicorn_config(app: Any) -> uvicorn.Config:
+    import uvicorn
+
+    from loopchat.serve.http_stack import event_loop, http_implementation
+
+    return uvicorn.Config(
         app,
         http=http_implementation(),
         loop=event_loop(),
@@ -203,16 +222,6 @@ def serve_command(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
         server_header=False,
     )
-    server = _server(config_, on_listening=listening, on_signal=one.stop)
-    try:
-        server.run(sockets=[sock])
-    finally:
-        embedder.close()
-        one.close()
-        sock.close()
-    why = f" ({signal.Signals(server.signal).name})" if server.signal else ""
-    print(f"loopchat serve: stopped{why} after {one.runs} generations; the model is closed", file=sys.stderr)
-    return 0
 
 
 def _served_model(spec: Any, model_path: Path, ready: Any, strict: bool) -> ServedModel:

@@ -10,14 +10,22 @@ how they were pooled and each input's token count.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
-from loopchat.engine.embedder import Embedded, EmbedInputError
-from loopchat.serve.requests import RequestError
+from loopchat.engine.embedder import EmbedCancelled, Embedded, Embedder, EmbedInputError
+from loopchat.serve.http_errors import disconnected
+from loopchat.serve.requests import RequestError, parse_json
+from loopchat.wire import error_body
 
 #: inputs a request may hold at most (OpenAI's limit)
 MAX_INPUTS = 2048
@@ -104,3 +112,56 @@ def embeddings_body(done: Embedded, req: EmbeddingRequest, model_id: str) -> dic
         "usage": {"prompt_tokens": done.tokens, "total_tokens": done.tokens},
         "loopchat": {"pooling": done.pooling, "normalized": "l2", "tokens": list(done.counts)},
     }
+
+
+async def respond_embeddings(
+    request: Request,
+    embedder: Embedder | None,
+    check_model: Callable[[str | None], None],
+    model_id: str,
+    line: Callable[[Request, int, str], None],
+) -> Response:
+    """The route: the body parsed, the inputs embedded (a 499 if the client leaves first: the
+    embedder stops at its next chunk), OpenAI's response; each outcome one log line."""
+    req = None
+    try:
+        if embedder is None:
+            raise RequestError("this server has no embedder", status=404, code="not_found")
+        req = parse_embeddings(parse_json(await request.body()), embedder.n_embd)
+        check_model(req.model)
+        done = await _embedded(request, embedder, req.inputs)
+    except EmbedCancelled:  # (the server is stopping: Embedder.stop_all)
+        message = "loopchat serve is shutting down; retry against another server or after it restarts"
+        line(request, 503, message)
+        return JSONResponse(error_body(message, "server_error", code="shutting_down"), status_code=503)
+    except EmbedInputError as exc:
+        err = input_problem(exc, len(req.inputs) if req else 1)
+        line(request, err.status, f"{err.type}: {err.message}")
+        return JSONResponse(err.body(), status_code=err.status)
+    except RequestError as exc:
+        line(request, exc.status, f"{exc.type}: {exc.message}")
+        return JSONResponse(exc.body(), status_code=exc.status)
+    if done is None:
+        line(request, 499, "embeddings · the client disconnected (the embedding stopped)")
+        return Response(status_code=499)
+    n = len(req.inputs)
+    line(request, 200, f"embeddings · {n} input{'' if n == 1 else 's'} · {done.tokens} tokens")
+    return JSONResponse(embeddings_body(done, req, model_id))
+
+
+async def _embedded(request: Request, embedder: Embedder, inputs: list[str | list[int]]) -> Embedded | None:
+    """The inputs' embeddings, or None if the client left first (the embedder then stops)."""
+    stop = threading.Event()
+    job: asyncio.Future[Any] = asyncio.wrap_future(embedder.submit(inputs, stop))
+    gone: asyncio.Future[Any] = asyncio.ensure_future(disconnected(request))
+    try:
+        await asyncio.wait([job, gone], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if job.done():
+        done: Embedded = job.result()
+        return done
+    stop.set()
+    with contextlib.suppress(EmbedCancelled, EmbedInputError):
+        await job
+    return None
