@@ -61,7 +61,7 @@ class PromptList:
             return problem
         if gone.done() and not gone.cancelled():  # the client left: nobody reads a status
             return Response(status_code=499)
-        return JSONResponse(merged_body([r for r in results if isinstance(r, dict)], self.n))
+        return JSONResponse(merged_body([r for r in results if isinstance(r, dict)]))
 
     def cancel(self) -> None:
         """Every run begun ends within a pass; a prompt not begun yet will not begin."""
@@ -135,7 +135,11 @@ class PromptList:
                             named = named or (chunk.get("id"), chunk.get("created"))
                             chunk = {**chunk, "id": named[0], "created": named[1]}  # (one response's chunks)
                             if chunk.get("choices") == [] and chunk.get("usage"):  # (one at the end, added up)
-                                usage = chunk if usage is None else {**chunk, "usage": _added(usage["usage"], chunk)}
+                                usage = (
+                                    chunk
+                                    if usage is None
+                                    else {**chunk, "usage": _added(usage["usage"], chunk["usage"])}
+                                )
                             else:
                                 yield sse_line(chunk)
                     item = await self._ended.get()
@@ -156,19 +160,18 @@ def _shifted(obj: dict[str, Any], shift: int) -> dict[str, Any]:
     return obj
 
 
-def _added(usage: dict[str, Any], chunk: dict[str, Any]) -> dict[str, Any]:
+def _added(usage: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     """Two usage objects added up, field by field (the nested details too)."""
-    other = chunk["usage"]
     out = dict(usage)
     for key, value in other.items():
         if isinstance(value, int) and isinstance(out.get(key), int):
             out[key] += value
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _added(out[key], {"usage": value})
+            out[key] = _added(out[key], value)
     return out
 
 
-def merged_body(bodies: list[dict[str, Any]], n: int) -> dict[str, Any]:
+def merged_body(bodies: list[dict[str, Any]]) -> dict[str, Any]:
     """The runs' bodies as one: the first's id and fields, every choice in index order, the usage
     added up, each prompt's extension under loopchat.prompts."""
     out = dict(bodies[0])
@@ -176,7 +179,7 @@ def merged_body(bodies: list[dict[str, Any]], n: int) -> dict[str, Any]:
     usage = bodies[0].get("usage")
     for b in bodies[1:]:
         if usage is not None and b.get("usage") is not None:
-            usage = _added(usage, b)
+            usage = _added(usage, b["usage"])
     out["usage"] = usage
     if "loopchat" in out:
         out["loopchat"] = {"prompts": [b.get("loopchat") for b in bodies]}
