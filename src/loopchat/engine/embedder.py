@@ -207,7 +207,12 @@ class Embedder:
             n_vocab = llm.n_vocab()
             bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
             if bad is not None:
-                raise EmbedInputError(index, f"token {bad} is not in the model's vocabulary (0 to {n_vocab - 1})")
+                raise EmbedInputError(
+                    index,
+                    f"token {bad} is not in the model's vocabulary (0 to {n_vocab - 1}): token ids must be this "
+                    "model's, not another tokenizer's (LangChain's OpenAIEmbeddings sends tiktoken's unless "
+                    "check_embedding_ctx_length=False); or send the text",
+                )
         if not tokens:
             raise EmbedInputError(index, "it is empty: give each input some text (or tokens)")
         if len(tokens) > MAX_TOKENS:
