@@ -12,6 +12,7 @@ from loopchat.engine.engine import Engine
 from loopchat.engine.prompt_scores import CHUNK_FLOATS
 from loopchat.event_json import event_from_json_dict, to_json_dict
 from loopchat.events import Message, Prefill, Start
+from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings
 
 pytestmark = pytest.mark.model
@@ -118,6 +119,27 @@ def test_a_plain_prefill_after_keeps_no_stale_scores(engine: Engine) -> None:
         # the cache's first tokens were evaluated in another batch than the fresh run's, and
         # ggml's kernels round differently by batch size: measured up to 3.4e-4 bits here
         assert prefill.prompt_logprobs[i] == pytest.approx(fresh[tokens[i]], abs=2e-3 * math.log(2))
+
+
+def test_a_prompt_that_parts_from_the_scored_one_scores_its_own_token(engine: Engine) -> None:
+    """Two documents that differ in their last token only: the second's last logprob is its own
+    token's (a fresh evaluation's), not the first's token's kept in the memory at that position
+    (the memory held both prompts' first n tokens, and position n too: a stale score there until
+    the feed recomputed the token before it)."""
+    engine.reset()
+    docs = ("The capital of France is Paris", "The capital of France is London")
+    got = []
+    for text in docs:
+        events = list(engine.run_reply(ReplyRequest.document(text, ONE, prompt_logprobs=1)))
+        start = next(e for e in events if isinstance(e, Start))
+        got.append((start.prompt_token_ids, next(e for e in events if isinstance(e, Prefill))))
+    (paris_ids, paris), (london_ids, london) = got
+    assert paris_ids[:-1] == london_ids[:-1] and paris_ids[-1] != london_ids[-1]
+    assert london.reused_tokens == len(london_ids) - 2  # (the token before the new one, evaluated again)
+    fresh = _fresh_logprobs(engine, london_ids, len(london_ids) - 1)
+    assert london.prompt_logprobs[-1] == pytest.approx(fresh[london_ids[-1]], abs=1e-4)
+    assert london.prompt_logprobs[-1] != pytest.approx(paris.prompt_logprobs[-1], abs=1e-2)
+    assert london.prompt_logprobs[:-1] == pytest.approx(paris.prompt_logprobs[:-1], abs=1e-6)
 
 
 def test_prompt_scores_round_trip_through_json(engine: Engine) -> None:

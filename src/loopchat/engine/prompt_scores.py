@@ -118,8 +118,10 @@ class ScoredFeed(PlainFeed):
     def reuse(self, n_common: int) -> int:
         """Reuse only tokens whose scores the memory holds, and recompute the last of them
         (the next token is scored from its logits): the scores of tokens 0..reuse, kept
-        here while the host cuts the cache (and the memory) to the tokens before `reuse`."""
-        n = max(0, min(n_common, len(self.memory.scores) - 1))
+        here while the host cuts the cache (and the memory) to the tokens before `reuse`.
+        `reuse` < n_common: the token at n_common differs from the one the memory scored
+        there (a prompt that parts from the cached one; its score was the other token's)."""
+        n = max(0, min(n_common - 1, len(self.memory.scores) - 1))
         self._head = self.memory.scores[: n + 1] or [None]
         return n
 
