@@ -142,6 +142,17 @@ def test_a_prompt_that_parts_from_the_scored_one_scores_its_own_token(engine: En
     assert london.prompt_logprobs[:-1] == pytest.approx(paris.prompt_logprobs[:-1], abs=1e-6)
 
 
+def test_score_only_ends_after_the_prefill_with_the_prompt_scored(engine: Engine) -> None:
+    engine.reset()
+    request = ReplyRequest.document("The capital of France is Paris", ONE, prompt_logprobs=1, score_only=True)
+    events = list(engine.run_reply(request))
+    assert [type(e).__name__ for e in events] == ["Start", "Prefill", "Finish"]
+    prefill, finish = events[1], events[2]
+    assert isinstance(prefill, Prefill) and prefill.prompt_logprobs is not None
+    assert len(prefill.prompt_logprobs) == prefill.prompt_tokens and prefill.prompt_logprobs[-1] is not None
+    assert finish.reason.value == "length" and finish.steps == finish.completion_tokens == 0 and finish.text == ""
+
+
 def test_prompt_scores_round_trip_through_json(engine: Engine) -> None:
     engine.reset()
     _, prefill = _start_prefill(engine, CHAT, prompt_logprobs=2)

@@ -54,6 +54,7 @@ EVERY_FIELD = ReplyRequest(
     stream=False,
     step_paused=True,
     prompt_logprobs=2,
+    score_only=True,
     lens=True,
     watch=(" Paris", "zebra"),
     constraint=Constraint("regex", "(?s:.*)", "any text"),  # (the prefix and the hand's <|im_end|> fit it)
@@ -115,8 +116,9 @@ def _host_run(host: str, model_path: Path) -> tuple[Start, list, ReplyRequest]:
         start = next(e for e in first if isinstance(e, Start))
         im_end = start.prompt_token_ids[start.prompt_token_texts.index("<|im_end|>")]
         prefix = tuple(e.token_id for e in first if isinstance(e, Step))[:2]
-        # (n=1: a batch refuses the lens, test_batch_run.py; n crosses the pipe whole, above)
-        request = EVERY_FIELD.with_(reply_prefix=prefix, first_token=im_end, step_paused=False, n=1)
+        # (n=1: a batch refuses the lens, test_batch_run.py; score_only off: it ends the reply after
+        # its prefill, test_prompt_logprobs.py; both cross the pipe whole, above)
+        request = EVERY_FIELD.with_(reply_prefix=prefix, first_token=im_end, step_paused=False, n=1, score_only=False)
         worker.generate(request)
         return start, until_done(q), request
     finally:

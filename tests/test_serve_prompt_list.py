@@ -15,7 +15,7 @@ import pytest
 from openai import OpenAI
 from serve_process import KEY, Serve
 
-from loopchat.serve.requests import MAX_PROMPTS
+from loopchat.serve.prompt_list import MAX_PROMPTS
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -127,3 +127,27 @@ def test_a_client_that_leaves_ends_the_runs_begun_and_begins_no_more(one_by_one_
     assert not any(
         "of 10" in line for line in server.err[mark:] if "prompt 1 of 10" not in line and "prompt 2 of 10" not in line
     )
+
+
+def test_max_tokens_0_scores_each_prompt_and_writes_nothing(one_by_one: OpenAI) -> None:
+    """OpenAI's old way to score a text, as lm-evaluation-harness's loglikelihood sends it: echo,
+    logprobs and max_tokens 0, a list of prompts. Each choice is its prompt, scored token by token
+    (the same logprobs a request that writes one token gets for its prompt), nothing after it."""
+    texts = ["The capital of France is Paris", "The capital of France is London"]
+    got = one_by_one.completions.create(model="m", prompt=texts, echo=True, logprobs=1, max_tokens=0)
+    assert [c.text for c in got.choices] == texts and {c.finish_reason for c in got.choices} == {"length"}
+    assert got.usage.completion_tokens == 0
+    for text, choice in zip(texts, got.choices):
+        alone = one_by_one.completions.create(model="m", prompt=text, echo=True, logprobs=1, max_tokens=1, seed=1)
+        lp = alone.choices[0].logprobs
+        k = len(choice.logprobs.tokens)
+        assert choice.logprobs.tokens == lp.tokens[:k] and "".join(choice.logprobs.tokens) == text
+        assert choice.logprobs.token_logprobs[0] is None
+        assert choice.logprobs.token_logprobs[1:] == pytest.approx(lp.token_logprobs[1:k], abs=1e-4)
+    paris, london = (c.logprobs.token_logprobs[-1] for c in got.choices)
+    assert paris > london  # what the scores are for: the model finds " Paris" likelier there
+    with pytest.raises(openai.BadRequestError) as info:
+        one_by_one.completions.create(model="m", prompt="Hi", max_tokens=0, n=2)
+    assert info.value.param == "n"
+    with pytest.raises(openai.BadRequestError):  # (the chat endpoint writes at least one token)
+        one_by_one.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=0)

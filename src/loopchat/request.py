@@ -55,6 +55,10 @@ class ReplyRequest:
     #: the prompt's own logprobs (prompt_scores.py): None, not computed; k >= 0: each prompt
     #: token's logprob and the model's top max(k, 1) guesses at its position, in the Prefill
     prompt_logprobs: int | None = None
+    #: the prompt is evaluated (and scored, with prompt_logprobs) and nothing is drawn: the reply
+    #: ends after its Prefill, reason "length", no Step (serve's max_tokens 0 on /v1/completions:
+    #: "how surprising was this text", as OpenAI's echo with max_tokens 0 and lm-eval's loglikelihood)
+    score_only: bool = False
     #: the logit lens of each pass (engine/lens.py), in each Step: a row per layer
     lens: bool = False
     #: tokens on watch (watch.py): the first token of each string, followed in every Step

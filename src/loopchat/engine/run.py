@@ -199,6 +199,8 @@ class ReplyRun:
             host.sync()
         except RuntimeError as exc:
             self.reason, self.error = host.decode_failure(exc)
+        if self.request.score_only and self.reason is None:  # (the prompt scored: nothing is drawn)
+            self.reason = FinishReason.LENGTH
         clock = self.clock
         clock.prefill_ms = clock.forward_ms = (time.perf_counter() - t0) * 1000.0
         clock.forward_tokens = len(todo)

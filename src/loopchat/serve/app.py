@@ -45,13 +45,12 @@ from loopchat.serve.http_errors import error as _error
 from loopchat.serve.http_errors import until_done as _until_done
 from loopchat.serve.http_errors import worker_error as _worker_error
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
-from loopchat.serve.prompt_list import PromptList
+from loopchat.serve.prompt_list import PromptList, parse_completions
 from loopchat.serve.requests import (
     GenerationRequest,
     RequestError,
     parse_chat,
     parse_completion,
-    parse_completions,
     parse_json,
 )
 from loopchat.serve.response_store import ResponseStore

@@ -25,11 +25,25 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from loopchat.events import RunDone, WorkerError
 from loopchat.serve.http_errors import disconnected, error, worker_error
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
-from loopchat.serve.requests import GenerationRequest
+from loopchat.serve.requests import GenerationRequest, RequestError, parse_completion
+from loopchat.settings import SamplingSettings
 from loopchat.wire import DONE_LINE, error_body, sse_line
 from loopchat.wire_batch import serializer_for
 
 _STOP = object()  # a prompt's run has ended (the stream's queue)
+#: the prompts a /v1/completions request may list (each a run of its own)
+MAX_PROMPTS = 64
+
+
+def parse_completions(body: dict[str, Any], base: SamplingSettings) -> list[GenerationRequest]:
+    """A /v1/completions body: a request per prompt where `prompt` is a list of texts (at most
+    MAX_PROMPTS; PromptList runs them), else parse_completion's one."""
+    prompt = body.get("prompt")
+    if not (isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt)):
+        return [parse_completion(body, base)]
+    if len(prompt) > MAX_PROMPTS:
+        raise RequestError(f"prompt holds {len(prompt)} prompts: at most {MAX_PROMPTS} a request", param="prompt")
+    return [parse_completion({**body, "prompt": p}, base) for p in prompt]
 
 
 class PromptList:

@@ -53,8 +53,6 @@ MIN_REPORT = 10
 SETTING_KEYS = {key: spec.name for spec in SETTINGS if spec.name != "seed" for key in (spec.wire, *spec.wire_aliases)}
 #: The seeds a request may give (64-bit, signed or not), and the one that means "random".
 SEED_MIN, SEED_MAX, SEED_RANDOM = -(2**63), 2**64 - 1, -1
-#: the prompts a /v1/completions request may list (each a run of its own: serve/prompt_list.py)
-MAX_PROMPTS = 64
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -141,7 +139,12 @@ def parse_completion(body: dict[str, Any], base: SamplingSettings) -> Generation
             param="logprobs",
         )
     echo = bool(_optional(body, "echo", bool, "true or false (the prompt sent back before the completion)"))
+    score_only = _scores_only(body)
+    if score_only:  # (the settings' max_tokens stays valid: nothing reads it)
+        body = {k: v for k, v in body.items() if k not in ("max_tokens", "max_completion_tokens")}
     request = _request(body, base, (Message(DOCUMENT, prompt),), chat=False, logprobs=n is not None, top=n or 0)
+    if score_only:
+        request = replace(request, reply=request.reply.with_(score_only=True))
     if not echo:
         return request
     # echo + logprobs: the prompt's own logprobs too, computed during the prefill
@@ -149,15 +152,15 @@ def parse_completion(body: dict[str, Any], base: SamplingSettings) -> Generation
     return replace(request, reply=reply, wire=replace(request.wire, echo=True))
 
 
-def parse_completions(body: dict[str, Any], base: SamplingSettings) -> list[GenerationRequest]:
-    """A /v1/completions body: a request per prompt where `prompt` is a list of texts (at most
-    MAX_PROMPTS; serve/prompt_list.py runs them), else parse_completion's one."""
-    prompt = body.get("prompt")
-    if not (isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt)):
-        return [parse_completion(body, base)]
-    if len(prompt) > MAX_PROMPTS:
-        raise RequestError(f"prompt holds {len(prompt)} prompts: at most {MAX_PROMPTS} a request", param="prompt")
-    return [parse_completion({**body, "prompt": p}, base) for p in prompt]
+def _scores_only(body: dict[str, Any]) -> bool:
+    """max_tokens (or max_completion_tokens) 0 on /v1/completions: the prompt is evaluated, scored
+    with `echo` and `logprobs`, and nothing is generated (OpenAI's old way to score a text)."""
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    if limit != 0 or isinstance(limit, bool):
+        return False
+    if body.get("n") not in (None, 1):
+        raise RequestError("max_tokens 0 scores the prompt and writes nothing: n must be 1", param="n")
+    return True
 
 
 def _request(
