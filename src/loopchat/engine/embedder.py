@@ -85,7 +85,9 @@ def read_shape(path: Path) -> tuple[int, int, int]:
     arch = fields.get("general.architecture", "")
     named = fields.get(f"{arch}.pooling_type")
     pooling = named if isinstance(named, int) and named in POOLING else MEAN
-    return pooling, int(fields.get(f"{arch}.embedding_length") or 0), int(header.tensors["token_embd.weight"].shape[1])
+    embd = header.tensors.get("token_embd.weight")  # (llama.cpp's name in every architecture it reads)
+    n_vocab = int(embd.shape[1]) if embd is not None else 1 << 18  # (not found: chunks as small as Gemma's)
+    return pooling, int(fields.get(f"{arch}.embedding_length") or 0), n_vocab
 
 
 class Embedder:

@@ -119,10 +119,14 @@ class _Routes:
     """The served state (the loop, the model, the API key, the log) and the routes over it."""
 
     def __init__(
-        self, loop: OneLoop, model: ServedModel, api_key: str | None, log: Callable[[str], None], embedder: Any
+        self,
+        loop: OneLoop,
+        model: ServedModel,
+        api_key: str | None,
+        log: Callable[[str], None],
+        embedder: Embedder | None,
     ) -> None:
-        self.loop, self.model, self.api_key, self.log = loop, model, api_key, log
-        self.embedder: Embedder | None = embedder
+        self.loop, self.model, self.api_key, self.log, self.embedder = loop, model, api_key, log, embedder
         self.kept = ResponseStore()  # the Responses API's (previous_response_id, GET /v1/responses/{id})
 
     def line(self, request: Request, status: int, text: str) -> None:
@@ -154,23 +158,23 @@ class _Routes:
         parse, param = _PARSERS[kind]
         try:
             body = parse_json(await request.body())
-            if kind == "completion":  # (a list of prompts: a run each)
+            if kind == "completion":  # (a list of prompts: a run each, prompt_list.py)
                 reqs = parse_completions(body, model.sampling)
-                req = reqs[0]
+            elif kind == "responses":
+                reqs = [parse_responses(body, model.sampling, self.kept)]
             else:
-                reqs = [
-                    parse_responses(body, model.sampling, self.kept)
-                    if kind == "responses"
-                    else parse(body, model.sampling)
-                ]
-                req = reqs[0]
+                reqs = [parse(body, model.sampling)]
+            req = reqs[0]
             model.check(req.model)
         except RequestError as exc:
             line(request, exc.status, f"{exc.type}: {exc.message}")
             return JSONResponse(exc.body(), status_code=exc.status)
         mode = "stream" if req.wire.stream else "blocking"
         if len(reqs) > 1:
-            log = lambda r, which: line(request, _status(r, req.wire.stream), f"{which} · {_outcome(r, mode)}")  # noqa: E731
+
+            def log(run: Run, which: str) -> None:  # (a line per prompt's run)
+                line(request, _status(run, req.wire.stream), f"{which} · {_outcome(run, mode)}")
+
             return await PromptList(loop, model.id, reqs, log).respond(request)
 
         turn = await self.take_turn(request, req, mode)

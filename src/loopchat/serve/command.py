@@ -140,7 +140,6 @@ def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def serve_command(args: argparse.Namespace) -> int:
     """Run the server until Ctrl+C or SIGTERM; returns the exit code (0 after a clean
     stop). Bad start-up input raises UsageError/ConfigError/... (one line, exit 2)."""
-
     from loopchat.config import load_config
     from loopchat.engine.cores import physical_cores
     from loopchat.engine.embedder import Embedder
