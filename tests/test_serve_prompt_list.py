@@ -129,12 +129,16 @@ def test_a_client_that_leaves_ends_the_runs_begun_and_begins_no_more(one_by_one_
     )
 
 
-def test_max_tokens_0_scores_each_prompt_and_writes_nothing(one_by_one: OpenAI) -> None:
+def test_max_tokens_0_scores_each_prompt_and_writes_nothing(one_by_one_server: Serve, one_by_one: OpenAI) -> None:
     """OpenAI's old way to score a text, as lm-evaluation-harness's loglikelihood sends it: echo,
     logprobs and max_tokens 0, a list of prompts. Each choice is its prompt, scored token by token
     (the same logprobs a request that writes one token gets for its prompt), nothing after it."""
     texts = ["The capital of France is Paris", "The capital of France is London"]
+    mark = len(one_by_one_server.err)
     got = one_by_one.completions.create(model="m", prompt=texts, echo=True, logprobs=1, max_tokens=0)
+    # its log line: no first token's time nor rate where no token was written
+    line = one_by_one_server.wait_for(r"200 · prompt 2 of 2 · blocking · .*", start=mark).group(0)
+    assert " · 0 tok · " in line and "TTFT" not in line and "tok/s" not in line
     assert [c.text for c in got.choices] == texts and {c.finish_reason for c in got.choices} == {"length"}
     assert got.usage.completion_tokens == 0
     for text, choice in zip(texts, got.choices):
