@@ -55,6 +55,7 @@ EVERY_FIELD = ReplyRequest(
     step_paused=True,
     prompt_logprobs=2,
     score_only=True,
+    prompt_ids=(504, 3575),
     lens=True,
     watch=(" Paris", "zebra"),
     constraint=Constraint("regex", "(?s:.*)", "any text"),  # (the prefix and the hand's <|im_end|> fit it)
@@ -117,8 +118,11 @@ def _host_run(host: str, model_path: Path) -> tuple[Start, list, ReplyRequest]:
         im_end = start.prompt_token_ids[start.prompt_token_texts.index("<|im_end|>")]
         prefix = tuple(e.token_id for e in first if isinstance(e, Step))[:2]
         # (n=1: a batch refuses the lens, test_batch_run.py; score_only off: it ends the reply after
-        # its prefill, test_prompt_logprobs.py; both cross the pipe whole, above)
-        request = EVERY_FIELD.with_(reply_prefix=prefix, first_token=im_end, step_paused=False, n=1, score_only=False)
+        # its prefill, test_prompt_logprobs.py; prompt_ids (): they replace the messages,
+        # test_serve_prompt_list.py; all cross the pipe whole, above)
+        request = EVERY_FIELD.with_(
+            reply_prefix=prefix, first_token=im_end, step_paused=False, n=1, score_only=False, prompt_ids=()
+        )
         worker.generate(request)
         return start, until_done(q), request
     finally:

@@ -155,3 +155,29 @@ def test_max_tokens_0_scores_each_prompt_and_writes_nothing(one_by_one_server: S
     assert info.value.param == "n"
     with pytest.raises(openai.BadRequestError):  # (the chat endpoint writes at least one token)
         one_by_one.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=0)
+
+
+def test_token_ids_are_a_prompt_as_their_text_is(one_by_one: OpenAI) -> None:
+    """A prompt of token ids (what lm-evaluation-harness sends by default), and a list of them:
+    the same reply, usage and scores as the text they spell; an id past the vocabulary, or a mix
+    of forms, is a 400."""
+    ids = [504, 3575, 282, 4649, 314]  # "The capital of France is", the default model's tokens
+    by_ids = one_by_one.completions.create(model="m", prompt=ids, max_tokens=8, seed=3)
+    by_text = one_by_one.completions.create(model="m", prompt="The capital of France is", max_tokens=8, seed=3)
+    assert by_ids.choices[0].text == by_text.choices[0].text and by_ids.usage == by_text.usage
+    scored = one_by_one.completions.create(
+        model="m", prompt=[[*ids, 7042], [*ids, 4528]], echo=True, logprobs=1, max_tokens=0
+    )
+    texts = [c.text for c in scored.choices]
+    assert texts == ["The capital of France is Paris", "The capital of France is London"]
+    as_text = one_by_one.completions.create(model="m", prompt=texts, echo=True, logprobs=1, max_tokens=0)
+    for a, b in zip(scored.choices, as_text.choices):
+        assert a.logprobs.tokens == b.logprobs.tokens
+        assert a.logprobs.token_logprobs[1:] == pytest.approx(b.logprobs.token_logprobs[1:], abs=1e-6)
+    for bad, words in (
+        ([1, 2, 99_999], "prompt token 99999 is not in the model's vocabulary"),
+        ([[1, 2], "a"], "not a mix"),
+    ):
+        with pytest.raises(openai.BadRequestError) as info:
+            one_by_one.completions.create(model="m", prompt=bad, max_tokens=2)
+        assert words in info.value.message

@@ -55,6 +55,9 @@ class ReplyRequest:
     #: the prompt's own logprobs (prompt_scores.py): None, not computed; k >= 0: each prompt
     #: token's logprob and the model's top max(k, 1) guesses at its position, in the Prefill
     prompt_logprobs: int | None = None
+    #: a document given as token ids (serve's /v1/completions token prompts): evaluated as they
+    #: are, in place of `messages`' text, which the Start then gives as their pieces' text. (): none
+    prompt_ids: tuple[int, ...] = ()
     #: the prompt is evaluated (and scored, with prompt_logprobs) and nothing is drawn: the reply
     #: ends after its Prefill, reason "length", no Step (serve's max_tokens 0 on /v1/completions:
     #: "how surprising was this text", as OpenAI's echo with max_tokens 0 and lm-eval's loglikelihood)
@@ -91,7 +94,7 @@ class ReplyRequest:
 
     def __post_init__(self) -> None:
         # callers may pass lists; the request stays hashable and immutable
-        for name in ("messages", "stop", "reply_prefix", "forced", "watch", "draft_plan"):
+        for name in ("messages", "stop", "reply_prefix", "forced", "watch", "draft_plan", "prompt_ids"):
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from loopchat.errors import ContextOverflowError, EngineError, ModelLoadError
 from loopchat.events import DOCUMENT, ContextTrimmed, Message
 
 if TYPE_CHECKING:
     from llama_cpp.llama_types import ChatCompletionRequestMessage
+
+    from loopchat.request import ReplyRequest
 
 CONTEXT_POLICY = (
     "drop the oldest messages (the system prompt is kept) until the prompt leaves room "
@@ -111,6 +113,33 @@ def fit_document(text: str, n_ctx: int, tokenize: Callable[[str], list[int]]) ->
             f"model's context holds {n_ctx}; shorten it or raise n_ctx in models.toml"
         )
     return FittedPrompt((Message(DOCUMENT, text),), text, tokens, None)
+
+
+def prompt_of(request: ReplyRequest, host: Any, max_tokens: int) -> FittedPrompt:
+    """The request's prompt on `host` (a RunHost): its token ids as given, or its messages fitted."""
+    if request.prompt_ids:
+        return given_document(request.prompt_ids, host.n_vocab, host.n_ctx, host.token_texts)
+    return host.fit_prompt(request.messages, max_tokens)
+
+
+def given_document(
+    ids: Sequence[int], n_vocab: int, n_ctx: int, texts: Callable[[Sequence[int]], tuple[str, ...]]
+) -> FittedPrompt:
+    """A document given as token ids (ReplyRequest.prompt_ids): evaluated as they are (no
+    template, no trimming); its text, their pieces' (`texts`: the host's token_texts)."""
+    bad = next((t for t in ids if not 0 <= t < n_vocab), None)
+    if bad is not None:
+        raise EngineError(
+            f"prompt token {bad} is not in the model's vocabulary (0 to {n_vocab - 1}): token ids must be "
+            "this model's; or send the text"
+        )
+    if len(ids) >= n_ctx:
+        raise ContextOverflowError(
+            f"the document is too long for the context: it is {len(ids)} tokens and the "
+            f"model's context holds {n_ctx}; shorten it or raise n_ctx in models.toml"
+        )
+    text = "".join(texts(ids))
+    return FittedPrompt((Message(DOCUMENT, text),), text, list(ids), None)
 
 
 def fit_prompt(

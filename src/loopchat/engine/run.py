@@ -13,12 +13,11 @@ that loop, phase by phase:
       feed back   the token through the model: the next pass's logits
     finish      Finish
 
-The run's state lives in named collaborators, each usable without a model:
-`ReplySettings` (the live settings, the seed, the generator), `StepGate` (step mode),
-`Branch` (a reply prefix and a given first token), `PassThreads` (the thread tuner's record
-per pass), `ReplyText` (UTF-8 and stop strings), the DRY context (`dry.History`) and the
-repeat finder; its clocks in `RunClock`. The model is reached only through `RunHost`
-(run_host.py): the Engine, or a host that replays recorded logits.
+The run's state lives in named collaborators, each usable without a model: `ReplySettings` (the
+live settings, the seed, the generator), `StepGate` (step mode), `Branch` (a reply prefix and a given
+first token), `PassThreads` (the thread tuner's record per pass), `ReplyText` (UTF-8 and stop strings),
+the DRY context (`dry.History`) and the repeat finder; its clocks in `RunClock`. The model is reached
+only through `RunHost` (run_host.py): the Engine, or a host that replays recorded logits.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ import numpy as np
 from loopchat.batch import BatchPass
 from loopchat.engine import dry
 from loopchat.engine.branch import Branch
+from loopchat.engine.chat_prompt import prompt_of
 from loopchat.engine.lens_run import NoLens
 from loopchat.engine.pass_threads import PassThreads
 from loopchat.engine.prompt_scores import PlainFeed, ScoredFeed
@@ -133,7 +133,7 @@ class ReplyRun:
         """Fit the prompt to the context (EngineError, before any event, for input the model
         cannot run); the Start event, and ContextTrimmed if the prompt was cut."""
         host, request = self.host, self.request
-        prompt = host.fit_prompt(request.messages, self.settings.now.max_tokens)
+        prompt = prompt_of(request, host, self.settings.now.max_tokens)  # (EngineError: one it cannot run)
         self.branch = Branch.of(request, host.n_vocab)
         self.tokens = prompt.tokens + list(self.branch.prefix)
         if len(self.tokens) >= host.n_ctx:

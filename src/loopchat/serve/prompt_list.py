@@ -36,14 +36,44 @@ MAX_PROMPTS = 64
 
 
 def parse_completions(body: dict[str, Any], base: SamplingSettings) -> list[GenerationRequest]:
-    """A /v1/completions body: a request per prompt where `prompt` is a list of texts (at most
-    MAX_PROMPTS; PromptList runs them), else parse_completion's one."""
-    prompt = body.get("prompt")
-    if not (isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt)):
+    """A /v1/completions body: a request per prompt where `prompt` lists several (texts, or lists
+    of token ids: at most MAX_PROMPTS; PromptList runs them) or is token ids, else
+    parse_completion's one."""
+    prompts = _listed(body.get("prompt"))
+    if prompts is None:
         return [parse_completion(body, base)]
-    if len(prompt) > MAX_PROMPTS:
-        raise RequestError(f"prompt holds {len(prompt)} prompts: at most {MAX_PROMPTS} a request", param="prompt")
-    return [parse_completion({**body, "prompt": p}, base) for p in prompt]
+    if len(prompts) > MAX_PROMPTS:
+        raise RequestError(f"prompt holds {len(prompts)} prompts: at most {MAX_PROMPTS} a request", param="prompt")
+    return [_one_prompt(body, base, p) for p in prompts]
+
+
+def _listed(prompt: Any) -> list[Any] | None:
+    """`prompt` as the prompts it lists (texts, or lists of token ids); None: one text, for
+    parse_completion to read (or refuse)."""
+    if not isinstance(prompt, list) or not prompt:
+        return None
+    if all(_is_id(t) for t in prompt):  # (one prompt, as token ids)
+        return [prompt]
+    if all(isinstance(p, str) for p in prompt):
+        return prompt if len(prompt) > 1 else None
+    if all(isinstance(p, list) and p and all(_is_id(t) for t in p) for p in prompt):
+        return prompt
+    raise RequestError(
+        "prompt must be a text, a list of texts, a list of token ids or a list of such lists (not a mix)",
+        param="prompt",
+    )
+
+
+def _is_id(t: Any) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)
+
+
+def _one_prompt(body: dict[str, Any], base: SamplingSettings, prompt: str | list[int]) -> GenerationRequest:
+    """One prompt's request: a text's, or token ids' (the engine checks them against the vocabulary)."""
+    if isinstance(prompt, str):
+        return parse_completion({**body, "prompt": prompt}, base)
+    request = parse_completion({**body, "prompt": ""}, base)
+    return dataclasses.replace(request, reply=request.reply.with_(prompt_ids=tuple(prompt)))
 
 
 class PromptList:

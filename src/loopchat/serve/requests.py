@@ -127,8 +127,8 @@ def parse_completion(body: dict[str, Any], base: SamplingSettings) -> Generation
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise RequestError(
-            "prompt must be text (a string, or a list of them): the document the model continues; "
-            "token arrays are not supported",
+            "prompt must be text (a string, or a list of them) or token ids (a list of them, or a list of "
+            "such lists): the document the model continues",
             param="prompt",
         )
     n = _optional(body, "logprobs", int, f"a whole number from 0 to {MAX_COMPLETION_LOGPROBS} on /v1/completions")
