@@ -30,21 +30,20 @@ def summary_line(
     (`client_times`: its times were measured here, on arrival). What the server did not
     send is "not given"."""
     prefill_text = "prefill " + (f"{finish.prefill_ms:.0f} ms" if finish.prefill_ms is not None else NOT_GIVEN)
-    # a token at least (not a prompt scored, nor one stopped in its prefill): a first token's time, a rate
-    drew = bool(finish.completion_tokens or finish.steps)
     parts = [
         f"prompt {finish.prompt_tokens} tok" if finish.prompt_tokens is not None else f"prompt tokens {NOT_GIVEN}",
         prefill_text + (f" ({prefill.reused_tokens} reused)" if prefill and prefill.reused_tokens else ""),
-        *([f"TTFT {finish.ttft_ms:.0f} ms" if finish.ttft_ms is not None else f"TTFT {NOT_GIVEN}"] if drew else []),
-        f"{finish.completion_tokens} tok" if finish.completion_tokens is not None else f"reply tokens {NOT_GIVEN}",
-        *(
-            [f"{finish.tokens_per_s:.1f} tok/s" if finish.tokens_per_s is not None else f"tok/s {NOT_GIVEN}"]
-            if drew
-            else []
-        ),
-        f"total {finish.total_ms / 1000:.2f} s",
-        f"finish: {finish.reason.value}",
     ]
+    # a token at least (not a prompt scored, nor one stopped in its prefill): a first token's time, a rate
+    drew = bool(finish.completion_tokens or finish.steps)
+    if drew:
+        parts.append(f"TTFT {finish.ttft_ms:.0f} ms" if finish.ttft_ms is not None else f"TTFT {NOT_GIVEN}")
+    parts.append(
+        f"{finish.completion_tokens} tok" if finish.completion_tokens is not None else f"reply tokens {NOT_GIVEN}"
+    )
+    if drew:
+        parts.append(f"{finish.tokens_per_s:.1f} tok/s" if finish.tokens_per_s is not None else f"tok/s {NOT_GIVEN}")
+    parts += [f"total {finish.total_ms / 1000:.2f} s", f"finish: {finish.reason.value}"]
     if threads:
         parts.insert(-2, threads)
     if server:
