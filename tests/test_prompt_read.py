@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loopchat.events import Message, Prefill, Start
+from loopchat.events import Message, Prefill, Start, Step
 from loopchat.prompt_read import SYSTEM, TEMPLATE, USER, summary, surprisals, token_kinds
 from loopchat.settings import SamplingSettings
 from loopchat.trace import read_trace
@@ -50,6 +50,27 @@ def test_run_prints_each_prompt_token_s_surprisal_from_the_trace_s_logprobs(tmp_
     ppl = 2 ** (sum(bits) / len(bits))
     assert lines[n].startswith(f"prompt: {n} tokens, perplexity {ppl:.2f} over {n - 1}; most surprising")
     assert "Germany" in "".join(r for r in rows if " user " in r)
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_score_only_reads_the_prompt_and_writes_nothing(tmp_path: Path) -> None:
+    """--score-only: the prompt's surprisals as --prompt-logprobs prints them, then no reply (no
+    Step in the trace, an empty stdout line) and a summary without a first token's time or rate."""
+    trace = tmp_path / "t.jsonl"
+    proc = _run("The capital of France is London", "--raw", "--score-only", "--trace", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    events = [t.event for t in read_trace(trace)[1]]
+    assert not any(isinstance(e, Step) for e in events)
+    prefill = next(e for e in events if isinstance(e, Prefill))
+    lines = proc.stderr.splitlines()
+    assert "' London'" in lines[5] and f"{-prefill.prompt_logprobs[5] / math.log(2):.2f} bits" in lines[5]
+    assert lines[6].startswith("prompt: 6 tokens, perplexity")
+    assert lines[-1].startswith("prompt 6 tok · prefill") and " · 0 tok · " in lines[-1]
+    assert "TTFT" not in lines[-1] and lines[-1].endswith("finish: length")
+    assert proc.stdout.strip() == ""
+    refused = _run("Hi", "--score-only", "-n", "2")
+    assert refused.returncode == 2 and "--score-only writes no reply" in refused.stderr
 
 
 @pytest.mark.model

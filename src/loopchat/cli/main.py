@@ -205,6 +205,9 @@ def _add_run_parser(sub: Any) -> None:
         "perplexity, on stderr before the reply (a model run here)",
     )
     run.add_argument(
+        "--score-only", action="store_true", help="--prompt-logprobs, and no reply: the prompt read, nothing written"
+    )
+    run.add_argument(
         "--watch",
         action="append",
         metavar="TEXT",

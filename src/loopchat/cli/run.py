@@ -224,12 +224,15 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         settings = settings_from_args(spec.sampling, args)
         model_path = spec.resolve_file()
     messages = _messages(args, prompt, spec, remote)
-    scored, lens = getattr(args, "prompt_logprobs", False), getattr(args, "lens", False)
+    score_only = getattr(args, "score_only", False)  # (it implies --prompt-logprobs)
+    scored, lens = getattr(args, "prompt_logprobs", False) or score_only, getattr(args, "lens", False)
     try:
         watch = check_watch(tuple(getattr(args, "watch", None) or ()))
     except WatchError as exc:
         raise UsageError(f"--watch: {exc}") from None
     n, prediction = getattr(args, "n", 1), read_prediction(getattr(args, "prediction", None))
+    if score_only and n > 1:
+        raise UsageError(f"--score-only writes no reply, and -n {n} asks for {n}: leave out one of them")
     drafted = getattr(args, "draft", None) not in (None, "off") or bool(prediction)  # (a batch drafts nothing)
     if n > 1 and (remote is not None or lens or getattr(args, "blocking", False) or drafted):
         asked = (
@@ -245,7 +248,7 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         )
         raise UsageError(f"-n {n} writes its replies in one batch on a model run here: leave out {asked}, or -n")
     if (scored or lens or watch) and remote is not None:
-        asked = "--prompt-logprobs" if scored else "--lens" if lens else "--watch"
+        asked = "--score-only" if score_only else "--prompt-logprobs" if scored else "--lens" if lens else "--watch"
         raise UsageError(
             f"{asked} needs a model run here, not one on a server "
             "(a server's prompt logprobs: its completions with echo and logprobs)"
@@ -257,6 +260,7 @@ def prepare(args: argparse.Namespace, stdin: TextIO | None) -> tuple[Any, Any, P
         report_k=args.top_report,
         stream=not args.blocking,
         prompt_logprobs=1 if scored else None,
+        score_only=score_only,
         lens=bool(lens),
         watch=watch,
         constraint=constraint_from_args(args, spec),
