@@ -152,6 +152,16 @@ def reference_text(server: Serve, messages: list[dict[str, str]], **more: Any) -
     return _REFERENCES[key]
 
 
+def node_json(server: Serve, script: str) -> Any:
+    """Run tests/clients/`script` with Node, pointed at `server` (key KEY) through OPENAI_BASE_URL and
+    OPENAI_API_KEY alone, as OpenAI's guides run; what it printed, read as JSON."""
+    env = {**os.environ, "OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": KEY}
+    node = shutil.which("node") or "node"
+    done = subprocess.run([node, script], capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 def run_snippet(server: Serve, argv: list[str], route: str = "/v1/chat/completions", mode: str = "stream") -> str:
     """Run a tutorial snippet as its own process, pointed at `server` through the two
     environment variables only; what it printed. Its request (to `route`, as `mode`: stream or

@@ -6,11 +6,7 @@ them itself), divided by its length (docs/wire.md, "Embeddings")."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import signal
-import subprocess
 import threading
 from pathlib import Path
 
@@ -19,7 +15,7 @@ import numpy as np
 import openai
 import pytest
 from openai import OpenAI
-from serve_process import CLIENTS, KEY, NODE_MISSING, Serve
+from serve_process import KEY, NODE_MISSING, Serve, node_json
 
 from loopchat.engine.embedder import MAX_TOKENS
 
@@ -120,13 +116,7 @@ def test_the_api_key_is_asked_for(queue_one_server: Serve) -> None:
 def test_openai_s_node_sdk_gets_the_same_vector(queue_one_server: Serve, client: OpenAI) -> None:
     """The guide with the Node SDK (tests/clients/tutorial_embeddings.mjs): its float call and its
     default (base64, decoded into a Float32Array) give the vector the Python SDK gets."""
-    env = {**os.environ, "OPENAI_BASE_URL": queue_one_server.url + "/v1", "OPENAI_API_KEY": KEY}
-    node = shutil.which("node") or "node"
-    done = subprocess.run(
-        [node, "tutorial_embeddings.mjs"], capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    printed = json.loads(done.stdout)
+    printed = node_json(queue_one_server, "tutorial_embeddings.mjs")
     python = client.embeddings.create(model="m", input="Your text string goes here").data[0].embedding
     assert printed["float"] == printed["default"] == python
     assert printed["usage"]["prompt_tokens"] > 0

@@ -7,14 +7,11 @@ accumulation gives the same; the tool's result goes back in and the model answer
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 
 import openai
 import pytest
 from openai import OpenAI
-from serve_process import CLIENTS, KEY, NODE_MISSING, Serve
+from serve_process import KEY, NODE_MISSING, Serve, node_json
 
 from loopchat.wire_tools import ToolReply
 
@@ -248,13 +245,7 @@ def test_openai_s_node_sdk_calls_the_function(queue_one_server: Serve) -> None:
     """The guide with OpenAI's Node SDK (tests/clients/tutorial_tools.mjs): the blocking call and
     the stream helper's final completion each hold one call of get_weather, its strict
     arguments parsed (the helper fills parsed_arguments)."""
-    env = {**os.environ, "OPENAI_BASE_URL": queue_one_server.url + "/v1", "OPENAI_API_KEY": KEY}
-    node = shutil.which("node") or "node"
-    done = subprocess.run(
-        [node, "tutorial_tools.mjs"], capture_output=True, text=True, timeout=120, env=env, cwd=CLIENTS
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    printed = json.loads(done.stdout)
+    printed = node_json(queue_one_server, "tutorial_tools.mjs")
     assert printed["finish"] == "tool_calls"
     for key in ("blocking", "streamed"):
         (call,) = printed[key]

@@ -22,7 +22,7 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from loopchat.engine.embedder import EmbedCancelled, Embedded, Embedder, EmbedInputError
+from loopchat.engine.embedder import EmbedCancelled, Embedded, Embedder, EmbedInputError, EmbedWidthError
 from loopchat.serve.http_errors import disconnected
 from loopchat.serve.requests import RequestError, parse_json
 from loopchat.wire import error_body
@@ -37,9 +37,10 @@ class EmbeddingRequest:
     inputs: list[str | list[int]]
     base64: bool
     model: str | None
+    dimensions: Any  # (None: not given; the embedder checks it against the model's width)
 
 
-def parse_embeddings(body: dict[str, Any], n_embd: int) -> EmbeddingRequest:
+def parse_embeddings(body: dict[str, Any]) -> EmbeddingRequest:
     """The body as an EmbeddingRequest (RequestError, naming the parameter, for what cannot run)."""
     inputs = _inputs(body.get("input"))
     fmt = body.get("encoding_format", "float")
@@ -47,16 +48,8 @@ def parse_embeddings(body: dict[str, Any], n_embd: int) -> EmbeddingRequest:
         fmt = "float"
     if fmt not in FORMATS:
         raise RequestError(f'encoding_format must be "float" or "base64", got {fmt!r}', param="encoding_format")
-    dims = body.get("dimensions")
-    if dims is not None and dims != n_embd:
-        raise RequestError(
-            f"dimensions: this model's embeddings have {n_embd} dimensions, and cannot be cut to {dims!r} "
-            "(leave dimensions out, or give it that number)",
-            param="dimensions",
-            code="unsupported_parameter",
-        )
     model = body.get("model")
-    return EmbeddingRequest(inputs, fmt == "base64", model if isinstance(model, str) else None)
+    return EmbeddingRequest(inputs, fmt == "base64", model if isinstance(model, str) else None, body.get("dimensions"))
 
 
 def _inputs(value: Any) -> list[str | list[int]]:
@@ -127,13 +120,22 @@ async def respond_embeddings(
     try:
         if embedder is None:
             raise RequestError("this server has no embedder", status=404, code="not_found")
-        req = parse_embeddings(parse_json(await request.body()), embedder.n_embd)
+        req = parse_embeddings(parse_json(await request.body()))
         check_model(req.model)
-        done = await _embedded(request, embedder, req.inputs)
+        done = await _embedded(request, embedder, req)
     except EmbedCancelled:  # (the server is stopping: Embedder.stop_all)
         message = "loopchat serve is shutting down; retry against another server or after it restarts"
         line(request, 503, message)
         return JSONResponse(error_body(message, "server_error", code="shutting_down"), status_code=503)
+    except EmbedWidthError as exc:
+        err = RequestError(
+            f"dimensions: this model's embeddings have {exc.n_embd} dimensions, and cannot be cut to {exc.asked!r} "
+            "(leave dimensions out, or give it that number)",
+            param="dimensions",
+            code="unsupported_parameter",
+        )
+        line(request, err.status, f"{err.type}: {err.message}")
+        return JSONResponse(err.body(), status_code=err.status)
     except EmbedInputError as exc:
         err = input_problem(exc, len(req.inputs) if req else 1)
         line(request, err.status, f"{err.type}: {err.message}")
@@ -149,10 +151,10 @@ async def respond_embeddings(
     return JSONResponse(embeddings_body(done, req, model_id))
 
 
-async def _embedded(request: Request, embedder: Embedder, inputs: list[str | list[int]]) -> Embedded | None:
+async def _embedded(request: Request, embedder: Embedder, req: EmbeddingRequest) -> Embedded | None:
     """The inputs' embeddings, or None if the client left first (the embedder then stops)."""
     stop = threading.Event()
-    job: asyncio.Future[Any] = asyncio.wrap_future(embedder.submit(inputs, stop))
+    job: asyncio.Future[Any] = asyncio.wrap_future(embedder.submit(req.inputs, stop, req.dimensions))
     gone: asyncio.Future[Any] = asyncio.ensure_future(disconnected(request))
     try:
         await asyncio.wait([job, gone], return_when=asyncio.FIRST_COMPLETED)
@@ -162,6 +164,6 @@ async def _embedded(request: Request, embedder: Embedder, inputs: list[str | lis
         done: Embedded = job.result()
         return done
     stop.set()
-    with contextlib.suppress(EmbedCancelled, EmbedInputError):
+    with contextlib.suppress(EmbedCancelled, EmbedInputError, EmbedWidthError):
         await job
     return None
