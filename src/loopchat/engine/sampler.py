@@ -1,7 +1,8 @@
 """The sampling chain, in numpy, instrumented.
 
-Order (the same as llama.cpp's common sampler chain): repeat penalty (-> frequency and presence
-penalties, llama.cpp's same sampler) -> DRY (dry.py) -> top-k -> top-p -> min-p -> temperature -> draw. The stages are objects (sampler_stages: `chain_for`
+Order (the same as llama.cpp's common sampler chain): repeat penalty (-> frequency and
+presence penalties, llama.cpp's same sampler) -> DRY (dry.py) -> top-k -> top-p -> min-p ->
+temperature -> draw. The stages are objects (sampler_stages: `chain_for`
 builds a step's chain from the settings), each narrowing the candidates and reporting
 what it removed; their numeric pieces are in sampler_math. Top-p sees the softmax of the
 candidates left by top-k, min-p keeps tokens whose logit is at least max + ln(min_p)

@@ -158,9 +158,14 @@ def _scores_only(body: dict[str, Any]) -> bool:
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     if limit != 0 or isinstance(limit, bool):
         return False
-    if body.get("n") not in (None, 1):
-        raise RequestError("max_tokens 0 scores the prompt and writes nothing: n must be 1", param="n")
+    _one_reply(body, "n", "max_tokens 0 scores the prompt and writes nothing: n must be 1")
     return True
+
+
+def _one_reply(body: dict[str, Any], param: str, message: str) -> None:
+    """A request whose option is for one reply (RequestError `message` where n asks for more)."""
+    if body.get("n") not in (None, 1):
+        raise RequestError(message, param=param)
 
 
 def _request(
@@ -242,8 +247,8 @@ def _prediction(body: dict[str, Any]) -> str:
         content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise RequestError(hint + ' (or a list of {"type": "text", "text": ...} parts)', param="prediction")
-    if content and body.get("n") not in (None, 1):
-        raise RequestError("a prediction drafts one reply's tokens: send it with n = 1", param="prediction")
+    if content:
+        _one_reply(body, "prediction", "a prediction drafts one reply's tokens: send it with n = 1")
     return content
 
 
@@ -260,8 +265,7 @@ def _constraint(body: dict[str, Any], tools: ToolChoice | None) -> Any:
         raise RequestError(
             "tools and a response format or grammar both constrain the reply: send one of them", param="tools"
         )
-    if body.get("n") not in (None, 1):
-        raise RequestError("tools are read back from one reply: send them with n = 1", param="n")
+    _one_reply(body, "n", "tools are read back from one reply: send them with n = 1")
     return tools.constraint()
 
 
