@@ -3373,11 +3373,23 @@ static int split_threads = 1;
    asleep (a signal sent), timed wakes (split_wake(0)'s) */
 static long split_stats[5];
 /* A caller that waited SPLIT_STALL_NS for a part the helper had taken (its thread lost its core
-   mid-part: a loaded machine) offers no job for SPLIT_BACKOFF_NS after it: at most one such wait
-   in that time, and none while the machine stays loaded enough to cause it. */
+   mid-part) offers no job for a while after it (split_backoff): SPLIT_BACKOFF_MIN_NS, about a pass of
+   Gemma, after a stall that came alone (a one-off: an interrupt, a short neighbour), twice the last
+   back-off after one that came soon after the last (within four back-offs of it: the machine stays
+   loaded), up to SPLIT_BACKOFF_MAX_NS. A loaded machine then waits once a second at most, as before;
+   a quiet one no longer loses the helper for a second (some 60 of Gemma's passes) to one stall. */
 #define SPLIT_STALL_NS 100000
-#define SPLIT_BACKOFF_NS 1000000000LL
+#define SPLIT_BACKOFF_MIN_NS 20000000LL
+#define SPLIT_BACKOFF_MAX_NS 1000000000LL
 static long long split_off_until; /* (the callers' only: under pool.lock, or read before it) */
+static long long split_last_stall, split_backoff_ns = SPLIT_BACKOFF_MIN_NS; /* (the same) */
+
+/* The back-off after a stall `since` ns after the last one (since < 0: the first), the last back-off
+   having been `last` ns. */
+static long long split_backoff(long long since, long long last) {
+    if (since < 0 || since >= 4 * last) return SPLIT_BACKOFF_MIN_NS;
+    return 2 * last < SPLIT_BACKOFF_MAX_NS ? 2 * last : SPLIT_BACKOFF_MAX_NS;
+}
 
 enum { PART_FREE = 0, PART_MAIN = 1, PART_HELPER = 2, PART_DONE = 3 };
 enum { JOB_EXP_SUM = 0, JOB_ABOVE = 1, JOB_SCAN = 2, JOB_RAW = 3, JOB_DIST = 4, JOB_HALF = 5 };
@@ -3733,7 +3745,9 @@ static int split_take(Py_ssize_t p) {
             if (!t0) t0 = t;
             else if (t - t0 > SPLIT_STALL_NS) {
                 if (!split_off_until) {
-                    split_off_until = t + SPLIT_BACKOFF_NS;
+                    split_backoff_ns = split_backoff(split_last_stall ? t - split_last_stall : -1, split_backoff_ns);
+                    split_last_stall = t;
+                    split_off_until = t + split_backoff_ns;
                     __atomic_add_fetch(&split_stats[2], 1, __ATOMIC_RELAXED);
                 }
                 sched_yield(); /* (the helper may be waiting for this very core) */
@@ -3918,8 +3932,9 @@ static PyObject *py_set_ahead(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(split_stats_doc, "split_stats() -> (jobs, parts, stalls, signals, timed): the jobs offered to the helper thread,\n"
-             "the parts it did, the waits of more than 0.1 ms for one (each followed by a second without the helper),\n"
-             "the chain starts that found it asleep (and woke it), its timed wakes before a chain (set_ahead).");
+             "the parts it did, the waits of more than 0.1 ms for one (each followed by a while without the helper:\n"
+             "split_backoff), the chain starts that found it asleep (and woke it), its timed wakes before a chain\n"
+             "(set_ahead).");
 
 static PyObject *py_split_stats(PyObject *self, PyObject *args) {
 #ifdef KERNEL_AVX2
@@ -3930,6 +3945,22 @@ static PyObject *py_split_stats(PyObject *self, PyObject *args) {
                          __atomic_load_n(&split_stats[4], __ATOMIC_RELAXED));
 #else
     return Py_BuildValue("(lllll)", 0L, 0L, 0L, 0L, 0L);
+#endif
+}
+
+PyDoc_STRVAR(split_backoff_doc,
+             "split_backoff(since, last) -> ns: how long the helper is left out after a stall (a wait of more than\n"
+             "0.1 ms for a part it had taken) that came `since` ns after the last one (negative: the first), the\n"
+             "last back-off having been `last` ns: 20 ms after a stall that came alone (since >= 4 * last), else\n"
+             "twice the last, up to 1 s (0 where the kernel has no helper).");
+
+static PyObject *py_split_backoff(PyObject *self, PyObject *args) {
+    long long since, last;
+    if (!PyArg_ParseTuple(args, "LL", &since, &last)) return NULL;
+#ifdef KERNEL_AVX2
+    return PyLong_FromLongLong(split_backoff(since, last));
+#else
+    return PyLong_FromLongLong(0);
 #endif
 }
 
@@ -4360,6 +4391,7 @@ static PyMethodDef constraint_methods[] = {
     {"constraint_scan", py_constraint_scan, METH_VARARGS, constraint_scan_doc},
     {"set_threads", py_set_threads, METH_VARARGS, set_threads_doc},
     {"split_stats", py_split_stats, METH_NOARGS, split_stats_doc},
+    {"split_backoff", py_split_backoff, METH_VARARGS, split_backoff_doc},
     {"wake", py_wake, METH_VARARGS, wake_doc},
     {"set_ahead", py_set_ahead, METH_VARARGS, set_ahead_doc},
     {NULL, NULL, 0, NULL},
