@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from serve_process import (
     SERVED,
     Serve,
     auth,
+    node_json,
     reference_text,
     run_snippet,
     tiny_server,
@@ -113,6 +115,37 @@ def test_strict_model_keeps_the_404_naming_the_served_one(strict: Serve) -> None
     # the entry's name and the model file's name are accepted
     assert client.completions.create(model=SERVED, prompt="Hi", max_tokens=2).model == SERVED
     assert client.completions.create(model=FILE_STEM, prompt="Hi", max_tokens=2).model == SERVED
+
+
+def test_each_request_is_named_in_its_header_and_its_log_line(server: Serve) -> None:
+    """OpenAI's SDKs show the `x-request-id` header (openai-python's `_request_id`, its README's
+    example, and an error's `request_id`): every response carries one, a new one each request,
+    streamed ones included, and the server's log line for that request ends with it."""
+    client = server.client(KEY)
+    mark = len(server.err)
+    reply = client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, max_tokens=4)
+    rid = reply._request_id
+    assert rid and re.fullmatch(r"req_[0-9a-f]{24}", rid), rid
+    server.wait_for(rf"POST /v1/chat/completions 200 · blocking · .* · {rid}$", start=mark)
+    stream = client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, max_tokens=4, stream=True)
+    streamed = stream.response.headers.get("x-request-id")
+    assert list(stream) and streamed and streamed != rid
+    server.wait_for(rf"POST /v1/chat/completions 200 · stream · .* · {streamed}$", start=mark)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, logprobs=True, top_logprobs=30)
+    failed = info.value.request_id
+    assert failed and failed not in (rid, streamed)
+    server.wait_for(rf"POST /v1/chat/completions 400 · .*top_logprobs.* · {failed}$", start=mark)
+    assert httpx.get(server.url + "/health", timeout=30).headers["x-request-id"].startswith("req_")
+
+
+@pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")
+def test_the_node_sdk_reads_the_request_ids(server: Serve) -> None:
+    mark = len(server.err)
+    got = node_json(server, "request_id.mjs")
+    assert got["reply"] and got["error"] and got["reply"] != got["error"], got
+    server.wait_for(rf"POST /v1/chat/completions 200 · blocking · .* · {got['reply']}$", start=mark)
+    server.wait_for(rf"POST /v1/chat/completions 400 · .* · {got['error']}$", start=mark)
 
 
 # ---- 5. seeds, the extension's prompt, context overflow, CORS ----------------------------

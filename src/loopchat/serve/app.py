@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -46,6 +47,7 @@ from loopchat.serve.http_errors import until_done as _until_done
 from loopchat.serve.http_errors import worker_error as _worker_error
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.prompt_list import PromptList, parse_completions
+from loopchat.serve.request_ids import RequestIds, request_id
 from loopchat.serve.requests import (
     GenerationRequest,
     RequestError,
@@ -131,7 +133,8 @@ class _Routes:
 
     def line(self, request: Request, status: int, text: str) -> None:
         client = request.client.host if request.client else "-"
-        self.log(f"{client} {request.method} {request.url.path} {status} · {text}")
+        rid = request_id(request)  # (the response's x-request-id: a client's report of it finds this line)
+        self.log(f"{client} {request.method} {request.url.path} {status} · {text}" + (f" · {rid}" if rid else ""))
 
     def denied(self, request: Request) -> JSONResponse | None:
         api_key, line = self.api_key, self.line
@@ -371,6 +374,7 @@ def create_app(
         ],
         exception_handlers={HTTPException: routes.http_error},
         lifespan=routes.lifespan,
+        middleware=[Middleware(RequestIds)],
     )
 
 
