@@ -26,6 +26,7 @@ from serve_process import (
     SERVED,
     Serve,
     auth,
+    node_json,
     reference_text,
     run_snippet,
     tiny_server,
@@ -170,7 +171,8 @@ def test_the_loopchat_extension_rides_the_events_and_the_body(server: Serve) -> 
     ("body", "param", "says"),
     [
         ({"input": "Hi", "tools": [{"type": "file_search"}]}, "tools[0]", "only function tools"),
-        ({"input": "Hi", "conversation": "conv_1"}, "conversation", "previous_response_id"),
+        ({"input": "Hi", "conversation": {"id": 5}}, "conversation", "a conversation id"),
+        ({"input": "Hi", "conversation": "conv_1", "previous_response_id": "resp_1"}, "conversation", "together"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input[0].content[0]",
@@ -282,3 +284,86 @@ def test_the_output_text_s_logprobs_are_the_raw_softmax_s(server: Serve) -> None
     deltas = [lp.token for e in streamed if e.type == "response.output_text.delta" for lp in e.logprobs]
     done = next(e for e in streamed if e.type == "response.output_text.done")
     assert deltas == [lp.token for lp in done.logprobs] and deltas
+
+
+def _said(response) -> list[tuple[str, str]]:  # noqa: ANN001
+    """The chat messages the reply read (the `loopchat` extension's start, asked with prompt: true)."""
+    return [(m["role"], m["content"]) for m in response.model_extra["loopchat"]["events"][0]["messages"]]
+
+
+def test_the_conversations_api_continues_and_keeps_a_conversation(server: Serve) -> None:
+    """OpenAI's conversation-state guide, the Conversations API way: a conversation made with an
+    item; each response with `conversation` reads its items before its input, names it, and adds its
+    input and output to it; the items listed newest first (the default), oldest first, by pages;
+    items added, read and deleted; metadata updated; a deleted conversation is a 404 naming it."""
+    client = server.client(KEY)
+    prompt = {"loopchat": {"prompt": True}}
+    conv = client.conversations.create(metadata={"topic": "demo"}, items=[{"role": "user", "content": "Hello!"}])
+    assert conv.id.startswith("conv_") and conv.metadata == {"topic": "demo"}
+    first = client.responses.create(
+        model="gpt-4.1",
+        input=[{"role": "user", "content": "What are the 5 Ds of dodgeball?"}],
+        conversation=conv.id,
+        max_output_tokens=12,
+        extra_body=prompt,
+    )
+    assert first.conversation is not None and first.conversation.id == conv.id
+    assert _said(first) == [("user", "Hello!"), ("user", "What are the 5 Ds of dodgeball?")]
+    second = client.responses.create(
+        model="gpt-4.1",
+        input="And the first one?",
+        conversation={"id": conv.id},
+        max_output_tokens=6,
+        extra_body=prompt,
+    )
+    assert _said(second)[-2:] == [("assistant", first.output_text), ("user", "And the first one?")]
+    items = list(client.conversations.items.list(conv.id))
+    assert [(i.role, i.content[0].text) for i in items] == [
+        ("assistant", second.output_text),
+        ("user", "And the first one?"),
+        ("assistant", first.output_text),
+        ("user", "What are the 5 Ds of dodgeball?"),
+        ("user", "Hello!"),
+    ]
+    assert items[2].id == first.output[0].id and len({i.id for i in items}) == 5
+    page = client.conversations.items.list(conv.id, order="asc", limit=2)
+    assert [i.id for i in page.data] == [i.id for i in items[::-1][:2]] and page.has_more
+    assert [i.id for i in page.get_next_page().data] == [i.id for i in items[::-1][2:4]]
+    added = client.conversations.items.create(conv.id, items=[{"type": "message", "role": "user", "content": "Hm"}])
+    item_id = added.data[0].id
+    assert client.conversations.items.retrieve(item_id, conversation_id=conv.id).content[0].text == "Hm"
+    client.conversations.items.delete(item_id, conversation_id=conv.id)
+    assert len(client.conversations.items.list(conv.id).data) == 5
+    assert client.conversations.update(conv.id, metadata={"topic": "x"}).metadata == {"topic": "x"}
+    assert client.conversations.retrieve(conv.id).metadata == {"topic": "x"}
+    assert client.conversations.delete(conv.id).deleted
+    with pytest.raises(openai.NotFoundError) as info:
+        client.responses.create(model="m", input="hi", conversation=conv.id)
+    assert info.value.code == "conversation_not_found" and "is not kept here" in info.value.message
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.items.list(conv.id)
+
+
+def test_a_streamed_response_and_a_bad_item_in_a_conversation(server: Serve) -> None:
+    """A streamed response in a conversation: its last event's response names it, and its input
+    and output are added; an item of a kind the server cannot read is a 400 naming it."""
+    client = server.client(KEY)
+    conv = client.conversations.create()
+    events = list(client.responses.create(model="m", input="Say hi", conversation=conv.id, stream=True))
+    last = events[-1]
+    assert last.type in ("response.completed", "response.incomplete") and last.response.conversation.id == conv.id
+    items = client.conversations.items.list(conv.id, order="asc").data
+    assert [i.role for i in items] == ["user", "assistant"] and items[0].content[0].text == "Say hi"
+    assert items[1].content[0].text == last.response.output[0].content[0].text
+    with pytest.raises(openai.BadRequestError) as info:
+        client.conversations.items.create(conv.id, items=[{"type": "reasoning", "summary": []}])
+    assert info.value.param == "items[0]" and "only messages" in info.value.message
+    with pytest.raises(openai.BadRequestError):
+        client.conversations.items.list(conv.id, limit=500)
+
+
+@pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")
+def test_the_node_sdk_continues_a_conversation(server: Serve) -> None:
+    got = node_json(server, "conversations.mjs")
+    assert got["conversation"].startswith("conv_") and got["named"] == got["conversation"]
+    assert got["roles"] == ["user", "user", "assistant", "user", "assistant"], got

@@ -39,6 +39,7 @@ from starlette.routing import Route
 from loopchat.engine.embedder import Embedder
 from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
+from loopchat.serve.conversations import ConversationStore, conversation_routes
 from loopchat.serve.embeddings import respond_embeddings
 from loopchat.serve.event_stream import EventStream
 from loopchat.serve.http_errors import disconnected as _disconnected
@@ -130,6 +131,7 @@ class _Routes:
     ) -> None:
         self.loop, self.model, self.api_key, self.log, self.embedder = loop, model, api_key, log, embedder
         self.kept = ResponseStore()  # the Responses API's (previous_response_id, GET /v1/responses/{id})
+        self.threads = ConversationStore()  # the Conversations API's (a response's `conversation`)
 
     def line(self, request: Request, status: int, text: str) -> None:
         client = request.client.host if request.client else "-"
@@ -164,7 +166,7 @@ class _Routes:
             if kind == "completion":  # (a list of prompts: a run each, prompt_list.py)
                 reqs = parse_completions(body, model.sampling)
             elif kind == "responses":
-                reqs = [parse_responses(body, model.sampling, self.kept)]
+                reqs = [parse_responses(body, model.sampling, self.kept, self.threads)]
             else:
                 reqs = [parse(body, model.sampling)]
             req = reqs[0]
@@ -193,7 +195,7 @@ class _Routes:
             loop.cancel(run)
         gone.add_done_callback(client_left)
         serializer: Serializer = (  # (n > 1: a choice per reply of a batch)
-            ResponsesSerializer(model.id, req.wire, keep=self._keeper(req))
+            ResponsesSerializer(model.id, req.wire, keep=self._keeper(req), conversation=req.thread and req.thread[0])
             if kind == "responses"
             else serializer_for(model.id, req.wire, req.reply.n)
         )
@@ -252,11 +254,19 @@ class _Routes:
             return _error(503, message, "server_error", code="shutting_down")
 
     def _keeper(self, req: GenerationRequest) -> Any:
-        """Where a finished Responses reply is kept (None: `store: false`)."""
-        before = req.conversation
-        if before is None:
+        """Where a finished Responses reply is kept (None: `store: false` and no conversation): the
+        response store, and the conversation it continues (its input and output items added)."""
+        before, thread = req.conversation, req.thread
+        if before is None and thread is None:
             return None
-        return lambda rid, output, obj: self.kept.put(rid, (*before, *output), obj)
+
+        def keep(rid: str, output: Any, obj: dict[str, Any]) -> None:
+            if before is not None:
+                self.kept.put(rid, (*before, *output), obj)
+            if thread is not None:
+                self.threads.add(thread[0], [*thread[1], *obj["output"]])
+
+        return keep
 
     async def stored_response(self, request: Request) -> Response:
         """GET /v1/responses/{id} (a kept response's object), DELETE (it is no longer kept)."""
@@ -368,6 +378,7 @@ def create_app(
             Route("/v1/responses", routes.responses, methods=["POST"]),
             Route("/v1/responses/{response_id}", routes.stored_response, methods=["GET", "DELETE"]),
             Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
+            *conversation_routes(routes.threads, routes.denied),
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", routes.get_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),

@@ -87,6 +87,9 @@ class GenerationRequest:
     #: the Responses API's kept conversation (serve/response_store.py): the chat messages before the
     #: reply, as a later previous_response_id continues them; None: not kept
     conversation: tuple[dict[str, Any], ...] | None = None
+    #: the Conversations API's conversation the reply continues (serve/conversations.py): its id and the
+    #: request's input items, added to it with the output once the reply has finished; None: none
+    thread: tuple[str, tuple[dict[str, Any], ...]] | None = None
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:

@@ -11,9 +11,10 @@ the chat request `requests.parse_chat` reads, with loopchat's own keys (top_k, s
 `input`) become the chat's tools, tool calls and tool messages (serve/tools.py).
 `previous_response_id` continues a response the server kept (serve/response_store.py: its
 conversation comes before `input`; its instructions do not, as OpenAI's), a 404 for one it
-has not; `store: false` keeps this one out. What the server cannot do is one line, a 400:
-other tools (web search, files, ...), `conversation` (OpenAI's Conversations API), parts that
-are not text, `n`. `include: ["message.output_text.logprobs"]` and `top_logprobs` are the chat's
+has not; `store: false` keeps this one out. `conversation` continues one of OpenAI's
+Conversations API (serve/conversations.py: its items before `input`; this request's input and
+output added to it). What the server cannot do is one line, a 400: other tools (web search,
+files, ...), parts that are not text, `n`. `include: ["message.output_text.logprobs"]` and `top_logprobs` are the chat's
 `logprobs` and `top_logprobs`. `metadata`, `user`, `truncation`, `service_tier` and `reasoning` are taken
 and change nothing (the model does not reason).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from loopchat.serve.conversations import ConversationStore, binding, items_of
 from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat
 from loopchat.serve.response_store import KEEP, ResponseStore
 from loopchat.settings import SamplingSettings
@@ -46,18 +48,19 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 def parse_responses(
-    body: dict[str, Any], base: SamplingSettings, store: ResponseStore | None = None
+    body: dict[str, Any],
+    base: SamplingSettings,
+    store: ResponseStore | None = None,
+    conversations: ConversationStore | None = None,
 ) -> GenerationRequest:
     """A /v1/responses body, as the chat request it asks for (RequestError: one line); with
     `store`, `previous_response_id` continues a response kept there, and the request's
-    `conversation` is set for this one to be kept (unless the body says `store: false`)."""
-    if body.get("conversation") is not None:
-        raise _refused(
-            "conversation",
-            "conversation (OpenAI's Conversations API) is not supported: continue a response with "
-            "previous_response_id, or send the whole conversation in input",
-        )
-    earlier = _earlier(body.get("previous_response_id"), store)
+    `conversation` is set for this one to be kept (unless the body says `store: false`); with
+    `conversations`, the body's `conversation` is continued (the request's `thread`)."""
+    thread = binding(body, conversations) if conversations is not None else None
+    if thread is None and body.get("conversation") is not None:
+        raise _refused("conversation", "conversation: this server keeps no conversations")
+    earlier = _earlier(body.get("previous_response_id"), store) if thread is None else _messages(thread[1], True)
     if body.get("prompt") is not None:
         raise _refused(
             "prompt", "prompt (a stored prompt template) is not supported: send the text in input and instructions"
@@ -86,7 +89,8 @@ def parse_responses(
         chat["response_format"] = fmt
     try:
         request = parse_chat(chat, base)
-        return replace(request, conversation=conversation)
+        kept = None if thread is None else (thread[0], tuple(items_of(body.get("input"), "input")))
+        return replace(request, conversation=conversation, thread=kept)
     except RequestError as exc:  # (the chat's names for what the body calls otherwise)
         if exc.param == "max_tokens":
             exc.param, exc.message = "max_output_tokens", exc.message.replace("max_tokens", "max_output_tokens")
@@ -158,10 +162,10 @@ def _refused(key: str, message: str) -> RequestError:
     return RequestError(message, param=key, code="unsupported_parameter")
 
 
-def _messages(value: Any) -> list[dict[str, Any]]:
+def _messages(value: Any, may_be_empty: bool = False) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list) or not (value or may_be_empty):
         raise RequestError(
             'input must be a string or a non-empty list of {"role": ..., "content": ...} messages', param="input"
         )

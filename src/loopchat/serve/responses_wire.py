@@ -53,9 +53,15 @@ class ResponsesSerializer:
     (`error` set where the reply failed: `body()` is then OpenAI's error shape)."""
 
     def __init__(
-        self, model: str, options: WireOptions, *, created: int | None = None, keep: Keep | None = None
+        self,
+        model: str,
+        options: WireOptions,
+        *,
+        created: int | None = None,
+        keep: Keep | None = None,
+        conversation: str | None = None,
     ) -> None:
-        self.model, self.options = model, options
+        self.model, self.options, self.conversation = model, options, conversation
         self.id, self.item_id = f"resp_{secrets.token_hex(24)}", f"msg_{secrets.token_hex(24)}"  # (OpenAI's shape)
         self.created = int(time.time()) if created is None else created
         self.done = False
@@ -215,6 +221,7 @@ class ResponsesSerializer:
             "tool_choice": "none",
             "tools": [],
             "usage": self._usage(finish) if finish is not None and status != "failed" else None,
+            **({"conversation": {"id": self.conversation}} if self.conversation is not None else {}),
         }
 
     def _usage(self, finish: Finish) -> dict[str, Any]:
