@@ -223,6 +223,8 @@ def test_previous_response_id_continues_a_kept_response(server: Serve) -> None:
     )
     assert third.status in ("completed", "incomplete")  # (a chain of three)
     assert client.responses.retrieve(first.id).output_text == first.output_text
+    said = [(i.role, i.content[0].text) for i in client.responses.input_items.list(second.id)]
+    assert said == [("user", "explain why this is funny.")]  # (its own input: not the one it continued)
     client.responses.delete(first.id)
     for gone in (first.id, "resp_nope"):
         with pytest.raises(openai.NotFoundError) as info:
@@ -230,6 +232,8 @@ def test_previous_response_id_continues_a_kept_response(server: Serve) -> None:
         assert "is not kept here" in info.value.message
         with pytest.raises(openai.NotFoundError):
             client.responses.retrieve(gone)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.input_items.list(gone)
     unkept = client.responses.create(model="m", input="hi", store=False, max_output_tokens=3)
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="m", previous_response_id=unkept.id, input="hi")
@@ -326,6 +330,9 @@ def test_the_conversations_api_continues_and_keeps_a_conversation(server: Serve)
         ("user", "Hello!"),
     ]
     assert items[2].id == first.output[0].id and len({i.id for i in items}) == 5
+    # the response's own input items (GET /v1/responses/{id}/input_items): the same items, ids and all
+    assert [i.id for i in client.responses.input_items.list(first.id)] == [items[3].id]
+    assert [i.content[0].text for i in client.responses.input_items.list(second.id)] == ["And the first one?"]
     page = client.conversations.items.list(conv.id, order="asc", limit=2)
     assert [i.id for i in page.data] == [i.id for i in items[::-1][:2]] and page.has_more
     assert [i.id for i in page.get_next_page().data] == [i.id for i in items[::-1][2:4]]

@@ -39,7 +39,7 @@ from starlette.routing import Route
 from loopchat.engine.embedder import Embedder
 from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
-from loopchat.serve.conversations import ConversationStore, conversation_routes
+from loopchat.serve.conversations import ConversationStore, conversation_routes, items_page
 from loopchat.serve.embeddings import respond_embeddings
 from loopchat.serve.event_stream import EventStream
 from loopchat.serve.http_errors import disconnected as _disconnected
@@ -195,7 +195,7 @@ class _Routes:
             loop.cancel(run)
         gone.add_done_callback(client_left)
         serializer: Serializer = (  # (n > 1: a choice per reply of a batch)
-            ResponsesSerializer(model.id, req.wire, keep=self._keeper(req), conversation=req.thread and req.thread[0])
+            ResponsesSerializer(model.id, req.wire, keep=self._keeper(req), conversation=req.thread)
             if kind == "responses"
             else serializer_for(model.id, req.wire, req.reply.n)
         )
@@ -256,20 +256,21 @@ class _Routes:
     def _keeper(self, req: GenerationRequest) -> Any:
         """Where a finished Responses reply is kept (None: `store: false` and no conversation): the
         response store, and the conversation it continues (its input and output items added)."""
-        before, thread = req.conversation, req.thread
+        before, thread, inputs = req.conversation, req.thread, req.inputs
         if before is None and thread is None:
             return None
 
         def keep(rid: str, output: Any, obj: dict[str, Any]) -> None:
             if before is not None:
-                self.kept.put(rid, (*before, *output), obj)
+                self.kept.put(rid, (*before, *output), obj, inputs)
             if thread is not None:
-                self.threads.add(thread[0], [*thread[1], *obj["output"]])
+                self.threads.add(thread, [*inputs, *obj["output"]])
 
         return keep
 
     async def stored_response(self, request: Request) -> Response:
-        """GET /v1/responses/{id} (a kept response's object), DELETE (it is no longer kept)."""
+        """GET /v1/responses/{id} (a kept response's object; .../input_items its input items), DELETE
+        (it is no longer kept)."""
         refusal = self.denied(request)
         if refusal is not None:
             return refusal
@@ -281,6 +282,8 @@ class _Routes:
         if request.method == "DELETE":
             self.kept.delete(rid)
             return JSONResponse({"id": rid, "object": "response.deleted", "deleted": True})
+        if request.url.path.endswith("/input_items"):  # (its input items, as a conversation's are listed)
+            return await items_page(request, self.kept.inputs(rid))
         return JSONResponse(found)
 
     async def chat_completions(self, request: Request) -> Response:
@@ -377,6 +380,7 @@ def create_app(
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/v1/responses", routes.responses, methods=["POST"]),
             Route("/v1/responses/{response_id}", routes.stored_response, methods=["GET", "DELETE"]),
+            Route("/v1/responses/{response_id}/input_items", routes.stored_response, methods=["GET"]),
             Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
             *conversation_routes(routes.threads, routes.denied),
             Route("/v1/models", routes.list_models, methods=["GET"]),

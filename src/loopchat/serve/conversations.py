@@ -140,6 +140,16 @@ def _not_kept(cid: str) -> RequestError:
     )
 
 
+async def items_page(request: Request, items: list[dict[str, Any]]) -> Response:
+    """A page of `items` as GET .../items answers (a response's input items too)."""
+    from starlette.responses import JSONResponse
+
+    try:
+        return JSONResponse(_page(items, request.query_params))
+    except RequestError as exc:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+
 def _page(items: list[dict[str, Any]], query: Any) -> dict[str, Any]:
     """GET .../items: a page of the items (limit, order, after), as OpenAI's list object."""
     order = query.get("order", "desc")

@@ -87,9 +87,10 @@ class GenerationRequest:
     #: the Responses API's kept conversation (serve/response_store.py): the chat messages before the
     #: reply, as a later previous_response_id continues them; None: not kept
     conversation: tuple[dict[str, Any], ...] | None = None
-    #: the Conversations API's conversation the reply continues (serve/conversations.py): its id and the
-    #: request's input items, added to it with the output once the reply has finished; None: none
-    thread: tuple[str, tuple[dict[str, Any], ...]] | None = None
+    #: a Responses request's input items (serve/conversations.py's items: each with its id), kept with
+    #: the response (GET .../input_items) and added to its conversation; the conversation's id (`thread`)
+    inputs: tuple[dict[str, Any], ...] = ()
+    thread: str | None = None
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:

@@ -4,7 +4,7 @@ what `previous_response_id` continues and `GET /v1/responses/{id}` returns.
 A stored response keeps its conversation as chat messages (the one it continued, then its own
 input, then its output: the reply's text as an assistant message, or its function calls as an
 assistant message's tool calls; not its `instructions`, which OpenAI does not carry over either)
-and its response object. In memory, in the server's event loop, the latest `KEEP` (the oldest
+its response object and its request's input items (`GET /v1/responses/{id}/input_items`). In memory, in the server's event loop, the latest `KEEP` (the oldest
 dropped first): nothing is written to disk, and nothing outlives the server.
 """
 
@@ -17,13 +17,23 @@ from typing import Any
 KEEP = 256
 
 
+Kept = tuple[tuple[dict[str, Any], ...], dict[str, Any], tuple[dict[str, Any], ...]]
+
+
 class ResponseStore:
     def __init__(self, keep: int = KEEP) -> None:
         self.keep = keep
-        self._kept: OrderedDict[str, tuple[tuple[dict[str, Any], ...], dict[str, Any]]] = OrderedDict()
+        self._kept: OrderedDict[str, Kept] = OrderedDict()
 
-    def put(self, response_id: str, conversation: tuple[dict[str, Any], ...], response: dict[str, Any]) -> None:
-        self._kept[response_id] = (conversation, response)
+    def put(
+        self,
+        response_id: str,
+        conversation: tuple[dict[str, Any], ...],
+        response: dict[str, Any],
+        inputs: tuple[dict[str, Any], ...] = (),
+    ) -> None:
+        """A response kept: the conversation up to and with it (chat messages), its object, its input items."""
+        self._kept[response_id] = (conversation, response, inputs)
         self._kept.move_to_end(response_id)
         while len(self._kept) > self.keep:
             self._kept.popitem(last=False)
@@ -36,6 +46,11 @@ class ResponseStore:
     def response(self, response_id: str) -> dict[str, Any] | None:
         kept = self._kept.get(response_id)
         return None if kept is None else kept[1]
+
+    def inputs(self, response_id: str) -> list[dict[str, Any]]:
+        """Its input items (those its request gave: not a previous response's, nor its instructions)."""
+        kept = self._kept.get(response_id)
+        return [] if kept is None else list(kept[2])
 
     def delete(self, response_id: str) -> bool:
         return self._kept.pop(response_id, None) is not None

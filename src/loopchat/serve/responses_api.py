@@ -89,8 +89,8 @@ def parse_responses(
         chat["response_format"] = fmt
     try:
         request = parse_chat(chat, base)
-        kept = None if thread is None else (thread[0], tuple(items_of(body.get("input"), "input")))
-        return replace(request, conversation=conversation, thread=kept)
+        inputs = tuple(items_of(body.get("input"), "input"))
+        return replace(request, conversation=conversation, inputs=inputs, thread=thread and thread[0])
     except RequestError as exc:  # (the chat's names for what the body calls otherwise)
         if exc.param == "max_tokens":
             exc.param, exc.message = "max_output_tokens", exc.message.replace("max_tokens", "max_output_tokens")
