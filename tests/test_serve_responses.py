@@ -365,6 +365,11 @@ def test_a_streamed_response_and_a_bad_item_in_a_conversation(server: Serve) -> 
     with pytest.raises(openai.BadRequestError) as info:
         client.conversations.items.create(conv.id, items=[{"type": "reasoning", "summary": []}])
     assert info.value.param == "items[0]" and "only messages" in info.value.message
+    with pytest.raises(openai.BadRequestError) as info:  # (refused when added, not when a response reads it)
+        client.conversations.items.create(
+            conv.id, items=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]
+        )
+    assert info.value.param == "items[0]" and "text parts" in info.value.message
     with pytest.raises(openai.BadRequestError):
         client.conversations.items.list(conv.id, limit=500)
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 #: how many conversations a server keeps
 KEEP = 256
 _PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_"}
+_TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 @dataclass
@@ -104,9 +105,17 @@ def _item(item: Any, where: str) -> dict[str, Any]:
         if isinstance(content, str):
             part = "output_text" if role == "assistant" else "input_text"
             content = [{"type": part, "text": content, **({"annotations": []} if role == "assistant" else {})}]
+        if not isinstance(content, list) or not all(_is_text(part) for part in content):
+            raise RequestError(
+                f'{where}.content must be a string or a list of text parts ("input_text", "output_text")', param=where
+            )
         out["content"] = content
         out.setdefault("status", "completed")
     return out
+
+
+def _is_text(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)
 
 
 def binding(body: dict[str, Any], store: ConversationStore) -> tuple[str, list[dict[str, Any]]] | None:
