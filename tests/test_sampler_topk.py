@@ -24,14 +24,22 @@ def _rows(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     nan = x.copy()
     nan[rng.integers(0, n)] = np.nan
     rising = np.linspace(-50, 50, n, dtype=np.float32)  # (the heap's worst order: every value enters)
-    return {"normal": x, "-inf": inf, "ties": np.round(x * 2).astype(np.float32), "nan": nan, "rising": rising}
+    # (a long row's pass by its blocks' maxima: the largest values crowded into one block and its
+    # neighbour, and a row of -inf but for a few values, whose blocks give no floor)
+    cluster = x.copy()
+    at = int(rng.integers(0, max(n - 100, 1)))
+    cluster[at : at + 100] = 100 + rng.permutation(min(100, n - at)).astype(np.float32)
+    sparse = np.full(n, -np.inf, dtype=np.float32)
+    sparse[rng.choice(n, min(30, n), replace=False)] = rng.standard_normal(min(30, n)).astype(np.float32)
+    rows = {"normal": x, "-inf": inf, "ties": np.round(x * 2).astype(np.float32), "nan": nan, "rising": rising}
+    return {**rows, "cluster": cluster, "sparse": sparse}
 
 
 def test_top_k_is_numpys_one_answer_over_long_rows() -> None:
     k = built_kernel()
     rng = np.random.default_rng(24)
     answered = 0
-    for n in (9, 41, 4097, 49_159, 262_147):
+    for n in (9, 41, 4097, 16_385, 49_159, 262_147):  # (from 16,384 by blocks: a short last one)
         for name, x in _rows(rng, n).items():
             for allowed in (None, 0.97, 0.05):
                 mask = None if allowed is None else rng.random(n) < allowed
