@@ -3,7 +3,7 @@ the end of the server's log line for it.
 
 OpenAI's API names each request in that header, and its SDKs show it: openai-python's
 `completion._request_id` (its README's example) and the `request_id` of an error, the Node
-SDK's `_request_id` and `err.request_id`. A client that reports a failure or a slow reply by that
+SDK's `_request_id` and `err.requestID`. A client that reports a failure or a slow reply by that
 id finds the server's line for it with a search of the log. The id is `req_` and 24 random hex
 digits (96 bits: unique for any one server's log); the header goes on every HTTP response of the
 application, streamed ones included (it is added once, to the response's start).

@@ -3,9 +3,10 @@ what `previous_response_id` continues and `GET /v1/responses/{id}` returns.
 
 A stored response keeps its conversation as chat messages (the one it continued, then its own
 input, then its output: the reply's text as an assistant message, or its function calls as an
-assistant message's tool calls; not its `instructions`, which OpenAI does not carry over either)
-its response object and its request's input items (`GET /v1/responses/{id}/input_items`). In memory, in the server's event loop, the latest `KEEP` (the oldest
-dropped first): nothing is written to disk, and nothing outlives the server.
+assistant message's tool calls; not its `instructions`, which OpenAI does not carry over either),
+its response object, and its request's input items (`GET /v1/responses/{id}/input_items`). In
+memory, in the server's event loop, the latest `KEEP` (the oldest dropped first): nothing is
+written to disk, and nothing outlives the server.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ conversation comes before `input`; its instructions do not, as OpenAI's), a 404 
 has not; `store: false` keeps this one out. `conversation` continues one of OpenAI's
 Conversations API (serve/conversations.py: its items before `input`; this request's input and
 output added to it). What the server cannot do is one line, a 400: other tools (web search,
-files, ...), parts that are not text, `n`. `include: ["message.output_text.logprobs"]` and `top_logprobs` are the chat's
-`logprobs` and `top_logprobs`. `metadata`, `user`, `truncation`, `service_tier` and `reasoning` are taken
+files, ...), parts that are not text, `n`. `include: ["message.output_text.logprobs"]` and
+`top_logprobs` are the chat's `logprobs` and `top_logprobs`. `metadata`, `user`, `truncation`, `service_tier` and `reasoning` are taken
 and change nothing (the model does not reason).
 """
 
