@@ -2,9 +2,10 @@
 
     POST /v1/chat/completions   chat messages, through the model's chat template
     POST /v1/completions        a raw document the model continues (no template)
+    POST /v1/responses          OpenAI's Responses API (responses_api.py; kept ones: GET, DELETE)
     POST /v1/embeddings         a unit vector per input (serve/embeddings.py)
-    GET  /v1/models             the one model served (and GET /v1/models/{id})
-    GET  /health                open without the API key: status, busy, waiting
+    /v1/conversations, /v1/files, /v1/batches: conversations.py, files_api.py, batches_api.py
+    GET  /v1/models, /health    the one model served; open without the API key: status, busy
 
 Bodies are wire.py's objects: a stream is `WireSerializer.lines` for each event the
 engine emits, written as they come, then `data: [DONE]` (the exact bytes the chat's wire
@@ -12,10 +13,10 @@ view shows for a local reply); a blocking request gets `WireSerializer.body()` a
 whole loop. Every error is OpenAI's error shape with a status its clients map to their
 exception classes (400, 401, 404, 429, 500, 503).
 
-The loop is shared (loop.py, batch_loop.py): up to --parallel generations at once, sharing
-each forward pass, the others wait their turn.
-A client that disconnects, while it waits or mid-reply, cancels its generation within
-one step; each request logs one line (`log`).
+The loop is shared (loop.py, batch_loop.py): up to --parallel generations at once, sharing each
+forward pass, the others wait their turn. A client that disconnects, while it waits or mid-reply
+(or a request cancelled inside the server: a batch's), cancels its generation within one step;
+each request logs one line (`log`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ from starlette.routing import Route
 from loopchat.engine.embedder import Embedder
 from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
+from loopchat.serve.batches_api import BatchStore, batch_routes
 from loopchat.serve.conversations import ConversationStore, conversation_routes, items_page
 from loopchat.serve.embeddings import respond_embeddings
 from loopchat.serve.event_stream import EventStream
+from loopchat.serve.files_api import FileStore, file_routes
 from loopchat.serve.http_errors import disconnected as _disconnected
 from loopchat.serve.http_errors import error as _error
 from loopchat.serve.http_errors import until_done as _until_done
@@ -72,7 +75,7 @@ _PARSERS = {
 
 ENDPOINTS = (
     "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/responses/{id}, "
-    "POST /v1/embeddings, GET /v1/models and GET /health"
+    "POST /v1/embeddings, /v1/conversations, /v1/files, /v1/batches, GET /v1/models and GET /health"
 )
 
 
@@ -132,6 +135,8 @@ class _Routes:
         self.loop, self.model, self.api_key, self.log, self.embedder = loop, model, api_key, log, embedder
         self.kept = ResponseStore()  # the Responses API's (previous_response_id, GET /v1/responses/{id})
         self.threads = ConversationStore()  # the Conversations API's (a response's `conversation`)
+        self.files = FileStore()  # the Files API's, for the Batch API's input and output
+        self.batches = BatchStore(self.files, api_key, log)
 
     def line(self, request: Request, status: int, text: str) -> None:
         client = request.client.host if request.client else "-"
@@ -202,6 +207,9 @@ class _Routes:
         if not req.wire.stream:
             try:
                 return await _blocking(run, serializer, param)
+            except asyncio.CancelledError:  # (the request cancelled inside the server: a batch's)
+                loop.cancel(run)
+                raise
             finally:
                 gone.remove_done_callback(client_left)
                 gone.cancel()
@@ -254,8 +262,7 @@ class _Routes:
             return _error(503, message, "server_error", code="shutting_down")
 
     def _keeper(self, req: GenerationRequest) -> Any:
-        """Where a finished Responses reply is kept (None: `store: false` and no conversation): the
-        response store, and the conversation it continues (its input and output items added)."""
+        """Where a finished Responses reply is kept (the response store, its conversation), or None."""
         before, thread, inputs = req.conversation, req.thread, req.inputs
         if before is None and thread is None:
             return None
@@ -269,8 +276,7 @@ class _Routes:
         return keep
 
     async def stored_response(self, request: Request) -> Response:
-        """GET /v1/responses/{id} (a kept response's object; .../input_items its input items), DELETE
-        (it is no longer kept)."""
+        """GET /v1/responses/{id} (a kept response; .../input_items its input items), DELETE (forgets it)."""
         refusal = self.denied(request)
         if refusal is not None:
             return refusal
@@ -352,15 +358,15 @@ class _Routes:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        # anyio loads its asyncio backend at its first use, a streaming response's task
-        # group: imports on the event loop's thread that competed with the first request's
-        # prefill for the cores (docs/performance.md, "Figures behind the code's choices",
-        # "The server's first request"). Load it now.
+        # anyio's backend loaded now, not at the first stream's prefill (its imports competed with it
+        # for the cores: docs/performance.md, "Figures behind the code's choices", "The server's first request")
         await anyio.sleep(0)
         self.loop.attach()
+        self.batches.app = app  # (a batch's requests go through the application itself)
         try:
             yield
         finally:
+            self.batches.close()
             self.loop.detach()
 
 
@@ -383,6 +389,8 @@ def create_app(
             Route("/v1/responses/{response_id}/input_items", routes.stored_response, methods=["GET"]),
             Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
             *conversation_routes(routes.threads, routes.denied),
+            *file_routes(routes.files, routes.denied),
+            *batch_routes(routes.batches, routes.denied),
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", routes.get_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
