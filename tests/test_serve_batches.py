@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from serve_process import KEY, SERVED, Serve, reference_text, tiny_server
+from serve_process import KEY, NODE_MISSING, SERVED, Serve, node_json, reference_text, tiny_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -123,3 +123,11 @@ def test_a_cancelled_batch_stops_its_running_requests(server: Serve) -> None:
     assert done.group(1) == "cancelled" and int(done.group(2)) < 8
     assert client.batches.retrieve(batch.id).status == "cancelled"
     server.wait_for(r"POST /v1/chat/completions 499 · blocking .*finish: cancelled", start=mark, timeout=60)
+
+
+@pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")
+def test_the_node_sdk_runs_the_batch_guide(server: Serve) -> None:
+    got = node_json(server, "batch.mjs")
+    assert got["status"] == "completed" and got["counts"] == {"total": 2, "completed": 2, "failed": 0}
+    reply = reference_text(server, COLOUR, max_tokens=6)
+    assert got["replies"] == [["request-a", reply], ["request-b", reply]], got
