@@ -72,10 +72,16 @@ class BatchStore:
             "metadata": body.get("metadata"),
         }
         self._kept[batch["id"]] = batch
-        while len(self._kept) > KEEP:
+        while len(self._kept) > KEEP:  # (the oldest forgotten; a batch still running goes on)
             self._kept.popitem(last=False)
+        for done in [bid for bid, task in self._tasks.items() if task.done()]:
+            del self._tasks[done]
         self._tasks[batch["id"]] = asyncio.get_running_loop().create_task(self._run(batch, data))
         return batch
+
+    def listed(self) -> list[dict[str, Any]]:
+        """The kept batches, newest first."""
+        return list(reversed(self._kept.values()))
 
     def get(self, batch_id: str) -> dict[str, Any]:
         batch = self._kept.get(batch_id)
@@ -236,7 +242,7 @@ async def _answer(request: Request, store: BatchStore) -> dict[str, Any]:
     if bid is None and request.method == "POST":
         return store.create(parse_json(await request.body()))
     if bid is None:
-        return _page(list(reversed(store._kept.values())), request.query_params)
+        return _page(store.listed(), request.query_params)
     if request.url.path.endswith("/cancel"):
         return store.cancel(bid)
     return store.get(bid)
