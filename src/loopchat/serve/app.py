@@ -366,7 +366,7 @@ class _Routes:
         try:
             yield
         finally:
-            self.batches.close()
+            await self.batches.close()
             self.loop.detach()
 
 

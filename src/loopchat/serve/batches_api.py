@@ -101,9 +101,13 @@ class BatchStore:
             task.cancel()
         return batch
 
-    def close(self) -> None:
-        for task in self._tasks.values():
+    async def close(self) -> None:
+        """The batches still running cancelled (the server stops), their ends awaited (5 s at most)."""
+        running = [task for task in self._tasks.values() if not task.done()]
+        for task in running:
             task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=5.0)
 
     # ---- running a batch --------------------------------------------------------------
     async def _run(self, batch: dict[str, Any], data: bytes) -> None:
@@ -138,8 +142,10 @@ class BatchStore:
     def _finish(self, batch: dict[str, Any], results: list[dict[str, Any]]) -> None:
         now, done = int(time.time()), batch["status"]
         batch["finalizing_at"] = batch[f"{done}_at"] = now
-        ok = [r for r in results if r["error"] is None and 200 <= r["response"]["status_code"] < 300]
-        bad = [r for r in results if r not in ok]
+        ok: list[dict[str, Any]] = []
+        bad: list[dict[str, Any]] = []
+        for r in results:
+            (ok if r["error"] is None and 200 <= r["response"]["status_code"] < 300 else bad).append(r)
         batch["request_counts"].update(completed=len(ok), failed=len(bad))
         name = batch["id"]
         if ok:
