@@ -7,8 +7,10 @@ models: tests/test_sampler_chain.py, on both paths too.)"""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,19 @@ def test_the_kernel_is_built_where_there_is_a_compiler() -> None:
     if shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc") is None:
         pytest.skip("no C compiler: the numpy path runs")
     assert built_kernel().__name__.endswith("_sampler_kernel")
+
+
+def test_the_kernel_in_use_is_built_from_the_source_beside_it() -> None:
+    """A build that fails is as silent as `optional=True` makes a missing compiler, and `pip
+    install -e` leaves the older module in place: the tests would then run an older kernel. The
+    build records the C file's sha256 (setup.py); the module in use must carry this file's."""
+    k = built_kernel()
+    source = Path(sampler_fused.__file__).with_name("_sampler_kernel.c")
+    want = hashlib.sha256(source.read_bytes()).hexdigest()
+    assert getattr(k, "source_sha256", None) == want, (
+        f"the C kernel in use ({k.__file__}) was not built from {source}: its build failed or did not run. "
+        "Rebuild it (.venv/bin/pip install -v -e . --no-deps) and read the compiler's errors"
+    )
 
 
 def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:

@@ -3058,6 +3058,9 @@ PyMODINIT_FUNC PyInit__sampler_kernel(void) {
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m && add_constraint_functions(m) < 0) Py_CLEAR(m);
+#ifdef KERNEL_SOURCE_SHA256 /* (setup.py's: the sha256 of this file, built from) */
+    if (m && PyModule_AddStringConstant(m, "source_sha256", KERNEL_SOURCE_SHA256) < 0) Py_CLEAR(m);
+#endif
     return m;
 }
 
