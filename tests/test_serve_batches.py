@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import re
 import time
+import warnings
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
-from serve_process import KEY, NODE_MISSING, SERVED, Serve, node_json, reference_text, tiny_server
+from serve_process import KEY, NODE_MISSING, SERVED, Serve, node_json, tiny_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -37,6 +38,36 @@ def _jsonl(rows: list[dict]) -> bytes:
 
 def _line(custom_id: str, body: dict, url: str = "/v1/chat/completions") -> dict:
     return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+
+
+def _steps(body: dict) -> list[dict]:
+    return [e for e in body["loopchat"]["events"] if e["kind"] == "step"]
+
+
+def _alone(server: Serve, messages: list[dict], n: int) -> dict:
+    """The reply a client gets alone, its prompt evaluated whole (its steps in the extension)."""
+    body = {"messages": messages, "max_tokens": n, "cache_prompt": False}
+    r = httpx.post(
+        server.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"}, json=body, timeout=120
+    )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _same_or_near_tie(alone: dict, batched: dict) -> None:
+    """The batch's reply is the one a client gets alone; or, where their tokens part, the two tokens
+    are the two best of both steps, within 0.1 of each other (a batch's prefill and passes round in
+    other orders: tests/test_serve_parallel.py's rule), named as a warning."""
+    a, b = _steps(alone), _steps(batched)
+    if [x["token_id"] for x in a] == [x["token_id"] for x in b]:
+        assert batched["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
+        return
+    i = next(i for i, (x, y) in enumerate(zip(a, b)) if x["token_id"] != y["token_id"])
+    for step, other in ((a[i], b[i]["token_id"]), (b[i], a[i]["token_id"])):
+        probs = {c[0]: c[2] for c in step["raw_top"]}
+        assert [c[0] for c in step["raw_top"][:2]] == [step["token_id"], other], (i, a[i]["raw_top"], b[i]["raw_top"])
+        assert probs[step["token_id"]] - probs[other] < 0.1, (i, a[i]["raw_top"], b[i]["raw_top"])
+    warnings.warn(f"a batch's rounding flipped a near-tie at step {i}", stacklevel=2)
 
 
 def _ended(server: Serve, batch_id: str, start: int) -> re.Match:
@@ -76,7 +107,7 @@ def test_the_batch_guide_runs_unchanged(server: Serve, tmp_path) -> None:  # noq
     for o, messages, n in ((out[0], HELLO, 12), (out[1], COLOUR, 6)):
         body = o["response"]["body"]
         assert o["response"]["status_code"] == 200 and o["error"] is None and body["model"] == SERVED
-        assert body["choices"][0]["message"]["content"] == reference_text(server, messages, max_tokens=n)
+        _same_or_near_tie(_alone(server, messages, n), body)
         server.wait_for(rf"POST /v1/chat/completions 200 · blocking · .* · {o['response']['request_id']}$", start=mark)
     (err,) = [json.loads(x) for x in client.files.content(batch.error_file_id).text.splitlines()]
     assert err["custom_id"] == "request-3" and err["response"]["status_code"] == 400
@@ -129,5 +160,6 @@ def test_a_cancelled_batch_stops_its_running_requests(server: Serve) -> None:
 def test_the_node_sdk_runs_the_batch_guide(server: Serve) -> None:
     got = node_json(server, "batch.mjs")
     assert got["status"] == "completed" and got["counts"] == {"total": 2, "completed": 2, "failed": 0}
-    reply = reference_text(server, COLOUR, max_tokens=6)
-    assert got["replies"] == [["request-a", reply], ["request-b", reply]], got
+    assert [c for c, _ in got["replies"]] == ["request-a", "request-b"], got
+    # (the same prompt twice, in one batch: the same reply, whatever the batch's rounding did to both)
+    assert got["replies"][0][1] == got["replies"][1][1] and got["replies"][0][1], got
