@@ -41,7 +41,7 @@ from loopchat.engine.embedder import Embedder
 from loopchat.event_lines import summary_line
 from loopchat.events import RunDone, WorkerError
 from loopchat.serve.batches_api import BatchStore, batch_routes
-from loopchat.serve.conversations import ConversationStore, conversation_routes, items_page
+from loopchat.serve.conversations import ConversationStore, conversation_routes
 from loopchat.serve.embeddings import respond_embeddings
 from loopchat.serve.event_stream import EventStream
 from loopchat.serve.files_api import FileStore, file_routes
@@ -59,7 +59,7 @@ from loopchat.serve.requests import (
     parse_completion,
     parse_json,
 )
-from loopchat.serve.response_store import ResponseStore
+from loopchat.serve.response_store import ResponseStore, input_items_routes
 from loopchat.serve.responses_api import parse_responses
 from loopchat.serve.responses_wire import ResponsesSerializer
 from loopchat.settings import SamplingSettings
@@ -276,7 +276,7 @@ class _Routes:
         return keep
 
     async def stored_response(self, request: Request) -> Response:
-        """GET /v1/responses/{id} (a kept response; .../input_items its input items), DELETE (forgets it)."""
+        """GET /v1/responses/{id} (a kept response's object), DELETE (it is no longer kept)."""
         refusal = self.denied(request)
         if refusal is not None:
             return refusal
@@ -288,8 +288,6 @@ class _Routes:
         if request.method == "DELETE":
             self.kept.delete(rid)
             return JSONResponse({"id": rid, "object": "response.deleted", "deleted": True})
-        if request.url.path.endswith("/input_items"):  # (its input items, as a conversation's are listed)
-            return await items_page(request, self.kept.inputs(rid))
         return JSONResponse(found)
 
     async def chat_completions(self, request: Request) -> Response:
@@ -386,7 +384,7 @@ def create_app(
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/v1/responses", routes.responses, methods=["POST"]),
             Route("/v1/responses/{response_id}", routes.stored_response, methods=["GET", "DELETE"]),
-            Route("/v1/responses/{response_id}/input_items", routes.stored_response, methods=["GET"]),
+            *input_items_routes(routes.kept, routes.denied),
             Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
             *conversation_routes(routes.threads, routes.denied),
             *file_routes(routes.files, routes.denied),

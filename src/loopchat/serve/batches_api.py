@@ -22,6 +22,7 @@ server stops is cancelled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import secrets
 import time
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from loopchat.serve.files_api import FileStore
+from loopchat.serve.kept import not_kept, page, routes
 from loopchat.serve.requests import RequestError, parse_json
 
 if TYPE_CHECKING:
@@ -86,12 +88,7 @@ class BatchStore:
     def get(self, batch_id: str) -> dict[str, Any]:
         batch = self._kept.get(batch_id)
         if batch is None:
-            raise RequestError(
-                f"batch {batch_id!r} is not kept here: this server keeps its latest {KEEP} batches in memory",
-                status=404,
-                param="batch_id",
-                code="batch_not_found",
-            )
+            raise not_kept("batch", batch_id, KEEP, "batch_id")
         return batch
 
     def cancel(self, batch_id: str) -> dict[str, Any]:
@@ -224,47 +221,20 @@ def _jsonl(rows: list[dict[str, Any]]) -> bytes:
 
 def batch_routes(store: BatchStore, denied: Callable[[Request], Response | None]) -> list[Any]:
     """The Batch API's Starlette routes over `store` (`denied`: the API key's check)."""
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
-    async def route(request: Request) -> Response:
-        refusal = denied(request)
-        if refusal is not None:
-            return refusal
-        try:
-            return JSONResponse(await _answer(request, store))
-        except RequestError as exc:
-            return JSONResponse(exc.body(), status_code=exc.status)
-
-    return [
-        Route("/v1/batches", route, methods=["GET", "POST"]),
-        Route("/v1/batches/{batch_id}", route, methods=["GET"]),
-        Route("/v1/batches/{batch_id}/cancel", route, methods=["POST"]),
+    table: list[tuple[str, list[str], dict[str, Any]]] = [
+        ("/v1/batches", ["GET", "POST"], {}),
+        ("/v1/batches/{batch_id}", ["GET"], {}),
+        ("/v1/batches/{batch_id}/cancel", ["POST"], {}),
     ]
+    return routes(denied, functools.partial(_answer, store=store), table)
 
 
 async def _answer(request: Request, store: BatchStore) -> dict[str, Any]:
     bid = request.path_params.get("batch_id")
     if bid is None and request.method == "POST":
         return store.create(parse_json(await request.body()))
-    if bid is None:
-        return _page(store.listed(), request.query_params)
+    if bid is None:  # (newest first; an `after` not kept: an empty page)
+        return page(store.listed(), request.query_params, None)
     if request.url.path.endswith("/cancel"):
         return store.cancel(bid)
     return store.get(bid)
-
-
-def _page(batches: list[dict[str, Any]], query: Any) -> dict[str, Any]:
-    try:
-        limit = int(query.get("limit", 20))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= 100:
-        raise RequestError("limit must be a whole number from 1 to 100", param="limit")
-    after = query.get("after")
-    if after is not None:
-        at = next((i for i, b in enumerate(batches) if b["id"] == after), None)
-        batches = batches[at + 1 :] if at is not None else []
-    data = batches[:limit]
-    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
-    return {"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": len(batches) > limit}

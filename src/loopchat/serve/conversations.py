@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from loopchat.serve.kept import listed, not_kept, page, routes
 from loopchat.serve.requests import RequestError, parse_json
 
 if TYPE_CHECKING:
@@ -140,81 +141,36 @@ def binding(body: dict[str, Any], store: ConversationStore) -> tuple[str, list[d
 
 
 def _not_kept(cid: str) -> RequestError:
-    return RequestError(
-        f"conversation {cid!r} is not kept here: this server keeps its latest {KEEP} conversations in memory "
-        "(POST /v1/conversations makes one)",
-        status=404,
-        param="conversation",
-        code="conversation_not_found",
-    )
+    return not_kept("conversation", cid, KEEP, "conversation", " (POST /v1/conversations makes one)")
 
 
-async def items_page(request: Request, items: list[dict[str, Any]]) -> Response:
-    """A page of `items` as GET .../items answers (a response's input items too)."""
-    from starlette.responses import JSONResponse
-
-    try:
-        return JSONResponse(_page(items, request.query_params))
-    except RequestError as exc:
-        return JSONResponse(exc.body(), status_code=exc.status)
-
-
-def _page(items: list[dict[str, Any]], query: Any) -> dict[str, Any]:
-    """GET .../items: a page of the items (limit, order, after), as OpenAI's list object."""
-    order = query.get("order", "desc")
-    try:
-        limit = int(query.get("limit", 20))
-    except ValueError:
-        limit = 0
-    if order not in ("asc", "desc") or not 1 <= limit <= 100:
-        raise RequestError("limit must be a whole number from 1 to 100 and order asc or desc", param="limit")
+def items_page(request: Request, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """A page of `items` (oldest first) as GET .../items answers (a response's input items too): `order`
+    "desc" (the default) or "asc", then kept.page's `limit` and `after`."""
+    order = request.query_params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise RequestError(f"order must be asc or desc, got {order!r}", param="order")
     seq = items if order == "asc" else items[::-1]
-    after = query.get("after")
-    if after is not None:
-        at = next((i for i, it in enumerate(seq) if it["id"] == after), None)
-        if at is None:
-            raise RequestError(f"after: no item {after!r} in this conversation", param="after")
-        seq = seq[at + 1 :]
-    return _list(seq[:limit], len(seq) > limit)
+    return page(seq, request.query_params, "in this list")
 
 
-def _list(data: list[dict[str, Any]], more: bool = False) -> dict[str, Any]:
-    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
-    return {"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more}
-
-
-#: the routes: path, what it names, methods
+#: the routes: path, methods, what it names
 _ROUTES = (
-    ("/v1/conversations", "all", ["POST"]),
-    ("/v1/conversations/{conversation_id}", "one", ["GET", "POST", "DELETE"]),
-    ("/v1/conversations/{conversation_id}/items", "items", ["GET", "POST"]),
-    ("/v1/conversations/{conversation_id}/items/{item_id}", "item", ["GET", "DELETE"]),
+    ("/v1/conversations", ["POST"], {"what": "all"}),
+    ("/v1/conversations/{conversation_id}", ["GET", "POST", "DELETE"], {"what": "one"}),
+    ("/v1/conversations/{conversation_id}/items", ["GET", "POST"], {"what": "items"}),
+    ("/v1/conversations/{conversation_id}/items/{item_id}", ["GET", "DELETE"], {"what": "item"}),
 )
 
 
 def conversation_routes(store: ConversationStore, denied: Callable[[Request], Response | None]) -> list[Any]:
     """The Conversations API's Starlette routes over `store` (`denied`: the API key's check)."""
-    from starlette.routing import Route
-
-    async def route(request: Request, what: str) -> Response:
-        refusal = denied(request)
-        return refusal if refusal is not None else await conversation_route(request, store, what)
-
-    return [Route(path, functools.partial(route, what=what), methods=methods) for path, what, methods in _ROUTES]
-
-
-async def conversation_route(request: Request, store: ConversationStore, what: str) -> Response:
-    """A /v1/conversations route (the API key already checked): `what` the conversations ("all"), one
-    ("one"), its items ("items") or one of them ("item")."""
-    from starlette.responses import JSONResponse
-
-    try:
-        return JSONResponse(await _answer(request, store, what))
-    except RequestError as exc:
-        return JSONResponse(exc.body(), status_code=exc.status)
+    return routes(denied, functools.partial(_answer, store=store), _ROUTES)
 
 
 async def _answer(request: Request, store: ConversationStore, what: str) -> dict[str, Any]:
+    """A /v1/conversations request: `what` the conversations ("all"), one ("one"), its items ("items")
+    or one of them ("item")."""
     params, method = request.path_params, request.method
     raw = await request.body() if method == "POST" else b""
     body = parse_json(raw) if raw.strip() else {}
@@ -236,8 +192,8 @@ async def _answer(request: Request, store: ConversationStore, what: str) -> dict
         if method == "POST":
             added = items_of(body.get("items"), "items")
             conv.items.extend(added)
-            return _list(added)
-        return _page(conv.items, request.query_params)
+            return listed(added)
+        return items_page(request, conv.items)
     at = next((i for i, it in enumerate(conv.items) if it["id"] == item_id), None)
     if at is None:
         raise RequestError(f"no item {item_id!r} in conversation {cid!r}", status=404, param="item_id")

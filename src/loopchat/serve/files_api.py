@@ -12,6 +12,7 @@ dropped first); nothing is written to disk, and nothing outlives the server.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from collections import OrderedDict
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from loopchat.serve.kept import not_kept, routes
 from loopchat.serve.requests import RequestError
 
 if TYPE_CHECKING:
@@ -64,12 +66,7 @@ class FileStore:
         """A kept file (RequestError 404: not kept)."""
         kept = self._kept.get(file_id)
         if kept is None:
-            raise RequestError(
-                f"file {file_id!r} is not kept here: this server keeps its latest {KEEP} files in memory",
-                status=404,
-                param="file_id",
-                code="file_not_found",
-            )
+            raise not_kept("file", file_id, KEEP, "file_id")
         return kept
 
     def cards(self, purpose: str | None) -> list[dict[str, Any]]:
@@ -82,39 +79,29 @@ class FileStore:
 
 def file_routes(store: FileStore, denied: Callable[[Request], Response | None]) -> list[Any]:
     """The Files API's Starlette routes over `store` (`denied`: the API key's check)."""
-    from starlette.routing import Route
-
-    async def route(request: Request) -> Response:
-        refusal = denied(request)
-        return refusal if refusal is not None else await _answer(request, store)
-
-    return [
-        Route("/v1/files", route, methods=["GET", "POST"]),
-        Route("/v1/files/{file_id}", route, methods=["GET", "DELETE"]),
-        Route("/v1/files/{file_id}/content", route, methods=["GET"]),
+    table: list[tuple[str, list[str], dict[str, Any]]] = [
+        ("/v1/files", ["GET", "POST"], {}),
+        ("/v1/files/{file_id}", ["GET", "DELETE"], {}),
+        ("/v1/files/{file_id}/content", ["GET"], {}),
     ]
+    return routes(denied, functools.partial(_answer, store=store), table)
 
 
-async def _answer(request: Request, store: FileStore) -> Response:
-    from starlette.responses import JSONResponse
+async def _answer(request: Request, store: FileStore) -> dict[str, Any] | Response:
     from starlette.responses import Response as Raw
 
-    try:
-        fid = request.path_params.get("file_id")
-        if fid is None:
-            if request.method == "POST":
-                return JSONResponse(await _upload(request, store))
-            data = store.cards(request.query_params.get("purpose"))
-            return JSONResponse({"object": "list", "data": data, "has_more": False})
-        kept = store.get(fid)
-        if request.method == "DELETE":
-            store.delete(fid)
-            return JSONResponse({"id": fid, "object": "file", "deleted": True})
-        if request.url.path.endswith("/content"):
-            return Raw(kept.data, media_type="application/octet-stream")
-        return JSONResponse(kept.card)
-    except RequestError as exc:
-        return JSONResponse(exc.body(), status_code=exc.status)
+    fid = request.path_params.get("file_id")
+    if fid is None:
+        if request.method == "POST":
+            return await _upload(request, store)
+        return {"object": "list", "data": store.cards(request.query_params.get("purpose")), "has_more": False}
+    kept = store.get(fid)
+    if request.method == "DELETE":
+        store.delete(fid)
+        return {"id": fid, "object": "file", "deleted": True}
+    if request.url.path.endswith("/content"):
+        return Raw(kept.data, media_type="application/octet-stream")
+    return kept.card
 
 
 async def _upload(request: Request, store: FileStore) -> dict[str, Any]:

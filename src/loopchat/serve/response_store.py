@@ -12,7 +12,15 @@ written to disk, and nothing outlives the server.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from loopchat.serve.conversations import items_page
+from loopchat.serve.kept import not_kept, routes
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 #: how many responses a server keeps
 KEEP = 256
@@ -62,3 +70,15 @@ def output_messages(text: str, calls: list[dict[str, Any]] | None) -> tuple[dict
     if calls:
         return ({"role": "assistant", "content": None, "tool_calls": calls},)
     return ({"role": "assistant", "content": text},)
+
+
+def input_items_routes(store: ResponseStore, denied: Callable[[Request], Response | None]) -> list[Any]:
+    """GET /v1/responses/{id}/input_items: a kept response's input items, a page as a conversation's."""
+
+    async def answer(request: Request) -> dict[str, Any]:
+        rid = request.path_params["response_id"]
+        if store.response(rid) is None:
+            raise not_kept("response", rid, store.keep, "response_id")
+        return items_page(request, store.inputs(rid))
+
+    return routes(denied, answer, [("/v1/responses/{response_id}/input_items", ["GET"], {})])
