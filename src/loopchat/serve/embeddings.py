@@ -23,9 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loopchat.engine.embedder import EmbedCancelled, Embedded, Embedder, EmbedInputError, EmbedWidthError
-from loopchat.serve.http_errors import disconnected
+from loopchat.serve.http_errors import disconnected, error
 from loopchat.serve.requests import RequestError, parse_json
-from loopchat.wire import error_body
 
 #: inputs a request may hold at most (OpenAI's limit)
 MAX_INPUTS = 2048
@@ -126,29 +125,27 @@ async def respond_embeddings(
     except EmbedCancelled:  # (the server is stopping: Embedder.stop_all)
         message = "loopchat serve is shutting down; retry against another server or after it restarts"
         line(request, 503, message)
-        return JSONResponse(error_body(message, "server_error", code="shutting_down"), status_code=503)
+        return error(503, message, "server_error", code="shutting_down")
     except EmbedWidthError as exc:
-        err = RequestError(
+        refused = RequestError(
             f"dimensions: this model's embeddings have {exc.n_embd} dimensions, and cannot be cut to {exc.asked!r} "
             "(leave dimensions out, or give it that number)",
             param="dimensions",
             code="unsupported_parameter",
         )
-        line(request, err.status, f"{err.type}: {err.message}")
-        return JSONResponse(err.body(), status_code=err.status)
     except EmbedInputError as exc:
-        err = input_problem(exc, len(req.inputs) if req else 1)
-        line(request, err.status, f"{err.type}: {err.message}")
-        return JSONResponse(err.body(), status_code=err.status)
+        refused = input_problem(exc, len(req.inputs) if req else 1)
     except RequestError as exc:
-        line(request, exc.status, f"{exc.type}: {exc.message}")
-        return JSONResponse(exc.body(), status_code=exc.status)
-    if done is None:
-        line(request, 499, "embeddings · the client disconnected (the embedding stopped)")
-        return Response(status_code=499)
-    n = len(req.inputs)
-    line(request, 200, f"embeddings · {n} input{'' if n == 1 else 's'} · {done.tokens} tokens")
-    return JSONResponse(embeddings_body(done, req, model_id))
+        refused = exc
+    else:
+        if done is None:
+            line(request, 499, "embeddings · the client disconnected (the embedding stopped)")
+            return Response(status_code=499)
+        n = len(req.inputs)
+        line(request, 200, f"embeddings · {n} input{'' if n == 1 else 's'} · {done.tokens} tokens")
+        return JSONResponse(embeddings_body(done, req, model_id))
+    line(request, refused.status, f"{refused.type}: {refused.message}")
+    return JSONResponse(refused.body(), status_code=refused.status)
 
 
 async def _embedded(request: Request, embedder: Embedder, req: EmbeddingRequest) -> Embedded | None:
