@@ -207,12 +207,11 @@ class _Routes:
         if not req.wire.stream:
             try:
                 return await _blocking(run, serializer, param)
-            except asyncio.CancelledError:  # (the request cancelled inside the server: a batch's)
-                loop.cancel(run)
-                raise
             finally:
                 gone.remove_done_callback(client_left)
                 gone.cancel()
+                if not run.done:  # (the task cancelled: a batch's request, the server stopping; as EventStream)
+                    loop.cancel(run)
 
         # streaming: the response starts once the run has started (an error before its
         # first event, e.g. a prompt too long for the context, is still a 4xx)
