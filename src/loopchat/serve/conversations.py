@@ -106,7 +106,7 @@ def _item(item: Any, where: str) -> dict[str, Any]:
         if isinstance(content, str):
             part = "output_text" if role == "assistant" else "input_text"
             content = [{"type": part, "text": content, **({"annotations": []} if role == "assistant" else {})}]
-        if not isinstance(content, list) or not all(_is_text(part) for part in content):
+        if not isinstance(content, list) or not all(is_text_part(part) for part in content):
             raise RequestError(
                 f'{where}.content must be a string or a list of text parts ("input_text", "output_text")', param=where
             )
@@ -115,7 +115,8 @@ def _item(item: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def _is_text(part: Any) -> bool:
+def is_text_part(part: Any) -> bool:
+    """A content part of text ("input_text", "output_text" or "text"): all the server reads."""
     return isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)
 
 

@@ -15,8 +15,8 @@ has not; `store: false` keeps this one out. `conversation` continues one of Open
 Conversations API (serve/conversations.py: its items before `input`; this request's input and
 output added to it). What the server cannot do is one line, a 400: other tools (web search,
 files, ...), parts that are not text, `n`. `include: ["message.output_text.logprobs"]` and
-`top_logprobs` are the chat's `logprobs` and `top_logprobs`. `metadata`, `user`, `truncation`, `service_tier` and `reasoning` are taken
-and change nothing (the model does not reason).
+`top_logprobs` are the chat's `logprobs` and `top_logprobs`. `metadata`, `user`, `truncation`,
+`service_tier` and `reasoning` are taken and change nothing (the model does not reason).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from loopchat.serve.conversations import ConversationStore, binding, items_of
+from loopchat.serve.conversations import ConversationStore, binding, is_text_part, items_of
 from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat
 from loopchat.serve.response_store import KEEP, ResponseStore
 from loopchat.settings import SamplingSettings
@@ -44,7 +44,6 @@ _READ = (
     "tool_choice",
     "top_logprobs",
 )
-_TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 def parse_responses(
@@ -199,7 +198,7 @@ def _messages(value: Any, may_be_empty: bool = False) -> list[dict[str, Any]]:
 
 
 def _text_part(part: Any, where: str) -> dict[str, Any]:
-    if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS or not isinstance(part.get("text"), str):
+    if not is_text_part(part):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
         raise RequestError(f'{where}: only text is supported (parts of type "input_text"), got {kind!r}', param=where)
     return {"type": "text", "text": part["text"]}
