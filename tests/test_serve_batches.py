@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from serve_process import KEY, NODE_MISSING, SERVED, Serve, node_json, tiny_server
+from serve_process import KEY, NODE_MISSING, SERVED, Serve, auth, node_json, tiny_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -47,9 +47,7 @@ def _steps(body: dict) -> list[dict]:
 def _alone(server: Serve, messages: list[dict], n: int) -> dict:
     """The reply a client gets alone, its prompt evaluated whole (its steps in the extension)."""
     body = {"messages": messages, "max_tokens": n, "cache_prompt": False}
-    r = httpx.post(
-        server.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"}, json=body, timeout=120
-    )
+    r = httpx.post(server.url + "/v1/chat/completions", headers=auth(), json=body, timeout=120)
     assert r.status_code == 200, r.text
     return r.json()
 
