@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+import llama_cpp
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -63,6 +65,49 @@ def bare(engine: Engine, prompt: list[int], n: int, tokens: int) -> float:
     finally:
         calls.close()
     return n * (tokens - 1) / elapsed
+
+
+def bare_prefill(engine: Engine, head: list[int], tails: list[list[int]]) -> float:
+    """Milliseconds of one bare llama_decode of the prompts of clients arriving together, as cheap as
+    one pass can make them: every client's tokens after `head` (evaluated first: the cache's), each
+    token computed once for all the clients whose prompts share it up to there (a llama_batch entry
+    of several sequence ids, as a shared prefix needs), the logits kept at each prompt's last token,
+    nothing else (no sampling, no server). The last of those clients cannot have its first token
+    sooner on this machine, whoever serves it: whatever the order, every one of these tokens is
+    computed before the last client's first draw."""
+    engine.reset()
+    engine.evaluate(head)
+    engine.sync()
+    calls = BatchCalls(engine.llm, engine.n_vocab)
+    p, n = len(head), len(tails)
+    for seq in range(1, n):
+        calls.copy(0, seq, p)
+    # (the union of the prompts' tokens: a token at position p + j for every client whose tail has
+    # the same first j + 1 tokens)
+    entries: dict[tuple[int, ...], list[int]] = {}
+    for seq, t in enumerate(tails):
+        for j in range(len(t)):
+            entries.setdefault(tuple(t[: j + 1]), []).append(seq)
+    ends = {tuple(t) for t in tails}
+    raw = llama_cpp.llama_batch_init(len(entries), 0, n)
+    try:
+        for i, (prefix, seqs) in enumerate(entries.items()):
+            raw.token[i], raw.pos[i], raw.logits[i] = prefix[-1], p + len(prefix) - 1, prefix in ends
+            raw.n_seq_id[i] = len(seqs)
+            for k, seq in enumerate(seqs):
+                raw.seq_id[i][k] = seq
+        raw.n_tokens = len(entries)
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(engine.llm.ctx, raw)
+        llama_cpp.llama_synchronize(engine.llm.ctx)
+        elapsed = time.perf_counter() - t0
+        assert rc == 0, rc
+        for seq in range(n):
+            calls.remove(seq, p if seq == 0 else 0)
+    finally:
+        llama_cpp.llama_batch_free(raw)
+        calls.close()
+    return elapsed * 1000.0
 
 
 def engine_rate(engine: Engine, n: int, tokens: int) -> tuple[float, list[int]]:
