@@ -257,7 +257,7 @@ def test_the_info_line_says_a_reply_was_cut_before_its_structure_closed() -> Non
     rows = [ConstraintReport(1, 0.25, 3, "x", 0.2, True), ConstraintReport(9, 0.5, 4, "y", 0.1, False)]
     shaped = [replace(s, constraint=r) for s, r in zip(steps, rows)]
     closed = constraint_part(shaped, replace(finish, constraint_closed=True))
-    assert closed == "constraint: 1 of 2 passes forced, forbidden mass 0.750 in all"
+    assert closed == "constraint: 1 of 2 passes forced, forbidden mass 0.750 in all (0.375 a pass)"
     cut = constraint_part(shaped, replace(finish, reason=FinishReason.LENGTH, constraint_closed=False))
     assert cut == closed + " · cut before its structure closed"
 

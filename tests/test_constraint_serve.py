@@ -103,4 +103,4 @@ def test_run_url_sends_the_constraint_and_traces_its_figures(server: Serve, tmp_
     forced = sum(1 for s in steps if s.constraint.forced)
     total = sum(s.constraint.forbidden_mass for s in steps)
     line = f"loopchat: constraint JSON schema weather.json: {forced} of {len(steps)} passes forced, "
-    assert f"{line}forbidden mass {total:.3f} in all" in proc.stderr
+    assert f"{line}forbidden mass {total:.3f} in all ({total / len(steps):.3f} a pass)" in proc.stderr

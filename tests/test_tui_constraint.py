@@ -76,6 +76,7 @@ async def test_a_schema_set_in_the_palette_shapes_the_reply_and_the_panel_shows_
         # the info line: forced passes and the forbidden mass in all
         total = sum(s.constraint.forbidden_mass for s in rec.steps)
         info = f"constraint: {len(forced)} of {len(rec.steps)} passes forced, forbidden mass {total:.3f} in all"
+        info += f" ({total / len(rec.steps):.3f} a pass)"
         assert info in app.replies.get(rec).info_text().plain
 
         # Ctrl+F7: the forced tokens marked in the transcript

@@ -87,11 +87,12 @@ class ConstraintReport(NamedTuple):
 
 def reply_summary(label: str, reports: Iterable[ConstraintReport]) -> str:
     """A reply's constraint in one phrase (the info line, `loopchat run`'s summary): how many
-    passes were forced, and the forbidden raw mass summed over its passes."""
+    passes were forced, and the forbidden raw mass summed over its passes and its mean a pass."""
     shown = [r for r in reports]
     forced = sum(1 for r in shown if r.forced)
     total = sum(r.forbidden_mass for r in shown)
-    return f"{label}: {forced} of {len(shown)} passes forced, forbidden mass {total:.3f} in all"
+    mean = f" ({total / len(shown):.3f} a pass)" if shown else ""
+    return f"{label}: {forced} of {len(shown)} passes forced, forbidden mass {total:.3f} in all{mean}"
 
 
 def cut_note(label: str) -> str:
