@@ -260,6 +260,10 @@ def test_the_info_line_says_a_reply_was_cut_before_its_structure_closed() -> Non
     assert closed == "constraint: 1 of 2 passes forced, forbidden mass 0.750 in all (0.375 a pass)"
     cut = constraint_part(shaped, replace(finish, reason=FinishReason.LENGTH, constraint_closed=False))
     assert cut == closed + " · cut before its structure closed"
+    # a reply cut before its first pass: no mean a pass (nothing to divide)
+    from loopchat.constraint import reply_summary
+
+    assert reply_summary("constraint", []) == "constraint: 0 of 0 passes forced, forbidden mass 0.000 in all"
 
 
 def test_a_token_picked_by_hand_that_the_grammar_forbids_is_refused_and_the_loop_waits(engine) -> None:
