@@ -16,7 +16,8 @@ that loop, phase by phase:
 The run's state lives in named collaborators, each usable without a model: `ReplySettings` (the
 live settings, the seed, the generator), `StepGate` (step mode), `Branch` (a reply prefix and a given
 first token), `PassThreads` (the thread tuner's record per pass), `ReplyText` (UTF-8 and stop strings),
-the DRY context (`dry.History`) and the repeat finder; its clocks in `RunClock`. The model is reached
+`RunDie` (the die of each draw in its events' shape: run_die.py), the DRY context (`dry.History`) and
+the repeat finder; its clocks in `RunClock`. The model is reached
 only through `RunHost` (run_host.py): the Engine, or a host that replays recorded logits.
 """
 
@@ -38,6 +39,7 @@ from loopchat.engine.pass_threads import PassThreads
 from loopchat.engine.prompt_scores import PlainFeed, ScoredFeed
 from loopchat.engine.repeats import RepeatFinder
 from loopchat.engine.reply_text import ReplyText
+from loopchat.engine.run_die import RunDie
 from loopchat.engine.run_drafts import RunDrafts
 from loopchat.engine.run_host import RunHost
 from loopchat.engine.run_settings import ReplySettings
@@ -45,12 +47,10 @@ from loopchat.engine.sampler import SampleResult, sample
 from loopchat.engine.sampler_watch import watched
 from loopchat.engine.step_gate import Drawn, PendingDraw, StepGate
 from loopchat.errors import ContextOverflowError, EngineError
-from loopchat.events import Candidate, Event, Finish, FinishReason, Pending, Prefill, Start, Step, decode_rate
+from loopchat.events import Event, Finish, FinishReason, Pending, Prefill, Start, Step, decode_rate
 from loopchat.request import ReplyRequest
 from loopchat.settings import SamplingSettings, new_seed
-from loopchat.stage_report import StageReport, with_cut_text
 from loopchat.step_control import HAND, StepControl
-from loopchat.token_faces import partial_bytes
 
 
 @dataclass(slots=True)
@@ -104,10 +104,7 @@ class ReplyRun:
         self.lens: NoLens = NoLens()  # the logit lens of each pass, when asked (lens_run.py)
         self.constraint: Any = None  # the constraint stage, when asked (sampler_constraint.py)
         self.drafts = RunDrafts(host, request)  # speculative decoding's verifying passes (run_drafts.py)
-        # a token's text and partial bytes (_candidates): the host's table if it keeps one for the model
-        # (a shared run's sequences share one: slot_host.py), else the reply's own
-        faces = getattr(host, "faces", None)
-        self._faces: dict[int, tuple[str, bytes | None]] = faces if faces is not None else {}
+        self.die = RunDie(host, request.step_detail)  # the die in the events' shape (run_die.py)
 
     # ---------------------------------------------------------------- driver ----
     def events(self) -> Iterator[Event | Pending]:
@@ -218,7 +215,7 @@ class ReplyRun:
         k = self.request.prompt_logprobs
         if k is None:
             return PlainFeed(self.host)
-        return ScoredFeed(self.host, self.tokens, k, lambda ids, lps: self._candidates(np.asarray(ids), np.exp(lps)))
+        return ScoredFeed(self.host, self.tokens, k, lambda ids, lps: self.die.candidates(np.asarray(ids), np.exp(lps)))
 
     def ready(self) -> None:
         """The state the steps start from, once the prompt is in the context."""
@@ -292,7 +289,7 @@ class ReplyRun:
             sampled_prob=res.sampled_prob,
             sampled_rank=res.sampled_rank,
             sample_ms=sample_ms,
-            **self._die(res),
+            **self.die.of(res, self.clock.forward_ms, self.clock.forward_tokens),
             settings=settings,
             settings_changed=self.settings.changed(),
             n_past=host.n_past + (0 if is_stop else 1),
@@ -399,28 +396,8 @@ class ReplyRun:
             sample_ms=sample_ms,
             settings=settings,
             n_past=self.host.n_past,
-            **self._die(res),
+            **self.die.of(res, self.clock.forward_ms, self.clock.forward_tokens),
         )
-
-    def _die(self, res: SampleResult) -> dict[str, Any]:
-        """What a Step and a Pending both say of the die: its two distributions and the
-        forward pass that gave the logits (without `step_detail`: the raw one's top list only,
-        the stages without their cut texts: request.py)."""
-        detail = self.request.step_detail
-        return {
-            "raw_top": self._candidates(res.raw_top_ids, res.raw_top_probs),
-            "sampled_top": self._candidates(res.sampled_top_ids, res.sampled_top_probs) if detail else None,
-            "raw_entropy": res.raw_entropy,
-            "sampled_entropy": res.sampled_entropy,
-            "candidates_kept": res.kept,
-            "stages": self._stages(res.stages) if detail else res.stages,
-            "forward_ms": self.clock.forward_ms,
-            "forward_tokens": self.clock.forward_tokens,
-        }
-
-    def _stages(self, stages: tuple[StageReport, ...]) -> tuple[StageReport, ...]:
-        """The stage reports with their cut tokens' texts."""
-        return tuple(with_cut_text(r, self.host.piece_text(r.cut_id)) if r.cut_id >= 0 else r for r in stages)
 
     def _repeat(self, token: int) -> tuple[int, int] | None:
         """Step.repeat for the token just drawn (None without `step_detail`: the finder not fed)."""
@@ -428,17 +405,6 @@ class ReplyRun:
             return None
         rep = self.repeats.feed(token)
         return None if rep is None else rep.as_tuple()
-
-    def _candidates(self, ids: np.ndarray, probs: np.ndarray) -> tuple[Candidate, ...]:
-        """(tolist: Python ints and floats.) Each token's text and bytes are asked of the host
-        once a reply (`_faces`): ~20 candidates a step, mostly tokens already seen."""
-        faces, out = self._faces, []
-        for i, p in zip(ids.tolist(), probs.tolist()):
-            face = faces.get(i)
-            if face is None:
-                face = faces[i] = (self.host.piece_text(i), partial_bytes(self.host.piece(i)))
-            out.append(Candidate(i, face[0], p, face[1]))
-        return tuple(out)
 
 
 def _common_prefix(cached: np.ndarray, tokens: list[int]) -> int:

@@ -35,7 +35,7 @@ class SlotHost(SequenceHost):
         faces: dict[int, tuple[str, bytes | None]] | None = None,
     ) -> None:
         super().__init__(engine, seq)
-        #: each token's text and partial bytes, as ReplyRun._candidates finds them: one table for the
+        #: each token's text and partial bytes, as run_die.RunDie.candidates finds them: one table for the
         #: model, shared by the batch's sequences (a reply's own table began empty: ~6 lookups a draw)
         self.faces = faces
         self.own = seq != 0  # False: the engine's own sequence (Llama's bookkeeping)
