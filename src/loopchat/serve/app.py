@@ -24,9 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -62,7 +60,7 @@ from loopchat.serve.requests import (
 from loopchat.serve.response_store import ResponseStore, input_items_routes
 from loopchat.serve.responses_api import parse_responses
 from loopchat.serve.responses_wire import ResponsesSerializer
-from loopchat.settings import SamplingSettings
+from loopchat.serve.served_model import ServedModel
 from loopchat.wire import WireSerializer
 from loopchat.wire_batch import BatchSerializer, serializer_for
 
@@ -77,48 +75,6 @@ ENDPOINTS = (
     "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/responses/{id}, "
     "POST /v1/embeddings, /v1/conversations, /v1/files, /v1/batches, GET /v1/models and GET /health"
 )
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    """The model behind the server, as /v1/models names it."""
-
-    id: str  # the models.toml name, or the file name of a --model PATH.gguf
-    file_name: str
-    n_ctx: int
-    n_vocab: int
-    sampling: SamplingSettings  # a request's settings start from these (models.toml's)
-    created: int = field(default_factory=lambda: int(time.time()))
-    strict: bool = False  # --strict-model: a request must name this model (else any name is answered by it)
-
-    @property
-    def names(self) -> frozenset[str]:
-        """What a request's `model` may say: the id, the file name, the file's stem."""
-        stem = self.file_name[:-5] if self.file_name.lower().endswith(".gguf") else self.file_name
-        return frozenset({self.id, self.file_name, stem})
-
-    def check(self, name: str | None) -> None:
-        """A request's `model`. The server holds one model: it answers any name (and none,
-        and "") with it, as llama.cpp's servers do, so that code written for OpenAI
-        (`model="gpt-4"`) runs unchanged; each response's `model` says which answered.
-        With --strict-model a name it does not go by is a 404."""
-        if self.strict and name is not None and name not in self.names:
-            raise RequestError(
-                f"model {name!r} is not served here: this server runs {self.id!r} and, started with "
-                "--strict-model, answers only its names (GET /v1/models lists it)",
-                status=404,
-                param="model",
-                code="model_not_found",
-            )
-
-    def card(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "model",
-            "created": self.created,
-            "owned_by": "loopchat",
-            "loopchat": {"file": self.file_name, "n_ctx": self.n_ctx, "n_vocab": self.n_vocab},
-        }
 
 
 class _Routes:

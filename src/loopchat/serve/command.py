@@ -37,7 +37,7 @@ from loopchat.threads_setting import threads_or_env
 if TYPE_CHECKING:
     import uvicorn
 
-    from loopchat.serve.app import ServedModel
+    from loopchat.serve.served_model import ServedModel
 
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 8
@@ -225,7 +225,7 @@ def _uvicorn_config(app: Any) -> uvicorn.Config:
 
 def _served_model(spec: Any, model_path: Path, ready: Any, strict: bool) -> ServedModel:
     """The model as /v1/models names it (a models.toml entry's name, or a --model file's)."""
-    from loopchat.serve.app import ServedModel
+    from loopchat.serve.served_model import ServedModel
 
     assert ready.n_ctx is not None and ready.n_vocab is not None  # a local model gives both (a remote one may not)
     return ServedModel(
