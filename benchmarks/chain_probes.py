@@ -87,15 +87,15 @@ def install() -> None:
     sampler_constraint.ConstraintStage.consume = _wrap("consume", sampler_constraint.ConstraintStage.consume)
     sampler.sample = _wrap("sample", sampler.sample)
     names = [
-        "raw_softmax", "top_indices", "_unsorted_distribution", "_draw", "rank_of", "_sampled_rank",
-        "top_p_positions", "top_p_bins", "take", "cut_after", "_top_by_logits", "step_penalties",
+        "raw_softmax", "top_indices", "unsorted_distribution", "_draw", "rank_of", "_sampled_rank",
+        "top_p_positions", "top_p_bins", "take", "cut_after", "top_by_logits", "step_penalties",
         "change_logits", "exp_sum_above", "exp_sum", "top_p_cut", "sample_top", "_top_p_deep", "count_greater",
         "distribution_sums", "weights_of", "top_p_unsorted", "top_p_of_vocabulary", "draw_sorted", "starts_at",
-        "chain_starts", "chain_ends", "with_constraint", "_wide_top", "_chain_and_draw", "_sorted_distribution",
+        "chain_starts", "chain_ends", "with_constraint", "_wide_top", "_chain_and_draw", "sorted_distribution",
         "_top_p_stored", "top_p_bounded", "_sample", "top_p_deep", "_top_p_fused", "_cut_inside",
     ]  # fmt: skip
     mods = [
-        "sampler", "sampler_math", "sampler_topp", "sampler_cuts", "sampler_stages", "sampler_candidates",
+        "sampler", "sampler_distribution", "sampler_math", "sampler_topp", "sampler_cuts", "sampler_stages", "sampler_candidates",
         "sampler_penalized", "dry", "sampler_fused", "sampler_tail", "sampler_constraint", "sampler_raw",
     ]  # fmt: skip
     wrapped: dict[int, object] = {}

@@ -17,8 +17,9 @@ import test_sampler_chain as chain
 from sampler_paths import sampler_path  # noqa: F401 (a fixture)
 from test_sampler_kernel import ROWS, close, ulps
 
-from loopchat.engine import sampler, sampler_fused, sampler_math
-from loopchat.engine.sampler import _Distribution, _sampled_rank
+from loopchat.engine import sampler, sampler_distribution, sampler_fused, sampler_math
+from loopchat.engine.sampler import _sampled_rank
+from loopchat.engine.sampler_distribution import Distribution
 
 pytestmark = pytest.mark.usefixtures("sampler_path")
 
@@ -48,13 +49,13 @@ def test_the_sums_without_the_weights_are_the_sums_with_them(name: str, t: float
     assert np.array_equal(got == 0, w[ids] == 0) and np.all(ulps(got[pos], w[ids][pos]) <= 2.0)
 
 
-def lazy(x: np.ndarray, t: float) -> _Distribution:
+def lazy(x: np.ndarray, t: float) -> Distribution:
     """The unsorted distribution of every token of x, its weights not stored (as the chain
     makes it with a penalty: its top from the logits)."""
     mx = float(x.max())
     blocks, norm, _ = sampler_fused.distribution_sums(x, mx, t, sampler.DRAW_BLOCK)
     top = sampler.top_indices(x, 10)
-    return _Distribution(None, None, norm, 0.0, top, blocks, x.shape[0], x, mx, t)
+    return Distribution(None, None, norm, 0.0, top, blocks, x.shape[0], x, mx, t)
 
 
 def tricky_row() -> np.ndarray:
@@ -134,7 +135,7 @@ def _many_candidates_rows() -> dict[str, np.ndarray]:
 def test_many_candidates_weights_are_not_stored_where_their_logits_order_them(name: str, monkeypatch) -> None:
     """More than 1,024 candidates of a subset (top-k 5,000 here; a JSON schema's ~250,000 on Gemma):
     the distribution's reported top is found among the float32 logits, its weights not stored,
-    where that is top_indices of the weights' answer (sampler._top_by_logits); every figure, the
+    where that is top_indices of the weights' answer (sampler_distribution.top_by_logits); every figure, the
     token drawn, the reported top and a forced token's rank are what the stored weights give; and
     the weights are stored where the logits cannot tell (coarse logits tied across the cut, the
     tiny logits)."""
@@ -154,7 +155,8 @@ def test_many_candidates_weights_are_not_stored_where_their_logits_order_them(na
 
     got = run()
     stored_now, stored[:] = list(stored), []
-    monkeypatch.setattr(sampler, "_top_by_logits", lambda *a: None)
+    monkeypatch.setattr(sampler_distribution, "top_by_logits", lambda *a: None)
     assert run() == got
+    assert 5000 in stored  # (the patch took: the weights were stored this time)
     if sampler_fused.kernel is not None:  # (numpy's distribution_sums stores them all the same)
         assert (5000 in stored_now) == (name != "spread"), stored_now

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from loopchat.engine import sampler_fused, sampler_ranks, sampler_rawtop, sampler_tail
+from loopchat.engine.sampler_distribution import Distribution, sorted_distribution, unsorted_distribution
 from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
 from loopchat.engine.sampler_plan import from_context, plan_of
 from loopchat.engine.sampler_raw import RawSoftmax, raw_softmax
 from loopchat.engine.sampler_scratch import scratch
-from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for, scaled
+from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain_for
 from loopchat.settings import SamplingSettings
 
 __all__ = ["SampleResult", "StageReport", "chain_for", "entropy_bits", "make_rng", "sample", "top_indices"]
@@ -64,128 +65,6 @@ class SampleResult:
     basis: tuple | None = None
 
 
-@dataclass(slots=True)
-class _Distribution:
-    """What the chain left, to draw from: `probs` over `ids` (None: the whole vocabulary,
-    a token's index its id), still to be divided by `norm`; `top`: the positions of the
-    reported candidates, most likely first; `blocks`: the unsorted form's block sums.
-    `probs` None: the weights were not stored (every token kept, sampler_fused's
-    distribution_sums); they are exp((source - shift) / t), recomputed where needed."""
-
-    ids: np.ndarray | None
-    probs: np.ndarray | None
-    norm: float
-    entropy: float
-    top: np.ndarray
-    blocks: np.ndarray | None
-    n: int
-    source: np.ndarray | None = None
-    shift: float = 0.0
-    t: float = 1.0
-
-    def weights(self, pos: np.ndarray | slice) -> np.ndarray:
-        """The (unnormalised) weights at these positions."""
-        if self.probs is not None:
-            return self.probs[pos]
-        assert self.source is not None
-        return sampler_fused.weights_of(self.source[pos], self.shift, self.t)
-
-    def position(self, token: int) -> int | None:
-        """Where `token` is among the candidates (None: the settings cut it)."""
-        if self.ids is None:
-            return token
-        where = np.flatnonzero(self.ids == token)
-        return int(where[0]) if where.size else None
-
-    def block(self, first: int, stop: int) -> np.ndarray:
-        """The weights of positions first..stop (a draw's block)."""
-        return self.weights(slice(first, stop))
-
-
-def _sorted_distribution(c: Candidates) -> _Distribution:
-    """The sorted form: the probabilities normalised, the candidates already in order."""
-    z = c.z if c.z is not None else scaled(c)
-    probs = np.exp(z)
-    probs /= probs.sum()
-    nz = probs[probs > 0]
-    entropy = float(-(nz * np.log2(nz)).sum()) if nz.shape[0] > 1 else 0.0
-    assert c.ids is not None
-    return _Distribution(c.ids, probs, 1.0, entropy, np.arange(min(c.report_k, c.ids.shape[0])), None, probs.shape[0])
-
-
-def _unsorted_distribution(c: Candidates) -> _Distribution:
-    """More than SORT_LIMIT candidates, in the order they come (the same for the same
-    logits and settings, so a seed still draws the same tokens): their weights exp(z),
-    z = (logit - max) / t, not divided by their sum (the caller divides only the few it
-    reports, a pass over the vocabulary saved), the sums of their blocks of DRAW_BLOCK
-    (one pass serves the sum and the draw: see draw_unsorted), their entropy in bits:
-    ln(norm) - sum(w z) / norm in nats, no logarithm per candidate. One pass of
-    sampler_fused."""
-    if c.z is not None:  # min-p's: the logits minus their max already
-        weights, blocks, norm, wz = sampler_fused.distribution(c.z, 0.0, c.t, DRAW_BLOCK)
-        n = weights.shape[0]
-    elif c.ids is None:
-        # every token kept: the weights are not stored (2 bytes a float32 logit more
-        # written and read again), only recomputed where a report or the draw needs them
-        src, shift, weights = c.work, c.source_max(c.work), None
-        blocks, norm, wz = sampler_fused.distribution_sums(src, shift, c.t, DRAW_BLOCK)
-        n = c.n_vocab
-    else:
-        src = c.source()
-        shift = c.source_max(src)
-        top_of_src = _top_by_logits(src, shift, c.t, c.report_k, c.top_of(src, c.report_k + 1))
-        if top_of_src is not None:  # (the weights not stored either: their top is the logits')
-            blocks, norm, wz = sampler_fused.distribution_sums(src, shift, c.t, DRAW_BLOCK)
-            entropy = _entropy_bits(norm, wz, src.shape[0])
-            return _Distribution(c.ids, None, norm, entropy, top_of_src, blocks, src.shape[0], src, shift, c.t)
-        weights, blocks, norm, wz = sampler_fused.distribution(src, shift, c.t, DRAW_BLOCK)
-        n = weights.shape[0]
-    entropy = _entropy_bits(norm, wz, n)
-    # only the reported candidates are sorted. Every token kept: the probabilities rise
-    # with the logits, so the top logits (float32, half the bytes) are the top
-    # probabilities, and without a penalty they are the raw top already
-    if weights is not None and c.ids is not None:
-        top = top_indices(weights, c.report_k)
-    elif c.work is c.logits:
-        top = c.raw_top_ids
-    else:
-        top = top_indices(c.work, c.report_k)
-    if weights is None:
-        return _Distribution(None, None, norm, entropy, top, blocks, n, c.work, shift, c.t)
-    return _Distribution(c.ids, weights, norm, entropy, top, blocks, n)
-
-
-def _entropy_bits(norm: float, wz: float, n: int) -> float:
-    """The entropy in bits of n weights w summing to `norm` with sum(w z) = `wz`: ln(norm) -
-    wz / norm nats (0 for one candidate; never below 0, which rounding could give)."""
-    return max((math.log(norm) - wz / norm) * _LOG2E, 0.0) if n > 1 else 0.0
-
-
-def _top_by_logits(
-    src: np.ndarray, shift: float, t: float, k: int, known: np.ndarray | None = None
-) -> np.ndarray | None:
-    """The positions of the k largest weights exp((src - shift) / t) of float32 candidates `src`,
-    largest first, equal ones by position (top_indices of the stored weights), found among the
-    float32 logits (half the bytes, the kernel's search) where that is the same answer: the top
-    k + 1 logits, no tie between the k-th and the next, and their k + 1 weights (as the
-    distribution computes them) strictly falling wherever the logits do. None: not so (a tie
-    across the cut, two logits one weight), or too few candidates: the weights are stored and
-    searched. `known`: top_indices(src, k + 1), where top-p's search found it (Candidates.top_of)."""
-    n = src.shape[0]
-    if src.dtype != np.float32 or not 0 < k < n - 1:
-        return None
-    top = top_indices(src, k + 1) if known is None else known  # (known: top-p's search found them)
-    v = src[top]
-    vl = v.tolist()
-    if not vl[k - 1] > vl[k]:
-        return None
-    # (numpy's compares of the k + 1 neighbours, in Python floats: the same order, no temporaries)
-    wl = sampler_fused.weights_of(v, shift, t).tolist()
-    if any((vl[i + 1] < vl[i]) != (wl[i + 1] < wl[i]) for i in range(k)):
-        return None
-    return top[:k]
-
-
 def _wide_top(
     logits: np.ndarray, settings: SamplingSettings, report_k: int, constraint: Stage | None
 ) -> np.ndarray | None:
@@ -208,7 +87,7 @@ def _wide_top(
     return sampler_fused.top_k(logits, k + 1)
 
 
-def _draw(d: _Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:
+def _draw(d: Distribution, rng: np.random.Generator, force: int | None) -> tuple[int, int | None]:
     """(the token, its position in d; None: a forced token the filters cut)."""
     n_kept = d.n
     if force is not None:
@@ -239,7 +118,7 @@ def rank_of(x: np.ndarray, i: int, top: np.ndarray, at: int | None = None) -> in
     return sampler_fused.count_greater(x, i) + 1
 
 
-def _sampled_rank(d: _Distribution, pick: int, pick_weight: float, top_weights: np.ndarray) -> int:
+def _sampled_rank(d: Distribution, pick: int, pick_weight: float, top_weights: np.ndarray) -> int:
     """The drawn token's rank in the distribution sampled from: among the reported top if
     it is there, else a count over the weights. Weights not stored (every token kept,
     penalized logits): the count is over the float32 logits they came from, the same
@@ -392,7 +271,7 @@ def _staged(
     """_sample's end where the chain's last stages run as stages (sampler_tail declined, a token is
     forced, or the chain does not end with its stages): the distribution, the draw, the figures."""
     reports += [stage.apply(c) for stage in rest]
-    d = _sorted_distribution(c) if c.sorted else _unsorted_distribution(c)
+    d = sorted_distribution(c) if c.sorted else unsorted_distribution(c)
     token_id, pick = _draw(d, rng, force)
     # (both ranks counted in one pass where a constraint's mask allows: sampler_ranks)
     both = None if pick is None else sampler_ranks.both_ranks(c, d, token_id, pick, raw_top_ids)

@@ -231,7 +231,9 @@ class Candidates:
             if k >= self.n_vocab:
                 self.ids = None
                 return -1
-            self.ids = top_set(self.work, k)  # (its order is the draw's: see _unsorted_distribution)
+            self.ids = top_set(
+                self.work, k
+            )  # (its order is the draw's: see sampler_distribution.unsorted_distribution)
             return cut_after(self.work, None, self.ids)
         wide, work = self.wide_top, self.work
         unchanged = work is self.logits

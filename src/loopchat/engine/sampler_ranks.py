@@ -44,7 +44,7 @@ class Candidates(Protocol):
 
 
 class Drawn(Protocol):
-    """What both_ranks reads of the distribution drawn from (sampler._Distribution)."""
+    """What both_ranks reads of the distribution drawn from (sampler_distribution.Distribution)."""
 
     ids: np.ndarray | None
     probs: np.ndarray | None

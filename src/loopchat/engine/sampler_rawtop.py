@@ -1,7 +1,7 @@
 """The reported top among a constraint's allowed tokens, from the raw top (chain15, issue 24).
 
 Where every token a constraint allows goes on to the distribution (no top-k, top-p 1, min-p 0),
-the distribution reports the allowed logits' report_k largest: sampler._top_by_logits searched
+the distribution reports the allowed logits' report_k largest: sampler_distribution.top_by_logits searched
 them by a pass over the ~250,000 allowed logits on Gemma (the kernel's top_k, ~0.08 ms a step,
 the logits cold). They are found instead among a few dozen tokens: the raw pass's top (`wide`,
 the model's M largest logits, found by the same top_k pass as the raw top, M a little above

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loopchat.engine.sampler import SampleResult, _Distribution, _sampled_rank, rank_of
+from loopchat.engine.sampler import SampleResult, _sampled_rank, rank_of
+from loopchat.engine.sampler_distribution import Distribution
 from loopchat.watch import WatchedToken
 
 
@@ -37,12 +38,12 @@ def watched(res: SampleResult, ids: Sequence[int]) -> tuple[WatchedToken, ...]:
     return tuple(out)
 
 
-def distribution_of(basis: tuple) -> _Distribution:
+def distribution_of(basis: tuple) -> Distribution:
     """The distribution a step drew from, from its SampleResult.basis (sampler_watch): sampler_tail's
     draws keep their probabilities as Python floats (ids, TailDraw), made into one here."""
     d = basis[3]
-    if isinstance(d, _Distribution):
+    if isinstance(d, Distribution):
         return d
     ids, tail = d
     n = len(tail.probs)
-    return _Distribution(ids, np.array(tail.probs), 1.0, tail.entropy, np.arange(basis[4].shape[0]), None, n)
+    return Distribution(ids, np.array(tail.probs), 1.0, tail.entropy, np.arange(basis[4].shape[0]), None, n)
