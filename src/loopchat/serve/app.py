@@ -49,14 +49,9 @@ from loopchat.serve.http_errors import until_done as _until_done
 from loopchat.serve.http_errors import worker_error as _worker_error
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
 from loopchat.serve.prompt_list import PromptList, parse_completions
+from loopchat.serve.request_error import RequestError
 from loopchat.serve.request_ids import RequestIds, request_id
-from loopchat.serve.requests import (
-    GenerationRequest,
-    RequestError,
-    parse_chat,
-    parse_completion,
-    parse_json,
-)
+from loopchat.serve.requests import GenerationRequest, parse_chat, parse_completion, parse_json
 from loopchat.serve.response_store import ResponseStore, input_items_routes
 from loopchat.serve.responses_api import parse_responses
 from loopchat.serve.responses_wire import ResponsesSerializer

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loopchat.serve.kept import listed, not_kept, page, routes
-from loopchat.serve.requests import RequestError, parse_json
+from loopchat.serve.request_error import RequestError
+from loopchat.serve.requests import parse_json
 
 if TYPE_CHECKING:
     from starlette.requests import Request

@@ -24,7 +24,8 @@ from starlette.responses import JSONResponse, Response
 
 from loopchat.engine.embedder import EmbedCancelled, Embedded, Embedder, EmbedInputError, EmbedWidthError
 from loopchat.serve.http_errors import disconnected, error
-from loopchat.serve.requests import RequestError, parse_json
+from loopchat.serve.request_error import RequestError
+from loopchat.serve.requests import parse_json
 
 #: inputs a request may hold at most (OpenAI's limit)
 MAX_INPUTS = 2048

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loopchat.serve.kept import not_kept, routes
-from loopchat.serve.requests import RequestError
+from loopchat.serve.request_error import RequestError
 
 if TYPE_CHECKING:
     from starlette.requests import Request

@@ -8,7 +8,7 @@ import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from loopchat.serve.requests import RequestError
+from loopchat.serve.request_error import RequestError
 
 if TYPE_CHECKING:
     from starlette.requests import Request

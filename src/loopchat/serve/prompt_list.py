@@ -25,7 +25,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from loopchat.events import RunDone, WorkerError
 from loopchat.serve.http_errors import disconnected, error, worker_error
 from loopchat.serve.loop import OneLoop, QueueFull, Run, ShuttingDown
-from loopchat.serve.requests import GenerationRequest, RequestError, parse_completion
+from loopchat.serve.request_error import RequestError
+from loopchat.serve.requests import GenerationRequest, parse_completion
 from loopchat.settings import SamplingSettings
 from loopchat.wire import DONE_LINE, error_body, sse_line
 from loopchat.wire_batch import serializer_for

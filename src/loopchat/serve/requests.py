@@ -37,11 +37,13 @@ from typing import Any
 from loopchat.batch import SEQUENCES_MAX, check_n
 from loopchat.events import DOCUMENT, Message
 from loopchat.request import ReplyRequest
+from loopchat.serve.chat_messages import chat_messages, tool_read
 from loopchat.serve.constraints import FormatProblem, constraint_of
-from loopchat.serve.tools import ToolChoice, ToolProblem, call_message, result_message, tool_choice, with_tools
+from loopchat.serve.request_error import RequestError
+from loopchat.serve.tools import ToolChoice, tool_choice, with_tools
 from loopchat.settings import SETTING, SETTINGS, SamplingSettings, SettingsError
 from loopchat.stop_strings import MAX_STOP_STRINGS
-from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, WireOptions, error_body
+from loopchat.wire import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, WireOptions
 
 #: The candidates the engine reports per step at least (the extension's top-K, the panel's);
 #: with the extension off (`loopchat: false`) only the top_logprobs asked for (at least 1),
@@ -53,30 +55,6 @@ MIN_REPORT = 10
 SETTING_KEYS = {key: spec.name for spec in SETTINGS if spec.name != "seed" for key in (spec.wire, *spec.wire_aliases)}
 #: The seeds a request may give (64-bit, signed or not), and the one that means "random".
 SEED_MIN, SEED_MAX, SEED_RANDOM = -(2**63), 2**64 - 1, -1
-CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-
-
-class RequestError(Exception):
-    """A request loopchat serve cannot run: an HTTP status and OpenAI's error object."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int = 400,
-        param: str | None = None,
-        code: str | None = None,
-        type: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.param = param
-        self.code = code
-        self.type = type
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.type, param=self.param, code=self.code)
 
 
 @dataclass(frozen=True)
@@ -109,8 +87,8 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 def parse_chat(body: dict[str, Any], base: SamplingSettings) -> GenerationRequest:
     """A /v1/chat/completions body."""
     _refuse_unsupported(body, chat=True)
-    messages = _chat_messages(body.get("messages"))
-    tools = _tool_read(tool_choice, body)
+    messages = chat_messages(body.get("messages"))
+    tools = tool_read(tool_choice, body)
     if tools is not None:
         messages = with_tools(messages, tools)
     logprobs = _optional(body, "logprobs", bool, "true or false (top_logprobs says how many candidates)")
@@ -337,64 +315,6 @@ def _stop(value: Any) -> tuple[str, ...]:
     if any(s == "" for s in stops):
         raise RequestError("stop strings must not be empty", param="stop")
     return tuple(dict.fromkeys(stops))
-
-
-def _chat_messages(value: Any) -> tuple[Message, ...]:
-    if not isinstance(value, list) or not value:
-        raise RequestError(
-            'messages must be a non-empty list of {"role": ..., "content": ...} objects', param="messages"
-        )
-    out: list[Message] = []
-    names: dict[str, str] = {}  # the tool calls' names by id, for their results
-    for i, m in enumerate(value):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise RequestError(f'{where} must be an object {{"role": ..., "content": ...}}', param=where)
-        role = m.get("role")
-        if role == "function" or m.get("function_call"):
-            raise RequestError(
-                f"{where}: OpenAI's older function messages: send tool calls and tool messages", param=where
-            )
-        if role == "assistant" and m.get("tool_calls"):  # (serve/tools.py: as the model writes them)
-            message, named = _tool_read(call_message, m, where)
-            names.update(named)
-            out.append(message)
-            continue
-        if role == "tool":
-            out.append(_tool_read(result_message, m, _content(m.get("content"), f"{where}.content"), names))
-            continue
-        if role not in CHAT_ROLES:
-            raise RequestError(
-                f"{where}.role must be one of system, developer, user, assistant; got {role!r}", param=f"{where}.role"
-            )
-        out.append(Message(CHAT_ROLES[role], _content(m.get("content"), f"{where}.content")))
-    return tuple(out)
-
-
-def _tool_read(read: Any, *args: Any) -> Any:
-    """serve/tools.py's `read(*args)`, its ToolProblem as the request's 400."""
-    try:
-        return read(*args)
-    except ToolProblem as exc:
-        raise RequestError(str(exc), param=exc.param) from None
-
-
-def _content(value: Any, where: str) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        texts = []
-        for part in value:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise RequestError(
-                    f'{where}: only text content is supported (parts of type "text"), got {kind!r}', param=where
-                )
-            texts.append(part["text"])
-        return "\n".join(texts)
-    raise RequestError(f"{where} must be a string or a list of text parts", param=where)
 
 
 def _optional(body: dict[str, Any], key: str, kind: type, what: str, *, param: str | None = None) -> Any:

@@ -25,7 +25,8 @@ from dataclasses import replace
 from typing import Any
 
 from loopchat.serve.conversations import ConversationStore, binding, is_text_part, items_of
-from loopchat.serve.requests import GenerationRequest, RequestError, parse_chat
+from loopchat.serve.request_error import RequestError
+from loopchat.serve.requests import GenerationRequest, parse_chat
 from loopchat.serve.response_store import KEEP, ResponseStore
 from loopchat.settings import SamplingSettings
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopchat.serve.requests import RequestError
+from loopchat.serve.request_error import RequestError
 from loopchat.settings import SamplingSettings
 
 
