@@ -120,11 +120,8 @@ def queue_one_server():
     request there says its own seed; the log checks read from a mark taken before their
     request). Under `make test` there
     is one per worker that runs one of those modules."""
-    s = Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY})
-    try:
+    with Serve("--queue", "1", env={"LOOPCHAT_API_KEY": KEY}) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -79,6 +79,12 @@ class Serve:
     def client(self, key: str | None = None) -> OpenAI:
         return OpenAI(base_url=self.url + "/v1", api_key=key or "none", max_retries=0, timeout=120)
 
+    def __enter__(self) -> Serve:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)

@@ -390,11 +390,8 @@ def test_a_blocking_client_that_goes_away_stops_the_loop(server: Serve) -> None:
 def one_at_a_time() -> Any:
     """`--parallel 1 --queue 1`: one generation at a time, the others wait their turn (the loop
     before continuous batching; the module's server runs the default, --parallel 4)."""
-    s = Serve("--queue", "1", "--parallel", "1", env={"LOOPCHAT_API_KEY": KEY})
-    try:
+    with Serve("--queue", "1", "--parallel", "1", env={"LOOPCHAT_API_KEY": KEY}) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_concurrent_requests_take_turns(one_at_a_time: Serve) -> None:

@@ -25,11 +25,8 @@ COLOUR = [{"role": "user", "content": "Name a colour."}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    s = tiny_server(tmp_path_factory.mktemp("serve-batches"))
-    try:
+    with tiny_server(tmp_path_factory.mktemp("serve-batches")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _jsonl(rows: list[dict]) -> bytes:

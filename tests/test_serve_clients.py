@@ -55,20 +55,14 @@ def _serve(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Serve:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    s = _serve(tmp_path_factory)
-    try:
+    with _serve(tmp_path_factory) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    s = _serve(tmp_path_factory, "--strict-model", "--cors-origin", OTHER_PAGE)
-    try:
+    with _serve(tmp_path_factory, "--strict-model", "--cors-origin", OTHER_PAGE) as s:
         yield s
-    finally:
-        s.stop()
 
 
 # ---- 1. OpenAI's tutorial code, unchanged ----------------------------------------------

@@ -31,11 +31,8 @@ JOIN = 30.0  # seconds a client thread may take (a busy 2-core machine)
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    s = Serve("--parallel", "4", "--flash-attn", "on", env={"LOOPCHAT_API_KEY": KEY})
-    try:
+    with Serve("--parallel", "4", "--flash-attn", "on", env={"LOOPCHAT_API_KEY": KEY}) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _reply(client: OpenAI, prompt: str, max_tokens: int = TOKENS) -> Any:

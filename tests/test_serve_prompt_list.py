@@ -24,11 +24,8 @@ PROMPTS = ["Once upon a time,", "The recipe for bread is", "In the year 2050,", 
 
 @pytest.fixture(scope="module")
 def one_by_one_server() -> Iterator[Serve]:
-    s = Serve("--parallel", "1", env={"LOOPCHAT_API_KEY": KEY})
-    try:
+    with Serve("--parallel", "1", env={"LOOPCHAT_API_KEY": KEY}) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

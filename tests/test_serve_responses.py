@@ -53,11 +53,8 @@ STREAM_END = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    s = tiny_server(tmp_path_factory.mktemp("serve-responses"))
-    try:
+    with tiny_server(tmp_path_factory.mktemp("serve-responses")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _quickstart(server: Serve, argv: list[str]) -> str:
