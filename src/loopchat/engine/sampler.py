@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loopchat.engine import sampler_fused, sampler_ranks, sampler_rawtop, sampler_tail
-from loopchat.engine.sampler_distribution import Distribution, sorted_distribution, unsorted_distribution
+from loopchat.engine.sampler_distribution import LOG2E, Distribution, sorted_distribution, unsorted_distribution
 from loopchat.engine.sampler_math import DRAW_BLOCK, SORT_LIMIT, draw_unsorted, top_indices
 from loopchat.engine.sampler_plan import from_context, plan_of
 from loopchat.engine.sampler_raw import RawSoftmax, raw_softmax
@@ -40,8 +40,6 @@ from loopchat.engine.sampler_stages import Candidates, Stage, StageReport, chain
 from loopchat.settings import SamplingSettings
 
 __all__ = ["SampleResult", "StageReport", "chain_for", "entropy_bits", "make_rng", "sample", "top_indices"]
-
-_LOG2E = 1.0 / math.log(2.0)
 
 
 @dataclass(slots=True)
@@ -151,7 +149,7 @@ def entropy_bits(logits: np.ndarray) -> float:
     z = z - z.max()
     e = np.exp(z)
     total = e.sum()
-    return float((math.log(total) - float(np.dot(e, z)) / total) * _LOG2E)
+    return float((math.log(total) - float(np.dot(e, z)) / total) * LOG2E)
 
 
 def make_rng(seed: int) -> np.random.Generator:
@@ -213,7 +211,7 @@ def _sample(
     copy = scratch.get("work", n_vocab, np.float32) if penalize else None
     raw = raw_softmax(logits, raw_max, whole_top_p, copy)
     total = raw.total
-    raw_entropy = (math.log(total) - raw.dot / total) * _LOG2E
+    raw_entropy = (math.log(total) - raw.dot / total) * LOG2E
     if raw_top_ids is None:
         raw_top_ids = top_indices(logits, report_k)
     raw_top_probs = raw.probs_at(raw_top_ids)

@@ -18,7 +18,8 @@ from loopchat.engine import sampler_fused
 from loopchat.engine.sampler_math import DRAW_BLOCK, top_indices
 from loopchat.engine.sampler_stages import Candidates, scaled
 
-_LOG2E = 1.0 / math.log(2.0)
+#: log2(e): nats to bits (sampler.py's raw entropy too)
+LOG2E = 1.0 / math.log(2.0)
 
 
 @dataclass(slots=True)
@@ -115,7 +116,7 @@ def unsorted_distribution(c: Candidates) -> Distribution:
 def weights_entropy_bits(norm: float, wz: float, n: int) -> float:
     """The entropy in bits of n weights w summing to `norm` with sum(w z) = `wz`: ln(norm) -
     wz / norm nats (0 for one candidate; never below 0, which rounding could give)."""
-    return max((math.log(norm) - wz / norm) * _LOG2E, 0.0) if n > 1 else 0.0
+    return max((math.log(norm) - wz / norm) * LOG2E, 0.0) if n > 1 else 0.0
 
 
 def top_by_logits(
