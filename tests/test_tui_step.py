@@ -266,6 +266,8 @@ async def test_f5_f9_while_stopped_say_so_and_ctrl_n_ends_the_reply_and_step_mod
         await pilot.press("ctrl+n")
         await wait_for(pilot, lambda: not backend.busy, 30, "the engine to let go")
         await wait_for(pilot, lambda: not app.step_bar.display, 5, "the die bar to go")
+        # (the bar hides at once; Widget.focus() moves the focus by call_later, a moment after)
+        await wait_for(pilot, lambda: isinstance(app.focused, PromptArea), 5, "the focus back in the message box")
         assert isinstance(app.focused, PromptArea) and app.session.pending is None
         await pilot.press("f12")  # arms again: the next reply stops too
         await pilot.press(*PROMPT, "enter")
