@@ -174,3 +174,44 @@ def test_the_calls_top_of_the_kept_logits_is_top_k_s(threads: int) -> None:
             else:
                 assert answer is None, (name, p, want, how[0])
     assert seen == {"top all", "top deep"}, seen
+
+
+@pytest.mark.usefixtures("kernel_on")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stored_exps_at_a_larger_shift_keep_the_same_candidates(threads: int) -> None:
+    """The constraint's exps are at the raw max; where the candidates' largest logit is below it (the raw
+    top forbidden or penalized), top-p's search reads them still (chain24), each mass times one factor: the
+    kernel's unit is the most likely candidate's own mass. Its answer is that of the masses computed at the
+    candidates' largest logit: the same kept positions in the same order, what it hands the cut token, and
+    the kept share to 1e-12, at each exit (the most likely alone, the head, the bins inside the deep set
+    and over everything, numpy's steps after a refusal), the raw max 0.7 to 30 above."""
+    sampler_fused.use_threads(threads)
+    exits: set[str] = set()
+    real = sampler_fused.top_p_deep
+
+    def spy(*args: object) -> tuple | None:
+        r = real(*args)  # type: ignore[arg-type]
+        exits.add("none" if r is None else r[0])
+        return r
+
+    for name, x in ROWS.items():
+        if name == "nan":
+            continue
+        mx = float(np.nanmax(x))
+        cand = np.arange(0, x.shape[0], dtype=np.intp)
+        for p in (0.05, 0.3, 0.5, 0.9, 0.95, 0.999):
+            inside: list = []
+            want = sampler_math.top_p_positions(x, cand, p, mx, src=x, inside=inside)
+            for gap in (0.7, 5.0, 30.0):
+                exps = np.empty(x.shape[0])
+                sampler_fused.exp_sum(x, mx + gap, exps)
+                got_inside: list = []
+                sampler_fused.top_p_deep = spy  # type: ignore[assignment]
+                try:
+                    got = sampler_math.top_p_positions(x, cand, p, mx, src=x, inside=got_inside, exps=exps, scaled=True)
+                finally:
+                    sampler_fused.top_p_deep = real  # type: ignore[assignment]
+                assert np.array_equal(got[0], want[0]), (name, p, gap)
+                assert abs(got[1] - want[1]) <= 1e-12, (name, p, gap)
+                assert _same(got_inside, inside), (name, p, gap)
+    assert {"first", "head", "deep", "all", "rest"} <= exits, exits

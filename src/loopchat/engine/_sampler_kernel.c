@@ -2267,15 +2267,19 @@ static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, 
 #endif
         o->total = exp_sum_above(x, shift, above[256], ids, qd, n, &nd, full);
     o->nd = nd, o->a_head = above[63], o->cut = -2, o->k = 0, o->mass = 0.0;
-    for (Py_ssize_t j = 0; j < nd; j++) xd[j] = x[ids[j]];
-    double target = top_p * o->total;
-    if (target <= 1.0) { /* (every token of the largest logit is in the deep set, in order: argmax's first) */
-        Py_ssize_t b = 0;
-        for (Py_ssize_t j = 1; j < nd; j++) b = xd[j] > xd[b] ? j : b;
-        kabs[0] = ids[b], o->k = 1, o->mass = 1.0;
+    Py_ssize_t b = 0; /* (the first largest logit: every token of it is in the deep set, in order) */
+    for (Py_ssize_t j = 0; j < nd; j++) {
+        xd[j] = x[ids[j]];
+        b = xd[j] > xd[b] ? j : b;
+    }
+    /* unit: the most likely token's mass, exp(0) = 1 at the candidates' largest logit; stored exps at a
+       larger shift (the constraint's pass's, at the raw max) are all scaled by it (chain24) */
+    double target = top_p * o->total, unit = nd ? qd[b] : 1.0;
+    if (target <= unit) {
+        kabs[0] = ids[b], o->k = 1, o->mass = unit;
         return TPD_FIRST;
     }
-    if (target <= 64.0) { /* (the head's test: its masses' sum, as numpy's q_deep[head].sum()) */
+    if (target <= 64.0 * unit) { /* (the head's test: its masses' sum, as numpy's q_deep[head].sum()) */
         double *hq = (double *)tls_scratch(0, (size_t)nd * sizeof(double));
         if (!hq) return -2;
         Py_ssize_t c = 0;
@@ -2308,12 +2312,13 @@ PyDoc_STRVAR(top_p_deep_doc,
              "k, mass, cut, a_head, n_top): sampler_math.top_p_positions' search over float32 x (more than 32,768\n"
              "entries) in one call, its steps one for one: the strided sample's 257 largest (the deep set's threshold;\n"
              "the 64th: a_head), exp_sum_above(x, shift, threshold, ids, qd, full, stored) (total; the deep set's nd\n"
-             "positions and masses), their logits into xd, target = top_p * total; then code 1: target <= 1, the\n"
-             "deep set's first largest logit's position in kabs[0]; 5: the head's cut (the head's masses, numpy's\n"
-             "pairwise sum, may hold the target; its 64 largest distinct; the running sum ends before the 64th):\n"
-             "k positions into the deep set in kept[:k], in x in kabs[:k], their mass; 3: top_p_cut inside the\n"
-             "deep set (its masses' pairwise sum holds the target), kept and kabs as 5's; 4: top_p_cut over x and\n"
-             "full, kabs[:k]; 2: the deep set made, the rest is the caller's (ties among the head's 65 largest,\n"
+             "positions and masses), their logits into xd, target = top_p * total; then code 1: target <= u, u the\n"
+             "mass of the deep set's first largest logit (1 = exp(0), unless the stored exps in full are at a larger\n"
+             "shift: every mass then has the factor u), its position in kabs[0], mass u; 5: the head's cut (the head's\n"
+             "masses, numpy's pairwise sum, may hold the target; its 64 largest distinct; the running sum ends\n"
+             "before the 64th): k positions into the deep set in kept[:k], in x in kabs[:k], their mass; 3:\n"
+             "top_p_cut inside the deep set (its masses' pairwise sum holds the target), kept and kabs as 5's; 4:\n"
+             "top_p_cut over x and full, kabs[:k]; 2: the deep set made, the rest is the caller's (ties among the head's 65 largest,\n"
              "or top_p_cut refused). cut (3, 4): the most likely position of x not kept where the cut bin holds\n"
              "one, -1 where it was kept whole (and 5's), -2 where every position was kept. n_top (3, 4): top[:n_top]\n"
              "= top_k's answer for the kept logits (x[kabs[:k]]) and len(top), or 0. 0: nothing done (no deep set,\n"

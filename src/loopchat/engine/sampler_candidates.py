@@ -206,6 +206,14 @@ class Candidates:
         e = self.source_exps
         return e[1] if e is not None and src is e[0] and e[2] == shift else None
 
+    def scaled_exps_of(self, src: np.ndarray, shift: float) -> np.ndarray | None:
+        """The constraint's pass's exps of src where their shift (the raw max) is above `shift`, the
+        candidates' largest logit (the raw top forbidden or penalized), by at most 64: each candidate's
+        exp(float64(src) - shift) times one factor, exp(shift - the raw max) as the kernel computes it
+        (top-p's search reads them so, sampler_math.top_p_positions' `scaled`); else None."""
+        e = self.source_exps
+        return e[1] if e is not None and src is e[0] and shift < e[2] <= shift + 64.0 else None
+
     def change_logits(self, ids: np.ndarray, values: np.ndarray | None, penalty: float = 0.0) -> tuple[int, float]:
         """Give the tokens `ids` new logits (on a copy of the model's; values None: the repeat
         penalty's, by `penalty`): sampler_penalized."""

@@ -140,7 +140,10 @@ class ConstraintStage:
         ids, src = scratch.get("constraint_ids", n_vocab, np.int64), scratch.get("constraint_src", n_vocab, np.float32)
         work = None if c.work is logits else c.work
         by_mask = 0 < c.narrow_k <= SORT_LIMIT  # (a top-k by the mask follows: the ids not written)
-        q = scratch.get("constraint_q", n_vocab, np.float64) if self._exps_wanted(c, words) else None
+        # (the allowed tokens' float64 exps at the raw max stored for top-p, where it follows over them
+        # (Candidates.exps_wanted): its pass then reads them, one exp pass over ~250,000 candidates saved on
+        # Gemma; scaled by one factor where their largest logit is below the raw max: scaled_exps_of, chain24)
+        q = scratch.get("constraint_q", n_vocab, np.float64) if c.exps_wanted else None
         n, total, side_sum, work_sum, top, src_max, q_written = kernel.constraint_scan(
             logits, work, words, c.raw_max, None if by_mask else ids, src, q
         )
@@ -161,7 +164,7 @@ class ConstraintStage:
         if many:  # the allowed tokens' (penalized) logits, gathered in the pass: the later stages' source()
             values = src[:n]
             c.source_cache, c.allowed_words = (allowed, values, src_max), words
-            if q_written:  # (and their float64 exps at the raw max: top-p's, where that is their max too)
+            if q_written:  # (and their float64 exps at the raw max: top-p's masses, at its shift or scaled)
                 c.source_exps = (values, cast(np.ndarray, q)[:n], c.raw_max)
         if many and n > SORT_LIMIT:  # (the mask unpacked only if a stage reads it: top-p's cut mostly does not)
             c.ids = c.ascending_ids = allowed
@@ -169,18 +172,6 @@ class ConstraintStage:
             c.allowed_n = n
             return c.report(self.name, entered, kept)
         return self._narrow(c, entered, allowed, None, kept)
-
-    @staticmethod
-    def _exps_wanted(c: Candidates, words: np.ndarray) -> bool:
-        """Whether the pass should store the allowed tokens' float64 exps at the raw max for top-p
-        (Candidates.exps_of): top-p follows over them, and the token holding the largest (penalized)
-        logit is allowed, so that the raw max is likely their max, top-p's shift (its pass then
-        reads them: one exp pass over ~250,000 candidates saved on Gemma; where their max is another,
-        they were written for nothing, and top-p computes its own)."""
-        if not c.exps_wanted or c.work_max is None or c.work_max != c.raw_max:
-            return False
-        i = c.work_max_id
-        return bool(int(words[i >> 5]) >> (i & 31) & 1)
 
     def _measure(self, c: Candidates, bits: np.ndarray, allowed: np.ndarray) -> tuple[ConstraintReport, float]:
         """The pass's ConstraintReport, and the mass the allowed tokens keep in the chain's unit

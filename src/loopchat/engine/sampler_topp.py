@@ -44,8 +44,12 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     mx = c.source_max(src) if before is not None else known[0]
     inside: list = []
     exps = c.exps_of(src, mx) if mx is not None else None  # (the constraint's pass's, where at this shift)
+    scaled = c.scaled_exps_of(src, mx) if mx is not None and exps is None else None  # (or above it: chain24)
     top_out: list = [c.report_k + 1]  # (the kept logits' top, where the search's own call found it: chain12)
-    kept, share = top_p_positions(c.work, before, p, mx, known[1], src=src, inside=inside, exps=exps, top_out=top_out)
+    kept, share = top_p_positions(
+        c.work, before, p, mx, known[1], src=src, inside=inside, exps=scaled if exps is None else exps,
+        top_out=top_out, scaled=scaled is not None,
+    )  # fmt: skip
     top = top_out[1] if len(top_out) == 2 else None
     ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
     c.ids = ids
