@@ -35,11 +35,21 @@ def _rows(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     return {**rows, "cluster": cluster, "sparse": sparse}
 
 
-def test_top_k_is_numpys_one_answer_over_long_rows() -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_top_k_is_numpys_one_answer_over_long_rows(threads: int) -> None:
+    """(Two threads: a long row's blocks' maxima in two halves, the second on the helper where it is awake.)"""
     k = built_kernel()
+    k.set_threads(threads)
+    try:
+        _top_k_rows(k)
+    finally:
+        k.set_threads(1)
+
+
+def _top_k_rows(k) -> None:  # noqa: ANN001
     rng = np.random.default_rng(24)
     answered = 0
-    for n in (9, 41, 4097, 16_385, 49_159, 262_147):  # (from 16,384 by blocks: a short last one)
+    for n in (9, 41, 4097, 16_385, 49_159, 65_600, 262_147):  # (from 16,384 by blocks: a short last one)
         for name, x in _rows(rng, n).items():
             for allowed in (None, 0.97, 0.05):
                 mask = None if allowed is None else rng.random(n) < allowed
@@ -47,6 +57,7 @@ def test_top_k_is_numpys_one_answer_over_long_rows() -> None:
                 order = pos[np.lexsort((pos, -x[pos]))]  # (largest first, equal ones by position)
                 for want in (1, 10, 40, 96, 256, 257):
                     out = np.full(want, -1, dtype=np.int64)
+                    k.wake(5000)  # (the helper polling: it takes the second half where it gets there first)
                     got = k.top_k(x, None if mask is None else mask.view(np.uint8), out)
                     top = x[order[: want + 1]]
                     one = order.shape[0] > want and want <= 256 and not np.isnan(x).any()

@@ -2539,13 +2539,33 @@ static int block_maxima(const float *x, Py_ssize_t n, float *bm) {
     return 1;
 }
 
+/* block_maxima over two halves, the second on the helper thread where it is awake (run_halves; chain24):
+   each half a whole number of blocks from its start, the same maxima in the same places. */
+typedef struct {
+    const float *x;
+    float *bm;
+    Py_ssize_t n, mid;
+    int ok[2];
+} maxima_halves;
+
+static void maxima_half(void *arg, int h) {
+    maxima_halves *t = (maxima_halves *)arg;
+    Py_ssize_t from = h ? t->mid : 0, to = h ? t->n : t->mid;
+    t->ok[h ? 1 : 0] = block_maxima(t->x + from, to - from, t->bm + from / TK_BLOCK);
+}
+
 /* The heap (hv, hi: top_k_heap's) of the m largest of x[:n] by its blocks: 1; 0 at a NaN; -1 where the
    blocks do not decide (too few of them, or a floor of -inf): the one pass then. */
 static int top_k_blocks(const float *x, Py_ssize_t n, Py_ssize_t m, float *hv, int64_t *hi) {
     Py_ssize_t nb = (n + TK_BLOCK - 1) / TK_BLOCK;
     float bm[TK_MAX_BLOCKS], fl[TOP_K_MAX + 1];
     if (m < 1 || nb > TK_MAX_BLOCKS || nb < 4 * m) return -1;
-    if (!block_maxima(x, n, bm)) return 0;
+    if (n >= 65536) { /* (a row long enough for two threads: Gemma's 262,144) */
+        maxima_halves t = {x, bm, n, (nb / 2) * TK_BLOCK, {0, 0}};
+        run_halves(maxima_half, &t, n);
+        if (!t.ok[0] || !t.ok[1]) return 0;
+    } else if (!block_maxima(x, n, bm))
+        return 0;
     for (Py_ssize_t b = 0; b < m; b++) fl[b] = bm[b]; /* the floor: the m-th largest maximum (a min-heap) */
     for (Py_ssize_t j = m / 2; j-- > 0;) heap_down(fl, m, j);
     for (Py_ssize_t b = m; b < nb; b++)
