@@ -198,8 +198,19 @@ def test_halves_are_the_one_pass(threads: int) -> None:
 
 
 @needs_kernel
-@pytest.mark.parametrize("n", [31, 1000, 262_144, 262_145])
-def test_count_pair_is_two_counts(n: int) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [31, 1000, 65_600, 262_144, 262_145])
+def test_count_pair_is_two_counts(n: int, threads: int) -> None:
+    """(Two threads: a long row in two halves, the second on the helper where it is awake.)"""
+    before = sampler_fused._threads
+    sampler_fused.use_threads(threads)
+    try:
+        _count_pairs(n)
+    finally:
+        sampler_fused.use_threads(before)
+
+
+def _count_pairs(n: int) -> None:
     kernel = sampler_fused.kernel
     assert kernel is not None
     rng = np.random.default_rng(n)
@@ -211,6 +222,7 @@ def test_count_pair_is_two_counts(n: int) -> None:
     bits[allowed] = True
     for i in (0, n - 1, int(rng.integers(0, n))):
         for vw in (float(x[i]), 0.5, -3.0, float("nan")):
+            sampler_fused.chain_starts()
             got = kernel.count_pair(x, words, i, vw)
             v32 = np.float32(vw)
             assert got == (int(np.count_nonzero(x > x[i])), int(np.count_nonzero((x > v32) & bits))), (i, vw)

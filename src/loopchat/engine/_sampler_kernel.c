@@ -1089,6 +1089,23 @@ static PyObject *py_min_p(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(count_greater_doc, "count_greater(x, i) -> int: how many entries of x (float32 or float64) exceed x[i].");
 
+/* count_greater over two halves of a long row, the second on the helper thread where it is awake
+   (run_halves; chain24): integer counts, the same whoever counts them. */
+typedef struct {
+    const void *x;
+    int f32;
+    double v;
+    Py_ssize_t n, mid, c[2];
+} greater_halves;
+
+static void greater_half(void *arg, int h) {
+    greater_halves *t = (greater_halves *)arg;
+    int s = h ? 1 : 0;
+    Py_ssize_t from = s ? t->mid : 0, to = s ? t->n : t->mid;
+    t->c[s] = t->f32 ? count_greater_f32((const float *)t->x + from, (float)t->v, to - from)
+                     : count_greater_f64((const double *)t->x + from, t->v, to - from);
+}
+
 static PyObject *py_count_greater(PyObject *self, PyObject *args) {
     PyObject *xo;
     Py_ssize_t i;
@@ -1101,13 +1118,14 @@ static PyObject *py_count_greater(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "index out of range");
         return NULL;
     }
-    if (x.itemsize == 4) {
-        const float *p = (const float *)x.buf;
-        c = count_greater_f32(p, p[i], n);
-    } else {
-        const double *p = (const double *)x.buf;
-        c = count_greater_f64(p, p[i], n);
-    }
+    int f32 = x.itemsize == 4;
+    double v = f32 ? (double)((const float *)x.buf)[i] : ((const double *)x.buf)[i];
+    greater_halves t = {x.buf, f32, v, n, n >= 65536 ? (n / 2) & ~(Py_ssize_t)63 : n, {0, 0}};
+    if (t.mid < n) /* (a row long enough for two threads: Gemma's 262,144) */
+        run_halves(greater_half, &t, n);
+    else
+        greater_half(&t, 0);
+    c = t.c[0] + t.c[1];
     PyBuffer_Release(&x);
     return PyLong_FromSsize_t(c);
 }
@@ -4395,6 +4413,26 @@ count_pair_avx2(const float *x, const uint32_t *w, float vr, float vw, Py_ssize_
 }
 #endif
 
+/* count_pair's pass over two halves (a whole number of words each), the second on the helper thread where it
+   is awake (run_halves; chain24): integer counts, the same whoever counts them. */
+typedef struct {
+    const float *x;
+    const uint32_t *w;
+    float vr, vw;
+    Py_ssize_t n, mid, cr[2], ca[2];
+} pair_halves;
+
+static void pair_half(void *arg, int h) {
+    pair_halves *t = (pair_halves *)arg;
+    int s = h ? 1 : 0;
+    Py_ssize_t from = s ? t->mid : 0, to = s ? t->n : t->mid, done = 0;
+    t->cr[s] = 0, t->ca[s] = 0;
+#ifdef KERNEL_AVX2
+    if (kernel_fma) done = count_pair_avx2(t->x + from, t->w + from / 32, t->vr, t->vw, to - from, &t->cr[s], &t->ca[s]);
+#endif
+    count_pair_plain(t->x + from, t->w + from / 32, t->vr, t->vw, done, to - from, &t->cr[s], &t->ca[s]);
+}
+
 static int cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -4483,11 +4521,12 @@ static PyObject *py_count_pair(PyObject *self, PyObject *args) {
         const float *xp = (const float *)x.buf;
         const uint32_t *wp = (const uint32_t *)w.buf;
         float vr = xp[i], va = (float)vw;
-        Py_ssize_t from = 0;
-#ifdef KERNEL_AVX2
-        if (kernel_fma) from = count_pair_avx2(xp, wp, vr, va, n, &cr, &ca);
-#endif
-        count_pair_plain(xp, wp, vr, va, from, n, &cr, &ca);
+        pair_halves t = {xp, wp, vr, va, n, n >= 65536 ? (n / 2) & ~(Py_ssize_t)63 : n, {0, 0}, {0, 0}};
+        if (t.mid < n) /* (a row long enough for two threads: Gemma's 262,144) */
+            run_halves(pair_half, &t, n);
+        else
+            pair_half(&t, 0);
+        cr = t.cr[0] + t.cr[1], ca = t.ca[0] + t.ca[1];
         if (changed && changed != Py_None) count_changed(xp, (const float *)wk.buf, wp, n, va, changed, &ca);
     }
     if (has_wk) PyBuffer_Release(&wk);
