@@ -119,7 +119,8 @@ def test_the_scans_exps_are_top_ps(threads: int) -> None:
                     words = np.packbits(mask, bitorder="little").view(np.int32)
                     shift = float(x.max())
                     ids, src, q = np.full(n, -5, np.int64), np.full(n, np.nan, np.float32), np.full(n, np.nan)
-                    got = k.constraint_scan(x, work, words, shift, ids, src, q)
+                    sample = np.full(n // 32 + 1, np.nan, np.float32)
+                    got = k.constraint_scan(x, work, words, shift, ids, src, q, sample)
                     plain = k.constraint_scan(x, work, words, shift, np.empty(n, np.int64), np.empty(n, np.float32))
                     assert got[:6] == plain
                     count = got[0]
@@ -127,6 +128,8 @@ def test_the_scans_exps_are_top_ps(threads: int) -> None:
                     if not got[6]:
                         continue
                     values = src[:count].copy()
+                    # (src[::32] beside them, top-p's strided sample: chain24)
+                    assert sample[: (count + 31) // 32].tobytes() == values[::32].tobytes(), (n, kind)
                     want = np.full(count, np.nan)
                     total = k.exp_sum(values, shift, want)
                     assert np.array_equal(q[:count].view(np.int64), want.view(np.int64)), (n, kind)

@@ -215,3 +215,39 @@ def test_stored_exps_at_a_larger_shift_keep_the_same_candidates(threads: int) ->
                 assert abs(got[1] - want[1]) <= 1e-12, (name, p, gap)
                 assert _same(got_inside, inside), (name, p, gap)
     assert {"first", "head", "deep", "all", "rest"} <= exits, exits
+
+
+@pytest.mark.usefixtures("kernel_on")
+def test_the_scans_sample_is_the_strided_one() -> None:
+    """Given src[::32] (the constraint's scan writes it beside src, chain24), the kernel's search reads it
+    instead of src's strided values: the same answer to the bit, at every exit and length (a short last
+    stride included); a sample of another length is refused."""
+    for name, x in ROWS.items():
+        mx = float(np.nanmax(x)) if name != "nan" else float(x[0])
+        exps = np.empty(x.shape[0])
+        sampler_fused.exp_sum(x, mx, exps)
+        for p in (0.05, 0.5, 0.95, 0.999):
+            for stored in (False, True):
+                full = exps if stored else np.full(x.shape[0], np.nan)
+                want = sampler_fused.top_p_deep(x, mx, p, full.copy(), stored, 11)
+                want = None if want is None else _copied(want)
+                got = sampler_fused.top_p_deep(x, mx, p, full.copy(), stored, 11, np.ascontiguousarray(x[::32]))
+                assert _same(None if got is None else _copied(got), want), (name, p, stored)
+    x = ROWS["smooth"]  # (the sample is what sets the deep set's threshold: another one, another deep set)
+    lower = np.ascontiguousarray(x[::32]) - np.float32(0.5)
+    a = sampler_fused.top_p_deep(x, float(x.max()), 0.9, np.empty(x.shape[0]), False, 11)
+    a_nd = None if a is None else a[6][0].shape[0]
+    b = sampler_fused.top_p_deep(x, float(x.max()), 0.9, np.empty(x.shape[0]), False, 11, lower)
+    assert a is not None and b is not None and b[6][0].shape[0] > a_nd
+    with pytest.raises(ValueError, match="sample"):
+        sampler_fused.top_p_deep(x, float(x.max()), 0.9, np.empty(x.shape[0]), False, 11, x[:100].copy())
+
+
+def _copied(r: tuple) -> tuple:
+    """top_p_deep's answer with its views of scratch memory copied (the next call writes there)."""
+    return tuple(
+        tuple(a.copy() if isinstance(a, np.ndarray) else a for a in v)
+        if isinstance(v, tuple)
+        else (v.copy() if isinstance(v, np.ndarray) else v)
+        for v in r
+    )

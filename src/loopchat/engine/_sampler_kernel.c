@@ -92,7 +92,7 @@ typedef struct {
 #ifdef KERNEL_AVX2
 /* the helper thread (at the end of the file): offer a scan's parts, take a part, a part it did, the end */
 static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src, double *q);
+                      int64_t *ids, float *src, double *q, float *smp);
 static int split_take(Py_ssize_t p);
 static scan_part_out split_scanned(Py_ssize_t p);
 static void split_end(void);
@@ -2274,10 +2274,12 @@ static int top_p_bins_of(const float *x, Py_ssize_t n, const double *full, const
 
 static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, double *full, int stored,
                       int64_t *ids, double *qd, float *xd, int32_t *idx, int64_t *kept, int64_t *kabs, Py_ssize_t bins,
-                      tpd_out *o, tpd_extra *ex) {
+                      tpd_out *o, tpd_extra *ex, const float *smp) {
     float above[257];
     Py_ssize_t s = (n + 31) / 32;
-    if (s <= 4 * 256 || sample_top_bins(x, n, 32, 257, above) != 0) return TPD_PYTHON;
+    /* (smp: x[::32] already, the constraint's scan wrote it beside x: the same samples, read as one row) */
+    if (s <= 4 * 256 || sample_top_bins(smp ? smp : x, smp ? s : n, smp ? 1 : 32, 257, above) != 0)
+        return TPD_PYTHON;
     Py_ssize_t nd = 0;
 #ifdef KERNEL_AVX2
     if (stored) o->total = exp_sum_above_parts(x, shift, above[256], ids, qd, n, &nd, full, 1);
@@ -2341,15 +2343,16 @@ PyDoc_STRVAR(top_p_deep_doc,
              "one, -1 where it was kept whole (and 5's), -2 where every position was kept. n_top (3, 4): top[:n_top]\n"
              "= top_k's answer for the kept logits (x[kabs[:k]]) and len(top), or 0. 0: nothing done (no deep set,\n"
              "a NaN sampled, the sample's threshold short). ids, kept, kabs, top: int64; qd, full: float64; xd:\n"
-             "float32; idx: int32; all x's length but top (at most 256).");
+             "float32; idx: int32; all x's length but top (at most 256). `sample` (optional, float32): x[::32],\n"
+             "as the constraint's scan wrote it (constraint_scan's `sample`), read instead of x's strided values.");
 
 static PyObject *py_top_p_deep(PyObject *self, PyObject *args) {
-    PyObject *o[9];
+    PyObject *o[9], *so = Py_None;
     double shift, top_p;
     int stored = 0;
     Py_ssize_t bins;
-    if (!PyArg_ParseTuple(args, "OddOpOOOOOOnO", &o[0], &shift, &top_p, &o[1], &stored, &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &o[7], &bins, &o[8]))
+    if (!PyArg_ParseTuple(args, "OddOpOOOOOOnO|O", &o[0], &shift, &top_p, &o[1], &stored, &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &bins, &o[8], &so))
         return NULL;
 #ifdef KERNEL_AVX2
     int can_store = kernel_fma;
@@ -2360,22 +2363,33 @@ static PyObject *py_top_p_deep(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "top_p_deep: stored exps need a CPU with AVX2 and FMA; bins out of range");
         return NULL;
     }
-    Py_buffer v[9];
+    Py_buffer v[9], sb;
     if (get_bufs(o, v, "fdqdfiqqq", 0x1fe, 9) < 0) return NULL;
+    int has_s = so != Py_None;
+    if (has_s && get_buf(so, &sb, 0, 'f') < 0) {
+        release_bufs(v, 9);
+        return NULL;
+    }
     Py_ssize_t n = v[0].shape[0];
     int code = 0;
     tpd_out r = {0.0, 0.0, 0, 0, -2, 0.0f};
     tpd_extra ex = {v[8].shape[0] <= 256 ? v[8].shape[0] : 0, (int64_t *)v[8].buf, 0};
     int ok = 1;
     for (int i = 1; i < 8; i++) ok = ok && check_len(&v[i], n) == 0;
+    if (ok && has_s && sb.shape[0] != (n + 31) / 32) {
+        PyErr_SetString(PyExc_ValueError, "top_p_deep: the sample must be x[::32]'s length");
+        ok = 0;
+    }
     if (ok) {
+        const float *smp = has_s ? (const float *)sb.buf : NULL;
         Py_BEGIN_ALLOW_THREADS code = top_p_deep((const float *)v[0].buf, n, shift, top_p, (double *)v[1].buf, stored,
                                                  (int64_t *)v[2].buf, (double *)v[3].buf, (float *)v[4].buf,
                                                  (int32_t *)v[5].buf, (int64_t *)v[6].buf, (int64_t *)v[7].buf, bins, &r,
-                                                 &ex);
+                                                 &ex, smp);
         Py_END_ALLOW_THREADS
         if (code == -2) PyErr_NoMemory();
     }
+    if (has_s) PyBuffer_Release(&sb);
     release_bufs(v, 9);
     if (PyErr_Occurred()) return NULL;
     return Py_BuildValue("(idnndndn)", code, r.total, r.nd, r.k, r.mass, r.cut, (double)r.a_head, ex.n_top);
@@ -3188,7 +3202,7 @@ static inline __attribute__((always_inline)) void compress_ids4(unsigned m, Py_s
 static inline __attribute__((always_inline)) void scan_body(const float *x, const float *wk, const uint32_t *w,
                                                             double shift, Py_ssize_t from, Py_ssize_t to,
                                                             const int MANY, int64_t *ids, float *src, double *q,
-                                                            Py_ssize_t c, scan_part_out *o) {
+                                                            float *smp, Py_ssize_t c, scan_part_out *o) {
     const uint8_t *mb = (const uint8_t *)w; /* (x86: little-endian, byte j holds tokens 8j..8j+7) */
     const __m256i bit8 = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
     const unsigned common = MANY ? 0xFFu : 0u; /* the larger side's groups */
@@ -3232,6 +3246,7 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                     for (int j = 0; j < 8; j++)
                         if (m >> j & 1u) {
                             if (q) q[k] = g8[j];
+                            if (smp && !(k & 31)) smp[k >> 5] = v[i + j]; /* (src[::32]: top-p's sample) */
                             src[k++] = v[i + j];
                             smax = _mm256_max_ps(_mm256_set1_ps(v[i + j]), smax);
                         }
@@ -3250,6 +3265,10 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
                 if (src) {
                     __m256 v8 = wk ? _mm256_loadu_ps(wk + i) : x8;
                     _mm256_storeu_ps(src + c, v8);
+                    if (smp) { /* (src[::32], top-p's strided sample: the one of these eight, if any) */
+                        Py_ssize_t r = (-c) & 31;
+                        if (r < 8) smp[(c + r) >> 5] = (wk ? wk : x)[i + r];
+                    }
                     smax = _mm256_max_ps(v8, smax); /* (a NaN: not) */
                     if (q) { /* (their exps: x's, where the penalties left all eight as they were) */
                         __m256d g0 = e0, g1 = e1;
@@ -3285,19 +3304,19 @@ static inline __attribute__((always_inline)) void scan_body(const float *x, cons
 
 __attribute__((noinline)) static void scan_part(const float *x, const float *wk, const uint32_t *w, double shift,
                                                 Py_ssize_t from, Py_ssize_t to, int many, int64_t *ids, float *src,
-                                                double *q, Py_ssize_t c, scan_part_out *o) {
+                                                double *q, float *smp, Py_ssize_t c, scan_part_out *o) {
     if (many && ids && src && q)
-        scan_body(x, wk, w, shift, from, to, 1, ids, src, q, c, o);
+        scan_body(x, wk, w, shift, from, to, 1, ids, src, q, smp, c, o);
     else if (many && ids && src)
-        scan_body(x, wk, w, shift, from, to, 1, ids, src, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 1, ids, src, NULL, NULL, c, o);
     else if (many && ids)
-        scan_body(x, wk, w, shift, from, to, 1, ids, NULL, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 1, ids, NULL, NULL, NULL, c, o);
     else if (many)
-        scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 1, NULL, NULL, NULL, NULL, c, o);
     else if (ids)
-        scan_body(x, wk, w, shift, from, to, 0, ids, NULL, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 0, ids, NULL, NULL, NULL, c, o);
     else
-        scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, NULL, c, o);
+        scan_body(x, wk, w, shift, from, to, 0, NULL, NULL, NULL, NULL, c, o);
 }
 
 /* The whole pass: its parts of SPLIT_PART (one where the row is no longer: the sums as before),
@@ -3305,17 +3324,18 @@ __attribute__((noinline)) static void scan_part(const float *x, const float *wk,
    parts shared with the helper thread where it is offered (split_scan), then the padded tail and
    the first position of the largest forbidden logit. */
 static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t n, int many,
-                      int64_t *ids, float *src, double *q, scan_out *o) {
+                      int64_t *ids, float *src, double *q, float *smp, scan_out *o) {
     Py_ssize_t body = n & ~(Py_ssize_t)7, c = 0, forbidden = 0;
     double t = 0.0, a = 0.0, ak = 0.0;
     float fmax = -INFINITY, sm = -INFINITY;
     if (!(ids && src)) q = NULL;
-    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src, q);
+    if (!q) smp = NULL; /* (the sample written with the exps alone) */
+    int shared = body > SPLIT_PART && split_scan(x, wk, w, shift, body, many, ids, src, q, smp);
     for (Py_ssize_t p = 0, from = 0; from < body; p++, from += SPLIT_PART) {
         Py_ssize_t to = from + SPLIT_PART < body ? from + SPLIT_PART : body;
         scan_part_out po;
         if (!shared || split_take(p))
-            scan_part(x, wk, w, shift, from, to, many, ids, src, q, c, &po);
+            scan_part(x, wk, w, shift, from, to, many, ids, src, q, smp, c, &po);
         else
             po = split_scanned(p);
         t += po.t, a += po.a, ak += po.ak, forbidden += po.forbidden, c = po.c;
@@ -3345,6 +3365,7 @@ static void scan_avx2(const float *x, const float *wk, const uint32_t *w, double
                 if (ids && src) {
                     float v = wk ? wk[i + j] : x[i + j];
                     if (q) q[c] = tg[j];
+                    if (smp && !(c & 31)) smp[c >> 5] = v;
                     src[c] = v;
                     sm = v > sm ? v : sm;
                 }
@@ -3384,7 +3405,8 @@ PyDoc_STRVAR(constraint_scan_doc,
              "Every position allowed or none: nothing summed. `q` (float64, x's length; optional): where the CPU has\n"
              "AVX2 and FMA and the ids and src are written, the exps of src, exp(float64(src[c]) - shift), into q[c]\n"
              "(the bits exp_sum_above computes for src at that shift: it may read them, `stored`); the tuple then\n"
-             "has a seventh item, whether q was written.");
+             "has a seventh item, whether q was written. `sample` (float32, at least (len(x) + 31) // 32; optional):\n"
+             "where q is written, src[::32] too, top-p's strided sample (top_p_deep's `sample`).");
 
 /* The bits set in the words w[from:to]. (A clone for x86-64-v3: the generic build's __builtin_popcount is
    libgcc's __popcountdi2, a call a word: 8,192 of them twice a step on Gemma's mask, chain17.) */
@@ -3403,13 +3425,13 @@ static Py_ssize_t mask_count(const uint32_t *w, Py_ssize_t n) {
 }
 
 static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
-    PyObject *xo, *ko, *wo, *io, *so, *qo = NULL;
+    PyObject *xo, *ko, *wo, *io, *so, *qo = NULL, *mo = NULL;
     double shift;
-    Py_buffer x, kb, wb, ib, sb, qb;
+    Py_buffer x, kb, wb, ib, sb, qb, mb;
     Py_ssize_t count = 0;
     int q_written = 0;
     scan_out o = {0.0, 0.0, 0.0, -1, -INFINITY};
-    if (!PyArg_ParseTuple(args, "OOOdOO|O", &xo, &ko, &wo, &shift, &io, &so, &qo)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOdOO|OO", &xo, &ko, &wo, &shift, &io, &so, &qo, &mo)) return NULL;
     if (get_buf(xo, &x, 0, 'f') < 0) return NULL;
     int has_work = ko != Py_None;
     if (has_work && get_buf(ko, &kb, 0, 'f') < 0) {
@@ -3423,24 +3445,29 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
     if (has_src && get_buf(so, &sb, 1, 'f') < 0) goto fail_s;
     int has_q = has_src && qo && qo != Py_None;
     if (has_q && get_buf(qo, &qb, 1, 'd') < 0) goto fail_q;
+    int has_m = has_q && mo && mo != Py_None;
+    if (has_m && get_buf(mo, &mb, 1, 'f') < 0) goto fail_m;
     Py_ssize_t n = x.shape[0];
     if (wb.shape[0] < (n + 31) / 32) {
         PyErr_SetString(PyExc_ValueError, "constraint_scan: the mask holds fewer bits than x has positions");
     } else if ((has_work && kb.shape[0] != n) || (has_ids && ib.shape[0] < n) || (has_src && sb.shape[0] < n) ||
                (has_q && qb.shape[0] < n)) {
         PyErr_SetString(PyExc_ValueError, "constraint_scan: work, ids, src and q must hold x's length");
+    } else if (has_m && mb.shape[0] < (n + 31) / 32) {
+        PyErr_SetString(PyExc_ValueError, "constraint_scan: the sample must hold (len(x) + 31) // 32");
     } else {
         const float *xp = (const float *)x.buf, *kp = has_work ? (const float *)kb.buf : NULL;
         const uint32_t *wp = (const uint32_t *)wb.buf;
         int64_t *ip = has_ids ? (int64_t *)ib.buf : NULL;
         float *sp = has_src ? (float *)sb.buf : NULL;
         double *qp = has_q ? (double *)qb.buf : NULL;
+        float *mp = has_m ? (float *)mb.buf : NULL;
         count = mask_count(wp, n);
         int many = count * 2 > n;
         Py_BEGIN_ALLOW_THREADS if (count > 0 && count < n) {
 #ifdef KERNEL_AVX2
             if (kernel_fma && __builtin_cpu_supports("bmi")) {
-                scan_avx2(xp, kp, wp, shift, n, many, ip, many ? sp : NULL, many ? qp : NULL, &o);
+                scan_avx2(xp, kp, wp, shift, n, many, ip, many ? sp : NULL, many ? qp : NULL, many ? mp : NULL, &o);
                 q_written = many && qp != NULL;
             } else
 #endif
@@ -3448,6 +3475,8 @@ static PyObject *py_constraint_scan(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
+    if (has_m) PyBuffer_Release(&mb);
+fail_m:
     if (has_q) PyBuffer_Release(&qb);
 fail_q:
     if (has_src) PyBuffer_Release(&sb);
@@ -3534,6 +3563,7 @@ typedef struct {
     double shift;
     float v;
     double *q; /* JOB_EXP_SUM, JOB_ABOVE, JOB_SCAN: the caller's exps of every position (NULL: not stored) */
+    float *smp; /* JOB_SCAN: src[::32], written with q (NULL: not) */
     int stored; /* JOB_ABOVE: q holds the exps already (read, not computed) */
     Py_ssize_t body;
     const float *wk; /* JOB_SCAN: constraint_scan's arrays (its ids and src written in place) */
@@ -3672,7 +3702,8 @@ static void helper_part(Py_ssize_t p) {
         Py_ssize_t j0 = a / j->block, j1 = (b + j->block - 1) / j->block;
         dist_blocks(j->xv, j->f32, j->shift, j->t, j->wt, j->bp, j->block, j->body, j0, j1, NULL, pool.dist_wz + j0);
     } else if (j->kind == JOB_SCAN)
-        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->q, pool.c0[p], &pool.scanned[p]);
+        scan_part(j->x, j->wk, j->w, j->shift, a, b, j->many, j->ids, j->src, j->q, j->smp, pool.c0[p],
+                  &pool.scanned[p]);
     else if (j->kind == JOB_HALF) {
         if (p == 1) j->fn(j->arg, 1);
     } else if (p == 1) { /* JOB_RAW: the second half, its einsum state from a buffer's start */
@@ -3894,7 +3925,7 @@ static void split_end(void) { pthread_mutex_unlock(&pool.lock); }
 /* constraint_scan's parts offered to the helper (1: shared), each part's ids written from the
    count of allowed positions before it (the mask's bits, counted by 32-bit words). */
 static int split_scan(const float *x, const float *wk, const uint32_t *w, double shift, Py_ssize_t body, int many,
-                      int64_t *ids, float *src, double *q) {
+                      int64_t *ids, float *src, double *q, float *smp) {
     Py_ssize_t parts = (body + SPLIT_PART - 1) / SPLIT_PART, c0[SPLIT_MAX_PARTS], c = 0;
     if (split_threads < 2 || body < split_min || parts < 2 || parts > SPLIT_MAX_PARTS) return 0;
     for (Py_ssize_t p = 0; p < parts; p++) {
@@ -3905,7 +3936,7 @@ static int split_scan(const float *x, const float *wk, const uint32_t *w, double
         }
     }
     split_job job = {.kind = JOB_SCAN, .x = x, .shift = shift, .body = body, .wk = wk, .w = w, .many = many,
-                     .ids = ids, .src = src, .q = q};
+                     .ids = ids, .src = src, .q = q, .smp = smp};
     return split_begin(&job, c0);
 }
 

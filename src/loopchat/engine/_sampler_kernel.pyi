@@ -37,6 +37,7 @@ def top_p_deep(
     kabs: Any,
     bins: int,
     top: Any,
+    sample: Any | None = None,
 ) -> tuple[int, float, int, int, float, int, float, int]: ...
 def pairwise_sum(q: Any) -> float: ...
 def top_k(x: Any, mask: Any | None, out: Any) -> bool: ...
@@ -61,7 +62,14 @@ def constraint_scan(
 ) -> tuple[int, float, float, float, int, float]: ...
 @overload
 def constraint_scan(
-    x: Any, work: Any | None, words: Any, shift: float, ids: Any | None, src: Any | None, q: Any | None
+    x: Any,
+    work: Any | None,
+    words: Any,
+    shift: float,
+    ids: Any | None,
+    src: Any | None,
+    q: Any | None,
+    sample: Any | None = None,
 ) -> tuple[int, float, float, float, int, float, bool]: ...
 def draw_walk(x: Any, shift: float, t: float, blocks: Any, block: int, u: float) -> int: ...
 def top_among(work: Any, words: Any, cand: Any, tau: float, out: Any) -> bool: ...

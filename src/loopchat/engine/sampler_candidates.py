@@ -110,8 +110,9 @@ class Candidates:
         #: (X, E): the exact sum of exp(float64(work) - raw_max) is within E of X (sampler_raw's bound)
         self.bound = bound
         self.source_cache: tuple | None = None  # (ids, work[ids], its max), gathered by the constraint's pass
-        #: (src, q, shift): q[i] = exp(float64(src[i]) - shift) for source_cache's src, the constraint's pass's
-        #: float64 exps (the bits top-p's pass computes: it reads them where its shift is that one, exps_of)
+        #: (src, q, shift, sample): q[i] = exp(float64(src[i]) - shift) for source_cache's src, the constraint's
+        #: pass's float64 exps (the bits top-p's pass computes: it reads them where its shift is that one,
+        #: exps_of), and src[::32] (top-p's strided sample: sample_of)
         self.source_exps: tuple | None = None
         #: (src, top): the positions of source_cache's src's report_k + 1 largest, largest first, where top-p's
         #: search found them (sampler_fused.top_p_deep: top_indices' answer, read instead of searched: top_of)
@@ -205,6 +206,11 @@ class Candidates:
         """exp(float64(src) - shift), float64, where the constraint's pass computed them (source_exps), else None."""
         e = self.source_exps
         return e[1] if e is not None and src is e[0] and e[2] == shift else None
+
+    def sample_of(self, src: np.ndarray) -> np.ndarray | None:
+        """src[::32] where the constraint's pass wrote it beside src (source_exps), else None."""
+        e = self.source_exps
+        return e[3] if e is not None and src is e[0] else None
 
     def scaled_exps_of(self, src: np.ndarray, shift: float) -> np.ndarray | None:
         """The constraint's pass's exps of src where their shift (the raw max) is above `shift`, the

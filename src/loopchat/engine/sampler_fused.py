@@ -287,7 +287,13 @@ _TOP_P_TYPES = (np.int64, np.float64, np.float32, np.int32, np.int64, np.int64)
 
 
 def top_p_deep(
-    src: np.ndarray, shift: float, top_p: float, full: np.ndarray, stored: bool, want: int = 0
+    src: np.ndarray,
+    shift: float,
+    top_p: float,
+    full: np.ndarray,
+    stored: bool,
+    want: int = 0,
+    sample: np.ndarray | None = None,
 ) -> tuple | None:
     """sampler_math's _deep_sample and _top_p_deep up to the bins, in one call of the kernel (their steps
     one for one, each float64 sum in their order): None where their own steps decide (no kernel, no deep
@@ -297,14 +303,15 @@ def top_p_deep(
     ("head", "deep"); the most likely position cut, -1 where the cut bin was kept whole, -2 where every position
     was; (the deep set's positions, logits and masses, the head's threshold); top_indices(src[kept], want)
     where the search found it among the deep set, else None), arrays in scratch memory. `full`, `stored`:
-    exp_sum_above's. `want`: the reported top's size (0: none)."""
+    exp_sum_above's. `want`: the reported top's size (0: none). `sample`: src[::32], read instead of src's
+    strided values (the constraint's scan wrote it)."""
     n = src.shape[0]
     if kernel is None or src.dtype != np.float32 or not src.flags.c_contiguous:
         return None
     ids, qd, xd, idx, kept, kabs = scratch.group("top_p_deep", n, _TOP_P_TYPES)
     top = np.empty(want if 0 < want <= TOP_K_MAX else 0, dtype=np.int64)
     code, total, nd, k, mass, cut, a_head, n_top = kernel.top_p_deep(
-        src, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, 2048, top
+        src, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, 2048, top, sample
     )
     if code == 0:
         return None

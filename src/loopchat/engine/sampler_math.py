@@ -79,6 +79,7 @@ def top_p_positions(
     exps: np.ndarray | None = None,
     top_out: list | None = None,
     scaled: bool = False,
+    sample: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float]:
     """The top-p candidates of `cand` (unsorted; None: the whole vocabulary): what a sort
     by logit, largest first (equal logits in id order), keeps up to and including the
@@ -117,7 +118,9 @@ def top_p_positions(
     (sampler_fused.top_p_deep's last answer: top_indices(src[kept], size), or None where not found).
     `scaled`: `exps` are at a larger shift, every mass times one factor (Candidates.scaled_exps_of): the
     kernel's one call reads them (its unit the most likely candidate's mass: the same kept set, up to the
-    rounding of a running sum within an ulp or two of the target); any other step computes its own."""
+    rounding of a running sum within an ulp or two of the target); any other step computes its own.
+    `sample`: src[::32] (the constraint's pass wrote it beside src), which the kernel's call reads instead of
+    src's strided values."""
     if src is None:  # (given: work[cand] as the constraint's pass gathered it, Candidates.source())
         src = work if cand is None else work[cand]  # float32
     mx = float(src.max()) if known_max is None else known_max
@@ -126,7 +129,7 @@ def top_p_positions(
         total = sampler_fused.exp_sum(src, mx, None) if at_mx is None else sampler_fused.stored_sum(src, at_mx)
         if top_p * total <= 1.0:  # (a sharp distribution: no search at all)
             return _first_max(src, None), 1.0 / total
-    fused = _top_p_fused(src, cand, top_p, mx, inside, exps, top_out, scaled)
+    fused = _top_p_fused(src, cand, top_p, mx, inside, exps, top_out, scaled, sample)
     if fused is not None:
         return fused[0], fused[1] / fused[2]
     exps = None if scaled else exps
@@ -147,13 +150,14 @@ def _top_p_fused(
     exps: np.ndarray | None,
     top_out: list | None = None,
     scaled: bool = False,
+    sample: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, float] | None:
     """_deep_sample and _top_p_deep in one call of the kernel (sampler_fused.top_p_deep: their steps one
     for one, each sum in their order), the head's cut left to _deep_rest where it may end there (or where
     the kernel's bins refused): (the kept positions, their mass, the total), as _top_p_deep's. None: no
     kernel, or no deep set: the steps above decide (and where `scaled` exps left the rest to them)."""
     q = scratch.get("f64b", src.shape[0], np.float64) if exps is None else exps
-    r = sampler_fused.top_p_deep(src, mx, top_p, q, exps is not None, top_out[0] if top_out else 0)
+    r = sampler_fused.top_p_deep(src, mx, top_p, q, exps is not None, top_out[0] if top_out else 0, sample)
     if r is None:
         return None
     how, total, mass, kept, local, cut, deep, top = r

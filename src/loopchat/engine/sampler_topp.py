@@ -48,7 +48,7 @@ def top_p_unsorted(c: Any, p: float, known: tuple) -> tuple[int, float]:
     top_out: list = [c.report_k + 1]  # (the kept logits' top, where the search's own call found it: chain12)
     kept, share = top_p_positions(
         c.work, before, p, mx, known[1], src=src, inside=inside, exps=scaled if exps is None else exps,
-        top_out=top_out, scaled=scaled is not None,
+        top_out=top_out, scaled=scaled is not None, sample=c.sample_of(src),
     )  # fmt: skip
     top = top_out[1] if len(top_out) == 2 else None
     ids, kept_src, low, n_low = sampler_fused.take(kept, before, src)
