@@ -2302,14 +2302,23 @@ static int top_p_deep(const float *x, Py_ssize_t n, double shift, double top_p, 
     if (target <= 64.0 * unit) { /* (the head's test: its masses' sum, as numpy's q_deep[head].sum()) */
         double *hq = (double *)tls_scratch(0, (size_t)nd * sizeof(double));
         if (!hq) return -2;
-        Py_ssize_t c = 0;
+        Py_ssize_t c = 0, c4 = 0;
+        double h4 = 0.0;
         for (Py_ssize_t j = 0; j < nd; j++) { /* (branchless: every mass written, the count moved on) */
             hq[c] = qd[j];
             c += xd[j] >= above[63];
+            int in4 = xd[j] >= above[3];
+            h4 += in4 ? qd[j] : 0.0;
+            c4 += in4;
         }
         double h = pw_sum(hq, c);
         tls_done(0, hq);
-        int head = h * (1.0 + 1e-9) >= target ? top_p_head(ids, qd, xd, nd, target, kept, kabs, o) : TPD_ON;
+        /* (chain24: where 64 or more positions reach the sample's 4th largest (~128 do), the 64 largest are
+           among them, their masses at most h4 (a plain sum: within 1e-14 of it). Short of the target by the
+           margin, no running sum of the 64 reaches it: top_p_head would say TPD_ON (or, on ties, leave numpy's
+           steps to find the same), and the bins follow without its search of the deep set.) */
+        int short4 = c4 >= 64 && h4 * (1.0 + 1e-9) < target;
+        int head = h * (1.0 + 1e-9) >= target && !short4 ? top_p_head(ids, qd, xd, nd, target, kept, kabs, o) : TPD_ON;
         if (head != TPD_ON) return head;
     }
     return top_p_bins_of(x, n, full, ids, qd, xd, idx, kept, kabs, bins, target, o, ex);
