@@ -22,8 +22,10 @@ The mask is llguidance's (Rust; microseconds for a JSON schema on a 49,152-token
 With the C kernel, every figure comes from one pass over the logits and the mask's 32-bit words
 (`constraint_scan`: the total, the smaller side's sum, the top forbidden token, and, when most
 of the vocabulary is allowed, the allowed ids with their logits, which the later stages read as
-the candidates' source, `Candidates.source_cache`); without it, numpy's passes (`_measure`), the same figures
-(tests/test_constraint_scan.py; docs/performance.md, "The constraint stage in one pass").
+the candidates' source, `Candidates.source_cache`, and where top-p follows their float64 exps and
+every 32nd allowed logit: its masses and strided sample, `Candidates.source_exps`); without it,
+numpy's passes (`_measure`), the same figures (tests/test_constraint_scan.py; docs/performance.md,
+"The constraint stage in one pass").
 """
 
 from __future__ import annotations
