@@ -70,6 +70,39 @@ def test_matches_a_brute_force_reimplementation_on_random_token_lists() -> None:
     assert penalized > 500  # many cases did penalize something (not only the empty answers)
 
 
+def test_a_historys_tail_follows_every_change_and_gives_the_lists_penalties() -> None:
+    """History.tail (the last n tokens as int64, kept beside the list, DRY's reading of the context):
+    after appends, extends and every other change (a slice set, a deletion, a pop, an insert, a clear),
+    the list's own tokens; and penalties over a History equal those over its plain list, step by step."""
+    rng = random.Random(24)
+    history, plain = dry.History([1, 2, 3]), [1, 2, 3]
+    changes = [
+        lambda h: h.append(rng.randrange(6)),
+        lambda h: h.extend([rng.randrange(6) for _ in range(rng.randrange(4))]),
+        lambda h: h.__setitem__(slice(0, 2), [5, 5, 5]),
+        lambda h: h.__setitem__(0, 4),
+        lambda h: h.__delitem__(slice(len(h) // 2, None)),
+        lambda h: h.pop() if h else None,
+        lambda h: h.insert(1, 3),
+        lambda h: h.remove(h[0]) if h else None,
+        lambda h: h.sort(),
+        lambda h: h.reverse(),
+        lambda h: h.clear(),
+    ]
+    for step in range(3000):
+        change = changes[0] if step % 3 else rng.choice(changes)
+        state = rng.getstate()
+        change(history)
+        rng.setstate(state)
+        change(plain)
+        assert list(history) == plain
+        n = rng.randrange(len(plain) + 1)
+        assert history.tail(n).tolist() == plain[len(plain) - n :], step
+        args = (frozenset({0}), 0.8, 1.75, 2, rng.choice([-1, 5, 64]))
+        a, b = dry.penalties(history, *args), dry.penalties(plain, *args)
+        assert a[0].tolist() == b[0].tolist() and a[1].tobytes() == b[1].tobytes(), step
+
+
 def test_a_long_repeat_reaches_the_exponent_clamp() -> None:
     ctx = [1, 2] * 200  # a 398-token repeat: 1.75 ** 396 would overflow a float
     ids, pen = dry.penalties(ctx, frozenset(), 0.8, 1.75, 2, -1)

@@ -26,6 +26,7 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from loopchat.engine import sampler_fused
+from loopchat.engine.sampler_scratch import scratch
 
 #: llama.cpp's default `dry_sequence_breakers`
 BREAKERS: tuple[bytes, ...] = (b"\n", b":", b'"', b"*")
@@ -136,11 +137,64 @@ def breaker_table(model: Any) -> BreakerTable:
 
 class History(list):
     """The context's token ids (the engine appends each token drawn) and, for DRY, the
-    model whose breaker tokens it needs (None: no breakers)."""
+    model whose breaker tokens it needs (None: no breakers); `tail(n)`, the last n as int64, kept
+    beside the list: each token converted once, not the whole context each step (after a forward
+    pass converting its ints cost ~20 us a step: docs/performance.md, "twenty-fourth session")."""
 
     def __init__(self, tokens: Iterable[int] = (), model: Any = None) -> None:
         super().__init__(tokens)
         self.model = model
+        self._ids = np.empty(0, dtype=np.int64)
+        self._synced = 0  # (how many of the first tokens _ids holds)
+
+    def tail(self, n: int) -> np.ndarray:
+        """The last n tokens (n <= len(self)) as a contiguous int64 array: a view, valid until the next change."""
+        m = len(self)
+        if self._synced > m:
+            self._synced = 0
+        if self._ids.shape[0] < m:
+            grown = np.empty(max(2 * m, 256), dtype=np.int64)
+            grown[: self._synced] = self._ids[: self._synced]
+            self._ids = grown
+        if self._synced < m:
+            self._ids[self._synced : m] = self[self._synced : m]
+            self._synced = m
+        return self._ids[m - n : m]
+
+    def _changed(self) -> None:
+        self._synced = 0  # (any change but an append or an extend: tail converts them all again)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._changed()
+        super().__delitem__(key)
+
+    def insert(self, index: Any, value: Any) -> None:
+        self._changed()
+        super().insert(index, value)
+
+    def pop(self, index: Any = -1) -> Any:
+        self._changed()
+        return super().pop(index)
+
+    def remove(self, value: Any) -> None:
+        self._changed()
+        super().remove(value)
+
+    def clear(self) -> None:
+        self._changed()
+        super().clear()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        self._changed()
+        super().sort(*args, **kwargs)
+
+    def reverse(self) -> None:
+        self._changed()
+        super().reverse()
 
     @property
     def breakers(self) -> frozenset[int] | BreakerTable:
@@ -226,7 +280,9 @@ def _longest_kernel(a: np.ndarray, rep_limit: int, allowed_length: int) -> tuple
     if kernel is None:
         return None
     m = max(a.shape[0] - 1, 1)
-    ids, longest = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    # (scratch memory: two fresh arrays a step cost ~10 us after a forward pass; the step's views, read
+    # before the next step writes there: penalties' answer is made of new arrays)
+    ids, longest = scratch.get("dry_ids", m, np.int64), scratch.get("dry_longest", m, np.int64)
     k = kernel.dry_longest(a, rep_limit, allowed_length, ids, longest)
     return ids[:k], longest[:k]
 
@@ -249,7 +305,7 @@ def penalties(
     n = len(context) if last_n < 0 else min(len(context), last_n)
     if n <= allowed_length or n == 0:
         return _EMPTY
-    a = np.asarray(context[len(context) - n :], dtype=np.int64)
+    a = context.tail(n) if isinstance(context, History) else np.asarray(context[len(context) - n :], dtype=np.int64)
     # step 1: the repeat may not reach back past the last breaker
     rep_limit = n
     if breakers:
