@@ -8,6 +8,7 @@ computed or read (the constraint's stored exps), on one thread and two."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import numpy as np
@@ -62,6 +63,23 @@ def _rows() -> dict[str, np.ndarray]:
 ROWS = _rows()
 
 
+@contextlib.contextmanager
+def _exits_into(exits: set[str]) -> Iterator[None]:
+    """sampler_fused.top_p_deep spied on while inside: each call's exit ("none": its steps decide) into `exits`."""
+    real = sampler_fused.top_p_deep
+
+    def spy(*args: object) -> tuple | None:
+        r = real(*args)  # type: ignore[arg-type]
+        exits.add("none" if r is None else r[0])
+        return r
+
+    sampler_fused.top_p_deep = spy  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sampler_fused.top_p_deep = real  # type: ignore[assignment]
+
+
 def _same(a: object, b: object) -> bool:
     """Equal to the bit: arrays by dtype and bytes, floats by their bits, tuples and lists item by item."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -90,13 +108,6 @@ def _steps(x: np.ndarray, cand: np.ndarray | None, p: float, exps: np.ndarray | 
 def test_top_p_s_search_in_one_call_is_its_steps_to_the_bit(threads: int) -> None:
     sampler_fused.use_threads(threads)
     exits: set[str] = set()
-    real = sampler_fused.top_p_deep
-
-    def spy(*args: object) -> tuple | None:
-        r = real(*args)  # type: ignore[arg-type]
-        exits.add("none" if r is None else r[0])
-        return r
-
     for name, x in ROWS.items():
         mx = float(np.nanmax(x)) if name != "nan" else float(x[0])
         cands = [None, np.arange(0, x.shape[0], dtype=np.intp)]
@@ -107,12 +118,9 @@ def test_top_p_s_search_in_one_call_is_its_steps_to_the_bit(threads: int) -> Non
                     exps = np.empty(x.shape[0])
                     sampler_fused.exp_sum(x, mx, exps)
                 want = _steps(x, cands[p > 0.9], p, exps)
-                sampler_fused.top_p_deep = spy  # type: ignore[assignment]
-                try:
-                    inside: list = []
+                inside: list = []
+                with _exits_into(exits):
                     got = sampler_math._top_p_fused(x, cands[p > 0.9], p, mx, inside, exps)
-                finally:
-                    sampler_fused.top_p_deep = real  # type: ignore[assignment]
                 if got is None:
                     assert want is None or name == "nan", (name, p)
                     continue
@@ -187,13 +195,6 @@ def test_stored_exps_at_a_larger_shift_keep_the_same_candidates(threads: int) ->
     and over everything, numpy's steps after a refusal), the raw max 0.7 to 30 above."""
     sampler_fused.use_threads(threads)
     exits: set[str] = set()
-    real = sampler_fused.top_p_deep
-
-    def spy(*args: object) -> tuple | None:
-        r = real(*args)  # type: ignore[arg-type]
-        exits.add("none" if r is None else r[0])
-        return r
-
     for name, x in ROWS.items():
         if name == "nan":
             continue
@@ -206,11 +207,8 @@ def test_stored_exps_at_a_larger_shift_keep_the_same_candidates(threads: int) ->
                 exps = np.empty(x.shape[0])
                 sampler_fused.exp_sum(x, mx + gap, exps)
                 got_inside: list = []
-                sampler_fused.top_p_deep = spy  # type: ignore[assignment]
-                try:
+                with _exits_into(exits):
                     got = sampler_math.top_p_positions(x, cand, p, mx, src=x, inside=got_inside, exps=exps, scaled=True)
-                finally:
-                    sampler_fused.top_p_deep = real  # type: ignore[assignment]
                 assert np.array_equal(got[0], want[0]), (name, p, gap)
                 assert abs(got[1] - want[1]) <= 1e-12, (name, p, gap)
                 assert _same(got_inside, inside), (name, p, gap)
