@@ -227,6 +227,18 @@ def sample_top(x: np.ndarray, stride: int, k: int) -> np.ndarray:
 TOP_K_MAX = 256
 
 
+def sort_down(work: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ids in the order of np.argsort(-work[ids], kind="stable"), their logits as float64) in one
+    call of the kernel; None (no kernel, other arrays): numpy's steps decide."""
+    if kernel is None or work.dtype != np.float32 or ids.dtype != np.int64:
+        return None
+    if not (work.flags.c_contiguous and ids.flags.c_contiguous):
+        return None
+    out, logits64 = np.empty(ids.shape[0], dtype=np.int64), np.empty(ids.shape[0], dtype=np.float64)
+    kernel.sort_down(work, ids, out, logits64)
+    return out, logits64
+
+
 def top_k(x: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray | None:
     """The positions of the k largest of float32 x (among those `mask`, one bool a position,
     allows), largest first, in one pass of the kernel (a heap of k + 1), where that is numpy's one
