@@ -90,3 +90,20 @@ async def test_the_die_and_the_search_show_the_pieces_bytes(backend, engine, tmp
         assert any(r.split()[0] == "<f0" and "9f>" in r for r in rows), rows
         assert not any("\ufffd" in r for r in rows)
         await pilot.press("escape", "ctrl+c")
+
+
+def test_every_tokens_bytes_are_the_same_through_the_kernels_call_and_ctypes(engine) -> None:
+    """The C kernel's piece_of (LlamaCalls.token_to_piece where it is built) gives the bytes of the
+    ctypes call it replaces for every token of the vocabulary: special ones spelled out, pieces
+    longer than ctypes' first 64-byte buffer (the default model has some) included."""
+    calls = engine._c
+    assert calls._piece_of is not None  # (built: tests/test_sampler_kernel.py checks the build)
+    kernel_pieces = [calls.token_to_piece(t) for t in range(engine.n_vocab)]
+    calls._piece_of, kept = None, calls._piece_of
+    try:
+        ctypes_pieces = [calls.token_to_piece(t) for t in range(engine.n_vocab)]
+    finally:
+        calls._piece_of = kept
+    assert kernel_pieces == ctypes_pieces
+    assert max(len(p) for p in kernel_pieces) > 64
+    assert b"<|im_end|>" in kernel_pieces

@@ -51,6 +51,13 @@ def _kernel_decode() -> Callable[[int, int, int], int] | None:
 _decode_in_c = _kernel_decode()
 
 
+def _kernel_call(name: str) -> Callable[..., bytes] | None:
+    """The C kernel's function `name` (None: no kernel built, or one built before it)."""
+    from loopchat.engine.sampler_fused import kernel
+
+    return getattr(kernel, name, None) if kernel is not None else None
+
+
 def decode(ctx: int, batch: llama_cpp.llama_batch) -> int:
     """llama_decode(ctx, batch), waited for (llama_synchronize): 0 ok, 2 aborted by the
     callback, other values failures. Where a server is attached (pass_hook.py) the kernel's
@@ -116,6 +123,9 @@ class LlamaCalls:
         self._ctx = llm.ctx
         # llama_model_get_vocab: the vocabulary handle token_to_piece and is_eog take.
         self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        self._vocab_address = int(ctypes.cast(self._vocab, ctypes.c_void_p).value or 0)
+        self._to_piece = int(ctypes.cast(_bindings._lib.llama_token_to_piece, ctypes.c_void_p).value or 0)
+        self._piece_of = _kernel_call("piece_of") if self._vocab_address and self._to_piece else None
         # llama_get_memory: the context's KV cache, for llama_memory_seq_rm below.
         self._memory = llama_cpp.llama_get_memory(llm.ctx)
         # llama_batch_init(1, 0, 1): a batch of one token at an explicit position, made
@@ -164,7 +174,10 @@ class LlamaCalls:
     def token_to_piece(self, token_id: int) -> bytes:
         """llama_token_to_piece, special tokens spelled out: the token's exact bytes.
         llama-cpp-python's LlamaModel.token_to_piece returns its whole 32-byte buffer
-        (NUL-padded); this keeps the length llama.cpp returns."""
+        (NUL-padded); this keeps the length llama.cpp returns. The C kernel's `piece_of` makes
+        the same call where it is built (ctypes' buffer and binding: ~15 us after a forward pass)."""
+        if self._piece_of is not None:
+            return self._piece_of(self._vocab_address, self._to_piece, token_id)
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
         if n < 0:  # the piece needs -n bytes
