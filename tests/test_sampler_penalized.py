@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sampler_paths import built_kernel
 
-from loopchat.engine import sampler_fused, sampler_penalized
+from loopchat.engine import dry, sampler_fused, sampler_penalized
 
 
 def candidates(row: np.ndarray) -> SimpleNamespace:
@@ -105,3 +105,23 @@ def test_the_repeat_penaltys_values_made_in_the_kernel_are_numpys(penalty: float
     assert g == w and got.work.tobytes() == want.work.tobytes() and got.norm == want.norm
     assert got.bound == want.bound and got.work_max == want.work_max
     assert n.work.tobytes() == want.work.tobytes() and ref[0] == w[0]
+
+
+def test_the_repeat_penaltys_tokens_are_the_same_on_both_paths(monkeypatch) -> None:
+    """recent_ids: the kernel's call over a History's int64 tail gives the distinct ids within the
+    vocabulary in the order each first comes, as Python's dict over a plain list does: repeats, ids
+    outside the vocabulary (negative, too large), a window longer than the context, one longer than
+    the kernel's table on the stack (2,048 tokens)."""
+    built_kernel()
+    rng = np.random.default_rng(9)
+    n_vocab = 500
+    for size, last_n in ((0, 64), (1, 64), (40, 64), (200, 64), (300, 1000), (5000, 3000)):
+        tokens = rng.integers(-20, n_vocab + 20, size).tolist()
+        history = dry.History(tokens)
+        got = sampler_penalized.recent_ids(history, last_n, n_vocab)
+        window = tokens[-last_n:] if size else []
+        want = list(dict.fromkeys(t for t in window if 0 <= t < n_vocab))
+        assert got.dtype == np.int64 and got.tolist() == want, (size, last_n)
+        assert sampler_penalized.recent_ids(tokens, last_n, n_vocab).tolist() == want  # (a plain list: Python's)
+    monkeypatch.setattr(sampler_fused, "kernel", None)
+    assert sampler_penalized.recent_ids(dry.History([3, 1, 3, 2, 1]), 64, n_vocab).tolist() == [3, 1, 2]

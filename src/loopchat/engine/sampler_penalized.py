@@ -4,6 +4,7 @@ unit, its bound on the exact total (sampler_raw's) and its known maximum move wi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -23,6 +24,22 @@ class Penalized(Protocol):
     work_max: float | None
     work_max_id: int
     bound: tuple[float, float] | None
+
+
+def recent_ids(context: Sequence[int], last_n: int, n_vocab: int) -> np.ndarray:
+    """The repeat penalty's tokens: the distinct ids of the context's last `last_n` tokens within the
+    vocabulary, in the order each first comes (int64). One kernel call over the History's int64 tail
+    (dry.History) where both are there; else Python's dict keeps that order."""
+    n = min(last_n, len(context))
+    tail = getattr(context, "tail", None)
+    kernel = sampler_fused.kernel
+    if tail is not None and kernel is not None and n > 0:
+        window = tail(n)
+        out = np.empty(n, dtype=np.int64)
+        return out[: kernel.recent_ids(window, n_vocab, out)]
+    window = context[len(context) - n :] if n > 0 else []
+    firsts = dict.fromkeys(t for t in window if 0 <= t < n_vocab)
+    return np.fromiter(firsts, dtype=np.int64, count=len(firsts))
 
 
 def change_logits(c: Penalized, ids: np.ndarray, values: np.ndarray | None, penalty: float = 0.0) -> tuple[int, float]:

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from loopchat.engine import dry, sampler_fused
+from loopchat.engine import dry, sampler_fused, sampler_penalized
 from loopchat.engine.sampler_candidates import Candidates
 from loopchat.engine.sampler_cuts import cut_among, cut_below
 from loopchat.engine.sampler_math import SORT_LIMIT
@@ -64,14 +64,9 @@ class RepeatPenalty:
     def apply(self, c: Candidates) -> StageReport:
         if self.penalty == 1.0 or self.last_n <= 0 or not c.context:
             return c.report(self.name, c.count, c.mass)
-        window = c.context[-self.last_n :]
-        recent = set(window)  # (the same inserts in the same order as the comprehension's: the same set)
-        if recent and (min(recent) < 0 or max(recent) >= c.n_vocab):
-            recent = {t for t in window if 0 <= t < c.n_vocab}
+        ids = sampler_penalized.recent_ids(c.context, self.last_n, c.n_vocab)  # (in the order each first comes)
         changed, moved = 0, 0.0
-        if recent:
-            ids = np.fromiter(recent, dtype=np.intp, count=len(recent))
-            # (the new values v / penalty where v > 0, else v * penalty, made with the change)
+        if ids.shape[0]:  # (the new values v / penalty where v > 0, else v * penalty, made with the change)
             changed, moved = c.change_logits(ids, None, self.penalty)
         return c.report(self.name, c.count, c.mass, changed=changed, moved=moved)
 
