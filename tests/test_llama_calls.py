@@ -36,4 +36,3 @@ def test_the_kernels_calls_answer_as_the_ctypes_calls(engine: Engine) -> None:
     assert isinstance(address, int) and address == address_ctypes
     row, row_ctypes = _both_ways(calls, "_logits_at", lambda: calls.logits_row_address(0))
     assert row == row_ctypes
-
