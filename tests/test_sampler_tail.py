@@ -66,6 +66,15 @@ GRID = [
     ),
     dataclasses.replace(SERVED, repeat_penalty=1.1, repeat_last_n=64),
 ]
+#: top-k off (or above 1,024): top-p runs over the unsorted candidates as a stage and sorts the few it
+#: keeps; min-p, temperature and the draw then run in the tail (draw_sorted's two stages)
+UNSORTED = [
+    dataclasses.replace(SERVED, temperature=t, top_k=k, top_p=p, min_p=m, dry_multiplier=dry, repeat_penalty=rp)
+    for t, k, p, m, dry, rp in [
+        (2.0, 0, 0.95, 0.0, 0.8, 1.0), (0.7, 0, 0.95, 0.05, 0.8, 1.1), (1.0, 0, 0.5, 0.0, 0.0, 1.0),
+        (1.3, 2000, 0.9, 0.2, 0.0, 1.0), (0.7, 0, 0.999, 0.05, 0.0, 1.0), (1.0, 0, 0.95, 0.0, 0.0, 1.0),
+    ]
+]  # fmt: skip
 
 
 @pytest.mark.model
@@ -89,10 +98,24 @@ def test_the_tail_runs_on_every_sorted_step_whatever_numpys_exp(rows, monkeypatc
     assert taken == [0, len(rows) * len(GRID)]
 
 
+after_top_p = [0]
+
+
+def counted_after(c, tail, rng):  # type: ignore[no-untyped-def]
+    """draw_sorted, counting the draws it made of two stages (after top-p over the unsorted form)."""
+    got = _draw_sorted(c, tail, rng)
+    after_top_p[0] += got is not None and len(tail) == 2
+    return got
+
+
+_draw_sorted = sampler_tail.draw_sorted
+
+
 @pytest.mark.model
 def test_the_tail_and_the_shared_top_give_the_stages_numbers_bit_for_bit(rows, monkeypatch) -> None:
     """Every field of every step (the stages' reports, both top lists, the entropies, the ranks)
-    and the generator's next draw the same with the tail and the shared top as without them."""
+    and the generator's next draw the same with the tail and the shared top as without them; also
+    where top-k is off and the tail's last two stages follow top-p over the unsorted candidates."""
     taken = [0]
     draw_sorted = sampler_tail.draw_sorted
 
@@ -102,7 +125,7 @@ def test_the_tail_and_the_shared_top_give_the_stages_numbers_bit_for_bit(rows, m
         return got
 
     history = list(range(200, 260))
-    for settings in GRID:
+    for settings in GRID + UNSORTED:
         for report_k in (1, 5, 20, 40):
             runs = []
             for fast in (True, False):
@@ -117,6 +140,14 @@ def test_the_tail_and_the_shared_top_give_the_stages_numbers_bit_for_bit(rows, m
                     )
             assert runs[0] == runs[1], (settings, report_k)
     assert taken[0] >= len(rows) * 20  # (the tail ran: not a comparison of the old path with itself)
+    after_top_p[0] = 0
+    for settings in UNSORTED:
+        rng = sampler.make_rng(7)
+        for r in rows:
+            with monkeypatch.context() as m:
+                m.setattr(sampler_tail, "draw_sorted", counted_after)
+                sampler.sample(r, history, settings, rng, 5)
+    assert after_top_p[0] >= len(rows) * 4  # (and after an unsorted top-p: its two stages)
 
 
 @contextmanager

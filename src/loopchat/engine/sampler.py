@@ -226,6 +226,11 @@ def _sample(
     at = plan.tail_at if force is None else len(chain)
     reports = [stage.apply(c) for stage in chain[:at]]
     tail = sampler_tail.draw_sorted(c, chain[at:], rng) if at < len(chain) else None
+    if tail is None and at < len(chain) and not c.sorted:
+        # (top-p over the unsorted candidates, as a stage: where it sorted the few it kept, the rest in floats)
+        reports.append(chain[at].apply(c))
+        at += 1
+        tail = sampler_tail.draw_sorted(c, chain[at:], rng) if c.count <= sampler_tail.AFTER_TOP_P else None
     if tail is None:
         return _staged(logits, raw, raw_top_ids, raw_top_probs, raw_entropy, wide, c, chain[at:], reports, rng, force)
     # (sampler_tail's draw: the distribution in Python floats, normalised; the reported top its first)

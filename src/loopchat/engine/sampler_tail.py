@@ -13,7 +13,8 @@ and binary searches (itertools.accumulate, bisect), and a sum is numpy's pairwis
 its order of additions, sampler_pairwise: tests/test_sampler_tail.py checks it against numpy). The stages'
 reports are made by the same `Candidates.report`. sampler.sample takes this path for the
 sorted form when the chain ends with top-p, min-p and temperature (chain_for's order) and no
-token is forced; the chain's stages stay the definition (tests/test_sampler_chain.py runs
+token is forced, and for min-p and temperature where top-p ran as a stage over the unsorted
+form (top-k off) and sorted the few it kept; the chain's stages stay the definition (tests/test_sampler_chain.py runs
 both against tests/reference_sampler.py).
 """
 
@@ -30,6 +31,11 @@ from loopchat.engine.sampler_candidates import Candidates
 from loopchat.engine.sampler_pairwise import np_sum
 from loopchat.engine.sampler_stages import MinP, Stage, Temperature, TopP
 from loopchat.stage_report import StageReport
+
+
+#: the most candidates top-p over the unsorted form may leave for the tail to take min-p, temperature and
+#: the draw in floats (its loops grow with them; numpy's calls cost the same for 50 as for 1,000)
+AFTER_TOP_P = 256
 
 
 @dataclass(slots=True)
@@ -52,20 +58,22 @@ def starts_at(chain: tuple[Stage, ...]) -> int:
 
 
 def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator) -> TailDraw | None:
-    """The tail's stages (TopP, MinP, Temperature) on sorted candidates no stage has scaled yet,
-    the distribution and the draw (rng.random() once, as sampler._draw). None: not this case (the
+    """The tail's stages (TopP, MinP, Temperature; or MinP and Temperature where top-p has run, over
+    the unsorted form, and sorted the few it kept) on sorted candidates no stage has scaled yet, the
+    distribution and the draw (rng.random() once, as sampler._draw). None: not this case (the
     unsorted form, an infinite top): the stages run as they are."""
-    if not c.sorted or c.z is not None or c.t != 1.0 or c.logits64 is None or len(tail) != 3:
+    if not c.sorted or c.z is not None or c.t != 1.0 or c.logits64 is None or len(tail) not in (2, 3):
         return None
-    top_p: TopP = tail[0]  # type: ignore[assignment]  # (chain_for's order: starts_at found them)
-    min_p: MinP = tail[1]  # type: ignore[assignment]
-    temp: Temperature = tail[2]  # type: ignore[assignment]
+    # (chain_for's order: starts_at found them)
+    top_p: TopP | None = tail[0] if len(tail) == 3 else None  # type: ignore[assignment]
+    min_p: MinP = tail[-2]  # type: ignore[assignment]
+    temp: Temperature = tail[-1]  # type: ignore[assignment]
     l64 = c.logits64
     entered = l64.shape[0]
     if not entered or not math.isfinite(l64[0]):  # (an infinite top: numpy's NaN rules decide)
         return None
     t = temp.t
-    cuts = entered > 1 and (top_p.p < 1.0 or min_p.min_p > 0.0)
+    cuts = entered > 1 and ((top_p is not None and top_p.p < 1.0) or min_p.min_p > 0.0)
     known = c.sorted_exps
     if known is not None and known[0] is l64 and known[1] == l64[0]:
         # top-k's differences and exps (sorted_mass) are these: its shift, the raw max, is the top's logit
@@ -87,25 +95,15 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
 
 def _tail(
     c: Candidates,
-    stages: tuple[TopP, MinP, Temperature],
+    stages: tuple[TopP | None, MinP, Temperature],
     l64: np.ndarray,
     e: list,
     w_all: list,
     rng: np.random.Generator,
 ) -> TailDraw:
-    """draw_sorted's stages and draw, from exp(d) (`e`) and exp(d / t) (`w_all`)."""
+    """draw_sorted's stages and draw, from exp(d) (`e`) and exp(d / t) (`w_all`); top-p None: run already."""
     top_p, min_p, temp = stages
-    entered = l64.shape[0]
-    if top_p.p >= 1.0 or entered <= 1:
-        reports = [c.report(top_p.name, entered, c.mass)]
-    else:
-        cum = list(itertools.accumulate(e))
-        last = cum[-1]
-        cum = [v / last for v in cum]
-        n_keep = min(max(bisect.bisect_left(cum, top_p.p) + 1, 1), entered)
-        cut = int(c.ids[n_keep]) if n_keep < entered else -1  # type: ignore[index]
-        c.keep_first(n_keep)
-        reports = [c.report(top_p.name, entered, c.mass * cum[n_keep - 1], cut)]
+    reports = [] if top_p is None else [_top_p(c, top_p, e)]
     reports.append(_min_p(c, min_p, l64, e))
     n = c.count
     reports.append(c.report(temp.name, n, c.mass))
@@ -120,6 +118,20 @@ def _tail(
     pw = probs[pick]
     rank = 1 + sum(1 for v in probs[:pick] if v > pw) if pick else 1
     return TailDraw(reports, probs, entropy, pick, rank)
+
+
+def _top_p(c: Candidates, stage: TopP, e: list[float]) -> StageReport:
+    """TopP.apply on the sorted candidates (`e`: exp(l - l[0]) of them: draw_sorted's)."""
+    entered = c.count
+    if stage.p >= 1.0 or entered <= 1:
+        return c.report(stage.name, entered, c.mass)
+    cum = list(itertools.accumulate(e))
+    last = cum[-1]
+    cum = [v / last for v in cum]
+    n_keep = min(max(bisect.bisect_left(cum, stage.p) + 1, 1), entered)
+    cut = int(c.ids[n_keep]) if n_keep < entered else -1  # type: ignore[index]
+    c.keep_first(n_keep)
+    return c.report(stage.name, entered, c.mass * cum[n_keep - 1], cut)
 
 
 def _min_p(c: Candidates, stage: MinP, l64: np.ndarray, e: list[float]) -> StageReport:
