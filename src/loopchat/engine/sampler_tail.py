@@ -32,7 +32,6 @@ from loopchat.engine.sampler_pairwise import np_sum
 from loopchat.engine.sampler_stages import MinP, Stage, Temperature, TopP
 from loopchat.stage_report import StageReport
 
-
 #: the most candidates top-p over the unsorted form may leave for the tail to take min-p, temperature and
 #: the draw in floats (its loops grow with them; numpy's calls cost the same for 50 as for 1,000)
 AFTER_TOP_P = 256
