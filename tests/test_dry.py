@@ -272,3 +272,27 @@ def test_the_real_models_sampled_distribution_is_the_raw_one_minus_the_penalties
         checked += any(t in penalty for t, _ in both)
         ctx.append(st.token_id)
     assert checked >= 5, "".join(st.text for st in steps)  # penalized tokens shown at several steps
+
+
+def test_the_tables_lookup_knows_every_breaker_of_breakers() -> None:
+    """BreakerTable's lookup tests a piece for each of dry.BREAKERS (spelled out, not a loop over them):
+    a piece holding any one of them, alone, at either end or inside, is a breaker; others are not."""
+
+    class Pieces:
+        pieces = [
+            b" the",
+            b"cat",
+            b"",
+            b"\xff\xfe",
+            *(p for b in dry.BREAKERS for p in (b, b"x" + b, b + b"y", b"a" + b + b"z")),
+        ]
+        n_vocab = len(pieces)
+
+        def piece(self, i: int) -> bytes:
+            return self.pieces[i]
+
+    vocab = Pieces()
+    table = dry.BreakerTable(vocab)
+    every = np.arange(vocab.n_vocab)
+    assert table.mask(every).tolist() == [i >= 4 for i in range(vocab.n_vocab)]
+    assert set(np.flatnonzero(table.mask(every)).tolist()) == dry.model_breakers(vocab)

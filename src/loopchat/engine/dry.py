@@ -70,12 +70,16 @@ class BreakerTable:
 
     def __init__(self, model: Any) -> None:
         self._model = weakref.ref(model)  # (the table lives in a WeakKeyDictionary keyed by it)
-        self._table = np.full(int(model.n_vocab), -1, dtype=np.int8)
+        # (a bytearray, 0xff read as int8's -1, and numpy's view of it: a lookup stores a byte, not a numpy
+        # scalar, and the membership test below is no generator's: ~20 us a step after a forward pass)
+        self._bytes = bytearray(b"\xff") * int(model.n_vocab)
+        self._table = np.frombuffer(self._bytes, dtype=np.int8)
 
     def _look_up(self, i: int) -> int:
         model = self._model()
         piece = model.piece(i) if model is not None else b""
-        self._table[i] = flag = 1 if any(b in piece for b in BREAKERS) else 0
+        flag = 1 if (b"\n" in piece or b":" in piece or b'"' in piece or b"*" in piece) else 0  # (BREAKERS)
+        self._bytes[i] = flag
         return flag
 
     def last_in(self, tokens: np.ndarray) -> int:
