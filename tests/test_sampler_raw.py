@@ -134,3 +134,20 @@ def test_the_sampler_takes_the_fused_pass_and_reports_numpys_numbers(monkeypatch
     assert bits(fused.raw_entropy) == bits(plain.raw_entropy) and bits(fused.raw_prob) == bits(plain.raw_prob)
     assert np.array_equal(fused.raw_top_probs, plain.raw_top_probs)
     assert fused.token_id == plain.token_id
+
+
+@pytest.mark.parametrize("name", list(adversarial_rows()))
+def test_one_tokens_raw_probability_is_the_tops_figure(name: str) -> None:
+    """RawSoftmax.prob_of (the drawn token's raw probability: the kernel's raw_prob, no arrays made) gives
+    probs_at's figure for that token (raw_probs: numpy's float32 exp, widened, over the total) bit for bit,
+    at every position of a row made to break it; a row the kernel does not take falls back to it."""
+    built_kernel()
+    row = adversarial_rows()[name]
+    raw = sampler_raw.raw_softmax(row, float(row.max()))
+    assert raw.e is None and sampler_raw._RAW_PROB is not None  # (the fused pass, and its one-token call)
+    ids = np.arange(row.shape[0], dtype=np.int64)
+    want = raw.probs_at(ids)
+    got = np.array([raw.prob_of(int(i)) for i in ids])
+    assert got.tobytes() == want.tobytes() or np.array_equal(got, want, equal_nan=True), name
+    strided = sampler_raw.RawSoftmax(raw.total, raw.dot, np.repeat(row, 2)[::2], raw.shift, None)
+    assert strided.prob_of(0) == raw.prob_of(0) or np.isnan(raw.prob_of(0))

@@ -2863,6 +2863,35 @@ static PyObject *py_raw_probs(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(raw_prob_doc,
+             "raw_prob(logits, i, m, total) -> float: raw_probs' figure for the one id i (the drawn token's raw\n"
+             "probability: no id array, no output array).");
+
+static PyObject *py_raw_prob(PyObject *self, PyObject *args) {
+    PyObject *lo;
+    Py_ssize_t i;
+    double m, total, out = 0.0;
+    Py_buffer x;
+    if (!PyArg_ParseTuple(args, "Ondd", &lo, &i, &m, &total)) return NULL;
+    if (!raw_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "raw_prob needs AVX2 and FMA");
+        return NULL;
+    }
+    if (get_buf(lo, &x, 0, 'f') < 0) return NULL;
+#ifdef KERNEL_AVX2
+    if (i < 0 || i >= x.shape[0]) {
+        PyErr_SetString(PyExc_IndexError, "raw_prob: an id out of range");
+    } else {
+        float v[1] = {((const float *)x.buf)[i]}, e[1], s[1];
+        raw_exp_block(v, (float)m, s, e, 1);
+        out = (double)e[0] / total;
+    }
+#endif
+    PyBuffer_Release(&x);
+    if (PyErr_Occurred()) return NULL;
+    return PyFloat_FromDouble(out);
+}
+
 /* ---- chaincost (issue 23 item 3, issue 24's cost): the raw pass's float64 sum, the penalties' change
  * raw_sums64: raw_sums' pass (the same float32 bits) that also sums the float32 e's in
  * float64: with the raw pass's own bound on those e's (sampler_raw.RawSoftmax.bound) it
@@ -3234,6 +3263,7 @@ static PyMethodDef methods[] = {
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},
     {"raw_probs", py_raw_probs, METH_VARARGS, raw_probs_doc},
+    {"raw_prob", py_raw_prob, METH_VARARGS, raw_prob_doc},
     {"raw_sums64", py_raw_sums64, METH_VARARGS, raw_sums64_doc},
     {"change_logits", py_change_logits, METH_VARARGS, change_logits_doc},
     {NULL, NULL, 0, NULL},

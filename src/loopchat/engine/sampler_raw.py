@@ -126,7 +126,13 @@ class RawSoftmax:
         return out
 
     def prob_of(self, token: int) -> float:
-        """One token's raw probability: float(exp_at([token])[0]) / total, by probs_at (its one kernel call)."""
+        """One token's raw probability: float(exp_at([token])[0]) / total, by probs_at (its one kernel call;
+        the kernel's raw_prob where the fused pass ran: the same figure, no arrays made)."""
+        if self.e is None and _RAW_PROB is not None:
+            try:
+                return float(_RAW_PROB(self.logits, token, self.shift, self.total))
+            except (TypeError, ValueError):  # (logits the kernel does not take: not contiguous float32)
+                pass
         return float(self.probs_at(np.array([token], dtype=np.int64))[0])
 
     def probs_at(self, ids: np.ndarray) -> np.ndarray:
@@ -159,6 +165,9 @@ def raw_softmax(logits: np.ndarray, raw_max: float, sum64: bool = False, copy: n
     total, dot, e = _numpy_pass(logits, raw_max)
     return RawSoftmax(total, dot, logits, raw_max, e, float(e.sum(dtype=np.float64)) if sum64 else math.nan)
 
+
+#: the kernel's raw_prob, where its raw pass is in use (None: a kernel built before it, or numpy's passes)
+_RAW_PROB = getattr(_KERNEL, "raw_prob", None) if RAW_FUSED else None
 
 #: whether the kernel has raw_sums64 (a kernel built before it: no float64 sum, no bound)
 _SUMS64 = hasattr(_KERNEL, "raw_sums64")
