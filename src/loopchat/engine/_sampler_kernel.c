@@ -4824,17 +4824,24 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
 typedef float *(*lc_logits_fn)(void *, int32_t);
 typedef _Bool (*lc_eog_fn)(const void *, int32_t);
 
+/* The arguments of a call by address (logits_at, is_eog_at, piece_of): two addresses, neither null, and an
+   int. 0, or -1 with the error set. */
+static int address_args(PyObject *args, const char *name, unsigned long long *a, unsigned long long *b, int *i) {
+    if (!PyArg_ParseTuple(args, "KKi", a, b, i)) return -1;
+    if (!*a || !*b) {
+        PyErr_Format(PyExc_ValueError, "%s: a null address", name);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(logits_at_doc, "logits_at(get_logits_ith, ctx, i) -> int | None: llama_get_logits_ith(ctx, i) (the function\n"
              "at that address)'s pointer as an int, None where it is null.");
 
 static PyObject *py_logits_at(PyObject *self, PyObject *args) {
     unsigned long long fn, ctx;
     int i;
-    if (!PyArg_ParseTuple(args, "KKi", &fn, &ctx, &i)) return NULL;
-    if (!fn || !ctx) {
-        PyErr_SetString(PyExc_ValueError, "logits_at: a null address");
-        return NULL;
-    }
+    if (address_args(args, "logits_at", &fn, &ctx, &i) < 0) return NULL;
     float *p = ((lc_logits_fn)(uintptr_t)fn)((void *)(uintptr_t)ctx, (int32_t)i);
     if (!p) Py_RETURN_NONE;
     return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)p);
@@ -4846,11 +4853,7 @@ PyDoc_STRVAR(is_eog_at_doc, "is_eog_at(vocab_is_eog, vocab, t) -> bool: llama_vo
 static PyObject *py_is_eog_at(PyObject *self, PyObject *args) {
     unsigned long long fn, vocab;
     int t;
-    if (!PyArg_ParseTuple(args, "KKi", &fn, &vocab, &t)) return NULL;
-    if (!fn || !vocab) {
-        PyErr_SetString(PyExc_ValueError, "is_eog_at: a null address");
-        return NULL;
-    }
+    if (address_args(args, "is_eog_at", &fn, &vocab, &t) < 0) return NULL;
     return PyBool_FromLong(((lc_eog_fn)(uintptr_t)fn)((const void *)(uintptr_t)vocab, (int32_t)t));
 }
 
@@ -4919,11 +4922,7 @@ PyDoc_STRVAR(piece_of_doc,
 static PyObject *py_piece_of(PyObject *self, PyObject *args) {
     unsigned long long vocab, fp;
     int t;
-    if (!PyArg_ParseTuple(args, "KKi", &vocab, &fp, &t)) return NULL;
-    if (!vocab || !fp) {
-        PyErr_SetString(PyExc_ValueError, "piece_of: a null address");
-        return NULL;
-    }
+    if (address_args(args, "piece_of", &vocab, &fp, &t) < 0) return NULL;
     lc_piece_fn to_piece = (lc_piece_fn)(uintptr_t)fp;
     char local[256];
     int32_t k = to_piece((const void *)(uintptr_t)vocab, (int32_t)t, local, (int32_t)sizeof local, 0, 1);
