@@ -34,24 +34,6 @@ _logits_ith = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
 )
 
 
-def _kernel_decode() -> Callable[[int, int, int], int] | None:
-    """The C kernel's `decode` (engine/_sampler_kernel.c): the GIL let go, then a server's
-    wake-up written, then llama_decode and llama_synchronize, in one call; given this
-    library's two functions. None (no kernel built): the ctypes calls."""
-    from loopchat.engine.sampler_fused import kernel
-
-    if kernel is None or not hasattr(kernel, "decode"):
-        return None
-    lib = _bindings._lib
-    kernel.llama_calls(
-        ctypes.cast(lib.llama_decode, ctypes.c_void_p).value, ctypes.cast(lib.llama_synchronize, ctypes.c_void_p).value
-    )
-    return kernel.decode
-
-
-_decode_in_c = _kernel_decode()
-
-
 def _kernel_call(name: str) -> Callable[..., Any] | None:
     """The C kernel's function `name` (None: no kernel built, or one built before it)."""
     from loopchat.engine.sampler_fused import kernel
@@ -59,9 +41,23 @@ def _kernel_call(name: str) -> Callable[..., Any] | None:
     return getattr(kernel, name, None) if kernel is not None else None
 
 
-def _address(fn: Any) -> int:
-    """A ctypes pointer's or function's address as an int (0: null)."""
+def address(fn: Any) -> int:
+    """A ctypes pointer's or function's address as an int (0: null): what the kernel's calls by address take."""
     return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
+def _kernel_decode() -> Callable[[int, int, int], int] | None:
+    """The C kernel's `decode` (engine/_sampler_kernel.c): the GIL let go, then a server's
+    wake-up written, then llama_decode and llama_synchronize, in one call; given this
+    library's two functions. None (no kernel built): the ctypes calls."""
+    in_c, calls = _kernel_call("decode"), _kernel_call("llama_calls")
+    if in_c is None or calls is None:
+        return None
+    calls(address(_bindings._lib.llama_decode), address(_bindings._lib.llama_synchronize))
+    return in_c
+
+
+_decode_in_c = _kernel_decode()
 
 
 def decode(ctx: int, batch: llama_cpp.llama_batch) -> int:
@@ -129,11 +125,11 @@ class LlamaCalls:
         self._ctx = llm.ctx
         # llama_model_get_vocab: the vocabulary handle token_to_piece and is_eog take.
         self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
-        self._vocab_address, self._to_piece = _address(self._vocab), _address(_bindings._lib.llama_token_to_piece)
+        self._vocab_address, self._to_piece = address(self._vocab), address(_bindings._lib.llama_token_to_piece)
         self._piece_of = _kernel_call("piece_of") if self._vocab_address and self._to_piece else None
         # (the kernel's calls of llama_get_logits_ith and llama_vocab_is_eog, by address: ~10 us a token saved)
-        self._ctx_address = _address(self._ctx)
-        self._logits_fn, self._eog_fn = _address(_logits_ith), _address(_bindings._lib.llama_vocab_is_eog)
+        self._ctx_address = address(self._ctx)
+        self._logits_fn, self._eog_fn = address(_logits_ith), address(_bindings._lib.llama_vocab_is_eog)
         self._logits_at = _kernel_call("logits_at") if self._ctx_address and self._logits_fn else None
         self._eog_at = _kernel_call("is_eog_at") if self._vocab_address and self._eog_fn else None
         # llama_get_memory: the context's KV cache, for llama_memory_seq_rm below.

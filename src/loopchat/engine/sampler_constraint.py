@@ -255,6 +255,8 @@ def llg_tokenizer(llm: Any) -> Any:
     from llguidance import LLTokenizer
     from llguidance.llamacpp import lltokenizer_from_vocab
 
+    from loopchat.engine._llama_ffi import address
+
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     pieces = kernel_pieces(vocab)
     if pieces is None:
@@ -264,7 +266,7 @@ def llg_tokenizer(llm: Any) -> Any:
     return LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
         tokens=pieces,
         vocab_ptr=vocab,
-        tokenize_fptr=_address(llama_cpp.llama_cpp._lib.llama_tokenize),
+        tokenize_fptr=address(llama_cpp.llama_cpp._lib.llama_tokenize),
         eos_token=llama_cpp.llama_vocab_eos(vocab),
         slices=None,
     )
@@ -275,6 +277,8 @@ def kernel_pieces(vocab: Any) -> list[bytes] | None:
     token prefixed with 0xff), by the kernel's `vocab_pieces`; None where the kernel was not built."""
     import llama_cpp
 
+    from loopchat.engine._llama_ffi import address
+
     kernel = sampler_fused.kernel
     if kernel is None or not hasattr(kernel, "vocab_pieces"):
         return None
@@ -282,18 +286,11 @@ def kernel_pieces(vocab: Any) -> list[bytes] | None:
     return cast(
         "list[bytes]",
         kernel.vocab_pieces(
-            _address(vocab),
-            _address(lib.llama_token_to_piece),
-            _address(lib.llama_vocab_get_attr),
+            address(vocab),
+            address(lib.llama_token_to_piece),
+            address(lib.llama_vocab_get_attr),
             llama_cpp.llama_vocab_n_tokens(vocab),
             llama_cpp.LLAMA_TOKEN_ATTR_CONTROL,
             llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED,
         ),
     )
-
-
-def _address(pointer: Any) -> int:
-    """A ctypes pointer or function's address as an int (0: null)."""
-    import ctypes
-
-    return int(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
