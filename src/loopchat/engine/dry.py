@@ -160,11 +160,11 @@ class History(list):
             grown = np.empty(max(2 * m, 256), dtype=np.int64)
             grown[: self._synced] = self._ids[: self._synced]
             self._ids = grown
-        if self._synced == m - 1:  # (a step's one new token: an int stored, not a list converted)
-            self._ids[m - 1] = self[m - 1]
-            self._synced = m
-        elif self._synced < m:
-            self._ids[self._synced : m] = self[self._synced : m]
+        if self._synced < m:
+            if self._synced == m - 1:  # (a step's one new token: an int stored, not a list converted)
+                self._ids[m - 1] = self[m - 1]
+            else:
+                self._ids[self._synced : m] = self[self._synced : m]
             self._synced = m
         return self._ids[m - n : m]
 
