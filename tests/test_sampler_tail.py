@@ -190,3 +190,31 @@ def test_a_served_step_makes_few_numpy_calls(rows) -> None:
         counts.append(n[0])
     median = sorted(counts)[len(counts) // 2]
     assert median <= NUMPY_CALLS_PER_STEP, f"{median} calls into numpy a step ({counts})"
+
+
+@pytest.mark.skipif(sampler_tail._TAIL is None, reason="no C kernel with tail_norm and tail_draw built")
+def test_the_kernels_tail_figures_are_the_python_floats_bit_for_bit() -> None:
+    """tail_norm and tail_draw give _figures_floats' distribution, entropy, pick and rank, bit for bit,
+    on weights of every kind (tiny, zero, tied, one dominant) and lengths around numpy's pairwise
+    leaves, the generator left in the same state; the draws land on every position they can."""
+    gen = np.random.default_rng(5)
+    picks = set()
+    for n in [*range(2, 140), 255, 256, 300, 1024]:
+        for kind in ("spread", "zeros", "ties", "sharp"):
+            w = np.exp(-gen.random(n) * 30)
+            if kind == "zeros":
+                w[gen.random(n) < 0.4] = 0.0
+            elif kind == "ties":
+                w = np.round(w * 4) / 4
+            elif kind == "sharp":
+                w *= 1e-12
+            w[0] = 1.0
+            w = -np.sort(-w)
+            runs = []
+            for fig in (sampler_tail._figures_floats, sampler_tail._figures_kernel):
+                rng = sampler.make_rng(n)
+                probs, entropy, pick, rank = fig(w.copy(), rng)
+                runs.append((np.asarray(probs, dtype=np.float64).tobytes(), entropy, pick, rank, rng.random()))
+            assert runs[0] == runs[1], (n, kind)
+            picks.add((n, runs[1][2]))
+    assert len({p for n, p in picks if n > 8 and p > 0}) > 10  # (not only the first drawn)

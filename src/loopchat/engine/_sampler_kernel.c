@@ -2336,6 +2336,71 @@ static PyObject *py_pairwise_sum(PyObject *self, PyObject *args) {
     return PyFloat_FromDouble(s);
 }
 
+/* ==== sampler_tail's distribution and draw (the sorted form's few candidates) ====
+ * sampler_tail._figures in two calls around numpy's log2: the same operations in the same order on
+ * the same float64 values as its Python floats (the sums numpy's pairwise order, pw_sum), so the
+ * same bits: tests/test_sampler_tail.py. */
+PyDoc_STRVAR(tail_norm_doc,
+             "tail_norm(w, probs, nz) -> (s, k): for float64 weights w, s = numpy's w.sum() (pairwise_sum),\n"
+             "probs[i] = w[i] / s, and the positive ones of probs, in order, into nz[:k] (probs, nz: float64, at\n"
+             "least w's length).");
+
+static PyObject *py_tail_norm(PyObject *self, PyObject *args) {
+    PyObject *o[3];
+    Py_buffer v[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    if (get_bufs(o, v, "ddd", 0x6, 3) < 0) return NULL;
+    Py_ssize_t n = v[0].shape[0], k = 0;
+    if (check_len(&v[1], n) < 0 || check_len(&v[2], n) < 0) {
+        release_bufs(v, 3);
+        return NULL;
+    }
+    const double *w = (const double *)v[0].buf;
+    double *p = (double *)v[1].buf, *nz = (double *)v[2].buf, s = pw_sum(w, n);
+    for (Py_ssize_t i = 0; i < n; i++) { /* (branchless: every q written, the count moved on) */
+        double q = w[i] / s;
+        p[i] = q;
+        nz[k] = q;
+        k += q > 0;
+    }
+    release_bufs(v, 3);
+    return Py_BuildValue("(dn)", s, k);
+}
+
+PyDoc_STRVAR(tail_draw_doc,
+             "tail_draw(probs, prod, lg, u) -> (entropy, pick, rank): from float64 probs (tail_norm's, at least\n"
+             "one), prod (its k positive ones; overwritten with prod[i] * lg[i]) and lg (their log2s, numpy's,\n"
+             "k long): entropy = -(numpy's pairwise sum of the products), 0.0 where k < 2; pick =\n"
+             "bisect.bisect_right(the running sums of probs, added in order as itertools.accumulate, u), at most\n"
+             "len(probs) - 1; rank = 1 + how many of probs[:pick] exceed probs[pick].");
+
+static PyObject *py_tail_draw(PyObject *self, PyObject *args) {
+    PyObject *o[3];
+    Py_buffer v[3];
+    double u;
+    if (!PyArg_ParseTuple(args, "OOOd", &o[0], &o[1], &o[2], &u)) return NULL;
+    if (get_bufs(o, v, "ddd", 0x2, 3) < 0) return NULL;
+    Py_ssize_t n = v[0].shape[0], k = v[1].shape[0];
+    if (n < 1) PyErr_SetString(PyExc_ValueError, "tail_draw: no probabilities");
+    if (n < 1 || check_len(&v[2], k) < 0) {
+        release_bufs(v, 3);
+        return NULL;
+    }
+    const double *p = (const double *)v[0].buf, *lg = (const double *)v[2].buf;
+    double *prod = (double *)v[1].buf, entropy = 0.0, cum = 0.0;
+    for (Py_ssize_t i = 0; i < k; i++) prod[i] *= lg[i];
+    if (k > 1) entropy = -pw_sum(prod, k);
+    Py_ssize_t pick = 0, rank = 1;
+    for (; pick < n; pick++) { /* (the running sums never fall: the first above u is bisect_right's) */
+        cum = pick ? cum + p[pick] : p[0];
+        if (cum > u) break;
+    }
+    if (pick > n - 1) pick = n - 1;
+    for (Py_ssize_t i = 0; i < pick; i++) rank += p[i] > p[pick];
+    release_bufs(v, 3);
+    return Py_BuildValue("(dnn)", entropy, pick, rank);
+}
+
 PyDoc_STRVAR(top_p_deep_doc,
              "top_p_deep(x, shift, top_p, full, stored, ids, qd, xd, idx, kept, kabs, bins, top) -> (code, total, nd,\n"
              "k, mass, cut, a_head, n_top): sampler_math.top_p_positions' search over float32 x (more than 32,768\n"
@@ -3259,6 +3324,8 @@ static PyMethodDef methods[] = {
     {"sample_top", py_sample_top, METH_VARARGS, sample_top_doc},
     {"top_p_deep", py_top_p_deep, METH_VARARGS, top_p_deep_doc},
     {"pairwise_sum", py_pairwise_sum, METH_VARARGS, pairwise_sum_doc},
+    {"tail_norm", py_tail_norm, METH_VARARGS, tail_norm_doc},
+    {"tail_draw", py_tail_draw, METH_VARARGS, tail_draw_doc},
     {"top_k", py_top_k, METH_VARARGS, top_k_doc},
     {"raw_sums", py_raw_sums, METH_VARARGS, raw_sums_doc},
     {"raw_exp", py_raw_exp, METH_VARARGS, raw_exp_doc},

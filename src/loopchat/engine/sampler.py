@@ -248,7 +248,7 @@ def _sample(
         sampled_top_probs=top_weights,
         raw_prob=raw_prob,
         raw_rank=raw_rank,
-        sampled_prob=probs[pick],
+        sampled_prob=float(probs[pick]),
         sampled_rank=tail.rank,
         raw_entropy=float(raw_entropy),
         sampled_entropy=tail.entropy,

@@ -10,7 +10,10 @@ in one call each on the tail's candidates (numpy's float64 exp and log2 are the 
 some CPUs and numpy's own AVX-512 code on others: an element's result does not depend on the
 array it is in, so numpy's bits whatever the CPU). cumsum and searchsorted are sequential sums
 and binary searches (itertools.accumulate, bisect), and a sum is numpy's pairwise sum (`np_sum`,
-its order of additions, sampler_pairwise: tests/test_sampler_tail.py checks it against numpy). The stages'
+its order of additions, sampler_pairwise: tests/test_sampler_tail.py checks it against numpy). The
+distribution, its entropy and the draw (`_figures_floats`: a loop over the candidates each) run in
+the C kernel where it is built (`_figures_kernel`: tail_norm and tail_draw around numpy's one log2
+call, the same operations in the same order, so the same bits: tested against the floats). The stages'
 reports are made by the same `Candidates.report`. sampler.sample takes this path for the
 sorted form when the chain ends with top-p, min-p and temperature (chain_for's order) and no
 token is forced, and for min-p and temperature where top-p ran as a stage over the unsorted
@@ -27,14 +30,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loopchat.engine import sampler_fused
 from loopchat.engine.sampler_candidates import Candidates
 from loopchat.engine.sampler_pairwise import np_sum
+from loopchat.engine.sampler_scratch import scratch
 from loopchat.engine.sampler_stages import MinP, Stage, Temperature, TopP
 from loopchat.stage_report import StageReport
 
 #: the most candidates top-p over the unsorted form may leave for the tail to take min-p, temperature and
 #: the draw in floats (its loops grow with them; numpy's calls cost the same for 50 as for 1,000)
 AFTER_TOP_P = 256
+
+#: the kernel's tail_norm and tail_draw (None: no kernel, or one built before them: the Python floats)
+_TAIL = (
+    (sampler_fused.kernel.tail_norm, sampler_fused.kernel.tail_draw)
+    if sampler_fused.kernel is not None and hasattr(sampler_fused.kernel, "tail_draw")
+    else None
+)
 
 
 @dataclass(slots=True)
@@ -43,7 +55,7 @@ class TailDraw:
     normalised, in the candidates' order; its entropy in bits), the position drawn and its rank."""
 
     reports: list[StageReport]
-    probs: list[float]
+    probs: list[float] | np.ndarray
     entropy: float
     pick: int
     rank: int
@@ -77,18 +89,19 @@ def draw_sorted(c: Candidates, tail: tuple[Stage, ...], rng: np.random.Generator
     if known is not None and known[0] is l64 and known[1] == l64[0]:
         # top-k's differences and exps (sorted_mass) are these: its shift, the raw max, is the top's logit
         d, e = known[2], known[3]
-        w_all = e if t == 1.0 else np.exp(d / t).tolist()
+        w_all = e if t == 1.0 else np.exp(d / t)
         return _tail(c, (top_p, min_p, temp), l64, e if cuts or t == 1.0 else [], w_all, rng)
     d = l64 - l64[0]  # (the stages' `logits64 - logits64[0]`, and their z before the temperature)
     # every exp the tail takes, in one call: exp(d) (top-p's and min-p's, where they run) and
     # exp(d / t) (the distribution's, the kept ones a prefix of it)
     if t == 1.0:
-        e = w_all = np.exp(d).tolist()
+        w_all = np.exp(d)
+        e = w_all.tolist()
     elif cuts:
-        both = np.exp(np.concatenate((d, d / t))).tolist()
-        e, w_all = both[:entered], both[entered:]
+        both = np.exp(np.concatenate((d, d / t)))
+        e, w_all = both[:entered].tolist(), both[entered:]
     else:
-        e, w_all = [], np.exp(d / t).tolist()
+        e, w_all = [], np.exp(d / t)
     return _tail(c, (top_p, min_p, temp), l64, e, w_all, rng)
 
 
@@ -97,7 +110,7 @@ def _tail(
     stages: tuple[TopP | None, MinP, Temperature],
     l64: np.ndarray,
     e: list,
-    w_all: list,
+    w_all: list | np.ndarray,
     rng: np.random.Generator,
 ) -> TailDraw:
     """draw_sorted's stages and draw, from exp(d) (`e`) and exp(d / t) (`w_all`); top-p None: run already."""
@@ -106,17 +119,38 @@ def _tail(
     reports.append(_min_p(c, min_p, l64, e))
     n = c.count
     reports.append(c.report(temp.name, n, c.mass))
-    w = w_all[:n]
-    s = np_sum(w)
+    if n == 1:  # (no draw: the generator not used)
+        w0 = float(w_all[0])
+        return TailDraw(reports, [w0 / w0], 0.0, 0, 1)
+    return TailDraw(reports, *(_figures_floats if _TAIL is None else _figures_kernel)(w_all[:n], rng))
+
+
+def _figures_floats(w: list | np.ndarray, rng: np.random.Generator) -> tuple[list[float], float, int, int]:
+    """_tail's distribution drawn from (the weights `w` over their numpy sum), its entropy in bits, the
+    position drawn and its rank, in Python floats."""
+    w = w if isinstance(w, list) else w.tolist()
+    n, s = len(w), np_sum(w)
     probs = [v / s for v in w]
-    if n == 1:
-        return TailDraw(reports, probs, 0.0, 0, 1)  # (no draw: the generator not used)
     nz = [p for p in probs if p > 0]
     entropy = -np_sum([p * q for p, q in zip(nz, np.log2(nz).tolist())]) if len(nz) > 1 else 0.0
     pick = min(bisect.bisect_right(list(itertools.accumulate(probs)), rng.random()), n - 1)
     pw = probs[pick]
     rank = 1 + sum(1 for v in probs[:pick] if v > pw) if pick else 1
-    return TailDraw(reports, probs, entropy, pick, rank)
+    return probs, entropy, pick, rank
+
+
+def _figures_kernel(w: list | np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float, int, int]:
+    """_figures_floats in the kernel's two calls around numpy's log2 (tail_norm, tail_draw: the same
+    operations in the same order, the same bits), the distribution a fresh array: ~60 -> ~15 us a draw
+    of ~70 candidates after a forward pass (docs/performance.md, twenty-sixth session)."""
+    assert _TAIL is not None
+    norm, draw = _TAIL
+    w = np.asarray(w, dtype=np.float64)
+    n = w.shape[0]
+    probs, nz = np.empty(n), scratch.get("tail_nz", n, np.float64)
+    _, k = norm(w, probs, nz)
+    entropy, pick, rank = draw(probs, nz[:k], np.log2(nz[:k]), rng.random())
+    return probs, entropy, pick, rank
 
 
 def _top_p(c: Candidates, stage: TopP, e: list[float]) -> StageReport:
