@@ -141,7 +141,7 @@ def _figures_floats(w: list | np.ndarray, rng: np.random.Generator) -> tuple[lis
 
 def _figures_kernel(w: list | np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float, int, int]:
     """_figures_floats in the kernel's two calls around numpy's log2 (tail_norm, tail_draw: the same
-    operations in the same order, the same bits), the distribution a fresh array: ~60 -> ~15 us a draw
+    operations in the same order, the same bits), the distribution a fresh array: ~70 -> ~30 us a draw
     of ~70 candidates after a forward pass (docs/performance.md, twenty-sixth session)."""
     assert _TAIL is not None
     norm, draw = _TAIL
