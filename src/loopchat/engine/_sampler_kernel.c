@@ -823,6 +823,16 @@ static int check_len(Py_buffer *out, Py_ssize_t n) {
     return 0;
 }
 
+/* Every one of the m token ids within a vocabulary of n: 0, or -1 with an IndexError set. */
+static int ids_within(const int64_t *ids, Py_ssize_t m, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (ids[j] < 0 || ids[j] >= n) {
+            PyErr_SetString(PyExc_IndexError, "a token id outside the vocabulary");
+            return -1;
+        }
+    return 0;
+}
+
 /* get_buf for n objects, in order (fmts: their formats; writable: a bit each, 1 << i for the i-th):
    0, or -1 with those already taken released. */
 static int get_bufs(PyObject *const *objs, Py_buffer *views, const char *fmts, unsigned writable, int n) {
@@ -3015,11 +3025,7 @@ static PyObject *py_change_logits(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "ids and values differ in length");
         goto fail_v;
     }
-    for (Py_ssize_t j = 0; j < m; j++)
-        if (ids[j] < 0 || ids[j] >= n) {
-            PyErr_SetString(PyExc_IndexError, "a token id outside the vocabulary");
-            goto fail_v;
-        }
+    if (ids_within(ids, m, n) < 0) goto fail_v;
     double *ba = (double *)PyMem_Malloc((size_t)(2 * m + 1) * sizeof(double));
     if (!ba) {
         PyErr_NoMemory();
@@ -3281,11 +3287,7 @@ static PyObject *py_sort_down(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "sort_down: too many ids");
         goto done;
     }
-    for (Py_ssize_t j = 0; j < m; j++)
-        if (ids[j] < 0 || ids[j] >= n) {
-            PyErr_SetString(PyExc_IndexError, "a token id outside the vocabulary");
-            goto done;
-        }
+    if (ids_within(ids, m, n) < 0) goto done;
     if (m > 1024 && !(it = (sd_item *)malloc((size_t)(2 * m) * sizeof(sd_item)))) {
         PyErr_NoMemory();
         goto done;
